@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages cmfx builds and tests with. Idempotent: packages already present are
+# not downloaded again, and apt-get runs only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  cmake ninja-build pkg-config g++ clang libclang-rt-14-dev
+  libeigen3-dev libxsimd-dev xtl-dev
+  libvulkan-dev mesa-vulkan-drivers vulkan-tools
+  glslang-dev glslang-tools spirv-tools
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libcpp-httplib-dev nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#PACKAGES[@]} Debian packages present"
+  exit 0
+fi
+
+echo "deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
