@@ -30,7 +30,7 @@ unit: build
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-test: unit
+test: unit fuzz
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

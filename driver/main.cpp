@@ -1,2 +1,51 @@
+// The `cmfx` binary: flag declarations (name, default, help) for every subcommand, then dispatch.
+#include <CLI/CLI.hpp>
 #include <cstdio>
-int main() { std::puts("cmfx"); return 0; }
+#include <exception>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  using namespace cmfx::driver;
+  CLI::App app{"cmfx: DeepSeek-V4-Flash / V4.1-Flash inference from CMF and the official release files"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "cmfx 0.1.0");
+
+  info_args info;
+  auto* ci = app.add_subcommand("info", "Describe a model file: architecture, tensors, dtype histogram, config");
+  ci->add_option("path", info.path, "CMF file, .safetensors file or checkpoint directory")->required();
+  ci->add_flag("--json", info.json, "Print one JSON object (architecture, tensors, dtypes, config)");
+  ci->add_flag("--tensors", info.list_tensors, "Also list every tensor (text mode)");
+
+  verify_args ver;
+  auto* cv = app.add_subcommand("verify", "Check every stored hash of a CMF file (exit 0 ok, 1 corrupt, 2 unreadable)");
+  cv->add_option("path", ver.path, "CMF file")->required();
+  cv->add_option("--threads", ver.threads, "Hashing threads (0 = all cores)")->default_val(0);
+  cv->add_flag("--quiet", ver.quiet, "No progress bar");
+
+  make_toy_args toy;
+  auto* ct = app.add_subcommand("make-toy", "Write the deterministic toy model (real tensor names, tiny dimensions)");
+  ct->add_option("--out", toy.out, "Output file (.cmf) or directory (release layout)")->default_val(toy.out);
+  ct->add_option("--arch", toy.arch, "Architecture")->check(CLI::IsMember({"v4"}))->default_val(toy.arch);
+  ct->add_option("--quant", toy.quant, "Weight dtype")->check(CLI::IsMember({"q4tp", "q2tp", "q8", "f16"}))
+      ->default_val(toy.quant);
+  ct->add_option("--layout", toy.layout, "cmf | release")->check(CLI::IsMember({"cmf", "release"}))
+      ->default_val(toy.layout);
+  ct->add_option("--seed", toy.seed, "Weight seed")->default_val(toy.seed);
+  ct->add_flag("--stream", toy.stream, "Use the streaming CMF layout (leading gap)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (*ci) return run_info(info);
+    if (*cv) return run_verify(ver);
+    if (*ct) return run_make_toy(toy);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cmfx: %s\n", e.what());
+    return 2;
+  }
+  return 2;
+}

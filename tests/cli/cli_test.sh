@@ -1,4 +1,80 @@
 #!/usr/bin/env bash
-set -euo pipefail
-"$1" >/dev/null
-echo "1 passed, 0 failed"
+# Command-line contract of the cmfx binary: make-toy, info (text and --json), verify exit codes 0/1/2,
+# and clear errors on bad input. usage: cli_test.sh CMFX TMPDIR
+set -u
+CMFX=$1
+T=$2
+rm -rf "$T" && mkdir -p "$T"
+pass=0
+fail=0
+check() {  # check NAME CONDITION...
+  local name=$1
+  shift
+  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
+}
+
+"$CMFX" make-toy --out "$T/toy.cmf" >"$T/make.out" 2>&1
+check "make-toy exit 0" test $? -eq 0
+"$CMFX" make-toy --out "$T/toy-again.cmf" >/dev/null 2>&1
+check "make-toy is deterministic" cmp -s "$T/toy.cmf" "$T/toy-again.cmf"
+"$CMFX" make-toy --out "$T/toy-q2.cmf" --quant q2tp --stream >/dev/null 2>&1
+check "make-toy q2tp streaming exit 0" test $? -eq 0
+
+"$CMFX" info "$T/toy.cmf" >"$T/info.txt" 2>&1
+check "info exit 0" test $? -eq 0
+check "info names the architecture" grep -q "architecture:  deepseek_v4" "$T/info.txt"
+check "info has a dtype histogram" grep -qE "^  q4tp +[0-9]+ tensors" "$T/info.txt"
+
+"$CMFX" info "$T/toy-q2.cmf" --json >"$T/info.json" 2>&1
+check "info --json exit 0" test $? -eq 0
+check "info --json is one JSON object with the contract keys" python3 - "$T/info.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["architecture"] == "deepseek_v4"
+assert isinstance(j["config"], dict) and j["config"]["hidden_size"] == 64
+t = {x["name"]: x for x in j["tensors"]}
+assert len(t) == j["tensor_count"] == 255
+g = t["model.layers.0.mlp.experts.0.gate_proj.weight"]
+assert g["dtype"] == "q2tp" and g["shape"] == [32, 64] and g["bytes"] == 32 * (2 * 8 + 4 + 2), g
+assert t["model.layers.0.mlp.experts.0.down_proj.weight"]["dtype"] == "q4tp"
+assert t["model.layers.0.mlp.tid2eid"]["dtype"] == "f32"
+assert j["dtypes"]["q2tp"]["tensors"] == 5 * 8 * 2 + 5 * 2
+PY
+
+"$CMFX" verify "$T/toy.cmf" --quiet >"$T/verify.out" 2>&1
+check "verify intact file exits 0" test $? -eq 0
+check "verify reports throughput" grep -q "GB/s" "$T/verify.out"
+
+# Corrupt one byte inside the payload of a named tensor: exit 1 and the tensor named on stderr.
+python3 - "$T/toy.cmf" "$T/bad.cmf" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+dir_off, dir_len = struct.unpack_from("<QQ", b, 0x20)
+data_off = struct.unpack_from("<Q", b, 0x30)[0]
+count, pool = struct.unpack_from("<QQ", b, dir_off)
+for i in range(count):
+    r = dir_off + 16 + 56 * i
+    no, nl = struct.unpack_from("<IH", b, r)
+    name = b[dir_off + pool + no: dir_off + pool + no + nl].decode()
+    if name == "model.layers.2.self_attn.wkv.weight":
+        off, nbytes = struct.unpack_from("<QQ", b, r + 32)
+        b[data_off + off + nbytes // 2] ^= 0x40
+open(sys.argv[2], "wb").write(b)
+PY
+"$CMFX" verify "$T/bad.cmf" --quiet >"$T/bad.out" 2>"$T/bad.err"
+check "verify corrupt file exits 1" test $? -eq 1
+check "verify names the corrupt tensor" grep -q "model.layers.2.self_attn.wkv.weight" "$T/bad.err"
+
+head -c 1000 "$T/toy.cmf" >"$T/trunc.cmf"
+"$CMFX" verify "$T/trunc.cmf" >/dev/null 2>"$T/trunc.err"
+check "verify truncated file exits 2" test $? -eq 2
+check "truncated file error names file and offset" grep -q "trunc.cmf: offset" "$T/trunc.err"
+"$CMFX" verify "$T/missing.cmf" >/dev/null 2>&1
+check "verify missing file exits 2" test $? -eq 2
+"$CMFX" info "$T/trunc.cmf" >/dev/null 2>"$T/info-trunc.err"
+check "info on a truncated file exits non-zero" test $? -ne 0
+"$CMFX" frobnicate >/dev/null 2>&1
+check "unknown subcommand exits non-zero" test $? -ne 0
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

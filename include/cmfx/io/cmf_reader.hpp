@@ -197,6 +197,8 @@ class cmf_file {
       header_ = nlohmann::json::parse(h.begin(), h.end());
     } catch (const nlohmann::json::parse_error& e) {
       fail(env_.header.off + (e.byte > 0 ? e.byte - 1 : 0), std::string("header JSON: ") + e.what());
+    } catch (const nlohmann::json::exception& e) {  // e.g. a number out of range
+      fail(env_.header.off, std::string("header JSON: ") + e.what());
     }
     const uint64_t at = env_.header.off;
     if (!header_.is_object()) fail(at, "header JSON is not an object");

@@ -1,0 +1,98 @@
+// `cmfx info FILE|DIR`: architecture, tensor count, dtype histogram with bytes, config keys; --json for machines.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <map>
+
+#include "cmfx/io/cmf_reader.hpp"
+#include "commands.hpp"
+#include "listing.hpp"
+#include "progress.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+bool is_cmf_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  uint8_t m[4] = {};
+  const bool ok = std::fread(m, 1, 4, f) == 4 && std::memcmp(m, cmf::magic, 4) == 0;
+  std::fclose(f);
+  return ok;
+}
+
+struct dtype_stat {
+  uint64_t count = 0, bytes = 0, elements = 0;
+};
+
+std::map<std::string, dtype_stat> histogram(const model_listing& l) {
+  std::map<std::string, dtype_stat> h;
+  for (const auto& t : l.tensors) {
+    auto& s = h[t.dtype];
+    ++s.count;
+    s.bytes += t.bytes;
+    uint64_t n = 1;
+    for (auto d : t.shape) n *= d;
+    s.elements += n;
+  }
+  return h;
+}
+
+}  // namespace
+
+int run_info(const info_args& a) {
+  model_listing l;
+  try {
+    l = is_cmf_file(a.path) ? list_cmf(a.path) : list_safetensors(a.path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cmfx info: %s\n", e.what());
+    return 2;
+  }
+  const auto hist = histogram(l);
+  if (a.json) {
+    nlohmann::json j;
+    j["path"] = l.path;
+    j["container"] = l.container;
+    j["architecture"] = l.architecture;
+    j["files"] = l.files;
+    j["file_bytes"] = l.file_bytes;
+    j["tensor_count"] = l.tensors.size();
+    auto& ts = j["tensors"] = nlohmann::json::array();
+    for (const auto& t : l.tensors) ts.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"bytes", t.bytes}});
+    auto& dh = j["dtypes"] = nlohmann::json::object();
+    for (const auto& [k, s] : hist) dh[k] = {{"tensors", s.count}, {"bytes", s.bytes}, {"elements", s.elements}};
+    j["config"] = l.config;
+    j["container_details"] = l.extra;
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("file:          %s (%s, %s in %zu file%s)\n", l.path.c_str(), l.container.c_str(),
+              human_bytes(l.file_bytes).c_str(), l.files.size(), l.files.size() == 1 ? "" : "s");
+  std::printf("architecture:  %s\n", l.architecture.c_str());
+  std::printf("tensors:       %zu\n", l.tensors.size());
+  uint64_t params = 0;
+  for (const auto& [k, s] : hist) params += s.elements;
+  std::printf("elements:      %llu (%.3f B)\n", (unsigned long long)params, double(params) / 1e9);
+  std::printf("dtypes:\n");
+  for (const auto& [k, s] : hist)
+    std::printf("  %-10s %8llu tensors %12s  %6.3f bits/element\n", k.c_str(), (unsigned long long)s.count,
+                human_bytes(s.bytes).c_str(), s.elements ? 8.0 * double(s.bytes) / double(s.elements) : 0.0);
+  std::printf("config:\n");
+  for (const auto& [k, v] : l.config.items()) {
+    std::string val = v.dump();
+    if (val.size() > 100) val = val.substr(0, 97) + "...";
+    std::printf("  %-32s %s\n", k.c_str(), val.c_str());
+  }
+  if (a.list_tensors) {
+    std::printf("tensor list:\n");
+    for (const auto& t : l.tensors)
+      std::printf("  %-64s %-9s %-22s %s\n", t.name.c_str(), t.dtype.c_str(), shape_string(t.shape).c_str(),
+                  human_bytes(t.bytes).c_str());
+  }
+  return 0;
+}
+
+}  // namespace cmfx::driver

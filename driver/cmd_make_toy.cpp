@@ -1,0 +1,67 @@
+// `cmfx make-toy`: writes the deterministic toy model, in the CMF layout (cortiq names and dtype rules,
+// cmf-format.md §2.7) or in the official release layout (safetensors, FP8 + FP4 experts).
+#include <cstdio>
+
+#include "cmfx/formats/format_list.hpp"
+#include "cmfx/io/cmf_writer.hpp"
+#include "commands.hpp"
+#include "dsv4_names.hpp"
+#include "progress.hpp"
+#include "toy_v4.hpp"
+
+namespace cmfx::driver {
+
+int write_toy_release(const make_toy_args& a, const toy_v4_config& c);  // cmd_make_toy_release.cpp
+
+namespace {
+
+/// cortiq's converter rule for the dtype of a tensor (cmf-format.md §2.7), with the profile `quant`.
+cmf_dtype cmf_dtype_for(const toy_tensor& t, const std::string& quant) {
+  uint64_t n = 1;
+  for (auto s : t.shape) n *= s;
+  if (t.role == toy_role::tid2eid) return cmf_dtype::f32;
+  if (t.shape.size() != 2 || n < 32 || t.role == toy_role::router || t.role == toy_role::vector) return cmf_dtype::f16;
+  if (t.shape[1] % 32 != 0) return cmf_dtype::q8_2f;
+  if (quant == "f16") return cmf_dtype::f16;
+  if (quant == "q8") return cmf_dtype::q8_row;
+  const bool gate_up = t.role == toy_role::expert_gate_up || t.role == toy_role::shared_gate_up;
+  return quant == "q2tp" && gate_up ? cmf_dtype::q2tp : cmf_dtype::q4tp;
+}
+
+std::vector<uint8_t> encode_as(cmf_dtype d, const std::vector<float>& v, const std::vector<uint32_t>& shape) {
+  const uint64_t rows = shape.empty() ? 1 : shape[0], cols = rows ? v.size() / rows : 0;
+  std::vector<uint8_t> out;
+  const auto f = cmf_dtype_format(uint8_t(d));
+  visit_format(*f, [&]<class F>() { out = F::encode(v.data(), rows, cols).data; });
+  return out;
+}
+
+}  // namespace
+
+int run_make_toy(const make_toy_args& a) {
+  const toy_v4_config c;
+  if (a.layout == "release") return write_toy_release(a, c);
+  const auto inv = toy_v4_inventory(c);
+  const std::string header = toy_v4_cmf_header(c, a.quant).dump();
+  auto emit = [&](auto& w) {
+    for (const auto& t : inv) {
+      const auto v = toy_v4_values(c, t, a.seed);
+      const cmf_dtype d = cmf_dtype_for(t, a.quant);
+      w.add(dsv4_cmf_name(t.name), d, t.shape, encode_as(d, v, t.shape));
+    }
+  };
+  if (a.stream) {
+    cmf_stream_writer w(a.out, header, cmf_stream_writer::default_head_reserve(inv.size()));
+    emit(w);
+    w.finish();
+  } else {
+    cmf_writer w(header);
+    emit(w);
+    w.write(a.out);
+  }
+  std::printf("wrote %s: toy DeepSeek-V4 (%s, %zu tensors, %u layers, dim %u, vocab %u)\n", a.out.c_str(),
+              a.quant.c_str(), inv.size(), c.num_layers(), c.dim, c.vocab);
+  return 0;
+}
+
+}  // namespace cmfx::driver

@@ -1,0 +1,54 @@
+#pragma once
+// The deterministic V4-Flash toy: the release's tensor names and proportions at tiny dimensions.
+// Weights are a pure function of (seed, tensor name), so both layouts hold the same model.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace cmfx::driver {
+
+/// Toy hyper-parameters (V4-Flash-0731 values in comments; dsv4-architecture.md §1).
+struct toy_v4_config {
+  uint32_t vocab = 129280;          // 129280 (the real tokenizer's vocabulary)
+  uint32_t dim = 64;                // 4096
+  std::vector<uint32_t> compress_ratios = {0, 0, 4, 128, 4};  // 43 layers: 0,0,4,128,4,...
+  uint32_t num_hash_layers = 3;     // 3
+  uint32_t heads = 4;               // 64
+  uint32_t head_dim = 64;           // 512
+  uint32_t rope_dim = 16;           // 64 (the last rope_dim channels of each head)
+  uint32_t q_lora = 32;             // 1024
+  uint32_t o_groups = 2;            // 8
+  uint32_t o_lora = 32;             // 1024
+  uint32_t index_heads = 4;         // 64
+  uint32_t index_head_dim = 32;     // 128
+  uint32_t index_topk = 8;          // 512
+  uint32_t window = 16;             // 128
+  uint32_t experts = 8;             // 256
+  uint32_t top_k = 2;               // 6
+  uint32_t moe_inter = 32;          // 2048
+  uint32_t hc = 4;                  // 4
+  double rms_eps = 1e-6;
+  double route_scale = 1.5;
+  double swiglu_limit = 10.0;
+  uint32_t num_layers() const { return uint32_t(compress_ratios.size()); }
+};
+
+/// What a tensor is, which decides its dtype in each layout.
+enum class toy_role { vector, matrix, router, tid2eid, expert_gate_up, expert_down, shared_gate_up, shared_down };
+
+struct toy_tensor {
+  std::string name;  // official release name (after convert.py)
+  std::vector<uint32_t> shape;
+  toy_role role;
+};
+
+std::vector<toy_tensor> toy_v4_inventory(const toy_v4_config& c);
+/// Values of one tensor (row-major f32; tid2eid holds integer expert ids as floats).
+std::vector<float> toy_v4_values(const toy_v4_config& c, const toy_tensor& t, uint64_t seed);
+/// The CMF header `arch` object plus the toy's pinned values under "dsv4".
+nlohmann::ordered_json toy_v4_cmf_header(const toy_v4_config& c, const std::string& quant);
+/// config.json of the official release layout.
+nlohmann::ordered_json toy_v4_release_config(const toy_v4_config& c);
+
+}  // namespace cmfx::driver
