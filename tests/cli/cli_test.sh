@@ -76,5 +76,29 @@ check "info on a truncated file exits non-zero" test $? -ne 0
 "$CMFX" frobnicate >/dev/null 2>&1
 check "unknown subcommand exits non-zero" test $? -ne 0
 
+# The official release layout: sharded safetensors + index + config.json.
+"$CMFX" make-toy --layout release --out "$T/release" >/dev/null 2>&1
+check "make-toy --layout release exit 0" test $? -eq 0
+check "release layout has an index and config" test -f "$T/release/model.safetensors.index.json" -a -f "$T/release/config.json"
+"$CMFX" info "$T/release" --json >"$T/rel.json" 2>&1
+check "info on a release directory" python3 - "$T/rel.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["container"] == "safetensors" and j["architecture"] == "deepseek_v4", j["architecture"]
+t = {x["name"]: x for x in j["tensors"]}
+w1 = t["layers.3.ffn.experts.0.w1.weight"]
+assert w1["dtype"] == "I8" and w1["shape"] == [32, 32], w1      # FP4 packed [out, in/2]
+s = t["layers.3.ffn.experts.0.w1.scale"]
+assert s["dtype"] == "F8_E8M0" and s["shape"] == [32, 2], s    # one E8M0 per 32 along K
+assert t["layers.2.attn.wq_a.weight"]["dtype"] == "F8_E4M3"
+assert t["layers.2.attn.wq_a.scale"]["shape"] == [1, 1]
+assert t["layers.0.ffn.gate.tid2eid"]["dtype"] == "I32"
+assert len(j["files"]) == 2 and j["config"]["n_routed_experts"] == 8
+PY
+printf 'garbage' >"$T/bad.safetensors"
+"$CMFX" info "$T/bad.safetensors" >/dev/null 2>"$T/bad-st.err"
+check "info on a bad safetensors file exits 2" test $? -eq 2
+check "bad safetensors error names the file and offset" grep -q "bad.safetensors: offset" "$T/bad-st.err"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

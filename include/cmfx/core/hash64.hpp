@@ -26,30 +26,32 @@ constexpr uint64_t fmix64(uint64_t x) noexcept {
 /// XOR accumulator of the words of `data`, numbered from `first_word`. `data` must start on a word boundary of
 /// the whole input; only the last chunk may end in a partial word (zero-padded).
 inline uint64_t hash64_partial(const uint8_t* data, size_t len, uint64_t first_word) noexcept {
-  uint64_t acc = 0;
-  const size_t words = len / 8;
-  uint64_t i = first_word;
-  size_t k = 0;
+  const uint8_t* p = data;
+  const uint8_t* const end4 = data + len / 32 * 32;
+  const uint8_t* const end1 = data + len / 8 * 8;
+  // i * golden is carried as a running sum (wrapping), which saves one multiply per word.
+  uint64_t gi = first_word * hash64_golden;
+  constexpr uint64_t g1 = hash64_golden, g2 = 2 * hash64_golden, g3 = 3 * hash64_golden, g4 = 4 * hash64_golden;
   // Four independent lanes keep both multipliers busy; the XOR makes the order irrelevant.
   uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  for (; k + 4 <= words; k += 4, i += 4) {
+  for (; p != end4; p += 32, gi += g4) {
     uint64_t w[4];
-    std::memcpy(w, data + 8 * k, 32);
-    a0 ^= fmix64(w[0]) ^ (i * hash64_golden);
-    a1 ^= fmix64(w[1]) ^ ((i + 1) * hash64_golden);
-    a2 ^= fmix64(w[2]) ^ ((i + 2) * hash64_golden);
-    a3 ^= fmix64(w[3]) ^ ((i + 3) * hash64_golden);
+    std::memcpy(w, p, 32);
+    a0 ^= fmix64(w[0]) ^ gi;
+    a1 ^= fmix64(w[1]) ^ (gi + g1);
+    a2 ^= fmix64(w[2]) ^ (gi + g2);
+    a3 ^= fmix64(w[3]) ^ (gi + g3);
   }
-  acc = a0 ^ a1 ^ a2 ^ a3;
-  for (; k < words; ++k, ++i) {
+  uint64_t acc = a0 ^ a1 ^ a2 ^ a3;
+  for (; p != end1; p += 8, gi += g1) {
     uint64_t w;
-    std::memcpy(&w, data + 8 * k, 8);
-    acc ^= fmix64(w) ^ (i * hash64_golden);
+    std::memcpy(&w, p, 8);
+    acc ^= fmix64(w) ^ gi;
   }
   if (const size_t tail = len % 8) {
     uint64_t w = 0;
-    std::memcpy(&w, data + 8 * words, tail);
-    acc ^= fmix64(w) ^ (i * hash64_golden);
+    std::memcpy(&w, p, tail);
+    acc ^= fmix64(w) ^ gi;
   }
   return acc;
 }

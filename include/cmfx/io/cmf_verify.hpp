@@ -100,7 +100,7 @@ inline verify_report verify(const cmf_file& f, const verify_options& opt = {}) {
     for (unsigned i = 0; i < n; ++i) pool.emplace_back(worker);
     while (done.load(std::memory_order_relaxed) < total) {
       opt.progress(done.load(std::memory_order_relaxed), total);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   } else {
     for (unsigned i = 1; i < n; ++i) pool.emplace_back(worker);

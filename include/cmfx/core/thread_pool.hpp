@@ -1,0 +1,116 @@
+#pragma once
+/// @file thread_pool.hpp
+/// @brief A persistent pool for data-parallel kernels: `run(n, fn)` calls fn(begin, end, worker) on a static
+///        partition of [0, n) into one contiguous range per worker, the calling thread taking range 0.
+///
+/// No allocation and no std::function on the hot path: the callable is passed by pointer through a
+/// type-erased trampoline, workers wait on a generation counter (spin briefly, then block on a condition
+/// variable), and the caller spins until every worker has finished its range.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace cmfx {
+
+class thread_pool {
+ public:
+  /// `threads` = total workers including the caller (0 = hardware concurrency).
+  explicit thread_pool(unsigned threads = 0) {
+    n_ = threads ? threads : std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 1; i < n_; ++i) workers_.emplace_back([this, i] { loop(i); });
+  }
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+  ~thread_pool() {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      stop_ = true;
+      gen_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  unsigned size() const noexcept { return n_; }
+
+  /// Static partition of [0, n) over `size()` workers, ranges aligned to `grain` items.
+  /// Blocks until every range is done. Not reentrant: one run at a time per pool.
+  template <class Fn>
+  void run(uint64_t n, Fn&& fn, uint64_t grain = 1) {
+    if (n == 0) return;
+    const unsigned used = unsigned(std::min<uint64_t>(n_, (n + grain - 1) / grain));
+    if (used <= 1) {
+      fn(uint64_t(0), n, 0u);
+      return;
+    }
+    job_ = &fn;
+    call_ = [](void* f, uint64_t b, uint64_t e, unsigned w) { (*static_cast<Fn*>(f))(b, e, w); };
+    items_ = n;
+    grain_ = grain;
+    used_ = used;
+    // Every worker acknowledges every generation (even with an empty range), so no worker can still be reading
+    // this job's fields when the next run() overwrites them.
+    pending_.store(n_ - 1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      gen_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    do_range(0);
+    while (pending_.load(std::memory_order_acquire) != 0) spin_pause();
+  }
+
+  /// The [begin, end) range of worker w out of `used` workers for n items (the partition `run` uses).
+  static void partition(uint64_t n, uint64_t grain, unsigned used, unsigned w, uint64_t* b, uint64_t* e) noexcept {
+    const uint64_t chunks = (n + grain - 1) / grain;
+    *b = std::min(n, chunks * w / used * grain);
+    *e = std::min(n, chunks * (w + 1) / used * grain);
+  }
+
+ private:
+  static void spin_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  void do_range(unsigned w) {
+    uint64_t b, e;
+    partition(items_, grain_, used_, w, &b, &e);
+    if (b < e) call_(job_, b, e, w);
+  }
+  void loop(unsigned w) {
+    uint64_t seen = 0;
+    for (;;) {
+      uint64_t g;
+      int spins = 0;
+      while ((g = gen_.load(std::memory_order_acquire)) == seen && ++spins < 20000) spin_pause();
+      if (g == seen) {
+        std::unique_lock<std::mutex> lk(m_);
+        cv_.wait(lk, [&] { return gen_.load(std::memory_order_acquire) != seen; });
+        g = gen_.load(std::memory_order_acquire);
+      }
+      seen = g;
+      if (stop_) return;
+      if (w < used_) do_range(w);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  unsigned n_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> gen_{0};
+  std::atomic<unsigned> pending_{0};
+  bool stop_ = false;
+  void* job_ = nullptr;
+  void (*call_)(void*, uint64_t, uint64_t, unsigned) = nullptr;
+  uint64_t items_ = 0, grain_ = 1;
+  unsigned used_ = 1;
+};
+
+}  // namespace cmfx

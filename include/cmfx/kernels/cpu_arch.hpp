@@ -1,0 +1,36 @@
+#pragma once
+/// @file cpu_arch.hpp
+/// @brief CPU instruction-set levels cmfx compiles kernels for, and run-time detection of the best one.
+#include <string_view>
+
+namespace cmfx {
+
+/// Ordered: a higher level can run everything a lower one can.
+enum class cpu_arch { generic = 0, avx2 = 1 };
+inline constexpr int cpu_arch_count = 2;
+
+inline std::string_view cpu_arch_name(cpu_arch a) noexcept {
+  switch (a) {
+    case cpu_arch::generic: return "generic";
+    case cpu_arch::avx2: return "avx2+fma+f16c";
+  }
+  return "?";
+}
+
+/// Whether this CPU can run kernels compiled for `a`.
+inline bool cpu_supports(cpu_arch a) noexcept {
+#if defined(__x86_64__)
+  switch (a) {
+    case cpu_arch::generic: return true;
+    case cpu_arch::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  }
+  return false;
+#else
+  return a == cpu_arch::generic;
+#endif
+}
+
+inline cpu_arch best_cpu_arch() noexcept { return cpu_supports(cpu_arch::avx2) ? cpu_arch::avx2 : cpu_arch::generic; }
+
+}  // namespace cmfx

@@ -1,0 +1,28 @@
+#pragma once
+/// @file cpu_kernels_impl.hpp
+/// @brief Builds a cpu_kernel_table for the instruction set of the including translation unit: the AVX2
+///        kernel where the format has an AVX2 decoder and the TU is compiled for AVX2, the portable one
+///        otherwise. Included once per arch by src/cpu/kernels_<arch>.cpp.
+#include "cmfx/kernels/cpu_kernels.hpp"
+#include "cmfx/kernels/gemm_generic.hpp"
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include "cmfx/kernels/gemm_avx2.hpp"
+#endif
+
+namespace cmfx::detail {
+
+inline cpu_kernel_table make_cpu_kernel_table(cpu_arch arch) {
+  cpu_kernel_table t;
+  t.arch = arch;
+  for_each_type(all_formats{}, [&]<class F>() {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    if constexpr (kernels::avx2::has_avx2_decoder<F>)
+      t.gemm[size_t(F::id)] = &kernels::avx2::gemm_rows<F>;
+    else
+#endif
+      t.gemm[size_t(F::id)] = &kernels::gemm_rows_generic<F>;
+  });
+  return t;
+}
+
+}  // namespace cmfx::detail

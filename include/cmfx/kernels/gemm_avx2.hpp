@@ -1,0 +1,253 @@
+#pragma once
+/// @file gemm_avx2.hpp
+/// @brief AVX2+FMA+F16C small-batch GEMM / matvec, strict f32 path: Y[t, r] = sum_c W[r, c] * X[t, c].
+///
+/// Every format is read as groups of 32 consecutive elements of a row with one scale per group; a decoder
+/// turns a group into four __m256 of unscaled values (the group scale is applied once per group), so each
+/// group is decoded once and reused by every token of the batch. Per group the partial dot is accumulated in
+/// f32 and then scaled (acc += s_g * sum_j v_j x_j), the order of the reference's exact path
+/// (cmf-format.md §3.1). Ragged row tails (cols % 32) fall back to the trait's element decode.
+/// Include only from a translation unit compiled with -mavx2 -mfma -mf16c.
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "gemm_avx2.hpp needs -mavx2 -mfma -mf16c"
+#endif
+#include <immintrin.h>
+
+#include <vector>
+
+#include "cmfx/formats/format_list.hpp"
+
+namespace cmfx::kernels::avx2 {
+
+inline constexpr uint32_t kgroup = 32;
+
+inline float hsum(__m256 v) noexcept {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/// 32 signed bytes (element order) -> 4 x 8 floats.
+inline void i8x32_to_f32(__m128i lo16, __m128i hi16, __m256 v[4]) noexcept {
+  v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo16));
+  v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo16, 8)));
+  v[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi16));
+  v[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi16, 8)));
+}
+
+/// 16 bytes of packed nibbles (byte k = element 2k low, 2k+1 high) -> 32 bytes in element order.
+inline void unpack_nibbles(const uint8_t* p, __m128i* lo16, __m128i* hi16) noexcept {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  const __m128i l = _mm_and_si128(b, m), h = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+  *lo16 = _mm_unpacklo_epi8(l, h);
+  *hi16 = _mm_unpackhi_epi8(l, h);
+}
+
+// ---- decoders: begin_row(r), group(g, v) -> scale, row_scale(), elem(r, c) for tails ----
+
+/// q4tp: (nib - 8) * t[code]; q2tp: (c - 1.5) * s. Per-row scales are expanded once per row.
+template <uint32_t Bits>
+struct dec_ladder {
+  const matrix_view& w;
+  ladder::planes p;
+  std::vector<float> scales;
+  const uint8_t* values = nullptr;
+  explicit dec_ladder(const matrix_view& wv) : w(wv), p(wv.rows, wv.cols, Bits == 4 ? 16 : 8), scales(p.gpr) {}
+  void begin_row(uint64_t r) {
+    const uint8_t* pp = w.data + p.params + ladder::param_bytes * r;
+    const ladder::table t = ladder::build(load_u16(pp), load_u16(pp + 2));
+    const uint8_t* codes = w.data + p.codes + r * p.stride;
+    for (uint64_t g = 0; g < p.gpr; ++g) {
+      const uint32_t c = ladder::get_code(codes, g);
+      scales[g] = Bits == 4 ? t[c] : (c == 0 ? 0.0f : t[c - 1]);
+    }
+    values = w.data + r * p.gpr * (Bits == 4 ? 16 : 8);
+  }
+  float group(uint64_t g, __m256 v[4]) const noexcept {
+    if constexpr (Bits == 4) {
+      __m128i lo, hi;
+      unpack_nibbles(values + 16 * g, &lo, &hi);
+      const __m128i eight = _mm_set1_epi8(8);
+      i8x32_to_f32(_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight), v);
+    } else {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(values + 8 * g));
+      const __m128i ca = _mm_shuffle_epi8(b, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+      const __m128i cb = _mm_shuffle_epi8(b, _mm_setr_epi8(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7));
+      const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+      const __m256i three = _mm256_set1_epi32(3);
+      const __m256 half3 = _mm256_set1_ps(1.5f);
+      const __m128i src[4] = {ca, _mm_srli_si128(ca, 8), cb, _mm_srli_si128(cb, 8)};
+      for (int k = 0; k < 4; ++k) {
+        const __m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(src[k]), sh), three);
+        v[k] = _mm256_sub_ps(_mm256_cvtepi32_ps(c), half3);
+      }
+    }
+    return scales[g];
+  }
+  static constexpr float row_scale() noexcept { return 1.0f; }
+  float elem(uint64_t, uint64_t) const noexcept { return 0.0f; }  // cols % 32 == 0 always
+};
+
+/// MXFP4: e2m1 via a byte LUT of 2*value (exact small integers), times 0.5 * 2^(k-127).
+struct dec_mxfp4 {
+  const matrix_view& w;
+  const uint8_t* q = nullptr;
+  uint64_t r = 0;
+  explicit dec_mxfp4(const matrix_view& wv) : w(wv) {}
+  void begin_row(uint64_t row) {
+    r = row;
+    q = w.data + row * (w.cols / 2);
+  }
+  float group(uint64_t g, __m256 v[4]) const noexcept {
+    __m128i lo, hi;
+    unpack_nibbles(q + 16 * g, &lo, &hi);
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    i8x32_to_f32(_mm_shuffle_epi8(lut, lo), _mm_shuffle_epi8(lut, hi), v);
+    const uint64_t i = r * (w.cols / kgroup) + g;
+    const float s = w.scale_enc == scale_encoding::f32 ? detail::scale_at(w, i) : ue8m0::decode(w.scale[i]);
+    return 0.5f * s;
+  }
+  static constexpr float row_scale() noexcept { return 1.0f; }
+  float elem(uint64_t, uint64_t) const noexcept { return 0.0f; }
+};
+
+/// FP8 E4M3 with T x T tile scales. E4M3 -> f16 bits by a shift (exponent field widens from 4 to 5 bits,
+/// bias 7 -> 15), F16C to f32, times 2^8. Subnormals convert exactly the same way. The NaN code (0x7F)
+/// becomes 480, as in cortiq's decoder; DeepSeek checkpoints contain no NaN weights.
+template <uint32_t Tile>
+struct dec_fp8 {
+  const matrix_view& w;
+  const uint8_t* q = nullptr;
+  uint64_t r = 0, tpr = 0;
+  explicit dec_fp8(const matrix_view& wv) : w(wv), tpr((wv.cols + Tile - 1) / Tile) {}
+  void begin_row(uint64_t row) {
+    r = row;
+    q = w.data + row * w.cols;
+  }
+  static __m256 cvt8(__m128i b8) noexcept {  // low 8 bytes
+    const __m128i x = _mm_cvtepu8_epi16(b8);
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8),
+                                   _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7F)), 7));
+    return _mm256_cvtph_ps(h);
+  }
+  float group(uint64_t g, __m256 v[4]) const noexcept {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kgroup * g));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kgroup * g + 16));
+    v[0] = cvt8(a);
+    v[1] = cvt8(_mm_srli_si128(a, 8));
+    v[2] = cvt8(b);
+    v[3] = cvt8(_mm_srli_si128(b, 8));
+    return 256.0f * detail::scale_at(w, (r / Tile) * tpr + (kgroup * g) / Tile);
+  }
+  static constexpr float row_scale() noexcept { return 1.0f; }
+  float elem(uint64_t row, uint64_t c) const noexcept {
+    return e4m3::decode(w.data[row * w.cols + c]) * detail::scale_at(w, (row / Tile) * tpr + c / Tile);
+  }
+};
+
+/// f32 / f16 / bf16 / q8_row / q8_2f: group scale 1 (q8_row: row scale at the end; q8_2f: column scales
+/// multiplied in during decode).
+template <class F>
+struct dec_dense {
+  const matrix_view& w;
+  const uint8_t* base = nullptr;
+  float rs = 1.0f;
+  explicit dec_dense(const matrix_view& wv) : w(wv) {}
+  void begin_row(uint64_t r) {
+    if constexpr (F::id == format::f32) base = w.data + r * w.cols * 4;
+    if constexpr (F::id == format::f16 || F::id == format::bf16) base = w.data + r * w.cols * 2;
+    if constexpr (F::id == format::q8_row) {
+      base = w.data + r * w.cols;
+      rs = load_f16(w.data + w.rows * w.cols + 2 * r);
+    }
+    if constexpr (F::id == format::q8_2f) {
+      base = w.data + r * w.cols;
+      rs = load_f16(w.data + w.rows * w.cols + 2 * r);
+    }
+  }
+  float group(uint64_t g, __m256 v[4]) const noexcept {
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t c = kgroup * g + 8 * uint64_t(k);
+      if constexpr (F::id == format::f32) v[k] = _mm256_loadu_ps(reinterpret_cast<const float*>(base) + c);
+      if constexpr (F::id == format::f16)
+        v[k] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + 2 * c)));
+      if constexpr (F::id == format::bf16)
+        v[k] = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + 2 * c))), 16));
+      if constexpr (F::id == format::q8_row || F::id == format::q8_2f)
+        v[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(base + c))));
+      if constexpr (F::id == format::q8_2f) {
+        const uint8_t* colp = w.data + w.rows * w.cols + 2 * w.rows;
+        v[k] = _mm256_mul_ps(v[k], _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(colp + 2 * c))));
+      }
+    }
+    return 1.0f;
+  }
+  float row_scale() const noexcept { return rs; }
+  float elem(uint64_t, uint64_t c) const noexcept {
+    if constexpr (F::id == format::f32) return reinterpret_cast<const float*>(base)[c];
+    if constexpr (F::id == format::f16) return load_f16(base + 2 * c);
+    if constexpr (F::id == format::bf16) return bf16_to_f32(load_u16(base + 2 * c));
+    if constexpr (F::id == format::q8_row) return float(int8_t(base[c]));
+    if constexpr (F::id == format::q8_2f)
+      return float(int8_t(base[c])) * load_f16(w.data + w.rows * w.cols + 2 * w.rows + 2 * c);
+    return 0.0f;
+  }
+};
+
+template <class F>
+struct decoder_for;
+template <> struct decoder_for<fmt_q4tp> { using type = dec_ladder<4>; };
+template <> struct decoder_for<fmt_q2tp> { using type = dec_ladder<2>; };
+template <> struct decoder_for<fmt_mxfp4> { using type = dec_mxfp4; };
+template <> struct decoder_for<fmt_fp8_b128> { using type = dec_fp8<128>; };
+template <> struct decoder_for<fmt_fp8_b32> { using type = dec_fp8<32>; };
+template <> struct decoder_for<fmt_f32> { using type = dec_dense<fmt_f32>; };
+template <> struct decoder_for<fmt_f16> { using type = dec_dense<fmt_f16>; };
+template <> struct decoder_for<fmt_bf16> { using type = dec_dense<fmt_bf16>; };
+template <> struct decoder_for<fmt_q8_row> { using type = dec_dense<fmt_q8_row>; };
+template <> struct decoder_for<fmt_q8_2f> { using type = dec_dense<fmt_q8_2f>; };
+
+template <class F>
+concept has_avx2_decoder = requires { typename decoder_for<F>::type; };
+
+/// Tokens processed together per pass over a row (accumulators stay in registers / L1).
+inline constexpr uint64_t token_tile = 8;
+
+template <class F>
+void gemm_rows(const matrix_view& w, const float* X, uint64_t n, uint64_t ldx, float* Y, uint64_t ldy, uint64_t r0,
+               uint64_t r1) {
+  using D = typename decoder_for<F>::type;
+  D d(w);
+  const uint64_t groups = w.cols / kgroup, tail0 = groups * kgroup;
+  for (uint64_t r = r0; r < r1; ++r) {
+    d.begin_row(r);
+    for (uint64_t t0 = 0; t0 < n; t0 += token_tile) {
+      const uint64_t nt = std::min(token_tile, n - t0);
+      __m256 acc[token_tile];
+      for (uint64_t t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+      for (uint64_t g = 0; g < groups; ++g) {
+        __m256 v[4];
+        const __m256 s = _mm256_set1_ps(d.group(g, v));
+        for (uint64_t t = 0; t < nt; ++t) {
+          const float* x = X + (t0 + t) * ldx + g * kgroup;
+          __m256 ga = _mm256_mul_ps(v[0], _mm256_loadu_ps(x));
+          ga = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(x + 8), ga);
+          ga = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(x + 16), ga);
+          ga = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + 24), ga);
+          acc[t] = _mm256_fmadd_ps(ga, s, acc[t]);
+        }
+      }
+      for (uint64_t t = 0; t < nt; ++t) {
+        float y = hsum(acc[t]);
+        const float* x = X + (t0 + t) * ldx;
+        for (uint64_t c = tail0; c < w.cols; ++c) y += d.elem(r, c) * x[c];
+        Y[(t0 + t) * ldy + r] = y * d.row_scale();
+      }
+    }
+  }
+}
+
+}  // namespace cmfx::kernels::avx2

@@ -1,0 +1,97 @@
+// CPU GEMM / matvec of every format and every instruction-set level this CPU runs, against the float64
+// reference on fresh random data; outputs poisoned before the call, sentinels around them.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdio>
+
+#include "cmfx/kernels/cpu_kernels.hpp"
+#include "cmfx/ref/gemm_ref.hpp"
+#include "support/hex.hpp"
+#include "support/metrics.hpp"
+
+using namespace cmfx;
+
+namespace {
+
+// The kernels decode exactly what the trait decodes; only the f32 accumulation order differs from the f64
+// reference, so the bounds are those of f32 dot products, for every format alike.
+constexpr double kNmse = 1e-10;
+constexpr double kMaxAbsRel = 2e-5;  // times max |y_ref| of the case
+
+constexpr uint32_t kSentinel = 0x7FC0DEADu;  // a NaN bit pattern no kernel produces
+
+struct shape {
+  uint64_t rows, cols, n;
+};
+
+template <class F>
+class Gemm : public ::testing::Test {};
+
+template <class>
+struct to_gtest;
+template <class... Ts>
+struct to_gtest<type_list<Ts...>> {
+  using type = ::testing::Types<Ts...>;
+};
+struct name_gen {
+  template <class F>
+  static std::string GetName(int) { return std::string(F::name); }
+};
+TYPED_TEST_SUITE(Gemm, to_gtest<all_formats>::type, name_gen);
+
+TYPED_TEST(Gemm, MatchesFloat64Reference) {
+  using F = TypeParam;
+  const shape shapes[] = {{1, 32, 1},   {7, 96, 1},    {13, 160, 3},   {33, 4096, 1}, {64, 1024, 9},
+                          {130, 256, 17}, {5, 33, 2},  {9, 200, 4},    {1024, 4096, 1}, {256, 2048, 2}};
+  thread_pool pool(3);
+  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2}) {
+    if (!cpu_supports(arch)) {
+      std::printf("[ gemm ] %s kernels not runnable on this CPU: not tested\n", std::string(cpu_arch_name(arch)).c_str());
+      continue;
+    }
+    const cpu_kernel_table& k = cpu_kernels_for(arch);
+    for (const shape& s : shapes) {
+      if (!F::shape_ok(s.rows, s.cols)) continue;
+      const uint64_t seed = test::fresh_seed();
+      const auto wf = test::random_weights(s.rows * s.cols, seed);
+      const encoded_matrix e = F::encode(wf.data(), s.rows, s.cols);
+      const matrix_view v{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                          e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, s.rows, s.cols};
+      const auto X = test::random_weights(s.n * s.cols, seed + 1, 1.0f);
+      const std::vector<double> want = ref::gemm(F::id, v, X.data(), s.n);
+      const uint64_t pad = 16, ny = s.n * s.rows;
+      std::vector<float> Y(ny + 2 * pad, std::bit_cast<float>(kSentinel));
+      std::fill(Y.begin() + pad, Y.begin() + pad + long(ny), NAN);  // poison the output
+      gemm(pool, k, F::id, v, X.data(), s.n, Y.data() + pad);
+      for (uint64_t i = 0; i < pad; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(Y[i]), kSentinel) << "write before the output";
+        ASSERT_EQ(std::bit_cast<uint32_t>(Y[pad + ny + i]), kSentinel) << "write past the output";
+      }
+      const auto st = test::compare(Y.data() + pad, want.data(), ny);
+      std::printf("[ gemm ] %-8s %-14s %5llux%-5llu n=%-3llu nmse %.2e max-abs %.2e (ref max %.2e)\n",
+                  std::string(F::name).c_str(), std::string(cpu_arch_name(arch)).c_str(), (unsigned long long)s.rows,
+                  (unsigned long long)s.cols, (unsigned long long)s.n, st.nmse, st.max_abs, st.ref_max);
+      EXPECT_EQ(st.nonfinite, 0u) << "unwritten or non-finite outputs";
+      EXPECT_LE(st.nmse, kNmse) << F::name << " " << s.rows << "x" << s.cols << " seed " << seed;
+      EXPECT_LE(st.max_abs, kMaxAbsRel * st.ref_max) << F::name << " seed " << seed;
+    }
+  }
+}
+
+TEST(ThreadPool, StaticPartitionCoversEveryItemOnce) {
+  for (unsigned threads : {1u, 2u, 3u, 7u}) {
+    thread_pool pool(threads);
+    for (uint64_t n : {1ull, 5ull, 8ull, 63ull, 1000ull}) {
+      std::vector<int> hits(n, 0);
+      for (int rep = 0; rep < 50; ++rep)
+        pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+          for (uint64_t i = b; i < e; ++i) ++hits[i];
+        }, 8);
+      for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 50) << "threads " << threads << " n " << n;
+    }
+  }
+}
+
+}  // namespace
