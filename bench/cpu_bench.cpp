@@ -60,23 +60,27 @@ const weights& get_weights(uint64_t rows, uint64_t cols) {
 }
 
 template <class F>
-void bm_gemm(benchmark::State& st, uint64_t rows, uint64_t cols, uint64_t n) {
+void bm_gemm(benchmark::State& st, uint64_t rows, uint64_t cols, uint64_t n, act_precision prec) {
   const weights& w = get_weights<F>(rows, cols);
   const cpu_kernel_table& k = best_cpu_kernels();
-  std::vector<float> X(n * cols, 0.5f), Y(n * rows);
+  std::vector<float> X(n * cols), Y(n * rows);
+  for (uint64_t i = 0; i < X.size(); ++i) X[i] = float(int(i % 17) - 8) * 0.125f;
+  act_q8 scratch;
   size_t copy = 0;
   uint64_t bytes = 0;
   for (auto _ : st) {
     const matrix_view v{w.data[copy].data(), w.data[copy].size(), w.scale.empty() ? nullptr : w.scale.data(),
                         w.scale.size(), w.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
-    gemm(*g_pool, k, F::id, v, X.data(), n, Y.data());
+    gemm(*g_pool, k, F::id, v, X.data(), n, Y.data(), prec, scratch);
     benchmark::DoNotOptimize(Y.data());
     copy = (copy + 1) % w.data.size();
     bytes += w.bytes;
   }
   st.counters["GBps"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
   st.counters["roofline"] = benchmark::Counter(double(bytes) / g_roofline, benchmark::Counter::kIsRate);
-  st.SetLabel(std::string(cpu_arch_name(k.arch)) + ", " + std::to_string(g_pool->size()) + " threads");
+  const bool i8 = prec == act_precision::i8 && k.gemm_i8[size_t(F::id)] != nullptr;
+  st.SetLabel(std::string(cpu_arch_name(k.arch)) + (i8 ? " a8" : " f32") + ", " + std::to_string(g_pool->size()) +
+              " threads");
 }
 
 struct shape {
@@ -113,13 +117,17 @@ int main(int argc, char** argv) {
     for (const shape& s : kShapes) {
       if ((s.big && !big) || !F::shape_ok(s.rows, s.cols)) continue;
       const std::string dims = std::to_string(s.rows) + "x" + std::to_string(s.cols);
+      // matvec/: the fastest path (int8 activations where a kernel exists); matvec-f32/: the strict path.
       benchmark::RegisterBenchmark(("matvec/" + std::string(F::name) + "/" + dims).c_str(),
-                                   [s](benchmark::State& st) { bm_gemm<F>(st, s.rows, s.cols, 1); })
+                                   [s](benchmark::State& st) { bm_gemm<F>(st, s.rows, s.cols, 1, act_precision::i8); })
+          ->Unit(benchmark::kMicrosecond)->UseRealTime();
+      benchmark::RegisterBenchmark(("matvec-f32/" + std::string(F::name) + "/" + dims).c_str(),
+                                   [s](benchmark::State& st) { bm_gemm<F>(st, s.rows, s.cols, 1, act_precision::f32); })
           ->Unit(benchmark::kMicrosecond)->UseRealTime();
       if (s.rows == 2048 && s.cols == 4096)
         for (uint64_t n : {4u, 16u, 64u})
           benchmark::RegisterBenchmark(("gemm" + std::to_string(n) + "/" + std::string(F::name) + "/" + dims).c_str(),
-                                       [s, n](benchmark::State& st) { bm_gemm<F>(st, s.rows, s.cols, n); })
+                                       [s, n](benchmark::State& st) { bm_gemm<F>(st, s.rows, s.cols, n, act_precision::i8); })
               ->Unit(benchmark::kMicrosecond)->UseRealTime();
     }
   });

@@ -167,6 +167,13 @@ inline float f16_to_f32(uint16_t h) noexcept {
   return std::bit_cast<float>(s | ((e + 112u) << 23) | (m << 13));
 }
 
+/// Fast exact UE8M0 decode (identical to ue8m0::decode): 2^(k-127); k = 0 is the f32 subnormal 2^-127.
+inline float e8m0_to_f32(uint8_t k) noexcept {
+  if (k == 0) return std::bit_cast<float>(0x00400000u);
+  if (k == 0xFF) return std::bit_cast<float>(0x7FC00000u);
+  return std::bit_cast<float>(uint32_t(k) << 23);
+}
+
 inline uint16_t f32_to_f16(float x) noexcept { return half::encode(x); }
 inline uint16_t f32_to_bf16(float x) noexcept { return bfloat16::encode(x); }
 

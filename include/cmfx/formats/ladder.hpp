@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "cmfx/formats/format.hpp"
@@ -53,6 +54,20 @@ inline void put_code(uint8_t* row_codes, uint64_t g, uint32_t code) noexcept {
   const uint32_t sh = uint32_t(bit % 8);
   row_codes[byte] = uint8_t(row_codes[byte] | (code << sh));
   if (sh > 8 - code_bits) row_codes[byte + 1] = uint8_t(row_codes[byte + 1] | (code >> (8 - sh)));
+}
+
+/// All gpr codes of a row, 8 codes per 5-byte (40-bit little-endian) word, then the ragged tail.
+inline void get_codes(const uint8_t* row_codes, uint64_t gpr, uint8_t* out) noexcept {
+  uint64_t g = 0;
+  for (; g + 8 <= gpr; g += 8) {
+    // Two loads composed in registers: a 5-byte memcpy into a u64 stalls on store forwarding.
+    const uint8_t* p = row_codes + g / 8 * 5;
+    uint32_t lo;
+    std::memcpy(&lo, p, 4);
+    const uint64_t w = uint64_t(lo) | (uint64_t(p[4]) << 32);
+    for (uint32_t k = 0; k < 8; ++k) out[g + k] = uint8_t((w >> (code_bits * k)) & (rungs - 1));
+  }
+  for (; g < gpr; ++g) out[g] = uint8_t(get_code(row_codes, g));
 }
 
 /// Byte offsets of the three planes of an R x C ladder tensor.

@@ -22,7 +22,7 @@ inline float scale_at(const matrix_view& v, uint64_t i) noexcept {
     std::memcpy(&f, v.scale + 4 * i, 4);
     return f;
   }
-  return ue8m0::decode(v.scale[i]);
+  return e8m0_to_f32(v.scale[i]);
 }
 /// Smallest power of two s with amax / s <= qmax, as a UE8M0 code (amax = 0 gives 2^-127 .. any, we use 1.0).
 inline uint8_t pow2_scale_code(float amax, float qmax) noexcept {

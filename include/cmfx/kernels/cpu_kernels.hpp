@@ -12,6 +12,7 @@
 
 #include "cmfx/core/thread_pool.hpp"
 #include "cmfx/formats/format_list.hpp"
+#include "cmfx/kernels/act_q8.hpp"
 #include "cmfx/kernels/cpu_arch.hpp"
 
 namespace cmfx {
@@ -22,10 +23,19 @@ inline constexpr size_t format_count = all_formats::size;
 using gemm_rows_fn = void (*)(const matrix_view& w, const float* X, uint64_t n, uint64_t ldx, float* Y, uint64_t ldy,
                               uint64_t r0, uint64_t r1);
 
+/// The integer-dot variant: activations already quantised (act_q8), rows [r0, r1).
+using gemm_rows_i8_fn = void (*)(const matrix_view& w, const act_q8& x, float* Y, uint64_t ldy, uint64_t r0,
+                                 uint64_t r1);
+
 struct cpu_kernel_table {
   cpu_arch arch = cpu_arch::generic;
-  std::array<gemm_rows_fn, format_count> gemm{};
+  std::array<gemm_rows_fn, format_count> gemm{};        // strict f32 activations (the parity reference)
+  std::array<gemm_rows_i8_fn, format_count> gemm_i8{};  // int8 activations; nullptr where not faster/available
+  std::array<act_layout, format_count> i8_layout{};
 };
+
+/// Activation precision of a GEMM call.
+enum class act_precision { f32, i8 };
 
 const cpu_kernel_table& cpu_kernels_generic();
 const cpu_kernel_table& cpu_kernels_avx2();
@@ -47,6 +57,16 @@ inline void gemm(thread_pool& pool, const cpu_kernel_table& k, format f, const m
                  uint64_t n, float* Y) {
   const gemm_rows_fn fn = k.gemm[size_t(f)];
   pool.run(w.rows, [&](uint64_t r0, uint64_t r1, unsigned) { fn(w, X, n, w.cols, Y, w.rows, r0, r1); }, gemm_row_grain);
+}
+
+/// Y = X · W^T with int8 activations where the table has an integer-dot kernel for f (falls back to the f32
+/// path otherwise). `scratch` is reused across calls (it only grows).
+inline void gemm(thread_pool& pool, const cpu_kernel_table& k, format f, const matrix_view& w, const float* X,
+                 uint64_t n, float* Y, act_precision p, act_q8& scratch) {
+  const gemm_rows_i8_fn fn = k.gemm_i8[size_t(f)];
+  if (p == act_precision::f32 || !fn || w.cols % act_block != 0) return gemm(pool, k, f, w, X, n, Y);
+  quantize_act_q8(X, n, w.cols, k.i8_layout[size_t(f)], scratch);
+  pool.run(w.rows, [&](uint64_t r0, uint64_t r1, unsigned) { fn(w, scratch, Y, w.rows, r0, r1); }, gemm_row_grain);
 }
 
 /// y[rows] = W · x.

@@ -7,6 +7,7 @@
 #include "cmfx/kernels/gemm_generic.hpp"
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include "cmfx/kernels/gemm_avx2.hpp"
+#include "cmfx/kernels/gemm_avx2_i8.hpp"
 #endif
 
 namespace cmfx::detail {
@@ -16,6 +17,10 @@ inline cpu_kernel_table make_cpu_kernel_table(cpu_arch arch) {
   t.arch = arch;
   for_each_type(all_formats{}, [&]<class F>() {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    if constexpr (kernels::avx2::has_i8_kernel<F>) {
+      t.gemm_i8[size_t(F::id)] = &kernels::avx2::gemm_rows_i8<F>;
+      t.i8_layout[size_t(F::id)] = kernels::avx2::i8_layout<F>;
+    }
     if constexpr (kernels::avx2::has_avx2_decoder<F>)
       t.gemm[size_t(F::id)] = &kernels::avx2::gemm_rows<F>;
     else
