@@ -25,6 +25,7 @@ demo: build
 	bash scripts/demo.sh $(BUILD)
 
 unit: build
+	bash scripts/tokenizer_cases.sh $(BUILD)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 fuzz: deps

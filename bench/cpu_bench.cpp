@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     }
   }
   int rc = int(rest.size());
-  g_pool = std::make_unique<thread_pool>(g_threads);
+  g_pool = std::make_unique<thread_pool>(g_threads, /*pin=*/true);
   g_roofline = bench::measure_read_bandwidth(g_pool->size(), std::max<uint64_t>(1ull << 30, 8 * llc_bytes()));
   std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB)\n", g_roofline / 1e9,
               g_pool->size(), (unsigned long long)(std::max<uint64_t>(1ull << 30, 8 * llc_bytes()) >> 20));

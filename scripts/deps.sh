@@ -19,6 +19,11 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# Node.js + npm run the reference tokenizer for the parity test; a machine that has them (any install) keeps its own.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "deps: all ${#PACKAGES[@]} Debian packages present"
   exit 0

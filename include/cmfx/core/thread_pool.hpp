@@ -6,6 +6,11 @@
 /// No allocation and no std::function on the hot path: the callable is passed by pointer through a
 /// type-erased trampoline, workers wait on a generation counter (spin briefly, then block on a condition
 /// variable), and the caller spins until every worker has finished its range.
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -18,10 +23,15 @@ namespace cmfx {
 
 class thread_pool {
  public:
-  /// `threads` = total workers including the caller (0 = hardware concurrency).
-  explicit thread_pool(unsigned threads = 0) {
+  /// `threads` = total workers including the caller (0 = hardware concurrency). With `pin`, worker i (the
+  /// caller is worker 0) is bound to CPU i mod ncpu, which keeps two busy workers off one core on small VMs.
+  explicit thread_pool(unsigned threads = 0, bool pin = false) {
     n_ = threads ? threads : std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned i = 1; i < n_; ++i) workers_.emplace_back([this, i] { loop(i); });
+    for (unsigned i = 1; i < n_; ++i) workers_.emplace_back([this, i, pin] {
+      if (pin) pin_to(i);
+      loop(i);
+    });
+    if (pin) pin_to(0);
   }
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
@@ -72,6 +82,17 @@ class thread_pool {
   }
 
  private:
+  static void pin_to(unsigned i) noexcept {
+#if defined(__linux__)
+    const unsigned ncpu = std::max(1u, std::thread::hardware_concurrency());
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(i % ncpu, &set);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+#else
+    (void)i;
+#endif
+  }
   static void spin_pause() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
