@@ -10,6 +10,7 @@ PACKAGES=(
   glslang-dev glslang-tools spirv-tools
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev
+  python3 python3-numpy
 )
 
 missing=()
