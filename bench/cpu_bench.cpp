@@ -34,11 +34,17 @@ struct weights {
   uint64_t rows = 0, cols = 0, bytes = 0;
 };
 
+/// Working set of the rotating weight copies: >= 4x the last-level cache the OS reports and >= 1 GiB (VMs may
+/// report a smaller L3 than the host really has, and a cache-resident working set overstates bandwidth).
+uint64_t working_set_bytes() { return std::max<uint64_t>(4 * llc_bytes(), 1ull << 30); }
+
 template <class F>
 const weights& get_weights(uint64_t rows, uint64_t cols) {
-  static std::map<std::pair<uint64_t, uint64_t>, weights> cache;
-  auto& w = cache[{rows, cols}];
-  if (!w.data.empty()) return w;
+  static weights w;  // one (format, shape) at a time: the previous one is freed when the shape changes
+  static std::pair<uint64_t, uint64_t> key{0, 0};
+  if (key == std::make_pair(rows, cols) && !w.data.empty()) return w;
+  w = weights{};
+  key = {rows, cols};
   std::vector<float> v(rows * cols);
   uint64_t s = 0x12345678;
   for (auto& x : v) {  // cheap deterministic pseudo-Gaussian (sum of uniforms)
@@ -53,7 +59,7 @@ const weights& get_weights(uint64_t rows, uint64_t cols) {
   w.rows = rows;
   w.cols = cols;
   w.bytes = e.data.size() + e.scale.size();
-  const uint64_t copies = std::max<uint64_t>(1, (4 * llc_bytes() + w.bytes - 1) / w.bytes);
+  const uint64_t copies = std::max<uint64_t>(2, (working_set_bytes() + w.bytes - 1) / w.bytes);
   for (uint64_t c = 0; c < copies; ++c) w.data.push_back(e.data);
   w.scale = std::move(e.scale);
   return w;
@@ -110,7 +116,7 @@ int main(int argc, char** argv) {
   }
   int rc = int(rest.size());
   g_pool = std::make_unique<thread_pool>(g_threads, /*pin=*/true);
-  g_roofline = bench::measure_read_bandwidth(g_pool->size(), std::max<uint64_t>(1ull << 30, 8 * llc_bytes()));
+  g_roofline = bench::measure_read_bandwidth(*g_pool, std::max<uint64_t>(1ull << 30, 8 * llc_bytes()));
   std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB)\n", g_roofline / 1e9,
               g_pool->size(), (unsigned long long)(std::max<uint64_t>(1ull << 30, 8 * llc_bytes()) >> 20));
   for_each_type(all_formats{}, [&]<class F>() {

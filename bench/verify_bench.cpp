@@ -42,7 +42,10 @@ void BM_Verify(benchmark::State& st) {
   const auto f = cmfx::cmf_file::open(g_path);
   const unsigned threads = unsigned(st.range(0));
   static double roof[64] = {};
-  if (roof[threads] == 0) roof[threads] = cmfx::bench::measure_read_bandwidth(threads);
+  if (roof[threads] == 0) {
+    cmfx::thread_pool pool(threads);
+    roof[threads] = cmfx::bench::measure_read_bandwidth(pool, 1ull << 30);
+  }
   cmfx::verify_options o;
   o.threads = threads;
   (void)cmfx::verify(f, o);  // warm the page cache
