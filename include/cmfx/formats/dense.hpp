@@ -14,6 +14,7 @@ struct dense_base {
   static constexpr uint32_t block_elems = 1;
   static constexpr uint32_t block_rows = 1;
   static constexpr uint32_t block_bytes = Bytes;
+  static constexpr uint32_t elem_bits = 8 * Bytes;  ///< bits of one stored element (GLSL preamble)
   static constexpr bool shape_ok(uint64_t, uint64_t) noexcept { return true; }
   static constexpr uint64_t data_bytes(uint64_t r, uint64_t c) noexcept { return r * c * Bytes; }
   static constexpr uint64_t scale_bytes(uint64_t, uint64_t) noexcept { return 0; }
@@ -38,6 +39,7 @@ struct fmt_f32 : detail::dense_base<fmt_f32, 4> {
 template <class Elem, format Id, int Dtype, class Name>
 struct fmt_half_like : detail::dense_base<fmt_half_like<Elem, Id, Dtype, Name>, 2> {
   static constexpr std::string_view name = Name::value;
+  using elem = Elem;  ///< the exmy element type (its constants feed the GLSL preamble)
   static constexpr format id = Id;
   static constexpr int cmf_dtype = Dtype;
   static void decode_row(const matrix_view& v, uint64_t r, float* out) noexcept {

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "cmfx/formats/format.hpp"
 #include "cmfx/formats/scale.hpp"
@@ -32,6 +33,16 @@ inline constexpr uint32_t max_ulp_bumps = 64;
 constexpr uint64_t code_stride(uint64_t gpr) noexcept { return (code_bits * gpr + 7) / 8; }
 
 using table = std::array<float, rungs>;
+
+/// exp2f of every f16 value, computed once with the system exp2f: lookups are bit-identical to calling it.
+inline const float* exp2f_of_f16() {
+  static const std::vector<float> t = [] {
+    std::vector<float> v(65536);
+    for (uint32_t h = 0; h < 65536; ++h) v[h] = ::exp2f(f16_to_f32(uint16_t(h)));
+    return v;
+  }();
+  return t.data();
+}
 
 inline table build(uint16_t lo_bits, uint16_t step_bits) noexcept {
   table t;
@@ -89,6 +100,11 @@ struct ladder_base {
   static constexpr uint32_t block_elems = ladder::group_elems;
   static constexpr uint32_t block_rows = 1;
   static constexpr uint32_t block_bytes = value_bytes;
+  // Layout constants for the GLSL preamble (decode_row implements exactly these).
+  static constexpr uint32_t elem_bits = Bits;
+  static constexpr float value_offset = Bits == 4 ? 8.0f : 1.5f;  ///< w = (q - value_offset) * s
+  static constexpr bool code0_zero = Bits == 2;  ///< q2tp: code 0 means s = 0, code c > 0 uses t[c - 1]
+  static constexpr bool low_bits_first = true;   ///< element 0 of a byte in its least significant bits
   static constexpr bool shape_ok(uint64_t r, uint64_t c) noexcept { return r > 0 && c > 0 && c % ladder::group_elems == 0; }
   static constexpr uint64_t data_bytes(uint64_t r, uint64_t c) noexcept {
     const uint64_t gpr = c / ladder::group_elems;

@@ -40,6 +40,10 @@ struct fmt_mxfp4 {
   static constexpr uint32_t block_elems = 32;
   static constexpr uint32_t block_rows = 1;
   static constexpr uint32_t block_bytes = 16;
+  using elem = e2m1;        ///< element and scale types (their constants feed the GLSL preamble)
+  using scale_elem = ue8m0;
+  static constexpr uint32_t elem_bits = 4;
+  static constexpr bool low_bits_first = true;  ///< byte k: element 2k in the low nibble
   static constexpr bool shape_ok(uint64_t r, uint64_t c) noexcept { return r > 0 && c > 0 && c % block_elems == 0; }
   static constexpr uint64_t data_bytes(uint64_t r, uint64_t c) noexcept { return r * c / 2; }
   static constexpr uint64_t scale_bytes(uint64_t r, uint64_t c) noexcept { return r * (c / block_elems); }
@@ -86,6 +90,9 @@ struct fmt_fp8_block {
   static constexpr uint32_t block_elems = Tile;
   static constexpr uint32_t block_rows = Tile;
   static constexpr uint32_t block_bytes = Tile;  // one row of one tile
+  using elem = e4m3;  ///< element and scale types (their constants feed the GLSL preamble)
+  using scale_elem = ue8m0;
+  static constexpr uint32_t elem_bits = 8;
   static constexpr bool shape_ok(uint64_t r, uint64_t c) noexcept { return r > 0 && c > 0; }
   static constexpr uint64_t data_bytes(uint64_t r, uint64_t c) noexcept { return r * c; }
   static constexpr uint64_t scale_count(uint64_t r, uint64_t c) noexcept { return ceil_div(r, Tile) * ceil_div(c, Tile); }

@@ -22,6 +22,13 @@ struct q4_flat {
   static constexpr uint32_t block_elems = q4_group;
   static constexpr uint32_t block_rows = 1;
   static constexpr uint32_t block_bytes = q4_group_bytes + 2;
+  // Layout constants for the GLSL preamble (decode_row implements exactly these).
+  static constexpr bool tiled = Tiled;                    ///< q4t: [f16 s][nibbles] tiles; q4_block: planes
+  static constexpr uint32_t elem_bits = 4;
+  static constexpr uint32_t group_bytes = q4_group_bytes;  ///< nibble bytes of one group
+  static constexpr uint32_t group_scale_bytes = 2;         ///< f16 scale of one group
+  static constexpr float value_offset = 8.0f;              ///< w = (nib - value_offset) * s
+  static constexpr bool low_bits_first = true;             ///< byte k: element 2k in the low nibble
   static constexpr bool shape_ok(uint64_t r, uint64_t c) noexcept { return r * c > 0; }
   static constexpr uint64_t data_bytes(uint64_t r, uint64_t c) noexcept { return 18 * ceil_div(r * c, q4_group); }
   static constexpr uint64_t scale_bytes(uint64_t, uint64_t) noexcept { return 0; }

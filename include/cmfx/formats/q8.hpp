@@ -29,6 +29,8 @@ struct fmt_q8_row {
   static constexpr uint32_t block_elems = 0;  // one scale per whole row
   static constexpr uint32_t block_rows = 1;
   static constexpr uint32_t block_bytes = 1;
+  static constexpr uint32_t elem_bits = 8;        ///< signed int8 values
+  static constexpr uint32_t row_scale_bytes = 2;  ///< f16 per row, after the R*C values
   static constexpr bool shape_ok(uint64_t r, uint64_t c) noexcept { return r > 0 && c > 0; }
   static constexpr uint64_t data_bytes(uint64_t r, uint64_t c) noexcept { return r * c + 2 * r; }
   static constexpr uint64_t scale_bytes(uint64_t, uint64_t) noexcept { return 0; }
@@ -59,7 +61,10 @@ struct fmt_q8_2f {
   static constexpr uint32_t block_elems = 0;
   static constexpr uint32_t block_rows = 1;
   static constexpr uint32_t block_bytes = 1;
+  static constexpr uint32_t elem_bits = 8;        ///< signed int8 values
+  static constexpr uint32_t row_scale_bytes = 2;  ///< f16 per row, after the R*C values
   static constexpr bool shape_ok(uint64_t r, uint64_t c) noexcept { return r > 0 && c > 0; }
+  static constexpr uint32_t col_scale_bytes = 2;  ///< f16 per column, after the row scales
   static constexpr uint64_t data_bytes(uint64_t r, uint64_t c) noexcept { return r * c + 2 * r + 2 * c; }
   static constexpr uint64_t scale_bytes(uint64_t, uint64_t) noexcept { return 0; }
   static void decode_row(const matrix_view& v, uint64_t r, float* out) noexcept {

@@ -44,6 +44,8 @@ struct i8_row {
   const uint8_t* values = nullptr;
   explicit i8_row(const matrix_view& wv)
       : w(wv), p(wv.rows, wv.cols, F::id == format::q2tp ? 8 : 16), scales(wv.cols / 32), codes(wv.cols / 32) {}
+  float ladders[8][ladder::rungs];
+  uint64_t block0 = ~uint64_t(0);
   void begin_row(uint64_t r) {
     if constexpr (F::id == format::mxfp4) {
       values = w.data + r * (w.cols / 2);
@@ -52,8 +54,11 @@ struct i8_row {
         scales[g] = 0.5f * (w.scale_enc == scale_encoding::f32 ? detail::scale_at(w, r * spr + g)
                                                                : e8m0_to_f32(w.scale[r * spr + g]));
     } else {
-      const uint8_t* pp = w.data + p.params + ladder::param_bytes * r;
-      const ladder::table t = ladder::build(load_u16(pp), load_u16(pp + 2));
+      if (block0 == ~uint64_t(0) || r < block0 || r - block0 >= 8) {
+        block0 = r;
+        build_ladders8(w.data + p.params, r, std::min<uint64_t>(8, w.rows - r), ladders);
+      }
+      const float* t = ladders[r - block0];
       ladder::get_codes(w.data + p.codes + r * p.stride, p.gpr, codes.data());
       for (uint64_t g = 0; g < p.gpr; ++g) {
         const uint32_t c = codes[g];
@@ -84,19 +89,46 @@ struct i8_row {
   }
 };
 
+/// Offset per group of q4tp (nib - 8) and q2tp (c - 1.5) in units of sum(xq); 0 for MXFP4 (signed values).
+template <class F>
+constexpr float i8_offset = F::id == format::q4tp ? 8.0f : (F::id == format::q2tp ? 1.5f : 0.0f);
+
+/// Per row and token: sc[g] = s_g * sx_tg (so the group loop broadcasts one float from memory), and the row's
+/// total offset correction sum_g sc[g] * offset * bsum_tg, computed 8 groups at a time.
+inline float combine_scales(const float* s, const float* sx, const int32_t* bsum, uint64_t groups, float offset,
+                            float* sc) noexcept {
+  __m256 corr = _mm256_setzero_ps();
+  uint64_t g = 0;
+  for (; g + 8 <= groups; g += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + g), _mm256_loadu_ps(sx + g));
+    _mm256_storeu_ps(sc + g, v);
+    corr = _mm256_fmadd_ps(v, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsum + g))), corr);
+  }
+  float c = hsum(corr);
+  for (; g < groups; ++g) {
+    sc[g] = s[g] * sx[g];
+    c += sc[g] * float(bsum[g]);
+  }
+  return c * offset;
+}
+
 template <class F, int NT>
-inline void row_tile_i8(const i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float out[NT]) noexcept {
+inline void row_tile_i8(const i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float* sc,
+                        float out[NT]) noexcept {
+  float corr[NT];
+  for (int t = 0; t < NT; ++t) {
+    const uint64_t tb = (t0 + uint64_t(t)) * a.blocks;
+    corr[t] = combine_scales(d.scales.data(), a.scale.data() + tb, a.bsum.data() + tb, groups, i8_offset<F>,
+                             sc + uint64_t(t) * groups);
+  }
   __m256 acc[2][NT];
   for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
   auto step = [&](uint64_t g, __m256* acc_g) {
-    const float sg = d.scales[g];
     for (int t = 0; t < NT; ++t) {
-      const uint64_t tb = (t0 + uint64_t(t)) * a.blocks + g;
       const __m256i xq =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
-      __m256 f = _mm256_cvtepi32_ps(d.dot(g, xq));
-      if constexpr (F::id != format::mxfp4) f = _mm256_sub_ps(f, _mm256_set1_ps(i8_row<F>::lane_offset(a.bsum[tb])));
-      acc_g[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(sg * a.scale[tb]), acc_g[t]);
+      acc_g[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d.dot(g, xq)), _mm256_broadcast_ss(sc + uint64_t(t) * groups + g),
+                                 acc_g[t]);
     }
   };
   uint64_t g = 0;
@@ -105,19 +137,20 @@ inline void row_tile_i8(const i8_row<F>& d, uint64_t groups, const act_q8& a, ui
     step(g + 1, acc[1]);
   }
   if (g < groups) step(g, acc[0]);
-  for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[0][t], acc[1][t]));
+  for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[0][t], acc[1][t])) - corr[t];
 }
 
 template <class F>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
   i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
+  std::vector<float> sc(token_tile * groups);  // per call, not per row
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);
     for (uint64_t t0 = 0; t0 < n; t0 += token_tile) {
       const uint64_t nt = std::min(token_tile, n - t0);
       float y[token_tile];
-      with_tile(nt, [&](auto NT) { row_tile_i8<F, NT()>(d, groups, a, t0, y); });
+      with_tile(nt, [&](auto NT) { row_tile_i8<F, NT()>(d, groups, a, t0, sc.data(), y); });
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
     }
   }

@@ -1,0 +1,308 @@
+#pragma once
+/// @file sampler.hpp
+/// @brief Choosing the next token from the logits of one position [vocab]: greedy, temperature, top-k, top-p,
+///        min-p, repetition / presence / frequency penalties, seeded and platform-independent, with logprobs.
+///
+/// @code
+///   cmfx::sampling_params sp;  sp.temperature = 0.7f;  sp.top_p = 0.9f;  sp.seed = 42;  sp.stop_tokens = {1};
+///   cmfx::sampler s(vocab_size, sp);
+///   s.set_prompt(prompt_ids);                      // the repetition penalty counts prompt tokens as seen
+///   for (;;) {
+///     const cmfx::sample_result& r = s.sample(logits);   // chooses AND records r.token (penalty counts)
+///     if (r.stop) break;  ...
+///   }
+/// @endcode
+///
+/// Order of operations in sample() (each step on float32 logits z; probabilities in float64):
+///   1. NaN logits become −inf.
+///   2. Penalties, on every token seen so far — repetition (Hugging Face RepetitionPenaltyLogitsProcessor):
+///      z ← z < 0 ? z·r : z/r for tokens of the prompt (set_prompt) or of the output; then presence and frequency
+///      (OpenAI): z ← z − c·frequency − [c > 0]·presence, c = the token's count in the OUTPUT (accept()/sample()),
+///      as vLLM applies them. Penalties act in greedy mode too.
+///   3. temperature ≤ 0: greedy — the largest z, the LOWER index on ties (topk.hpp's rule); steps 4–8 skipped, no
+///      random number drawn.
+///   4. Temperature: z ← z / T.
+///   5. top-k (k > 0): keep the k largest z (ties: lower index first; exactly k are kept).
+///   6. top-p (p < 1): over the tokens left, in descending order (same tie rule), keep each token while the
+///      probability mass of the tokens before it is < p (the smallest prefix whose mass reaches p; at least one).
+///   7. min-p (> 0): keep tokens with probability ≥ min_p · (largest probability), i.e. exp(z − z_max) ≥ min_p;
+///      unaffected by the renormalisations of 5–6, since it compares ratios.
+///   8. Sample: one uniform u in [0, 1) from rng.hpp; the token where the cumulative weight exp(z − z_max) of the
+///      kept tokens (in the order they are held: descending after 5/6, index order otherwise) first exceeds u·Σ.
+/// The same seed, parameters, prompt and logits give the same tokens everywhere: the RNG is fully specified, the
+/// orderings are total orders, sums run in a fixed order in float64. (exp/log come from the C library: a result
+/// could differ only if u fell within ~1e-16 of a boundary between two tokens.)
+///
+/// Logprobs (OpenAI `logprobs` / `top_logprobs`): log-softmax, in float64, of the distribution BEFORE any
+/// truncation (top-k/top-p/min-p) — by default of the raw model logits (logprob_source::raw, vLLM's default
+/// `raw_logprobs`: what the model predicted, independent of sampling settings); logprob_source::processed uses
+/// the logits after penalties and temperature (steps 1–4). The chosen token's logprob is reported even when
+/// truncation made it the only candidate. top_logprobs: the N most likely tokens, ties → lower index.
+///
+/// Memory: all buffers are sized at construction (O(vocab)); sample() allocates nothing. Not thread-safe: one
+/// sampler per sequence.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/ops/topk.hpp"
+#include "cmfx/sample/rng.hpp"
+
+namespace cmfx {
+
+enum class logprob_source { raw, processed };
+
+struct sampling_params {
+  float temperature = 1.0f;         // ≤ 0: greedy
+  int32_t top_k = 0;                // ≤ 0: off
+  float top_p = 1.0f;               // in (0, 1]; 1: off
+  float min_p = 0.0f;               // in [0, 1]; 0: off
+  float repetition_penalty = 1.0f;  // > 0; 1: off
+  float presence_penalty = 0.0f;    // OpenAI range −2..2 (not enforced)
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  bool logprobs = false;            // report the chosen token's logprob
+  int32_t top_logprobs = 0;         // and this many alternatives (implies logprobs)
+  logprob_source logprobs_from = logprob_source::raw;
+  std::vector<int32_t> stop_tokens;  // sample_result::stop is set when one is chosen (e.g. EOS = 1)
+};
+
+struct token_logprob {
+  int32_t token;
+  float logprob;
+};
+
+struct sample_result {
+  int32_t token = -1;
+  bool stop = false;                          // token is one of the stop tokens
+  float logprob = 0.0f;                       // of token (when logprobs are on)
+  std::span<const token_logprob> top_logprobs;  // most likely first; valid until the next sample()
+};
+
+class sampler {
+ public:
+  sampler(size_t vocab_size, sampling_params p = {}) : vocab_(vocab_size), rng_(p.seed) {
+    if (vocab_size == 0 || vocab_size > std::numeric_limits<int32_t>::max())
+      throw usage_error("sampler: vocabulary size must be in 1..2^31-1");
+    work_.resize(vocab_);
+    cand_.resize(vocab_);
+    counts_.assign(vocab_, 0);
+    flags_.assign(vocab_, 0);
+    touched_.reserve(vocab_);
+    set_params(std::move(p));
+  }
+
+  /// New parameters (the seen tokens are kept; the RNG is reseeded only by reset()). May allocate.
+  void set_params(sampling_params p) {
+    if (!(p.temperature >= 0.0f) && !(p.temperature < 0.0f)) throw usage_error("sampler: temperature is NaN");
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw usage_error("sampler: top_p must be in (0, 1]");
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) throw usage_error("sampler: min_p must be in [0, 1]");
+    if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty))
+      throw usage_error("sampler: repetition_penalty must be > 0");
+    if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty))
+      throw usage_error("sampler: penalties must be finite");
+    if (p.top_logprobs < 0) throw usage_error("sampler: top_logprobs must be >= 0");
+    for (const int32_t t : stop_list_) flags_[static_cast<size_t>(t)] &= static_cast<uint8_t>(~flag_stop);
+    stop_list_.clear();
+    for (const int32_t t : p.stop_tokens) {
+      if (t < 0 || static_cast<size_t>(t) >= vocab_) throw usage_error("sampler: stop token outside the vocabulary");
+      flags_[static_cast<size_t>(t)] |= flag_stop;
+      stop_list_.push_back(t);
+    }
+    p_ = std::move(p);
+    top_.resize(std::min(static_cast<size_t>(p_.top_logprobs), vocab_));
+    if ((p_.logprobs || p_.top_logprobs > 0) && lp_.size() != vocab_) lp_.resize(vocab_);
+  }
+  const sampling_params& params() const noexcept { return p_; }
+  size_t vocab_size() const noexcept { return vocab_; }
+
+  /// Tokens the repetition penalty treats as already seen (the prompt, as Hugging Face and vLLM do).
+  void set_prompt(std::span<const int32_t> prompt) {
+    for (const int32_t t : prompt) {
+      check_id(t);
+      touch(t);
+      flags_[static_cast<size_t>(t)] |= flag_prompt;
+    }
+  }
+  /// Records a generated token chosen elsewhere (sample() records its own choice).
+  void accept(int32_t t) {
+    check_id(t);
+    touch(t);
+    ++counts_[static_cast<size_t>(t)];
+  }
+  /// Forgets prompt and output, reseeds the RNG with params().seed.
+  void reset() {
+    for (const int32_t t : touched_) {
+      counts_[static_cast<size_t>(t)] = 0;
+      flags_[static_cast<size_t>(t)] &= flag_stop;
+    }
+    touched_.clear();
+    rng_.seed(p_.seed);
+  }
+  uint32_t count(int32_t t) const { return counts_.at(static_cast<size_t>(t)); }
+
+  /// Chooses the next token (and records it); the reference is valid until the next call.
+  const sample_result& sample(std::span<const float> logits) {
+    if (logits.size() != vocab_)
+      throw usage_error("sampler: " + std::to_string(logits.size()) + " logits for a vocabulary of " +
+                        std::to_string(vocab_));
+    const size_t n = vocab_;
+    for (size_t i = 0; i < n; ++i) work_[i] = std::isnan(logits[i]) ? -inf : logits[i];
+    apply_penalties();
+
+    int32_t tok;
+    const bool greedy = !(p_.temperature > 0.0f);
+    if (!greedy) {
+      for (size_t i = 0; i < n; ++i) work_[i] /= p_.temperature;
+    }
+    float zmax = -inf;
+    for (size_t i = 0; i < n; ++i) zmax = std::max(zmax, work_[i]);
+    if (greedy || !std::isfinite(zmax)) {
+      tok = argmax(work_);
+      cand_[0] = {work_[static_cast<size_t>(tok)], static_cast<uint32_t>(tok)};
+      ncand_ = 1;
+    } else {
+      tok = draw(zmax);
+    }
+
+    res_ = sample_result{};
+    res_.token = tok;
+    res_.stop = (flags_[static_cast<size_t>(tok)] & flag_stop) != 0;
+    if (p_.logprobs || p_.top_logprobs > 0) fill_logprobs(p_.logprobs_from == logprob_source::raw ? logits : work_, tok);
+    accept(tok);
+    return res_;
+  }
+
+  /// The logits after penalties and temperature (steps 1–4) of the last sample().
+  std::span<const float> processed_logits() const noexcept { return work_; }
+  /// The tokens that survived top-k/top-p/min-p in the last sample() (in the order sampled over; the chosen
+  /// token alone after a greedy choice).
+  std::vector<int32_t> last_candidates() const {
+    std::vector<int32_t> r(ncand_);
+    for (size_t i = 0; i < ncand_; ++i) r[i] = static_cast<int32_t>(cand_[i].index);
+    return r;
+  }
+
+ private:
+  static constexpr float inf = std::numeric_limits<float>::infinity();
+  static constexpr uint8_t flag_prompt = 1, flag_stop = 2, flag_touched = 4;
+
+  void check_id(int32_t t) const {
+    if (t < 0 || static_cast<size_t>(t) >= vocab_) throw usage_error("sampler: token id outside the vocabulary");
+  }
+  void touch(int32_t t) {
+    uint8_t& f = flags_[static_cast<size_t>(t)];
+    if (!(f & flag_touched)) {
+      f |= flag_touched;
+      touched_.push_back(t);  // capacity reserved for the whole vocabulary: never reallocates
+    }
+  }
+
+  void apply_penalties() {
+    const float rep = p_.repetition_penalty, pres = p_.presence_penalty, freq = p_.frequency_penalty;
+    if (rep == 1.0f && pres == 0.0f && freq == 0.0f) return;
+    for (const int32_t t : touched_) {
+      const auto i = static_cast<size_t>(t);
+      float& z = work_[i];
+      const uint32_t c = counts_[i];
+      if (rep != 1.0f && (c > 0 || (flags_[i] & flag_prompt))) z = z < 0.0f ? z * rep : z / rep;
+      if (c > 0) z -= static_cast<float>(c) * freq + pres;
+    }
+  }
+
+  static int32_t argmax(std::span<const float> z) {
+    size_t best = 0;
+    for (size_t i = 1; i < z.size(); ++i)
+      if (z[i] > z[best]) best = i;  // strict: the lower index wins ties
+    return static_cast<int32_t>(best);
+  }
+
+  // Steps 5–8 on work_ (already divided by the temperature); zmax = its largest value (finite).
+  int32_t draw(float zmax) {
+    const size_t n = vocab_;
+    const double m = zmax;
+    for (size_t i = 0; i < n; ++i) cand_[i] = {work_[i], static_cast<uint32_t>(i)};
+    size_t cnt = n;
+    size_t sorted = 0;  // cand_[0..sorted) is in descending order and holds the `sorted` largest
+    if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
+      cnt = sorted = topk_entries(std::span<topk_entry>(cand_.data(), n), static_cast<size_t>(p_.top_k));
+    }
+    if (p_.top_p < 1.0f) {
+      double total = 0.0;
+      for (size_t i = 0; i < cnt; ++i) total += std::exp(static_cast<double>(cand_[i].value) - m);
+      const double target = static_cast<double>(p_.top_p) * total;
+      double before = 0.0;
+      size_t keep = 0;
+      while (keep < cnt && (keep == 0 || before < target)) {
+        if (keep == sorted)  // order a larger prefix (64, 256, 1024, … tokens): usually only a few are needed
+          sorted = topk_entries(std::span<topk_entry>(cand_.data(), cnt), std::max<size_t>(64, sorted * 4));
+        before += std::exp(static_cast<double>(cand_[keep].value) - m);
+        ++keep;
+      }
+      cnt = keep;
+    }
+    if (p_.min_p > 0.0f) {
+      const double minp = p_.min_p;
+      size_t w = 0;
+      for (size_t i = 0; i < cnt; ++i)
+        if (std::exp(static_cast<double>(cand_[i].value) - m) >= minp) cand_[w++] = cand_[i];
+      cnt = w;  // the largest (weight 1) always stays
+    }
+    ncand_ = cnt;
+    double total = 0.0;
+    for (size_t i = 0; i < cnt; ++i) total += std::exp(static_cast<double>(cand_[i].value) - m);
+    const double r = rng_.uniform() * total;
+    double cum = 0.0;
+    for (size_t i = 0; i < cnt; ++i) {
+      cum += std::exp(static_cast<double>(cand_[i].value) - m);
+      if (r < cum) return static_cast<int32_t>(cand_[i].index);
+    }
+    // Rounding left r at or above the last partial sum: the last candidate with a non-zero weight.
+    for (size_t i = cnt; i-- > 0;)
+      if (std::exp(static_cast<double>(cand_[i].value) - m) > 0.0) return static_cast<int32_t>(cand_[i].index);
+    return static_cast<int32_t>(cand_[0].index);
+  }
+
+  void fill_logprobs(std::span<const float> src, int32_t tok) {
+    const size_t n = vocab_;
+    float m = -inf;
+    for (size_t i = 0; i < n; ++i) m = std::max(m, std::isnan(src[i]) ? -inf : src[i]);
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const float z = std::isnan(src[i]) ? -inf : src[i];
+      sum += std::exp(static_cast<double>(z) - static_cast<double>(m));
+    }
+    const double lse = static_cast<double>(m) + std::log(sum);
+    auto lp = [&](size_t i) {
+      const float z = std::isnan(src[i]) ? -inf : src[i];
+      return static_cast<float>(static_cast<double>(z) - lse);
+    };
+    res_.logprob = lp(static_cast<size_t>(tok));
+    if (!top_.empty()) {
+      for (size_t i = 0; i < n; ++i) lp_[i] = {std::isnan(src[i]) ? -inf : src[i], static_cast<uint32_t>(i)};
+      const size_t k = topk_entries(std::span<topk_entry>(lp_.data(), n), top_.size());
+      for (size_t i = 0; i < k; ++i) top_[i] = {static_cast<int32_t>(lp_[i].index), lp(lp_[i].index)};
+      res_.top_logprobs = std::span<const token_logprob>(top_.data(), k);
+    }
+  }
+
+  size_t vocab_;
+  sampling_params p_;
+  sample_rng rng_;
+  std::vector<float> work_;
+  std::vector<topk_entry> cand_, lp_;
+  size_t ncand_ = 0;
+  std::vector<uint32_t> counts_;
+  std::vector<uint8_t> flags_;
+  std::vector<int32_t> touched_, stop_list_;
+  std::vector<token_logprob> top_;
+  sample_result res_;
+};
+
+}  // namespace cmfx

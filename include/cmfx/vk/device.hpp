@@ -1,0 +1,174 @@
+#pragma once
+/// @file device.hpp
+/// @brief The Vulkan device layer (link cmfx::vk). This header does not include vulkan.hpp: every Vulkan object
+///        lives behind a pointer to an implementation compiled once in src/vk/.
+///
+/// One `device` = one physical device, one compute queue, one memory arena, the pipeline caches. Objects are not
+/// thread-safe: use a device from one thread at a time. Buffers must not outlive their device.
+///
+///   gpu::device dev({.index = -1});            // best device: discrete GPU, then integrated, virtual, CPU
+///   gpu::buffer b = dev.alloc(bytes);          // sub-allocated from large blocks (arena)
+///   dev.upload(b, host_ptr, bytes);            // mapped directly when the memory is host-visible, else staged
+///   gpu::commands c = dev.begin();             // record dispatches (gpu::kernels, kernels.hpp) ...
+///   dev.submit(c);                             // ... run them and wait
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cmfx::gpu {
+
+/// Every failure of the GPU layer: no Vulkan loader, no suitable device, a missing feature, an allocation that
+/// does not fit, a shader that does not compile (the message carries glslang's log).
+class gpu_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class device_kind : uint8_t { discrete, integrated, virtual_gpu, cpu, other };
+std::string_view device_kind_name(device_kind k) noexcept;
+
+/// How to pick and drive the device. Defaults suit production; the allow_* switches force the fallback
+/// variants so that the parity suite can test them on a device that has the feature.
+struct device_options {
+  int index = -1;               ///< -1: best kind first; otherwise the index in list_devices()
+  std::string cache_dir;        ///< SPIR-V and VkPipelineCache files; empty: no disk cache
+  std::string shader_dir;       ///< read shaders/*.comp, *.glsl from here; empty: the copies built into cmfx_vk
+  bool validation = false;      ///< enable VK_LAYER_KHRONOS_validation (error if it is not installed)
+  bool allow_subgroup_ops = true;     ///< false: reductions through shared memory only
+  bool allow_small_storage = true;    ///< false: no 8/16-bit storage access (32-bit word loads + bit extraction)
+  bool allow_float64 = true;          ///< false: f32 accumulators in rmsnorm / softmax even if f64 exists
+  uint64_t max_binding_bytes = 0;     ///< cap on one storage-buffer binding (0: the device limit); tests only
+  uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
+};
+
+/// What the selected device is and can do (queried once).
+struct device_info {
+  uint32_t index = 0;  ///< in list_devices()
+  std::string name, driver_name, driver_info;
+  device_kind kind = device_kind::other;
+  uint32_t api_version = 0, vendor_id = 0, device_id = 0, driver_version = 0;
+  uint8_t pipeline_cache_uuid[16] = {};
+  uint32_t subgroup_size = 0;              ///< as reported; lavapipe 8, NVIDIA 32 — never assumed
+  uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
+  bool subgroup_arithmetic = false, subgroup_shuffle = false, subgroup_size_control = false;
+  bool storage8 = false, storage16 = false, float64 = false, int64 = false;
+  bool timestamps = false;
+  double timestamp_period_ns = 1.0;
+  uint64_t max_allocation = 0, max_storage_range = 0, min_storage_align = 16, max_buffer_size = 0;
+  uint32_t max_shared_memory = 0, max_workgroup_invocations = 0, max_groups_x = 0, max_groups_y = 0;
+  uint64_t device_local_bytes = 0;  ///< size of the heap buffers are allocated from
+  bool host_visible = false;        ///< that memory is mapped directly (unified memory, lavapipe)
+  std::string describe() const;     ///< one line: name, kind, API, subgroup, memory
+};
+
+/// Every physical device the loader reports (empty when there is none). Throws gpu_error when the Vulkan loader
+/// itself cannot be opened.
+std::vector<device_info> list_devices();
+
+namespace detail {
+struct device_impl;
+struct commands_impl;
+}  // namespace detail
+
+/// A range of device memory owned by the caller (move-only). Released into the arena when destroyed.
+class buffer {
+ public:
+  buffer() = default;
+  buffer(buffer&& o) noexcept { swap(o); }
+  buffer& operator=(buffer&& o) noexcept {
+    buffer t(std::move(o));
+    swap(t);
+    return *this;
+  }
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+  ~buffer();
+  uint64_t size() const noexcept { return size_; }
+  explicit operator bool() const noexcept { return dev_ != nullptr; }
+
+ private:
+  friend struct detail::device_impl;
+  void swap(buffer& o) noexcept {
+    std::swap(dev_, o.dev_);
+    std::swap(block_, o.block_);
+    std::swap(offset_, o.offset_);
+    std::swap(size_, o.size_);
+  }
+  detail::device_impl* dev_ = nullptr;
+  uint32_t block_ = 0;   // arena block
+  uint64_t offset_ = 0;  // in the block
+  uint64_t size_ = 0;
+};
+
+/// A byte range of a buffer handed to a kernel. A default-constructed view means "none".
+struct view {
+  const buffer* buf = nullptr;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  view() = default;
+  view(const buffer& b) : buf(&b), bytes(b.size()) {}  // NOLINT: implicit on purpose
+  view(const buffer& b, uint64_t off, uint64_t n) : buf(&b), offset(off), bytes(n) {}
+  explicit operator bool() const noexcept { return buf != nullptr; }
+};
+
+/// A recording of dispatches (one command buffer). Kernels put a compute→compute memory barrier before every
+/// dispatch after the first, so recorded work runs in order.
+class commands {
+ public:
+  commands(commands&&) noexcept;
+  commands& operator=(commands&&) noexcept;
+  ~commands();
+  /// Records a timestamp after all previous work; returns its slot (timestamps must be supported).
+  uint32_t timestamp();
+  /// Seconds between two timestamps, valid after the device ran this recording.
+  double seconds(uint32_t from, uint32_t to) const;
+  /// Forget everything recorded (after submit) to record again with the same command buffer.
+  void reset();
+  uint32_t dispatch_count() const noexcept;
+  detail::commands_impl& impl() noexcept { return *p_; }
+
+ private:
+  friend struct detail::device_impl;
+  explicit commands(std::unique_ptr<detail::commands_impl> p);
+  std::unique_ptr<detail::commands_impl> p_;
+};
+
+class device {
+ public:
+  explicit device(const device_options& o = {});
+  ~device();
+  device(const device&) = delete;
+  device& operator=(const device&) = delete;
+
+  const device_info& info() const noexcept;
+  const device_options& options() const noexcept;
+
+  /// Device memory of `bytes` (rounded up to 256). Throws gpu_error when it exceeds maxMemoryAllocationSize.
+  buffer alloc(uint64_t bytes);
+  /// Host → device / device → host copies of `bytes` at the view's offset (bytes <= the view's size).
+  void upload(const view& dst, const void* src, uint64_t bytes);
+  void download(const view& src, void* dst, uint64_t bytes);
+  template <class T>
+  void upload(const view& dst, const std::vector<T>& v) { upload(dst, v.data(), v.size() * sizeof(T)); }
+
+  commands begin();
+  /// Runs a recording and waits for it.
+  void submit(commands& c);
+
+  struct memory_stats {
+    uint64_t reserved = 0, in_use = 0;
+    uint32_t blocks = 0;
+  };
+  memory_stats memory() const noexcept;
+  /// Writes the VkPipelineCache to the cache directory now (also done by the destructor).
+  void save_pipeline_cache();
+
+  detail::device_impl& impl() noexcept { return *p_; }
+
+ private:
+  std::unique_ptr<detail::device_impl> p_;
+};
+
+}  // namespace cmfx::gpu
