@@ -37,17 +37,17 @@ class rope_table {
  public:
   explicit rope_table(const rope_config& c) : cfg_(c) {
     if (c.dim == 0 || c.dim % 2) throw std::invalid_argument("rope_table: dim must be even and > 0");
-    const uint32_t half = c.dim / 2;
-    f_.resize(half);
+    const uint32_t npairs = c.dim / 2;
+    f_.resize(npairs);
     const double dd = double(c.dim);
-    for (uint32_t i = 0; i < half; ++i) f_[i] = std::pow(c.base, -2.0 * double(i) / dd);
+    for (uint32_t i = 0; i < npairs; ++i) f_[i] = std::pow(c.base, -2.0 * double(i) / dd);
     if (c.yarn) {
       const double lnb = std::log(c.base);
       auto corr = [&](double r) { return dd * std::log(c.original / (2.0 * std::numbers::pi * r)) / (2.0 * lnb); };
       const double lo = std::max(std::floor(corr(c.beta_fast)), 0.0);
       const double hi = std::min(std::ceil(corr(c.beta_slow)), dd - 1.0);
       const double span = std::max(hi - lo, 1e-3);
-      for (uint32_t i = 0; i < half; ++i) {
+      for (uint32_t i = 0; i < npairs; ++i) {
         const double ramp = std::clamp((double(i) - lo) / span, 0.0, 1.0);
         f_[i] = f_[i] / c.factor * ramp + f_[i] * (1.0 - ramp);
       }
