@@ -25,7 +25,7 @@ TEST(Hash64, GoldenVectors) {
 TEST(Hash64, PartialChunksMatchOneShot) {
   const uint64_t seed = cmfx::test::fresh_seed();
   std::mt19937_64 rng(seed);
-  for (size_t len : {1u, 7u, 8u, 9u, 31u, 32u, 33u, 1000u, 4099u}) {
+  for (size_t len : {1u, 7u, 8u, 9u, 31u, 32u, 33u, 255u, 256u, 257u, 1000u, 4099u, 100003u}) {
     std::vector<uint8_t> b(len);
     for (auto& x : b) x = uint8_t(rng());
     const uint64_t whole = cmfx::hash64(b);
