@@ -2,6 +2,7 @@
 // cmf-format.md §2.7) or in the official release layout (safetensors, FP8 + FP4 experts).
 #include <cstdio>
 
+#include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/io/cmf_writer.hpp"
 #include "commands.hpp"
@@ -19,7 +20,7 @@ namespace {
 cmf_dtype cmf_dtype_for(const toy_tensor& t, const std::string& quant) {
   uint64_t n = 1;
   for (auto s : t.shape) n *= s;
-  if (t.role == toy_role::tid2eid) return cmf_dtype::f32;
+  if (t.role == toy_role::tid2eid || quant == "f32") return cmf_dtype::f32;
   if (t.shape.size() != 2 || n < 32 || t.role == toy_role::router || t.role == toy_role::vector) return cmf_dtype::f16;
   if (t.shape[1] % 32 != 0) return cmf_dtype::q8_2f;
   if (quant == "f16") return cmf_dtype::f16;
@@ -38,9 +39,18 @@ std::vector<uint8_t> encode_as(cmf_dtype d, const std::vector<float>& v, const s
 
 }  // namespace
 
-int run_make_toy(const make_toy_args& a) {
+int run_make_toy(const make_toy_args& args) {
   const toy_v4_config c;
-  if (a.layout == "release") return write_toy_release(a, c);
+  make_toy_args a = args;
+  if (a.quant.empty()) a.quant = a.layout == "release" ? "native" : "q4tp";
+  if (a.layout == "release") {
+    if (a.quant != "native" && a.quant != "f32")
+      throw usage_error("make-toy --layout release takes --quant native (FP8 + FP4 experts) or f32, not " + a.quant);
+    return write_toy_release(a, c);
+  }
+  if (a.quant == "native")
+    throw usage_error("make-toy --quant native is the release layout's dtypes (FP8/FP4), which CMF cannot store; "
+                      "use --layout release or a CMF quant (q4tp, q2tp, q8, f16, f32)");
   const auto inv = toy_v4_inventory(c);
   const std::string header = toy_v4_cmf_header(c, a.quant).dump();
   auto emit = [&](auto& w) {

@@ -60,7 +60,8 @@ int write_toy_release(const make_toy_args& a, const toy_v4_config& c) {
       shard[s].push_back({name, dt, std::move(shp), std::move(bytes)});
     };
     const std::string stem = ends_with(t.name, ".weight") ? t.name.substr(0, t.name.size() - 7) : t.name;
-    switch (release_dtype(t)) {
+    const rel_dtype rd = a.quant == "f32" && t.role != toy_role::tid2eid ? rel_dtype::f32 : release_dtype(t);
+    switch (rd) {
       case rel_dtype::f32: put(t.name, st_dtype::F32, shape, as_bytes_f32(v)); break;
       case rel_dtype::bf16: put(t.name, st_dtype::BF16, shape, fmt_bf16::encode(v.data(), rows, cols).data); break;
       case rel_dtype::i32: {
@@ -89,8 +90,8 @@ int write_toy_release(const make_toy_args& a, const toy_v4_config& c) {
   for (int s = 0; s < 2; ++s) write_safetensors((fs::path(a.out) / shard_name[s]).string(), shard[s], {{"format", "pt"}});
   write_safetensors_index(a.out, weight_map);
   std::ofstream(fs::path(a.out) / "config.json") << toy_v4_release_config(c).dump(2) << "\n";
-  std::printf("wrote %s/: toy DeepSeek-V4 in the release layout (%zu tensors in 2 shards, FP8 + FP4 experts)\n",
-              a.out.c_str(), weight_map.size());
+  std::printf("wrote %s/: toy DeepSeek-V4 in the release layout (%zu tensors in 2 shards, %s)\n", a.out.c_str(),
+              weight_map.size(), a.quant == "f32" ? "all f32" : "FP8 + FP4 experts");
   return 0;
 }
 

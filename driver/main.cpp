@@ -27,12 +27,30 @@ int main(int argc, char** argv) {
   auto* ct = app.add_subcommand("make-toy", "Write the deterministic toy model (real tensor names, tiny dimensions)");
   ct->add_option("--out", toy.out, "Output file (.cmf) or directory (release layout)")->default_val(toy.out);
   ct->add_option("--arch", toy.arch, "Architecture")->check(CLI::IsMember({"v4"}))->default_val(toy.arch);
-  ct->add_option("--quant", toy.quant, "Weight dtype")->check(CLI::IsMember({"q4tp", "q2tp", "q8", "f16"}))
-      ->default_val(toy.quant);
+  ct->add_option("--quant", toy.quant,
+                 "Weight dtype: CMF q4tp (default) | q2tp | q8 | f16 | f32; release native (default, FP8 + FP4) | f32")
+      ->check(CLI::IsMember({"q4tp", "q2tp", "q8", "f16", "f32", "native"}));
   ct->add_option("--layout", toy.layout, "cmf | release")->check(CLI::IsMember({"cmf", "release"}))
       ->default_val(toy.layout);
   ct->add_option("--seed", toy.seed, "Weight seed")->default_val(toy.seed);
   ct->add_flag("--stream", toy.stream, "Use the streaming CMF layout (leading gap)");
+
+  ppl_args ppl;
+  auto* cp = app.add_subcommand("ppl", "Teacher-forced perplexity of a DeepSeek-V4 model over token ids");
+  cp->add_option("model", ppl.model, "CMF file or release-layout directory")->required();
+  cp->add_option("--ids-file", ppl.ids_file, "File of token ids separated by whitespace")->required();
+  cp->add_option("--chunk", ppl.chunk, "Tokens per forward call (0 = the whole file at once; bounds the [chunk, vocab] logits)")->default_val(ppl.chunk);
+  cp->add_option("--threads", ppl.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
+  cp->add_flag("--qat", ppl.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
+
+  run_args run;
+  auto* cr = app.add_subcommand("run", "Greedy continuation of raw token ids with a DeepSeek-V4 model");
+  cr->add_option("model", run.model, "CMF file or release-layout directory")->required();
+  cr->add_option("--raw-ids", run.raw_ids, "Prompt token ids, separated by spaces")->required();
+  cr->add_option("-n", run.n, "Tokens to generate")->default_val(run.n);
+  cr->add_option("--threads", run.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
+  cr->add_flag("--qat", run.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
+  cr->add_flag("--no-stop", run.no_stop, "Do not stop at the end-of-sentence id");
 
   try {
     app.parse(argc, argv);
@@ -43,6 +61,8 @@ int main(int argc, char** argv) {
     if (*ci) return run_info(info);
     if (*cv) return run_verify(ver);
     if (*ct) return run_make_toy(toy);
+    if (*cp) return run_ppl(ppl);
+    if (*cr) return run_run(run);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cmfx: %s\n", e.what());
     return 2;

@@ -71,7 +71,14 @@ class thread_pool {
     }
     cv_.notify_all();
     do_range(0);
-    while (pending_.load(std::memory_order_acquire) != 0) spin_pause();
+    // Spin briefly, then yield: on an oversubscribed machine a worker may be descheduled, and a caller that
+    // keeps spinning on its core can starve it (measured: decode 778 -> 20 tok/s with 2 threads on 2 busy cores).
+    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+      if (spins < 4000)
+        spin_pause();
+      else
+        std::this_thread::yield();
+    }
   }
 
   /// The [begin, end) range of worker w out of `used` workers for n items (the partition `run` uses).
@@ -108,7 +115,12 @@ class thread_pool {
     for (;;) {
       uint64_t g;
       int spins = 0;
-      while ((g = gen_.load(std::memory_order_acquire)) == seen && ++spins < 20000) spin_pause();
+      while ((g = gen_.load(std::memory_order_acquire)) == seen && ++spins < 20000) {
+        if (spins < 2000)
+          spin_pause();
+        else
+          std::this_thread::yield();
+      }
       if (g == seen) {
         std::unique_lock<std::mutex> lk(m_);
         cv_.wait(lk, [&] { return gen_.load(std::memory_order_acquire) != seen; });

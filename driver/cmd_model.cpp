@@ -1,0 +1,119 @@
+// `cmfx ppl` (teacher-forced perplexity over token ids) and `cmfx run` (greedy continuation of raw ids) on the CPU
+// model graph (driver/model/).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cmfx/core/error.hpp"
+#include "commands.hpp"
+#include "model/dsv4_forward.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+std::vector<uint32_t> parse_ids(std::istream& in, const std::string& what) {
+  std::vector<uint32_t> ids;
+  std::string tok;
+  while (in >> tok) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(tok.c_str(), &end, 10);
+    if (tok.empty() || *end != '\0' || tok[0] == '-' || v > 0xFFFFFFFFull)
+      throw usage_error(what + ": '" + tok + "' is not a token id");
+    ids.push_back(uint32_t(v));
+  }
+  return ids;
+}
+
+dsv4_options options(const model_run_options& m, bool qat) {
+  dsv4_options o;
+  o.threads = m.threads;
+  o.qat_kv_fp8 = o.qat_indexer_fp4 = o.qat_act_fp8 = qat;
+  return o;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+uint32_t argmax(const float* x, uint64_t n) {
+  uint64_t best = 0;
+  for (uint64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return uint32_t(best);
+}
+
+}  // namespace
+
+int run_ppl(const ppl_args& a) {
+  std::ifstream in(a.ids_file);
+  if (!in) throw usage_error(a.ids_file + ": cannot open");
+  const std::vector<uint32_t> ids = parse_ids(in, a.ids_file);
+  if (ids.size() < 2) throw usage_error(a.ids_file + ": needs at least 2 token ids");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = dsv4_model::open(a.model, options(a.model_opts, a.qat));
+  const uint64_t V = model->config().vocab;
+  std::fprintf(stderr, "loaded %s (%s layout, %u layers) in %.2f s\n", a.model.c_str(), model->weights().source.c_str(),
+               model->config().layers, seconds_since(t0));
+  dsv4_state st = model->new_state();
+  const uint64_t chunk = a.chunk ? a.chunk : ids.size();
+  double nll = 0.0;
+  uint64_t count = 0;
+  const auto t1 = std::chrono::steady_clock::now();
+  for (uint64_t b = 0; b < ids.size(); b += chunk) {
+    const uint64_t e = std::min<uint64_t>(ids.size(), b + chunk);
+    const std::vector<float> logits =
+        model->forward(std::span<const uint32_t>(ids.data() + b, e - b), st, dsv4_logits::all);
+    for (uint64_t i = b; i < e && i + 1 < ids.size(); ++i) {
+      const float* z = logits.data() + (i - b) * V;
+      double m = z[0];
+      for (uint64_t v = 1; v < V; ++v) m = std::max(m, double(z[v]));
+      double s = 0.0;
+      for (uint64_t v = 0; v < V; ++v) s += std::exp(double(z[v]) - m);
+      nll += m + std::log(s) - double(z[ids[i + 1]]);
+      ++count;
+    }
+    std::fprintf(stderr, "\r%llu / %zu tokens", static_cast<unsigned long long>(e), ids.size());
+  }
+  const double dt = seconds_since(t1);
+  std::fprintf(stderr, "\n%.2f s, %.1f tok/s\n", dt, double(ids.size()) / std::max(dt, 1e-9));
+  std::printf("ppl %.6f tokens %llu\n", std::exp(nll / double(count)), static_cast<unsigned long long>(count));
+  return 0;
+}
+
+int run_run(const run_args& a) {
+  std::istringstream in(a.raw_ids);
+  const std::vector<uint32_t> prompt = parse_ids(in, "--raw-ids");
+  if (prompt.empty()) throw usage_error("--raw-ids: no token ids");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = dsv4_model::open(a.model, options(a.model_opts, a.qat));
+  const uint64_t V = model->config().vocab;
+  std::fprintf(stderr, "loaded %s (%s layout, %u layers) in %.2f s\n", a.model.c_str(), model->weights().source.c_str(),
+               model->config().layers, seconds_since(t0));
+  dsv4_state st = model->new_state();
+  auto t1 = std::chrono::steady_clock::now();
+  std::vector<float> logits = model->forward(prompt, st, dsv4_logits::last);
+  const double t_prefill = seconds_since(t1);
+  std::vector<uint32_t> out;
+  t1 = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < a.n; ++i) {
+    const uint32_t next = argmax(logits.data(), V);
+    out.push_back(next);
+    std::printf("%s%u", i ? " " : "", next);
+    std::fflush(stdout);
+    if ((next == model->config().eos && !a.no_stop) || i + 1 == a.n) break;
+    const uint32_t one[1] = {next};
+    logits = model->forward(one, st, dsv4_logits::last);
+  }
+  const double t_decode = seconds_since(t1);
+  std::printf("\n");
+  const uint64_t decoded = out.empty() ? 0 : out.size() - 1;
+  std::printf("prefill %zu tokens %.2f tok/s, decode %llu tokens %.2f tok/s\n", prompt.size(),
+              double(prompt.size()) / std::max(t_prefill, 1e-9), static_cast<unsigned long long>(decoded),
+              decoded ? double(decoded) / std::max(t_decode, 1e-9) : 0.0);
+  return 0;
+}
+
+}  // namespace cmfx::driver

@@ -1,0 +1,198 @@
+// V4 attention sublayer for a chunk of tokens (dsv4-architecture.md §3.3): low-rank q with per-head RMS, shared
+// K = V latent with kv_norm, RoPE on the last rope_dim channels (adjacent pairs, per-layer table), window of W
+// positions, compressed entries (HCA: all finished ones; CSA: the indexer's top-k), softmax with sink, inverse rope
+// of the output, grouped wo_a then wo_b.
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+#include "cmfx/ops/fake_quant.hpp"
+#include "cmfx/ops/hadamard.hpp"
+#include "cmfx/ops/reduce.hpp"
+#include "cmfx/ops/rmsnorm.hpp"
+#include "cmfx/ops/softmax.hpp"
+#include "cmfx/ops/topk.hpp"
+#include "dsv4_internal.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+/// Rotate the last rd channels of each of `heads` vectors of length hd in row x, at position pos.
+void rope_heads(float* x, uint32_t heads, uint32_t hd, const std::vector<double>& cs, bool inverse) {
+  const size_t rd = cs.size();
+  for (uint32_t h = 0; h < heads; ++h)
+    apply_rope_cs(std::span<float>(x + size_t(h) * hd + hd - rd, rd), cs, inverse);
+}
+
+}  // namespace
+
+void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, dsv4_state& st, float* out,
+                                 dsv4_trace* trace) {
+  const dsv4_config& cf = c();
+  const dsv4_layer_w& L = w.layers[layer];
+  dsv4_layer_state& S = st.layers()[layer];
+  const uint32_t H = cf.heads, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
+  const uint64_t d = cf.dim, p0 = st.pos();
+  const float eps = float(cf.norm_eps);
+  const rope_table& rope = rope_for(layer);
+
+  // cos/sin per position of the chunk.
+  std::vector<std::vector<double>> cs(n, std::vector<double>(rd));
+  for (uint64_t i = 0; i < n; ++i) rope.rotation(int64_t(p0 + i), cs[i]);
+
+  // Query path: qr = RMS(wq_a·u; q_norm), q = wq_b·qr, per-head RMS, rope tail.
+  std::vector<float> qr(n * cf.q_lora), q(n * H * hd);
+  linear(L.wq_a, u, n, qr.data());
+  for (uint64_t i = 0; i < n; ++i) {
+    std::span<float> row(qr.data() + i * cf.q_lora, cf.q_lora);
+    rmsnorm(row, L.q_norm.data(), eps, row);
+  }
+  linear(L.wq_b, qr.data(), n, q.data());
+  for (uint64_t i = 0; i < n; ++i) {
+    std::span<float> row(q.data() + i * H * hd, size_t(H) * hd);
+    if (cf.per_head_q_norm) rmsnorm_heads(row, H, hd, eps, row);
+    rope_heads(row.data(), H, hd, cs[i], false);
+  }
+  // KV path: kv = RMS(wkv·u; kv_norm), rope tail, optional FP8 fake-quant of the nope dims.
+  std::vector<float> kv(n * hd);
+  linear(L.wkv, u, n, kv.data());
+  for (uint64_t i = 0; i < n; ++i) {
+    std::span<float> row(kv.data() + i * hd, hd);
+    rmsnorm(row, L.kv_norm.data(), eps, row);
+    apply_rope_cs(row.subspan(hd - rd), cs[i], false);
+    if (opt.qat_kv_fp8) act_quant_e4m3(row.first(hd - rd), dsv4_kv_fp8_block);
+  }
+
+  // Compressors, token by token (an entry finished at token t is visible to t).
+  const dsv4_layer_kind& kind = cf.kinds[layer];
+  std::vector<uint64_t> n_entries(n, 0);
+  std::vector<float> iq, iw;
+  const uint32_t IH = cf.index_heads, IHD = cf.index_head_dim;
+  if (kind.ratio) {
+    const uint32_t cw = L.comp.coff() * hd;
+    std::vector<float> ca(n * cw), cs_(n * cw);
+    linear(L.comp.wkv, u, n, ca.data());
+    linear(L.comp.wgate, u, n, cs_.data());
+    std::vector<float> ica, ics;
+    if (kind.indexer) {
+      const uint32_t icw = L.ix_comp.coff() * IHD;
+      ica.resize(n * icw);
+      ics.resize(n * icw);
+      linear(L.ix_comp.wkv, u, n, ica.data());
+      linear(L.ix_comp.wgate, u, n, ics.data());
+      // Indexer query: wq_b·qr per head, rope tail, (QAT) Hadamard + FP4; head weights.
+      iq.resize(n * IH * IHD);
+      linear(L.ix_wq_b, qr.data(), n, iq.data());
+      for (uint64_t i = 0; i < n; ++i) {
+        float* row = iq.data() + i * IH * IHD;
+        rope_heads(row, IH, IHD, cs[i], false);
+        if (opt.qat_indexer_fp4) {
+          std::span<float> all(row, size_t(IH) * IHD);
+          hadamard_rows(all, IHD, float(1.0 / std::sqrt(double(IHD))));
+          act_quant_e2m1(all, dsv4_fp4_block);
+        }
+      }
+      iw.resize(n * IH);
+      linear(L.ix_weights_proj, u, n, iw.data());
+      const float wscale = float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH)));
+      for (float& x : iw) x *= wscale;
+      for (uint64_t i = 0; i < n; ++i)
+        dsv4_compressor_step(L.ix_comp, S.ix, p0 + i, ica.data() + i * icw, ics.data() + i * icw, rope, eps,
+                             opt.qat_indexer_fp4 ? 2 : 0);
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      dsv4_compressor_step(L.comp, S.comp, p0 + i, ca.data() + i * cw, cs_.data() + i * cw, rope, eps,
+                           opt.qat_kv_fp8 ? 1 : 0);
+      n_entries[i] = (p0 + i + 1) / kind.ratio;
+    }
+    if (S.comp.count() < n_entries[n - 1] || (kind.indexer && S.ix.count() < n_entries[n - 1]))
+      throw std::logic_error("dsv4 attention: compressor entry count out of step");
+  }
+
+  // Compressed entries each token attends to.
+  std::vector<std::vector<uint32_t>> picks(n);
+  if (kind.ratio && !kind.indexer) {
+    for (uint64_t i = 0; i < n; ++i) {
+      picks[i].resize(n_entries[i]);
+      for (uint32_t j = 0; j < n_entries[i]; ++j) picks[i][j] = j;
+    }
+  } else if (kind.indexer) {
+    pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+      std::vector<float> score;
+      std::vector<topk_entry> scratch;
+      for (uint64_t i = b; i < e; ++i) {
+        const uint64_t ne = n_entries[i];
+        score.assign(ne, 0.0f);
+        const float* qi = iq.data() + i * IH * IHD;
+        for (uint64_t j = 0; j < ne; ++j) {
+          const float* kj = S.ix.entry(j);
+          double s = 0.0;
+          for (uint32_t h = 0; h < IH; ++h) {
+            const double dotv = ops_detail::dot(qi + size_t(h) * IHD, kj, IHD);
+            s += std::max(dotv, 0.0) * double(iw[i * IH + h]);  // ReLU before the head weight
+          }
+          score[j] = float(s);
+        }
+        const size_t kk = std::min<uint64_t>(cf.index_topk, ne);
+        scratch.resize(ne);
+        picks[i].resize(kk);
+        topk(score, kk, scratch, picks[i]);
+      }
+    });
+  }
+  if (trace && kind.indexer)
+    for (uint64_t i = 0; i < n; ++i) {
+      auto sorted = picks[i];
+      std::sort(sorted.begin(), sorted.end());
+      trace->topk[layer].push_back(std::move(sorted));
+    }
+
+  // Sparse attention with sink, per (token, head).
+  std::vector<float> o(n * H * hd);
+  const double scale = 1.0 / std::sqrt(double(hd));
+  pool.run(n * H, [&](uint64_t b, uint64_t e, unsigned) {
+    std::vector<const float*> keys;
+    std::vector<float> logit;
+    std::vector<double> acc(hd);
+    for (uint64_t it = b; it < e; ++it) {
+      const uint64_t i = it / H, h = it % H, t = p0 + i;
+      keys.clear();
+      for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s)
+        keys.push_back(s >= p0 ? kv.data() + (s - p0) * hd : st.ring_row(layer, s));
+      for (uint32_t j : picks[i]) keys.push_back(S.comp.entry(j));
+      const float* qh = q.data() + (i * H + h) * hd;
+      logit.resize(keys.size());
+      for (size_t k = 0; k < keys.size(); ++k) logit[k] = float(ops_detail::dot(qh, keys[k], hd) * scale);
+      attend_sink(logit, L.attn_sink[h], logit);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (size_t k = 0; k < keys.size(); ++k) {
+        const double pk = logit[k];
+        const float* kr = keys[k];
+        for (uint32_t c2 = 0; c2 < hd; ++c2) acc[c2] += pk * double(kr[c2]);
+      }
+      float* oh = o.data() + (i * H + h) * hd;
+      for (uint32_t c2 = 0; c2 < hd; ++c2) oh[c2] = float(acc[c2]);
+      apply_rope_cs(std::span<float>(oh + hd - rd, rd), cs[i], true);  // the value carries the key's rope
+    }
+  });
+
+  // The chunk's KV rows join the window ring.
+  for (uint64_t i = 0; i < n; ++i) std::copy_n(kv.data() + i * hd, hd, st.ring_row(layer, p0 + i));
+
+  // Grouped output: z_g = wo_a[g]·o_g (rows g·o_lora … of wo_a, columns = one group of heads), out = wo_b·z.
+  const uint64_t G = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / G, zr = G * ol;
+  std::vector<float> z(n * zr);
+  const gemm_rows_fn fa = kern.gemm[size_t(L.wo_a.fmt)];
+  pool.run(zr, [&](uint64_t b, uint64_t e, unsigned) {
+    for (uint64_t r = b; r < e;) {
+      const uint64_t g = r / ol, end = std::min(e, (g + 1) * ol);
+      fa(L.wo_a.v, o.data() + g * gcols, n, uint64_t(H) * hd, z.data(), zr, r, end);
+      r = end;
+    }
+  }, gemm_row_grain);
+  linear(L.wo_b, z.data(), n, out);
+  (void)d;
+}
+
+}  // namespace cmfx::driver

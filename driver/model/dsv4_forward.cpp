@@ -1,0 +1,187 @@
+#include "dsv4_forward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/ops/fake_quant.hpp"
+#include "cmfx/ops/mhc.hpp"
+#include "cmfx/ops/rmsnorm.hpp"
+#include "cmfx/ops/routing.hpp"
+#include "dsv4_internal.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+rope_config rope_cfg(const dsv4_config& c, bool compressed) {
+  rope_config r;
+  r.dim = c.rope_dim;
+  r.base = compressed ? c.compress_rope_theta : c.rope_theta;
+  r.yarn = compressed;  // YaRN on every ratio > 0 layer, off on sliding-window layers (no seqlen guard)
+  r.factor = c.yarn_factor;
+  r.original = c.yarn_original;
+  r.beta_fast = c.yarn_beta_fast;
+  r.beta_slow = c.yarn_beta_slow;
+  return r;
+}
+
+/// Per-token mHC coefficients of one sublayer.
+struct hc_coeffs {
+  std::vector<float> post, C;  // [n, hc], [n, hc·hc]
+};
+
+}  // namespace
+
+dsv4_model::impl::impl(dsv4_weights weights, const dsv4_options& o)
+    : w(std::move(weights)),
+      opt(o),
+      pool(o.threads),
+      kern(best_cpu_kernels()),
+      rope_swa(rope_cfg(w.cfg, false)),
+      rope_comp(rope_cfg(w.cfg, true)) {
+  if (opt.qat_indexer_fp4 && (w.cfg.index_head_dim & (w.cfg.index_head_dim - 1)))
+    throw usage_error("QAT indexer FP4 needs a power-of-two index head dim (Hadamard), got " +
+                      std::to_string(w.cfg.index_head_dim));
+}
+
+void dsv4_model::impl::linear(const dsv4_matrix& m, const float* X, uint64_t n, float* Y) {
+  if (opt.qat_act_fp8 && m.qat_input) {
+    qat_buf.assign(X, X + n * m.cols());
+    for (uint64_t i = 0; i < n; ++i)
+      act_quant_e4m3(std::span<float>(qat_buf.data() + i * m.cols(), m.cols()), dsv4_act_fp8_block);
+    X = qat_buf.data();
+  }
+  gemm(pool, kern, m.fmt, m.v, X, n, Y);
+}
+
+void dsv4_model::impl::moe_ffn(uint32_t layer, const float* u, const uint32_t* ids, uint64_t n, float* out,
+                               dsv4_trace* trace) {
+  const dsv4_config& cf = c();
+  const dsv4_layer_w& L = w.layers[layer];
+  const uint32_t E = cf.experts, K = cf.top_k;
+  std::vector<float> logits(n * E);
+  gemm(pool, kern, L.gate.fmt, L.gate.v, u, n, logits.data());  // router in f32, no act-quant
+  std::vector<uint32_t> idx(n * K);
+  std::vector<float> wts(n * K), s(E);
+  std::vector<topk_entry> scratch(E);
+  route_config rc;
+  rc.top_k = K;
+  rc.route_scale = float(cf.route_scale);
+  for (uint64_t i = 0; i < n; ++i) {
+    std::span<const float> z(logits.data() + i * E, E);
+    std::span<uint32_t> id(idx.data() + i * K, K);
+    std::span<float> wt(wts.data() + i * K, K);
+    if (L.kind.hash)
+      route_hash(z, std::span<const int32_t>(L.tid2eid), ids[i], rc, s, id, wt);
+    else
+      route_score(z, L.gate_bias.data(), rc, s, scratch, id, wt);
+    if (trace) {
+      std::vector<uint32_t> sorted(id.begin(), id.end());
+      std::sort(sorted.begin(), sorted.end());
+      trace->experts[layer].push_back(std::move(sorted));
+    }
+  }
+  const float* x = u;
+  std::vector<float> xq;
+  if (opt.qat_act_fp8) {  // the experts' gate/up (and the shared expert's) are FP4/FP8 Linears
+    xq.assign(u, u + n * cf.dim);
+    for (uint64_t i = 0; i < n; ++i) act_quant_e4m3(std::span<float>(xq.data() + i * cf.dim, cf.dim), dsv4_act_fp8_block);
+    x = xq.data();
+  }
+  moe_forward(pool, kern, L.experts, &L.shared, x, n, cf.dim, idx.data(), wts.data(), K, float(cf.swiglu_limit), out, moe);
+}
+
+dsv4_model::dsv4_model(dsv4_weights w, const dsv4_options& o) : p_(std::make_unique<impl>(std::move(w), o)) {}
+dsv4_model::~dsv4_model() = default;
+
+std::unique_ptr<dsv4_model> dsv4_model::open(const std::string& path, const dsv4_options& o) {
+  return std::make_unique<dsv4_model>(dsv4_load(path), o);
+}
+
+const dsv4_config& dsv4_model::config() const noexcept { return p_->w.cfg; }
+const dsv4_weights& dsv4_model::weights() const noexcept { return p_->w; }
+
+std::vector<float> dsv4_model::forward(std::span<const uint32_t> ids, dsv4_state& st, dsv4_logits want,
+                                       dsv4_trace* trace) {
+  impl& m = *p_;
+  const dsv4_config& cf = m.c();
+  const uint64_t n = ids.size(), d = cf.dim, hc = cf.hc, hd_ = hc * d;
+  if (n == 0) return {};
+  if (st.layers().size() != cf.layers || st.head_dim() != cf.head_dim)
+    throw usage_error("dsv4 forward: the state was made for another model");
+  if (trace) {
+    trace->topk.resize(cf.layers);
+    trace->experts.resize(cf.layers);
+  }
+  // Embedding → hc identical copies.
+  std::vector<float> X(n * hd_), Xn(n * hd_);
+  visit_format(m.w.embed.fmt, [&]<class F>() {
+    for (uint64_t i = 0; i < n; ++i) {
+      if (ids[i] >= cf.vocab)
+        throw usage_error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (" + std::to_string(cf.vocab) + ")");
+      float* x0 = X.data() + i * hd_;
+      F::decode_row(m.w.embed.v, ids[i], x0);
+      for (uint64_t j = 1; j < hc; ++j) std::copy_n(x0, d, x0 + j * d);
+    }
+  });
+
+  std::vector<float> u(n * d), o(n * d);
+  hc_coeffs co{std::vector<float>(n * hc), std::vector<float>(n * hc * hc)};
+  const float eps = float(cf.norm_eps), hc_eps = float(cf.hc_eps);
+  // hc_pre + RMSNorm for every token of the chunk → u.
+  auto pre = [&](const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
+                 const std::vector<float>& norm_w) {
+    m.pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+      std::vector<float> prew(hc);
+      for (uint64_t i = b; i < e; ++i) {
+        std::span<float> y(u.data() + i * d, d);
+        hc_pre(std::span<const float>(X.data() + i * hd_, hd_), fn, base, scale, uint32_t(hc), eps, hc_eps,
+               cf.hc_iters, prew, std::span<float>(co.post.data() + i * hc, hc),
+               std::span<float>(co.C.data() + i * hc * hc, hc * hc), y);
+        rmsnorm(y, norm_w.data(), eps, y);
+      }
+    });
+  };
+  auto post = [&]() {
+    m.pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+      for (uint64_t i = b; i < e; ++i)
+        hc_post(std::span<const float>(o.data() + i * d, d), std::span<const float>(X.data() + i * hd_, hd_),
+                std::span<const float>(co.post.data() + i * hc, hc), std::span<const float>(co.C.data() + i * hc * hc, hc * hc),
+                uint32_t(hc), std::span<float>(Xn.data() + i * hd_, hd_));
+    });
+    X.swap(Xn);
+  };
+
+  for (uint32_t l = 0; l < cf.layers; ++l) {
+    const dsv4_layer_w& L = m.w.layers[l];
+    pre(L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale, L.attn_norm);
+    m.attention(l, u.data(), n, st, o.data(), trace);
+    post();
+    pre(L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale, L.ffn_norm);
+    m.moe_ffn(l, u.data(), ids.data(), n, o.data(), trace);
+    post();
+  }
+  st.advance(n);
+
+  if (want == dsv4_logits::none) return {};
+  const uint64_t first = want == dsv4_logits::all ? 0 : n - 1, rows = n - first;
+  std::vector<float> h(rows * d);
+  m.pool.run(rows, [&](uint64_t b, uint64_t e, unsigned) {
+    std::vector<float> prew(hc);
+    for (uint64_t i = b; i < e; ++i) {
+      std::span<float> y(h.data() + i * d, d);
+      hc_head(std::span<const float>(X.data() + (first + i) * hd_, hd_), m.w.hc_head_fn, m.w.hc_head_base,
+              m.w.hc_head_scale, uint32_t(hc), eps, hc_eps, prew, y);
+      rmsnorm(y, m.w.norm.data(), eps, y);
+    }
+  });
+  std::vector<float> logits(rows * cf.vocab);
+  gemm(m.pool, m.kern, m.w.head.fmt, m.w.head.v, h.data(), rows, logits.data());
+  return logits;
+}
+
+}  // namespace cmfx::driver

@@ -1,0 +1,43 @@
+#pragma once
+// Shared pieces of the forward pass (not a public interface): the execution context and the sublayers.
+#include <vector>
+
+#include "cmfx/core/thread_pool.hpp"
+#include "cmfx/kernels/cpu_kernels.hpp"
+#include "cmfx/kernels/moe.hpp"
+#include "cmfx/ops/rope.hpp"
+#include "dsv4_forward.hpp"
+
+namespace cmfx::driver {
+
+struct dsv4_model::impl {
+  dsv4_weights w;
+  dsv4_options opt;
+  thread_pool pool;
+  const cpu_kernel_table& kern;
+  rope_table rope_swa, rope_comp;  // ratio-0 layers; ratio > 0 layers (theta 160000 + YaRN)
+  moe_scratch moe;
+  std::vector<float> qat_buf;
+
+  impl(dsv4_weights weights, const dsv4_options& o);
+  const dsv4_config& c() const noexcept { return w.cfg; }
+  const rope_table& rope_for(uint32_t layer) const noexcept { return w.cfg.kinds[layer].ratio ? rope_comp : rope_swa; }
+
+  /// Y[n, rows] = X[n, cols] · Wᵀ (with the QAT act-quant of the input when enabled and the matrix is FP8/FP4).
+  void linear(const dsv4_matrix& m, const float* X, uint64_t n, float* Y);
+
+  /// Attention sublayer: u [n, dim] (normed) at positions st.pos()…; out [n, dim]. Writes the window ring and the
+  /// compressor states of `layer`.
+  void attention(uint32_t layer, const float* u, uint64_t n, dsv4_state& st, float* out, dsv4_trace* trace);
+  /// MoE sublayer: u [n, dim]; ids are the chunk's token ids (hash routing); out [n, dim].
+  void moe_ffn(uint32_t layer, const float* u, const uint32_t* ids, uint64_t n, float* out, dsv4_trace* trace);
+};
+
+/// One token into a compressor (dsv4-architecture.md §3.3 "Compressor"): stores (a, s + ape) for position t; when
+/// the window closes ((t+1) mod r == 0), pools it (overlap: previous window's first half ++ this window's second
+/// half), RMS-normalises, rotates the rope tail at the window's first position and appends the entry. `post`
+/// selects the QAT step after the rotation (0 none, 1 FP8 nope dims, 2 Hadamard + FP4). Returns true on a new entry.
+bool dsv4_compressor_step(const dsv4_compressor_w& w, dsv4_comp_state& s, uint64_t t, const float* a, const float* sc,
+                          const rope_table& rope, float eps, int post);
+
+}  // namespace cmfx::driver
