@@ -6,6 +6,8 @@
 
 #include "cmfx/io/cmf_reader.hpp"
 #include "commands.hpp"
+#include "model/dsv4_state.hpp"
+#include "model/dsv4_weights.hpp"
 #include "listing.hpp"
 #include "progress.hpp"
 
@@ -52,6 +54,23 @@ int run_info(const info_args& a) {
     return 2;
   }
   const auto hist = histogram(l);
+  nlohmann::json state_json;
+  if (a.state) {
+    try {
+      const dsv4_weights w = dsv4_load(a.path);
+      const dsv4_state_size z = dsv4_state_bytes(w.cfg, a.ctx);
+      state_json = {{"ctx", a.ctx},
+                    {"ring_bytes", z.ring_bytes},
+                    {"compressor_window_bytes", z.comp_window_bytes},
+                    {"kv_entry_bytes", z.kv_entry_bytes},
+                    {"index_entry_bytes", z.index_entry_bytes},
+                    {"total_bytes", z.total()},
+                    {"bytes_per_token", a.ctx ? double(z.total()) / double(a.ctx) : 0.0}};
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cmfx info --state: %s\n", e.what());
+      return 2;
+    }
+  }
   if (a.json) {
     nlohmann::json j;
     j["path"] = l.path;
@@ -66,6 +85,7 @@ int run_info(const info_args& a) {
     for (const auto& [k, s] : hist) dh[k] = {{"tensors", s.count}, {"bytes", s.bytes}, {"elements", s.elements}};
     j["config"] = l.config;
     j["container_details"] = l.extra;
+    if (a.state) j["state"] = state_json;
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
   }
@@ -85,6 +105,15 @@ int run_info(const info_args& a) {
     std::string val = v.dump();
     if (val.size() > 100) val = val.substr(0, 97) + "...";
     std::printf("  %-32s %s\n", k.c_str(), val.c_str());
+  }
+  if (a.state) {
+    std::printf("state at ctx %llu (f32, this implementation):\n", (unsigned long long)a.ctx);
+    std::printf("  window KV rings          %s\n", human_bytes(state_json["ring_bytes"].get<uint64_t>()).c_str());
+    std::printf("  compressor windows       %s\n", human_bytes(state_json["compressor_window_bytes"].get<uint64_t>()).c_str());
+    std::printf("  compressed KV entries    %s\n", human_bytes(state_json["kv_entry_bytes"].get<uint64_t>()).c_str());
+    std::printf("  indexer keys             %s\n", human_bytes(state_json["index_entry_bytes"].get<uint64_t>()).c_str());
+    std::printf("  total                    %s (%.1f bytes per token)\n",
+                human_bytes(state_json["total_bytes"].get<uint64_t>()).c_str(), state_json["bytes_per_token"].get<double>());
   }
   if (a.list_tensors) {
     std::printf("tensor list:\n");

@@ -10,6 +10,8 @@ struct info_args {
   std::string path;         // a .cmf file, a .safetensors file, or a checkpoint directory
   bool json = false;        // one JSON object on stdout instead of text
   bool list_tensors = false;  // text mode: also list every tensor
+  bool state = false;         // also print the per-sequence state size of a DeepSeek-V4 model
+  uint64_t ctx = 4096;        // context length for --state
 };
 int run_info(const info_args& a);
 

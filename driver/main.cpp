@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   ci->add_option("path", info.path, "CMF file, .safetensors file or checkpoint directory")->required();
   ci->add_flag("--json", info.json, "Print one JSON object (architecture, tensors, dtypes, config)");
   ci->add_flag("--tensors", info.list_tensors, "Also list every tensor (text mode)");
+  ci->add_flag("--state", info.state, "Also print the per-sequence state (KV cache) size of a DeepSeek-V4 model");
+  ci->add_option("--ctx", info.ctx, "Context length for --state")->default_val(info.ctx);
 
   verify_args ver;
   auto* cv = app.add_subcommand("verify", "Check every stored hash of a CMF file (exit 0 ok, 1 corrupt, 2 unreadable)");

@@ -25,6 +25,23 @@ dsv4_comp_state make_comp(uint32_t ratio, uint32_t width) {
 
 }  // namespace
 
+dsv4_state_size dsv4_state_bytes(const dsv4_config& c, uint64_t ctx) {
+  dsv4_state_size z;
+  const uint64_t f = sizeof(float);
+  for (uint32_t i = 0; i < c.layers && i < c.kinds.size(); ++i) {
+    const dsv4_layer_kind& k = c.kinds[i];
+    z.ring_bytes += uint64_t(c.window + dsv4_rollback_tokens) * c.head_dim * f;
+    auto comp = [&](uint32_t ratio, uint32_t width, uint64_t* entries) {
+      const uint32_t coff = ratio == 4 ? 2 : 1;
+      z.comp_window_bytes += 2 * uint64_t(coff * ratio + dsv4_rollback_tokens) * coff * width * f;
+      *entries += ctx / ratio * width * f;
+    };
+    if (k.ratio) comp(k.ratio, c.head_dim, &z.kv_entry_bytes);
+    if (k.indexer) comp(4, c.index_head_dim, &z.index_entry_bytes);
+  }
+  return z;
+}
+
 dsv4_state::dsv4_state(const dsv4_config& c) {
   if (c.kinds.size() != c.layers) throw std::logic_error("dsv4_state: config has no layer kinds (bind the weights first)");
   ring_cap_ = c.window + dsv4_rollback_tokens;

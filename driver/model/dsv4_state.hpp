@@ -34,6 +34,17 @@ struct dsv4_layer_state {
   dsv4_comp_state ix;       // indexer (ratio 4)
 };
 
+/// Bytes of per-sequence state for a context of `ctx` tokens, as this implementation stores it (f32): the
+/// fixed rings (window KV, compressor windows) and the entries that grow with the context.
+struct dsv4_state_size {
+  uint64_t ring_bytes = 0;        // window KV rings, all layers
+  uint64_t comp_window_bytes = 0; // compressor / indexer-compressor pending windows (kv + score)
+  uint64_t kv_entry_bytes = 0;    // compressed KV entries at ctx
+  uint64_t index_entry_bytes = 0; // indexer keys at ctx
+  uint64_t total() const noexcept { return ring_bytes + comp_window_bytes + kv_entry_bytes + index_entry_bytes; }
+};
+dsv4_state_size dsv4_state_bytes(const dsv4_config& c, uint64_t ctx);
+
 class dsv4_state {
  public:
   dsv4_state() = default;

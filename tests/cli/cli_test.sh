@@ -25,6 +25,17 @@ check "info exit 0" test $? -eq 0
 check "info names the architecture" grep -q "architecture:  deepseek_v4" "$T/info.txt"
 check "info has a dtype histogram" grep -qE "^  q4tp +[0-9]+ tensors" "$T/info.txt"
 
+"$CMFX" info "$T/toy.cmf" --state --ctx 4096 --json >"$T/state.json" 2>&1
+check "info --state reports the per-sequence state" python3 - "$T/state.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["state"]
+# Toy: 5 layers, window 16 (+16 rollback) x head_dim 64 x f32 rings; ratio-4 layers 2 and 4, ratio-128 layer 3.
+assert s["ring_bytes"] == 5 * 32 * 64 * 4, s
+assert s["kv_entry_bytes"] == (2 * (4096 // 4) + 4096 // 128) * 64 * 4, s
+assert s["index_entry_bytes"] == 2 * (4096 // 4) * 32 * 4, s
+assert s["total_bytes"] == s["ring_bytes"] + s["compressor_window_bytes"] + s["kv_entry_bytes"] + s["index_entry_bytes"]
+PY
+
 "$CMFX" info "$T/toy-q2.cmf" --json >"$T/info.json" 2>&1
 check "info --json exit 0" test $? -eq 0
 check "info --json is one JSON object with the contract keys" python3 - "$T/info.json" <<'PY'
