@@ -25,19 +25,23 @@
 ///   5. top-k (k > 0): keep the k largest z (ties: lower index first; exactly k are kept).
 ///   6. top-p (p < 1): over the tokens left, in descending order (same tie rule), keep each token while the
 ///      probability mass of the tokens before it is < p (the smallest prefix whose mass reaches p; at least one).
+///      Masses are summed in fixed point (≈ 2^-36 of the largest probability for a 129k vocabulary), exactly, so
+///      the cut does not depend on summation order; found through 1024 buckets of z and a weighted quickselect
+///      inside the bucket holding the cut, O(vocab).
 ///   7. min-p (> 0): keep tokens with probability ≥ min_p · (largest probability), i.e. exp(z − z_max) ≥ min_p;
 ///      unaffected by the renormalisations of 5–6, since it compares ratios.
 ///   8. Sample: one uniform u in [0, 1) from rng.hpp; the token where the cumulative weight exp(z − z_max) of the
-///      kept tokens (in the order they are held: descending after 5/6, index order otherwise) first exceeds u·Σ.
+///      kept tokens (in the order they are held: descending after top-k, index order otherwise) first exceeds u·Σ.
 /// The same seed, parameters, prompt and logits give the same tokens everywhere: the RNG is fully specified, the
-/// orderings are total orders, sums run in a fixed order in float64. (exp/log come from the C library: a result
-/// could differ only if u fell within ~1e-16 of a boundary between two tokens.)
+/// orderings are total orders, sums run in a fixed order in float64 (top-p: exact integer sums). (exp/log come
+/// from the C library: a result could differ only if u fell within ~1e-16 of a boundary between two tokens.)
 ///
 /// Logprobs (OpenAI `logprobs` / `top_logprobs`): log-softmax, in float64, of the distribution BEFORE any
 /// truncation (top-k/top-p/min-p) — by default of the raw model logits (logprob_source::raw, vLLM's default
 /// `raw_logprobs`: what the model predicted, independent of sampling settings); logprob_source::processed uses
-/// the logits after penalties and temperature (steps 1–4). The chosen token's logprob is reported even when
-/// truncation made it the only candidate. top_logprobs: the N most likely tokens, ties → lower index.
+/// the logits after penalties and temperature (steps 1–4; in greedy mode after penalties only). The chosen
+/// token's logprob is reported even when truncation made it the only candidate. top_logprobs: the N most likely
+/// tokens, ties → lower index.
 ///
 /// Memory: all buffers are sized at construction (O(vocab)); sample() allocates nothing. Not thread-safe: one
 /// sampler per sequence.
@@ -87,11 +91,16 @@ struct sample_result {
 
 class sampler {
  public:
-  sampler(size_t vocab_size, sampling_params p = {}) : vocab_(vocab_size), rng_(p.seed) {
+  explicit sampler(size_t vocab_size, sampling_params p = {}) : vocab_(vocab_size), rng_(p.seed) {
     if (vocab_size == 0 || vocab_size > std::numeric_limits<int32_t>::max())
       throw usage_error("sampler: vocabulary size must be in 1..2^31-1");
     work_.resize(vocab_);
     cand_.resize(vocab_);
+    w_.resize(vocab_);
+    bin_.resize(vocab_);
+    bin_mass_.resize(bins);
+    mass_bits_ = 53;  // fixed-point masses for top-p: vocab · 2^bits ≤ 2^53
+    for (size_t v = 1; v < vocab_; v *= 2) --mass_bits_;
     counts_.assign(vocab_, 0);
     flags_.assign(vocab_, 0);
     touched_.reserve(vocab_);
@@ -224,49 +233,123 @@ class sampler {
   }
 
   // Steps 5–8 on work_ (already divided by the temperature); zmax = its largest value (finite).
+  // w_[token] = exp(z − z_max) is computed once per candidate and shared by top-p, min-p and the draw.
   int32_t draw(float zmax) {
     const size_t n = vocab_;
     const double m = zmax;
-    for (size_t i = 0; i < n; ++i) cand_[i] = {work_[i], static_cast<uint32_t>(i)};
     size_t cnt = n;
-    size_t sorted = 0;  // cand_[0..sorted) is in descending order and holds the `sorted` largest
-    if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
-      cnt = sorted = topk_entries(std::span<topk_entry>(cand_.data(), n), static_cast<size_t>(p_.top_k));
+    const bool top_k = p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n;
+    if (top_k) {
+      cnt = best_entries(work_, static_cast<size_t>(p_.top_k), cand_);
+    } else {
+      for (size_t i = 0; i < n; ++i) cand_[i] = {work_[i], static_cast<uint32_t>(i)};
     }
-    if (p_.top_p < 1.0f) {
-      double total = 0.0;
-      for (size_t i = 0; i < cnt; ++i) total += std::exp(static_cast<double>(cand_[i].value) - m);
-      const double target = static_cast<double>(p_.top_p) * total;
-      double before = 0.0;
-      size_t keep = 0;
-      while (keep < cnt && (keep == 0 || before < target)) {
-        if (keep == sorted)  // order a larger prefix (64, 256, 1024, … tokens): usually only a few are needed
-          sorted = topk_entries(std::span<topk_entry>(cand_.data(), cnt), std::max<size_t>(64, sorted * 4));
-        before += std::exp(static_cast<double>(cand_[keep].value) - m);
-        ++keep;
-      }
-      cnt = keep;
-    }
+    for (size_t i = 0; i < cnt; ++i) w_[cand_[i].index] = std::exp(static_cast<double>(cand_[i].value) - m);
+    if (p_.top_p < 1.0f) cnt = top_p_cut(cnt, top_k, m);
     if (p_.min_p > 0.0f) {
       const double minp = p_.min_p;
       size_t w = 0;
       for (size_t i = 0; i < cnt; ++i)
-        if (std::exp(static_cast<double>(cand_[i].value) - m) >= minp) cand_[w++] = cand_[i];
+        if (w_[cand_[i].index] >= minp) cand_[w++] = cand_[i];
       cnt = w;  // the largest (weight 1) always stays
     }
     ncand_ = cnt;
     double total = 0.0;
-    for (size_t i = 0; i < cnt; ++i) total += std::exp(static_cast<double>(cand_[i].value) - m);
+    for (size_t i = 0; i < cnt; ++i) total += w_[cand_[i].index];
     const double r = rng_.uniform() * total;
     double cum = 0.0;
     for (size_t i = 0; i < cnt; ++i) {
-      cum += std::exp(static_cast<double>(cand_[i].value) - m);
+      cum += w_[cand_[i].index];
       if (r < cum) return static_cast<int32_t>(cand_[i].index);
     }
     // Rounding left r at or above the last partial sum: the last candidate with a non-zero weight.
     for (size_t i = cnt; i-- > 0;)
-      if (std::exp(static_cast<double>(cand_[i].value) - m) > 0.0) return static_cast<int32_t>(cand_[i].index);
+      if (w_[cand_[i].index] > 0.0) return static_cast<int32_t>(cand_[i].index);
     return static_cast<int32_t>(cand_[0].index);
+  }
+
+  // top-p over cand_[0..cnt) (sorted descending when `sorted`, else the whole vocabulary in index order).
+  // Masses are w_ in fixed point (mass_bits_ fractional bits, chosen so the total stays below 2^53): integer
+  // sums are exact in any order, so the cut is the same however the selection below arranges the entries.
+  // Returns the kept count; unsorted input comes back in index order. O(vocab) expected.
+  size_t top_p_cut(size_t cnt, bool sorted, double zmax) {
+    const double scale = std::ldexp(1.0, mass_bits_);
+    auto mass = [&](const topk_entry& e) { return static_cast<uint64_t>(w_[e.index] * scale); };
+    uint64_t total = 0;
+    for (size_t i = 0; i < cnt; ++i) total += mass(cand_[i]);
+    const double target = static_cast<double>(p_.top_p) * static_cast<double>(total);
+    if (sorted) {  // keep each token while the mass before it is < target
+      uint64_t before = 0;
+      size_t keep = 0;
+      while (keep < cnt && (keep == 0 || static_cast<double>(before) < target)) before += mass(cand_[keep++]);
+      return keep;
+    }
+    // Bucket by z_max − z (monotone in z, so bins hold consecutive ranks); the cut lies in the first bin where the
+    // running mass reaches target. Only that bin needs ordering: a weighted quickselect for K = the smallest count
+    // whose top-K mass reaches target. Invariant: K ∈ [lo+1, hi]; the entries ranked above cand_[lo] have mass acc.
+    std::fill(bin_mass_.begin(), bin_mass_.end(), uint64_t{0});
+    for (size_t i = 0; i < cnt; ++i) {
+      const double d = (zmax - static_cast<double>(cand_[i].value)) * (static_cast<double>(bins) / bin_span);
+      const auto b = static_cast<uint16_t>(d < static_cast<double>(bins - 1) ? d : static_cast<double>(bins - 1));
+      bin_[cand_[i].index] = b;
+      bin_mass_[b] += mass(cand_[i]);
+    }
+    uint64_t acc = 0;
+    uint16_t cut_bin = 0;
+    while (cut_bin + 1 < bins && static_cast<double>(acc + bin_mass_[cut_bin]) < target) acc += bin_mass_[cut_bin++];
+    size_t hi = 0;
+    for (size_t i = 0; i < cnt; ++i)
+      if (bin_[cand_[i].index] == cut_bin) cand_[hi++] = cand_[i];
+    size_t lo = 0;
+    while (lo + 1 < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      std::nth_element(cand_.begin() + static_cast<std::ptrdiff_t>(lo), cand_.begin() + static_cast<std::ptrdiff_t>(mid),
+                       cand_.begin() + static_cast<std::ptrdiff_t>(hi), topk_before{});
+      uint64_t left = acc;
+      for (size_t i = lo; i < mid; ++i) left += mass(cand_[i]);
+      if (static_cast<double>(left) >= target) {
+        hi = mid;
+      } else if (static_cast<double>(left + mass(cand_[mid])) >= target) {
+        lo = mid;
+        hi = mid + 1;
+      } else {
+        acc = left + mass(cand_[mid]);
+        lo = mid + 1;
+      }
+    }
+    // cand_[hi-1] is the K-th entry: keep everything ranked at or before it, gathered in index order.
+    const topk_entry last = cand_[hi - 1];
+    size_t w = 0;
+    for (size_t i = 0; i < vocab_; ++i) {
+      const topk_entry e{work_[i], static_cast<uint32_t>(i)};
+      if (!topk_before{}(last, e)) cand_[w++] = e;
+    }
+    return w;
+  }
+
+  // The k best entries of z (value descending, lower index first; NaN as −inf) into out[0..k), in order.
+  // Small k: one pass keeping a heap of the k best (almost every entry is rejected by one comparison);
+  // large k: topk.hpp's nth_element + sort. Both give exactly the first k of the stable descending order.
+  static size_t best_entries(std::span<const float> z, size_t k, std::vector<topk_entry>& out) {
+    const size_t n = z.size();
+    k = std::min(k, n);
+    if (k == 0) return 0;
+    if (k > 256 || k * 8 > n) {
+      for (size_t i = 0; i < n; ++i) out[i] = {std::isnan(z[i]) ? -inf : z[i], static_cast<uint32_t>(i)};
+      return topk_entries(std::span<topk_entry>(out.data(), n), k);
+    }
+    const auto first = out.begin(), heap_end = out.begin() + static_cast<std::ptrdiff_t>(k);
+    for (size_t i = 0; i < k; ++i) out[i] = {std::isnan(z[i]) ? -inf : z[i], static_cast<uint32_t>(i)};
+    std::make_heap(first, heap_end, topk_before{});  // front: the worst of those kept
+    for (size_t i = k; i < n; ++i) {
+      const float v = std::isnan(z[i]) ? -inf : z[i];
+      if (!(v > out[0].value)) continue;  // a later index with an equal value ranks after the front
+      std::pop_heap(first, heap_end, topk_before{});
+      out[k - 1] = {v, static_cast<uint32_t>(i)};
+      std::push_heap(first, heap_end, topk_before{});
+    }
+    std::sort_heap(first, heap_end, topk_before{});
+    return k;
   }
 
   void fill_logprobs(std::span<const float> src, int32_t tok) {
@@ -285,8 +368,7 @@ class sampler {
     };
     res_.logprob = lp(static_cast<size_t>(tok));
     if (!top_.empty()) {
-      for (size_t i = 0; i < n; ++i) lp_[i] = {std::isnan(src[i]) ? -inf : src[i], static_cast<uint32_t>(i)};
-      const size_t k = topk_entries(std::span<topk_entry>(lp_.data(), n), top_.size());
+      const size_t k = best_entries(src, top_.size(), lp_);
       for (size_t i = 0; i < k; ++i) top_[i] = {static_cast<int32_t>(lp_[i].index), lp(lp_[i].index)};
       res_.top_logprobs = std::span<const token_logprob>(top_.data(), k);
     }
@@ -296,6 +378,12 @@ class sampler {
   sampling_params p_;
   sample_rng rng_;
   std::vector<float> work_;
+  static constexpr uint16_t bins = 1024;      // top-p buckets over z_max − z ∈ [0, bin_span) (then one last bin)
+  static constexpr double bin_span = 32.0;
+  std::vector<double> w_;
+  int mass_bits_ = 0;
+  std::vector<uint16_t> bin_;
+  std::vector<uint64_t> bin_mass_;
   std::vector<topk_entry> cand_, lp_;
   size_t ncand_ = 0;
   std::vector<uint32_t> counts_;
