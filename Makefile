@@ -22,6 +22,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
+	bash scripts/tokenizer_json.sh
 	bash scripts/demo.sh $(BUILD)
 
 unit: build

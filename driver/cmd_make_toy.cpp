@@ -1,10 +1,14 @@
 // `cmfx make-toy`: writes the deterministic toy model, in the CMF layout (cortiq names and dtype rules,
 // cmf-format.md §2.7) or in the official release layout (safetensors, FP8 + FP4 experts).
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/io/cmf_writer.hpp"
+#include "cmfx/text/tokenizer.hpp"
 #include "commands.hpp"
 #include "dsv4_names.hpp"
 #include "progress.hpp"
@@ -37,6 +41,20 @@ std::vector<uint8_t> encode_as(cmf_dtype d, const std::vector<float>& v, const s
   return out;
 }
 
+/// The tokenizer.json to ship with the toy, checked: it must load and fit the toy's vocabulary.
+std::string read_tokenizer(const std::string& path, uint32_t vocab) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error(path + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string json = ss.str();
+  const tokenizer tok = tokenizer::from_json(json, path);
+  if (tok.vocab_size() > vocab)
+    throw usage_error(path + ": the tokenizer has " + std::to_string(tok.vocab_size()) + " ids, the toy embeds " +
+                      std::to_string(vocab));
+  return json;
+}
+
 }  // namespace
 
 int run_make_toy(const make_toy_args& args) {
@@ -46,11 +64,20 @@ int run_make_toy(const make_toy_args& args) {
   if (a.layout == "release") {
     if (a.quant != "native" && a.quant != "f32")
       throw usage_error("make-toy --layout release takes --quant native (FP8 + FP4 experts) or f32, not " + a.quant);
-    return write_toy_release(a, c);
+    const std::string tok = a.tokenizer.empty() ? std::string() : read_tokenizer(a.tokenizer, c.vocab);
+    const int rc = write_toy_release(a, c);
+    if (!tok.empty()) {
+      const std::filesystem::path dst = std::filesystem::path(a.out) / "tokenizer.json";
+      std::ofstream f(dst, std::ios::binary);
+      if (!(f << tok)) throw usage_error("cannot write " + dst.string());
+      std::printf("wrote %s/tokenizer.json (from %s)\n", a.out.c_str(), a.tokenizer.c_str());
+    }
+    return rc;
   }
   if (a.quant == "native")
     throw usage_error("make-toy --quant native is the release layout's dtypes (FP8/FP4), which CMF cannot store; "
                       "use --layout release or a CMF quant (q4tp, q2tp, q8, f16, f32)");
+  const std::string tok = a.tokenizer.empty() ? std::string() : read_tokenizer(a.tokenizer, c.vocab);
   const auto inv = toy_v4_inventory(c);
   const std::string header = toy_v4_cmf_header(c, a.quant).dump();
   auto emit = [&](auto& w) {
@@ -63,14 +90,17 @@ int run_make_toy(const make_toy_args& args) {
   if (a.stream) {
     cmf_stream_writer w(a.out, header, cmf_stream_writer::default_head_reserve(inv.size()));
     emit(w);
+    if (!tok.empty()) w.set_vocab(tok);
     w.finish();
   } else {
     cmf_writer w(header);
     emit(w);
+    if (!tok.empty()) w.set_vocab(tok);
     w.write(a.out);
   }
   std::printf("wrote %s: toy DeepSeek-V4 (%s, %zu tensors, %u layers, dim %u, vocab %u)\n", a.out.c_str(),
               a.quant.c_str(), inv.size(), c.num_layers(), c.dim, c.vocab);
+  if (!tok.empty()) std::printf("  vocab section: %s (%zu bytes)\n", a.tokenizer.c_str(), tok.size());
   return 0;
 }
 

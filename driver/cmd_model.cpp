@@ -1,14 +1,17 @@
-// `cmfx ppl` (teacher-forced perplexity over token ids) and `cmfx run` (greedy continuation of raw ids) on the CPU
-// model graph (driver/model/).
+// `cmfx ppl` (teacher-forced perplexity over token ids or a text file) and `cmfx run --raw-ids` (greedy
+// continuation of raw ids) on the CPU model graph (driver/model/). Text generation: cmd_run.cpp.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cmfx/core/error.hpp"
 #include "commands.hpp"
 #include "model/dsv4_forward.hpp"
+#include "model_tokenizer.hpp"
 
 namespace cmfx::driver {
 
@@ -45,16 +48,37 @@ uint32_t argmax(const float* x, uint64_t n) {
   return uint32_t(best);
 }
 
+/// The token ids of a text file: BOS, then the text as plain text (added tokens are not matched).
+std::vector<uint32_t> text_file_ids(const ppl_args& a, const dsv4_config& cfg) {
+  const model_tokenizer mt = load_model_tokenizer(a.model, a.tokenizer);
+  (void)check_model_tokenizer(mt, cfg);
+  std::ifstream in(a.text_file, std::ios::binary);
+  if (!in) throw usage_error(a.text_file + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::vector<int32_t> ids{int32_t(cfg.bos)};
+  mt.tok.encode_append(text.str(), ids, false);
+  std::fprintf(stderr, "%s: %zu tokens (BOS + text) with the tokenizer of %s\n", a.text_file.c_str(), ids.size(),
+               mt.source.c_str());
+  return std::vector<uint32_t>(ids.begin(), ids.end());
+}
+
 }  // namespace
 
 int run_ppl(const ppl_args& a) {
-  std::ifstream in(a.ids_file);
-  if (!in) throw usage_error(a.ids_file + ": cannot open");
-  const std::vector<uint32_t> ids = parse_ids(in, a.ids_file);
-  if (ids.size() < 2) throw usage_error(a.ids_file + ": needs at least 2 token ids");
+  if (a.ids_file.empty() == a.text_file.empty()) throw usage_error("ppl takes exactly one of --ids-file or --file");
+  const std::string& input = a.ids_file.empty() ? a.text_file : a.ids_file;
+  std::vector<uint32_t> ids;
+  if (!a.ids_file.empty()) {
+    std::ifstream in(a.ids_file);
+    if (!in) throw usage_error(a.ids_file + ": cannot open");
+    ids = parse_ids(in, a.ids_file);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   auto model = dsv4_model::open(a.model, options(a.model_opts, a.qat));
   const uint64_t V = model->config().vocab;
+  if (!a.text_file.empty()) ids = text_file_ids(a, model->config());
+  if (ids.size() < 2) throw usage_error(input + ": needs at least 2 tokens");
   std::fprintf(stderr, "loaded %s (%s layout, %u layers) in %.2f s\n", a.model.c_str(), model->weights().source.c_str(),
                model->config().layers, seconds_since(t0));
   dsv4_state st = model->new_state();
@@ -79,11 +103,21 @@ int run_ppl(const ppl_args& a) {
   }
   const double dt = seconds_since(t1);
   std::fprintf(stderr, "\n%.2f s, %.1f tok/s\n", dt, double(ids.size()) / std::max(dt, 1e-9));
-  std::printf("ppl %.6f tokens %llu\n", std::exp(nll / double(count)), static_cast<unsigned long long>(count));
+  const double ppl = std::exp(nll / double(count));
+  char value[64];
+  std::snprintf(value, sizeof value, "%.6f", ppl);
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["ppl"] = std::isfinite(ppl) ? nlohmann::ordered_json(std::stod(value)) : nlohmann::ordered_json(nullptr);
+    j["tokens"] = count;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("ppl %s tokens %llu\n", value, static_cast<unsigned long long>(count));
+  }
   return 0;
 }
 
-int run_run(const run_args& a) {
+int run_raw_ids(const run_args& a) {
   std::istringstream in(a.raw_ids);
   const std::vector<uint32_t> prompt = parse_ids(in, "--raw-ids");
   if (prompt.empty()) throw usage_error("--raw-ids: no token ids");

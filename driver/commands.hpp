@@ -3,6 +3,7 @@
 // main.cpp declares the flags once with CLI11 and fills these structs; nothing reads the environment.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cmfx::driver {
 
@@ -29,6 +30,7 @@ struct make_toy_args {
   std::string layout = "cmf";    // cmf (cortiq names) | release (official safetensors names, FP8/FP4)
   uint64_t seed = 20260731;      // weights are a pure function of the seed
   bool stream = false;           // write with the streaming layout (leading gap) instead of in-memory
+  std::string tokenizer;         // a tokenizer.json: the CMF vocab section, or copied beside the release shards
 };
 int run_make_toy(const make_toy_args& a);
 
@@ -37,10 +39,13 @@ struct model_run_options {
 };
 
 struct ppl_args {
-  std::string model;     // CMF file or release-layout directory
-  std::string ids_file;  // token ids, whitespace separated
-  uint64_t chunk = 512;  // tokens per forward call (bounds the [chunk, vocab] logits); 0 = all at once
-  bool qat = false;      // QAT fake-quant steps on
+  std::string model;      // CMF file or release-layout directory
+  std::string ids_file;   // token ids, whitespace separated
+  std::string text_file;  // or text, tokenized with the model's tokenizer (BOS first, no special tokens matched)
+  std::string tokenizer;  // a tokenizer.json instead of the model's own (--file)
+  uint64_t chunk = 512;   // tokens per forward call (bounds the [chunk, vocab] logits); 0 = all at once
+  bool json = false;      // the result as one JSON object {"ppl", "tokens"} instead of the last line
+  bool qat = false;       // QAT fake-quant steps on
   model_run_options model_opts;
 };
 /// Prints progress on stderr and, as the last stdout line, `ppl <value> tokens <n>` (n = predicted tokens).
@@ -48,13 +53,38 @@ int run_ppl(const ppl_args& a);
 
 struct run_args {
   std::string model;
-  std::string raw_ids;  // "0 5 9 ..."
-  uint64_t n = 16;      // tokens to generate
+  // Input: exactly one of these.
+  std::string raw_ids;         // "0 5 9 ...": greedy ids out, speed on stdout (the model-graph contract)
+  std::string prompt;          // -p: one prompt
+  bool prompt_given = false;
+  bool interactive = false;    // -i: a chat, one user message per stdin line
+  // Prompt encoding.
+  bool think = false;          // thinking mode (prompt ends with <think>); default chat mode (ends with </think>)
+  bool raw = false;            // no chat template: the prompt is tokenized as is
+  std::string system;          // system message
+  std::string tokenizer;       // a tokenizer.json instead of the model's own
+  // Sampling. Defaults as DeepSeek's own server ds4-server (spec serving.md §1.1): T 1, top-p 1, min-p 0.05.
+  float temp = 1.0f;           // 0: greedy
+  float top_p = 1.0f;
+  int32_t top_k = 0;           // 0: off
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f; // 1: off
+  uint64_t seed = 0;           // turn k of -i samples with seed + k
+  bool seed_given = false;     // else a random seed
+  uint64_t n = 16;             // max tokens; --raw-ids default 16, text default: the rest of --ctx
+  bool n_given = false;
+  std::vector<std::string> stops;  // stop strings
+  // Run.
+  std::string backend = "cpu"; // cpu | vulkan (not available yet)
+  uint64_t ctx = 4096;         // max context: prompt + generated tokens
+  bool print_ids = false;      // prompt and generated ids on stderr
+  bool verbose = false;        // load details, prefix reuse ("reused N tokens") on stderr
   bool qat = false;
-  bool no_stop = false;  // keep going past EOS
+  bool no_stop = false;        // keep going past EOS
   model_run_options model_opts;
 };
-/// Greedy decoding; prints the generated ids and the prefill / decode speed.
+/// -p / -i: streamed text on stdout, speed on stderr (cmd_run.cpp). --raw-ids: greedy decoding; prints the
+/// generated ids and the prefill / decode speed on stdout (cmd_model.cpp).
 int run_run(const run_args& a);
 
 }  // namespace cmfx::driver

@@ -36,23 +36,54 @@ int main(int argc, char** argv) {
       ->default_val(toy.layout);
   ct->add_option("--seed", toy.seed, "Weight seed")->default_val(toy.seed);
   ct->add_flag("--stream", toy.stream, "Use the streaming CMF layout (leading gap)");
+  ct->add_option("--tokenizer", toy.tokenizer,
+                 "A tokenizer.json to ship with the toy: the CMF vocab section, or tokenizer.json beside the shards");
 
   ppl_args ppl;
-  auto* cp = app.add_subcommand("ppl", "Teacher-forced perplexity of a DeepSeek-V4 model over token ids");
+  auto* cp = app.add_subcommand("ppl", "Teacher-forced perplexity of a DeepSeek-V4 model over token ids or a text file");
   cp->add_option("model", ppl.model, "CMF file or release-layout directory")->required();
-  cp->add_option("--ids-file", ppl.ids_file, "File of token ids separated by whitespace")->required();
+  auto* ppl_ids = cp->add_option("--ids-file", ppl.ids_file, "File of token ids separated by whitespace");
+  auto* ppl_text = cp->add_option("--file", ppl.text_file,
+                                  "Text file, tokenized with the model's tokenizer (BOS first, no special tokens)");
+  ppl_ids->excludes(ppl_text);
+  cp->add_option("--tokenizer", ppl.tokenizer, "tokenizer.json to use instead of the model's own (--file)");
   cp->add_option("--chunk", ppl.chunk, "Tokens per forward call (0 = the whole file at once; bounds the [chunk, vocab] logits)")->default_val(ppl.chunk);
   cp->add_option("--threads", ppl.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
+  cp->add_flag("--json", ppl.json, "Print the result as one JSON object {\"ppl\": value, \"tokens\": n}");
   cp->add_flag("--qat", ppl.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
 
   run_args run;
-  auto* cr = app.add_subcommand("run", "Greedy continuation of raw token ids with a DeepSeek-V4 model");
+  auto* cr = app.add_subcommand("run", "Generate text with a DeepSeek-V4 model (-p PROMPT, -i chat) or continue raw ids");
   cr->add_option("model", run.model, "CMF file or release-layout directory")->required();
-  cr->add_option("--raw-ids", run.raw_ids, "Prompt token ids, separated by spaces")->required();
-  cr->add_option("-n", run.n, "Tokens to generate")->default_val(run.n);
+  auto* run_p = cr->add_option("-p,--prompt", run.prompt, "Prompt (a user message in the chat template unless --raw)");
+  auto* run_i = cr->add_flag("-i,--interactive", run.interactive,
+                             "Chat: one user message per stdin line, history kept, /reset clears it, EOF ends");
+  auto* run_ids = cr->add_option("--raw-ids", run.raw_ids, "Greedy continuation of these token ids (ids out, speed on stdout)");
+  run_p->excludes(run_i)->excludes(run_ids);
+  run_i->excludes(run_ids);
+  cr->add_flag("--think", run.think, "Thinking mode (prompt ends with <think>; reasoning on stderr); default chat mode");
+  cr->add_flag("--raw", run.raw, "No chat template: tokenize the prompt as is (special tokens matched, no BOS added)");
+  cr->add_option("--system", run.system, "System message");
+  cr->add_option("--tokenizer", run.tokenizer, "tokenizer.json to use instead of the model's own");
+  cr->add_option("--temp", run.temp, "Temperature (0 = greedy)")->default_val(run.temp);
+  cr->add_option("--top-p", run.top_p, "Nucleus sampling mass (1 = off)")->default_val(run.top_p);
+  cr->add_option("--top-k", run.top_k, "Keep the k most likely tokens (0 = off)")->default_val(run.top_k);
+  cr->add_option("--min-p", run.min_p, "Drop tokens below min-p times the top probability (0 = off)")->default_val(run.min_p);
+  cr->add_option("--repeat-penalty", run.repeat_penalty, "Repetition penalty on prompt and output tokens (1 = off)")
+      ->default_val(run.repeat_penalty);
+  auto* run_seed = cr->add_option("--seed", run.seed, "Sampling seed (default: random); same seed, same output");
+  auto* run_n = cr->add_option("-n,--max-tokens", run.n,
+                               "Tokens to generate (default: 16 with --raw-ids, else until EOS or --ctx is full)");
+  cr->add_option("--stop", run.stops, "Stop string (repeatable); the text before it is kept")->allow_extra_args(false);
+  cr->add_option("--backend", run.backend, "cpu (vulkan: not available yet)")
+      ->check(CLI::IsMember({"cpu", "vulkan"}))->default_val(run.backend);
   cr->add_option("--threads", run.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
+  cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);
+  cr->add_flag("--print-ids", run.print_ids, "Print the prompt and generated token ids on stderr");
+  cr->add_flag("-v,--verbose", run.verbose, "Load details and prompt-prefix reuse on stderr");
   cr->add_flag("--qat", run.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
   cr->add_flag("--no-stop", run.no_stop, "Do not stop at the end-of-sentence id");
+
 
   try {
     app.parse(argc, argv);
@@ -64,7 +95,12 @@ int main(int argc, char** argv) {
     if (*cv) return run_verify(ver);
     if (*ct) return run_make_toy(toy);
     if (*cp) return run_ppl(ppl);
-    if (*cr) return run_run(run);
+    if (*cr) {
+      run.prompt_given = run_p->count() > 0;
+      run.seed_given = run_seed->count() > 0;
+      run.n_given = run_n->count() > 0;
+      return run_run(run);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cmfx: %s\n", e.what());
     return 2;

@@ -23,10 +23,7 @@ for tool in node npm; do
   fi
 done
 
-if [ ! -f "$STAMP" ] || [ "$NODE_DIR/package-lock.json" -nt "$STAMP" ]; then
-  echo "tokenizer_cases: npm ci in tests/text/node"
-  (cd "$NODE_DIR" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
-fi
+bash "$ROOT/scripts/tokenizer_json.sh" >/dev/null
 
 if [ ! -f "$OUT" ] || [ "$GEN" -nt "$OUT" ] || [ "$STAMP" -nt "$OUT" ]; then
   mkdir -p "$(dirname "$OUT")"

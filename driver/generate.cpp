@@ -1,0 +1,192 @@
+#include "generate.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/sample/stop_strings.hpp"
+#include "cmfx/text/chat_parse.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+uint64_t common_prefix(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+  const uint64_t n = std::min(a.size(), b.size());
+  uint64_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+/// How many of `have` (the tokens a state holds) can stay for `want`: their common prefix, but at least one token
+/// of `want` must run (its logits are needed), and the state must be able to get there (it ends there, or
+/// truncate() rolls back that far). 0 otherwise.
+uint64_t reusable(const std::vector<uint32_t>& have, const std::vector<uint32_t>& want) {
+  const uint64_t c = std::min<uint64_t>(common_prefix(have, want), want.size() - 1);
+  return c == have.size() || have.size() - c <= dsv4_rollback_tokens ? c : 0;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void write(FILE* f, std::string_view s, char& last) {
+  if (s.empty()) return;
+  std::fwrite(s.data(), 1, s.size(), f);
+  std::fflush(f);
+  last = s.back();
+}
+
+}  // namespace
+
+std::vector<float> prompt_cache::prefill(const std::vector<uint32_t>& prompt, uint64_t& reused) {
+  if (prompt.empty()) throw usage_error("empty prompt");
+  const uint64_t from_live = reusable(live_ids_, prompt);
+  const uint64_t from_snap = reusable(snap_ids_, prompt);
+  if (from_snap > from_live) {
+    live_ = snap_;
+    live_ids_ = snap_ids_;
+  }
+  const uint64_t keep = std::max(from_live, from_snap);
+  if (keep < live_ids_.size()) {
+    live_.truncate(keep);  // 0: reset
+    live_ids_.resize(keep);
+  }
+  std::vector<float> logits;
+  for (uint64_t b = keep; b < prompt.size(); b += prefill_chunk) {
+    const uint64_t e = std::min<uint64_t>(prompt.size(), b + prefill_chunk);
+    logits = m_->forward(std::span<const uint32_t>(prompt.data() + b, e - b), live_,
+                         e == prompt.size() ? dsv4_logits::last : dsv4_logits::none);
+  }
+  live_ids_ = prompt;
+  snap_ = live_;
+  snap_ids_ = prompt;
+  reused = keep;
+  return logits;
+}
+
+std::vector<float> prompt_cache::step(uint32_t id) {
+  const uint32_t one[1] = {id};
+  std::vector<float> logits = m_->forward(one, live_, dsv4_logits::last);
+  live_ids_.push_back(id);
+  return logits;
+}
+
+void prompt_cache::reset() {
+  live_.reset();
+  live_ids_.clear();
+  snap_ = dsv4_state();
+  snap_ids_.clear();
+}
+
+text_printer::text_printer() : dim_(::isatty(2) != 0) {}
+
+void text_printer::content(std::string_view s) {
+  if (s.empty()) return;
+  close_reasoning();
+  write(stdout, s, last_out_);
+}
+
+void text_printer::reasoning(std::string_view s) {
+  if (s.empty()) return;
+  if (!in_reasoning_) {
+    if (last_err_ != '\n') write(stderr, "\n", last_err_);
+    write(stderr, dim_ ? "\x1b[2m[thinking]\n" : "[thinking]\n", last_err_);
+    in_reasoning_ = true;
+  }
+  write(stderr, s, last_err_);
+}
+
+void text_printer::close_reasoning() {
+  if (!in_reasoning_) return;
+  if (last_err_ != '\n') write(stderr, "\n", last_err_);
+  write(stderr, dim_ ? "[/thinking]\x1b[0m\n" : "[/thinking]\n", last_err_);
+  in_reasoning_ = false;
+}
+
+void text_printer::tool_call(const chat_tool_call& c) {
+  close_reasoning();
+  if (last_out_ != '\n') write(stdout, "\n", last_out_);
+  const nlohmann::ordered_json j = {{"tool_call", {{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}}}};
+  write(stdout, j.dump() + "\n", last_out_);
+}
+
+void text_printer::end_turn() {
+  close_reasoning();
+  if (last_out_ != '\n') write(stdout, "\n", last_out_);
+}
+
+turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::vector<uint32_t>& prompt,
+                          const turn_settings& s, text_printer& out) {
+  turn_result r;
+  r.prompt_tokens = prompt.size();
+  sampler smp(cache.vocab(), s.sampling);
+  smp.set_prompt(std::vector<int32_t>(prompt.begin(), prompt.end()));
+  stream_decoder dec(tok);  // special tokens kept: </think> and the DSML markers must reach the parser
+  stop_string_matcher stops(s.stops);
+  chat_output_parser parser(s.mode);
+
+  auto deliver = [&](const chat_delta& d) {
+    r.reasoning += d.reasoning;
+    out.reasoning(d.reasoning);
+    r.content += d.content;
+    out.content(d.content);
+    for (const chat_tool_call& c : d.tool_calls) {
+      r.tool_calls.push_back(c);
+      out.tool_call(c);
+    }
+  };
+  auto emit = [&](std::string_view text) {
+    if (text.empty()) return;
+    if (s.raw) {
+      r.content += text;
+      out.content(text);
+    } else {
+      deliver(parser.feed(text));
+    }
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> logits = cache.prefill(prompt, r.reused);
+  r.prefill_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  bool stopped = false;
+  for (uint64_t i = 0; i < s.max_tokens; ++i) {
+    const sample_result& x = smp.sample(logits);
+    r.ids.push_back(x.token);
+    if (x.stop) {
+      r.finish = "eos";
+      break;
+    }
+    const auto sr = stops.push(dec.push(x.token));
+    emit(sr.text);
+    if (sr.stopped) {
+      r.finish = "stop";
+      stopped = true;
+      break;
+    }
+    if (i + 1 == s.max_tokens) break;
+    logits = cache.step(static_cast<uint32_t>(x.token));
+  }
+  if (r.finish.empty()) r.finish = "length";
+  if (!stopped) {
+    const std::string tail = dec.flush();
+    const auto sr = stops.push(tail);
+    emit(sr.text);
+    if (!sr.stopped) emit(stops.flush());
+  }
+  if (!s.raw) {
+    chat_delta d;
+    parser.finish(d);
+    deliver(d);
+  }
+  r.decode_s = seconds_since(t0);
+  out.end_turn();
+  return r;
+}
+
+}  // namespace cmfx::driver

@@ -1,0 +1,84 @@
+#pragma once
+// Text generation on the CPU model graph, for `cmfx run -p` / `-i`:
+//   prompt_cache   — the model state plus the token ids it holds, and a copy taken at the end of the last prompt;
+//                    a new prompt runs only the tokens after the longest prefix either of them can keep;
+//   text_printer   — where a turn's output goes (content on stdout, reasoning on stderr, tool calls as JSON lines);
+//   generate_turn  — prefill, then sample → stream_decoder (whole UTF-8 characters) → stop strings → chat output
+//                    parser, until EOS, a stop string or the token limit.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cmfx/sample/sampler.hpp"
+#include "cmfx/text/chat.hpp"
+#include "cmfx/text/tokenizer.hpp"
+#include "model/dsv4_forward.hpp"
+
+namespace cmfx::driver {
+
+/// Prompt tokens per forward call of a prefill (bounds the activations of a long prompt).
+inline constexpr uint64_t prefill_chunk = 512;
+
+class prompt_cache {
+ public:
+  explicit prompt_cache(dsv4_model& m) : m_(&m), live_(m.new_state()) {}
+
+  /// Makes the state hold `prompt` (non-empty) and returns the logits of its last token. The state keeps the
+  /// longest common prefix of its tokens (or of the snapshot's: the previous prompt) and `prompt` when it can get
+  /// there — it already ends there, or dsv4_state::truncate can roll back to it — and runs only the rest (at least
+  /// one token). `reused` receives the number of prompt tokens that were not run again.
+  std::vector<float> prefill(const std::vector<uint32_t>& prompt, uint64_t& reused);
+  /// Runs one more token; returns its logits.
+  std::vector<float> step(uint32_t id);
+  /// Forgets everything.
+  void reset();
+  const std::vector<uint32_t>& tokens() const noexcept { return live_ids_; }
+  uint64_t vocab() const noexcept { return m_->config().vocab; }
+
+ private:
+  dsv4_model* m_;
+  dsv4_state live_, snap_;
+  std::vector<uint32_t> live_ids_, snap_ids_;
+};
+
+/// Content goes to stdout as it streams (flushed per token). Reasoning goes to stderr between a "[thinking]" and a
+/// "[/thinking]" line (also dimmed when stderr is a terminal), so stdout carries only the answer. Each tool call
+/// is one JSON line on stdout: {"tool_call":{"id":…,"name":…,"arguments":…}}.
+class text_printer {
+ public:
+  text_printer();
+  void content(std::string_view s);
+  void reasoning(std::string_view s);
+  void tool_call(const chat_tool_call& c);
+  /// Closes an open reasoning block and ends stdout's line.
+  void end_turn();
+
+ private:
+  void close_reasoning();
+  bool dim_ = false;
+  bool in_reasoning_ = false;
+  char last_out_ = '\n', last_err_ = '\n';
+};
+
+struct turn_settings {
+  sampling_params sampling;       // stop_tokens: EOS
+  uint64_t max_tokens = 0;
+  std::vector<std::string> stops; // stop strings (the text before one is kept, the string itself is not)
+  bool raw = false;               // no chat output parser: the decoded text is the content
+  chat_mode mode = chat_mode::chat;
+};
+
+struct turn_result {
+  std::string content, reasoning;
+  std::vector<chat_tool_call> tool_calls;
+  std::vector<int32_t> ids;  // every sampled id, a final EOS included
+  uint64_t prompt_tokens = 0, reused = 0;
+  double prefill_s = 0.0, decode_s = 0.0;
+  std::string finish;        // "eos" | "stop" | "length"
+};
+
+turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::vector<uint32_t>& prompt,
+                          const turn_settings& s, text_printer& out);
+
+}  // namespace cmfx::driver
