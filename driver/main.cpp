@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "commands.hpp"
+#include "serve/serve.hpp"
 
 int main(int argc, char** argv) {
   using namespace cmfx::driver;
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
   cr->add_flag("--qat", run.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
   cr->add_flag("--no-stop", run.no_stop, "Do not stop at the end-of-sentence id");
 
+  serve_args serve;
+  auto* cs = register_serve(app, serve);
 
   tokenize_args tk;
   auto* ctk = app.add_subcommand("tokenize", "Print the token ids of TEXT as a JSON array");
@@ -109,6 +112,7 @@ int main(int argc, char** argv) {
     if (*cv) return run_verify(ver);
     if (*ct) return run_make_toy(toy);
     if (*cp) return run_ppl(ppl);
+    if (*cs) return run_serve(serve);
     if (*cr) {
       run.prompt_given = run_p->count() > 0;
       run.seed_given = run_seed->count() > 0;

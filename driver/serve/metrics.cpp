@@ -1,0 +1,86 @@
+// Prometheus rendering of the server metrics.
+#include "serve/metrics.hpp"
+
+#include <cstdio>
+
+namespace cmfx::driver::serve {
+
+namespace {
+
+void head(std::string& o, const char* name, const char* type, const char* help) {
+  o += "# HELP ";
+  o += name;
+  o += ' ';
+  o += help;
+  o += "\n# TYPE ";
+  o += name;
+  o += ' ';
+  o += type;
+  o += '\n';
+}
+
+void value(std::string& o, const char* name, double v, const char* labels = "") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  o += name;
+  o += labels;
+  o += ' ';
+  o += buf;
+  o += '\n';
+}
+
+void metric(std::string& o, const char* name, const char* type, const char* help, double v) {
+  head(o, name, type, help);
+  value(o, name, v);
+}
+
+double u(const std::atomic<uint64_t>& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); }
+
+}  // namespace
+
+std::string metrics::prometheus() const {
+  std::string o;
+  std::map<int, uint64_t> by_status;
+  uint64_t pt, dt;
+  double ps, ds;
+  {
+    std::lock_guard lk(m_);
+    by_status = by_status_;
+    pt = prefill_tokens_;
+    dt = decode_tokens_;
+    ps = prefill_s_;
+    ds = decode_s_;
+  }
+  head(o, "cmfx_requests_total", "counter", "HTTP requests answered, by status code.");
+  for (const auto& [status, n] : by_status) {
+    const std::string labels = "{status=\"" + std::to_string(status) + "\"}";
+    value(o, "cmfx_requests_total", static_cast<double>(n), labels.c_str());
+  }
+  metric(o, "cmfx_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", u(prompt_tokens));
+  metric(o, "cmfx_prompt_tokens_cached_total", "counter",
+         "Prompt tokens reused from a slot's state (prefix reuse) instead of being prefilled.", u(cached_tokens));
+  metric(o, "cmfx_completion_tokens_total", "counter", "Generated tokens of finished generations.",
+         u(completion_tokens));
+  metric(o, "cmfx_prefill_tokens_total", "counter", "Prompt tokens run through the model.", static_cast<double>(pt));
+  metric(o, "cmfx_prefill_seconds_total", "counter", "Seconds spent in prefill steps.", ps);
+  metric(o, "cmfx_decode_tokens_total", "counter", "Tokens produced by decode steps.", static_cast<double>(dt));
+  metric(o, "cmfx_decode_seconds_total", "counter", "Seconds spent in decode steps (forward + sampling).", ds);
+  metric(o, "cmfx_prompt_tokens_per_second", "gauge", "Prefill throughput since start (tokens / prefill seconds).",
+         ps > 0 ? static_cast<double>(pt) / ps : 0.0);
+  metric(o, "cmfx_decode_tokens_per_second", "gauge",
+         "Decode throughput since start, all slots together (tokens / decode seconds).",
+         ds > 0 ? static_cast<double>(dt) / ds : 0.0);
+  metric(o, "cmfx_requests_cancelled_total", "counter", "Generations stopped because the client went away.",
+         u(cancelled));
+  metric(o, "cmfx_requests_timed_out_total", "counter", "Generations stopped by --timeout-s.", u(timed_out));
+  metric(o, "cmfx_requests_failed_total", "counter", "Generations stopped by an internal error.", u(failed));
+  metric(o, "cmfx_queue_depth", "gauge", "Requests waiting for a slot.", u(queue_depth));
+  metric(o, "cmfx_busy_slots", "gauge", "Slots generating for a request.", u(busy_slots));
+  metric(o, "cmfx_slots", "gauge", "Slots (--parallel).", static_cast<double>(slots));
+  metric(o, "cmfx_state_bytes", "gauge",
+         "Bytes allocated for per-sequence model state (KV rings, compressed entries; snapshots included).",
+         u(state_bytes));
+  return o;
+}
+
+}  // namespace cmfx::driver::serve

@@ -1,0 +1,48 @@
+#pragma once
+// Server counters and gauges, rendered as Prometheus text (GET /metrics). Thread-safe.
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace cmfx::driver::serve {
+
+class metrics {
+ public:
+  void count_request(int status) {
+    std::lock_guard lk(m_);
+    ++by_status_[status];
+  }
+  void add_prefill(uint64_t tokens, double seconds) {
+    std::lock_guard lk(m_);
+    prefill_tokens_ += tokens;
+    prefill_s_ += seconds;
+  }
+  void add_decode(uint64_t tokens, double seconds) {
+    std::lock_guard lk(m_);
+    decode_tokens_ += tokens;
+    decode_s_ += seconds;
+  }
+  uint64_t requests_with_status(int status) const {
+    std::lock_guard lk(m_);
+    const auto it = by_status_.find(status);
+    return it == by_status_.end() ? 0 : it->second;
+  }
+
+  std::atomic<uint64_t> prompt_tokens{0}, cached_tokens{0}, completion_tokens{0};
+  std::atomic<uint64_t> cancelled{0}, timed_out{0}, failed{0};
+  std::atomic<uint64_t> queue_depth{0}, busy_slots{0}, state_bytes{0};
+  uint64_t slots = 0;
+
+  /// Prometheus text exposition format 0.0.4.
+  std::string prometheus() const;
+
+ private:
+  mutable std::mutex m_;
+  std::map<int, uint64_t> by_status_;
+  uint64_t prefill_tokens_ = 0, decode_tokens_ = 0;
+  double prefill_s_ = 0.0, decode_s_ = 0.0;
+};
+
+}  // namespace cmfx::driver::serve

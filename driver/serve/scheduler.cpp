@@ -1,0 +1,330 @@
+// The scheduler thread: admission, round-robin steps (prefill chunks and decode tokens), prefix reuse,
+// cancellation and timeouts. See scheduler.hpp.
+#include "serve/scheduler.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace cmfx::driver::serve {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+uint64_t vec_bytes(const std::vector<float>& v) { return v.capacity() * sizeof(float); }
+
+uint64_t state_bytes(const dsv4_state& st) {
+  uint64_t b = 0;
+  for (const auto& l : st.layers())
+    b += vec_bytes(l.ring) + vec_bytes(l.comp.kv) + vec_bytes(l.comp.score) + vec_bytes(l.comp.entries) +
+         vec_bytes(l.ix.kv) + vec_bytes(l.ix.score) + vec_bytes(l.ix.entries);
+  return b;
+}
+
+template <class A, class B>
+uint64_t common_prefix(const A& a, const B& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && static_cast<int64_t>(a[i]) == static_cast<int64_t>(b[i])) ++i;
+  return i;
+}
+
+gen_result error_result(int status, const std::string& message, const std::string& type, const std::string& code) {
+  gen_result r;
+  r.error_status = status;
+  r.error_message = message;
+  r.error_type = type;
+  r.error_code = code;
+  return r;
+}
+
+}  // namespace
+
+scheduler::scheduler(dsv4_model& model, const tokenizer& tok, scheduler_options o, metrics& m)
+    : model_(model), tok_(tok), o_(o), m_(m), vocab_(model.config().vocab), slots_(o.parallel) {
+  m_.slots = o_.parallel;
+  thread_ = std::thread([this] { loop(); });
+}
+
+scheduler::~scheduler() { abort(); }
+
+submit_status scheduler::submit(std::shared_ptr<job> j) {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return submit_status::shutting_down;
+    if (waiting_.size() + busy_ >= size_t{o_.parallel} + o_.queue) return submit_status::queue_full;
+    waiting_.push_back(std::move(j));
+    m_.queue_depth = waiting_.size();
+  }
+  cv_.notify_all();
+  return submit_status::ok;
+}
+
+size_t scheduler::load() const {
+  std::lock_guard lk(mu_);
+  return waiting_.size() + busy_;
+}
+
+void scheduler::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void scheduler::abort() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = aborting_ = true;
+    for (auto& j : waiting_) j->cancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void scheduler::loop() {
+  for (;;) {
+    std::vector<std::shared_ptr<job>> admitted;
+    bool aborting = false;
+    {
+      std::unique_lock lk(mu_);
+      expire_waiting();
+      while (!waiting_.empty() && busy_ < o_.parallel) {
+        admitted.push_back(std::move(waiting_.front()));
+        waiting_.pop_front();
+        ++busy_;
+      }
+      m_.queue_depth = waiting_.size();
+      m_.busy_slots = busy_;
+      aborting = aborting_;
+      if (busy_ == 0 && waiting_.empty()) {
+        if (stopping_) return;
+        cv_.wait_for(lk, std::chrono::milliseconds(100));
+        continue;
+      }
+    }
+    for (auto& j : admitted) assign(std::move(j));
+    for (slot& s : slots_) {
+      if (!s.j) continue;
+      if (aborting) s.j->cancel();
+      step(s);
+    }
+  }
+}
+
+// Under mu_: queued requests that were cancelled or ran out of time leave the queue.
+void scheduler::expire_waiting() {
+  const auto now = clock_type::now();
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    job& j = **it;
+    if (j.cancelled()) {
+      ++m_.cancelled;
+      j.finish(error_result(499, "request cancelled", "server_error", "cancelled"));
+    } else if (now >= j.deadline()) {
+      ++m_.timed_out;
+      j.finish(
+          error_result(504, "request timed out while waiting for a slot (--timeout-s)", "server_error", "timeout"));
+    } else {
+      ++it;
+      continue;
+    }
+    it = waiting_.erase(it);
+  }
+}
+
+// Tokens of `prompt` a slot can keep: the common prefix with its live state or its snapshot, at most
+// prompt.size() − 1 (the last prompt token must run to give logits), and only where the state can be rolled back
+// to it (within dsv4_rollback_tokens of its end, or no roll-back at all).
+uint64_t scheduler::usable_prefix(const slot& s, const std::vector<int32_t>& prompt, bool& from_snap) const {
+  const uint64_t limit = prompt.empty() ? 0 : prompt.size() - 1;
+  auto usable = [&](const std::vector<uint32_t>& held) -> uint64_t {
+    const uint64_t l = std::min<uint64_t>(common_prefix(held, prompt), limit);
+    return held.size() - l <= dsv4_rollback_tokens ? l : 0;
+  };
+  from_snap = false;
+  const uint64_t live = usable(s.tokens);
+  if (s.has_snap) {
+    const uint64_t snap = usable(s.snap_tokens);
+    if (snap > live) {
+      from_snap = true;
+      return snap;
+    }
+  }
+  return live;
+}
+
+void scheduler::assign(std::shared_ptr<job> j) {
+  const auto& prompt = j->req.prompt;
+  slot* best = nullptr;
+  uint64_t best_n = 0;
+  bool best_snap = false;
+  for (slot& s : slots_) {
+    if (s.j) continue;
+    bool snap = false;
+    const uint64_t n = usable_prefix(s, prompt, snap);
+    if (!best || n > best_n || (n == best_n && s.last_used < best->last_used)) {
+      best = &s;
+      best_n = n;
+      best_snap = snap;
+    }
+  }
+  slot& s = *best;  // a free slot exists: busy_ counted this job
+  s.j = std::move(j);
+  try {
+    if (s.state.layers().empty()) s.state = model_.new_state();
+    if (best_snap) {
+      s.state = s.snap;
+      s.tokens = s.snap_tokens;
+    }
+    if (best_n == 0) {
+      s.state.reset();
+      s.tokens.clear();
+    } else if (best_n < s.tokens.size()) {
+      s.state.truncate(best_n);
+      s.tokens.resize(best_n);
+    }
+    sampling_params sp = s.j->req.sp;
+    sp.stop_tokens.clear();
+    if (!s.j->req.ignore_eos) sp.stop_tokens.push_back(static_cast<int32_t>(model_.config().eos));
+    if (!s.smp) s.smp = std::make_unique<sampler>(vocab_, sp);
+    s.smp->set_params(std::move(sp));
+    s.smp->reset();
+    s.smp->set_prompt(prompt);
+    s.out = std::make_unique<output_pipeline>(tok_, s.j->req);
+  } catch (const std::exception& e) {
+    s.prefill_pos = prompt.size();
+    fail(s, 500, std::string("could not start the generation: ") + e.what(), "server_error", "internal_error");
+    return;
+  }
+  s.prefill_pos = best_n;
+  s.cached = best_n;
+  s.generated = 0;
+  s.pending = -1;
+}
+
+void scheduler::step(slot& s) {
+  job& j = *s.j;
+  if (j.cancelled()) {
+    ++m_.cancelled;
+    end(s, error_result(499, "request cancelled", "server_error", "cancelled"));
+    return;
+  }
+  if (clock_type::now() >= j.deadline()) {
+    ++m_.timed_out;
+    end(s, error_result(504, "request timed out (--timeout-s)", "server_error", "timeout"));
+    return;
+  }
+  const auto& prompt = j.req.prompt;
+  try {
+    if (s.prefill_pos < prompt.size()) {
+      const size_t n = std::min<size_t>(o_.prefill_chunk, prompt.size() - s.prefill_pos);
+      const bool last = s.prefill_pos + n == prompt.size();
+      std::vector<uint32_t> ids(prompt.begin() + static_cast<std::ptrdiff_t>(s.prefill_pos),
+                                prompt.begin() + static_cast<std::ptrdiff_t>(s.prefill_pos + n));
+      const auto t0 = clock_type::now();
+      s.logits = model_.forward(ids, s.state, last ? dsv4_logits::last : dsv4_logits::none);
+      m_.add_prefill(n, seconds_since(t0));
+      s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
+      s.prefill_pos += n;
+      if (last) {
+        if (o_.snapshot) {
+          s.snap = s.state;
+          s.snap_tokens = s.tokens;
+          s.has_snap = true;
+        }
+        const auto t1 = clock_type::now();
+        sample_and_emit(s);
+        m_.add_decode(1, seconds_since(t1));
+      }
+    } else {
+      const auto t0 = clock_type::now();
+      const uint32_t one[1] = {static_cast<uint32_t>(s.pending)};
+      s.logits = model_.forward(one, s.state, dsv4_logits::last);
+      s.tokens.push_back(one[0]);
+      sample_and_emit(s);
+      m_.add_decode(1, seconds_since(t0));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cmfx serve: generation failed: %s\n", e.what());
+    fail(s, 500, std::string("generation failed: ") + e.what(), "server_error", "internal_error");
+    return;
+  }
+  if (s.j) update_bytes(s);
+}
+
+void scheduler::sample_and_emit(slot& s) {
+  job& j = *s.j;
+  const sample_result& r = s.smp->sample(s.logits);
+  ++s.generated;
+  gen_event ev;
+  std::string reason;
+  if (r.stop) {
+    reason = "stop";
+  } else {
+    if (j.req.top_logprobs >= 0) {
+      token_info ti{r.token, r.logprob, {}};
+      ti.top.assign(r.top_logprobs.begin(), r.top_logprobs.end());
+      ev.tokens.push_back(std::move(ti));
+    }
+    if (s.out->push(r.token, ev))
+      reason = "stop";
+    else if (s.generated >= j.req.max_tokens || s.tokens.size() + 1 >= o_.ctx)
+      reason = "length";
+  }
+  if (reason.empty()) {
+    j.push(std::move(ev));
+    s.pending = r.token;
+    return;
+  }
+  s.out->finish(ev);
+  j.push(std::move(ev));
+  gen_result res;
+  res.finish_reason = (reason == "stop" && s.out->tool_calls() > 0) ? "tool_calls" : reason;
+  end(s, std::move(res));
+}
+
+void scheduler::end(slot& s, gen_result r) {
+  const auto& req = s.j->req;
+  r.prompt_tokens = req.prompt.size();
+  r.cached_tokens = s.cached;
+  r.completion_tokens = s.generated;
+  r.reasoning_tokens = s.out ? s.out->reasoning_tokens() : 0;
+  m_.prompt_tokens += r.prompt_tokens;
+  m_.cached_tokens += r.cached_tokens;
+  m_.completion_tokens += r.completion_tokens;
+  s.j->finish(std::move(r));
+  s.j.reset();
+  s.out.reset();
+  s.last_used = ++tick_;
+  update_bytes(s);
+  std::lock_guard lk(mu_);
+  --busy_;
+  m_.busy_slots = busy_;
+}
+
+// The slot's state may be half-advanced: forget it so the next request starts clean.
+void scheduler::fail(slot& s, int status, const std::string& message, const std::string& type,
+                     const std::string& code) {
+  ++m_.failed;
+  s.state.reset();
+  s.tokens.clear();
+  s.has_snap = false;
+  s.snap = dsv4_state();
+  s.snap_tokens.clear();
+  end(s, error_result(status, message, type, code));
+}
+
+void scheduler::update_bytes(slot& s) {
+  s.bytes = state_bytes(s.state) + (s.has_snap ? state_bytes(s.snap) : 0);
+  uint64_t total = 0;
+  for (const slot& x : slots_) total += x.bytes;
+  m_.state_bytes = total;
+}
+
+}  // namespace cmfx::driver::serve

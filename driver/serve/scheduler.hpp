@@ -1,0 +1,100 @@
+#pragma once
+// The scheduler thread: it alone owns the model. Requests wait in a bounded FIFO queue; each iteration it moves
+// waiting requests into free slots, then gives every busy slot one step, round-robin: a prefill chunk
+// (--prefill-chunk prompt tokens) for a slot still reading its prompt, one token for a slot that is generating.
+// So prefill of a new request is interleaved with the decode steps of the others, and a new request joins at the
+// next iteration. The forward pass runs one sequence at a time (dsv4_model::forward takes one state); batching
+// the decode steps of several slots into one forward pass is the next step (docs/SERVING.md).
+//
+// Prefix reuse: a free slot keeps its token vector and state (and, with the snapshot option, a copy of the state
+// at the end of its last prompt). A new request goes to the free slot that shares the longest usable prefix with
+// its prompt; the state is rolled back to that prefix (dsv4_state::truncate, within dsv4_rollback_tokens of the
+// end) or reset, and only the rest of the prompt is prefilled.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cmfx/text/tokenizer.hpp"
+#include "model/dsv4_forward.hpp"
+#include "serve/job.hpp"
+#include "serve/metrics.hpp"
+#include "serve/output.hpp"
+
+namespace cmfx::driver::serve {
+
+struct scheduler_options {
+  unsigned parallel = 1;
+  unsigned queue = 16;
+  uint64_t ctx = 4096;
+  uint64_t prefill_chunk = 256;
+  bool snapshot = true;
+};
+
+enum class submit_status { ok, queue_full, shutting_down };
+
+class scheduler {
+ public:
+  scheduler(dsv4_model& model, const tokenizer& tok, scheduler_options o, metrics& m);
+  ~scheduler();
+  scheduler(const scheduler&) = delete;
+  scheduler& operator=(const scheduler&) = delete;
+
+  /// Queues a request (never blocks): queue_full when parallel + queue requests are already in the server.
+  submit_status submit(std::shared_ptr<job> j);
+  /// Requests waiting or generating.
+  size_t load() const;
+  /// Lets the queued and running requests finish, then stops the thread (new submits get shutting_down).
+  void stop();
+  /// Cancels every queued and running request (they end with an error), then stops the thread.
+  void abort();
+
+ private:
+  struct slot {
+    dsv4_state state;  // holds exactly `tokens`
+    std::vector<uint32_t> tokens;
+    dsv4_state snap;  // state at the end of the last prompt (snapshot option)
+    std::vector<uint32_t> snap_tokens;
+    bool has_snap = false;
+    std::unique_ptr<sampler> smp;
+    std::shared_ptr<job> j;  // the request it serves, or null (free)
+    std::unique_ptr<output_pipeline> out;
+    size_t prefill_pos = 0;  // next prompt index to run
+    uint64_t generated = 0;
+    uint64_t cached = 0;   // prompt tokens reused
+    int32_t pending = -1;  // sampled, not yet run through the model
+    std::vector<float> logits;
+    uint64_t last_used = 0;
+    uint64_t bytes = 0;
+  };
+
+  void loop();
+  void expire_waiting();
+  void assign(std::shared_ptr<job> j);
+  uint64_t usable_prefix(const slot& s, const std::vector<int32_t>& prompt, bool& from_snap) const;
+  void step(slot& s);
+  void sample_and_emit(slot& s);
+  void end(slot& s, gen_result r);
+  void fail(slot& s, int status, const std::string& message, const std::string& type, const std::string& code);
+  void update_bytes(slot& s);
+
+  dsv4_model& model_;
+  const tokenizer& tok_;
+  scheduler_options o_;
+  metrics& m_;
+  uint64_t vocab_;
+  std::vector<slot> slots_;
+  uint64_t tick_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<job>> waiting_;
+  size_t busy_ = 0;
+  bool stopping_ = false, aborting_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cmfx::driver::serve
