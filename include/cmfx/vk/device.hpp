@@ -39,6 +39,7 @@ struct device_options {
   bool allow_subgroup_ops = true;     ///< false: reductions through shared memory only
   bool allow_small_storage = true;    ///< false: no 8/16-bit storage access (32-bit word loads + bit extraction)
   bool allow_float64 = true;          ///< false: f32 accumulators in rmsnorm / softmax even if f64 exists
+  bool optimize_spirv = true;         ///< run spirv-opt's performance passes on every shader
   uint64_t max_binding_bytes = 0;     ///< cap on one storage-buffer binding (0: the device limit); tests only
   uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
 };
@@ -130,7 +131,7 @@ class commands {
   detail::commands_impl& impl() noexcept { return *p_; }
 
  private:
-  friend struct detail::device_impl;
+  friend class device;
   explicit commands(std::unique_ptr<detail::commands_impl> p);
   std::unique_ptr<detail::commands_impl> p_;
 };
@@ -154,7 +155,8 @@ class device {
   void upload(const view& dst, const std::vector<T>& v) { upload(dst, v.data(), v.size() * sizeof(T)); }
 
   commands begin();
-  /// Runs a recording and waits for it.
+  /// Runs a recording and waits for it. Submitting it again (without reset) runs the same work once more:
+  /// benchmarks repeat a recording without paying for recording it again.
   void submit(commands& c);
 
   struct memory_stats {

@@ -40,6 +40,12 @@ struct pipeline_stats {
   double compile_seconds = 0;
 };
 
+/// Work split of one matmul dispatch (shaders/matvec.comp). 0 = chosen by the kernels from the shape.
+struct matvec_tuning {
+  uint32_t split = 0;   ///< teams (subgroups) that share a row's columns, a power of two: more teams for few rows
+  uint32_t unroll = 0;  ///< chunks whose loads a lane issues before decoding them: 1, 2, 4 or 8
+};
+
 class kernels {
  public:
   /// Chooses the shader variants once from the device's features (subgroup size and operations, 8/16-bit
@@ -80,8 +86,16 @@ class kernels {
   /// pathological. sink holds >= 16 bytes.
   void stream_read(commands& c, view src, view sink);
 
-  /// Builds the pipelines of format f now (matvec, GEMM, dequant) so the first call does not pay for them.
-  void prepare(format f);
+  /// Caps the bytes of one weight binding below the device limit (0: no cap), so that tests can exercise the
+  /// row slicing that tensors larger than maxStorageBufferRange need (P14).
+  void set_binding_limit(uint64_t bytes);
+
+  /// Overrides the automatic matvec work split (benchmarks and tuning; all zero = automatic).
+  void set_tuning(const matvec_tuning& t);
+
+  /// Builds the pipelines of format f for matrices of rows x cols now (matvec, GEMM, dequant), so that the first
+  /// call does not pay for them.
+  void prepare(format f, uint64_t rows = 4096, uint64_t cols = 4096);
   pipeline_stats stats() const;
   /// The variant choices, one line (for logs).
   std::string describe() const;

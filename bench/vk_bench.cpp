@@ -1,0 +1,175 @@
+// cmfx-bench-vk: GPU matvec of every format at the model's real shapes, timed with Vulkan timestamp queries.
+// Names: vk_matvec/<format>/<rows>x<cols>. Counters: GBps (weight bytes read per second of GPU time) and roofline
+// (GBps / the bandwidth of a streaming-read kernel over a buffer much larger than the GPU's L2, measured in the
+// same run). Every benchmark rotates through copies of its weights whose total is >= --working-set (default
+// 512 MiB >> the 60 MB L2 of an H200), all dispatched in one recording between two timestamps, repeated until
+// the recording holds >= --submit-ms of GPU work. The recording is made once and submitted again and again: the
+// GPU is kept busy for >= --warmup-ms before timing (clocks ramp up) and the host adds no gaps while timing.
+// usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 200]
+//                      [--split S] [--unroll U] [--no-spirv-opt] [google-benchmark flags]
+//                      (S, U: override the automatic work split)
+// On lavapipe (CPU emulation) it runs, slowly: use --working-set 64 and --benchmark_filter to shorten it.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cmfx/formats/format_list.hpp"
+#include "cmfx/vk/kernels.hpp"
+
+namespace {
+
+using namespace cmfx;
+
+std::unique_ptr<gpu::device> g_dev;
+std::unique_ptr<gpu::kernels> g_kern;
+uint64_t g_working_set = 512ull << 20;
+double g_roofline = 0;  // bytes/s of stream_read
+double g_submit_s = 0.005, g_warmup_s = 0.2;
+gpu::matvec_tuning g_tune;
+
+/// The weights of the benchmark that runs now: one (format, shape) at a time, freed when the next one starts.
+struct weights {
+  format fmt{};
+  uint64_t rows = 0, cols = 0, bytes = 0;
+  std::vector<gpu::gpu_matrix> copies;
+  gpu::buffer x, y;
+};
+weights g_w;
+
+template <class F>
+weights& get_weights(uint64_t rows, uint64_t cols) {
+  if (g_w.fmt == F::id && g_w.rows == rows && g_w.cols == cols && !g_w.copies.empty()) return g_w;
+  g_w = weights{};
+  std::vector<float> v(rows * cols);
+  std::mt19937_64 g(rows * 131 + cols);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  for (auto& f : v) f = nd(g);
+  const encoded_matrix e = F::encode(v.data(), rows, cols);
+  const matrix_view mv{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                       e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  g_w.fmt = F::id, g_w.rows = rows, g_w.cols = cols;
+  g_w.bytes = e.data.size() + e.scale.size();
+  const uint64_t n = std::max<uint64_t>(2, (g_working_set + g_w.bytes - 1) / g_w.bytes);
+  for (uint64_t i = 0; i < n; ++i) g_w.copies.push_back(gpu::upload_matrix(*g_dev, F::id, mv));
+  std::vector<float> x(cols);
+  for (auto& f : x) f = nd(g) * 50.0f;
+  g_w.x = g_dev->alloc(cols * 4);
+  g_dev->upload(g_w.x, x);
+  g_w.y = g_dev->alloc(rows * 4);
+  return g_w;
+}
+
+/// Submits c again and again for at least `seconds` of wall time (GPU clocks ramp up under sustained load).
+void warm_up(gpu::commands& c, double seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  do g_dev->submit(c);
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds);
+}
+
+template <class F>
+void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols) {
+  weights& w = get_weights<F>(rows, cols);
+  const uint64_t pass = w.bytes * w.copies.size();
+  const uint64_t reps = std::max<uint64_t>(1, uint64_t(g_roofline * g_submit_s) / pass);
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  for (uint64_t r = 0; r < reps; ++r)
+    for (const auto& m : w.copies) g_kern->matmul(c, m, w.x, 1, w.y);
+  const uint32_t t1 = c.timestamp();
+  warm_up(c, g_warmup_s);
+  double secs = 0;
+  uint64_t bytes = 0;
+  while (st.KeepRunningBatch(int64_t(reps * w.copies.size()))) {
+    g_dev->submit(c);
+    const double s = c.seconds(t0, t1);
+    st.SetIterationTime(s);
+    secs += s;
+    bytes += pass * reps;
+  }
+  st.counters["GBps"] = secs > 0 ? double(bytes) / secs / 1e9 : 0.0;
+  st.counters["roofline"] = secs > 0 ? double(bytes) / secs / g_roofline : 0.0;
+  st.counters["MB"] = double(w.bytes) / 1e6;
+}
+
+/// Best of 5 streaming reads of a buffer of max(1 GiB, ...) capped by a quarter of the device heap.
+double measure_roofline(uint64_t& bytes_out) {
+  const uint64_t bytes = std::min<uint64_t>(1ull << 30, g_dev->info().device_local_bytes / 4) / 16 * 16;
+  gpu::buffer src = g_dev->alloc(bytes), sink = g_dev->alloc(256);
+  {
+    std::vector<uint8_t> junk(64ull << 20);
+    for (size_t i = 0; i < junk.size(); ++i) junk[i] = uint8_t(i * 2654435761u >> 13);
+    for (uint64_t off = 0; off < bytes; off += junk.size())
+      g_dev->upload(gpu::view(src, off, std::min<uint64_t>(junk.size(), bytes - off)), junk.data(),
+                    std::min<uint64_t>(junk.size(), bytes - off));
+  }
+  double best = 0;
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  g_kern->stream_read(c, src, sink);
+  const uint32_t t1 = c.timestamp();
+  warm_up(c, g_warmup_s);
+  for (int r = 0; r < 5; ++r) {
+    g_dev->submit(c);
+    best = std::max(best, double(bytes) / c.seconds(t0, t1));
+  }
+  bytes_out = bytes;
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gpu::device_options opt;
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--device" && i + 1 < argc) opt.index = std::stoi(argv[++i]);
+    else if (a == "--cache-dir" && i + 1 < argc) opt.cache_dir = argv[++i];
+    else if (a == "--working-set" && i + 1 < argc) g_working_set = std::stoull(argv[++i]) << 20;
+    else if (a == "--no-spirv-opt") opt.optimize_spirv = false;
+    else if (a == "--submit-ms" && i + 1 < argc) g_submit_s = std::stod(argv[++i]) / 1e3;
+    else if (a == "--warmup-ms" && i + 1 < argc) g_warmup_s = std::stod(argv[++i]) / 1e3;
+    else if (a == "--split" && i + 1 < argc) g_tune.split = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--unroll" && i + 1 < argc) g_tune.unroll = uint32_t(std::stoul(argv[++i]));
+    else rest.push_back(argv[i]);
+  }
+  try {
+    g_dev = std::make_unique<gpu::device>(opt);
+    g_kern = std::make_unique<gpu::kernels>(*g_dev);
+    g_kern->set_tuning(g_tune);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cmfx-bench-vk: %s\n", e.what());
+    return 1;
+  }
+  std::printf("device: %s\nvariants: %s\n", g_dev->info().describe().c_str(), g_kern->describe().c_str());
+  uint64_t rb = 0;
+  g_roofline = measure_roofline(rb);
+  std::printf("read roofline: %.1f GB/s (stream_read over %llu MiB, timestamps); working set per benchmark >= %llu MiB\n",
+              g_roofline / 1e9, (unsigned long long)(rb >> 20), (unsigned long long)(g_working_set >> 20));
+  std::fflush(stdout);
+  const std::pair<uint64_t, uint64_t> shapes[] = {{1024, 4096}, {32768, 1024}, {2048, 4096}, {4096, 2048}, {4096, 8192}};
+  for_each_type(all_formats{}, [&]<class F>() {
+    for (const auto& [r, c] : shapes) {
+      if (!F::shape_ok(r, c)) continue;
+      const std::string name =
+          "vk_matvec/" + std::string(F::name) + "/" + std::to_string(r) + "x" + std::to_string(c);
+      benchmark::RegisterBenchmark(name.c_str(), [r = r, c = c](benchmark::State& st) { bm_matvec<F>(st, r, c); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  });
+  int ac = int(rest.size());
+  benchmark::Initialize(&ac, rest.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  g_w = weights{};
+  g_kern.reset();
+  g_dev.reset();
+  return 0;
+}

@@ -1,0 +1,352 @@
+// Weight-format decoding for matvec.comp and dequant.comp. Every constant below (FMT_*, HALF_*, LADDER_*, Q4_*,
+// TAB_*, ...) is a #define generated on the host from the C++ format traits (src/vk/formats_gpu.cpp,
+// include/cmfx/formats/); the per-code values of E2M1 / E4M3 and exp2 of every f16 come in the `tab` buffer,
+// also computed on the host from the traits. Nothing about a format is typed here except how the bits combine.
+//
+// A format provides (r = row relative to the dispatch's first row, slot = its row slot in the workgroup):
+//   CHUNK (preamble)            elements decoded at once on the fast path (one 16-byte load, 8 for q2tp)
+//   tables_init(wg)             per-workgroup tables (LUTs, ladders of the workgroup's ROWS_PER_WG rows);
+//                               contains a barrier when it needs one: every invocation must call it
+//   row_t row_begin(r, slot)    per-row values (row scale, ladder slot, scale-tile row)
+//   raw_t fetch(R, r, k)        the loads of chunk k of row r (fast path: cols % CHUNK == 0, planes aligned)
+//   chunk_scale(R, q)           the chunk's scale (1 for dense formats)
+//   decode4(R, q, s, k, j)      values 4j .. 4j+3 of the chunk (j < CHUNK/4, a constant at every call site:
+//                               no arrays, so no driver can leave a chunk's values in local memory)
+//   decode_elem(R, r, c)        element (r, c), any shape and alignment (generic path)
+// Both paths produce exactly F::decode_row's f32 values: the same products in the same order.
+
+layout(push_constant) uniform mat_pc {
+  uint rows;      // rows in this dispatch
+  uint cols;
+  uint n;         // batch rows of x / y (matvec)
+  uint r0;        // global index of row 0 of this dispatch (FP8 scale tiles)
+  uint res0;      // byte offsets of the dispatch's start inside bindings 0, 1, 2
+  uint res1;
+  uint res2;
+  uint e_off;     // q4_block / q4t: element offset of row 0 inside its first 32-group
+  uint xoff;      // float offset of x (matvec)
+  uint x_stride;  // floats between batch rows of x
+  uint yoff;      // float offset of y / out
+  uint y_stride;  // floats between batch rows of y
+  uint aux0;      // groups (or scale tiles) per row
+  uint aux1;      // ladder code bytes per row
+  uint fast;      // 1: chunked fast path
+  uint pad;
+} pc;
+
+layout(std430, binding = 0) readonly buffer W0 { uint w0[]; };
+layout(std430, binding = 0) readonly buffer W0Q { uvec4 w0q[]; };
+layout(std430, binding = 0) readonly buffer W0D { uvec2 w0d[]; };
+layout(std430, binding = 1) readonly buffer W1 { uint w1[]; };
+layout(std430, binding = 2) readonly buffer W2 { uint w2[]; };
+// Host tables (TAB_* offsets in words): exp2f of every f16 bit pattern (ladders), E2M1 and E4M3 code values.
+layout(std430, binding = 5) readonly buffer TABF { float tabf[]; };
+#if HAS_STORAGE8
+layout(std430, binding = 0) readonly buffer W0B { uint8_t w0b[]; };
+layout(std430, binding = 1) readonly buffer W1B { uint8_t w1b[]; };
+layout(std430, binding = 2) readonly buffer W2B { uint8_t w2b[]; };
+#define LD8(B8, W, b) uint(B8[b])
+#else
+#define LD8(B8, W, b) ((W[(b) >> 2] >> (((b) & 3u) << 3)) & 0xFFu)
+#endif
+#if HAS_STORAGE16
+layout(std430, binding = 0) readonly buffer W0H { uint16_t w0h[]; };  // q4t's 18-byte tiles are 2-byte aligned
+#endif
+
+// Byte, half-word and word loads at any byte offset of a plane.
+#define DEF_LOADERS(P, W, B8)                                                        \
+  uint ld8_##P(uint b) { return LD8(B8, W, b); }                                          \
+  uint ld16_##P(uint b) {                                                                 \
+    const uint s = (b & 3u) << 3, i = b >> 2;                                             \
+    return ((W[i] >> s) | (s == 24u ? W[i + 1u] << 8 : 0u)) & 0xFFFFu;                    \
+  }                                                                                       \
+  uint ld32_##P(uint b) {                                                                 \
+    const uint s = (b & 3u) << 3;                                                         \
+    const uint v = W[b >> 2];                                                             \
+    return s == 0u ? v : (v >> s) | (W[(b >> 2) + 1u] << (32u - s));                     \
+  }
+DEF_LOADERS(w0, w0, w0b)
+DEF_LOADERS(w1, w1, w1b)
+DEF_LOADERS(w2, w2, w2b)
+
+// 16 bytes of plane 0 at any byte offset (q4t tiles are 18 bytes).
+uvec4 ld128_w0(uint b) {
+  const uint i = b >> 2, s = (b & 3u) << 3;
+  const uvec4 a = uvec4(w0[i], w0[i + 1u], w0[i + 2u], w0[i + 3u]);
+  if (s == 0u) return a;
+  const uint e = w0[i + 4u], t = 32u - s;
+  return uvec4((a.x >> s) | (a.y << t), (a.y >> s) | (a.z << t), (a.z >> s) | (a.w << t), (a.w >> s) | (e << t));
+}
+
+// ---------------------------------------------------------------- scalar element decoders (exact)
+// IEEE half: no denormal ever enters a floating-point operation (some devices flush them): subnormal halves are
+// integer × 2^(1 − bias − mantissa bits), exact.
+#define HALF_SUBNORMAL_UNIT uintBitsToFloat(uint(128 - HALF_BIAS - HALF_MAN_BITS) << 23)  // 2^(1 - bias - m)
+float half_bits(uint h) {
+  const uint em = h & 0x7FFFu;
+  const float v = em < (1u << HALF_MAN_BITS) ? float(em) * HALF_SUBNORMAL_UNIT : unpackHalf2x16(em).x;
+  return (h & (1u << (HALF_EXP_BITS + HALF_MAN_BITS))) != 0u ? -v : v;
+}
+// Two halves of a word at once (one conversion instruction), subnormals fixed up as above.
+vec2 half2_bits(uint w) {
+  vec2 v = unpackHalf2x16(w);
+  const uint lo = w & 0x7FFFu, hi = (w >> 16) & 0x7FFFu, sbit = 1u << (HALF_EXP_BITS + HALF_MAN_BITS);
+  if (lo < (1u << HALF_MAN_BITS)) v.x = ((w & sbit) != 0u ? -1.0 : 1.0) * (float(lo) * HALF_SUBNORMAL_UNIT);
+  if (hi < (1u << HALF_MAN_BITS)) v.y = (((w >> 16) & sbit) != 0u ? -1.0 : 1.0) * (float(hi) * HALF_SUBNORMAL_UNIT);
+  return v;
+}
+float bf16_bits(uint h) { return uintBitsToFloat(h << (32u - BF16_TOTAL_BITS)); }
+// UE8M0: 2^(k − bias), the all-ones code is NaN; below 2^−126 the result is an f32 subnormal built from bits.
+float ue8m0_bits(uint k) {
+  if (k == UE8M0_NAN_CODE) return uintBitsToFloat(0x7FC00000u);
+  const int e = int(k) - UE8M0_BIAS;
+  return uintBitsToFloat(e >= -126 ? uint(e + 127) << 23 : 1u << uint(e + 149));
+}
+
+#if defined(FMT_MXFP4) || defined(FMT_FP8_B128) || defined(FMT_FP8_B32)
+#if SCALE_F32
+uint load_scale_raw(uint idx) { return ld32_w1(pc.res1 + 4u * idx); }
+float scale_value(uint raw) { return uintBitsToFloat(raw); }
+#else
+uint load_scale_raw(uint idx) { return ld8_w1(pc.res1 + idx); }
+float scale_value(uint raw) { return ue8m0_bits(raw); }
+#endif
+#endif
+
+// The loads of one chunk: up to 16 bytes of values and one word of scale / code.
+struct raw_t {
+  uvec4 q;
+  uint a;
+};
+// Per-row values: row scale (q8), ladder slot (q4tp/q2tp), first scale of the tile row (fp8).
+struct row_t {
+  float s;
+  uint slot;
+  uint tile;
+};
+
+// ---------------------------------------------------------------- per format
+#if defined(FMT_F32)
+#if CHUNK != 4
+#error "f32 chunks are one 16-byte load"
+#endif
+void tables_init(uint wg) {}
+row_t row_begin(uint r, uint slot) { return row_t(0.0, 0u, 0u); }
+raw_t fetch(row_t R, uint r, uint k) { return raw_t(w0q[(pc.res0 >> 4) + r * (pc.cols >> 2) + k], 0u); }
+float chunk_scale(row_t R, raw_t q) { return 1.0; }
+vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) { return uintBitsToFloat(q.q); }
+float decode_elem(row_t R, uint r, uint c) { return uintBitsToFloat(ld32_w0(pc.res0 + (r * pc.cols + c) * 4u)); }
+
+#elif defined(FMT_F16) || defined(FMT_BF16)
+#if CHUNK != 8
+#error "16-bit chunks are one 16-byte load"
+#endif
+void tables_init(uint wg) {}
+row_t row_begin(uint r, uint slot) { return row_t(0.0, 0u, 0u); }
+raw_t fetch(row_t R, uint r, uint k) { return raw_t(w0q[(pc.res0 >> 4) + r * (pc.cols >> 3) + k], 0u); }
+float chunk_scale(row_t R, raw_t q) { return 1.0; }
+vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
+  const uint a = q.q[2u * j], b = q.q[2u * j + 1u];
+#if defined(FMT_F16)
+  return vec4(half2_bits(a), half2_bits(b));
+#else
+  return vec4(bf16_bits(a & 0xFFFFu), bf16_bits(a >> 16), bf16_bits(b & 0xFFFFu), bf16_bits(b >> 16));
+#endif
+}
+float decode_elem(row_t R, uint r, uint c) {
+  const uint h = ld16_w0(pc.res0 + (r * pc.cols + c) * 2u);
+#if defined(FMT_F16)
+  return half_bits(h);
+#else
+  return bf16_bits(h);
+#endif
+}
+
+#elif defined(FMT_Q8_ROW) || defined(FMT_Q8_2F)
+#if CHUNK != 16
+#error "8-bit chunks are one 16-byte load"
+#endif
+void tables_init(uint wg) {}
+row_t row_begin(uint r, uint slot) { return row_t(half_bits(ld16_w1(pc.res1 + Q8_ROW_SCALE_BYTES * r)), 0u, 0u); }
+#if defined(FMT_Q8_2F)
+float col_scale(uint c) { return half_bits(ld16_w2(pc.res2 + Q8_COL_SCALE_BYTES * c)); }
+#endif
+raw_t fetch(row_t R, uint r, uint k) { return raw_t(w0q[(pc.res0 >> 4) + r * (pc.cols >> 4) + k], 0u); }
+float chunk_scale(row_t R, raw_t q) { return R.s; }
+vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
+  const int v = int(q.q[j]);
+  vec4 w = vec4(float(bitfieldExtract(v, 0, 8)), float(bitfieldExtract(v, 8, 8)), float(bitfieldExtract(v, 16, 8)),
+                float(bitfieldExtract(v, 24, 8))) * s;
+#if defined(FMT_Q8_2F)
+  // the 4 column scales: 2 words of a plane that may be 2-byte aligned only; (q * row) * col as the CPU
+  const uint b = pc.res2 + Q8_COL_SCALE_BYTES * (16u * k + 4u * j);
+  w = w * vec4(half2_bits(ld32_w2(b)), half2_bits(ld32_w2(b + 4u)));
+#endif
+  return w;
+}
+float decode_elem(row_t R, uint r, uint c) {
+  float v = float(bitfieldExtract(int(ld8_w0(pc.res0 + r * pc.cols + c)), 0, 8)) * R.s;
+#if defined(FMT_Q8_2F)
+  v = v * col_scale(c);
+#endif
+  return v;
+}
+
+#elif defined(FMT_Q4_BLOCK) || defined(FMT_Q4T)
+#if CHUNK != Q4_GROUP || Q4_GROUP_BYTES != 16
+#error "q4 chunks are one group of 16 nibble bytes"
+#endif
+void tables_init(uint wg) {}
+row_t row_begin(uint r, uint slot) { return row_t(0.0, 0u, 0u); }
+// Flat groups of Q4_GROUP elements over the whole tensor; group g of this dispatch.
+#if Q4_TILED
+uint nib_byte(uint g, uint j) { return ld8_w0(pc.res0 + Q4_TILE_BYTES * g + Q4_GROUP_SCALE_BYTES + j); }
+#if HAS_STORAGE16  // tiles start on even bytes: 16-bit loads, no funnel shifts
+uint group_scale_bits(uint g) { return uint(w0h[(pc.res0 + Q4_TILE_BYTES * g) >> 1]); }
+uvec4 nib_bytes(uint g) {
+  const uint h = (pc.res0 + Q4_TILE_BYTES * g + Q4_GROUP_SCALE_BYTES) >> 1;
+  uvec4 q;
+  [[unroll]] for (uint i = 0u; i < 4u; ++i) q[i] = uint(w0h[h + 2u * i]) | (uint(w0h[h + 2u * i + 1u]) << 16);
+  return q;
+}
+#else
+uint group_scale_bits(uint g) { return ld16_w0(pc.res0 + Q4_TILE_BYTES * g); }
+uvec4 nib_bytes(uint g) { return ld128_w0(pc.res0 + Q4_TILE_BYTES * g + Q4_GROUP_SCALE_BYTES); }
+#endif
+#else
+uint group_scale_bits(uint g) { return ld16_w1(pc.res1 + Q4_GROUP_SCALE_BYTES * g); }
+uint nib_byte(uint g, uint j) { return ld8_w0(pc.res0 + Q4_GROUP_BYTES * g + j); }
+uvec4 nib_bytes(uint g) { return w0q[(pc.res0 >> 4) + g]; }
+#endif
+uint nibble(uint byte, uint odd) { return (odd == (Q4_LOW_FIRST != 0 ? 1u : 0u)) ? byte >> 4 : byte & 15u; }
+raw_t fetch(row_t R, uint r, uint k) {
+  const uint g = r * (pc.cols / Q4_GROUP) + k;
+  return raw_t(nib_bytes(g), group_scale_bits(g));
+}
+float chunk_scale(row_t R, raw_t q) { return half_bits(q.a); }
+vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {  // bytes 2j, 2j+1
+  const uint b = q.q[j >> 1] >> (16u * (j & 1u)), b0 = b & 0xFFu, b1 = (b >> 8) & 0xFFu;
+  return (vec4(float(nibble(b0, 0u)), float(nibble(b0, 1u)), float(nibble(b1, 0u)), float(nibble(b1, 1u))) - Q4_OFFSET) * s;
+}
+float decode_elem(row_t R, uint r, uint c) {
+  const uint i = pc.e_off + r * pc.cols + c, g = i / Q4_GROUP, j = i % Q4_GROUP;
+  return (float(nibble(nib_byte(g, j >> 1), j & 1u)) - Q4_OFFSET) * half_bits(group_scale_bits(g));
+}
+
+#elif defined(FMT_Q4TP) || defined(FMT_Q2TP)
+#if CHUNK != LADDER_GROUP
+#error "ladder chunks are one group"
+#endif
+// The per-row ladder t[c] = t[c-1] * 2^step, t[0] = 2^lo, built once per row by ONE invocation with a
+// sequential loop (the format's definition; 2^(lo + c*step) differs by ulps). 2^x of every f16 x comes from
+// the host table (exp2f of every f16, the table the CPU ladder kernels use).
+shared float ladder[ROWS_PER_WG * LADDER_RUNGS];
+void tables_init(uint wg) {
+  const uint j = gl_LocalInvocationID.x, r = wg * ROWS_PER_WG + j;
+  if (j < ROWS_PER_WG && r < pc.rows) {
+    const uint p = pc.res1 + LADDER_PARAM_BYTES * r;
+    const float ratio = tabf[TAB_EXP2 + ld16_w1(p + 2u)];
+    precise float t = tabf[TAB_EXP2 + ld16_w1(p)];
+    ladder[j * LADDER_RUNGS] = t;
+    for (uint c = 1u; c < LADDER_RUNGS; ++c) {
+      t = t * ratio;
+      ladder[j * LADDER_RUNGS + c] = t;
+    }
+  }
+  barrier();
+}
+row_t row_begin(uint r, uint slot) { return row_t(0.0, slot, 0u); }
+uint group_code(uint r, uint g) {
+  const uint bit = LADDER_CODE_BITS * g;
+  return (ld16_w2(pc.res2 + r * pc.aux1 + (bit >> 3)) >> (bit & 7u)) & (LADDER_RUNGS - 1u);
+}
+float code_scale(row_t R, uint code) {
+#if LADDER_CODE0_ZERO
+  return code == 0u ? 0.0 : ladder[R.slot * LADDER_RUNGS + code - 1u];
+#else
+  return ladder[R.slot * LADDER_RUNGS + code];
+#endif
+}
+#define ELEMS_PER_BYTE (8u / LADDER_ELEM_BITS)
+#define ELEM_MASK ((1u << LADDER_ELEM_BITS) - 1u)
+// element i of a group from its byte (LSB first when LADDER_LOW_FIRST)
+uint ladder_elem(uint byte, uint i) {
+  const uint pos = i % ELEMS_PER_BYTE;
+  return (byte >> (LADDER_ELEM_BITS * (LADDER_LOW_FIRST != 0 ? pos : ELEMS_PER_BYTE - 1u - pos))) & ELEM_MASK;
+}
+raw_t fetch(row_t R, uint r, uint k) {
+  const uint g = r * pc.aux0 + k;
+#if LADDER_VALUE_BYTES == 16
+  const uvec4 q = w0q[(pc.res0 >> 4) + g];
+#else
+  const uvec4 q = uvec4(w0d[(pc.res0 >> 3) + g], 0u, 0u);
+#endif
+  return raw_t(q, group_code(r, k));
+}
+float chunk_scale(row_t R, raw_t q) { return code_scale(R, q.a); }
+// element i of the chunk's value bytes
+float lad_value(raw_t q, uint i) {
+  return float(ladder_elem((q.q[i / ELEMS_PER_BYTE / 4u] >> (8u * ((i / ELEMS_PER_BYTE) & 3u))) & 0xFFu, i));
+}
+vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
+  const uint i = 4u * j;
+  return (vec4(lad_value(q, i), lad_value(q, i + 1u), lad_value(q, i + 2u), lad_value(q, i + 3u)) - LADDER_OFFSET) * s;
+}
+float decode_elem(row_t R, uint r, uint c) {
+  const uint g = c / LADDER_GROUP, i = c % LADDER_GROUP;
+  const uint byte = ld8_w0(pc.res0 + (r * pc.aux0 + g) * LADDER_VALUE_BYTES + i / ELEMS_PER_BYTE);
+  return (float(ladder_elem(byte, i)) - LADDER_OFFSET) * code_scale(R, group_code(r, g));
+}
+
+#elif defined(FMT_MXFP4)
+#if CHUNK != MX_BLOCK || MX_BLOCK_BYTES != 16
+#error "mxfp4 chunks are one block of 16 bytes"
+#endif
+shared float e2m1_lut[16];
+void tables_init(uint wg) {
+  if (gl_LocalInvocationID.x < 16u) e2m1_lut[gl_LocalInvocationID.x] = tabf[TAB_E2M1 + gl_LocalInvocationID.x];
+  barrier();
+}
+row_t row_begin(uint r, uint slot) { return row_t(0.0, 0u, 0u); }
+uint mx_nibble(uint byte, uint odd) { return (odd == (MX_LOW_FIRST != 0 ? 1u : 0u)) ? byte >> 4 : byte & 15u; }
+raw_t fetch(row_t R, uint r, uint k) {
+  const uint blk = r * pc.aux0 + k;
+  return raw_t(w0q[(pc.res0 >> 4) + blk], load_scale_raw(blk));
+}
+float chunk_scale(row_t R, raw_t q) { return scale_value(q.a); }
+vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {  // bytes 2j, 2j+1
+  const uint b = q.q[j >> 1] >> (16u * (j & 1u)), b0 = b & 0xFFu, b1 = (b >> 8) & 0xFFu;
+  return vec4(e2m1_lut[mx_nibble(b0, 0u)], e2m1_lut[mx_nibble(b0, 1u)], e2m1_lut[mx_nibble(b1, 0u)],
+              e2m1_lut[mx_nibble(b1, 1u)]) * s;
+}
+float decode_elem(row_t R, uint r, uint c) {
+  const uint blk = r * pc.aux0 + c / MX_BLOCK;
+  const uint b = ld8_w0(pc.res0 + blk * MX_BLOCK_BYTES + (c % MX_BLOCK) / 2u);
+  return e2m1_lut[mx_nibble(b, c & 1u)] * scale_value(load_scale_raw(blk));
+}
+
+#elif defined(FMT_FP8_B128) || defined(FMT_FP8_B32)
+#if CHUNK != 16 || (FP8_TILE % 16) != 0
+#error "fp8 chunks are one 16-byte load inside one scale tile"
+#endif
+shared float e4m3_lut[256];
+void tables_init(uint wg) {
+  for (uint i = gl_LocalInvocationID.x; i < 256u; i += WG_SIZE) e4m3_lut[i] = tabf[TAB_E4M3 + i];
+  barrier();
+}
+row_t row_begin(uint r, uint slot) { return row_t(0.0, 0u, ((pc.r0 + r) / FP8_TILE) * pc.aux0); }
+raw_t fetch(row_t R, uint r, uint k) {
+  return raw_t(w0q[(pc.res0 >> 4) + r * (pc.cols >> 4) + k], load_scale_raw(R.tile + (k * 16u) / FP8_TILE));
+}
+float chunk_scale(row_t R, raw_t q) { return scale_value(q.a); }
+vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
+  const uint v = q.q[j];
+  return vec4(e4m3_lut[v & 0xFFu], e4m3_lut[(v >> 8) & 0xFFu], e4m3_lut[(v >> 16) & 0xFFu], e4m3_lut[v >> 24]) * s;
+}
+float decode_elem(row_t R, uint r, uint c) {
+  return e4m3_lut[ld8_w0(pc.res0 + r * pc.cols + c)] * scale_value(load_scale_raw(R.tile + c / FP8_TILE));
+}
+
+#else
+#error "no weight format defined (the host preamble must define one FMT_*)"
+#endif

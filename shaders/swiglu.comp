@@ -1,0 +1,27 @@
+#version 460
+#extension GL_GOOGLE_include_directive : require
+// Clamped SwiGLU (ops/routing.hpp swiglu_clamp): out = silu(min(g, L)) · clamp(v, −L, L) · weight in f32, in
+// that order; L <= 0 disables the clamp. Comparisons written as the CPU's std::min / std::clamp (NaN passes).
+#include "common/base.glsl"
+
+layout(push_constant) uniform sw_pc {
+  uint n, goff, voff, ooff;
+  float limit, weight;
+  uint pad0, pad1;
+} pc;
+layout(std430, binding = 0) readonly buffer G { float gs[]; };
+layout(std430, binding = 1) readonly buffer V { float vs[]; };
+layout(std430, binding = 2) writeonly buffer O { float os[]; };
+
+void main() {
+  const uint total = gl_NumWorkGroups.x * gl_NumWorkGroups.y * WG_SIZE;
+  for (uint i = wg_index() * WG_SIZE + gl_LocalInvocationID.x; i < pc.n; i += total) {
+    float g = gs[pc.goff + i], v = vs[pc.voff + i];
+    if (pc.limit > 0.0) {
+      g = pc.limit < g ? pc.limit : g;
+      v = v < -pc.limit ? -pc.limit : (pc.limit < v ? pc.limit : v);
+    }
+    const float silu = g / (1.0 + exp(-g));
+    os[pc.ooff + i] = silu * v * pc.weight;
+  }
+}

@@ -1,0 +1,105 @@
+#version 460
+#extension GL_GOOGLE_include_directive : require
+// Exact top-k per row (ops/topk.hpp tie rule), one workgroup per row:
+//   composite key (K(value), ~index) with K order-preserving, NaN → −inf, −0 → +0; larger composite = earlier.
+// 1. radix select over the 64-bit composite, 8 bits per pass: the kk-th largest composite T (kk = min(k, n));
+// 2. exactly kk elements have a composite ≥ T (indices make composites unique): collect them in shared memory;
+// 3. bitonic sort of the candidates, descending; write their indices (slots past kk get 0xFFFFFFFF).
+// Defines: TOPK_MAX (shared capacity, a power of two).
+#include "common/base.glsl"
+
+layout(push_constant) uniform tk_pc {
+  uint rows, n, k, xoff, ooff, x_stride, o_stride, pad;
+} pc;
+layout(std430, binding = 0) readonly buffer S { float sc[]; };
+layout(std430, binding = 1) writeonly buffer O { uint oi[]; };
+
+shared uint hist[256];
+shared uint sel_hi, sel_lo, sel_rem, cand_n;
+shared uint cand_hi[TOPK_MAX], cand_lo[TOPK_MAX];
+
+uint key_of(float v) {
+  uint u = isnan(v) ? 0xFF800000u : floatBitsToUint(v);
+  if ((u & 0x7FFFFFFFu) == 0u) u = 0u;
+  return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
+}
+
+void main() {
+  const uint row = wg_index();
+  if (row >= pc.rows) return;  // uniform over the workgroup
+  const uint lid = gl_LocalInvocationID.x, base = pc.xoff + row * pc.x_stride, ob = pc.ooff + row * pc.o_stride;
+  const uint kk = min(pc.k, pc.n);
+  if (lid == 0u) {
+    sel_hi = 0u;
+    sel_lo = 0u;
+    sel_rem = kk;
+    cand_n = 0u;
+  }
+  barrier();
+  if (kk > 0u) {
+    for (uint pass = 0u; pass < 8u; ++pass) {
+      const bool hi_word = pass < 4u;
+      const uint shift = 24u - 8u * (pass & 3u);
+      const uint fixd = shift == 24u ? 0u : ~0u << (shift + 8u);  // bits already chosen in this word
+      const uint mh = hi_word ? fixd : ~0u, ml = hi_word ? 0u : fixd;
+      for (uint i = lid; i < 256u; i += WG_SIZE) hist[i] = 0u;
+      barrier();
+      const uint ph = sel_hi, pl = sel_lo;
+      for (uint i = lid; i < pc.n; i += WG_SIZE) {
+        const uint h = key_of(sc[base + i]), l = ~i;
+        if ((h & mh) == (ph & mh) && (l & ml) == (pl & ml)) atomicAdd(hist[((hi_word ? h : l) >> shift) & 0xFFu], 1u);
+      }
+      barrier();
+      if (lid == 0u) {
+        const uint rem = sel_rem;
+        uint cum = 0u, d = 255u;
+        for (; d > 0u; --d) {
+          if (cum + hist[d] >= rem) break;
+          cum += hist[d];
+        }
+        sel_rem = rem - cum;
+        if (hi_word)
+          sel_hi |= d << shift;
+        else
+          sel_lo |= d << shift;
+      }
+      barrier();
+    }
+    const uint th = sel_hi, tl = sel_lo;
+    for (uint i = lid; i < pc.n; i += WG_SIZE) {
+      const uint h = key_of(sc[base + i]), l = ~i;
+      if (h > th || (h == th && l >= tl)) {
+        const uint slot = atomicAdd(cand_n, 1u);
+        cand_hi[slot] = h;
+        cand_lo[slot] = l;
+      }
+    }
+    barrier();
+    uint P = 1u;
+    while (P < kk) P <<= 1;
+    for (uint i = kk + lid; i < P; i += WG_SIZE) {
+      cand_hi[i] = 0u;  // below every real key (K(−inf) = 0x007FFFFF)
+      cand_lo[i] = 0u;
+    }
+    barrier();
+    for (uint size = 2u; size <= P; size <<= 1)
+      for (uint stride = size >> 1; stride > 0u; stride >>= 1) {
+        for (uint i = lid; i < P; i += WG_SIZE) {
+          const uint j = i ^ stride;
+          if (j > i) {
+            const bool desc = (i & size) == 0u;
+            const uint ah = cand_hi[i], al = cand_lo[i], bh = cand_hi[j], bl = cand_lo[j];
+            const bool a_less = ah < bh || (ah == bh && al < bl);
+            if (a_less == desc) {
+              cand_hi[i] = bh;
+              cand_lo[i] = bl;
+              cand_hi[j] = ah;
+              cand_lo[j] = al;
+            }
+          }
+        }
+        barrier();
+      }
+  }
+  for (uint i = lid; i < pc.k; i += WG_SIZE) oi[ob + i] = i < kk ? ~cand_lo[i] : 0xFFFFFFFFu;
+}

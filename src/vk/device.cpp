@@ -1,0 +1,433 @@
+// Instance, physical-device selection, logical device and compute queue, command recording, dispatch and
+// timestamps (Vulkan-Hpp RAII, toolchain.md §5).
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "vk_impl.hpp"
+
+namespace cmfx::gpu {
+
+std::string_view device_kind_name(device_kind k) noexcept {
+  switch (k) {
+    case device_kind::discrete: return "discrete GPU";
+    case device_kind::integrated: return "integrated GPU";
+    case device_kind::virtual_gpu: return "virtual GPU";
+    case device_kind::cpu: return "CPU";
+    default: return "other";
+  }
+}
+
+std::string device_info::describe() const {
+  std::ostringstream s;
+  s << "#" << index << " " << name << " (" << device_kind_name(kind) << ", " << driver_name << ", Vulkan "
+    << VK_API_VERSION_MAJOR(api_version) << "." << VK_API_VERSION_MINOR(api_version) << "."
+    << VK_API_VERSION_PATCH(api_version) << "), subgroup " << subgroup_size
+    << (subgroup_arithmetic ? " +arith" : "") << (subgroup_size_control ? " +size-control" : "")
+    << ", storage8 " << storage8 << ", storage16 " << storage16 << ", f64 " << float64 << ", memory "
+    << (device_local_bytes >> 20) << " MiB" << (host_visible ? " host-visible" : "") << ", max binding "
+    << (max_storage_range >> 20) << " MiB";
+  return s.str();
+}
+
+namespace detail {
+namespace {
+
+/// The feature/property structures cmfx reads, chained by hand (the 1.3 structures only on 1.3 devices).
+struct feature_chain {
+  vk::PhysicalDeviceFeatures2 f2;
+  vk::PhysicalDeviceVulkan11Features f11;
+  vk::PhysicalDeviceVulkan12Features f12;
+  vk::PhysicalDeviceVulkan13Features f13;
+  void link(bool v13) {
+    f2.pNext = &f11;
+    f11.pNext = &f12;
+    f12.pNext = v13 ? &f13 : nullptr;
+    f13.pNext = nullptr;
+  }
+};
+
+device_kind kind_of(vk::PhysicalDeviceType t) {
+  switch (t) {
+    case vk::PhysicalDeviceType::eDiscreteGpu: return device_kind::discrete;
+    case vk::PhysicalDeviceType::eIntegratedGpu: return device_kind::integrated;
+    case vk::PhysicalDeviceType::eVirtualGpu: return device_kind::virtual_gpu;
+    case vk::PhysicalDeviceType::eCpu: return device_kind::cpu;
+    default: return device_kind::other;
+  }
+}
+
+int compute_family(const vk::raii::PhysicalDevice& pd) {
+  const auto fams = pd.getQueueFamilyProperties();
+  for (uint32_t i = 0; i < fams.size(); ++i)
+    if (fams[i].queueFlags & vk::QueueFlagBits::eCompute) return int(i);
+  return -1;
+}
+
+device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
+  device_info in;
+  in.index = index;
+  const vk::PhysicalDeviceProperties p = pd.getProperties();
+  in.name = p.deviceName.data();
+  in.kind = kind_of(p.deviceType);
+  in.api_version = p.apiVersion;
+  in.vendor_id = p.vendorID;
+  in.device_id = p.deviceID;
+  in.driver_version = p.driverVersion;
+  std::copy(p.pipelineCacheUUID.begin(), p.pipelineCacheUUID.end(), in.pipeline_cache_uuid);
+  in.max_allocation = 1ull << 30;  // Vulkan 1.1 guarantees at least 1 GiB
+  in.max_storage_range = p.limits.maxStorageBufferRange;
+  in.min_storage_align = p.limits.minStorageBufferOffsetAlignment;
+  in.max_shared_memory = p.limits.maxComputeSharedMemorySize;
+  in.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
+  in.max_groups_x = p.limits.maxComputeWorkGroupCount[0];
+  in.max_groups_y = p.limits.maxComputeWorkGroupCount[1];
+  in.timestamp_period_ns = p.limits.timestampPeriod;
+  const bool v12 = p.apiVersion >= VK_API_VERSION_1_2, v13 = p.apiVersion >= VK_API_VERSION_1_3;
+  const int fam = compute_family(pd);
+  if (fam >= 0) in.timestamps = pd.getQueueFamilyProperties()[size_t(fam)].timestampValidBits > 0;
+  if (v12) {
+    vk::PhysicalDeviceProperties2 p2;
+    vk::PhysicalDeviceVulkan11Properties p11;
+    vk::PhysicalDeviceVulkan12Properties p12;
+    vk::PhysicalDeviceVulkan13Properties p13;
+    vk::PhysicalDeviceMaintenance3Properties m3;
+    p2.pNext = &p11;
+    p11.pNext = &p12;
+    p12.pNext = &m3;
+    m3.pNext = v13 ? &p13 : nullptr;
+    pd.getDispatcher()->vkGetPhysicalDeviceProperties2(*pd, reinterpret_cast<VkPhysicalDeviceProperties2*>(&p2));
+    in.driver_name = p12.driverName.data();
+    in.driver_info = p12.driverInfo.data();
+    in.subgroup_size = p11.subgroupSize;
+    in.min_subgroup_size = in.max_subgroup_size = p11.subgroupSize;
+    const bool in_compute = bool(p11.subgroupSupportedStages & vk::ShaderStageFlagBits::eCompute);
+    in.subgroup_arithmetic = in_compute && bool(p11.subgroupSupportedOperations & vk::SubgroupFeatureFlagBits::eArithmetic);
+    in.subgroup_shuffle = in_compute && bool(p11.subgroupSupportedOperations & vk::SubgroupFeatureFlagBits::eShuffle);
+    in.max_allocation = m3.maxMemoryAllocationSize;
+    feature_chain f;
+    f.link(v13);
+    pd.getDispatcher()->vkGetPhysicalDeviceFeatures2(*pd, reinterpret_cast<VkPhysicalDeviceFeatures2*>(&f.f2));
+    in.storage8 = f.f12.storageBuffer8BitAccess && f.f12.shaderInt8;
+    in.storage16 = f.f11.storageBuffer16BitAccess && f.f2.features.shaderInt16;
+    in.float64 = f.f2.features.shaderFloat64;
+    in.int64 = f.f2.features.shaderInt64;
+    if (v13 && f.f13.subgroupSizeControl && f.f13.computeFullSubgroups &&
+        (p13.requiredSubgroupSizeStages & vk::ShaderStageFlagBits::eCompute)) {
+      in.subgroup_size_control = true;
+      in.min_subgroup_size = p13.minSubgroupSize;
+      in.max_subgroup_size = p13.maxSubgroupSize;
+    }
+    if (v13) in.max_buffer_size = p13.maxBufferSize;
+  }
+  if (in.max_buffer_size == 0) in.max_buffer_size = in.max_allocation;
+  const vk::PhysicalDeviceMemoryProperties mp = pd.getMemoryProperties();
+  for (uint32_t h = 0; h < mp.memoryHeapCount; ++h)
+    if (mp.memoryHeaps[h].flags & vk::MemoryHeapFlagBits::eDeviceLocal)
+      in.device_local_bytes = std::max<uint64_t>(in.device_local_bytes, mp.memoryHeaps[h].size);
+  return in;
+}
+
+vk::raii::Instance make_instance(vk::raii::Context& ctx, bool validation) {
+  const char* layer = "VK_LAYER_KHRONOS_validation";
+  std::vector<const char*> layers;
+  if (validation) {
+    bool found = false;
+    for (const auto& l : ctx.enumerateInstanceLayerProperties()) found |= std::string(l.layerName.data()) == layer;
+    if (!found) throw gpu_error("validation requested but VK_LAYER_KHRONOS_validation is not installed "
+                                "(Debian: vulkan-validationlayers)");
+    layers.push_back(layer);
+  }
+  const vk::ApplicationInfo app("cmfx", 1, "cmfx", 1, VK_API_VERSION_1_3);
+  try {
+    return vk::raii::Instance(ctx, vk::InstanceCreateInfo({}, &app, layers, {}));
+  } catch (const vk::IncompatibleDriverError& e) {
+    throw gpu_error(std::string("no Vulkan driver could be loaded (") + e.what() +
+                    "): install one, e.g. Debian's mesa-vulkan-drivers for lavapipe, or check the ICD files");
+  }
+}
+
+int rank(device_kind k) {
+  switch (k) {
+    case device_kind::discrete: return 0;
+    case device_kind::integrated: return 1;
+    case device_kind::virtual_gpu: return 2;
+    case device_kind::cpu: return 3;
+    default: return 4;
+  }
+}
+
+/// Why a device cannot run cmfx, or "" when it can.
+std::string unsuitable(const device_info& in, const vk::raii::PhysicalDevice& pd) {
+  if (in.api_version < VK_API_VERSION_1_2)
+    return "Vulkan " + std::to_string(VK_API_VERSION_MAJOR(in.api_version)) + "." +
+           std::to_string(VK_API_VERSION_MINOR(in.api_version)) + " (cmfx needs 1.2: SPIR-V 1.5 shaders)";
+  if (compute_family(pd) < 0) return "no compute queue";
+  if (in.max_workgroup_invocations < 256) return "maxComputeWorkGroupInvocations < 256";
+  if (in.max_shared_memory < 16384) return "maxComputeSharedMemorySize < 16 KiB";
+  if (in.subgroup_size == 0 || (in.subgroup_size & (in.subgroup_size - 1)) || in.subgroup_size > 128)
+    return "subgroup size " + std::to_string(in.subgroup_size) + " (a power of two <= 128 is needed)";
+  return {};
+}
+
+}  // namespace
+
+device_impl::device_impl(const device_options& o) : opt(o) {
+  instance = make_instance(ctx, opt.validation);
+  vk::raii::PhysicalDevices pds(instance);
+  if (pds.empty())
+    throw gpu_error("no Vulkan device found: install a driver (for a CPU device, Debian's mesa-vulkan-drivers "
+                    "provides lavapipe)");
+  std::vector<device_info> infos;
+  for (uint32_t i = 0; i < pds.size(); ++i) infos.push_back(query_info(pds[i], i));
+  int pick = -1;
+  if (opt.index >= 0) {
+    if (size_t(opt.index) >= pds.size())
+      throw gpu_error("device index " + std::to_string(opt.index) + " out of range: " + std::to_string(pds.size()) +
+                      " device(s)");
+    const std::string why = unsuitable(infos[size_t(opt.index)], pds[size_t(opt.index)]);
+    if (!why.empty()) throw gpu_error("device " + infos[size_t(opt.index)].describe() + " cannot run cmfx: " + why);
+    pick = opt.index;
+  } else {
+    std::string reasons;
+    for (uint32_t i = 0; i < pds.size(); ++i) {
+      const std::string why = unsuitable(infos[i], pds[i]);
+      if (!why.empty()) {
+        reasons += "\n  " + infos[i].name + ": " + why;
+        continue;
+      }
+      if (pick < 0 || rank(infos[i].kind) < rank(infos[size_t(pick)].kind)) pick = int(i);
+    }
+    if (pick < 0) throw gpu_error("no Vulkan device can run cmfx:" + reasons);
+  }
+  phys = std::move(pds[size_t(pick)]);
+  info = infos[size_t(pick)];
+  if (!opt.allow_small_storage) info.storage8 = info.storage16 = false;
+  if (!opt.allow_float64) info.float64 = false;
+  if (!opt.allow_subgroup_ops) info.subgroup_arithmetic = info.subgroup_shuffle = false;
+  if (opt.max_binding_bytes) info.max_storage_range = std::min(info.max_storage_range, opt.max_binding_bytes);
+
+  // Enable exactly what the shaders may use.
+  const bool v13 = info.api_version >= VK_API_VERSION_1_3;
+  feature_chain en;
+  en.link(v13);
+  en.f2.features.shaderFloat64 = info.float64;
+  en.f2.features.shaderInt16 = info.storage16;
+  en.f11.storageBuffer16BitAccess = info.storage16;
+  en.f12.storageBuffer8BitAccess = info.storage8;
+  en.f12.shaderInt8 = info.storage8;
+  en.f13.subgroupSizeControl = info.subgroup_size_control;
+  en.f13.computeFullSubgroups = info.subgroup_size_control;
+  queue_family = uint32_t(compute_family(phys));
+  const float prio = 1.0f;
+  const vk::DeviceQueueCreateInfo qci({}, queue_family, 1, &prio);
+  vk::DeviceCreateInfo dci({}, qci, {}, {});
+  dci.pNext = &en.f2;
+  dev = vk::raii::Device(phys, dci);
+  queue = vk::raii::Queue(dev, queue_family, 0);
+  cmd_pool = vk::raii::CommandPool(
+      dev, vk::CommandPoolCreateInfo(vk::CommandPoolCreateFlagBits::eResetCommandBuffer, queue_family));
+  choose_memory_types();
+  load_pipeline_cache();
+}
+
+device_impl::~device_impl() {
+  save_pipeline_cache();
+  if (*dev) dev.waitIdle();
+}
+
+void commands_impl::ensure_recording() {
+  if (recording) return;
+  if (ran) throw gpu_error("commands already submitted: call reset() before recording again");
+  cb.begin(vk::CommandBufferBeginInfo());  // not one-time: a finished recording may be submitted again
+  recording = true;
+}
+
+device_impl& owner(commands_impl& c) { return *c.dev; }
+
+void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, const void* push, uint32_t push_bytes,
+              uint32_t gx, uint32_t gy, uint32_t gz) {
+  device_impl& d = *c.dev;
+  if (b.size() != p->bindings || push_bytes != p->push_bytes)
+    throw gpu_error("dispatch of " + p->name + ": binding or push-constant count mismatch");
+  if (gx == 0 || gy == 0 || gz == 0) return;
+  if (gx > d.info.max_groups_x || gy > d.info.max_groups_y)
+    throw gpu_error("dispatch of " + p->name + ": " + std::to_string(gx) + "x" + std::to_string(gy) +
+                    " workgroups exceed the device limit");
+  c.ensure_recording();
+  if (c.dispatches > 0) {
+    const vk::MemoryBarrier mb(vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite,
+                               vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite);
+    c.cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
+                         vk::PipelineStageFlagBits::eComputeShader, {}, mb, {}, {});
+  }
+  constexpr uint32_t sets_per_pool = 512, max_bindings = 8;
+  if (c.pools.empty() || c.sets_in_pool == sets_per_pool) {
+    const vk::DescriptorPoolSize ps(vk::DescriptorType::eStorageBuffer, sets_per_pool * max_bindings);
+    c.pools.emplace_back(d.dev, vk::DescriptorPoolCreateInfo({}, sets_per_pool, ps));
+    c.sets_in_pool = 0;
+  }
+  const VkDescriptorSetLayout layout = *p->set_layout;
+  const VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, nullptr, *c.pools.back(), 1,
+                                       &layout};
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  const auto* disp = d.dev.getDispatcher();
+  if (disp->vkAllocateDescriptorSets(*d.dev, &ai, &set) != VK_SUCCESS) throw gpu_error("descriptor set allocation failed");
+  ++c.sets_in_pool;
+  VkDescriptorBufferInfo bi[max_bindings];
+  VkWriteDescriptorSet w[max_bindings];
+  for (uint32_t i = 0; i < b.size(); ++i) {
+    if (!b[i].buf || !*b[i].buf) throw gpu_error("dispatch of " + p->name + ": binding " + std::to_string(i) + " empty");
+    const block& blk = d.block_of(*b[i].buf);
+    bi[i] = VkDescriptorBufferInfo{*blk.buf, d.offset_of(*b[i].buf) + b[i].offset, b[i].range};
+    w[i] = VkWriteDescriptorSet{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, nullptr, set, i, 0, 1,
+                                VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, nullptr, &bi[i], nullptr};
+  }
+  disp->vkUpdateDescriptorSets(*d.dev, uint32_t(b.size()), w, 0, nullptr);
+  c.cb.bindPipeline(vk::PipelineBindPoint::eCompute, *p->pipe);
+  c.cb.bindDescriptorSets(vk::PipelineBindPoint::eCompute, *p->layout, 0, vk::DescriptorSet(set), {});
+  if (push_bytes)
+    c.cb.pushConstants<uint8_t>(*p->layout, vk::ShaderStageFlagBits::eCompute, 0,
+                                vk::ArrayProxy<const uint8_t>(push_bytes, static_cast<const uint8_t*>(push)));
+  c.cb.dispatch(gx, gy, gz);
+  ++c.dispatches;
+}
+
+}  // namespace detail
+
+// ------------------------------------------------------------------ public classes
+
+namespace {
+template <class Fn>
+auto guarded(const char* what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const gpu_error&) {
+    throw;
+  } catch (const vk::SystemError& e) {
+    throw gpu_error(std::string(what) + ": " + e.what());
+  }
+}
+}  // namespace
+
+std::vector<device_info> list_devices() {
+  return guarded("list_devices", [] {
+    std::unique_ptr<vk::raii::Context> ctx;
+    try {
+      ctx = std::make_unique<vk::raii::Context>();
+    } catch (const std::exception& e) {
+      throw gpu_error(std::string("cannot load the Vulkan loader (libvulkan.so.1): ") + e.what());
+    }
+    vk::raii::Instance inst = detail::make_instance(*ctx, false);
+    vk::raii::PhysicalDevices pds(inst);
+    std::vector<device_info> out;
+    for (uint32_t i = 0; i < pds.size(); ++i) out.push_back(detail::query_info(pds[i], i));
+    return out;
+  });
+}
+
+device::device(const device_options& o) {
+  guarded("Vulkan device", [&] {
+    try {
+      p_ = std::make_unique<detail::device_impl>(o);
+    } catch (const vk::SystemError&) {
+      throw;
+    } catch (const gpu_error&) {
+      throw;
+    } catch (const std::runtime_error& e) {  // vk::raii::Context: the loader could not be opened
+      throw gpu_error(std::string("cannot initialise Vulkan: ") + e.what());
+    }
+  });
+}
+device::~device() = default;
+const device_info& device::info() const noexcept { return p_->info; }
+const device_options& device::options() const noexcept { return p_->opt; }
+void device::save_pipeline_cache() { p_->save_pipeline_cache(); }
+
+commands::commands(std::unique_ptr<detail::commands_impl> p) : p_(std::move(p)) {}
+commands::commands(commands&&) noexcept = default;
+commands& commands::operator=(commands&&) noexcept = default;
+commands::~commands() = default;
+uint32_t commands::dispatch_count() const noexcept { return p_->dispatches; }
+
+commands device::begin() {
+  return guarded("begin", [&] {
+    auto c = std::make_unique<detail::commands_impl>();
+    c->dev = p_.get();
+    vk::raii::CommandBuffers cbs(p_->dev,
+                                 vk::CommandBufferAllocateInfo(*p_->cmd_pool, vk::CommandBufferLevel::ePrimary, 1));
+    c->cb = std::move(cbs.front());
+    c->fence = vk::raii::Fence(p_->dev, vk::FenceCreateInfo());
+    return commands(std::move(c));
+  });
+}
+
+uint32_t commands::timestamp() {
+  detail::commands_impl& c = *p_;
+  if (!c.dev->info.timestamps) throw gpu_error("timestamps are not supported on the compute queue of this device");
+  return guarded("timestamp", [&] {
+    c.ensure_recording();
+    if (!*c.queries) {
+      c.query_capacity = 1024;
+      c.queries = vk::raii::QueryPool(c.dev->dev, vk::QueryPoolCreateInfo({}, vk::QueryType::eTimestamp, c.query_capacity));
+    }
+    if (!c.queries_reset) {
+      c.cb.resetQueryPool(*c.queries, 0, c.query_capacity);
+      c.queries_reset = true;
+    }
+    if (c.query_count == c.query_capacity) throw gpu_error("more than 1024 timestamps in one recording");
+    c.cb.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, *c.queries, c.query_count);
+    return c.query_count++;
+  });
+}
+
+double commands::seconds(uint32_t from, uint32_t to) const {
+  const detail::commands_impl& c = *p_;
+  if (!c.ran || from >= c.stamps.size() || to >= c.stamps.size()) throw gpu_error("timestamp not available");
+  return double(c.stamps[to] - c.stamps[from]) * c.dev->info.timestamp_period_ns * 1e-9;
+}
+
+void commands::reset() {
+  detail::commands_impl& c = *p_;
+  guarded("reset", [&] {
+    if (c.recording) c.cb.end();
+    c.cb.reset();
+    if (c.ran) c.dev->dev.resetFences({*c.fence});
+    if (c.pools.size() > 1) c.pools.erase(c.pools.begin() + 1, c.pools.end());
+    if (!c.pools.empty()) c.pools.front().reset();
+    c.sets_in_pool = 0;
+    c.query_count = 0;
+    c.queries_reset = false;
+    c.stamps.clear();
+    c.dispatches = 0;
+    c.recording = c.ran = false;
+  });
+}
+
+void device::submit(commands& cmds) {
+  detail::commands_impl& c = cmds.impl();
+  guarded("submit", [&] {
+    if (c.ran) {  // the same recording once more (its timestamps are reset inside it)
+      p_->dev.resetFences({*c.fence});
+    } else {
+      c.ensure_recording();
+      c.cb.end();
+      c.recording = false;
+    }
+    const vk::CommandBuffer h = *c.cb;
+    p_->queue.submit(vk::SubmitInfo({}, {}, h), *c.fence);
+    if (p_->dev.waitForFences({*c.fence}, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess)
+      throw gpu_error("fence wait failed");
+    c.ran = true;
+    c.stamps.clear();
+    if (c.query_count) {
+      auto [res, v] = c.queries.getResults<uint64_t>(0, c.query_count, sizeof(uint64_t) * c.query_count,
+                                                     sizeof(uint64_t),
+                                                     vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWait);
+      if (res != vk::Result::eSuccess) throw gpu_error("timestamp query results not available");
+      c.stamps = std::move(v);
+    }
+  });
+}
+
+}  // namespace cmfx::gpu

@@ -1,0 +1,369 @@
+// Host side of the GPU kernels: variant choice, pipeline keys, bindings, push constants, dispatch geometry.
+// No Vulkan header here: pipelines and dispatches go through internal.hpp.
+#include "cmfx/vk/kernels.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <cstring>
+#include <sstream>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/formats/format_list.hpp"
+#include "formats_gpu.hpp"
+#include "internal.hpp"
+
+namespace cmfx::gpu {
+
+using detail::bind_range;
+using detail::binding;
+using detail::bound;
+
+namespace {
+
+/// Mirror of `mat_pc` in shaders/common/formats.glsl.
+struct mat_pc {
+  uint32_t rows, cols, n, r0, res0, res1, res2, e_off, xoff, x_stride, yoff, y_stride, aux0, aux1, fast, pad;
+};
+static_assert(sizeof(mat_pc) == 64);
+
+uint32_t u32(uint64_t v, const char* what) {
+  if (v > 0xFFFFFFFFull) throw usage_error(std::string(what) + " does not fit 32 bits");
+  return uint32_t(v);
+}
+
+void need(const view& v, uint64_t bytes, const char* op, const char* arg) {
+  if (!v) throw usage_error(std::string(op) + ": " + arg + " missing");
+  if (v.bytes < bytes)
+    throw usage_error(std::string(op) + ": " + arg + " holds " + std::to_string(v.bytes) + " bytes, needs " +
+                      std::to_string(bytes));
+  if (v.offset % 4) throw usage_error(std::string(op) + ": " + arg + " offset not a multiple of 4");
+}
+
+}  // namespace
+
+struct kernels::impl {
+  device& dev;
+  const device_info& info;
+  std::string common;
+  uint32_t lanes = 8, teams = 16;           // teams of `lanes` invocations per matrix workgroup
+  static constexpr uint32_t wg_rows = 256;  // rmsnorm, softmax, top-k, element-wise
+  // Activation floats a matvec workgroup stages in shared memory (16 KiB: 14 workgroups fit an H200 SM, and
+  // lavapipe's 32 KiB limit leaves room for the ladders and LUTs). X_TILE = this / NB.
+  static constexpr uint32_t x_tile_floats = 4096;
+  buffer tables;                            // exp2 of every f16, E2M1 / E4M3 code values (formats_gpu.cpp)
+  uint64_t binding_limit = 0;               // tests: cap below maxStorageBufferRange
+  matvec_tuning tune;                       // 0 fields: automatic
+  std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
+
+  explicit impl(device& d) : dev(d), info(d.info()) {
+    lanes = std::clamp<uint32_t>(info.subgroup_size, 4, 64);
+    teams = std::max<uint32_t>(1, 128 / lanes);
+    std::ostringstream s;
+    s << "#define LANES " << lanes << "\n#define REDUCE_SUBGROUP " << (info.subgroup_arithmetic ? 1 : 0)
+      << "\n#define HAS_STORAGE8 " << (info.storage8 ? 1 : 0) << "\n#define HAS_STORAGE16 "
+      << (info.storage16 ? 1 : 0) << "\n#define ACC_DOUBLE " << (info.float64 ? 1 : 0) << "\n";
+    common = s.str();
+    const std::vector<float> t = detail::host_tables();
+    tables = dev.alloc(t.size() * 4);
+    dev.upload(tables, t);
+  }
+
+  const detail::pipeline* pipe(const char* shader, const std::string& defs, uint32_t wg, uint32_t bindings,
+                               uint32_t push) {
+    detail::pipeline_desc d;
+    d.shader = shader;
+    d.defines = common + defs;
+    d.spec = {wg};
+    d.bindings = bindings;
+    d.push_bytes = push;
+    d.subgroup = info.subgroup_arithmetic ? lanes : 0;
+    return detail::get_pipeline(dev.impl(), d);
+  }
+
+  /// Rows per team, column split and unrolling of one matmul (matvec_tuning fields override). Defaults from
+  /// the H200 sweeps of docs/VULKAN.md: two rows per team and column splits measured no better (noisy);
+  /// four chunks of loads in flight per lane for matvec, one for GEMM (8x the arithmetic per load already).
+  matvec_tuning choose(uint64_t rows, uint64_t cols, uint32_t nb, format f) const {
+    (void)rows, (void)cols, (void)f;
+    matvec_tuning c = tune;
+    if (!c.unroll) c.unroll = nb == 1 ? 4 : 1;
+    if (!c.split) c.split = 1;
+    c.split = std::min(c.split, teams);
+    return c;
+  }
+
+  const detail::pipeline* matrix_pipe(bool dequant, format f, scale_encoding enc, uint32_t nb, const matvec_tuning& t) {
+    const std::array<uint32_t, 6> key{dequant, uint32_t(f), uint32_t(enc), nb, t.split, t.unroll};
+    if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
+    const uint32_t rows_per_wg = dequant ? teams : teams / t.split;
+    std::ostringstream d;
+    d << "#define TEAMS " << teams << "\n#define ROWS_PER_WG " << rows_per_wg << "\n#define SPLIT " << t.split
+      << "\n#define NB " << nb << "\n#define UNROLL " << t.unroll
+      << "\n#define X_TILE " << x_tile_floats / nb << "\n" << detail::tab_defines() << format_defines(f, enc);
+    const detail::pipeline* p = pipe(dequant ? "dequant.comp" : "matvec.comp", d.str(), lanes * teams, 6, sizeof(mat_pc));
+    matrix_pipes.emplace(key, p);
+    return p;
+  }
+
+  binding dummy() const { return bind_range(info, tables, 0, 16).b; }
+
+  void grid(uint64_t groups, uint32_t& gx, uint32_t& gy) const {
+    const uint64_t mx = std::min<uint64_t>(info.max_groups_x, 65535);
+    gx = uint32_t(std::min<uint64_t>(std::max<uint64_t>(groups, 1), mx));
+    gy = u32(ceil_div(std::max<uint64_t>(groups, 1), gx), "workgroup count");
+  }
+
+  /// matvec / GEMM (nb accumulators, nt <= nb batch rows starting at t0) or dequant, sliced by rows so that
+  /// every binding stays within maxStorageBufferRange (P14).
+  void run_matrix(commands& c, const gpu_matrix& w, view x, uint32_t t0, uint32_t nt, uint32_t nb, view y,
+                  bool dequant, bool generic) {
+    const detail::format_gpu g = detail::gpu_traits(w.fmt);
+    const matvec_tuning t = dequant ? matvec_tuning{1, 1} : choose(w.rows, w.cols, nb, w.fmt);
+    const detail::pipeline* p = matrix_pipe(dequant, w.fmt, w.scale_enc, nb, t);
+    const uint32_t rows_per_wg = dequant ? teams : teams / t.split;
+    const uint64_t R = w.rows, C = w.cols;
+    const uint64_t out_row = dequant ? C * 4 : 4;
+    const uint64_t per_row = std::max(detail::row_bytes(w), out_row);
+    const uint64_t limit = binding_limit ? std::min(binding_limit, info.max_storage_range) : info.max_storage_range;
+    const uint64_t room = limit - std::min(limit, detail::fixed_bytes(w) + 1024);
+    if (per_row > room) throw usage_error("matrix rows too long for one storage binding on this device");
+    uint64_t step = std::min<uint64_t>(R, room / per_row);
+    if (step >= 256) step -= step % 256;
+    for (uint64_t r0 = 0; r0 < R; r0 += step) {
+      const uint64_t r1 = std::min(R, r0 + step);
+      const detail::slice sl = detail::slice_of(w, r0, r1);
+      binding b[6];
+      uint32_t res[3] = {};
+      for (int i = 0; i < 3; ++i) {
+        if (sl.bytes[i] == 0) {
+          b[i] = dummy();
+          continue;
+        }
+        const bound bd = bind_range(info, sl.in_scale[i] ? view(w.scale) : view(w.data), sl.off[i], sl.bytes[i]);
+        b[i] = bd.b;
+        res[i] = bd.residual;
+      }
+      mat_pc pc{};
+      pc.rows = uint32_t(r1 - r0);
+      pc.cols = u32(C, "cols");
+      pc.n = nt;
+      pc.r0 = u32(r0, "row");
+      pc.res0 = res[0], pc.res1 = res[1], pc.res2 = res[2];
+      pc.e_off = sl.e_off, pc.aux0 = sl.aux0, pc.aux1 = sl.aux1;
+      if (dequant) {
+        b[3] = dummy();
+        const bound yo = bind_range(info, y, r0 * C * 4, (r1 - r0) * C * 4);
+        b[4] = yo.b;
+        pc.yoff = yo.residual / 4;
+        pc.y_stride = 0;
+      } else {
+        const bound xb = bind_range(info, x, uint64_t(t0) * C * 4, uint64_t(nt) * C * 4);
+        const bound yb = bind_range(info, y, (uint64_t(t0) * R + r0) * 4, ((uint64_t(nt) - 1) * R + (r1 - r0)) * 4);
+        b[3] = xb.b, b[4] = yb.b;
+        pc.xoff = xb.residual / 4, pc.x_stride = pc.cols;
+        pc.yoff = yb.residual / 4, pc.y_stride = u32(R, "rows");
+      }
+      b[5] = bind_range(info, tables, 0, tables.size()).b;
+      const bool aligned_io = dequant ? pc.yoff % 4 == 0 : pc.xoff % 4 == 0;
+      pc.fast = !generic && C % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0 && aligned_io;
+      uint32_t gx, gy;
+      grid(ceil_div(r1 - r0, rows_per_wg), gx, gy);
+      detail::dispatch(c.impl(), p, b, &pc, sizeof pc, gx, gy);
+    }
+  }
+
+  void check_matrix(const gpu_matrix& w, const char* op) const {
+    if (!w.data || w.rows == 0 || w.cols == 0) throw usage_error(std::string(op) + ": empty matrix");
+  }
+};
+
+// ------------------------------------------------------------------ uploads
+
+gpu_matrix upload_matrix(device& dev, format f, const matrix_view& v) {
+  gpu_matrix m;
+  m.fmt = f;
+  m.rows = v.rows;
+  m.cols = v.cols;
+  m.scale_enc = v.scale_enc;
+  uint64_t want_data = 0, want_scale = 0;
+  bool ok = false;
+  if (!visit_format(f, [&]<class F>() {
+        ok = F::shape_ok(v.rows, v.cols);
+        want_data = F::data_bytes(v.rows, v.cols);
+        want_scale = F::scale_bytes(v.rows, v.cols) * (v.scale_enc == scale_encoding::f32 ? 4 : 1);
+      }))
+    throw usage_error("upload_matrix: unknown format");
+  if (!ok) throw usage_error("upload_matrix: " + std::string(format_name(f)) + " cannot hold " +
+                             std::to_string(v.rows) + "x" + std::to_string(v.cols));
+  if (v.data_bytes != want_data) throw usage_error("upload_matrix: payload size does not match the format");
+  if (want_scale && (v.scale_bytes != want_scale || v.scale_enc == scale_encoding::none))
+    throw usage_error("upload_matrix: scale tensor size or encoding does not match the format");
+  m.data = dev.alloc(v.data_bytes);
+  dev.upload(m.data, v.data, v.data_bytes);
+  if (want_scale) {
+    m.scale = dev.alloc(v.scale_bytes);
+    dev.upload(m.scale, v.scale, v.scale_bytes);
+  }
+  return m;
+}
+
+// ------------------------------------------------------------------ kernels
+
+kernels::kernels(device& dev) : p_(std::make_unique<impl>(dev)) {}
+kernels::~kernels() = default;
+
+std::string kernels::describe() const {
+  std::ostringstream s;
+  s << "lanes " << p_->lanes << ", teams/workgroup " << p_->teams << ", reductions "
+    << (p_->info.subgroup_arithmetic ? "subgroup" : "shared memory") << ", 8-bit storage "
+    << (p_->info.storage8 ? "yes" : "no") << ", 16-bit storage " << (p_->info.storage16 ? "yes" : "no")
+    << ", f64 accumulators " << (p_->info.float64 ? "yes" : "no");
+  return s.str();
+}
+
+pipeline_stats kernels::stats() const {
+  const detail::compile_counters k = detail::counters(p_->dev.impl());
+  return pipeline_stats{k.pipelines, k.compiled, k.spirv_disk_hits, k.compile_seconds};
+}
+
+void kernels::set_binding_limit(uint64_t bytes) { p_->binding_limit = bytes; }
+
+void kernels::set_tuning(const matvec_tuning& t) {
+  auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
+  if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8) throw usage_error("matvec tuning out of range");
+  p_->tune = t;
+}
+
+void kernels::prepare(format f, uint64_t rows, uint64_t cols) {
+  const bool ext = f == format::mxfp4 || f == format::fp8_b128 || f == format::fp8_b32;
+  const scale_encoding enc = ext ? scale_encoding::e8m0 : scale_encoding::none;
+  p_->matrix_pipe(false, f, enc, 1, p_->choose(rows, cols, 1, f));
+  p_->matrix_pipe(false, f, enc, gemm_tile, p_->choose(rows, cols, gemm_tile, f));
+  p_->matrix_pipe(true, f, enc, 1, matvec_tuning{1, 1});
+}
+
+void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y) {
+  p_->check_matrix(w, "matmul");
+  if (n == 0) return;
+  need(x, uint64_t(n) * w.cols * 4, "matmul", "x");
+  need(y, uint64_t(n) * w.rows * 4, "matmul", "y");
+  for (uint32_t t0 = 0; t0 < n; t0 += gemm_tile) {
+    const uint32_t nt = std::min(gemm_tile, n - t0);
+    p_->run_matrix(c, w, x, t0, nt, n == 1 ? 1 : gemm_tile, y, false, false);
+  }
+}
+
+void kernels::matmul_generic(commands& c, const gpu_matrix& w, view x, uint32_t n, view y) {
+  p_->check_matrix(w, "matmul");
+  if (n == 0) return;
+  need(x, uint64_t(n) * w.cols * 4, "matmul", "x");
+  need(y, uint64_t(n) * w.rows * 4, "matmul", "y");
+  for (uint32_t t0 = 0; t0 < n; t0 += gemm_tile)
+    p_->run_matrix(c, w, x, t0, std::min(gemm_tile, n - t0), n == 1 ? 1 : gemm_tile, y, false, true);
+}
+
+void kernels::dequant(commands& c, const gpu_matrix& w, view out, bool generic) {
+  p_->check_matrix(w, "dequant");
+  need(out, w.rows * w.cols * 4, "dequant", "out");
+  p_->run_matrix(c, w, view(), 0, 1, 1, out, true, generic);
+}
+
+void kernels::rmsnorm(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps) {
+  if (rows == 0 || dim == 0) return;
+  const uint64_t bytes = uint64_t(rows) * dim * 4;
+  need(x, bytes, "rmsnorm", "x");
+  need(y, bytes, "rmsnorm", "y");
+  if (weight) need(weight, uint64_t(dim) * 4, "rmsnorm", "weight");
+  const bound xb = bind_range(p_->info, x, 0, bytes), yb = bind_range(p_->info, y, 0, bytes);
+  const bound wb = weight ? bind_range(p_->info, weight, 0, uint64_t(dim) * 4) : bound{p_->dummy(), 0};
+  struct {
+    uint32_t rows, dim, xoff, woff, yoff, has_w;
+    float eps;
+    uint32_t pad;
+  } pc{rows, dim, xb.residual / 4, wb.residual / 4, yb.residual / 4, weight ? 1u : 0u, eps, 0};
+  const binding b[3] = {xb.b, wb.b, yb.b};
+  uint32_t gx, gy;
+  p_->grid(rows, gx, gy);
+  detail::dispatch(c.impl(), p_->pipe("rmsnorm.comp", "", impl::wg_rows, 3, sizeof pc), b, &pc, sizeof pc, gx, gy);
+}
+
+void kernels::rope(commands& c, view x, view cs, uint32_t rows, uint32_t heads, uint32_t head_dim, uint32_t rope_dim,
+                   bool inverse) {
+  if (rope_dim == 0 || rope_dim % 2 || rope_dim > head_dim) throw usage_error("rope: rope_dim must be even, <= head_dim");
+  if (rows == 0 || heads == 0) return;
+  const uint64_t xbytes = uint64_t(rows) * heads * head_dim * 4, cbytes = uint64_t(rows) * rope_dim * 4;
+  need(x, xbytes, "rope", "x");
+  need(cs, cbytes, "rope", "cs");
+  const bound xb = bind_range(p_->info, x, 0, xbytes), cb = bind_range(p_->info, cs, 0, cbytes);
+  const uint32_t pc[8] = {rows, heads, head_dim, rope_dim, xb.residual / 4, cb.residual / 4, inverse ? 1u : 0u, 0};
+  const binding b[2] = {xb.b, cb.b};
+  uint32_t gx, gy;
+  p_->grid(ceil_div(uint64_t(rows) * heads * (rope_dim / 2), impl::wg_rows), gx, gy);
+  detail::dispatch(c.impl(), p_->pipe("rope.comp", "", impl::wg_rows, 2, sizeof pc), b, pc, sizeof pc, gx, gy);
+}
+
+void kernels::softmax_sink(commands& c, view logits, view sinks, uint32_t sink_count, view p, uint32_t rows,
+                           uint32_t n) {
+  if (rows == 0 || n == 0) return;
+  const uint64_t bytes = uint64_t(rows) * n * 4;
+  need(logits, bytes, "softmax_sink", "logits");
+  need(p, bytes, "softmax_sink", "p");
+  if (!sinks) sink_count = 0;
+  if (sink_count) need(sinks, uint64_t(sink_count) * 4, "softmax_sink", "sinks");
+  const bound lb = bind_range(p_->info, logits, 0, bytes), pb = bind_range(p_->info, p, 0, bytes);
+  const bound sb = sink_count ? bind_range(p_->info, sinks, 0, uint64_t(sink_count) * 4) : bound{p_->dummy(), 0};
+  const uint32_t pc[8] = {rows, n, sink_count, lb.residual / 4, sb.residual / 4, pb.residual / 4, 0, 0};
+  const binding b[3] = {lb.b, sb.b, pb.b};
+  uint32_t gx, gy;
+  p_->grid(rows, gx, gy);
+  detail::dispatch(c.impl(), p_->pipe("softmax_sink.comp", "", impl::wg_rows, 3, sizeof pc), b, pc, sizeof pc, gx, gy);
+}
+
+void kernels::topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t k, view idx) {
+  if (k > topk_max_k) throw usage_error("topk: k > " + std::to_string(topk_max_k));
+  if (rows == 0 || k == 0) return;
+  need(scores, uint64_t(rows) * n * 4, "topk", "scores");
+  need(idx, uint64_t(rows) * k * 4, "topk", "idx");
+  const bound sb = bind_range(p_->info, scores, 0, std::max<uint64_t>(uint64_t(rows) * n * 4, 4));
+  const bound ob = bind_range(p_->info, idx, 0, uint64_t(rows) * k * 4);
+  const uint32_t pc[8] = {rows, n, k, sb.residual / 4, ob.residual / 4, n, k, 0};
+  const binding b[2] = {sb.b, ob.b};
+  uint32_t gx, gy;
+  p_->grid(rows, gx, gy);
+  const std::string defs = "#define TOPK_MAX " + std::to_string(topk_max_k) + "\n";
+  detail::dispatch(c.impl(), p_->pipe("topk.comp", defs, impl::wg_rows, 2, sizeof pc), b, pc, sizeof pc, gx, gy);
+}
+
+void kernels::swiglu_clamp(commands& c, view g, view v, view out, uint64_t n, float limit, float weight) {
+  if (n == 0) return;
+  need(g, n * 4, "swiglu_clamp", "g");
+  need(v, n * 4, "swiglu_clamp", "v");
+  need(out, n * 4, "swiglu_clamp", "out");
+  const bound gb = bind_range(p_->info, g, 0, n * 4), vb = bind_range(p_->info, v, 0, n * 4),
+              ob = bind_range(p_->info, out, 0, n * 4);
+  struct {
+    uint32_t n, goff, voff, ooff;
+    float limit, weight;
+    uint32_t pad0, pad1;
+  } pc{u32(n, "swiglu n"), gb.residual / 4, vb.residual / 4, ob.residual / 4, limit, weight, 0, 0};
+  const binding b[3] = {gb.b, vb.b, ob.b};
+  const uint32_t gx = uint32_t(std::min<uint64_t>(ceil_div(n, impl::wg_rows), 4096));
+  detail::dispatch(c.impl(), p_->pipe("swiglu.comp", "", impl::wg_rows, 3, sizeof pc), b, &pc, sizeof pc, gx, 1);
+}
+
+void kernels::stream_read(commands& c, view src, view sink) {
+  need(sink, 16, "stream_read", "sink");
+  const uint64_t piece = (p_->info.max_storage_range - 256) / 16 * 16;
+  for (uint64_t off = 0; off + 16 <= src.bytes; off += piece) {
+    const uint64_t bytes = std::min(piece, src.bytes / 16 * 16 - off);
+    const bound sb = bind_range(p_->info, src, off, bytes);
+    if (sb.residual % 16) throw usage_error("stream_read: source offset not 16-byte aligned");
+    const uint32_t pc[4] = {u32(bytes / 16, "stream words"), 0, 0, 0};
+    const binding b[2] = {sb.b, bind_range(p_->info, sink, 0, 16).b};
+    detail::dispatch(c.impl(), p_->pipe("stream_read.comp", "", impl::wg_rows, 2, sizeof pc), b, pc, sizeof pc,
+                     uint32_t(std::min<uint64_t>(ceil_div(bytes / 16, impl::wg_rows * 4), 4096)), 1);
+  }
+}
+
+}  // namespace cmfx::gpu

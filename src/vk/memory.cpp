@@ -1,0 +1,230 @@
+// Device memory: a sub-allocating arena of large blocks (each one VkDeviceMemory + one VkBuffer over it),
+// dedicated blocks for large requests (<= maxMemoryAllocationSize), direct mapping where the memory is
+// host-visible (lavapipe, unified memory) and a staging buffer otherwise.
+#include <algorithm>
+#include <cstring>
+
+#include "vk_impl.hpp"
+
+namespace cmfx::gpu {
+
+namespace detail {
+
+namespace {
+constexpr vk::BufferUsageFlags buffer_usage =
+    vk::BufferUsageFlagBits::eStorageBuffer | vk::BufferUsageFlagBits::eTransferSrc | vk::BufferUsageFlagBits::eTransferDst;
+
+uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+std::string mib(uint64_t b) { return std::to_string(b >> 20) + " MiB"; }
+}  // namespace
+
+void device_impl::choose_memory_types() {
+  align = std::max<uint64_t>(256, info.min_storage_align);
+  const vk::PhysicalDeviceMemoryProperties mp = phys.getMemoryProperties();
+  // Which types may back our buffers (a probe buffer's requirements).
+  const vk::raii::Buffer probe(dev, vk::BufferCreateInfo({}, 4096, buffer_usage));
+  const uint32_t allowed = probe.getMemoryRequirements().memoryTypeBits;
+  using F = vk::MemoryPropertyFlagBits;
+  const vk::MemoryPropertyFlags hv = F::eHostVisible | F::eHostCoherent;
+  const bool unified = info.kind == device_kind::cpu || info.kind == device_kind::integrated;
+  int best = -1, best_score = -1;
+  for (uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
+    if (!(allowed & (1u << t))) continue;
+    const vk::MemoryPropertyFlags fl = mp.memoryTypes[t].propertyFlags;
+    const uint64_t heap = mp.memoryHeaps[mp.memoryTypes[t].heapIndex].size;
+    int score = 0;
+    if (fl & F::eDeviceLocal) score += 4;
+    if (heap == info.device_local_bytes) score += 2;  // the largest device-local heap
+    const bool visible = (fl & hv) == hv;
+    // Unified memory: map it directly. Discrete: plain VRAM (BAR reads are uncached), uploads are staged.
+    if (unified ? visible : !visible) score += 1;
+    if (score > best_score) best = int(t), best_score = score;
+  }
+  if (best < 0) throw gpu_error("no memory type can hold storage buffers");
+  mem_type = uint32_t(best);
+  const vk::MemoryPropertyFlags chosen = mp.memoryTypes[mem_type].propertyFlags;
+  info.host_visible = (chosen & hv) == hv && unified;
+  staging_type = ~0u;
+  for (uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
+    const vk::MemoryPropertyFlags fl = mp.memoryTypes[t].propertyFlags;
+    if (!(allowed & (1u << t)) || (fl & hv) != hv) continue;
+    if (staging_type == ~0u || ((fl & F::eHostCached) && !(mp.memoryTypes[staging_type].propertyFlags & F::eHostCached)))
+      staging_type = t;
+  }
+  if (!info.host_visible && staging_type == ~0u) throw gpu_error("no host-visible memory type for staging copies");
+}
+
+std::unique_ptr<block> device_impl::make_block(uint64_t size, uint32_t type, bool map) {
+  auto b = std::make_unique<block>();
+  b->size = size;
+  try {
+    b->buf = vk::raii::Buffer(dev, vk::BufferCreateInfo({}, size, buffer_usage));
+    const vk::MemoryRequirements req = b->buf.getMemoryRequirements();
+    b->mem = vk::raii::DeviceMemory(dev, vk::MemoryAllocateInfo(req.size, type));
+  } catch (const vk::SystemError& e) {
+    uint64_t in_use = 0;
+    for (const auto& x : blocks) in_use += x ? x->used : 0;
+    throw gpu_error("device memory allocation of " + mib(size) + " failed (" + e.what() + "); in use " + mib(in_use));
+  }
+  b->buf.bindMemory(*b->mem, 0);
+  if (map) b->mapped = static_cast<uint8_t*>(b->mem.mapMemory(0, size));
+  b->free.emplace(0, size);
+  return b;
+}
+
+buffer device_impl::alloc(uint64_t bytes) {
+  const uint64_t size = round_up(std::max<uint64_t>(bytes, 1), align);
+  const uint64_t limit = std::min(info.max_allocation, info.max_buffer_size);
+  if (size > limit)
+    throw gpu_error("allocation of " + std::to_string(bytes) + " bytes exceeds the device's largest allocation (" +
+                    std::to_string(limit) + " bytes): split the tensor");
+  const uint64_t block_bytes = std::min(std::max<uint64_t>(opt.block_bytes, align), limit);
+  uint32_t slot = ~0u;
+  uint64_t off = 0;
+  if (size <= block_bytes / 2) {  // sub-allocate (first fit)
+    for (uint32_t i = 0; i < blocks.size() && slot == ~0u; ++i) {
+      block* b = blocks[i].get();
+      if (!b || b->dedicated) continue;
+      for (auto it = b->free.begin(); it != b->free.end(); ++it)
+        if (it->second >= size) {
+          slot = i;
+          off = it->first;
+          const uint64_t rest = it->second - size;
+          b->free.erase(it);
+          if (rest) b->free.emplace(off + size, rest);
+          break;
+        }
+    }
+  }
+  if (slot == ~0u) {
+    const bool dedicated = size > block_bytes / 2;
+    auto nb = make_block(dedicated ? size : block_bytes, mem_type, info.host_visible);
+    nb->dedicated = dedicated;
+    nb->free.clear();
+    if (!dedicated && block_bytes > size) nb->free.emplace(size, block_bytes - size);
+    off = 0;
+    auto empty = std::find(blocks.begin(), blocks.end(), nullptr);
+    if (empty == blocks.end()) empty = blocks.insert(blocks.end(), nullptr);
+    *empty = std::move(nb);
+    slot = uint32_t(empty - blocks.begin());
+  }
+  blocks[slot]->used += size;
+  buffer out;
+  out.dev_ = this;
+  out.block_ = slot;
+  out.offset_ = off;
+  out.size_ = bytes;
+  return out;
+}
+
+void device_impl::release(buffer& b) noexcept {
+  block* blk = b.block_ < blocks.size() ? blocks[b.block_].get() : nullptr;
+  if (!blk) return;
+  const uint64_t size = round_up(std::max<uint64_t>(b.size_, 1), align);
+  blk->used -= size;
+  if (blk->used == 0) {  // give whole blocks back: weights come and go in large pieces
+    blocks[b.block_].reset();
+    return;
+  }
+  auto [it, ok] = blk->free.emplace(b.offset_, size);
+  if (auto nx = std::next(it); nx != blk->free.end() && it->first + it->second == nx->first) {
+    it->second += nx->second;
+    blk->free.erase(nx);
+  }
+  if (it != blk->free.begin()) {
+    auto pv = std::prev(it);
+    if (pv->first + pv->second == it->first) {
+      pv->second += it->second;
+      blk->free.erase(it);
+    }
+  }
+}
+
+void device_impl::copy(const view& v, void* host, uint64_t bytes, bool to_device) {
+  if (!v.buf || !*v.buf) throw gpu_error("copy: empty buffer");
+  if (bytes > v.bytes || v.offset + bytes > v.buf->size()) throw gpu_error("copy: range outside the buffer");
+  block& blk = block_of(*v.buf);
+  const uint64_t base = offset_of(*v.buf) + v.offset;
+  if (blk.mapped) {
+    if (to_device)
+      std::memcpy(blk.mapped + base, host, bytes);
+    else
+      std::memcpy(host, blk.mapped + base, bytes);
+    return;
+  }
+  if (!staging) staging = make_block(staging_bytes, staging_type, true);
+  auto* h = static_cast<uint8_t*>(host);
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min(staging_bytes, bytes - done);
+    if (to_device) std::memcpy(staging->mapped, h + done, n);
+    run_once([&](vk::raii::CommandBuffer& cb) {
+      if (to_device)
+        cb.copyBuffer(*staging->buf, *blk.buf, vk::BufferCopy(0, base + done, n));
+      else
+        cb.copyBuffer(*blk.buf, *staging->buf, vk::BufferCopy(base + done, 0, n));
+    });
+    if (!to_device) std::memcpy(h + done, staging->mapped, n);
+    done += n;
+  }
+}
+
+bound bind_range(const device_info& info, const view& v, uint64_t off, uint64_t bytes) {
+  if (!v.buf || !*v.buf) throw gpu_error("kernel argument: empty buffer");
+  const uint64_t start = v.offset + off;
+  if (start + bytes > v.buf->size()) throw gpu_error("kernel argument: range outside the buffer");
+  const uint64_t a = std::max<uint64_t>(info.min_storage_align, 4);
+  const uint64_t aligned = start / a * a;
+  const uint64_t residual = start - aligned;
+  // Allocations are rounded up to >= 256 bytes, so up to round_up(size, 256) is readable slack.
+  const uint64_t cap = round_up(std::max<uint64_t>(v.buf->size(), 1), 256) - aligned;
+  uint64_t range = std::min(round_up(residual + bytes, 4) + 16, cap);
+  if (range > info.max_storage_range) range = round_up(residual + bytes, 4);
+  if (range > info.max_storage_range)
+    throw gpu_error("kernel argument of " + std::to_string(bytes) + " bytes exceeds maxStorageBufferRange (" +
+                    std::to_string(info.max_storage_range) + ")");
+  return bound{binding{v.buf, aligned, range}, uint32_t(residual)};
+}
+
+}  // namespace detail
+
+buffer::~buffer() {
+  if (dev_) dev_->release(*this);
+}
+
+buffer device::alloc(uint64_t bytes) {
+  try {
+    return p_->alloc(bytes);
+  } catch (const vk::SystemError& e) {
+    throw gpu_error(std::string("alloc: ") + e.what());
+  }
+}
+
+void device::upload(const view& dst, const void* src, uint64_t bytes) {
+  try {
+    p_->copy(dst, const_cast<void*>(src), bytes, true);
+  } catch (const vk::SystemError& e) {
+    throw gpu_error(std::string("upload: ") + e.what());
+  }
+}
+
+void device::download(const view& src, void* dst, uint64_t bytes) {
+  try {
+    p_->copy(src, dst, bytes, false);
+  } catch (const vk::SystemError& e) {
+    throw gpu_error(std::string("download: ") + e.what());
+  }
+}
+
+device::memory_stats device::memory() const noexcept {
+  memory_stats s;
+  for (const auto& b : p_->blocks)
+    if (b) {
+      s.reserved += b->size;
+      s.in_use += b->used;
+      ++s.blocks;
+    }
+  return s;
+}
+
+}  // namespace cmfx::gpu

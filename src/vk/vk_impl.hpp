@@ -1,0 +1,108 @@
+#pragma once
+// The Vulkan-Hpp side of cmfx_vk: included only by device.cpp, memory.cpp and pipelines.cpp (P12: every TU
+// that includes vulkan_raii.hpp costs ~7 s to compile).
+#include <vulkan/vulkan_raii.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "internal.hpp"
+
+namespace cmfx::gpu::detail {
+
+/// One VkDeviceMemory with one VkBuffer over all of it; buffers are [offset, size) ranges of a block.
+struct block {
+  vk::raii::DeviceMemory mem{nullptr};
+  vk::raii::Buffer buf{nullptr};
+  uint64_t size = 0, used = 0;
+  uint8_t* mapped = nullptr;
+  bool dedicated = false;
+  std::map<uint64_t, uint64_t> free;  // offset → size, coalesced
+};
+
+struct pipeline {
+  std::string name;
+  vk::raii::DescriptorSetLayout set_layout{nullptr};
+  vk::raii::PipelineLayout layout{nullptr};
+  vk::raii::Pipeline pipe{nullptr};
+  uint32_t bindings = 0, push_bytes = 0;
+};
+
+struct commands_impl {
+  device_impl* dev = nullptr;
+  vk::raii::CommandBuffer cb{nullptr};
+  vk::raii::Fence fence{nullptr};
+  std::vector<vk::raii::DescriptorPool> pools;
+  uint32_t sets_in_pool = 0;
+  vk::raii::QueryPool queries{nullptr};
+  uint32_t query_capacity = 0, query_count = 0;
+  bool queries_reset = false;
+  std::vector<uint64_t> stamps;
+  uint32_t dispatches = 0;
+  bool recording = false, ran = false;
+  void ensure_recording();
+};
+
+struct device_impl {
+  device_options opt;
+  device_info info;
+  vk::raii::Context ctx;
+  vk::raii::Instance instance{nullptr};
+  vk::raii::PhysicalDevice phys{nullptr};
+  vk::raii::Device dev{nullptr};
+  vk::raii::Queue queue{nullptr};
+  uint32_t queue_family = 0;
+  vk::raii::CommandPool cmd_pool{nullptr};
+  vk::raii::PipelineCache pcache{nullptr};
+  std::string pcache_path;
+
+  // memory (memory.cpp)
+  uint32_t mem_type = 0, staging_type = 0;
+  uint64_t align = 256;
+  std::vector<std::unique_ptr<block>> blocks;  // null slots are released blocks
+  std::unique_ptr<block> staging;
+  static constexpr uint64_t staging_bytes = 64ull << 20;
+
+  // pipelines (pipelines.cpp)
+  std::unordered_map<std::string, std::unique_ptr<pipeline>> pipelines;
+  compile_counters counters;
+  uint64_t shader_hash = 0;
+  bool shader_hash_ready = false;
+
+  explicit device_impl(const device_options& o);
+  ~device_impl();
+
+  void choose_memory_types();
+  std::unique_ptr<block> make_block(uint64_t size, uint32_t type, bool map);
+  buffer alloc(uint64_t bytes);
+  void release(buffer& b) noexcept;
+  block& block_of(const buffer& b) const { return *blocks.at(b.block_); }
+  uint64_t offset_of(const buffer& b) const noexcept { return b.offset_; }
+  void copy(const view& v, void* host, uint64_t bytes, bool to_device);
+  /// Records fn into a one-off command buffer, submits it and waits.
+  template <class Fn>
+  void run_once(Fn&& fn);
+
+  void load_pipeline_cache();
+  void save_pipeline_cache() noexcept;
+  const pipeline* get(const pipeline_desc& d);
+  std::vector<uint32_t> spirv_for(const pipeline_desc& d);
+};
+
+template <class Fn>
+void device_impl::run_once(Fn&& fn) {
+  vk::raii::CommandBuffers cbs(dev, vk::CommandBufferAllocateInfo(*cmd_pool, vk::CommandBufferLevel::ePrimary, 1));
+  vk::raii::CommandBuffer& cb = cbs.front();
+  cb.begin(vk::CommandBufferBeginInfo(vk::CommandBufferUsageFlagBits::eOneTimeSubmit));
+  fn(cb);
+  cb.end();
+  vk::raii::Fence f(dev, vk::FenceCreateInfo());
+  const vk::CommandBuffer h = *cb;
+  queue.submit(vk::SubmitInfo({}, {}, h), *f);
+  if (dev.waitForFences({*f}, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess) throw gpu_error("fence wait failed");
+}
+
+}  // namespace cmfx::gpu::detail
