@@ -15,17 +15,6 @@ namespace cmfx::driver {
 
 namespace {
 
-bool is_cmf_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  uint8_t m[4] = {};
-  const bool ok = std::fread(m, 1, 4, f) == 4 && std::memcmp(m, cmf::magic, 4) == 0;
-  std::fclose(f);
-  return ok;
-}
-
 struct dtype_stat {
   uint64_t count = 0, bytes = 0, elements = 0;
 };
@@ -48,7 +37,7 @@ std::map<std::string, dtype_stat> histogram(const model_listing& l) {
 int run_info(const info_args& a) {
   model_listing l;
   try {
-    l = is_cmf_file(a.path) ? list_cmf(a.path) : list_safetensors(a.path);
+    l = has_cmf_magic(a.path) ? list_cmf(a.path) : list_safetensors(a.path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cmfx info: %s\n", e.what());
     return 2;

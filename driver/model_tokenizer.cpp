@@ -13,19 +13,6 @@ namespace cmfx::driver {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-bool has_cmf_magic(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && std::memcmp(magic, cmf::magic, 4) == 0;
-}
-
-}  // namespace
-
 model_tokenizer load_model_tokenizer(const std::string& model, const std::string& explicit_path) {
   if (!explicit_path.empty()) return {tokenizer::from_file(explicit_path), explicit_path};
   const std::string hint = "; pass --tokenizer PATH (a Hugging Face tokenizer.json)";

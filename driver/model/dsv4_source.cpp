@@ -185,21 +185,13 @@ class release_source final : public dsv4_source {
   nlohmann::json config_;
 };
 
-bool is_cmf_file(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && std::memcmp(magic, cmf::magic, 4) == 0;
-}
 
 }  // namespace
 
 std::shared_ptr<dsv4_source> dsv4_open_source(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw input_error(path, 0, "no such file or directory");
-  if (is_cmf_file(path)) return std::make_shared<cmf_source>(path);
+  if (has_cmf_magic(path)) return std::make_shared<cmf_source>(path);
   return std::make_shared<release_source>(path);
 }
 

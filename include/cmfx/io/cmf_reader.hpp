@@ -7,6 +7,7 @@
 /// offset of the offending field. Tensors are views into the memory map; hashes are checked on demand
 /// (cmf_verify.hpp), never at open.
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -75,6 +76,17 @@ inline std::string shape_string(const std::vector<uint64_t>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
   return s + "]";
+}
+
+/// True when `path` is a regular file that starts with the CMF magic (cheap: reads 4 bytes; no validation).
+inline bool has_cmf_magic(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  uint8_t m[4] = {};
+  const bool ok = std::fread(m, 1, 4, f) == 4 && std::memcmp(m, cmf::magic, 4) == 0;
+  std::fclose(f);
+  struct stat st {};
+  return ok && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 class cmf_file {
