@@ -27,19 +27,19 @@ void rope_heads(float* x, uint32_t heads, uint32_t hd, const std::vector<double>
 
 }  // namespace
 
-void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, dsv4_state& st, float* out,
+void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, const dsv4_token_ctx& tc, float* out,
                                  dsv4_trace* trace) {
   const dsv4_config& cf = c();
   const dsv4_layer_w& L = w.layers[layer];
-  dsv4_layer_state& S = st.layers()[layer];
+  auto S = [&](uint64_t i) -> dsv4_layer_state& { return tc.st[i]->layers()[layer]; };
   const uint32_t H = cf.heads, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
-  const uint64_t d = cf.dim, p0 = st.pos();
+  const uint64_t d = cf.dim;
   const float eps = float(cf.norm_eps);
   const rope_table& rope = rope_for(layer);
 
   // cos/sin per position of the chunk.
   std::vector<std::vector<double>> cs(n, std::vector<double>(rd));
-  for (uint64_t i = 0; i < n; ++i) rope.rotation(int64_t(p0 + i), cs[i]);
+  for (uint64_t i = 0; i < n; ++i) rope.rotation(int64_t(tc.pos[i]), cs[i]);
 
   // Query path: qr = RMS(wq_a·u; q_norm), q = wq_b·qr, per-head RMS, rope tail.
   std::vector<float> qr(n * cf.q_lora), q(n * H * hd);
@@ -98,16 +98,17 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, dsv
       const float wscale = float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH)));
       for (float& x : iw) x *= wscale;
       for (uint64_t i = 0; i < n; ++i)
-        dsv4_compressor_step(L.ix_comp, S.ix, p0 + i, ica.data() + i * icw, ics.data() + i * icw, rope, eps,
+        dsv4_compressor_step(L.ix_comp, S(i).ix, tc.pos[i], ica.data() + i * icw, ics.data() + i * icw, rope, eps,
                              opt.qat_indexer_fp4 ? 2 : 0);
     }
     for (uint64_t i = 0; i < n; ++i) {
-      dsv4_compressor_step(L.comp, S.comp, p0 + i, ca.data() + i * cw, cs_.data() + i * cw, rope, eps,
+      dsv4_compressor_step(L.comp, S(i).comp, tc.pos[i], ca.data() + i * cw, cs_.data() + i * cw, rope, eps,
                            opt.qat_kv_fp8 ? 1 : 0);
-      n_entries[i] = (p0 + i + 1) / kind.ratio;
+      n_entries[i] = (tc.pos[i] + 1) / kind.ratio;
     }
-    if (S.comp.count() < n_entries[n - 1] || (kind.indexer && S.ix.count() < n_entries[n - 1]))
-      throw std::logic_error("dsv4 attention: compressor entry count out of step");
+    for (uint64_t i = 0; i < n; ++i)
+      if (S(i).comp.count() < n_entries[i] || (kind.indexer && S(i).ix.count() < n_entries[i]))
+        throw std::logic_error("dsv4 attention: compressor entry count out of step");
   }
 
   // Compressed entries each token attends to.
@@ -126,7 +127,7 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, dsv
         score.assign(ne, 0.0f);
         const float* qi = iq.data() + i * IH * IHD;
         for (uint64_t j = 0; j < ne; ++j) {
-          const float* kj = S.ix.entry(j);
+          const float* kj = S(i).ix.entry(j);
           double s = 0.0;
           for (uint32_t h = 0; h < IH; ++h) {
             const double dotv = ops_detail::dot(qi + size_t(h) * IHD, kj, IHD);
@@ -156,11 +157,11 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, dsv
     std::vector<float> logit;
     std::vector<double> acc(hd);
     for (uint64_t it = b; it < e; ++it) {
-      const uint64_t i = it / H, h = it % H, t = p0 + i;
+      const uint64_t i = it / H, h = it % H, t = tc.pos[i], p0 = tc.p0[i];
       keys.clear();
       for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s)
-        keys.push_back(s >= p0 ? kv.data() + (s - p0) * hd : st.ring_row(layer, s));
-      for (uint32_t j : picks[i]) keys.push_back(S.comp.entry(j));
+        keys.push_back(s >= p0 ? kv.data() + (tc.first[i] + (s - p0)) * hd : tc.st[i]->ring_row(layer, s));
+      for (uint32_t j : picks[i]) keys.push_back(S(i).comp.entry(j));
       const float* qh = q.data() + (i * H + h) * hd;
       logit.resize(keys.size());
       for (size_t k = 0; k < keys.size(); ++k) logit[k] = float(ops_detail::dot(qh, keys[k], hd) * scale);
@@ -178,7 +179,7 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, dsv
   });
 
   // The chunk's KV rows join the window ring.
-  for (uint64_t i = 0; i < n; ++i) std::copy_n(kv.data() + i * hd, hd, st.ring_row(layer, p0 + i));
+  for (uint64_t i = 0; i < n; ++i) std::copy_n(kv.data() + i * hd, hd, tc.st[i]->ring_row(layer, tc.pos[i]));
 
   // Grouped output: z_g = wo_a[g]·o_g (rows g·o_lora … of wo_a, columns = one group of heads), out = wo_b·z.
   const uint64_t G = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / G, zr = G * ol;

@@ -107,12 +107,40 @@ const dsv4_weights& dsv4_model::weights() const noexcept { return p_->w; }
 
 std::vector<float> dsv4_model::forward(std::span<const uint32_t> ids, dsv4_state& st, dsv4_logits want,
                                        dsv4_trace* trace) {
+  const dsv4_segment seg{&st, 0, ids.size()};
+  return forward_batch(ids, std::span<const dsv4_segment>(&seg, 1), want, trace);
+}
+
+std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std::span<const dsv4_segment> segs,
+                                             dsv4_logits want, dsv4_trace* trace) {
   impl& m = *p_;
   const dsv4_config& cf = m.c();
   const uint64_t n = ids.size(), d = cf.dim, hc = cf.hc, hd_ = hc * d;
   if (n == 0) return {};
-  if (st.layers().size() != cf.layers || st.head_dim() != cf.head_dim)
-    throw usage_error("dsv4 forward: the state was made for another model");
+  // Per-token sequence context; segments must tile the chunk in order, one per state.
+  dsv4_token_ctx tc;
+  tc.st.resize(n);
+  tc.pos.resize(n);
+  tc.first.resize(n);
+  tc.p0.resize(n);
+  uint64_t covered = 0;
+  for (size_t k = 0; k < segs.size(); ++k) {
+    const dsv4_segment& sg = segs[k];
+    if (!sg.st || sg.first != covered || sg.count == 0)
+      throw usage_error("dsv4 forward: segments must cover the chunk in order, each with tokens and a state");
+    if (sg.st->layers().size() != cf.layers || sg.st->head_dim() != cf.head_dim)
+      throw usage_error("dsv4 forward: the state was made for another model");
+    for (size_t j = 0; j < k; ++j)
+      if (segs[j].st == sg.st) throw usage_error("dsv4 forward: a state appears in two segments of one chunk");
+    for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) {
+      tc.st[i] = sg.st;
+      tc.pos[i] = sg.st->pos() + (i - sg.first);
+      tc.first[i] = sg.first;
+      tc.p0[i] = sg.st->pos();
+    }
+    covered += sg.count;
+  }
+  if (covered != n) throw usage_error("dsv4 forward: segments do not cover the chunk");
   if (trace) {
     trace->topk.resize(cf.layers);
     trace->experts.resize(cf.layers);
@@ -159,22 +187,28 @@ std::vector<float> dsv4_model::forward(std::span<const uint32_t> ids, dsv4_state
   for (uint32_t l = 0; l < cf.layers; ++l) {
     const dsv4_layer_w& L = m.w.layers[l];
     pre(L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale, L.attn_norm);
-    m.attention(l, u.data(), n, st, o.data(), trace);
+    m.attention(l, u.data(), n, tc, o.data(), trace);
     post();
     pre(L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale, L.ffn_norm);
     m.moe_ffn(l, u.data(), ids.data(), n, o.data(), trace);
     post();
   }
-  st.advance(n);
+  for (const dsv4_segment& sg : segs) sg.st->advance(sg.count);
 
   if (want == dsv4_logits::none) return {};
-  const uint64_t first = want == dsv4_logits::all ? 0 : n - 1, rows = n - first;
+  // Rows whose logits are wanted: every token, or the last token of each segment.
+  std::vector<uint64_t> rows_at;
+  if (want == dsv4_logits::all)
+    for (uint64_t i = 0; i < n; ++i) rows_at.push_back(i);
+  else
+    for (const dsv4_segment& sg : segs) rows_at.push_back(sg.first + sg.count - 1);
+  const uint64_t rows = rows_at.size();
   std::vector<float> h(rows * d);
   m.pool.run(rows, [&](uint64_t b, uint64_t e, unsigned) {
     std::vector<float> prew(hc);
     for (uint64_t i = b; i < e; ++i) {
       std::span<float> y(h.data() + i * d, d);
-      hc_head(std::span<const float>(X.data() + (first + i) * hd_, hd_), m.w.hc_head_fn, m.w.hc_head_base,
+      hc_head(std::span<const float>(X.data() + rows_at[i] * hd_, hd_), m.w.hc_head_fn, m.w.hc_head_base,
               m.w.hc_head_scale, uint32_t(hc), eps, hc_eps, prew, y);
       rmsnorm(y, m.w.norm.data(), eps, y);
     }

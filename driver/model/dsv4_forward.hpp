@@ -24,6 +24,13 @@ struct dsv4_trace {
 
 enum class dsv4_logits { none, last, all };
 
+/// Part of a multi-sequence chunk: `count` consecutive tokens (from chunk row `first`) of the sequence `st`, at
+/// positions st->pos()…. Each state appears in at most one segment of a chunk.
+struct dsv4_segment {
+  dsv4_state* st = nullptr;
+  uint64_t first = 0, count = 0;
+};
+
 class dsv4_model {
  public:
   dsv4_model(dsv4_weights w, const dsv4_options& o);
@@ -41,6 +48,13 @@ class dsv4_model {
   /// dsv4_logits::all, 1 (the last token) for last, 0 for none. `trace` (optional) receives per-token decisions.
   std::vector<float> forward(std::span<const uint32_t> ids, dsv4_state& st, dsv4_logits want,
                              dsv4_trace* trace = nullptr);
+
+  /// Several sequences in one pass (continuous batching): the projections, routing, MoE and head run batched over
+  /// every token of every segment; attention reads and writes each token's own sequence state. Logits: `last` =
+  /// one row per segment (its last token), in segment order; `all` = one row per token. Equal, bit for bit, to
+  /// running each segment alone.
+  std::vector<float> forward_batch(std::span<const uint32_t> ids, std::span<const dsv4_segment> segs,
+                                   dsv4_logits want, dsv4_trace* trace = nullptr);
 
   struct impl;
 

@@ -10,6 +10,15 @@
 
 namespace cmfx::driver {
 
+/// Where each token of a chunk belongs: its sequence state, its position, and the chunk row where its sequence's
+/// part of the chunk starts (tokens of one sequence are contiguous and in position order).
+struct dsv4_token_ctx {
+  std::vector<dsv4_state*> st;    // [n]
+  std::vector<uint64_t> pos;      // [n] absolute position
+  std::vector<uint64_t> first;    // [n] chunk row of the segment's first token
+  std::vector<uint64_t> p0;       // [n] position of the segment's first token
+};
+
 struct dsv4_model::impl {
   dsv4_weights w;
   dsv4_options opt;
@@ -26,9 +35,9 @@ struct dsv4_model::impl {
   /// Y[n, rows] = X[n, cols] · Wᵀ (with the QAT act-quant of the input when enabled and the matrix is FP8/FP4).
   void linear(const dsv4_matrix& m, const float* X, uint64_t n, float* Y);
 
-  /// Attention sublayer: u [n, dim] (normed) at positions st.pos()…; out [n, dim]. Writes the window ring and the
-  /// compressor states of `layer`.
-  void attention(uint32_t layer, const float* u, uint64_t n, dsv4_state& st, float* out, dsv4_trace* trace);
+  /// Attention sublayer: u [n, dim] (normed), token i of sequence tc.st[i] at position tc.pos[i]; out [n, dim].
+  /// Writes the window rings and the compressor states of `layer` of every sequence in the chunk.
+  void attention(uint32_t layer, const float* u, uint64_t n, const dsv4_token_ctx& tc, float* out, dsv4_trace* trace);
   /// MoE sublayer: u [n, dim]; ids are the chunk's token ids (hash routing); out [n, dim].
   void moe_ffn(uint32_t layer, const float* u, const uint32_t* ids, uint64_t n, float* out, dsv4_trace* trace);
 };

@@ -239,6 +239,66 @@ TEST(Dsv4Model, PrefillThenDecodeEqualsOnePrefill) {
   EXPECT_LE(s.max_rel, kDecodeMaxRel);
 }
 
+// Continuous batching: several sequences in one forward_batch (prefill segments of different lengths next to
+// one-token decode segments) give exactly what each sequence gives alone.
+TEST(Dsv4Model, BatchedSequencesEqualSeparateRuns) {
+  const std::string cmf = dir().make("toy-f32.cmf", "cmf", "f32");
+  auto m = dsv4_model::open(cmf, opts());
+  const uint64_t V = m->config().vocab;
+  const auto ids = token_ids(kTokens, m->config().vocab);
+  // Three sequences: different prompts (offsets into ids) and prompt lengths.
+  const uint64_t off[3] = {0, 50, 120}, plen[3] = {40, 7, 70};
+  const uint64_t steps = 40;  // decode steps after the prompts, past the window and several ratio-4 windows
+  // Alone.
+  std::vector<std::vector<float>> alone(3);
+  for (int k = 0; k < 3; ++k) {
+    dsv4_state st = m->new_state();
+    auto part = m->forward(std::span<const uint32_t>(ids.data() + off[k], plen[k]), st, dsv4_logits::all);
+    alone[k] = part;
+    for (uint64_t t = 0; t < steps; ++t) {
+      const auto one = m->forward(std::span<const uint32_t>(ids.data() + off[k] + plen[k] + t, 1), st, dsv4_logits::last);
+      alone[k].insert(alone[k].end(), one.begin(), one.end());
+    }
+  }
+  // Batched: step 0 prefills sequences 0 and 2 together; sequence 1 joins one step later (continuous batching).
+  dsv4_state st[3] = {m->new_state(), m->new_state(), m->new_state()};
+  std::vector<std::vector<float>> got(3);
+  uint64_t done[3] = {0, 0, 0};  // tokens fed per sequence
+  const uint64_t total[3] = {plen[0] + steps, plen[1] + steps, plen[2] + steps};
+  for (int step = 0; done[0] < total[0] || done[1] < total[1] || done[2] < total[2]; ++step) {
+    std::vector<uint32_t> chunk;
+    std::vector<dsv4_segment> segs;
+    std::vector<int> who;
+    for (int k = 0; k < 3; ++k) {
+      if (done[k] >= total[k] || (k == 1 && step == 0)) continue;
+      const uint64_t cnt = done[k] == 0 ? plen[k] : 1;
+      segs.push_back({&st[k], chunk.size(), cnt});
+      who.push_back(k);
+      for (uint64_t t = 0; t < cnt; ++t) chunk.push_back(ids[off[k] + done[k] + t]);
+    }
+    const auto logits = m->forward_batch(chunk, segs, dsv4_logits::all);
+    for (size_t j = 0; j < segs.size(); ++j) {
+      const int k = who[j];
+      got[k].insert(got[k].end(), logits.begin() + long(segs[j].first * V),
+                    logits.begin() + long((segs[j].first + segs[j].count) * V));
+      done[k] += segs[j].count;
+    }
+  }
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(got[k].size(), alone[k].size());
+    const rel_stats s = compare(got[k], alone[k], total[k], V);
+    std::printf("batched sequence %d: max rel %.3g\n", k, s.max_rel);
+    EXPECT_EQ(s.max_rel, 0.0) << "sequence " << k;
+  }
+  // Misuse is refused.
+  dsv4_state a = m->new_state();
+  const uint32_t two[2] = {1, 2};
+  const dsv4_segment dup[2] = {{&a, 0, 1}, {&a, 1, 1}};
+  EXPECT_THROW(m->forward_batch(two, dup, dsv4_logits::last), usage_error);
+  const dsv4_segment gap[1] = {{&a, 1, 1}};
+  EXPECT_THROW(m->forward_batch(two, gap, dsv4_logits::last), usage_error);
+}
+
 TEST(Dsv4Model, TruncateAndCopyRollBackExactly) {
   const std::string cmf = dir().make("toy-f32.cmf", "cmf", "f32");
   auto m = dsv4_model::open(cmf, opts());
