@@ -279,6 +279,8 @@ json parse_body(const std::string& body) {
     j = json::parse(body);
   } catch (const json::parse_error& e) {
     throw bad_request(std::string("The request body is not valid JSON: ") + e.what(), {}, "invalid_json");
+  } catch (const json::exception& e) {  // e.g. out_of_range: a number too large for a double (1e400)
+    throw bad_request(std::string("The request body is not valid JSON: ") + e.what(), {}, "invalid_json");
   }
   if (!j.is_object()) throw bad_request("The request body must be a JSON object.", {}, "invalid_json");
   return j;
