@@ -110,11 +110,9 @@ void scheduler::loop() {
       }
     }
     for (auto& j : admitted) assign(std::move(j));
-    for (slot& s : slots_) {
-      if (!s.j) continue;
-      if (aborting) s.j->cancel();
-      step(s);
-    }
+    for (slot& s : slots_)
+      if (s.j && aborting) s.j->cancel();
+    step_all();
   }
 }
 
@@ -206,6 +204,84 @@ void scheduler::assign(std::shared_ptr<job> j) {
   s.cached = best_n;
   s.generated = 0;
   s.pending = -1;
+}
+
+bool scheduler::still_running(slot& s) {
+  job& j = *s.j;
+  if (j.cancelled()) {
+    ++m_.cancelled;
+    end(s, error_result(499, "request cancelled", "server_error", "cancelled"));
+    return false;
+  }
+  if (clock_type::now() >= j.deadline()) {
+    ++m_.timed_out;
+    end(s, error_result(504, "request timed out (--timeout-s)", "server_error", "timeout"));
+    return false;
+  }
+  return true;
+}
+
+void scheduler::step_all() {
+  std::vector<slot*> act;
+  std::vector<uint32_t> ids;
+  std::vector<dsv4_segment> segs;
+  std::vector<uint8_t> finishing;  // the segment ends the prompt, or is a decode token: sample after it
+  uint64_t prefill_tokens = 0, decode_tokens = 0;
+  for (slot& s : slots_) {
+    if (!s.j || !still_running(s)) continue;
+    const auto& prompt = s.j->req.prompt;
+    const uint64_t first = ids.size();
+    if (s.prefill_pos < prompt.size()) {
+      const size_t n = std::min<size_t>(o_.prefill_chunk, prompt.size() - s.prefill_pos);
+      ids.insert(ids.end(), prompt.begin() + static_cast<std::ptrdiff_t>(s.prefill_pos),
+                 prompt.begin() + static_cast<std::ptrdiff_t>(s.prefill_pos + n));
+      finishing.push_back(s.prefill_pos + n == prompt.size());
+      prefill_tokens += n;
+    } else {
+      ids.push_back(static_cast<uint32_t>(s.pending));
+      finishing.push_back(1);
+      ++decode_tokens;
+    }
+    segs.push_back({&s.state, first, ids.size() - first});
+    act.push_back(&s);
+  }
+  if (act.empty()) return;
+  const auto t0 = clock_type::now();
+  std::vector<float> logits;
+  try {
+    logits = model_.forward_batch(ids, segs, dsv4_logits::last);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cmfx serve: generation failed: %s\n", e.what());
+    for (slot* s : act) fail(*s, 500, std::string("generation failed: ") + e.what(), "server_error", "internal_error");
+    return;
+  }
+  const double secs = seconds_since(t0);
+  // Time is shared between the step's prefill and decode tokens in proportion to their counts.
+  const double per_token = secs / double(prefill_tokens + decode_tokens);
+  if (prefill_tokens) m_.add_prefill(prefill_tokens, per_token * double(prefill_tokens));
+  const uint64_t V = model_.config().vocab;
+  for (size_t k = 0; k < act.size(); ++k) {
+    slot& s = *act[k];
+    const dsv4_segment& sg = segs[k];
+    s.tokens.insert(s.tokens.end(), ids.begin() + static_cast<std::ptrdiff_t>(sg.first),
+                    ids.begin() + static_cast<std::ptrdiff_t>(sg.first + sg.count));
+    const bool was_prefill = s.prefill_pos < s.j->req.prompt.size();
+    if (was_prefill) s.prefill_pos += sg.count;
+    if (!finishing[k]) {
+      update_bytes(s);
+      continue;
+    }
+    if (was_prefill && o_.snapshot) {
+      s.snap = s.state;
+      s.snap_tokens = s.tokens;
+      s.has_snap = true;
+    }
+    s.logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(k * V),
+                    logits.begin() + static_cast<std::ptrdiff_t>((k + 1) * V));
+    sample_and_emit(s);
+    if (!was_prefill) m_.add_decode(1, per_token);
+    if (s.j) update_bytes(s);
+  }
 }
 
 void scheduler::step(slot& s) {

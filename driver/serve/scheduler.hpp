@@ -76,6 +76,11 @@ class scheduler {
   void assign(std::shared_ptr<job> j);
   uint64_t usable_prefix(const slot& s, const std::vector<int32_t>& prompt, bool& from_snap) const;
   void step(slot& s);
+  /// One continuous-batching step: every active slot contributes its next prefill chunk or its pending token to
+  /// one forward_batch call; then each slot that reached a token samples and emits it.
+  void step_all();
+  /// Cancellation and deadline checks before a step; false when the slot was ended.
+  bool still_running(slot& s);
   void sample_and_emit(slot& s);
   void end(slot& s, gen_result r);
   void fail(slot& s, int status, const std::string& message, const std::string& type, const std::string& code);
