@@ -18,6 +18,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402
+
 CMFX, TOKENIZER, TMP = sys.argv[1], sys.argv[2], sys.argv[3]
 if not os.path.isfile(TOKENIZER):
     msg = f"serve_test: tokenizer not found: {TOKENIZER} (run scripts/tokenizer_cases.sh)"
@@ -45,27 +48,12 @@ def check(name, cond, detail=""):
         failures.append(name)
 
 
-class Server:
-    def __init__(self, name, *flags, model=MODEL):
-        self.log_path = os.path.join(TMP, name + ".log")
-        self.log = open(self.log_path, "w")
-        cmd = [CMFX, "serve", model, "--port", "0", *flags]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
-        servers.append(self)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.text())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"server {name} did not start: {self.text()}")
+class Server(serve_util.Server):
+    """serve_util's server (start on a free port, log, kill) plus the request helpers of this test."""
 
-    def text(self):
-        with open(self.log_path, encoding="utf-8", errors="replace") as f:
-            return f.read()
+    def __init__(self, name, *flags, model=MODEL):
+        super().__init__(CMFX, model, TMP, name, *flags)
+        servers.append(self)
 
     def conn(self, timeout=30):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -89,11 +77,6 @@ class Server:
         _, _, _, text = self.request("GET", "/metrics", headers=headers)
         m = re.search(r"^" + re.escape(name) + r" (\S+)$", text.decode(), re.M)
         return float(m.group(1)) if m else None
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 class Stream:
