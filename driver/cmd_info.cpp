@@ -6,6 +6,10 @@
 
 #include "cmfx/io/cmf_reader.hpp"
 #include "commands.hpp"
+#include "model/dsv41_config.hpp"
+#include "model/dsv41_state.hpp"
+#include "model/dsv41_weights.hpp"
+#include "model/dsv4_source.hpp"
 #include "model/dsv4_state.hpp"
 #include "model/dsv4_weights.hpp"
 #include "listing.hpp"
@@ -32,6 +36,42 @@ std::map<std::string, dtype_stat> histogram(const model_listing& l) {
   return h;
 }
 
+/// V4.1 (nested text/vision config or a deepseek_v41 CMF header): the layer plan and which parts this build runs.
+nlohmann::json v41_report(const std::string& path) {
+  const auto src = dsv4_open_source(path);
+  const nlohmann::json& raw = src->raw_config();
+  const bool cmf = src->kind() == "cmf";
+  if (!(cmf ? dsv41_is_cmf_header(raw) : dsv41_is_release_config(raw))) return nullptr;
+  const dsv41_config c = cmf ? dsv41_config_from_cmf(raw) : dsv41_config_from_release(raw);
+  nlohmann::json j;
+  j["model"] = "DeepSeek-V4.1";
+  j["text_config"] = cmf ? "header.dsv41" : (raw.contains("text_config") ? "text_config" : "flat");
+  j["vision_config"] = !cmf && raw.contains("vision_config");
+  j["layers"] = c.layers;
+  std::string modes;
+  for (const auto& p : c.plan) {
+    if (!modes.empty()) modes += ' ';
+    modes += dsv41_mode_name(p.mode);
+    if (p.ratio) modes += "/" + std::to_string(p.ratio);
+  }
+  j["layer_modes"] = modes;
+  j["kv_sources"] = c.kv_sources;
+  j["index_sources"] = c.index_sources;
+  j["candidate_source"] = c.candidate_source;
+  j["engram_layers"] = c.engram_layers;
+  const bool engram_ok = c.engram_layers.empty() || c.engram_token_map == "mod";
+  j["runs"] = {{"text trunk (CSA2 attention, lagged mHC, MoE; FP8 32x32 + FP4 experts)", true},
+               {"engram", engram_ok},
+               {"vision encoder", false},
+               {"dspark drafting", false}};
+  j["not_yet"] = nlohmann::json::array();
+  if (!engram_ok)
+    j["not_yet"].push_back("Engram's compressed token map (built from the tokenizer) and FP8 row-scaled tables");
+  j["not_yet"].push_back("vision encoder and image spans (bias_vl routing)");
+  j["not_yet"].push_back("DSpark speculative drafting (mtp stages)");
+  return j;
+}
+
 }  // namespace
 
 int run_info(const info_args& a) {
@@ -43,8 +83,29 @@ int run_info(const info_args& a) {
     return 2;
   }
   const auto hist = histogram(l);
+  nlohmann::json v41;
+  try {
+    v41 = v41_report(a.path);
+  } catch (const std::exception& e) {
+    v41 = {{"model", "DeepSeek-V4.1"}, {"error", e.what()}};
+  }
   nlohmann::json state_json;
-  if (a.state) {
+  if (a.state && v41.is_object() && !v41.contains("error")) {
+    try {
+      const dsv41_weights w = dsv41_load(a.path);
+      const dsv41_state_size z = dsv41_state_bytes(w.cfg, a.ctx);
+      state_json = {{"ctx", a.ctx},
+                    {"ring_bytes", z.ring_bytes},
+                    {"compressor_window_bytes", z.pending_bytes},
+                    {"kv_entry_bytes", z.kv_entry_bytes},
+                    {"index_entry_bytes", z.index_entry_bytes},
+                    {"total_bytes", z.total()},
+                    {"bytes_per_token", a.ctx ? double(z.total()) / double(a.ctx) : 0.0}};
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cmfx info --state: %s\n", e.what());
+      return 2;
+    }
+  } else if (a.state) {
     try {
       const dsv4_weights w = dsv4_load(a.path);
       const dsv4_state_size z = dsv4_state_bytes(w.cfg, a.ctx);
@@ -75,6 +136,7 @@ int run_info(const info_args& a) {
     j["config"] = l.config;
     j["container_details"] = l.extra;
     if (a.state) j["state"] = state_json;
+    if (!v41.is_null()) j["v41"] = v41;
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
   }
@@ -94,6 +156,20 @@ int run_info(const info_args& a) {
     std::string val = v.dump();
     if (val.size() > 100) val = val.substr(0, 97) + "...";
     std::printf("  %-32s %s\n", k.c_str(), val.c_str());
+  }
+  if (!v41.is_null()) {
+    std::printf("DeepSeek-V4.1:\n");
+    if (v41.contains("error")) {
+      std::printf("  config not usable: %s\n", v41["error"].get<std::string>().c_str());
+    } else {
+      std::printf("  text config      %s (vision config %s)\n", v41["text_config"].get<std::string>().c_str(),
+                  v41["vision_config"].get<bool>() ? "present" : "absent");
+      std::printf("  layers           %u: %s\n", v41["layers"].get<unsigned>(), v41["layer_modes"].get<std::string>().c_str());
+      std::printf("  KV / index srcs  %s / %s, candidate pool from layer %d, Engram %s\n", v41["kv_sources"].dump().c_str(),
+                  v41["index_sources"].dump().c_str(), v41["candidate_source"].get<int>(), v41["engram_layers"].dump().c_str());
+      std::printf("  this build runs:\n");
+      for (const auto& [k, v] : v41["runs"].items()) std::printf("    %-72s %s\n", k.c_str(), v.get<bool>() ? "yes" : "no");
+    }
   }
   if (a.state) {
     std::printf("state at ctx %llu (f32, this implementation):\n", (unsigned long long)a.ctx);

@@ -13,10 +13,12 @@
 #include "dsv4_names.hpp"
 #include "progress.hpp"
 #include "toy_v4.hpp"
+#include "toy_v41.hpp"
 
 namespace cmfx::driver {
 
-int write_toy_release(const make_toy_args& a, const toy_v4_config& c);  // cmd_make_toy_release.cpp
+int write_toy_release(const make_toy_args& a, const toy_v4_config& c);       // cmd_make_toy_release.cpp
+int write_toy_release_v41(const make_toy_args& a, const toy_v41_config& c);  // cmd_make_toy_release.cpp
 
 namespace {
 
@@ -58,14 +60,18 @@ std::string read_tokenizer(const std::string& path, uint32_t vocab) {
 }  // namespace
 
 int run_make_toy(const make_toy_args& args) {
+  if (args.arch != "v4" && args.arch != "v41") throw usage_error("make-toy --arch takes v4 or v41, not " + args.arch);
+  const bool v41 = args.arch == "v41";
   const toy_v4_config c;
+  const toy_v41_config c41;
   make_toy_args a = args;
   if (a.quant.empty()) a.quant = a.layout == "release" ? "native" : "q4tp";
+  const uint32_t vocab = v41 ? c41.vocab : c.vocab;
   if (a.layout == "release") {
     if (a.quant != "native" && a.quant != "f32")
       throw usage_error("make-toy --layout release takes --quant native (FP8 + FP4 experts) or f32, not " + a.quant);
-    const std::string tok = a.tokenizer.empty() ? std::string() : read_tokenizer(a.tokenizer, c.vocab);
-    const int rc = write_toy_release(a, c);
+    const std::string tok = a.tokenizer.empty() ? std::string() : read_tokenizer(a.tokenizer, vocab);
+    const int rc = v41 ? write_toy_release_v41(a, c41) : write_toy_release(a, c);
     if (!tok.empty()) {
       const std::filesystem::path dst = std::filesystem::path(a.out) / "tokenizer.json";
       std::ofstream f(dst, std::ios::binary);
@@ -77,12 +83,12 @@ int run_make_toy(const make_toy_args& args) {
   if (a.quant == "native")
     throw usage_error("make-toy --quant native is the release layout's dtypes (FP8/FP4), which CMF cannot store; "
                       "use --layout release or a CMF quant (q4tp, q2tp, q8, f16, f32)");
-  const std::string tok = a.tokenizer.empty() ? std::string() : read_tokenizer(a.tokenizer, c.vocab);
-  const auto inv = toy_v4_inventory(c);
-  const std::string header = toy_v4_cmf_header(c, a.quant).dump();
+  const std::string tok = a.tokenizer.empty() ? std::string() : read_tokenizer(a.tokenizer, vocab);
+  const auto inv = v41 ? toy_v41_inventory(c41) : toy_v4_inventory(c);
+  const std::string header = v41 ? toy_v41_cmf_header(c41, a.quant).dump() : toy_v4_cmf_header(c, a.quant).dump();
   auto emit = [&](auto& w) {
     for (const auto& t : inv) {
-      const auto v = toy_v4_values(c, t, a.seed);
+      const auto v = v41 ? toy_v41_values(c41, t, a.seed) : toy_v4_values(c, t, a.seed);
       const cmf_dtype d = cmf_dtype_for(t, a.quant);
       w.add(dsv4_cmf_name(t.name), d, t.shape, encode_as(d, v, t.shape));
     }
@@ -98,8 +104,9 @@ int run_make_toy(const make_toy_args& args) {
     if (!tok.empty()) w.set_vocab(tok);
     w.write(a.out);
   }
-  std::printf("wrote %s: toy DeepSeek-V4 (%s, %zu tensors, %u layers, dim %u, vocab %u)\n", a.out.c_str(),
-              a.quant.c_str(), inv.size(), c.num_layers(), c.dim, c.vocab);
+  std::printf("wrote %s: toy DeepSeek-%s (%s, %zu tensors, %u layers, dim %u, vocab %u)\n", a.out.c_str(),
+              v41 ? "V4.1" : "V4", a.quant.c_str(), inv.size(), v41 ? c41.layers : c.num_layers(), v41 ? c41.dim : c.dim,
+              vocab);
   if (!tok.empty()) std::printf("  vocab section: %s (%zu bytes)\n", a.tokenizer.c_str(), tok.size());
   return 0;
 }

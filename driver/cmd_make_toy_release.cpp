@@ -1,7 +1,8 @@
 // `cmfx make-toy --layout release`: the toy in the official release layout — config.json, two safetensors
 // shards and model.safetensors.index.json — with the release's dtypes (dsv4-architecture.md §2): FP8 E4M3
 // weights with UE8M0 128x128 `.scale` tensors, FP4 experts as packed I8 [out, in/2] with UE8M0 [out, in/32],
-// bf16 norms / wo_a / compressor, f32 sinks / ape / hc / bias / head, int32 tid2eid.
+// bf16 norms / wo_a / compressor, f32 sinks / ape / hc / bias / head, int32 tid2eid. `--arch v41`: the V4.1 toy
+// with FP8 32x32 tiles (release_dtype_v41).
 #include <filesystem>
 #include <fstream>
 
@@ -9,6 +10,7 @@
 #include "cmfx/io/safetensors_writer.hpp"
 #include "commands.hpp"
 #include "toy_v4.hpp"
+#include "toy_v41.hpp"
 
 namespace cmfx::driver {
 
@@ -40,18 +42,18 @@ std::vector<uint8_t> as_bytes_f32(const std::vector<float>& v) {
   return b;
 }
 
-}  // namespace
-
-int write_toy_release(const make_toy_args& a, const toy_v4_config& c) {
+/// The release layout of any toy: each tensor stored with the dtype `dtype_of` gives (FP8 with UE8M0 tile×tile scales).
+template <class ValuesFn, class DtypeFn>
+size_t write_release(const make_toy_args& a, const std::vector<toy_tensor>& inv, ValuesFn values, DtypeFn dtype_of,
+                     uint32_t fp8_tile, const std::string& config_json) {
   namespace fs = std::filesystem;
   fs::create_directories(a.out);
-  const auto inv = toy_v4_inventory(c);
   std::vector<st_write_entry> shard[2];
   std::map<std::string, std::string> weight_map;
   const std::string shard_name[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
   for (size_t i = 0; i < inv.size(); ++i) {
     const toy_tensor& t = inv[i];
-    const auto v = toy_v4_values(c, t, a.seed);
+    const auto v = values(t);
     std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
     const uint64_t rows = shape.empty() ? 1 : shape[0], cols = rows ? v.size() / rows : 0;
     const int s = i < inv.size() / 2 ? 0 : 1;
@@ -60,7 +62,7 @@ int write_toy_release(const make_toy_args& a, const toy_v4_config& c) {
       shard[s].push_back({name, dt, std::move(shp), std::move(bytes)});
     };
     const std::string stem = ends_with(t.name, ".weight") ? t.name.substr(0, t.name.size() - 7) : t.name;
-    const rel_dtype rd = a.quant == "f32" && t.role != toy_role::tid2eid ? rel_dtype::f32 : release_dtype(t);
+    const rel_dtype rd = a.quant == "f32" && t.role != toy_role::tid2eid ? rel_dtype::f32 : dtype_of(t);
     switch (rd) {
       case rel_dtype::f32: put(t.name, st_dtype::F32, shape, as_bytes_f32(v)); break;
       case rel_dtype::bf16: put(t.name, st_dtype::BF16, shape, fmt_bf16::encode(v.data(), rows, cols).data); break;
@@ -74,9 +76,9 @@ int write_toy_release(const make_toy_args& a, const toy_v4_config& c) {
         break;
       }
       case rel_dtype::fp8: {
-        auto e = fmt_fp8_b128::encode(v.data(), rows, cols);
+        auto e = fp8_tile == 32 ? fmt_fp8_b32::encode(v.data(), rows, cols) : fmt_fp8_b128::encode(v.data(), rows, cols);
         put(t.name, st_dtype::F8_E4M3, shape, std::move(e.data));
-        put(stem + ".scale", st_dtype::F8_E8M0, {ceil_div(rows, 128), ceil_div(cols, 128)}, std::move(e.scale));
+        put(stem + ".scale", st_dtype::F8_E8M0, {ceil_div(rows, fp8_tile), ceil_div(cols, fp8_tile)}, std::move(e.scale));
         break;
       }
       case rel_dtype::fp4: {
@@ -89,9 +91,43 @@ int write_toy_release(const make_toy_args& a, const toy_v4_config& c) {
   }
   for (int s = 0; s < 2; ++s) write_safetensors((fs::path(a.out) / shard_name[s]).string(), shard[s], {{"format", "pt"}});
   write_safetensors_index(a.out, weight_map);
-  std::ofstream(fs::path(a.out) / "config.json") << toy_v4_release_config(c).dump(2) << "\n";
-  std::printf("wrote %s/: toy DeepSeek-V4 in the release layout (%zu tensors in 2 shards, %s)\n", a.out.c_str(),
-              weight_map.size(), a.quant == "f32" ? "all f32" : "FP8 + FP4 experts");
+  std::ofstream(fs::path(a.out) / "config.json") << config_json << "\n";
+  return weight_map.size();
+}
+
+/// V4.1 release dtypes (dsv4-architecture.md §2 "V4.1 deltas"): FP8 E4M3 with 32×32 UE8M0 tiles for the attention
+/// projections, indexer wq_b, shared experts and engram.wkv; FP4 routed experts; bf16 norms, wo_a, compressor,
+/// indexer wk / weights_proj, router, embed; f32 sinks, hc, bias, head. The Engram table is FP8 E4M3 with a UE8M0
+/// scale per row and 32 columns in the release; the toy stores it in bf16 until the row-format reader lands.
+rel_dtype release_dtype_v41(const toy_tensor& t) {
+  const std::string& n = t.name;
+  if (t.role == toy_role::expert_gate_up || t.role == toy_role::expert_down) return rel_dtype::fp4;
+  if (ends_with(n, "attn_sink") || contains(n, "hc_") || ends_with(n, "gate.bias") || n == "head.weight")
+    return rel_dtype::f32;
+  if (t.role == toy_role::vector || contains(n, "wo_a") || contains(n, "compressor.") || contains(n, "weights_proj") ||
+      contains(n, "indexer.wk.") || contains(n, "engram.embed") || contains(n, "engram.q_weight") ||
+      contains(n, "engram.k_weight") || t.role == toy_role::router || n == "embed.weight")
+    return rel_dtype::bf16;
+  return rel_dtype::fp8;  // wq_a, wq_b, wkv, wo_b, indexer.wq_b, shared experts, engram.wkv
+}
+
+}  // namespace
+
+int write_toy_release(const make_toy_args& a, const toy_v4_config& c) {
+  const size_t n = write_release(
+      a, toy_v4_inventory(c), [&](const toy_tensor& t) { return toy_v4_values(c, t, a.seed); }, release_dtype, 128,
+      toy_v4_release_config(c).dump(2));
+  std::printf("wrote %s/: toy DeepSeek-V4 in the release layout (%zu tensors in 2 shards, %s)\n", a.out.c_str(), n,
+              a.quant == "f32" ? "all f32" : "FP8 + FP4 experts");
+  return 0;
+}
+
+int write_toy_release_v41(const make_toy_args& a, const toy_v41_config& c) {
+  const size_t n = write_release(
+      a, toy_v41_inventory(c), [&](const toy_tensor& t) { return toy_v41_values(c, t, a.seed); }, release_dtype_v41, 32,
+      toy_v41_release_config(c).dump(2));
+  std::printf("wrote %s/: toy DeepSeek-V4.1 in the release layout (%zu tensors in 2 shards, %s)\n", a.out.c_str(), n,
+              a.quant == "f32" ? "all f32" : "FP8 32x32 + FP4 experts");
   return 0;
 }
 

@@ -25,7 +25,7 @@ int run_verify(const verify_args& a);
 
 struct make_toy_args {
   std::string out = "toy-v4.cmf";
-  std::string arch = "v4";       // v4 (V4-Flash-0731 layout); v41 arrives with the V4.1 issue
+  std::string arch = "v4";       // v4 (V4-Flash-0731 layout) | v41 (V4.1-Flash layout)
   std::string quant;             // CMF: q4tp (default) | q2tp | q8 | f16 | f32; release: native (default) | f32
   std::string layout = "cmf";    // cmf (cortiq names) | release (official safetensors names, FP8/FP4)
   uint64_t seed = 20260731;      // weights are a pure function of the seed

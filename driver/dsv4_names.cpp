@@ -33,6 +33,7 @@ std::string dsv4_cmf_name(const std::string& n) {
       {std::regex(R"(^ffn\.shared_experts\.w3\.weight$)"), "mlp.shared_expert.up_proj.weight"},
       {std::regex(R"(^ffn\.shared_experts\.w2\.weight$)"), "mlp.shared_expert.down_proj.weight"},
       {std::regex(R"(^(hc_(attn|ffn)_(fn|base|scale))$)"), "$1"},
+      {std::regex(R"(^(engram\..*)$)"), "$1"},  // V4.1 Engram tables and projections keep their names
   };
   for (const auto& [re, fmt] : rules)
     if (std::regex_match(rest, re)) return p + std::regex_replace(rest, re, fmt);

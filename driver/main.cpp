@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   make_toy_args toy;
   auto* ct = app.add_subcommand("make-toy", "Write the deterministic toy model (real tensor names, tiny dimensions)");
   ct->add_option("--out", toy.out, "Output file (.cmf) or directory (release layout)")->default_val(toy.out);
-  ct->add_option("--arch", toy.arch, "Architecture")->check(CLI::IsMember({"v4"}))->default_val(toy.arch);
+  ct->add_option("--arch", toy.arch, "Architecture: v4 (V4-Flash-0731) | v41 (V4.1-Flash)")->check(CLI::IsMember({"v4", "v41"}))->default_val(toy.arch);
   ct->add_option("--quant", toy.quant,
                  "Weight dtype: CMF q4tp (default) | q2tp | q8 | f16 | f32; release native (default, FP8 + FP4) | f32")
       ->check(CLI::IsMember({"q4tp", "q2tp", "q8", "f16", "f32", "native"}));

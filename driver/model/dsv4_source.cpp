@@ -40,6 +40,7 @@ class cmf_source final : public dsv4_source {
   std::string spelled(const std::string& n) const override { return "'" + dsv4_cmf_name(n) + "'"; }
   std::string kind() const override { return "cmf"; }
   dsv4_config config() const override { return dsv4_config_from_cmf(file_.header()); }
+  const nlohmann::json& raw_config() const override { return file_.header(); }
 
  private:
   cmf_file file_;
@@ -121,6 +122,7 @@ class release_source final : public dsv4_source {
   }
   std::string kind() const override { return "release"; }
   dsv4_config config() const override { return dsv4_config_from_release(config_); }
+  const nlohmann::json& raw_config() const override { return config_; }
 
  private:
   const st_tensor* scale_of(const st_tensor& t) const {

@@ -32,6 +32,8 @@ class dsv4_source {
   virtual std::string kind() const = 0;
   /// Hyper-parameters stated by the container (header / config.json).
   virtual dsv4_config config() const = 0;
+  /// The container's own config: the CMF header JSON, or the release config.json (V4.1 reads its config from it).
+  virtual const nlohmann::json& raw_config() const = 0;
 };
 
 /// Opens `path`: a CMF file (by magic), or a release directory / *.index.json / *.safetensors.

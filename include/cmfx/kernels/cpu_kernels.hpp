@@ -12,6 +12,7 @@
 
 #include "cmfx/core/thread_pool.hpp"
 #include "cmfx/formats/format_list.hpp"
+#include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/kernels/act_q8.hpp"
 #include "cmfx/kernels/cpu_arch.hpp"
 
@@ -34,8 +35,6 @@ struct cpu_kernel_table {
   std::array<act_layout, format_count> i8_layout{};
 };
 
-/// Activation precision of a GEMM call.
-enum class act_precision { f32, i8 };
 
 const cpu_kernel_table& cpu_kernels_generic();
 const cpu_kernel_table& cpu_kernels_avx2();

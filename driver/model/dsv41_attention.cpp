@@ -1,0 +1,258 @@
+// V4.1 CSA2 attention sublayer for a chunk of tokens (dsv4-architecture.md §4.2; V41-MODEL Attention, Compressor,
+// Indexer, select_candidate_blocks): low-rank q without per-head norm, shared K = V latent with kv_norm, RoPE on the
+// last rope_dim channels with the layer's table, window of W positions plus the compressed entries the layer's
+// index source picked from its KV source's cache, softmax with sink, inverse rope, grouped wo_a then wo_b.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <stdexcept>
+
+#include "cmfx/formats/exmy.hpp"
+#include "cmfx/ops/fake_quant.hpp"
+#include "cmfx/ops/reduce.hpp"
+#include "cmfx/ops/rmsnorm.hpp"
+#include "cmfx/ops/softmax.hpp"
+#include "cmfx/ops/topk.hpp"
+#include "dsv41_internal.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+void rope_heads(float* x, uint32_t heads, uint32_t hd, const std::vector<double>& cs, bool inverse) {
+  const size_t rd = cs.size();
+  for (uint32_t h = 0; h < heads; ++h) apply_rope_cs(std::span<float>(x + size_t(h) * hd + hd - rd, rd), cs, inverse);
+}
+
+constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+}  // namespace
+
+void dsv41_fp4_e4m3_quant(std::span<float> x, uint32_t block) {
+  for (size_t b = 0; b < x.size(); b += block) {
+    float* p = x.data() + b;
+    const size_t len = std::min<size_t>(block, x.size() - b);
+    float amax = 0.0f;
+    for (size_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(p[i]));
+    amax = std::max(amax, 6.0f * 0x1p-9f);  // the smallest E4M3 scale is 2^-9
+    const float s = e4m3::decode(e4m3::encode(std::min(amax / 6.0f, 448.0f)));
+    for (size_t i = 0; i < len; ++i) p[i] = e2m1::decode(e2m1::encode(std::clamp(p[i] / s, -6.0f, 6.0f))) * s;
+  }
+}
+
+void dsv41_candidate_blocks(std::span<const float> score, uint32_t topk_blocks, uint32_t bs, std::vector<uint8_t>& mask) {
+  const size_t ne = score.size(), nb = (ne + bs - 1) / bs;
+  mask.assign(ne, 0);
+  if (ne == 0) return;
+  std::vector<float> blk(nb, neg_inf);
+  for (size_t j = 0; j < ne; ++j) blk[j / bs] = std::max(blk[j / bs], score[j]);
+  blk[(ne - 1) / bs] = std::numeric_limits<float>::infinity();  // the newest entry's (partial) block is pinned
+  std::vector<topk_entry> scratch(nb);
+  std::vector<uint32_t> pick(std::min<size_t>(topk_blocks, nb));
+  const size_t k = topk(blk, pick.size(), scratch, pick);
+  for (size_t q = 0; q < k; ++q) {
+    if (blk[pick[q]] == neg_inf) continue;  // fewer reachable blocks than topk_blocks: −inf picks are dropped
+    for (size_t j = size_t(pick[q]) * bs; j < std::min(ne, size_t(pick[q] + 1) * bs); ++j) mask[j] = 1;
+  }
+}
+
+void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const dsv41_token_ctx& tc, dsv41_shared& sh,
+                                  float* out, dsv41_trace* trace) {
+  const dsv41_config& cf = c();
+  const dsv41_layer_w& L = w.layers[l];
+  const dsv41_layer_plan& pl = cf.plan[l];
+  const uint32_t H = cf.heads, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window, r = pl.ratio;
+  const float eps = float(cf.norm_eps);
+  const rope_table& rope = rope_for(l);
+  std::vector<std::vector<double>> cs(n, std::vector<double>(rd));
+  for (uint64_t i = 0; i < n; ++i) rope.rotation(int64_t(tc.pos[i]), cs[i]);
+
+  // Query: qr = RMS(wq_a·u; q_norm), q = wq_b·qr (no per-head norm in V4.1), rope tail.
+  std::vector<float> qr(n * cf.q_lora), q(n * H * hd);
+  linear(L.wq_a, u, n, qr.data());
+  for (uint64_t i = 0; i < n; ++i) {
+    std::span<float> row(qr.data() + i * cf.q_lora, cf.q_lora);
+    rmsnorm(row, L.q_norm.data(), eps, row);
+  }
+  linear(L.wq_b, qr.data(), n, q.data());
+  for (uint64_t i = 0; i < n; ++i) rope_heads(q.data() + i * H * hd, H, hd, cs[i], false);
+  // Window KV: RMS(wkv·u; kv_norm), rope tail, FP8 over the whole vector (block 32).
+  std::vector<float> kv(n * hd);
+  linear(L.wkv, u, n, kv.data());
+  for (uint64_t i = 0; i < n; ++i) {
+    std::span<float> row(kv.data() + i * hd, hd);
+    rmsnorm(row, L.kv_norm.data(), eps, row);
+    apply_rope_cs(row.subspan(hd - rd), cs[i], false);
+    if (opt.qat_kv) act_quant_e4m3(row, dsv41_act_block);
+  }
+
+  const uint32_t IH = cf.index_heads, IHD = cf.index_head_dim;
+  if (pl.mode == dsv41_mode::full) {
+    // Compressor → pre-rope latents of the groups that close in this chunk (group j stands for position j·r).
+    std::vector<float> a(n * hd), sc;
+    linear(L.comp_wkv, u, n, a.data());
+    if (r > 1) {
+      sc.resize(n * hd);
+      linear(L.comp_wgate, u, n, sc.data());
+    }
+    std::vector<float> lat;
+    std::vector<uint64_t> owner_token;  // chunk row of the token that closes each group
+    for (uint64_t i = 0; i < n; ++i) {
+      dsv41_state& st = *tc.st[i];
+      const uint64_t t = tc.pos[i];
+      if (r == 1) {
+        lat.insert(lat.end(), a.begin() + long(i * hd), a.begin() + long((i + 1) * hd));
+      } else {
+        std::copy_n(a.data() + i * hd, hd, st.pend_kv(l, t));
+        std::copy_n(sc.data() + i * hd, hd, st.pend_sc(l, t));
+        if ((t + 1) % r != 0) continue;
+        // Per channel: softmax over the group's r scores, weighted sum of its r rows (fp32 in the reference).
+        std::vector<float> pooled(hd);
+        for (uint32_t ch = 0; ch < hd; ++ch) {
+          double m = -std::numeric_limits<double>::infinity();
+          for (uint64_t p = t + 1 - r; p <= t; ++p) m = std::max(m, double(st.pend_sc(l, p)[ch]));
+          double den = 0, num = 0;
+          for (uint64_t p = t + 1 - r; p <= t; ++p) {
+            const double e = std::exp(double(st.pend_sc(l, p)[ch]) - m);
+            den += e;
+            num += e * double(st.pend_kv(l, p)[ch]);
+          }
+          pooled[ch] = float(num / den);
+        }
+        lat.insert(lat.end(), pooled.begin(), pooled.end());
+      }
+      owner_token.push_back(i);
+      std::span<float> last(lat.data() + lat.size() - hd, hd);
+      rmsnorm(last, L.comp_norm.data(), eps, last);
+    }
+    // Index keys from the pre-rope latents; then the latents become compressed KV entries (rope, FP4 / E4M3 16).
+    const uint64_t m = owner_token.size();
+    if (m) {
+      std::vector<float> keys(m * IHD);
+      linear(L.ix_wk, lat.data(), m, keys.data());
+      std::vector<double> gcs(rd);
+      for (uint64_t g = 0; g < m; ++g) {
+        const uint64_t i = owner_token[g], gpos = tc.pos[i] + 1 - r;
+        rope.rotation(int64_t(gpos), gcs);
+        std::span<float> k(keys.data() + g * IHD, IHD);
+        rmsnorm(k, L.ix_k_norm.data(), eps, k);
+        apply_rope_cs(k.subspan(IHD - rd), gcs, false);
+        if (opt.qat_kv) act_quant_e2m1(k, dsv41_index_fp4_block);
+        std::span<float> ent(lat.data() + g * hd, hd);
+        apply_rope_cs(ent.subspan(hd - rd), gcs, false);
+        if (opt.qat_kv) dsv41_fp4_e4m3_quant(ent, dsv41_kv_fp4_block);
+        dsv41_layer_state& S = tc.st[i]->layers()[l];
+        if (S.entries.size() / hd != gpos / r) throw std::logic_error("dsv4.1 compressor: entry count out of step");
+        S.entries.insert(S.entries.end(), ent.begin(), ent.end());
+        S.ikeys.insert(S.ikeys.end(), k.begin(), k.end());
+      }
+    }
+  }
+
+  // Index sources: score the published index keys, build / apply the candidate pool, keep the top-k.
+  if (pl.mode == dsv41_mode::full || pl.mode == dsv41_mode::reindex) {
+    std::vector<float> iq(n * IH * IHD), iw(n * IH);
+    linear(L.ix_wq_b, qr.data(), n, iq.data());
+    for (uint64_t i = 0; i < n; ++i) {
+      float* row = iq.data() + i * IH * IHD;
+      rope_heads(row, IH, IHD, cs[i], false);
+      if (opt.qat_kv) act_quant_e2m1(std::span<float>(row, size_t(IH) * IHD), dsv41_index_fp4_block);
+    }
+    linear(L.ix_weights_proj, u, n, iw.data());
+    const float wscale = float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH)));
+    for (float& x : iw) x *= wscale;
+    auto& picks = sh.picks[l];
+    picks.assign(n, {});
+    if (pl.candidate_source) sh.candidates.assign(n, {});
+    std::vector<int> kfrom(n);
+    for (uint64_t i = 0; i < n; ++i) kfrom[i] = keys_layer(l, i, tc);
+    pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+      std::vector<float> score;
+      std::vector<topk_entry> scratch;
+      for (uint64_t i = b; i < e; ++i) {
+        const uint64_t ne = (tc.pos[i] + 1) / r;
+        const dsv41_state& st = *tc.st[i];
+        const uint32_t kl = uint32_t(kfrom[i]);
+        if (st.keys(kl) < ne) throw std::logic_error("dsv4.1 indexer: index keys of layer " + std::to_string(kl) + " not ready");
+        score.assign(ne, 0.0f);
+        const float* qi = iq.data() + i * IH * IHD;
+        for (uint64_t j = 0; j < ne; ++j) {
+          const float* kj = st.key(kl, j);
+          double s = 0.0;
+          for (uint32_t h = 0; h < IH; ++h)
+            s += std::max(ops_detail::dot(qi + size_t(h) * IHD, kj, IHD), 0.0) * double(iw[i * IH + h]);  // ReLU first
+          score[j] = float(s);
+        }
+        if (pl.candidate_source) dsv41_candidate_blocks(score, cf.candidate_topk_blocks, cf.candidate_block_size, sh.candidates[i]);
+        if (pl.uses_candidates) {
+          const std::vector<uint8_t>& cand = sh.candidates.at(i);
+          for (uint64_t j = 0; j < ne; ++j)
+            if (j >= cand.size() || !cand[j]) score[j] = neg_inf;
+        }
+        const size_t kk = std::min<uint64_t>(cf.index_topk, ne);
+        scratch.resize(ne);
+        std::vector<uint32_t>& pk = picks[i];
+        pk.resize(kk);
+        topk(score, kk, scratch, pk);
+        // A −inf pick (outside the candidate pool) cannot occur when the pool holds ≥ index_topk entries
+        // (checked by dsv41_make_plan); drop it defensively rather than attend to a masked entry.
+        pk.erase(std::remove_if(pk.begin(), pk.end(), [&](uint32_t j) { return score[j] == neg_inf; }), pk.end());
+        std::sort(pk.begin(), pk.end());
+      }
+    });
+    if (trace)
+      for (uint64_t i = 0; i < n; ++i) {
+        trace->topk[l].push_back(picks[i]);
+        trace->keys_from[l].push_back(kfrom[i]);
+      }
+  }
+
+  // Sparse attention with sink over the window and the picked compressed entries of the KV source.
+  const std::vector<std::vector<uint32_t>>* picks = r ? &sh.picks[size_t(pl.topk_from)] : nullptr;
+  const uint32_t src = r ? uint32_t(pl.kv_from) : 0;
+  std::vector<float> o(n * H * hd);
+  const double scale = 1.0 / std::sqrt(double(hd));
+  pool.run(n * H, [&](uint64_t b, uint64_t e, unsigned) {
+    std::vector<const float*> keys;
+    std::vector<float> logit;
+    std::vector<double> acc(hd);
+    for (uint64_t it = b; it < e; ++it) {
+      const uint64_t i = it / H, h = it % H, t = tc.pos[i], p0 = tc.p0[i];
+      keys.clear();
+      for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s)
+        keys.push_back(s >= p0 ? kv.data() + (tc.first[i] + (s - p0)) * hd : tc.st[i]->ring_row(l, s));
+      if (picks)
+        for (uint32_t j : (*picks)[i]) keys.push_back(tc.st[i]->entry(src, j));
+      const float* qh = q.data() + (i * H + h) * hd;
+      logit.resize(keys.size());
+      for (size_t k = 0; k < keys.size(); ++k) logit[k] = float(ops_detail::dot(qh, keys[k], hd) * scale);
+      attend_sink(logit, L.attn_sink[h], logit);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (size_t k = 0; k < keys.size(); ++k) {
+        const double pk = logit[k];
+        const float* kr = keys[k];
+        for (uint32_t c2 = 0; c2 < hd; ++c2) acc[c2] += pk * double(kr[c2]);
+      }
+      float* oh = o.data() + (i * H + h) * hd;
+      for (uint32_t c2 = 0; c2 < hd; ++c2) oh[c2] = float(acc[c2]);
+      apply_rope_cs(std::span<float>(oh + hd - rd, rd), cs[i], true);
+    }
+  });
+  for (uint64_t i = 0; i < n; ++i) std::copy_n(kv.data() + i * hd, hd, tc.st[i]->ring_row(l, tc.pos[i]));
+
+  // Grouped output: z_g = wo_a[g]·o_g, out = wo_b·z.
+  const uint64_t G = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / G, zr = G * ol;
+  std::vector<float> z(n * zr);
+  const gemm_rows_fn fa = kern.gemm[size_t(L.wo_a.fmt)];
+  pool.run(zr, [&](uint64_t b, uint64_t e, unsigned) {
+    for (uint64_t rr = b; rr < e;) {
+      const uint64_t g = rr / ol, end = std::min(e, (g + 1) * ol);
+      fa(L.wo_a.v, o.data() + g * gcols, n, uint64_t(H) * hd, z.data(), zr, rr, end);
+      rr = end;
+    }
+  }, gemm_row_grain);
+  linear(L.wo_b, z.data(), n, out);
+}
+
+}  // namespace cmfx::driver

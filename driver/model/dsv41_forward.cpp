@@ -1,0 +1,335 @@
+#include "dsv41_forward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/formats/format_list.hpp"
+#include "cmfx/ops/fake_quant.hpp"
+#include "cmfx/ops/mhc.hpp"
+#include "cmfx/ops/rmsnorm.hpp"
+#include "cmfx/ops/routing.hpp"
+#include "dsv41_internal.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+rope_config rope_cfg(const dsv41_config& c, bool compressed) {
+  rope_config r;
+  r.dim = c.rope_dim;
+  r.base = compressed ? c.compress_rope_theta : c.rope_theta;
+  r.yarn = compressed;  // YaRN on every ratio > 0 layer, off on sliding-window layers (spec §3.3)
+  r.factor = c.yarn_factor;
+  r.original = c.yarn_original;
+  r.beta_fast = c.yarn_beta_fast;
+  r.beta_slow = c.yarn_beta_slow;
+  return r;
+}
+
+/// Largest KV-source layer that publishes index keys on a decode step at position t (a group closes), or −1.
+int decode_publisher(const dsv41_config& c, uint64_t t) {
+  for (int l = int(c.layers) - 1; l >= 0; --l) {
+    const dsv41_layer_plan& p = c.plan[size_t(l)];
+    if (p.mode == dsv41_mode::full && (t + 1) % p.ratio == 0) return l;
+  }
+  return -1;
+}
+
+/// Largest KV-source layer that publishes on a prefill of `len` tokens (it compresses at least one group), or −1.
+int prefill_publisher(const dsv41_config& c, uint64_t len) {
+  for (int l = int(c.layers) - 1; l >= 0; --l) {
+    const dsv41_layer_plan& p = c.plan[size_t(l)];
+    if (p.mode == dsv41_mode::full && len >= p.ratio) return l;
+  }
+  return -1;
+}
+
+}  // namespace
+
+dsv41_model::impl::impl(dsv41_weights weights, const dsv41_options& o)
+    : w(std::move(weights)),
+      opt(o),
+      pool(o.threads),
+      kern(best_cpu_kernels()),
+      rope_swa(rope_cfg(w.cfg, false)),
+      rope_comp(rope_cfg(w.cfg, true)),
+      engram(dsv41_engram_make_layout(w.cfg)) {
+  const dsv41_config& cf = w.cfg;
+  for (size_t e = 0; e < cf.engram_layers.size(); ++e) {
+    const dsv41_layer_w& L = w.layers[cf.engram_layers[e]];
+    if (L.eg_embed.rows() != engram.rows[e])
+      throw usage_error("Engram table of layer " + std::to_string(cf.engram_layers[e]) + " has " +
+                        std::to_string(L.eg_embed.rows()) + " rows; the hash layout needs " + std::to_string(engram.rows[e]));
+  }
+  if (!cf.engram_layers.empty()) (void)dsv41_engram_compress(cf, 0);  // refuses a map this build cannot make
+  if (opt.qat_kv && (cf.head_dim % dsv41_kv_fp4_block || cf.head_dim % dsv41_act_block ||
+                     (cf.index_head_dim && cf.index_head_dim % dsv41_index_fp4_block)))
+    throw usage_error("V4.1 KV quantisation needs head dims divisible by 32");
+}
+
+void dsv41_model::impl::linear(const dsv4_matrix& m, const float* X, uint64_t n, float* Y) {
+  if (opt.qat_act && m.qat_input) {
+    qat_buf.assign(X, X + n * m.cols());
+    for (uint64_t i = 0; i < n; ++i)
+      act_quant_e4m3(std::span<float>(qat_buf.data() + i * m.cols(), m.cols()), dsv41_act_block);
+    X = qat_buf.data();
+  }
+  gemm(pool, kern, m.fmt, m.v, X, n, Y);
+}
+
+void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* out, dsv41_trace* trace) {
+  const dsv41_config& cf = c();
+  const dsv41_layer_w& L = w.layers[l];
+  const uint32_t E = cf.experts, K = cf.top_k;
+  std::vector<float> logits(n * E);
+  gemm(pool, kern, L.gate.fmt, L.gate.v, u, n, logits.data());  // router in f32, no act-quant
+  std::vector<uint32_t> idx(n * K);
+  std::vector<float> wts(n * K), s(E);
+  std::vector<topk_entry> scratch(E);
+  route_config rc;
+  rc.top_k = K;
+  rc.route_scale = float(cf.route_scale);
+  rc.norm_eps = float(dsv41_route_norm_eps);
+  rc.temp = float(cf.gate_temp);
+  for (uint64_t i = 0; i < n; ++i) {
+    std::span<uint32_t> id(idx.data() + i * K, K);
+    route_score(std::span<const float>(logits.data() + i * E, E), L.gate_bias.data(), rc, s, scratch, id,
+                std::span<float>(wts.data() + i * K, K));
+    if (trace) {
+      std::vector<uint32_t> sorted(id.begin(), id.end());
+      std::sort(sorted.begin(), sorted.end());
+      trace->experts[l].push_back(std::move(sorted));
+    }
+  }
+  const float* x = u;
+  std::vector<float> xq;
+  if (opt.qat_act) {
+    xq.assign(u, u + n * cf.dim);
+    for (uint64_t i = 0; i < n; ++i) act_quant_e4m3(std::span<float>(xq.data() + i * cf.dim, cf.dim), dsv41_act_block);
+    x = xq.data();
+  }
+  moe_forward(pool, kern, L.experts, &L.shared, x, n, cf.dim, idx.data(), wts.data(), K, float(cf.swiglu_limit), out, moe);
+}
+
+void dsv41_model::impl::engram_add(uint32_t l, float* X, uint64_t n, const dsv41_token_ctx& tc) {
+  const dsv41_config& cf = c();
+  const dsv41_layer_w& L = w.layers[l];
+  const uint32_t e = uint32_t(cf.plan[l].engram), maxn = cf.engram_max_ngram;
+  const uint64_t nrows = uint64_t(engram.orders) * engram.heads, hd = cf.engram_head_dim, cols = nrows * hd;
+  const uint64_t d = cf.dim, hc = cf.hc;
+  const uint64_t pad = dsv41_engram_compress(cf, cf.engram_pad_id);
+  std::vector<float> E(n * cols);
+  visit_format(L.eg_embed.fmt, [&]<class F>() {
+    std::vector<uint64_t> hist(maxn), rows(nrows);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t t = tc.pos[i];
+      const std::vector<uint32_t>& ids = tc.st[i]->cids();
+      for (uint32_t s = 0; s < maxn; ++s) hist[s] = t >= s ? ids[t - s] : pad;
+      dsv41_engram_rows(engram, e, hist, rows);
+      for (uint64_t k = 0; k < nrows; ++k) F::decode_row(L.eg_embed.v, rows[k], E.data() + i * cols + k * hd);
+    }
+  });
+  std::vector<float> kv(n * (hc + 1) * d);
+  linear(L.eg_wkv, E.data(), n, kv.data());
+  pool.run(n, [&](uint64_t b, uint64_t en, unsigned) {
+    for (uint64_t i = b; i < en; ++i)
+      dsv41_engram_gate(std::span<float>(X + i * hc * d, hc * d), std::span<const float>(kv.data() + i * (hc + 1) * d, (hc + 1) * d),
+                        L.eg_q_weight, L.eg_k_weight, uint32_t(hc), cf.norm_eps);
+  });
+}
+
+int dsv41_model::impl::keys_layer(uint32_t l, uint64_t i, const dsv41_token_ctx& tc) const {
+  const dsv41_config& cf = c();
+  const dsv41_layer_plan& p = cf.plan[l];
+  if (!opt.stale_index_k || tc.p0[i] == 0) return p.keys_from;  // prefill: every source publishes
+  const uint64_t t = tc.pos[i];
+  if (p.mode == dsv41_mode::full && (t + 1) % p.ratio == 0) return int(l);  // publishes its own keys first
+  for (int k = int(l) - 1; k >= 0; --k) {  // the last publisher earlier in this step
+    const dsv41_layer_plan& q = cf.plan[size_t(k)];
+    if (q.mode == dsv41_mode::full && (t + 1) % q.ratio == 0) return k;
+  }
+  return tc.prev_owner[i] >= 0 ? tc.prev_owner[i] : p.keys_from;  // the previous call's last publisher
+}
+
+dsv41_model::dsv41_model(dsv41_weights w, const dsv41_options& o) : p_(std::make_unique<impl>(std::move(w), o)) {}
+dsv41_model::~dsv41_model() = default;
+
+std::unique_ptr<dsv41_model> dsv41_model::open(const std::string& path, const dsv41_options& o) {
+  return std::make_unique<dsv41_model>(dsv41_load(path), o);
+}
+
+const dsv41_config& dsv41_model::config() const noexcept { return p_->w.cfg; }
+const dsv41_weights& dsv41_model::weights() const noexcept { return p_->w; }
+const dsv41_options& dsv41_model::options() const noexcept { return p_->opt; }
+
+std::vector<float> dsv41_model::forward(std::span<const uint32_t> ids, dsv41_state& st, dsv41_logits want,
+                                        dsv41_trace* trace) {
+  const dsv41_segment seg{&st, 0, ids.size()};
+  return forward_batch(ids, std::span<const dsv41_segment>(&seg, 1), want, trace);
+}
+
+std::vector<float> dsv41_model::forward_batch(std::span<const uint32_t> ids, std::span<const dsv41_segment> segs,
+                                              dsv41_logits want, dsv41_trace* trace) {
+  impl& m = *p_;
+  // With the official stale-index-key behaviour a decode token may score against index keys a LATER layer published
+  // on the previous step; inside a multi-token chunk those rows would not exist yet when the earlier layer runs, so
+  // such chunks run one token per pass (exactly the official one-token decode steps).
+  bool split = false;
+  if (m.opt.stale_index_k)
+    for (const dsv41_segment& s : segs)
+      if (s.st && s.st->pos() > 0 && s.count > 1) split = true;
+  if (!split) return m.run(ids, segs, want, trace);
+  std::vector<float> out;
+  for (const dsv41_segment& s : segs) {
+    if (!s.st || s.first + s.count > ids.size()) throw usage_error("dsv4.1 forward: bad segment");
+    const uint64_t step = s.st->pos() == 0 ? s.count : 1;
+    for (uint64_t b = 0; b < s.count; b += step) {
+      const uint64_t cnt = std::min(step, s.count - b);
+      const dsv41_segment one{s.st, 0, cnt};
+      const bool last_part = b + cnt == s.count;
+      const dsv41_logits w = want == dsv41_logits::all ? dsv41_logits::all
+                             : (want == dsv41_logits::last && last_part) ? dsv41_logits::last
+                                                                          : dsv41_logits::none;
+      const auto part = m.run(ids.subspan(s.first + b, cnt), std::span<const dsv41_segment>(&one, 1), w, trace);
+      out.insert(out.end(), part.begin(), part.end());
+    }
+  }
+  return out;
+}
+
+std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::span<const dsv41_segment> segs,
+                                          dsv41_logits want, dsv41_trace* trace) {
+  const dsv41_config& cf = c();
+  const uint64_t n = ids.size(), d = cf.dim, hc = cf.hc, hd_ = hc * d;
+  if (n == 0) return {};
+  dsv41_token_ctx tc;
+  tc.st.resize(n);
+  tc.pos.resize(n);
+  tc.first.resize(n);
+  tc.p0.resize(n);
+  tc.prev_owner.resize(n);
+  uint64_t covered = 0;
+  for (size_t k = 0; k < segs.size(); ++k) {
+    const dsv41_segment& sg = segs[k];
+    if (!sg.st || sg.first != covered || sg.count == 0)
+      throw usage_error("dsv4.1 forward: segments must cover the chunk in order, each with tokens and a state");
+    if (sg.st->layers().size() != cf.layers || sg.st->head_dim() != cf.head_dim)
+      throw usage_error("dsv4.1 forward: the state was made for another model");
+    for (size_t j = 0; j < k; ++j)
+      if (segs[j].st == sg.st) throw usage_error("dsv4.1 forward: a state appears in two segments of one chunk");
+    dsv41_state& st = *sg.st;
+    const uint64_t p0 = st.pos();
+    int prev = st.last_ik_owner();
+    for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) {
+      if (ids[i] >= cf.vocab)
+        throw usage_error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (" + std::to_string(cf.vocab) + ")");
+      tc.st[i] = &st;
+      tc.pos[i] = p0 + (i - sg.first);
+      tc.first[i] = sg.first;
+      tc.p0[i] = p0;
+      tc.prev_owner[i] = prev;
+      if (p0 > 0) {
+        const int pub = decode_publisher(cf, tc.pos[i]);
+        if (pub >= 0) prev = pub;
+      }
+    }
+    // Shared-runtime and Engram history for the chunk's positions.
+    if (p0 == 0) {
+      const int pub = prefill_publisher(cf, sg.count);
+      st.ik_owner().assign(sg.count, int16_t(pub));
+    } else {
+      for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) {
+        const int pub = decode_publisher(cf, tc.pos[i]);
+        st.ik_owner().push_back(int16_t(pub >= 0 ? pub : st.last_ik_owner()));
+      }
+    }
+    if (!cf.engram_layers.empty())
+      for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) st.cids().push_back(dsv41_engram_compress(cf, ids[i]));
+    covered += sg.count;
+  }
+  if (covered != n) throw usage_error("dsv4.1 forward: segments do not cover the chunk");
+  if (trace) {
+    trace->topk.resize(cf.layers);
+    trace->experts.resize(cf.layers);
+    trace->keys_from.resize(cf.layers);
+  }
+  // Embedding → hc identical copies; the first pre-mix takes copy 0.
+  std::vector<float> X(n * hd_), Xn(n * hd_);
+  visit_format(w.embed.fmt, [&]<class F>() {
+    for (uint64_t i = 0; i < n; ++i) {
+      float* x0 = X.data() + i * hd_;
+      F::decode_row(w.embed.v, ids[i], x0);
+      for (uint64_t j = 1; j < hc; ++j) std::copy_n(x0, d, x0 + j * d);
+    }
+  });
+  std::vector<float> pre_mix(n * hc, 0.0f), next_pre(n * hc);
+  for (uint64_t i = 0; i < n; ++i) pre_mix[i * hc] = 1.0f;
+  std::vector<float> u(n * d), o(n * d), post(n * hc), C(n * hc * hc);
+  const float eps = float(cf.norm_eps), hc_eps = float(cf.hc_eps);
+  // This sublayer's mixes (pre → next_pre) from X, its input folded with `fold` and normed into u.
+  auto mixes = [&](const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
+                   const std::vector<float>& fold, const std::vector<float>& norm_w) {
+    pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+      std::vector<float> y(d);
+      for (uint64_t i = b; i < e; ++i) {
+        const std::span<const float> Xi(X.data() + i * hd_, hd_);
+        hc_pre(Xi, fn, base, scale, uint32_t(hc), eps, hc_eps, cf.hc_iters, std::span<float>(next_pre.data() + i * hc, hc),
+               std::span<float>(post.data() + i * hc, hc), std::span<float>(C.data() + i * hc * hc, hc * hc), y);
+        std::span<float> ui(u.data() + i * d, d);
+        ops_detail::hc_fold(Xi, fold.data() + i * hc, uint32_t(hc), d, ui);
+        rmsnorm(ui, norm_w.data(), eps, ui);
+      }
+    });
+  };
+  auto apply_post = [&]() {
+    pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+      for (uint64_t i = b; i < e; ++i)
+        hc_post(std::span<const float>(o.data() + i * d, d), std::span<const float>(X.data() + i * hd_, hd_),
+                std::span<const float>(post.data() + i * hc, hc), std::span<const float>(C.data() + i * hc * hc, hc * hc),
+                uint32_t(hc), std::span<float>(Xn.data() + i * hd_, hd_));
+    });
+    X.swap(Xn);
+  };
+
+  dsv41_shared sh;
+  sh.picks.resize(cf.layers);
+  for (uint32_t l = 0; l < cf.layers; ++l) {
+    const dsv41_layer_w& L = w.layers[l];
+    if (cf.plan[l].engram >= 0) engram_add(l, X.data(), n, tc);
+    mixes(L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale, pre_mix, L.attn_norm);
+    std::vector<float> attn_pre = next_pre;
+    attention(l, u.data(), n, tc, sh, o.data(), trace);
+    apply_post();
+    mixes(L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale, attn_pre, L.ffn_norm);
+    moe_ffn(l, u.data(), n, o.data(), trace);
+    apply_post();
+    pre_mix.swap(next_pre);  // the FFN's pre feeds the next layer's attention (one-sublayer lag)
+  }
+  for (const dsv41_segment& sg : segs) sg.st->advance(sg.count);
+
+  if (want == dsv41_logits::none) return {};
+  std::vector<uint64_t> rows_at;
+  if (want == dsv41_logits::all)
+    for (uint64_t i = 0; i < n; ++i) rows_at.push_back(i);
+  else
+    for (const dsv41_segment& sg : segs) rows_at.push_back(sg.first + sg.count - 1);
+  const uint64_t rows = rows_at.size();
+  std::vector<float> h(rows * d);
+  pool.run(rows, [&](uint64_t b, uint64_t e, unsigned) {
+    for (uint64_t i = b; i < e; ++i) {
+      std::span<float> y(h.data() + i * d, d);
+      ops_detail::hc_fold(std::span<const float>(X.data() + rows_at[i] * hd_, hd_), pre_mix.data() + rows_at[i] * hc,
+                          uint32_t(hc), d, y);
+      rmsnorm(y, w.norm.data(), eps, y);
+    }
+  });
+  std::vector<float> logits(rows * cf.vocab);
+  gemm(pool, kern, w.head.fmt, w.head.v, h.data(), rows, logits.data());
+  return logits;
+}
+
+}  // namespace cmfx::driver

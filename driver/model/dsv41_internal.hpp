@@ -1,0 +1,60 @@
+#pragma once
+// Shared pieces of the V4.1 forward pass (not a public interface).
+#include <span>
+#include <vector>
+
+#include "cmfx/core/thread_pool.hpp"
+#include "cmfx/kernels/cpu_kernels.hpp"
+#include "cmfx/kernels/moe.hpp"
+#include "cmfx/ops/rope.hpp"
+#include "dsv41_engram.hpp"
+#include "dsv41_forward.hpp"
+
+namespace cmfx::driver {
+
+/// Per token of a chunk: state, position, chunk row and position of its segment's first token, and which layer last
+/// published index keys before this token's step (the official shared runtime, for stale_index_k).
+struct dsv41_token_ctx {
+  std::vector<dsv41_state*> st;
+  std::vector<uint64_t> pos, first, p0;
+  std::vector<int> prev_owner;
+};
+
+/// Per-chunk shared runtime: the top-k of each index source and the candidate pool of the candidate source.
+struct dsv41_shared {
+  std::vector<std::vector<std::vector<uint32_t>>> picks;  // [layer][token]
+  std::vector<std::vector<uint8_t>> candidates;           // [token] mask over the candidate source's entries
+};
+
+struct dsv41_model::impl {
+  dsv41_weights w;
+  dsv41_options opt;
+  thread_pool pool;
+  const cpu_kernel_table& kern;
+  rope_table rope_swa, rope_comp;
+  dsv41_engram_layout engram;
+  moe_scratch moe;
+  std::vector<float> qat_buf;
+
+  impl(dsv41_weights weights, const dsv41_options& o);
+  const dsv41_config& c() const noexcept { return w.cfg; }
+  const rope_table& rope_for(uint32_t l) const noexcept { return w.cfg.plan[l].ratio ? rope_comp : rope_swa; }
+  void linear(const dsv4_matrix& m, const float* X, uint64_t n, float* Y);
+  std::vector<float> run(std::span<const uint32_t> ids, std::span<const dsv41_segment> segs, dsv41_logits want,
+                         dsv41_trace* trace);
+  void attention(uint32_t l, const float* u, uint64_t n, const dsv41_token_ctx& tc, dsv41_shared& sh, float* out,
+                 dsv41_trace* trace);
+  void moe_ffn(uint32_t l, const float* u, uint64_t n, float* out, dsv41_trace* trace);
+  void engram_add(uint32_t l, float* X, uint64_t n, const dsv41_token_ctx& tc);
+  /// The layer whose index keys token i scores at index-source layer l.
+  int keys_layer(uint32_t l, uint64_t i, const dsv41_token_ctx& tc) const;
+};
+
+/// FP4 E2M1 fake-quant with an E4M3 scale per block (V4.1 compressed KV, §8): s = e4m3(max(amax, 6·2^−9)/6),
+/// x ← e2m1(clamp(x/s, ±6))·s. The division is in f32 as in the official kernel.
+void dsv41_fp4_e4m3_quant(std::span<float> x, uint32_t block);
+/// Two-level top-k, level one (official select_candidate_blocks): blocks of `bs` scores (ne entries), block score =
+/// max, the block of the newest entry pinned, the best `topk_blocks` kept (−inf blocks dropped) → mask[ne].
+void dsv41_candidate_blocks(std::span<const float> score, uint32_t topk_blocks, uint32_t bs, std::vector<uint8_t>& mask);
+
+}  // namespace cmfx::driver
