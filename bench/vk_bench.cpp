@@ -1,13 +1,17 @@
 // cmfx-bench-vk: GPU matvec of every format at the model's real shapes, timed with Vulkan timestamp queries.
-// Names: vk_matvec/<format>/<rows>x<cols>. Counters: GBps (weight bytes read per second of GPU time) and roofline
+// Names: vk_matvec/<format>/<rows>x<cols> — f32 activations, the copies dispatched as independent work (no barrier
+// between them: kernel throughput); vk_matvec_i8/... — int8 activations (formats with that path on this device);
+// vk_matvec_chain/... — a barrier before every dispatch, as in a chain of dependent products (adds the GPU's
+// per-dispatch drain and launch time). Counters: GBps (weight bytes read per second of GPU time) and roofline
 // (GBps / the bandwidth of a streaming-read kernel over a buffer much larger than the GPU's L2, measured in the
 // same run). Every benchmark rotates through copies of its weights whose total is >= --working-set (default
 // 512 MiB >> the 60 MB L2 of an H200), all dispatched in one recording between two timestamps, repeated until
 // the recording holds >= --submit-ms of GPU work. The recording is made once and submitted again and again: the
 // GPU is kept busy for >= --warmup-ms before timing (clocks ramp up) and the host adds no gaps while timing.
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 200]
-//                      [--split S] [--unroll U] [--no-spirv-opt] [google-benchmark flags]
-//                      (S, U: override the automatic work split)
+//                      [--split S] [--unroll U] [--rows-per-team R] [--legacy] [--no-spirv-opt]
+//                      [google-benchmark flags]
+//                      (S, U, R: override the automatic work split; --legacy: never the batch-1 row kernel)
 // On lavapipe (CPU emulation) it runs, slowly: use --working-set 64 and --benchmark_filter to shorten it.
 #include <benchmark/benchmark.h>
 
@@ -61,7 +65,7 @@ weights& get_weights(uint64_t rows, uint64_t cols) {
   for (auto& f : x) f = nd(g) * 50.0f;
   g_w.x = g_dev->alloc(cols * 4);
   g_dev->upload(g_w.x, x);
-  g_w.y = g_dev->alloc(rows * 4);
+  g_w.y = g_dev->alloc(rows * 4 * n);  // one output per copy: the copies are independent work
   return g_w;
 }
 
@@ -73,14 +77,27 @@ void warm_up(gpu::commands& c, double seconds) {
 }
 
 template <class F>
-void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols) {
+void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols, act_precision act, bool chain) {
   weights& w = get_weights<F>(rows, cols);
   const uint64_t pass = w.bytes * w.copies.size();
   const uint64_t reps = std::max<uint64_t>(1, uint64_t(g_roofline * g_submit_s) / pass);
   gpu::commands c = g_dev->begin();
+  // int8 activations: quantised once (as one norm output feeds several projections), not timed
+  const bool i8 = act == act_precision::i8 && g_kern->has_i8(F::id);
+  gpu::buffer xq = g_dev->alloc(gpu::kernels::act_q8_bytes(cols));
+  if (i8) g_kern->quantize_act(c, F::id, w.x, 1, cols, xq);
   const uint32_t t0 = c.timestamp();
-  for (uint64_t r = 0; r < reps; ++r)
-    for (const auto& m : w.copies) g_kern->matmul(c, m, w.x, 1, w.y);
+  for (uint64_t r = 0; r < reps; ++r) {
+    if (!chain) c.begin_concurrent();
+    for (size_t i = 0; i < w.copies.size(); ++i) {
+      const gpu::view y(w.y, i * rows * 4, rows * 4);
+      if (i8)
+        g_kern->matvec_q8(c, w.copies[i], xq, y);
+      else
+        g_kern->matmul(c, w.copies[i], w.x, 1, y);
+    }
+    if (!chain) c.end_concurrent();  // one barrier per pass over the copies
+  }
   const uint32_t t1 = c.timestamp();
   warm_up(c, g_warmup_s);
   double secs = 0;
@@ -137,6 +154,8 @@ int main(int argc, char** argv) {
     else if (a == "--warmup-ms" && i + 1 < argc) g_warmup_s = std::stod(argv[++i]) / 1e3;
     else if (a == "--split" && i + 1 < argc) g_tune.split = uint32_t(std::stoul(argv[++i]));
     else if (a == "--unroll" && i + 1 < argc) g_tune.unroll = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--rows-per-team" && i + 1 < argc) g_tune.rows_per_team = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--legacy") g_tune.legacy = true;
     else rest.push_back(argv[i]);
   }
   try {
@@ -154,14 +173,19 @@ int main(int argc, char** argv) {
               g_roofline / 1e9, (unsigned long long)(rb >> 20), (unsigned long long)(g_working_set >> 20));
   std::fflush(stdout);
   const std::pair<uint64_t, uint64_t> shapes[] = {{1024, 4096}, {32768, 1024}, {2048, 4096}, {4096, 2048}, {4096, 8192}};
+  auto add = [](const std::string& name, auto fn) {
+    benchmark::RegisterBenchmark(name.c_str(), fn)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  };
   for_each_type(all_formats{}, [&]<class F>() {
     for (const auto& [r, c] : shapes) {
       if (!F::shape_ok(r, c)) continue;
-      const std::string name =
-          "vk_matvec/" + std::string(F::name) + "/" + std::to_string(r) + "x" + std::to_string(c);
-      benchmark::RegisterBenchmark(name.c_str(), [r = r, c = c](benchmark::State& st) { bm_matvec<F>(st, r, c); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+      const std::string tail = std::string(F::name) + "/" + std::to_string(r) + "x" + std::to_string(c);
+      add("vk_matvec/" + tail, [r = r, c = c](benchmark::State& st) { bm_matvec<F>(st, r, c, act_precision::f32, false); });
+      if (g_kern->has_i8(F::id))
+        add("vk_matvec_i8/" + tail, [r = r, c = c](benchmark::State& st) { bm_matvec<F>(st, r, c, act_precision::i8, false); });
+      add("vk_matvec_chain/" + tail, [r = r, c = c](benchmark::State& st) {
+        bm_matvec<F>(st, r, c, g_kern->has_i8(F::id) ? act_precision::i8 : act_precision::f32, true);
+      });
     }
   });
   int ac = int(rest.size());

@@ -24,7 +24,8 @@ std::string device_info::describe() const {
     << VK_API_VERSION_MAJOR(api_version) << "." << VK_API_VERSION_MINOR(api_version) << "."
     << VK_API_VERSION_PATCH(api_version) << "), subgroup " << subgroup_size
     << (subgroup_arithmetic ? " +arith" : "") << (subgroup_size_control ? " +size-control" : "")
-    << ", storage8 " << storage8 << ", storage16 " << storage16 << ", f64 " << float64 << ", memory "
+    << ", storage8 " << storage8 << ", storage16 " << storage16 << ", f64 " << float64 << ", int-dot "
+    << (int_dot ? (int_dot_fast ? "accelerated" : "emulated") : "no") << ", memory "
     << (device_local_bytes >> 20) << " MiB" << (host_visible ? " host-visible" : "") << ", max binding "
     << (max_storage_range >> 20) << " MiB";
   return s.str();
@@ -119,6 +120,10 @@ device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
       in.max_subgroup_size = p13.maxSubgroupSize;
     }
     if (v13) in.max_buffer_size = p13.maxBufferSize;
+    if (v13 && f.f13.shaderIntegerDotProduct) {
+      in.int_dot = true;
+      in.int_dot_fast = p13.integerDotProduct4x8BitPackedMixedSignednessAccelerated;
+    }
   }
   if (in.max_buffer_size == 0) in.max_buffer_size = in.max_allocation;
   const vk::PhysicalDeviceMemoryProperties mp = pd.getMemoryProperties();
@@ -204,6 +209,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   info = infos[size_t(pick)];
   if (!opt.allow_small_storage) info.storage8 = info.storage16 = false;
   if (!opt.allow_float64) info.float64 = false;
+  if (!opt.allow_int_dot) info.int_dot = info.int_dot_fast = false;
   if (!opt.allow_subgroup_ops) info.subgroup_arithmetic = info.subgroup_shuffle = false;
   if (opt.max_binding_bytes) info.max_storage_range = std::min(info.max_storage_range, opt.max_binding_bytes);
 
@@ -218,6 +224,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   en.f12.shaderInt8 = info.storage8;
   en.f13.subgroupSizeControl = info.subgroup_size_control;
   en.f13.computeFullSubgroups = info.subgroup_size_control;
+  en.f13.shaderIntegerDotProduct = info.int_dot;
   queue_family = uint32_t(compute_family(phys));
   const float prio = 1.0f;
   const vk::DeviceQueueCreateInfo qci({}, queue_family, 1, &prio);
@@ -255,7 +262,7 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
     throw gpu_error("dispatch of " + p->name + ": " + std::to_string(gx) + "x" + std::to_string(gy) +
                     " workgroups exceed the device limit");
   c.ensure_recording();
-  if (c.dispatches > 0) {
+  if (c.barrier_needed) {
     const vk::MemoryBarrier mb(vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite,
                                vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite);
     c.cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
@@ -291,6 +298,7 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
                                 vk::ArrayProxy<const uint8_t>(push_bytes, static_cast<const uint8_t*>(push)));
   c.cb.dispatch(gx, gy, gz);
   ++c.dispatches;
+  c.barrier_needed = !c.concurrent;
 }
 
 }  // namespace detail
@@ -349,6 +357,12 @@ commands::commands(commands&&) noexcept = default;
 commands& commands::operator=(commands&&) noexcept = default;
 commands::~commands() = default;
 uint32_t commands::dispatch_count() const noexcept { return p_->dispatches; }
+void commands::begin_concurrent() { p_->concurrent = true; }
+bool commands::in_concurrent() const noexcept { return p_->concurrent; }
+void commands::end_concurrent() {
+  p_->concurrent = false;
+  if (p_->dispatches > 0) p_->barrier_needed = true;
+}
 
 commands device::begin() {
   return guarded("begin", [&] {
@@ -401,6 +415,7 @@ void commands::reset() {
     c.stamps.clear();
     c.dispatches = 0;
     c.recording = c.ran = false;
+    c.concurrent = c.barrier_needed = false;
   });
 }
 

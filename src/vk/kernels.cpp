@@ -55,6 +55,7 @@ struct kernels::impl {
   uint64_t binding_limit = 0;               // tests: cap below maxStorageBufferRange
   matvec_tuning tune;                       // 0 fields: automatic
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
+  std::map<std::array<uint32_t, 5>, const detail::pipeline*> rows_pipes;    // (format, enc, rpt, unroll, i8)
 
   explicit impl(device& d) : dev(d), info(d.info()) {
     lanes = std::clamp<uint32_t>(info.subgroup_size, 4, 64);
@@ -106,6 +107,46 @@ struct kernels::impl {
     return p;
   }
 
+  /// Formats the batch-1 row kernel (shaders/matvec_rows.comp) handles: every one whose decode is a value
+  /// times one scale per chunk — not q8_2f (a scale per column).
+  bool rows_kernel(format f) const { return info.subgroup_arithmetic && !tune.legacy && f != format::q8_2f; }
+  bool i8_kernel(format f) const {
+    return rows_kernel(f) && info.int_dot && (f == format::q4tp || f == format::q2tp || f == format::mxfp4);
+  }
+  /// Activation columns the row kernel stages at once: a power of two that leaves room for the ladders and
+  /// LUTs below the device's shared memory (8192 = every activation of the model's matvecs in one tile).
+  uint32_t rows_x_tile() const {
+    uint32_t t = 8192;
+    while (t > 256 && uint64_t(t) * 4 + 4096 > info.max_shared_memory) t /= 2;
+    return t;
+  }
+  std::vector<buffer> act_scratch;  // matmul(..., i8): quantised activations (kept alive: recordings refer to them)
+  const buffer& scratch_for(uint64_t bytes) {
+    if (act_scratch.empty() || act_scratch.back().size() < bytes) act_scratch.push_back(dev.alloc(std::max<uint64_t>(bytes, 64 << 10)));
+    return act_scratch.back();
+  }
+  matvec_tuning choose_rows(uint64_t rows) const {
+    matvec_tuning c = tune;
+    // H200 sweep (docs/VULKAN.md): 4 rows per subgroup beat 1 and 2 at every shape and format measured, even
+    // where that leaves fewer workgroups than the GPU has SMs (1024 rows: 64 workgroups).
+    (void)rows;
+    if (!c.rows_per_team) c.rows_per_team = 4;
+    if (!c.unroll) c.unroll = 2;
+    c.unroll = std::min<uint32_t>(c.unroll, 4);
+    return c;
+  }
+  const detail::pipeline* rows_pipe(format f, scale_encoding enc, const matvec_tuning& t, bool i8) {
+    const std::array<uint32_t, 5> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8};
+    if (auto it = rows_pipes.find(key); it != rows_pipes.end()) return it->second;
+    std::ostringstream d;
+    d << "#define TEAMS " << teams << "\n#define RPT " << t.rows_per_team << "\n#define ROWS_PER_WG "
+      << teams * t.rows_per_team << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
+      << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n" << detail::tab_defines() << format_defines(f, enc);
+    const detail::pipeline* p = pipe("matvec_rows.comp", d.str(), lanes * teams, 6, sizeof(mat_pc));
+    rows_pipes.emplace(key, p);
+    return p;
+  }
+
   binding dummy() const { return bind_range(info, tables, 0, 16).b; }
 
   void grid(uint64_t groups, uint32_t& gx, uint32_t& gy) const {
@@ -117,11 +158,18 @@ struct kernels::impl {
   /// matvec / GEMM (nb accumulators, nt <= nb batch rows starting at t0) or dequant, sliced by rows so that
   /// every binding stays within maxStorageBufferRange (P14).
   void run_matrix(commands& c, const gpu_matrix& w, view x, uint32_t t0, uint32_t nt, uint32_t nb, view y,
-                  bool dequant, bool generic) {
+                  bool dequant, bool generic, bool i8 = false) {
     const detail::format_gpu g = detail::gpu_traits(w.fmt);
     const matvec_tuning t = dequant ? matvec_tuning{1, 1} : choose(w.rows, w.cols, nb, w.fmt);
     const detail::pipeline* p = matrix_pipe(dequant, w.fmt, w.scale_enc, nb, t);
     const uint32_t rows_per_wg = dequant ? teams : teams / t.split;
+    // i8: x holds activations from quantize_act (common/act_q8.glsl), only the row kernel reads them
+    if (i8 && (dequant || generic || nb != 1 || !i8_kernel(w.fmt)))
+      throw usage_error("matvec_q8: no int8-activation kernel for this format or device");
+    const bool try_rows = !dequant && !generic && nb == 1 && rows_kernel(w.fmt);
+    const bool use_i8 = i8;
+    const matvec_tuning rt = try_rows ? choose_rows(w.rows) : matvec_tuning{};
+    const detail::pipeline* rp = try_rows ? rows_pipe(w.fmt, w.scale_enc, rt, use_i8) : nullptr;
     const uint64_t R = w.rows, C = w.cols;
     const uint64_t out_row = dequant ? C * 4 : 4;
     const uint64_t per_row = std::max(detail::row_bytes(w), out_row);
@@ -158,7 +206,9 @@ struct kernels::impl {
         pc.yoff = yo.residual / 4;
         pc.y_stride = 0;
       } else {
-        const bound xb = bind_range(info, x, uint64_t(t0) * C * 4, uint64_t(nt) * C * 4);
+        const bound xb = i8 ? bind_range(info, x, 0, kernels::act_q8_bytes(C))
+                            : bind_range(info, x, uint64_t(t0) * C * 4, uint64_t(nt) * C * 4);
+        if (i8 && xb.residual % 16) throw usage_error("matvec_q8: xq must start on a 16-byte boundary");
         const bound yb = bind_range(info, y, (uint64_t(t0) * R + r0) * 4, ((uint64_t(nt) - 1) * R + (r1 - r0)) * 4);
         b[3] = xb.b, b[4] = yb.b;
         pc.xoff = xb.residual / 4, pc.x_stride = pc.cols;
@@ -167,9 +217,11 @@ struct kernels::impl {
       b[5] = bind_range(info, tables, 0, tables.size()).b;
       const bool aligned_io = dequant ? pc.yoff % 4 == 0 : pc.xoff % 4 == 0;
       pc.fast = !generic && C % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0 && aligned_io;
+      const bool rows = rp && pc.fast;
+      if (i8 && !rows) throw gpu_error("matvec_q8: this matrix slice cannot take the row kernel");
       uint32_t gx, gy;
-      grid(ceil_div(r1 - r0, rows_per_wg), gx, gy);
-      detail::dispatch(c.impl(), p, b, &pc, sizeof pc, gx, gy);
+      grid(ceil_div(r1 - r0, rows ? teams * rt.rows_per_team : rows_per_wg), gx, gy);
+      detail::dispatch(c.impl(), rows ? rp : p, b, &pc, sizeof pc, gx, gy);
     }
   }
 
@@ -218,7 +270,9 @@ std::string kernels::describe() const {
   s << "lanes " << p_->lanes << ", teams/workgroup " << p_->teams << ", reductions "
     << (p_->info.subgroup_arithmetic ? "subgroup" : "shared memory") << ", 8-bit storage "
     << (p_->info.storage8 ? "yes" : "no") << ", 16-bit storage " << (p_->info.storage16 ? "yes" : "no")
-    << ", f64 accumulators " << (p_->info.float64 ? "yes" : "no");
+    << ", f64 accumulators " << (p_->info.float64 ? "yes" : "no") << ", batch-1 row kernel "
+    << (p_->info.subgroup_arithmetic && !p_->tune.legacy ? "yes" : "no") << ", int8 dot products "
+    << (p_->info.int_dot ? (p_->info.int_dot_fast ? "accelerated" : "emulated") : "no");
   return s.str();
 }
 
@@ -231,7 +285,8 @@ void kernels::set_binding_limit(uint64_t bytes) { p_->binding_limit = bytes; }
 
 void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
-  if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8) throw usage_error("matvec tuning out of range");
+  if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) || t.rows_per_team > 4)
+    throw usage_error("matvec tuning out of range");
   p_->tune = t;
 }
 
@@ -241,18 +296,56 @@ void kernels::prepare(format f, uint64_t rows, uint64_t cols) {
   p_->matrix_pipe(false, f, enc, 1, p_->choose(rows, cols, 1, f));
   p_->matrix_pipe(false, f, enc, gemm_tile, p_->choose(rows, cols, gemm_tile, f));
   p_->matrix_pipe(true, f, enc, 1, matvec_tuning{1, 1});
+  if (p_->rows_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows), false);
+  if (p_->i8_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows), true);
 }
 
-void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y) {
+void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act) {
   p_->check_matrix(w, "matmul");
   if (n == 0) return;
   need(x, uint64_t(n) * w.cols * 4, "matmul", "x");
   need(y, uint64_t(n) * w.rows * 4, "matmul", "y");
+  if (act == act_precision::i8 && n == 1 && p_->i8_kernel(w.fmt)) {
+    if (c.in_concurrent())
+      throw usage_error("matmul with int8 activations shares one scratch: not inside begin_concurrent (use "
+                        "quantize_act + matvec_q8)");
+    const buffer& s = p_->scratch_for(act_q8_bytes(w.cols));
+    quantize_act(c, w.fmt, x, 1, w.cols, s);
+    matvec_q8(c, w, s, y);
+    return;
+  }
   for (uint32_t t0 = 0; t0 < n; t0 += gemm_tile) {
     const uint32_t nt = std::min(gemm_tile, n - t0);
     p_->run_matrix(c, w, x, t0, nt, n == 1 ? 1 : gemm_tile, y, false, false);
   }
 }
+
+void kernels::quantize_act(commands& c, format f, view x, uint32_t n, uint64_t cols, view out) {
+  if (!p_->i8_kernel(f)) throw usage_error("quantize_act: no int8-activation kernel for this format or device");
+  if (cols == 0 || cols % 32 || n == 0) throw usage_error("quantize_act: cols must be a positive multiple of 32");
+  need(x, uint64_t(n) * cols * 4, "quantize_act", "x");
+  need(out, act_q8_bytes(cols, n), "quantize_act", "out");
+  const bound xb = bind_range(p_->info, x, 0, uint64_t(n) * cols * 4);
+  const bound ob = bind_range(p_->info, out, 0, act_q8_bytes(cols, n));
+  struct {
+    uint32_t n, blocks, xoff, ooff;
+  } pc{n, u32(cols / 32, "blocks"), xb.residual / 4, ob.residual / 4};
+  const scale_encoding enc = (f == format::mxfp4) ? scale_encoding::e8m0 : scale_encoding::none;
+  const binding b[2] = {xb.b, ob.b};
+  uint32_t gx, gy;
+  p_->grid(ceil_div(uint64_t(n) * (cols / 32), impl::wg_rows), gx, gy);
+  detail::dispatch(c.impl(), p_->pipe("quantize_act.comp", format_defines(f, enc), impl::wg_rows, 2, sizeof pc), b,
+                   &pc, sizeof pc, gx, gy);
+}
+
+void kernels::matvec_q8(commands& c, const gpu_matrix& w, view xq, view y) {
+  p_->check_matrix(w, "matvec_q8");
+  need(xq, act_q8_bytes(w.cols), "matvec_q8", "xq");
+  need(y, w.rows * 4, "matvec_q8", "y");
+  p_->run_matrix(c, w, xq, 0, 1, 1, y, false, false, true);
+}
+
+bool kernels::has_i8(format f) const { return p_->i8_kernel(f); }
 
 void kernels::matmul_generic(commands& c, const gpu_matrix& w, view x, uint32_t n, view y) {
   p_->check_matrix(w, "matmul");

@@ -43,6 +43,8 @@ struct commands_impl {
   std::vector<uint64_t> stamps;
   uint32_t dispatches = 0;
   bool recording = false, ran = false;
+  bool concurrent = false;      // inside begin_concurrent() / end_concurrent()
+  bool barrier_needed = false;  // the next dispatch must wait for earlier work
   void ensure_recording();
 };
 

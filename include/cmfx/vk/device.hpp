@@ -39,6 +39,7 @@ struct device_options {
   bool allow_subgroup_ops = true;     ///< false: reductions through shared memory only
   bool allow_small_storage = true;    ///< false: no 8/16-bit storage access (32-bit word loads + bit extraction)
   bool allow_float64 = true;          ///< false: f32 accumulators in rmsnorm / softmax even if f64 exists
+  bool allow_int_dot = true;          ///< false: never use packed integer dot products (int8-activation matvec)
   bool optimize_spirv = true;         ///< run spirv-opt's performance passes on every shader
   uint64_t max_binding_bytes = 0;     ///< cap on one storage-buffer binding (0: the device limit); tests only
   uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
@@ -55,6 +56,8 @@ struct device_info {
   uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
   bool subgroup_arithmetic = false, subgroup_shuffle = false, subgroup_size_control = false;
   bool storage8 = false, storage16 = false, float64 = false, int64 = false;
+  bool int_dot = false;        ///< shaderIntegerDotProduct (packed 4x8-bit dot products in shaders)
+  bool int_dot_fast = false;   ///< the packed 4x8 mixed-signedness dot product is hardware-accelerated
   bool timestamps = false;
   double timestamp_period_ns = 1.0;
   uint64_t max_allocation = 0, max_storage_range = 0, min_storage_align = 16, max_buffer_size = 0;
@@ -128,6 +131,14 @@ class commands {
   /// Forget everything recorded (after submit) to record again with the same command buffer.
   void reset();
   uint32_t dispatch_count() const noexcept;
+  /// Between begin_concurrent() and end_concurrent() dispatches are recorded without the execution/memory
+  /// barrier that normally separates consecutive dispatches: the caller promises they neither read what another
+  /// of them writes nor write the same memory (e.g. the independent projections of one activation vector). The
+  /// first dispatch of the group still waits for everything recorded before it; the first dispatch after the
+  /// group waits for the whole group.
+  void begin_concurrent();
+  void end_concurrent();
+  bool in_concurrent() const noexcept;
   detail::commands_impl& impl() noexcept { return *p_; }
 
  private:

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cmfx/formats/format.hpp"
+#include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/vk/device.hpp"
 
 namespace cmfx::gpu {
@@ -44,6 +45,10 @@ struct pipeline_stats {
 struct matvec_tuning {
   uint32_t split = 0;   ///< teams (subgroups) that share a row's columns, a power of two: more teams for few rows
   uint32_t unroll = 0;  ///< chunks whose loads a lane issues before decoding them: 1, 2, 4 or 8
+  /// Batch-1 row kernel (shaders/matvec_rows.comp): rows one subgroup computes together (1, 2 or 4), so that
+  /// each activation value read serves that many rows. 0: chosen from the shape.
+  uint32_t rows_per_team = 0;
+  bool legacy = false;  ///< true: never use the row kernel (comparisons in benchmarks)
 };
 
 class kernels {
@@ -62,7 +67,18 @@ class kernels {
 
   /// Y[t*rows + r] = Σ_c W[r, c] · X[t*cols + c] for t < n (n >= 1; n == 1 is the matvec kernel).
   /// x holds n*cols floats, y n*rows floats.
-  void matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y);
+  /// act = i8: activations quantised to int8 per 32-block and integer dot products (batch 1, q4tp / q2tp /
+  /// MXFP4, devices with shaderIntegerDotProduct; elsewhere the f32 path runs) — see has_i8().
+  void matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act = act_precision::f32);
+  /// Whether matmul(..., act_precision::i8) of a batch-1 product of format f takes the int8 path here.
+  bool has_i8(format f) const;
+  /// Bytes of the int8 activations of n tokens of `cols` values (shaders/common/act_q8.glsl: 40 per 32 values).
+  static constexpr uint64_t act_q8_bytes(uint64_t cols, uint32_t n = 1) { return cols / 32 * 40 * n; }
+  /// Quantises x [n, cols] (cols % 32 == 0) to int8 blocks packed for format f's integer-dot matvec (has_i8(f)).
+  /// One quantisation serves every matvec of that format on the same x (e.g. the projections of one norm output).
+  void quantize_act(commands& c, format f, view x, uint32_t n, uint64_t cols, view out);
+  /// y = W · x̃, x̃ the activations quantize_act(w.fmt, ...) wrote into xq (batch 1; xq 16-byte aligned).
+  void matvec_q8(commands& c, const gpu_matrix& w, view xq, view y);
   /// out[r*cols + c] = W[r, c] bit-exactly as F::decode_row. generic = true forces the element-wise path.
   void dequant(commands& c, const gpu_matrix& w, view out, bool generic = false);
   /// Same as matmul but forces the element-wise (unaligned) path; for the parity suite.

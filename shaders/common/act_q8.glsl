@@ -1,0 +1,27 @@
+// Int8 activations for the integer-dot matvec (matvec_rows.comp with ACT_I8), written by quantize_act.comp.
+// The rule is include/cmfx/kernels/act_q8.hpp's: per block of 32 values sx = absmax / 127 (1 for an all-zero
+// block), xq = round_half_even(x / sx) clamped to ±127.
+//
+// One token's activations of B = cols / 32 blocks, in 32-bit words from its first word:
+//   [0, 8B)     xq, 8 packed words per block; word s of a block holds 4 int8 (byte i = act_plane_elem(s, i))
+//   [8B, 9B)    sx / 2 per block (f32)
+//   [9B, 10B)   2·off · Σ xq per block (int32; off = the ladder's value offset, 0 for MXFP4)
+// so that word s pairs with bit-plane p of weight word w (s = w·EPB + p) in one packed dot product.
+// Needs the weight format's #defines (FMT_*, LADDER_*, MX_*).
+#define ACT_WORDS_PER_BLOCK 10u
+#define ACT_SCALE_WORD(blocks) (8u * (blocks))
+#define ACT_BSUM_WORD(blocks) (9u * (blocks))
+#if defined(FMT_MXFP4)
+// natural order: the matvec turns each weight byte into two int8 with a LUT
+uint act_plane_elem(uint s, uint i) { return 4u * s + i; }
+const int ACT_OFF2 = 0;
+#elif defined(FMT_Q4TP) || defined(FMT_Q2TP)
+// byte i of value word w holds elements (4w + i)·EPB + pos; bit-plane p holds pos(p) = p when low bits come first
+uint act_plane_elem(uint s, uint i) {
+  const uint epb = 8u / LADDER_ELEM_BITS, w = s / epb, p = s % epb;
+  return (4u * w + i) * epb + (LADDER_LOW_FIRST != 0 ? p : epb - 1u - p);
+}
+const int ACT_OFF2 = int(2.0 * LADDER_OFFSET);
+#else
+#error "int8 activations are defined for q4tp, q2tp and MXFP4"
+#endif

@@ -1,0 +1,208 @@
+#version 460
+#extension GL_GOOGLE_include_directive : require
+// y[r] = Σ_c W[r, c] · x[c]: the batch-1 matvec on the fast path (cols % CHUNK == 0, planes aligned) of devices
+// with subgroup reductions. (matvec.comp keeps GEMM, the element-wise path and devices without subgroup ops.)
+//
+// A workgroup is TEAMS subgroups of LANES invocations. Subgroup `team` owns RPT consecutive rows; lane l handles
+// chunks l, l + LANES, ... of ALL of them, so every activation value it reads from shared memory serves RPT rows
+// (the activation traffic per weight byte is divided by RPT: for 4-bit weights and f32 activations it is 8 bytes
+// per weight byte at RPT = 1, which starves the shared-memory pipe long before DRAM). The activation vector is
+// staged in shared memory X_TILE columns at a time — all of it for the model's shapes, so there is one barrier —
+// and, with a single tile, the first UNROLL chunks of weights are requested before the staging so that their
+// DRAM latency overlaps it. No barrier in the hot loop; one subgroupAdd per row at the end.
+//
+// ACT_I8 = 1 (q4tp, q2tp, MXFP4 on devices with integer dot products): binding 3 holds the activations already
+// quantised by quantize_act.comp (int8 in blocks of 32 by the rule of include/cmfx/kernels/act_q8.hpp, each
+// 32-bit word paired with one bit-plane of a weight word; common/act_q8.glsl), read straight from global memory —
+// coalesced, L1/L2-resident, no staging and no barrier after the tables. A chunk is CHUNK / 4 packed 4×8-bit dot
+// products (OpSUDot / OpSDot) and one float combination per row:
+//   ladders: (q - off) · s · x  →  s · (sx / 2) · (2 Σ q·xq − 2·off · Σ xq)      (2·off is an integer)
+//   MXFP4:   e2m1(q) · s · x    →  s · (sx / 2) · Σ (2·e2m1(q)) · xq              (2·e2m1 is an integer)
+// The error is that of the CPU's int8-activation path (docs/FORMATS.md); the f32 path stays the reference.
+//
+// Defines: TEAMS, RPT (1, 2, 4), ROWS_PER_WG (= TEAMS * RPT), UNROLL (1, 2, 4), X_TILE (f32), ACT_I8, the
+// format's.
+#include "common/base.glsl"
+#include "common/formats.glsl"
+#if ACT_I8
+#extension GL_EXT_spirv_intrinsics : require
+#endif
+
+layout(std430, binding = 4) writeonly buffer Y { float ys[]; };
+
+#if RPT == 1
+#define ROWS(M, a) M(a, 0)
+#define ROWS1(M) M(0)
+#elif RPT == 2
+#define ROWS(M, a) M(a, 0) M(a, 1)
+#define ROWS1(M) M(0) M(1)
+#elif RPT == 4
+#define ROWS(M, a) M(a, 0) M(a, 1) M(a, 2) M(a, 3)
+#define ROWS1(M) M(0) M(1) M(2) M(3)
+#else
+#error "RPT must be 1, 2 or 4"
+#endif
+#if UNROLL == 1
+#define REP_U(M) M(0)
+#elif UNROLL == 2
+#define REP_U(M) M(0) M(1)
+#elif UNROLL == 4
+#define REP_U(M) M(0) M(1) M(2) M(3)
+#else
+#error "UNROLL must be 1, 2 or 4"
+#endif
+
+// ------------------------------------------------------------------------------------------ activations
+#if !ACT_I8
+layout(std430, binding = 3) readonly buffer X4 { vec4 xv[]; };
+#define XQ (CHUNK / 4)
+#if XQ == 1
+#define REP_J(M) M(0)
+#elif XQ == 2
+#define REP_J(M) M(0) M(1)
+#elif XQ == 4
+#define REP_J(M) M(0) M(1) M(2) M(3)
+#elif XQ == 8
+#define REP_J(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#endif
+// vec4 j of tile chunk kt, swizzled so that 8 lanes reading 8 consecutive chunks hit 8 different 16-byte bank
+// groups (one 128-bit shared load serves 8 lanes per pass).
+uint xswz(uint kt, uint j) { return kt * XQ + (j ^ ((kt / (8u / XQ)) % XQ)); }
+shared vec4 xsh[X_TILE / 4];
+void stage(uint c0, uint ncols) {
+  const uint tv = ncols / 4u;
+  for (uint e = gl_LocalInvocationID.x; e < tv; e += WG_SIZE) xsh[xswz(e / XQ, e % XQ)] = xv[((pc.xoff + c0) >> 2) + e];
+}
+#else
+#if CHUNK != 32
+#error "the int8 path needs 32-element chunks (one activation block per chunk)"
+#endif
+#include "common/act_q8.glsl"
+// OpSUDot / OpSDot of SPV_KHR_integer_dot_product on packed 4×8-bit operands (glslang has no GLSL built-in yet).
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+int dot_su(int a, uint b, spirv_literal int packed_format);
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int dot_ss(int a, int b, spirv_literal int packed_format);
+#define PACKED_4X8 0
+// The quantised activations (planes of common/act_q8.glsl; pc.xoff = their first word inside binding 3).
+layout(std430, binding = 3) readonly buffer XQ4 { uvec4 xq4[]; };
+layout(std430, binding = 3) readonly buffer XQF { float xqf[]; };
+layout(std430, binding = 3) readonly buffer XQI { int xqi[]; };
+#if defined(FMT_MXFP4)
+shared uint mx_pair[256];  // byte of two E2M1 codes → two int8 (2·value), low byte = even element
+void i8_tables() {
+  for (uint b = gl_LocalInvocationID.x; b < 256u; b += WG_SIZE) {
+    const int e = int(2.0 * tabf[TAB_E2M1 + mx_nibble(b, 0u)]), o = int(2.0 * tabf[TAB_E2M1 + mx_nibble(b, 1u)]);
+    mx_pair[b] = (uint(e) & 0xFFu) | ((uint(o) & 0xFFu) << 8);
+  }
+}
+#else
+void i8_tables() {}
+#endif
+// Σ over the chunk's 32 weights of (integer weight) · xq for one row: the packed dot products.
+#if defined(FMT_MXFP4)
+int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
+  int s = 0;
+  [[unroll]] for (uint w = 0u; w < 4u; ++w) {
+    const uint v = q.q[w];
+    const uint lo = mx_pair[v & 0xFFu] | (mx_pair[(v >> 8) & 0xFFu] << 16);
+    const uint hi = mx_pair[(v >> 16) & 0xFFu] | (mx_pair[v >> 24] << 16);
+    const uint x0 = w < 2u ? xa[2u * w] : xb[2u * w - 4u], x1 = w < 2u ? xa[2u * w + 1u] : xb[2u * w - 3u];
+    s += dot_ss(int(lo), int(x0), PACKED_4X8) + dot_ss(int(hi), int(x1), PACKED_4X8);
+  }
+  return s;  // Σ (2·e2m1) · xq: the combination multiplies by sx / 2
+}
+#else
+#define PLANE_MASK (((1u << LADDER_ELEM_BITS) - 1u) * 0x01010101u)
+int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
+  int s = 0;
+  [[unroll]] for (uint w = 0u; w < LADDER_VALUE_BYTES / 4u; ++w) {
+    const uint v = q.q[w];
+    [[unroll]] for (uint p = 0u; p < ELEMS_PER_BYTE; ++p) {
+      const uint slot = w * ELEMS_PER_BYTE + p;
+      const uint xw = slot < 4u ? xa[slot] : xb[slot - 4u];
+      s += dot_su(int(xw), (v >> (LADDER_ELEM_BITS * p)) & PLANE_MASK, PACKED_4X8);
+    }
+  }
+  return 2 * s;  // 2 Σ q · xq: the combination subtracts 2·off · Σ xq and multiplies by sx / 2
+}
+#endif
+#endif
+
+// ------------------------------------------------------------------------------------------ hot loop
+// FR(u, i): the loads of chunk k + u·LANES of row i (clamped into range; a clamped chunk is not consumed).
+#define FR(u, i) const raw_t q##u##_##i = fetch(R##i, row##i, k0 + min(k + u * LANES, nct - 1u));
+#define FETCH(u) ROWS(FR, u)
+#if !ACT_I8
+#define BIND(u, i) const raw_t Q##i = q##u##_##i; const float S##i = chunk_scale(R##i, Q##i);
+#define RD(j, i) acc##i += dot(decode4(R##i, Q##i, S##i, K, j), X);
+#define DOTJ(j) { const vec4 X = xsh[xswz(KT, j)]; ROWS(RD, j) }
+#define CONSUME(u)                                          \
+  if (k + u * LANES < nct) {                                \
+    const uint KT = k + u * LANES, K = k0 + KT;             \
+    ROWS(BIND, u)                                           \
+    REP_J(DOTJ)                                             \
+  }
+#else
+#define RI(u, i) acc##i += chunk_scale(R##i, q##u##_##i) * (XS * float(chunk_idot(q##u##_##i, XA, XB) - XB2));
+#define CONSUME(u)                                                          \
+  if (k + u * LANES < nct) {                                                \
+    const uint K = k + u * LANES;                                           \
+    const uvec4 XA = xq4[(pc.xoff >> 2) + 2u * K], XB = xq4[(pc.xoff >> 2) + 2u * K + 1u]; \
+    const float XS = xqf[pc.xoff + ACT_SCALE_WORD(nct) + K];                \
+    const int XB2 = xqi[pc.xoff + ACT_BSUM_WORD(nct) + K];                  \
+    ROWS(RI, u)                                                             \
+  }
+#endif
+#define ROW_DECL(i)                                                  \
+  const uint row##i = min(rbase + i, pc.rows - 1u);                 \
+  const row_t R##i = row_begin(row##i, team * RPT + i);             \
+  float acc##i = 0.0;
+#define REDUCE(i) acc##i = subgroupAdd(acc##i);
+#define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + rbase + i] = acc##i;
+
+void main() {
+  const uint wg = wg_index();
+  const uint team = gl_LocalInvocationID.x / LANES, lane = gl_LocalInvocationID.x % LANES;
+  // rows past the end are computed on the last row (uniform control flow for the barriers) and not written
+  const uint rbase = wg * ROWS_PER_WG + team * RPT;
+  ROWS1(ROW_DECL)
+#if ACT_I8
+  const uint nct = pc.cols / CHUNK, k0 = 0u;
+  uint k = lane;
+  REP_U(FETCH)  // in flight while the tables are built
+  i8_tables();
+  tables_init(wg);  // its barrier (every format here has one) also covers i8_tables
+  REP_U(CONSUME)
+  for (k += UNROLL * LANES; k < nct; k += UNROLL * LANES) {
+    REP_U(FETCH)
+    REP_U(CONSUME)
+  }
+#else
+  tables_init(wg);
+
+  for (uint c0 = 0u; c0 < pc.cols; c0 += X_TILE) {  // uniform over the workgroup
+    const uint ncols = min(X_TILE, pc.cols - c0), nct = ncols / CHUNK, k0 = c0 / CHUNK;
+    uint k = lane;
+    barrier();  // the previous tile (or the tables) are done with
+    if (c0 == 0u) {
+      REP_U(FETCH)  // in flight during the staging
+      stage(c0, ncols);
+      barrier();
+      REP_U(CONSUME)
+      k += UNROLL * LANES;
+    } else {
+      stage(c0, ncols);
+      barrier();
+    }
+    for (; k < nct; k += UNROLL * LANES) {
+      REP_U(FETCH)
+      REP_U(CONSUME)
+    }
+  }
+#endif
+  ROWS1(REDUCE)
+  if (lane == 0u) {
+    ROWS1(WRITE)
+  }
+}
