@@ -2,7 +2,7 @@
 // Names: matvec/<format>/<rows>x<cols> and gemm<n>/<format>/<rows>x<cols>. Counters: GBps (weight bytes read
 // per second) and roofline (GBps / the streaming-read bandwidth this binary measured with the same threads).
 // Weights rotate among copies whose total is >= 4x the last-level cache, so every call streams from DRAM.
-// usage: cmfx-bench-cpu [--threads N] [--big] [google-benchmark flags]
+// usage: cmfx-bench-cpu [--threads N] [--arch generic|avx2|avx512] [--big] [google-benchmark flags]
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -20,6 +20,10 @@ namespace {
 using namespace cmfx;
 
 unsigned g_threads = 0;
+int g_arch = -1;  // --arch: a cpu_arch to force (default: the best this CPU runs)
+const cpu_kernel_table& bench_kernels() {
+  return g_arch < 0 ? best_cpu_kernels() : cpu_kernels_for(cpu_arch(g_arch));
+}
 double g_roofline = 0;  // bytes/s
 std::unique_ptr<thread_pool> g_pool;
 
@@ -68,7 +72,7 @@ const weights& get_weights(uint64_t rows, uint64_t cols) {
 template <class F>
 void bm_gemm(benchmark::State& st, uint64_t rows, uint64_t cols, uint64_t n, act_precision prec) {
   const weights& w = get_weights<F>(rows, cols);
-  const cpu_kernel_table& k = best_cpu_kernels();
+  const cpu_kernel_table& k = bench_kernels();
   std::vector<float> X(n * cols), Y(n * rows);
   for (uint64_t i = 0; i < X.size(); ++i) X[i] = float(int(i % 17) - 8) * 0.125f;
   act_q8 scratch;
@@ -108,6 +112,13 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
       g_threads = unsigned(std::stoul(argv[++i]));
+    } else if (std::strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
+      const std::string a = argv[++i];
+      g_arch = a == "generic" ? 0 : a == "avx2" ? 1 : a == "avx512" ? 2 : -2;
+      if (g_arch == -2 || !cpu_supports(cpu_arch(g_arch))) {
+        std::fprintf(stderr, "cmfx-bench-cpu: --arch %s: unknown or not supported by this CPU\n", a.c_str());
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--big") == 0) {
       big = true;
     } else {

@@ -2,7 +2,8 @@
 // Names: vk_matvec/<format>/<rows>x<cols> — f32 activations, the copies dispatched as independent work (no barrier
 // between them: kernel throughput); vk_matvec_i8/... — int8 activations (formats with that path on this device);
 // vk_matvec_chain/... — a barrier before every dispatch, as in a chain of dependent products (adds the GPU's
-// per-dispatch drain and launch time). Counters: GBps (weight bytes read per second of GPU time) and roofline
+// per-dispatch drain and launch time); vk_dispatch/{chain,concurrent} — the per-dispatch floor of a tiny kernel
+// (counter us_per_dispatch). Counters: GBps (weight bytes read per second of GPU time) and roofline
 // (GBps / the bandwidth of a streaming-read kernel over a buffer much larger than the GPU's L2, measured in the
 // same run). Every benchmark rotates through copies of its weights whose total is >= --working-set (default
 // 512 MiB >> the 60 MB L2 of an H200), all dispatched in one recording between two timestamps, repeated until
@@ -114,6 +115,33 @@ void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols, act_precision
   st.counters["MB"] = double(w.bytes) / 1e6;
 }
 
+/// The per-dispatch floor: 256 dispatches of a tiny kernel (RMSNorm of one 4096-vector), with a barrier before
+/// each (chain) or none (concurrent). Counter us_per_dispatch = GPU time / 256.
+void bm_dispatch(benchmark::State& st, bool chain) {
+  constexpr uint32_t n = 256, dim = 4096;
+  gpu::buffer x = g_dev->alloc(dim * 4), w = g_dev->alloc(dim * 4), y = g_dev->alloc(uint64_t(n) * dim * 4);
+  std::vector<float> ones(dim, 1.0f);
+  g_dev->upload(x, ones);
+  g_dev->upload(w, ones);
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  if (!chain) c.begin_concurrent();
+  for (uint32_t i = 0; i < n; ++i) g_kern->rmsnorm(c, x, w, gpu::view(y, uint64_t(i) * dim * 4, dim * 4), 1, dim, 1e-6f);
+  if (!chain) c.end_concurrent();
+  const uint32_t t1 = c.timestamp();
+  warm_up(c, g_warmup_s);
+  double secs = 0;
+  int64_t iters = 0;
+  while (st.KeepRunning()) {
+    g_dev->submit(c);
+    const double s = c.seconds(t0, t1);
+    st.SetIterationTime(s);
+    secs += s;
+    ++iters;
+  }
+  st.counters["us_per_dispatch"] = iters ? secs / double(iters) / n * 1e6 : 0.0;
+}
+
 /// Best of 5 streaming reads of a buffer of max(1 GiB, ...) capped by a quarter of the device heap.
 double measure_roofline(uint64_t& bytes_out) {
   const uint64_t bytes = std::min<uint64_t>(1ull << 30, g_dev->info().device_local_bytes / 4) / 16 * 16;
@@ -176,6 +204,8 @@ int main(int argc, char** argv) {
   auto add = [](const std::string& name, auto fn) {
     benchmark::RegisterBenchmark(name.c_str(), fn)->UseManualTime()->Unit(benchmark::kMicrosecond);
   };
+  add("vk_dispatch/chain", [](benchmark::State& st) { bm_dispatch(st, true); });
+  add("vk_dispatch/concurrent", [](benchmark::State& st) { bm_dispatch(st, false); });
   for_each_type(all_formats{}, [&]<class F>() {
     for (const auto& [r, c] : shapes) {
       if (!F::shape_ok(r, c)) continue;

@@ -12,6 +12,7 @@
 #include "cmfx/formats/format_list.hpp"
 #include "formats_gpu.hpp"
 #include "internal.hpp"
+#include "kernels_ops.hpp"
 
 namespace cmfx::gpu {
 
@@ -460,3 +461,9 @@ void kernels::stream_read(commands& c, view src, view sink) {
 }
 
 }  // namespace cmfx::gpu
+
+// The layer-primitive kernels (kernels_route.cpp, kernels_mhc.cpp, kernels_quant.cpp, kernels_moe.cpp) reach the
+// device, the variant preamble and the tables through this (kernels_ops.hpp).
+namespace cmfx::gpu::detail {
+op_env op_env_of(kernels::impl& p) { return op_env{p.dev, p.info, p.common, p.lanes, p.teams, p.tables}; }
+}  // namespace cmfx::gpu::detail

@@ -23,9 +23,10 @@ constexpr double kNmseI8 = 2e-4;
 constexpr double kRelToNorms = 5e-3;
 
 template <class F>
-void check_i8(uint64_t rows, uint64_t cols, uint64_t n) {
-  if (!cpu_supports(cpu_arch::avx2)) GTEST_SKIP() << "no AVX2: the int8 path is not compiled for this CPU";
-  const cpu_kernel_table& k = cpu_kernels_for(cpu_arch::avx2);
+void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch::avx2) {
+  if (!cpu_supports(arch))
+    GTEST_SKIP() << "this CPU has no " << cpu_arch_name(arch) << ": its int8 kernels cannot run here";
+  const cpu_kernel_table& k = cpu_kernels_for(arch);
   ASSERT_NE(k.gemm_i8[size_t(F::id)], nullptr) << F::name << " has no int8 kernel";
   const uint64_t seed = test::fresh_seed();
   const auto wf = test::random_weights(rows * cols, seed);
@@ -39,7 +40,8 @@ void check_i8(uint64_t rows, uint64_t cols, uint64_t n) {
   act_q8 scratch;
   gemm(pool, k, F::id, v, X.data(), n, Y.data(), act_precision::i8, scratch);
   const auto st = test::compare(Y.data(), want.data(), Y.size());
-  std::printf("[ gemm-i8 ] %-6s %5llux%-5llu n=%-2llu nmse %.2e max-abs %.2e (ref max %.2e)\n", std::string(F::name).c_str(),
+  std::printf("[ gemm-i8 ] %-7s %-6s %5llux%-5llu n=%-2llu nmse %.2e max-abs %.2e (ref max %.2e)\n",
+              arch == cpu_arch::avx512 ? "avx512" : "avx2", std::string(F::name).c_str(),
               (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)n, st.nmse, st.max_abs, st.ref_max);
   EXPECT_EQ(st.nonfinite, 0u);
   if (Y.size() >= 64) {
@@ -70,6 +72,21 @@ TEST(GemmI8, Q2tp) {
 TEST(GemmI8, Mxfp4) {
   for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}})
     check_i8<fmt_mxfp4>(r, c, n);
+}
+
+// The AVX-512 VNNI kernels (two groups per vpdpbusd; odd group counts take the AVX2 dot for the last group):
+// the same bounds, shapes with even and odd group counts.
+TEST(GemmI8Avx512, Q4tp) {
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull}})
+    check_i8<fmt_q4tp>(r, c, n, cpu_arch::avx512);
+}
+TEST(GemmI8Avx512, Q2tp) {
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull}})
+    check_i8<fmt_q2tp>(r, c, n, cpu_arch::avx512);
+}
+TEST(GemmI8Avx512, Mxfp4) {
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull}})
+    check_i8<fmt_mxfp4>(r, c, n, cpu_arch::avx512);
 }
 
 }  // namespace

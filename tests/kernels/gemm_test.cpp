@@ -48,7 +48,7 @@ TYPED_TEST(Gemm, MatchesFloat64Reference) {
   const shape shapes[] = {{1, 32, 1},   {7, 96, 1},    {13, 160, 3},   {33, 4096, 1}, {64, 1024, 9},
                           {130, 256, 17}, {5, 33, 2},  {9, 200, 4},    {1024, 4096, 1}, {256, 2048, 2}};
   thread_pool pool(3);
-  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2}) {
+  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512}) {
     if (!cpu_supports(arch)) {
       std::printf("[ gemm ] %s kernels not runnable on this CPU: not tested\n", std::string(cpu_arch_name(arch)).c_str());
       continue;

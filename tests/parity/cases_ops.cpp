@@ -224,9 +224,6 @@ void op_cases(suite& s) {
   s.run("swiglu_clamp", "-", "2048 limit 10 w 1.5 in place", [&](uint64_t seed, R& info) {
     return swiglu_case(s, seed, 2048, 10.0f, 1.5f, 4.0f, true, info);
   });
-
-  // Layer primitives with a CPU version (include/cmfx/ops/) but no GPU kernel yet.
-  for (const char* op : {"hc_pre/post", "route_score", "fake_quant", "hadamard", "moe_batched"}) s.unsupported(op, "-");
 }
 
 }  // namespace cmfx::parity

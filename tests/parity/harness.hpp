@@ -161,8 +161,12 @@ class suite {
 /// Formats a float-error verdict: "" when within bounds.
 std::string verdict(const stats& s, double nmse_max, std::string& info);
 
-// Case groups (cases_matrix.cpp, cases_ops.cpp).
+// Case groups (cases_matrix.cpp, cases_ops.cpp, cases_route.cpp, cases_mhc.cpp, cases_quant.cpp, cases_moe.cpp).
 void matrix_cases(suite& s);
 void op_cases(suite& s);
+void route_cases(suite& s);
+void mhc_cases(suite& s);
+void quant_cases(suite& s);
+void moe_cases(suite& s);
 
 }  // namespace cmfx::parity

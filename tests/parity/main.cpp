@@ -180,6 +180,10 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     parity::matrix_cases(s);
     parity::op_cases(s);
+    parity::route_cases(s);
+    parity::mhc_cases(s);
+    parity::quant_cases(s);
+    parity::moe_cases(s);
     const int bad = s.report();
     const gpu::pipeline_stats ps = kern.stats();
     std::printf("%u pipelines (%u GLSL compiles in %.2f s, %u SPIR-V cache hits); total %.1f s\n", ps.pipelines,

@@ -6,13 +6,14 @@
 namespace cmfx {
 
 /// Ordered: a higher level can run everything a lower one can.
-enum class cpu_arch { generic = 0, avx2 = 1 };
-inline constexpr int cpu_arch_count = 2;
+enum class cpu_arch { generic = 0, avx2 = 1, avx512 = 2 };
+inline constexpr int cpu_arch_count = 3;
 
 inline std::string_view cpu_arch_name(cpu_arch a) noexcept {
   switch (a) {
     case cpu_arch::generic: return "generic";
     case cpu_arch::avx2: return "avx2+fma+f16c";
+    case cpu_arch::avx512: return "avx512f+bw+vl+vnni";
   }
   return "?";
 }
@@ -24,6 +25,9 @@ inline bool cpu_supports(cpu_arch a) noexcept {
     case cpu_arch::generic: return true;
     case cpu_arch::avx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case cpu_arch::avx512:  // everything avx2 needs, plus the 512-bit integer dot products
+      return cpu_supports(cpu_arch::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   }
   return false;
 #else
@@ -31,6 +35,9 @@ inline bool cpu_supports(cpu_arch a) noexcept {
 #endif
 }
 
-inline cpu_arch best_cpu_arch() noexcept { return cpu_supports(cpu_arch::avx2) ? cpu_arch::avx2 : cpu_arch::generic; }
+inline cpu_arch best_cpu_arch() noexcept {
+  if (cpu_supports(cpu_arch::avx512)) return cpu_arch::avx512;
+  return cpu_supports(cpu_arch::avx2) ? cpu_arch::avx2 : cpu_arch::generic;
+}
 
 }  // namespace cmfx

@@ -35,12 +35,13 @@ struct cpu_kernel_table {
   std::array<act_layout, format_count> i8_layout{};
 };
 
-
 const cpu_kernel_table& cpu_kernels_generic();
 const cpu_kernel_table& cpu_kernels_avx2();
+const cpu_kernel_table& cpu_kernels_avx512();
 
 inline const cpu_kernel_table& cpu_kernels_for(cpu_arch a) {
   if (!cpu_supports(a)) throw std::runtime_error("this CPU cannot run " + std::string(cpu_arch_name(a)) + " kernels");
+  if (a == cpu_arch::avx512) return cpu_kernels_avx512();
   return a == cpu_arch::avx2 ? cpu_kernels_avx2() : cpu_kernels_generic();
 }
 inline const cpu_kernel_table& best_cpu_kernels() {

@@ -2,12 +2,16 @@
 /// @file cpu_kernels_impl.hpp
 /// @brief Builds a cpu_kernel_table for the instruction set of the including translation unit: the AVX2
 ///        kernel where the format has an AVX2 decoder and the TU is compiled for AVX2, the portable one
-///        otherwise. Included once per arch by src/cpu/kernels_<arch>.cpp.
+///        otherwise; with AVX-512 VNNI, the int8-activation kernels are the 512-bit ones (f32 paths stay AVX2).
+///        Included once per arch by src/cpu/kernels_<arch>.cpp.
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/kernels/gemm_generic.hpp"
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include "cmfx/kernels/gemm_avx2.hpp"
 #include "cmfx/kernels/gemm_avx2_i8.hpp"
+#endif
+#if defined(CMFX_KERNELS_AVX512)  // src/cpu/kernels_avx512.cpp (AVX-512 through target attributes)
+#include "cmfx/kernels/gemm_avx512_i8.hpp"
 #endif
 
 namespace cmfx::detail {
@@ -18,7 +22,11 @@ inline cpu_kernel_table make_cpu_kernel_table(cpu_arch arch) {
   for_each_type(all_formats{}, [&]<class F>() {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
     if constexpr (kernels::avx2::has_i8_kernel<F>) {
+#if defined(CMFX_KERNELS_AVX512)
+      t.gemm_i8[size_t(F::id)] = &kernels::avx512::gemm_rows_i8<F>;
+#else
       t.gemm_i8[size_t(F::id)] = &kernels::avx2::gemm_rows_i8<F>;
+#endif
       t.i8_layout[size_t(F::id)] = kernels::avx2::i8_layout<F>;
     }
     if constexpr (kernels::avx2::has_avx2_decoder<F>)

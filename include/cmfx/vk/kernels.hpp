@@ -9,12 +9,18 @@
 /// Every call records into `commands`; nothing runs until device::submit.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cmfx/formats/format.hpp"
 #include "cmfx/kernels/act_precision.hpp"
+#include "cmfx/ops/routing.hpp"
 #include "cmfx/vk/device.hpp"
+
+namespace cmfx {
+struct expert_view;  // kernels/moe.hpp
+}
 
 namespace cmfx::gpu {
 
@@ -26,12 +32,48 @@ struct gpu_matrix {
   buffer data, scale;
 };
 
+/// Checks a hash-routing table [V, top_k] (int32, or f32 in some conversions) on the host — every entry an integer
+/// expert id in [0, experts), else usage_error naming the entry — and uploads it as uint32.
+buffer upload_tid2eid(device& dev, std::span<const int32_t> t, uint32_t top_k, uint32_t experts);
+buffer upload_tid2eid(device& dev, std::span<const float> t, uint32_t top_k, uint32_t experts);
+
 /// Copies a host matrix (format f) to the device. Throws usage_error for shapes the format cannot hold.
 gpu_matrix upload_matrix(device& dev, format f, const matrix_view& w);
 
 /// The GLSL #define lines of format f (the preamble of every format-specialised shader): generated from the
 /// format trait, exposed for tests and docs.
 std::string format_defines(format f, scale_encoding enc);
+
+/// Expert matrices of one MoE layer stacked into one device matrix: expert e's rows are rows
+/// [e·rows_per_expert, (e+1)·rows_per_expert) of `w`, in the format's own layout of the stacked [count·rows, cols]
+/// matrix (each plane is the concatenation of the experts' planes). For the fused gate/up tensor the list is
+/// gate_0, up_0, gate_1, up_1, … (2 matrices per expert, see upload_moe).
+struct gpu_experts {
+  gpu_matrix w;
+  uint32_t count = 0;          ///< matrices stacked
+  uint64_t rows_per_expert = 0;
+};
+
+/// Stacks `mats` (same format f, shape and scale encoding; the per-expert matrix_views moe.hpp receives) into one
+/// device matrix. Throws usage_error naming the expert for a mismatch, and for layouts that cannot be stacked:
+/// q8_2f (one column-scale vector per matrix), FP8 scale tiles or q4 groups that would straddle two experts.
+gpu_experts upload_experts(device& dev, format f, std::span<const matrix_view> mats);
+
+/// A MoE layer on the device: gate and up of every expert in one stacked matrix (gate_e, up_e per expert), down
+/// [·d, I]. The shared expert, when uploaded, is stacked as expert `experts` (after the routed ones). Built by
+/// upload_moe from the expert_views of kernels/moe.hpp.
+struct gpu_moe {
+  gpu_experts gate_up;  ///< 2(E + shared) matrices [I, d]
+  gpu_experts down;     ///< E + shared matrices [d, I]
+  uint32_t experts = 0;  ///< routed experts
+  bool shared = false;   ///< a shared expert follows the routed ones
+  uint64_t dim = 0, inter = 0;
+};
+
+/// Uploads the experts of one layer (gate/up/down of every expert: one format per role, equal shapes), and the
+/// shared expert (or nullptr) when it has the routed experts' formats and shapes — else usage_error: run it with
+/// matmul / swiglu_clamp / matmul instead.
+gpu_moe upload_moe(device& dev, std::span<const expert_view> experts, const expert_view* shared = nullptr);
 
 /// Counters of the pipeline machinery (for tests of the caches).
 struct pipeline_stats {
@@ -98,6 +140,74 @@ class kernels {
   void topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t k, view idx);
   /// out[i] = silu(min(g, limit)) · clamp(v, −limit, limit) · weight (limit <= 0: no clamp). out may alias.
   void swiglu_clamp(commands& c, view g, view v, view out, uint64_t n, float limit, float weight = 1.0f);
+  // ---- layer primitives of include/cmfx/ops/ (kernels_route.cpp, kernels_mhc.cpp, kernels_quant.cpp,
+  //      kernels_moe.cpp; docs/VULKAN.md gives each contract and tolerance)
+
+  /// Largest expert count of route_score / route_hash (the scores of a row live in shared memory).
+  static constexpr uint32_t route_max_experts = 4096;
+  /// Largest top_k of the routing kernels and of moe.
+  static constexpr uint32_t route_max_k = 64;
+
+  /// Score routing of `rows` tokens (ops/routing.hpp route_score): logits [rows, n] → s [rows, n] (unbiased
+  /// sqrt-softplus scores; no view: not written), idx [rows, top_k] (uint32; top-k of s + bias, tie rule of
+  /// topk.hpp), w [rows, top_k] (normalised from the unbiased s, × route_scale). bias [n] or no view. One dispatch.
+  void route_score(commands& c, view logits, view bias, uint32_t rows, uint32_t n, const route_config& cfg, view s,
+                   view idx, view w);
+  /// Hash routing (route_hash): idx[t] = tid2eid[min(token[t], V−1)] (tid2eid: int32 [V, top_k], checked on the
+  /// host by upload_tid2eid); w from the unbiased scores of logits as route_score. tokens: uint32 [rows].
+  void route_hash(commands& c, view logits, view tid2eid, uint64_t vocab, view tokens, uint32_t rows, uint32_t n,
+                  const route_config& cfg, view s, view idx, view w);
+
+  /// Shape and constants of one mHC site (ops/mhc.hpp): hc copies of a d-vector, `iters` Sinkhorn iterations.
+  /// Defaults are V4's (driver/model/dsv4_config.hpp: hc 4, eps 1e-6, 20 iterations); d has none.
+  struct hc_shape {
+    uint32_t hc = 4, d = 0;
+    float norm_eps = 1e-6f, hc_eps = 1e-6f;
+    uint32_t iters = 20;
+  };
+  /// Bytes of the partial-mix scratch of `tokens` tokens with `mix_rows` rows of the mixing projection (partials
+  /// are per block of HC columns, summed in a fixed order by hc_pre_finish / hc_head_finish).
+  uint64_t hc_partials_bytes(const hc_shape& sh, uint32_t tokens, uint32_t mix_rows) const;
+  /// Floats per token of the coefficient buffer: pre [hc], post [hc], C [hc·hc] (row-major C[j·hc + k]).
+  static uint32_t hc_coeff_floats(uint32_t hc) { return 2 * hc + hc * hc; }
+  /// Partial mixes of X [tokens, hc·d] with fn [mix_rows, hc·d] (and Σ X²) into partials.
+  void hc_mix(commands& c, const hc_shape& sh, view X, view fn, uint32_t mix_rows, uint32_t tokens, view partials);
+  /// hc_pre from the partials of fn [(2+hc)·hc rows]: coeff [tokens, hc_coeff_floats] (pre, post, Sinkhorn C) and
+  /// the collapse y [tokens, d] = Σ_j pre[j]·X[j]. base [(2+hc)·hc], scale [3]. One workgroup per token.
+  void hc_pre_finish(commands& c, const hc_shape& sh, view partials, view X, view base, view scale, uint32_t tokens,
+                     view coeff, view y);
+  /// hc_head from the partials of fn [hc rows]: coeff (pre only, the first hc floats of a coefficient row) and y.
+  void hc_head_finish(commands& c, const hc_shape& sh, view partials, view X, view base, float scale,
+                      uint32_t tokens, view coeff, view y);
+  /// hc_post: out [tokens, hc·d] = post[k]·o + Σ_j C[j,k]·X[j] with coeff from hc_pre_finish; out must not
+  /// overlap X. With next_fn (the mixing projection of the next sublayer, next_rows rows) the same dispatch also
+  /// writes the partial mixes of `out` into next_partials, so a sublayer boundary costs two dispatches
+  /// (hc_post + hc_pre_finish).
+  void hc_post(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
+               view next_fn = {}, uint32_t next_rows = 0, view next_partials = {});
+
+  /// Activation fake-quant in place (ops/fake_quant.hpp), per row of n floats in blocks of `block` (a ragged
+  /// last block uses its own amax): E4M3 (act_quant_e4m3), E2M1 with power-of-two scales (act_quant_e2m1) or
+  /// E2M1 with E4M3 scales (act_quant_e2m1_e4m3, V4.1 compressed KV). Bit-exact.
+  enum class fq_format { e4m3, e2m1, e2m1_e4m3 };
+  void fake_quant(commands& c, view x, uint32_t rows, uint32_t n, uint32_t block, fq_format f);
+  /// Largest Hadamard length (a row lives in shared memory).
+  static constexpr uint32_t hadamard_max = 4096;
+  /// In place: each of `rows` rows of n floats (n a power of two ≤ hadamard_max) ← scale · H_n row, with the
+  /// butterflies of ops/hadamard.hpp in the same order (bit-exact).
+  void hadamard(commands& c, view x, uint32_t rows, uint32_t n, float scale);
+
+  /// MoE of n tokens (kernels/moe.hpp moe_forward): out [n, d] = Σ_j W2_e (silu(min(W1_e x, limit)) ·
+  /// clamp(W3_e x, −limit, limit) · w_j), e = ids[t, j], summed in ascending expert id, then the shared expert
+  /// (weight 1) when m has one. ids uint32 [n, top_k] and weights [n, top_k] as route_score writes them; h is
+  /// scratch of moe_scratch_floats(m, n, top_k) floats. Two dispatches: gate/up + SwiGLU, then down + the
+  /// weighted sum. limit > 0.
+  void moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k, float limit,
+           view h, view out);
+  static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k) {
+    return uint64_t(n) * (top_k + (m.shared ? 1 : 0)) * m.inter;
+  }
+
   /// Reads every byte of src (a streaming-read roofline kernel); writes nothing visible unless the data is
   /// pathological. sink holds >= 16 bytes.
   void stream_read(commands& c, view src, view sink);

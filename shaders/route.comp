@@ -1,0 +1,119 @@
+#version 460
+#extension GL_GOOGLE_include_directive : require
+// MoE routing of one token per workgroup (ops/routing.hpp):
+//   s[e]  = f32(sqrt(softplus(z[e] / temp))), softplus(z) = z for z > 20 else log1p(exp(z)), evaluated in double
+//           (common/f64math.glsl) when ACC_DOUBLE — then s equals the CPU's bit for bit — else in f32;
+//   score mode: idx = top-k of s + bias (f32 sum) with the tie rule of ops/topk.hpp (larger first, equal → lower
+//           index, NaN = −inf, −0 = +0): k rounds of a workgroup max over the 64-bit key (order-preserving
+//           value, ~index), each round below the previous winner;
+//   hash mode: idx = tid2eid[min(token, V−1)] (entries checked on the host; an id ≥ n gives 0xFFFFFFFF, w NaN);
+//   w[j]  = s[idx[j]] · (route_scale / (Σ_j s[idx[j]] + norm_eps)), in ACC, sum in j order.
+// Defines: ROUTE_MAX (scores per row held in shared memory), ROUTE_HASH (0 / 1).
+#include "common/base.glsl"
+#if ACC_DOUBLE
+#include "common/f64math.glsl"
+#endif
+
+layout(push_constant) uniform route_pc {
+  uint rows, n, k, loff;
+  uint boff, has_bias, soff, has_s;
+  uint ioff, woff, toff, vocab;
+  float temp, route_scale, norm_eps;
+  uint taboff;
+} pc;
+layout(std430, binding = 0) readonly buffer L { float logits[]; };
+layout(std430, binding = 1) readonly buffer B { float bias[]; };
+layout(std430, binding = 2) writeonly buffer S { float s_out[]; };
+layout(std430, binding = 3) writeonly buffer I { uint idx_out[]; };
+layout(std430, binding = 4) writeonly buffer Wt { float w_out[]; };
+layout(std430, binding = 5) readonly buffer T { uint table[]; };    // hash: tid2eid [V, k]
+layout(std430, binding = 6) readonly buffer Tk { uint tokens[]; };  // hash: token id per row
+
+shared float sc[ROUTE_MAX];
+shared uint best_hi[WG_SIZE], best_lo[WG_SIZE];
+shared uint win[ROUTE_MAX_K];
+
+float score(float z) {
+#if ACC_DOUBLE
+  precise const double zd = pc.temp == 1.0 ? double(z) : double(z) / double(pc.temp);
+  // f32(z / temp) as the CPU: the double quotient rounded once to f32 is the correctly rounded f32 quotient
+  const double zf = double(float(zd));
+  precise const double sp = zf > 20.0LF ? zf : log1p_f64(exp_f64(zf));
+  return float(sqrt(sp));
+#else
+  const float zf = pc.temp == 1.0 ? z : z / pc.temp;
+  if (zf > 20.0) return sqrt(zf);
+  // e^z with the argument reduced exactly (z = n·ln2 + r, ln2 split as cephes' 0.693145751953125 +
+  // 1.428606765330187e-6, n·hi exact): exp(z) itself loses |z|·2^−24 relative in the reduction
+  precise const float n = round(zf * 1.44269504), r = (zf - n * 0.693145751953125) - n * 1.428606765330187e-6;
+  precise const float y = n < -126.0 ? exp(r) * exp2(n) : ldexp(exp(r), int(n)), u = 1.0 + y;
+  precise const float sp = u == 1.0 ? y : log(u) * (y / (u - 1.0));
+  return sqrt(sp);
+#endif
+}
+
+uint value_key(float v) {  // order-preserving, NaN → −inf, −0 → +0 (as topk.comp)
+  uint u = isnan(v) ? 0xFF800000u : floatBitsToUint(v);
+  if ((u & 0x7FFFFFFFu) == 0u) u = 0u;
+  return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
+}
+bool key_less(uint ah, uint al, uint bh, uint bl) { return ah < bh || (ah == bh && al < bl); }
+
+void main() {
+  const uint row = wg_index();
+  if (row >= pc.rows) return;  // uniform over the workgroup
+  const uint lid = gl_LocalInvocationID.x, n = pc.n, k = pc.k;
+  for (uint e = lid; e < n; e += WG_SIZE) {
+    const float s = score(logits[pc.loff + row * n + e]);
+    sc[e] = s;
+    if (pc.has_s != 0u) s_out[pc.soff + row * n + e] = s;
+  }
+  barrier();
+#if ROUTE_HASH
+  if (lid < k) {
+    const uint tok = min(tokens[pc.toff + row], pc.vocab - 1u);
+    win[lid] = table[pc.taboff + tok * k + lid];
+  }
+#else
+  uint ph = 0xFFFFFFFFu, pl = 0xFFFFFFFFu;  // previous winner (every real key is below)
+  for (uint j = 0u; j < k; ++j) {
+    uint bh = 0u, bl = 0u;  // below every real key (K(−inf) = 0x007FFFFF)
+    bool any = false;
+    for (uint e = lid; e < n; e += WG_SIZE) {
+      const float v = pc.has_bias != 0u ? sc[e] + bias[pc.boff + e] : sc[e];
+      const uint h = value_key(v), l = ~e;
+      if (key_less(h, l, ph, pl) && (!any || key_less(bh, bl, h, l))) {
+        bh = h;
+        bl = l;
+        any = true;
+      }
+    }
+    best_hi[lid] = bh;
+    best_lo[lid] = bl;
+    barrier();
+    for (uint st = WG_SIZE / 2u; st > 0u; st >>= 1) {
+      if (lid < st && key_less(best_hi[lid], best_lo[lid], best_hi[lid + st], best_lo[lid + st])) {
+        best_hi[lid] = best_hi[lid + st];
+        best_lo[lid] = best_lo[lid + st];
+      }
+      barrier();
+    }
+    ph = best_hi[0];
+    pl = best_lo[0];
+    if (lid == 0u) win[j] = ~pl;
+    barrier();
+  }
+#endif
+  barrier();
+  if (lid == 0u) {
+    ACC sum = ACC(0);
+    for (uint j = 0u; j < k; ++j) sum += win[j] < n ? ACC(sc[win[j]]) : ACC(0);
+    const ACC f = ACC(pc.route_scale) / (sum + ACC(pc.norm_eps));
+    for (uint j = 0u; j < k; ++j) {
+      const uint id = win[j];
+      const bool ok = id < n;
+      idx_out[pc.ioff + row * k + j] = ok ? id : 0xFFFFFFFFu;
+      w_out[pc.woff + row * k + j] = ok ? float(ACC(sc[id]) * f) : uintBitsToFloat(0x7FC00000u);
+    }
+  }
+}

@@ -1,0 +1,160 @@
+// Host side of the mHC kernels (shaders/mhc_block.comp, mhc_finish.comp). A sublayer boundary is two dispatches:
+// hc_post (expansion of the previous sublayer's output + the partial mixes of the next sublayer's projection)
+// and hc_pre_finish (Sinkhorn coefficients + collapse); the first mix of a chain is hc_mix.
+#include "cmfx/ops/mhc.hpp"
+#include "kernels_ops.hpp"
+
+namespace cmfx::gpu {
+
+namespace {
+
+constexpr uint32_t block = detail::op_env::wg;  // columns of d per mhc_block workgroup (HC_BLOCK)
+
+uint32_t nblk(const kernels::hc_shape& sh) { return (sh.d + block - 1) / block; }
+uint32_t acc_bytes(const detail::op_env& e) { return e.info.float64 ? 8 : 4; }
+
+void check(const kernels::hc_shape& sh, const char* op) {
+  if (sh.hc == 0 || sh.hc > hc_max)
+    throw usage_error(std::string(op) + ": hc must be in [1, " + std::to_string(hc_max) + "]");
+  if (sh.d == 0) throw usage_error(std::string(op) + ": d must be > 0");
+}
+
+std::string defines(bool post) {
+  return detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_BLOCK", block) + "#define HC_POST " + (post ? "1" : "0") +
+         "\n";
+}
+
+struct block_pc {
+  uint32_t tokens, hc, d, nblk, rows, has_mix, xoff, ooff, coff, outoff, fnoff, poff, cstride, pad0, pad1, pad2;
+};
+struct finish_pc {
+  uint32_t tokens, hc, d, nblk, rows, iters, xoff, poff, boff, soff, coff, yoff;
+  float norm_eps, hc_eps, head_scale;
+  uint32_t cstride;
+};
+static_assert(sizeof(block_pc) == 64 && sizeof(finish_pc) == 64);
+
+void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool post, view X, view o, view coeff,
+               view out, view fn, uint32_t rows, view partials, uint32_t tokens) {
+  const uint64_t xbytes = uint64_t(tokens) * sh.hc * sh.d * 4;
+  const uint64_t pbytes = uint64_t(tokens) * nblk(sh) * (rows + 1) * acc_bytes(e);
+  const uint64_t cbytes = uint64_t(tokens) * kernels::hc_coeff_floats(sh.hc) * 4;
+  const char* op = post ? "hc_post" : "hc_mix";
+  detail::need_view(X, xbytes, op, "X");
+  if (post) {
+    detail::need_view(o, uint64_t(tokens) * sh.d * 4, op, "o");
+    detail::need_view(coeff, cbytes, op, "coeff");
+    detail::need_view(out, xbytes, op, "out");
+  }
+  const bool mix = bool(fn);
+  if (mix) {
+    if (rows == 0 || rows > (2 + hc_max) * hc_max) throw usage_error(std::string(op) + ": mix rows out of range");
+    detail::need_view(fn, uint64_t(rows) * sh.hc * sh.d * 4, op, "fn");
+    detail::need_view(partials, pbytes, op, "partials");
+  }
+  const detail::bound xb = e.bind(X, xbytes), ob = e.bind(post ? o : view(), uint64_t(tokens) * sh.d * 4),
+                      cb = e.bind(post ? coeff : view(), cbytes), outb = e.bind(post ? out : view(), xbytes),
+                      fb = e.bind(mix ? fn : view(), uint64_t(rows) * sh.hc * sh.d * 4),
+                      pb = e.bind(mix ? partials : view(), pbytes);
+  if (pb.residual % acc_bytes(e)) throw usage_error(std::string(op) + ": partials offset not a multiple of 8");
+  block_pc pc{tokens,
+              sh.hc,
+              sh.d,
+              nblk(sh),
+              mix ? rows : 0,
+              mix ? 1u : 0u,
+              xb.residual / 4,
+              ob.residual / 4,
+              cb.residual / 4,
+              outb.residual / 4,
+              fb.residual / 4,
+              pb.residual / acc_bytes(e),
+              kernels::hc_coeff_floats(sh.hc),
+              0,
+              0,
+              0};
+  const detail::binding b[6] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
+  uint32_t gx, gy;
+  e.grid(uint64_t(tokens) * nblk(sh), gx, gy);
+  detail::dispatch(c.impl(), e.pipe("mhc_block.comp", defines(post), block, 6, sizeof pc), b, &pc, sizeof pc, gx, gy);
+}
+
+void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool head, view partials, view X, view base,
+                view scale, float head_scale, uint32_t tokens, view coeff, view y) {
+  const char* op = head ? "hc_head_finish" : "hc_pre_finish";
+  const uint32_t rows = head ? sh.hc : (2 + sh.hc) * sh.hc;
+  const uint64_t xbytes = uint64_t(tokens) * sh.hc * sh.d * 4;
+  const uint64_t pbytes = uint64_t(tokens) * nblk(sh) * (rows + 1) * acc_bytes(e);
+  const uint64_t cbytes = uint64_t(tokens) * kernels::hc_coeff_floats(sh.hc) * 4;
+  detail::need_view(partials, pbytes, op, "partials");
+  detail::need_view(X, xbytes, op, "X");
+  detail::need_view(base, uint64_t(rows) * 4, op, "base");
+  if (!head) detail::need_view(scale, 12, op, "scale");
+  detail::need_view(coeff, cbytes, op, "coeff");
+  detail::need_view(y, uint64_t(tokens) * sh.d * 4, op, "y");
+  const detail::bound pb = e.bind(partials, pbytes), xb = e.bind(X, xbytes), bb = e.bind(base, uint64_t(rows) * 4),
+                      sb = e.bind(head ? view() : scale, 12), cb = e.bind(coeff, cbytes),
+                      yb = e.bind(y, uint64_t(tokens) * sh.d * 4);
+  if (pb.residual % acc_bytes(e)) throw usage_error(std::string(op) + ": partials offset not a multiple of 8");
+  finish_pc pc{tokens,
+               sh.hc,
+               sh.d,
+               nblk(sh),
+               rows,
+               sh.iters,
+               xb.residual / 4,
+               pb.residual / acc_bytes(e),
+               bb.residual / 4,
+               sb.residual / 4,
+               cb.residual / 4,
+               yb.residual / 4,
+               sh.norm_eps,
+               sh.hc_eps,
+               head_scale,
+               kernels::hc_coeff_floats(sh.hc)};
+  const detail::binding b[6] = {pb.b, xb.b, bb.b, sb.b, cb.b, yb.b};
+  const std::string defs = detail::def_u("HC_MAX", hc_max) + "#define HC_HEAD " + (head ? "1" : "0") + "\n";
+  uint32_t gx, gy;
+  e.grid(tokens, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("mhc_finish.comp", defs, detail::op_env::wg, 6, sizeof pc), b, &pc, sizeof pc, gx,
+                   gy);
+}
+
+}  // namespace
+
+uint64_t kernels::hc_partials_bytes(const hc_shape& sh, uint32_t tokens, uint32_t mix_rows) const {
+  return uint64_t(tokens) * nblk(sh) * (mix_rows + 1) * acc_bytes(detail::op_env_of(*p_));
+}
+
+void kernels::hc_mix(commands& c, const hc_shape& sh, view X, view fn, uint32_t mix_rows, uint32_t tokens,
+                     view partials) {
+  check(sh, "hc_mix");
+  if (tokens == 0) return;
+  if (!fn) throw usage_error("hc_mix: fn missing");
+  run_block(detail::op_env_of(*p_), c, sh, false, X, view(), view(), view(), fn, mix_rows, partials, tokens);
+}
+
+void kernels::hc_pre_finish(commands& c, const hc_shape& sh, view partials, view X, view base, view scale,
+                            uint32_t tokens, view coeff, view y) {
+  check(sh, "hc_pre_finish");
+  if (tokens == 0) return;
+  run_finish(detail::op_env_of(*p_), c, sh, false, partials, X, base, scale, 0.0f, tokens, coeff, y);
+}
+
+void kernels::hc_head_finish(commands& c, const hc_shape& sh, view partials, view X, view base, float scale,
+                             uint32_t tokens, view coeff, view y) {
+  check(sh, "hc_head_finish");
+  if (tokens == 0) return;
+  run_finish(detail::op_env_of(*p_), c, sh, true, partials, X, base, view(), scale, tokens, coeff, y);
+}
+
+void kernels::hc_post(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
+                      view next_fn, uint32_t next_rows, view next_partials) {
+  check(sh, "hc_post");
+  if (tokens == 0) return;
+  if (out.buf == X.buf && out.offset < X.offset + X.bytes && X.offset < out.offset + out.bytes)
+    throw usage_error("hc_post: out overlaps X");
+  run_block(detail::op_env_of(*p_), c, sh, true, X, o, coeff, out, next_fn, next_rows, next_partials, tokens);
+}
+
+}  // namespace cmfx::gpu

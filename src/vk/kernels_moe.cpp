@@ -1,0 +1,231 @@
+// Host side of the expert-batched MoE (shaders/moe_up.comp, moe_down.comp): stacking the experts' matrices into
+// one device matrix per role (upload_experts / upload_moe) and the two dispatches of a MoE layer.
+#include <bit>
+#include <cstring>
+
+#include "cmfx/formats/format_list.hpp"
+#include "cmfx/kernels/moe.hpp"
+#include "formats_gpu.hpp"
+#include "kernels_ops.hpp"
+
+namespace cmfx::gpu {
+
+namespace {
+
+std::string expert_name(size_t i) { return "matrix " + std::to_string(i); }
+
+}  // namespace
+
+gpu_experts upload_experts(device& dev, format f, std::span<const matrix_view> mats) {
+  if (mats.empty()) throw usage_error("upload_experts: no matrices");
+  const matrix_view& m0 = mats[0];
+  const uint64_t E = mats.size(), R = m0.rows, C = m0.cols;
+  if (f == format::q8_2f)
+    throw usage_error(
+        "upload_experts: q8_2f has one column-scale vector per matrix, so experts cannot share one "
+        "stacked matrix; use matmul per expert");
+  for (size_t i = 0; i < mats.size(); ++i) {
+    const matrix_view& m = mats[i];
+    if (m.rows != R || m.cols != C || m.scale_enc != m0.scale_enc || m.data_bytes != m0.data_bytes ||
+        m.scale_bytes != m0.scale_bytes)
+      throw usage_error("upload_experts: " + expert_name(i) +
+                        " differs from matrix 0 in shape, scale encoding or size");
+  }
+  gpu_matrix one;  // one expert, for its plane layout
+  one.fmt = f, one.scale_enc = m0.scale_enc, one.rows = R, one.cols = C;
+  gpu_matrix st;  // the stacked matrix
+  st.fmt = f, st.scale_enc = m0.scale_enc, st.rows = E * R, st.cols = C;
+  uint64_t data_bytes = 0, scale_bytes = 0, one_data = 0, one_scale = 0;
+  uint32_t block_rows = 1;
+  bool ok = false;
+  visit_format(f, [&]<class F>() {
+    const uint64_t sb = m0.scale_enc == scale_encoding::f32 ? 4 : 1;
+    ok = F::shape_ok(R, C) && F::shape_ok(E * R, C);
+    data_bytes = F::data_bytes(E * R, C), scale_bytes = F::scale_bytes(E * R, C) * sb;
+    one_data = F::data_bytes(R, C), one_scale = F::scale_bytes(R, C) * sb;
+    block_rows = F::block_rows;
+  });
+  if (!ok)
+    throw usage_error("upload_experts: " + std::string(format_name(f)) + " cannot hold " + std::to_string(R) + "x" +
+                      std::to_string(C) + " experts");
+  if (m0.data_bytes != one_data || m0.scale_bytes != one_scale)
+    throw usage_error("upload_experts: payload or scale size does not match the format");
+  if (R % block_rows)
+    throw usage_error("upload_experts: " + std::to_string(R) + " rows per expert is not a multiple of the format's " +
+                      std::to_string(block_rows) + "-row scale tiles");
+  std::vector<uint8_t> data(data_bytes, 0), scale(scale_bytes, 0);
+  const detail::slice src = detail::slice_of(one, 0, R);
+  for (uint64_t e = 0; e < E; ++e) {
+    const detail::slice dst = detail::slice_of(st, e * R, (e + 1) * R);
+    if (dst.e_off != 0 || src.e_off != 0)
+      throw usage_error("upload_experts: an expert's " + std::to_string(R * C) +
+                        " elements do not end on a group boundary of " + std::string(format_name(f)));
+    for (int i = 0; i < 3; ++i) {
+      if (src.bytes[i] == 0) continue;
+      uint64_t off = dst.off[i], bytes = dst.bytes[i];
+      if (src.in_scale[i] && block_rows > 1) off = e * src.bytes[i], bytes = src.bytes[i];  // whole tile tensors
+      if (bytes != src.bytes[i])
+        throw usage_error("upload_experts: plane " + std::to_string(i) + " of " + std::string(format_name(f)) +
+                          " cannot be stacked");
+      const uint8_t* from = (src.in_scale[i] ? mats[e].scale : mats[e].data) + src.off[i];
+      std::vector<uint8_t>& to = src.in_scale[i] ? scale : data;
+      if (off + bytes > to.size()) throw usage_error("upload_experts: stacked plane out of range");
+      std::memcpy(to.data() + off, from, bytes);
+    }
+  }
+  // The stacked layout decodes the first and last row of every expert exactly as the expert itself.
+  const matrix_view sv{
+      data.data(), data.size(), scale.empty() ? nullptr : scale.data(), scale.size(), m0.scale_enc, E * R, C};
+  visit_format(f, [&]<class F>() {
+    std::vector<float> a(C), b(C);
+    for (uint64_t e = 0; e < E; ++e)
+      for (uint64_t r : {uint64_t(0), R - 1}) {
+        F::decode_row(mats[e], r, a.data());
+        F::decode_row(sv, e * R + r, b.data());
+        if (std::memcmp(a.data(), b.data(), C * 4) != 0)
+          throw usage_error("upload_experts: stacking " + std::string(format_name(f)) + " changed row " +
+                            std::to_string(r) + " of " + expert_name(e));
+      }
+  });
+  gpu_experts out;
+  out.w = upload_matrix(dev, f, sv);
+  out.count = uint32_t(E);
+  out.rows_per_expert = R;
+  return out;
+}
+
+gpu_moe upload_moe(device& dev, std::span<const expert_view> experts, const expert_view* shared) {
+  if (experts.empty()) throw usage_error("upload_moe: no experts");
+  const expert_view& x0 = experts[0];
+  if (x0.gate_fmt != x0.up_fmt) throw usage_error("upload_moe: gate and up must share one format");
+  std::vector<matrix_view> gu, dn;
+  auto add = [&](const expert_view& x, const std::string& who) {
+    if (x.gate_fmt != x0.gate_fmt || x.up_fmt != x0.up_fmt || x.down_fmt != x0.down_fmt)
+      throw usage_error("upload_moe: " + who + " has other formats than expert 0" +
+                        (&x == shared ? " (run the shared expert with matmul / swiglu_clamp / matmul)" : ""));
+    if (x.gate.rows != x0.gate.rows || x.gate.cols != x0.gate.cols || x.up.rows != x0.gate.rows ||
+        x.up.cols != x0.gate.cols || x.down.rows != x0.gate.cols || x.down.cols != x0.gate.rows)
+      throw usage_error("upload_moe: " + who + " shapes are not gate/up [I, d], down [d, I] of expert 0");
+    gu.push_back(x.gate);
+    gu.push_back(x.up);
+    dn.push_back(x.down);
+  };
+  for (size_t e = 0; e < experts.size(); ++e) add(experts[e], "expert " + std::to_string(e));
+  if (shared) add(*shared, "the shared expert");
+  gpu_moe m;
+  m.gate_up = upload_experts(dev, x0.gate_fmt, gu);
+  m.down = upload_experts(dev, x0.down_fmt, dn);
+  m.experts = uint32_t(experts.size());
+  m.shared = shared != nullptr;
+  m.dim = x0.gate.cols;
+  m.inter = x0.gate.rows;
+  return m;
+}
+
+namespace {
+
+/// Mirror of `mat_pc` in shaders/common/formats.glsl (moe_up / moe_down reuse it, see their headers).
+struct mat_pc {
+  uint32_t rows, cols, n, r0, res0, res1, res2, e_off, xoff, x_stride, yoff, y_stride, aux0, aux1, fast, pad;
+};
+static_assert(sizeof(mat_pc) == 64);
+
+/// Rows per workgroup: the largest power of two ≤ teams dividing `rows` (a block never straddles two experts).
+uint32_t rows_per_wg(uint64_t rows, uint32_t teams) {
+  uint32_t r = 1;
+  while (r * 2 <= teams && rows % (r * 2) == 0) r *= 2;
+  return r;
+}
+
+/// Binds the three planes of the whole stacked matrix and fills the format part of the push constants.
+void bind_planes(const detail::op_env& e, const gpu_matrix& w, detail::binding* b, mat_pc& pc) {
+  const detail::slice sl = detail::slice_of(w, 0, w.rows);
+  uint32_t res[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    if (sl.bytes[i] == 0) {
+      b[i] = e.bind(view(), 16).b;
+      continue;
+    }
+    if (sl.bytes[i] > e.info.max_storage_range)
+      throw usage_error("moe: a stacked expert plane of " + std::to_string(sl.bytes[i]) +
+                        " bytes exceeds this device's storage binding limit of " +
+                        std::to_string(e.info.max_storage_range) + " bytes");
+    const detail::bound bd =
+        detail::bind_range(e.info, sl.in_scale[i] ? view(w.scale) : view(w.data), sl.off[i], sl.bytes[i]);
+    b[i] = bd.b;
+    res[i] = bd.residual;
+  }
+  const detail::format_gpu g = detail::gpu_traits(w.fmt);
+  pc.rows = uint32_t(w.rows);
+  pc.cols = uint32_t(w.cols);
+  pc.r0 = 0;
+  pc.res0 = res[0], pc.res1 = res[1], pc.res2 = res[2];
+  pc.e_off = sl.e_off, pc.aux0 = sl.aux0, pc.aux1 = sl.aux1;
+  pc.fast = w.cols % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0;
+}
+
+std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t rpw, uint32_t top_k, bool shared,
+                        float limit) {
+  return "#define TEAMS " + std::to_string(e.teams) + "\n#define ROWS_PER_WG " + std::to_string(rpw) + "\n" +
+         detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + std::string(shared ? "1" : "0") + "\n" +
+         detail::def_f("MOE_LIMIT", limit) + detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
+}
+
+}  // namespace
+
+void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k,
+                  float limit, view h, view out) {
+  if (m.experts == 0 || !m.gate_up.w.data || !m.down.w.data) throw usage_error("moe: empty layer");
+  if (top_k == 0 || top_k > route_max_k)
+    throw usage_error("moe: top_k must be in [1, " + std::to_string(route_max_k) + "]");
+  if (!(limit > 0.0f)) throw usage_error("moe: limit must be > 0 (moe.hpp clamps always)");
+  if (n == 0) return;
+  const detail::op_env e = detail::op_env_of(*p_);
+  const uint64_t d = m.dim, I = m.inter, E = m.experts, pairs = uint64_t(n) * top_k;
+  const uint64_t slots = uint64_t(n) * (top_k + (m.shared ? 1 : 0));  // (token, slot) pairs incl. the shared one
+  if (uint64_t(n) * (top_k + 1) * std::max(d, I) > 0xFFFFFFFFull / 4) throw usage_error("moe: too many tokens");
+  detail::need_view(x, n * d * 4, "moe", "x");
+  detail::need_view(ids, pairs * 4, "moe", "ids");
+  detail::need_view(weights, pairs * 4, "moe", "weights");
+  detail::need_view(h, slots * I * 4, "moe", "h");
+  detail::need_view(out, n * d * 4, "moe", "out");
+  const detail::bound ib = e.bind(ids, pairs * 4), wb = e.bind(weights, pairs * 4),
+                      tb = e.bind(e.tables, e.tables.size());
+  // phase 1: gate/up + SwiGLU → h
+  {
+    const gpu_matrix& w = m.gate_up.w;
+    detail::binding b[8];
+    mat_pc pc{};
+    bind_planes(e, w, b, pc);
+    const uint32_t rpw = rows_per_wg(I, e.teams);
+    const detail::bound xb = e.bind(x, n * d * 4), hb = e.bind(h, slots * I * 4);
+    b[3] = xb.b, b[4] = hb.b, b[5] = tb.b, b[6] = ib.b, b[7] = wb.b;
+    pc.n = n, pc.xoff = xb.residual / 4, pc.x_stride = ib.residual / 4, pc.yoff = hb.residual / 4,
+    pc.y_stride = wb.residual / 4, pc.pad = uint32_t(E);
+    uint32_t gx, gy;
+    e.grid(slots * (I / rpw), gx, gy);
+    detail::dispatch(
+        c.impl(),
+        e.pipe("moe_up.comp", moe_defines(e, w, rpw, top_k, m.shared, limit), e.lanes * e.teams, 8, sizeof pc), b, &pc,
+        sizeof pc, gx, gy);
+  }
+  // phase 2: down + the weighted sum in ascending expert id → out
+  {
+    const gpu_matrix& w = m.down.w;
+    detail::binding b[8];
+    mat_pc pc{};
+    bind_planes(e, w, b, pc);
+    const uint32_t rpw = rows_per_wg(d, e.teams);
+    const detail::bound hb = e.bind(h, slots * I * 4), ob = e.bind(out, n * d * 4);
+    b[3] = hb.b, b[4] = ob.b, b[5] = tb.b, b[6] = ib.b, b[7] = wb.b;
+    pc.n = n, pc.xoff = hb.residual / 4, pc.x_stride = ib.residual / 4, pc.yoff = ob.residual / 4, pc.pad = uint32_t(E);
+    uint32_t gx, gy;
+    e.grid(uint64_t(n) * (d / rpw), gx, gy);
+    detail::dispatch(
+        c.impl(),
+        e.pipe("moe_down.comp", moe_defines(e, w, rpw, top_k, m.shared, limit), e.lanes * e.teams, 8, sizeof pc), b,
+        &pc, sizeof pc, gx, gy);
+  }
+}
+
+}  // namespace cmfx::gpu

@@ -1,0 +1,116 @@
+// Host side of the routing kernels (shaders/route.comp): score routing (sqrt-softplus, biased top-k, normalised
+// weights) and hash routing, one dispatch for all tokens; the hash table's checked upload.
+#include <cmath>
+
+#include "kernels_ops.hpp"
+
+namespace cmfx::gpu {
+
+namespace {
+
+template <class T>
+buffer upload_table(device& dev, std::span<const T> t, uint32_t top_k, uint32_t experts) {
+  if (top_k == 0 || t.empty() || t.size() % top_k)
+    throw usage_error("upload_tid2eid: table size " + std::to_string(t.size()) + " is not V * top_k (top_k " +
+                      std::to_string(top_k) + ")");
+  std::vector<uint32_t> ids(t.size());
+  for (size_t i = 0; i < t.size(); ++i) {
+    const T v = t[i];
+    bool ok;
+    if constexpr (std::is_same_v<T, float>)
+      ok = v >= 0.0f && v < float(experts) && v == std::floor(v);
+    else
+      ok = v >= 0 && uint64_t(v) < experts;
+    if (!ok)
+      throw usage_error("upload_tid2eid: entry " + std::to_string(i) + " (token " + std::to_string(i / top_k) +
+                        ", slot " + std::to_string(i % top_k) + ") = " + std::to_string(v) + " is not an expert id < " +
+                        std::to_string(experts));
+    ids[i] = uint32_t(v);
+  }
+  buffer b = dev.alloc(ids.size() * 4);
+  dev.upload(b, ids);
+  return b;
+}
+
+}  // namespace
+
+buffer upload_tid2eid(device& dev, std::span<const int32_t> t, uint32_t top_k, uint32_t experts) {
+  return upload_table(dev, t, top_k, experts);
+}
+buffer upload_tid2eid(device& dev, std::span<const float> t, uint32_t top_k, uint32_t experts) {
+  return upload_table(dev, t, top_k, experts);
+}
+
+namespace {
+
+struct route_pc {
+  uint32_t rows, n, k, loff, boff, has_bias, soff, has_s, ioff, woff, toff, vocab;
+  float temp, route_scale, norm_eps;
+  uint32_t taboff;
+};
+static_assert(sizeof(route_pc) == 64);
+
+void route(detail::op_env e, commands& c, bool hash, view logits, view bias, view table, uint64_t vocab, view tokens,
+           uint32_t rows, uint32_t n, const route_config& cfg, view s, view idx, view w) {
+  const char* op = hash ? "route_hash" : "route_score";
+  if (n == 0 || n > kernels::route_max_experts)
+    throw usage_error(std::string(op) + ": expert count must be in [1, " + std::to_string(kernels::route_max_experts) +
+                      "]");
+  if (cfg.top_k == 0 || cfg.top_k > n || cfg.top_k > kernels::route_max_k)
+    throw usage_error(std::string(op) + ": top_k must be in [1, min(experts, " + std::to_string(kernels::route_max_k) +
+                      ")]");
+  if (!(cfg.temp > 0.0f) || !std::isfinite(cfg.temp)) throw usage_error(std::string(op) + ": temp must be > 0");
+  if (rows == 0) return;
+  const uint64_t nb = uint64_t(rows) * n * 4, kb = uint64_t(rows) * cfg.top_k * 4;
+  detail::need_view(logits, nb, op, "logits");
+  if (bias) detail::need_view(bias, uint64_t(n) * 4, op, "bias");
+  if (s) detail::need_view(s, nb, op, "s");
+  detail::need_view(idx, kb, op, "idx");
+  detail::need_view(w, kb, op, "w");
+  if (hash) {
+    if (vocab == 0 || vocab > 0xFFFFFFFFull) throw usage_error("route_hash: vocabulary size out of range");
+    detail::need_view(table, vocab * cfg.top_k * 4, op, "tid2eid");
+    detail::need_view(tokens, uint64_t(rows) * 4, op, "tokens");
+  }
+  const detail::bound lb = e.bind(logits, nb), bb = e.bind(bias, uint64_t(n) * 4), sb = e.bind(s, nb),
+                      ib = e.bind(idx, kb), wb = e.bind(w, kb),
+                      tb = e.bind(hash ? table : view(), vocab * cfg.top_k * 4),
+                      kb2 = e.bind(hash ? tokens : view(), uint64_t(rows) * 4);
+  route_pc pc{rows,
+              n,
+              cfg.top_k,
+              lb.residual / 4,
+              bb.residual / 4,
+              bias ? 1u : 0u,
+              sb.residual / 4,
+              s ? 1u : 0u,
+              ib.residual / 4,
+              wb.residual / 4,
+              kb2.residual / 4,
+              uint32_t(vocab),
+              cfg.temp,
+              cfg.route_scale,
+              cfg.norm_eps,
+              tb.residual / 4};
+  const detail::binding b[7] = {lb.b, bb.b, sb.b, ib.b, wb.b, tb.b, kb2.b};
+  const std::string defs = detail::def_u("ROUTE_MAX", kernels::route_max_experts) +
+                           detail::def_u("ROUTE_MAX_K", kernels::route_max_k) + "#define ROUTE_HASH " +
+                           std::string(hash ? "1" : "0") + "\n";
+  uint32_t gx, gy;
+  e.grid(rows, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("route.comp", defs, detail::op_env::wg, 7, sizeof pc), b, &pc, sizeof pc, gx, gy);
+}
+
+}  // namespace
+
+void kernels::route_score(commands& c, view logits, view bias, uint32_t rows, uint32_t n, const route_config& cfg,
+                          view s, view idx, view w) {
+  route(detail::op_env_of(*p_), c, false, logits, bias, view(), 0, view(), rows, n, cfg, s, idx, w);
+}
+
+void kernels::route_hash(commands& c, view logits, view tid2eid, uint64_t vocab, view tokens, uint32_t rows, uint32_t n,
+                         const route_config& cfg, view s, view idx, view w) {
+  route(detail::op_env_of(*p_), c, true, logits, view(), tid2eid, vocab, tokens, rows, n, cfg, s, idx, w);
+}
+
+}  // namespace cmfx::gpu

@@ -1,0 +1,199 @@
+// mHC cases (ops/mhc.hpp): the chain hc_mix → hc_pre_finish → hc_post (+ the next sublayer's mix) →
+// hc_pre_finish, and hc_head, against the float64 references ref::hc_pre / hc_post / hc_head, per token.
+// Shapes: V4 (hc 4, d 4096), hc_max = 8, ragged d (7, 300, 1000), 1–3 tokens; 20 Sinkhorn iterations and 1.
+// Coefficients (pre, post, C: few outputs) and short outputs: per-output |got − ref| ≤ kHcRel · Σ|terms|
+// (the magnitude of the sum that produced the output); y and X' over >= 64 outputs also NMSE ≤ kNmse.
+#include "cmfx/ops/mhc.hpp"
+#include "cmfx/ref/ops_ref.hpp"
+#include "harness.hpp"
+
+namespace cmfx::parity {
+
+namespace {
+
+constexpr double kHcRel = 2e-6;  // f32 outputs of double math (6e-8) and f32 folds of ≤ 9 terms
+
+struct hc_params {
+  std::vector<float> fn, base, scale;
+};
+
+hc_params make_params(rng& r, uint32_t rows, uint32_t n) {
+  hc_params p;
+  p.fn = r.normal(uint64_t(rows) * n, 1.0f / std::sqrt(float(n)));  // mixes of order 1
+  p.base = r.normal(rows, 0.5f);
+  p.scale = {r.uniform(0.5f, 2.0f), r.uniform(0.5f, 2.0f), r.uniform(0.5f, 2.0f)};
+  return p;
+}
+
+/// Per-output bound check; mag[i] = Σ|terms| of output i.
+std::string bounded(const char* what, const float* got, const std::vector<double>& ref, const std::vector<double>& mag,
+                    double& worst) {
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - ref[i]);
+    if (!(err <= kHcRel * std::max(mag[i], 1e-30))) {
+      char b[160];
+      std::snprintf(b, sizeof b, "%s[%zu]: gpu %.9g ref %.9g (bound %.2e)", what, i, double(got[i]), ref[i],
+                    kHcRel * mag[i]);
+      return b;
+    }
+    worst = std::max(worst, err / std::max(mag[i], 1e-30));
+  }
+  return {};
+}
+
+std::string read_all(std::initializer_list<std::pair<guarded*, void*>> outs) {
+  std::string why;
+  for (auto [g, p] : outs)
+    if (!g->read(p, why)) return why;
+  return {};
+}
+
+/// Checks coefficients (pre, post, C) and y of one token against ref::hc_pre.
+std::string check_pre(const std::vector<float>& X, const hc_params& p, uint32_t hc, const gpu::kernels::hc_shape& sh,
+                      const float* coeff, const float* y, double& worst, double& nmse) {
+  const ref::hc_pre_out r = ref::hc_pre(X, p.fn, p.base, p.scale, hc, sh.norm_eps, sh.hc_eps, sh.iters);
+  std::vector<double> want(r.pre), mag;
+  want.insert(want.end(), r.post.begin(), r.post.end());
+  want.insert(want.end(), r.C.begin(), r.C.end());
+  for (double v : want) mag.push_back(std::max(std::fabs(v), 1.0));
+  if (auto why = bounded("coeff", coeff, want, mag, worst); !why.empty()) return why;
+  std::vector<double> ymag(sh.d, 0.0);
+  for (uint32_t i = 0; i < sh.d; ++i)
+    for (uint32_t j = 0; j < hc; ++j) ymag[i] += std::fabs(r.pre[j] * X[uint64_t(j) * sh.d + i]);
+  if (auto why = bounded("y", y, r.y, ymag, worst); !why.empty()) return why;
+  if (sh.d >= 64) {
+    const stats st = compare(y, r.y.data(), sh.d);
+    nmse = std::max(nmse, st.nmse);
+    if (!(st.nmse <= kNmse)) return "y nmse " + std::to_string(st.nmse);
+  }
+  return {};
+}
+
+std::string chain_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t hc, uint32_t d, uint32_t iters,
+                       std::string& info) {
+  rng r(seed);
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d, sh.iters = iters;
+  const uint32_t rows = (2 + hc) * hc, n = hc * d, cf = gpu::kernels::hc_coeff_floats(hc);
+  const std::vector<float> X = r.normal(uint64_t(tokens) * n), o = r.normal(uint64_t(tokens) * d);
+  const hc_params p1 = make_params(r, rows, n), p2 = make_params(r, rows, n);
+  const gpu::buffer xb = upload(s.dev, X), ob = upload(s.dev, o), fn1 = upload(s.dev, p1.fn),
+                    b1 = upload(s.dev, p1.base), s1 = upload(s.dev, p1.scale), fn2 = upload(s.dev, p2.fn),
+                    b2 = upload(s.dev, p2.base), s2 = upload(s.dev, p2.scale);
+  const uint64_t pbytes = s.kern.hc_partials_bytes(sh, tokens, rows);
+  guarded part1(s.dev, pbytes), part2(s.dev, pbytes), c1(s.dev, uint64_t(tokens) * cf * 4),
+      y1(s.dev, uint64_t(tokens) * d * 4), xo(s.dev, uint64_t(tokens) * n * 4), c2(s.dev, uint64_t(tokens) * cf * 4),
+      y2(s.dev, uint64_t(tokens) * d * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.hc_mix(c, sh, xb, fn1, rows, tokens, part1.payload());
+  s.kern.hc_pre_finish(c, sh, part1.payload(), xb, b1, s1, tokens, c1.payload(), y1.payload());
+  s.kern.hc_post(c, sh, ob, xb, c1.payload(), tokens, xo.payload(), fn2, rows, part2.payload());
+  s.kern.hc_pre_finish(c, sh, part2.payload(), xo.payload(), b2, s2, tokens, c2.payload(), y2.payload());
+  s.submit(c);
+  const uint32_t dispatches = c.dispatch_count();
+  std::vector<float> gc1(uint64_t(tokens) * cf), gy1(uint64_t(tokens) * d), gxo(uint64_t(tokens) * n),
+      gc2(uint64_t(tokens) * cf), gy2(uint64_t(tokens) * d);
+  std::vector<uint8_t> scratch(pbytes);
+  if (auto why = read_all({{&part1, scratch.data()},
+                           {&part2, scratch.data()},
+                           {&c1, gc1.data()},
+                           {&y1, gy1.data()},
+                           {&xo, gxo.data()},
+                           {&c2, gc2.data()},
+                           {&y2, gy2.data()}});
+      !why.empty())
+    return why;
+  double worst = 0, nmse = 0;
+  for (uint32_t t = 0; t < tokens; ++t) {
+    const std::string at = "token " + std::to_string(t) + ": ";
+    const std::vector<float> Xt(X.begin() + std::ptrdiff_t(t) * n, X.begin() + std::ptrdiff_t(t + 1) * n);
+    if (auto why = check_pre(Xt, p1, hc, sh, gc1.data() + t * cf, gy1.data() + uint64_t(t) * d, worst, nmse);
+        !why.empty())
+      return at + "pre 1: " + why;
+    // post from the GPU's own f32 coefficients (the CPU passes its f32 post / C the same way)
+    const float* cft = gc1.data() + t * cf;
+    const std::vector<float> post(cft + hc, cft + 2 * hc), C(cft + 2 * hc, cft + cf);
+    const std::vector<float> ot(o.begin() + std::ptrdiff_t(t) * d, o.begin() + std::ptrdiff_t(t + 1) * d);
+    const std::vector<double> want = ref::hc_post(ot, Xt, post, C, hc);
+    std::vector<double> mag(n, 0.0);
+    for (uint32_t k = 0; k < hc; ++k)
+      for (uint32_t i = 0; i < d; ++i) {
+        double m = std::fabs(double(post[k]) * ot[i]);
+        for (uint32_t j = 0; j < hc; ++j) m += std::fabs(double(C[j * hc + k]) * Xt[uint64_t(j) * d + i]);
+        mag[uint64_t(k) * d + i] = m;
+      }
+    const float* xot = gxo.data() + uint64_t(t) * n;
+    if (auto why = bounded("X'", xot, want, mag, worst); !why.empty()) return at + "post: " + why;
+    const stats st = compare(xot, want.data(), n);
+    nmse = std::max(nmse, st.nmse);
+    if (!(st.nmse <= kNmse)) return at + "post nmse " + std::to_string(st.nmse);
+    // the next sublayer's coefficients from the GPU's X' (mixed inside hc_post)
+    const std::vector<float> Xn(xot, xot + n);
+    if (auto why = check_pre(Xn, p2, hc, sh, gc2.data() + t * cf, gy2.data() + uint64_t(t) * d, worst, nmse);
+        !why.empty())
+      return at + "pre 2 (mix fused into hc_post): " + why;
+  }
+  char b[128];
+  std::snprintf(b, sizeof b, "worst err/bound-scale %.1e, nmse %.1e, %u dispatches", worst, nmse, dispatches);
+  info = b;
+  return {};
+}
+
+std::string head_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t hc, uint32_t d, std::string& info) {
+  rng r(seed);
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d;
+  const uint32_t n = hc * d, cf = gpu::kernels::hc_coeff_floats(hc);
+  const std::vector<float> X = r.normal(uint64_t(tokens) * n);
+  const hc_params p = make_params(r, hc, n);
+  const float scale = p.scale[0];
+  const gpu::buffer xb = upload(s.dev, X), fb = upload(s.dev, p.fn), bb = upload(s.dev, p.base);
+  guarded part(s.dev, s.kern.hc_partials_bytes(sh, tokens, hc)), co(s.dev, uint64_t(tokens) * cf * 4),
+      y(s.dev, uint64_t(tokens) * d * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.hc_mix(c, sh, xb, fb, hc, tokens, part.payload());
+  s.kern.hc_head_finish(c, sh, part.payload(), xb, bb, scale, tokens, co.payload(), y.payload());
+  s.submit(c);
+  std::vector<float> gc(uint64_t(tokens) * cf), gy(uint64_t(tokens) * d);
+  std::vector<uint8_t> scratch(s.kern.hc_partials_bytes(sh, tokens, hc));
+  if (auto why = read_all({{&part, scratch.data()}, {&co, gc.data()}, {&y, gy.data()}}); !why.empty()) return why;
+  double worst = 0;
+  for (uint32_t t = 0; t < tokens; ++t) {
+    const std::vector<float> Xt(X.begin() + std::ptrdiff_t(t) * n, X.begin() + std::ptrdiff_t(t + 1) * n);
+    const ref::hc_pre_out rr = ref::hc_head(Xt, p.fn, p.base, scale, hc, sh.norm_eps, sh.hc_eps);
+    std::vector<double> mag;
+    for (double v : rr.pre) mag.push_back(std::max(std::fabs(v), 1.0));
+    if (auto why = bounded("pre", gc.data() + t * cf, rr.pre, mag, worst); !why.empty()) return why;
+    std::vector<double> ymag(d, 0.0);
+    for (uint32_t i = 0; i < d; ++i)
+      for (uint32_t j = 0; j < hc; ++j) ymag[i] += std::fabs(rr.pre[j] * Xt[uint64_t(j) * d + i]);
+    if (auto why = bounded("y", gy.data() + uint64_t(t) * d, rr.y, ymag, worst); !why.empty()) return why;
+  }
+  char b[64];
+  std::snprintf(b, sizeof b, "worst err/bound-scale %.1e", worst);
+  info = b;
+  return {};
+}
+
+}  // namespace
+
+void mhc_cases(suite& s) {
+  using R = std::string;
+  auto chain = [&](uint32_t tokens, uint32_t hc, uint32_t d, uint32_t iters, const R& note) {
+    s.run("hc_pre/post", "-",
+          std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) + " iters " +
+              std::to_string(iters) + note,
+          [=, &s](uint64_t seed, R& info) { return chain_case(s, seed, tokens, hc, d, iters, info); });
+  };
+  chain(1, 4, 4096, 20, " V4 decode");
+  chain(3, 4, 4096, 20, " V4");
+  chain(2, 4, 300, 20, " ragged");
+  chain(2, 8, 100, 20, " hc_max ragged");
+  chain(3, 3, 7, 1, " tiny, one iteration");
+  chain(1, 4, 1000, 0, " iters 0 = 1");
+  for (auto [tokens, hc, d] : {std::array<uint32_t, 3>{1, 4, 4096}, {3, 4, 257}, {2, 8, 64}})
+    s.run("hc_head", "-", std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d),
+          [=, &s](uint64_t seed, R& info) { return head_case(s, seed, tokens, hc, d, info); });
+}
+
+}  // namespace cmfx::parity

@@ -1,0 +1,269 @@
+// Expert-batched MoE cases (kernels/moe.hpp): gpu::kernels::moe against the CPU kernel moe_forward (best CPU
+// table; with and without the shared expert) and against a float64 composition (ref::gemm rows, SwiGLU with clamp
+// in double, down in double), for every weight format that can be stacked (q8_2f cannot: one column-scale vector
+// per matrix; it is `unsupp.` and its rejection is a case of its own). Shapes: small, ragged (formats whose shape
+// rules allow it), odd sizes, duplicate ids in a token, inputs large enough that the clamp (limit 10) bites, the
+// real d 4096 / I 2048 for q4tp and mxfp4 (3 experts: the host encoders dominate the time), and a chain
+// route_score → moe on the device. Also: a bad expert id gives NaN for its token only; refused uploads.
+// Bounds: NMSE ≤ kNmse and max-abs ≤ kMaxAbsRel · max(1, max|ref|) (verdict), against both references.
+#include <bit>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/core/thread_pool.hpp"
+#include "cmfx/kernels/moe.hpp"
+#include "cmfx/ops/routing.hpp"
+#include "cmfx/ref/gemm_ref.hpp"
+#include "harness.hpp"
+
+namespace cmfx::parity {
+
+namespace {
+
+constexpr float kLimit = 10.0f;  // V4 / V4.1 swiglu_limit
+
+struct host_expert {
+  encoded_matrix g, u, d;
+  expert_view v;
+};
+
+template <class F>
+encoded_matrix encode(rng& r, uint64_t rows, uint64_t cols, matrix_view& v) {
+  const std::vector<float> w = r.normal(rows * cols, 0.05f);
+  encoded_matrix e = F::encode(w.data(), rows, cols);
+  v = matrix_view{e.data.data(),
+                  e.data.size(),
+                  e.scale.empty() ? nullptr : e.scale.data(),
+                  e.scale.size(),
+                  e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0,
+                  rows,
+                  cols};
+  return e;
+}
+
+template <class F>
+std::vector<host_expert> make_experts(rng& r, uint32_t E, uint64_t d, uint64_t I) {
+  std::vector<host_expert> ex(E);
+  for (auto& x : ex) {
+    x.g = encode<F>(r, I, d, x.v.gate);
+    x.u = encode<F>(r, I, d, x.v.up);
+    x.d = encode<F>(r, d, I, x.v.down);
+    x.v.gate_fmt = x.v.up_fmt = x.v.down_fmt = F::id;
+  }
+  return ex;
+}
+
+/// out[t] = Σ_j W2 (silu(min(W1 x, L)) · clamp(W3 x, ±L) · w) in float64 (rows decoded by the trait).
+/// With `shared`, the last entry of ex is the shared expert (weight 1 for every token).
+template <class F>
+std::vector<double> moe_ref(const std::vector<host_expert>& ex, bool shared, const std::vector<float>& X, uint32_t n,
+                            uint64_t d, uint64_t I, const std::vector<uint32_t>& ids, const std::vector<float>& w,
+                            uint32_t k, uint64_t& clamped) {
+  std::vector<double> out(n * d, 0.0);
+  std::vector<float> row(I);
+  const uint32_t ks = k + (shared ? 1 : 0);
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t j = 0; j < ks; ++j) {
+      const host_expert& e = j < k ? ex[ids[t * k + j]] : ex.back();
+      const double wj = j < k ? double(w[t * k + j]) : 1.0;
+      const std::vector<double> g = ref::gemm(F::id, e.v.gate, X.data() + t * d, 1);
+      const std::vector<double> u = ref::gemm(F::id, e.v.up, X.data() + t * d, 1);
+      std::vector<double> h(I);
+      for (uint64_t q = 0; q < I; ++q) {
+        clamped += g[q] > kLimit;
+        const double a = std::min(g[q], double(kLimit)), b = std::clamp(u[q], -double(kLimit), double(kLimit));
+        h[q] = a / (1.0 + std::exp(-a)) * b * wj;
+      }
+      for (uint64_t r = 0; r < d; ++r) {
+        F::decode_row(e.v.down, r, row.data());
+        double s = 0.0;
+        for (uint64_t q = 0; q < I; ++q) s += double(row[q]) * h[q];
+        out[t * d + r] += s;
+      }
+    }
+  return out;
+}
+
+enum class id_kind { distinct, duplicates, routed };
+
+template <class F>
+std::string moe_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, uint32_t n, float x_sigma,
+                     id_kind kind, bool shared, std::string& info) {
+  rng r(seed);
+  const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);  // shared: the last one
+  std::vector<expert_view> views;
+  for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
+  const expert_view* sh = shared ? &ex.back().v : nullptr;
+  const std::vector<float> X = r.normal(n * d, x_sigma);
+  std::vector<uint32_t> ids(uint64_t(n) * k);
+  std::vector<float> w(uint64_t(n) * k);
+  std::vector<float> logits;
+  for (uint32_t t = 0; t < n; ++t) {
+    std::vector<uint32_t> pool(E);
+    for (uint32_t e = 0; e < E; ++e) pool[e] = e;
+    for (uint32_t j = 0; j < k; ++j) {  // distinct ids in random order (or with repeats)
+      const uint64_t pick = kind == id_kind::duplicates ? r.below(std::min<uint32_t>(E, 2)) : j + r.below(E - j);
+      if (kind != id_kind::duplicates) std::swap(pool[j], pool[pick]);
+      ids[t * k + j] = kind == id_kind::duplicates ? uint32_t(pick) : pool[j];
+      w[t * k + j] = r.uniform(0.1f, 1.5f);
+    }
+  }
+  route_config rc;
+  rc.top_k = k;
+  if (kind == id_kind::routed) {  // ids and weights from the device's route_score, the CPU's from route_score
+    logits = r.normal(uint64_t(n) * E, 2.0f);
+    std::vector<float> sc(E);
+    std::vector<topk_entry> scratch(E);
+    for (uint32_t t = 0; t < n; ++t)
+      cmfx::route_score(std::span<const float>(logits.data() + uint64_t(t) * E, E), nullptr, rc, sc, scratch,
+                        std::span<uint32_t>(ids.data() + uint64_t(t) * k, k),
+                        std::span<float>(w.data() + uint64_t(t) * k, k));
+  }
+  const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views, sh);
+  const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w),
+                    lb = upload(s.dev, logits.empty() ? std::vector<float>{0} : logits);
+  const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, n, k);
+  guarded hg(s.dev, hn * 4), og(s.dev, uint64_t(n) * d * 4), ig(s.dev, uint64_t(n) * k * 4, 0xDEADBEEFu),
+      wg(s.dev, uint64_t(n) * k * 4);
+  gpu::commands c = s.dev.begin();
+  if (kind == id_kind::routed) {
+    s.kern.route_score(c, lb, gpu::view(), n, E, rc, gpu::view(), ig.payload(), wg.payload());
+    s.kern.moe(c, gm, xb, n, ig.payload(), wg.payload(), k, kLimit, hg.payload(), og.payload());
+  } else {
+    s.kern.moe(c, gm, xb, n, ib, wb, k, kLimit, hg.payload(), og.payload());
+  }
+  s.submit(c);
+  std::vector<float> got(n * d), h(hn);
+  std::string why;
+  if (!og.read(got.data(), why) || !hg.read(h.data(), why)) return why;
+  if (kind == id_kind::routed) {
+    std::vector<uint32_t> gi(ids.size());
+    std::vector<float> gw(w.size());
+    if (!ig.read(gi.data(), why) || !wg.read(gw.data(), why)) return why;
+    if (gi != ids) return "route_score ids on the device differ from the CPU's";
+  }
+  // the CPU kernel
+  thread_pool pool(2);
+  moe_scratch scratch;
+  std::vector<float> cpu(n * d);
+  moe_forward(pool, best_cpu_kernels(), views, sh, X.data(), n, d, ids.data(), w.data(), k, kLimit, cpu.data(),
+              scratch);
+  std::string i1, i2;
+  uint64_t clamped = 0;  // gate values the clamp touched (the case is about it when x_sigma is large)
+  const std::vector<double> ref = moe_ref<F>(ex, shared, X, n, d, I, ids, w, k, clamped);
+  const std::string v1 = verdict(compare(got.data(), cpu.data(), got.size()), kNmse, i1),
+                    v2 = verdict(compare(got.data(), ref.data(), got.size()), kNmse, i2);
+  if (!v1.empty() || !v2.empty())
+    return (v1.empty() ? "" : "vs CPU kernel: " + v1 + "; ") + (v2.empty() ? "float64 ok" : "vs float64: " + v2);
+  info = "cpu: " + i1 + "; f64: " + i2 + (clamped ? "; " + std::to_string(clamped) + " gates clamped" : "");
+  return {};
+}
+
+/// An expert id ≥ E (never written by the routing kernels) turns that token's outputs into NaN; the other
+/// tokens are unaffected (compared with the CPU kernel on them alone).
+std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
+  using F = fmt_f32;
+  const uint32_t E = 4, k = 2, n = 2;
+  const uint64_t d = 256, I = 128;
+  rng r(seed);
+  const std::vector<host_expert> ex = make_experts<F>(r, E, d, I);
+  std::vector<expert_view> views;
+  for (const auto& x : ex) views.push_back(x.v);
+  const std::vector<float> X = r.normal(n * d);
+  const std::vector<uint32_t> ids = {1, 3, 2, E};  // token 1, slot 1: not an expert
+  const std::vector<float> w = {0.5f, 0.7f, 0.9f, 0.3f};
+  const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views);
+  const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w);
+  guarded hg(s.dev, gpu::kernels::moe_scratch_floats(gm, n, k) * 4), og(s.dev, n * d * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.moe(c, gm, xb, n, ib, wb, k, kLimit, hg.payload(), og.payload());
+  s.submit(c);
+  std::vector<float> got(n * d), h(gpu::kernels::moe_scratch_floats(gm, n, k));
+  std::string why;
+  if (!og.read(got.data(), why) || !hg.read(h.data(), why)) return why;
+  for (uint64_t i = d; i < 2 * d; ++i)
+    if (!std::isnan(got[i]) || std::bit_cast<uint32_t>(got[i]) == guarded::nan_word)
+      return "token 1 output " + std::to_string(i - d) + " is not the NaN of a bad id";
+  thread_pool pool(2);
+  moe_scratch scratch;
+  std::vector<float> cpu(d);
+  moe_forward(pool, best_cpu_kernels(), views, nullptr, X.data(), 1, d, ids.data(), w.data(), k, kLimit, cpu.data(),
+              scratch);
+  std::string v = verdict(compare(got.data(), cpu.data(), d), kNmse, info);
+  info = "token 1 NaN, token 0 " + info;
+  return v;
+}
+
+}  // namespace
+
+void moe_cases(suite& s) {
+  using R = std::string;
+  struct shape {
+    uint32_t E;
+    uint64_t d, I;
+    uint32_t k, n;
+    float sigma;
+    id_kind kind;
+    bool shared;
+    const char* note;
+  };
+  const shape shapes[] = {
+      {8, 256, 128, 3, 1, 1.0f, id_kind::distinct, false, " decode"},
+      {8, 256, 128, 3, 3, 1.0f, id_kind::distinct, true, " 3 tokens + shared"},
+      {6, 256, 128, 2, 2, 1.0f, id_kind::duplicates, false, " repeated ids"},
+      {4, 256, 128, 2, 2, 12.0f, id_kind::distinct, true, " clamp active + shared"},
+      {5, 96, 40, 2, 2, 1.0f, id_kind::distinct, false, " ragged"},
+      {3, 160, 96, 2, 3, 1.0f, id_kind::distinct, true, " odd sizes + shared"},
+      {16, 128, 256, 6, 2, 1.0f, id_kind::routed, true, " route_score -> moe + shared"},
+  };
+  s.run("moe_upload", "-", "bad expert id -> NaN token",
+        [&](uint64_t seed, R& info) { return bad_id_case(s, seed, info); });
+  s.run("moe_upload", "-", "shared expert of another format rejected", [&](uint64_t seed, R& info) -> R {
+    rng r(seed);
+    std::vector<host_expert> a = make_experts<fmt_f32>(r, 2, 64, 32);
+    const std::vector<host_expert> b = make_experts<fmt_f16>(r, 1, 64, 32);
+    const std::vector<expert_view> views = {a[0].v, a[1].v};
+    try {
+      (void)gpu::upload_moe(s.dev, views, &b[0].v);
+    } catch (const usage_error& e) {
+      info = e.what();
+      return std::string(e.what()).find("shared") == std::string::npos ? "error does not name the shared expert" : "";
+    }
+    return "a shared expert of another format was stacked";
+  });
+  for_each_type(all_formats{}, [&]<class F>() {
+    const std::string fn(F::name);
+    if constexpr (F::id == format::q8_2f) {
+      s.unsupported("moe", fn);
+      s.run("moe_upload", "-", "q8_2f rejected with a reason", [&](uint64_t seed, R& info) -> R {
+        rng r(seed);
+        matrix_view a, b;
+        const encoded_matrix ea = encode<F>(r, 32, 64, a), eb = encode<F>(r, 32, 64, b);
+        const matrix_view mats[2] = {a, b};
+        try {
+          (void)gpu::upload_experts(s.dev, F::id, mats);
+        } catch (const usage_error& e) {
+          info = e.what();
+          return {};
+        }
+        return "q8_2f experts were stacked";
+      });
+      return;
+    }
+    for (const shape& sh : shapes) {
+      if (!F::shape_ok(sh.I, sh.d) || !F::shape_ok(sh.d, sh.I) || sh.I % F::block_rows || sh.d % F::block_rows ||
+          (F::block_elems > 1 && (sh.I * sh.d) % F::block_elems))
+        continue;
+      const R name = std::to_string(sh.E) + "x[" + std::to_string(sh.I) + "x" + std::to_string(sh.d) +
+                     "] k=" + std::to_string(sh.k) + " n=" + std::to_string(sh.n) + sh.note;
+      s.run("moe", fn, name, [&](uint64_t seed, R& info) {
+        return moe_case<F>(s, seed, sh.E, sh.d, sh.I, sh.k, sh.n, sh.sigma, sh.kind, sh.shared, info);
+      });
+    }
+    if constexpr (F::id == format::q4tp || F::id == format::mxfp4)
+      s.run("moe", fn, "3x[2048x4096] k=2 n=1 + shared, model shape", [&](uint64_t seed, R& info) {
+        return moe_case<F>(s, seed, 3, 4096, 2048, 2, 1, 1.0f, id_kind::distinct, true, info);
+      });
+  });
+}
+
+}  // namespace cmfx::parity
