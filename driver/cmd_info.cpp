@@ -8,7 +8,6 @@
 #include "commands.hpp"
 #include "model/dsv41_config.hpp"
 #include "model/dsv41_state.hpp"
-#include "model/dsv41_weights.hpp"
 #include "model/dsv4_source.hpp"
 #include "model/dsv4_state.hpp"
 #include "model/dsv4_weights.hpp"
@@ -52,7 +51,10 @@ nlohmann::json v41_report(const std::string& path) {
   for (const auto& p : c.plan) {
     if (!modes.empty()) modes += ' ';
     modes += dsv41_mode_name(p.mode);
-    if (p.ratio) modes += "/" + std::to_string(p.ratio);
+    if (p.ratio) {
+      modes += '/';
+      modes += std::to_string(p.ratio);
+    }
   }
   j["layer_modes"] = modes;
   j["kv_sources"] = c.kv_sources;
@@ -66,7 +68,7 @@ nlohmann::json v41_report(const std::string& path) {
                {"dspark drafting", false}};
   j["not_yet"] = nlohmann::json::array();
   if (!engram_ok)
-    j["not_yet"].push_back("Engram's compressed token map (built from the tokenizer) and FP8 row-scaled tables");
+    j["not_yet"].push_back("Engram's compressed token map (built from the tokenizer; the FP8 row-scaled tables are read)");
   j["not_yet"].push_back("vision encoder and image spans (bias_vl routing)");
   j["not_yet"].push_back("DSpark speculative drafting (mtp stages)");
   return j;
@@ -91,16 +93,28 @@ int run_info(const info_args& a) {
   }
   nlohmann::json state_json;
   if (a.state && v41.is_object() && !v41.contains("error")) {
+    // V4.1: the cache format's storage (include/cmfx/kv/packed_kv.hpp v41_state_bytes) from the config alone.
     try {
-      const dsv41_weights w = dsv41_load(a.path);
-      const dsv41_state_size z = dsv41_state_bytes(w.cfg, a.ctx);
+      const auto src = dsv4_open_source(a.path);
+      const dsv41_config c =
+          src->kind() == "cmf" ? dsv41_config_from_cmf(src->raw_config()) : dsv41_config_from_release(src->raw_config());
+      const v41_state_config shape = dsv41_state_shape(c);
+      const v41_state_size z = v41_state_bytes(shape, a.ctx);
       state_json = {{"ctx", a.ctx},
-                    {"ring_bytes", z.ring_bytes},
-                    {"compressor_window_bytes", z.pending_bytes},
-                    {"kv_entry_bytes", z.kv_entry_bytes},
-                    {"index_entry_bytes", z.index_entry_bytes},
+                    {"format", "v41_packed"},
+                    {"kv_source_ratios", shape.kv_source_ratios},
+                    {"main_kv_bytes", z.main_kv_bytes},
+                    {"index_k_bytes", z.index_k_bytes},
+                    {"global_kv_bytes", z.global_kv_bytes()},
+                    {"global_kv_bytes_per_token", a.ctx ? double(z.global_kv_bytes()) / double(a.ctx) : 0.0},
+                    {"window_bytes", z.window_bytes},
+                    {"window_rings", shape.layers + shape.dspark_stages},
+                    {"window_rows", shape.window},
+                    {"compressor_bytes", z.compressor_bytes},
+                    {"engram_bytes", z.engram_bytes},
                     {"total_bytes", z.total()},
-                    {"bytes_per_token", a.ctx ? double(z.total()) / double(a.ctx) : 0.0}};
+                    {"bytes_per_token", a.ctx ? double(z.total()) / double(a.ctx) : 0.0},
+                    {"cpu_f32_window_ring_bytes", dsv41_f32_ring_bytes(c)}};
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cmfx info --state: %s\n", e.what());
       return 2;
@@ -171,7 +185,23 @@ int run_info(const info_args& a) {
       for (const auto& [k, v] : v41["runs"].items()) std::printf("    %-72s %s\n", k.c_str(), v.get<bool>() ? "yes" : "no");
     }
   }
-  if (a.state) {
+  if (a.state && state_json.contains("global_kv_bytes")) {
+    const auto u = [&](const char* k) { return (unsigned long long)state_json[k].get<uint64_t>(); };
+    std::printf("state at ctx %llu (V4.1 cache format: packed FP4 KV rows, FP8 window rings):\n", u("ctx"));
+    std::printf("  compressed KV (FP4 + E4M3/16)   %llu bytes\n", u("main_kv_bytes"));
+    std::printf("  index keys (FP4 + UE8M0/32)     %llu bytes\n", u("index_k_bytes"));
+    std::printf("  global KV                       %llu bytes (%.1f bytes per token; KV sources at ratios %s)\n",
+                u("global_kv_bytes"), state_json["global_kv_bytes_per_token"].get<double>(),
+                state_json["kv_source_ratios"].dump().c_str());
+    std::printf("  window rings (FP8 + UE8M0/32)   %llu bytes (%llu rings x %llu rows)\n", u("window_bytes"),
+                u("window_rings"), u("window_rows"));
+    std::printf("  compressor pending groups       %llu bytes\n", u("compressor_bytes"));
+    std::printf("  Engram look-back ids            %llu bytes\n", u("engram_bytes"));
+    std::printf("  total                           %llu bytes (%.1f bytes per token)\n", u("total_bytes"),
+                state_json["bytes_per_token"].get<double>());
+    std::printf("  (the CPU graph keeps the window rings in f32 with a rollback margin: %s)\n",
+                human_bytes(state_json["cpu_f32_window_ring_bytes"].get<uint64_t>()).c_str());
+  } else if (a.state) {
     std::printf("state at ctx %llu (f32, this implementation):\n", (unsigned long long)a.ctx);
     std::printf("  window KV rings          %s\n", human_bytes(state_json["ring_bytes"].get<uint64_t>()).c_str());
     std::printf("  compressor windows       %s\n", human_bytes(state_json["compressor_window_bytes"].get<uint64_t>()).c_str());

@@ -21,7 +21,7 @@ bool ends_with(const std::string& s, const std::string& e) {
 }
 bool contains(const std::string& s, const std::string& e) { return s.find(e) != std::string::npos; }
 
-enum class rel_dtype { f32, bf16, fp8, fp4, i32 };
+enum class rel_dtype { f32, bf16, fp8, fp8_rows, fp4, i32 };
 
 rel_dtype release_dtype(const toy_tensor& t) {
   const std::string& n = t.name;
@@ -62,7 +62,9 @@ size_t write_release(const make_toy_args& a, const std::vector<toy_tensor>& inv,
       shard[s].push_back({name, dt, std::move(shp), std::move(bytes)});
     };
     const std::string stem = ends_with(t.name, ".weight") ? t.name.substr(0, t.name.size() - 7) : t.name;
-    const rel_dtype rd = a.quant == "f32" && t.role != toy_role::tid2eid ? rel_dtype::f32 : dtype_of(t);
+    // The f32 profile keeps integer tables and row-scaled FP8 tables (V4.1 Engram) in their release dtype.
+    const rel_dtype own = dtype_of(t);
+    const rel_dtype rd = a.quant == "f32" && own != rel_dtype::i32 && own != rel_dtype::fp8_rows ? rel_dtype::f32 : own;
     switch (rd) {
       case rel_dtype::f32: put(t.name, st_dtype::F32, shape, as_bytes_f32(v)); break;
       case rel_dtype::bf16: put(t.name, st_dtype::BF16, shape, fmt_bf16::encode(v.data(), rows, cols).data); break;
@@ -79,6 +81,12 @@ size_t write_release(const make_toy_args& a, const std::vector<toy_tensor>& inv,
         auto e = fp8_tile == 32 ? fmt_fp8_b32::encode(v.data(), rows, cols) : fmt_fp8_b128::encode(v.data(), rows, cols);
         put(t.name, st_dtype::F8_E4M3, shape, std::move(e.data));
         put(stem + ".scale", st_dtype::F8_E8M0, {ceil_div(rows, fp8_tile), ceil_div(cols, fp8_tile)}, std::move(e.scale));
+        break;
+      }
+      case rel_dtype::fp8_rows: {
+        auto e = toy_v41_engram_table_fp8(v.data(), rows, cols);
+        put(t.name, st_dtype::F8_E4M3, shape, std::move(e.data));
+        put(stem + ".scale", st_dtype::F8_E8M0, {rows, cols / toy_v41_engram_scale_block}, std::move(e.scale));
         break;
       }
       case rel_dtype::fp4: {
@@ -98,16 +106,17 @@ size_t write_release(const make_toy_args& a, const std::vector<toy_tensor>& inv,
 /// V4.1 release dtypes (dsv4-architecture.md §2 "V4.1 deltas"): FP8 E4M3 with 32×32 UE8M0 tiles for the attention
 /// projections, indexer wq_b, shared experts and engram.wkv; FP4 routed experts; bf16 norms, wo_a, compressor,
 /// indexer wk / weights_proj, router, embed; f32 sinks, hc, bias, head. The Engram table is FP8 E4M3 with a UE8M0
-/// scale per row and 32 columns in the release; the toy stores it in bf16 until the row-format reader lands.
+/// scale per 32 values of each row (in every profile: its values lie on that grid, toy_v41_values).
 rel_dtype release_dtype_v41(const toy_tensor& t) {
   const std::string& n = t.name;
   if (t.role == toy_role::expert_gate_up || t.role == toy_role::expert_down) return rel_dtype::fp4;
   if (ends_with(n, "attn_sink") || contains(n, "hc_") || ends_with(n, "gate.bias") || n == "head.weight")
     return rel_dtype::f32;
   if (t.role == toy_role::vector || contains(n, "wo_a") || contains(n, "compressor.") || contains(n, "weights_proj") ||
-      contains(n, "indexer.wk.") || contains(n, "engram.embed") || contains(n, "engram.q_weight") ||
+      contains(n, "indexer.wk.") || contains(n, "engram.q_weight") ||
       contains(n, "engram.k_weight") || t.role == toy_role::router || n == "embed.weight")
     return rel_dtype::bf16;
+  if (contains(n, "engram.embed")) return rel_dtype::fp8_rows;
   return rel_dtype::fp8;  // wq_a, wq_b, wkv, wo_b, indexer.wq_b, shared experts, engram.wkv
 }
 

@@ -1,5 +1,6 @@
 // `cmfx ppl` (teacher-forced perplexity over token ids or a text file) and `cmfx run --raw-ids` (greedy
-// continuation of raw ids) on the CPU model graph (driver/model/). Text generation: cmd_run.cpp.
+// continuation of raw ids) on the CPU model graphs (driver/model/: a V4 or a V4.1 file, told apart by its config).
+// Text generation: cmd_run.cpp.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,8 @@
 
 #include "cmfx/core/error.hpp"
 #include "commands.hpp"
+#include "model/dsv41_forward.hpp"
+#include "model/dsv41_weights.hpp"
 #include "model/dsv4_forward.hpp"
 #include "model_tokenizer.hpp"
 
@@ -37,6 +40,38 @@ dsv4_options options(const model_run_options& m, bool qat) {
   return o;
 }
 
+/// V4.1: the cache quantisation is the model's format (always on); --qat adds the FP8 Linear-input fake-quant.
+dsv41_options options41(const model_run_options& m, bool qat) {
+  dsv41_options o;
+  o.threads = m.threads;
+  o.qat_act = qat;
+  return o;
+}
+
+/// The two model graphs behind ppl / --raw-ids: open, logits selection and the tokenizer-check config.
+struct v4_graph {
+  using model = dsv4_model;
+  static constexpr dsv4_logits all = dsv4_logits::all, last = dsv4_logits::last;
+  static std::unique_ptr<model> open(const std::string& p, const model_run_options& m, bool qat) {
+    return dsv4_model::open(p, options(m, qat));
+  }
+  static dsv4_config tokenizer_config(const model& m) { return m.config(); }
+};
+struct v41_graph {
+  using model = dsv41_model;
+  static constexpr dsv41_logits all = dsv41_logits::all, last = dsv41_logits::last;
+  static std::unique_ptr<model> open(const std::string& p, const model_run_options& m, bool qat) {
+    return dsv41_model::open(p, options41(m, qat));
+  }
+  static dsv4_config tokenizer_config(const model& m) {  // what check_model_tokenizer and the BOS need
+    dsv4_config c;
+    c.vocab = m.config().vocab;
+    c.bos = m.config().bos;
+    c.eos = m.config().eos;
+    return c;
+  }
+};
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -63,9 +98,9 @@ std::vector<uint32_t> text_file_ids(const ppl_args& a, const dsv4_config& cfg) {
   return std::vector<uint32_t>(ids.begin(), ids.end());
 }
 
-}  // namespace
 
-int run_ppl(const ppl_args& a) {
+template <class G>
+int ppl_with(const ppl_args& a) {
   if (a.ids_file.empty() == a.text_file.empty()) throw usage_error("ppl takes exactly one of --ids-file or --file");
   const std::string& input = a.ids_file.empty() ? a.text_file : a.ids_file;
   std::vector<uint32_t> ids;
@@ -75,13 +110,13 @@ int run_ppl(const ppl_args& a) {
     ids = parse_ids(in, a.ids_file);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = dsv4_model::open(a.model, options(a.model_opts, a.qat));
+  auto model = G::open(a.model, a.model_opts, a.qat);
   const uint64_t V = model->config().vocab;
-  if (!a.text_file.empty()) ids = text_file_ids(a, model->config());
+  if (!a.text_file.empty()) ids = text_file_ids(a, G::tokenizer_config(*model));
   if (ids.size() < 2) throw usage_error(input + ": needs at least 2 tokens");
   std::fprintf(stderr, "loaded %s (%s layout, %u layers) in %.2f s\n", a.model.c_str(), model->weights().source.c_str(),
                model->config().layers, seconds_since(t0));
-  dsv4_state st = model->new_state();
+  auto st = model->new_state();
   const uint64_t chunk = a.chunk ? a.chunk : ids.size();
   double nll = 0.0;
   uint64_t count = 0;
@@ -89,7 +124,7 @@ int run_ppl(const ppl_args& a) {
   for (uint64_t b = 0; b < ids.size(); b += chunk) {
     const uint64_t e = std::min<uint64_t>(ids.size(), b + chunk);
     const std::vector<float> logits =
-        model->forward(std::span<const uint32_t>(ids.data() + b, e - b), st, dsv4_logits::all);
+        model->forward(std::span<const uint32_t>(ids.data() + b, e - b), st, G::all);
     for (uint64_t i = b; i < e && i + 1 < ids.size(); ++i) {
       const float* z = logits.data() + (i - b) * V;
       double m = z[0];
@@ -117,18 +152,19 @@ int run_ppl(const ppl_args& a) {
   return 0;
 }
 
-int run_raw_ids(const run_args& a) {
+template <class G>
+int raw_ids_with(const run_args& a) {
   std::istringstream in(a.raw_ids);
   const std::vector<uint32_t> prompt = parse_ids(in, "--raw-ids");
   if (prompt.empty()) throw usage_error("--raw-ids: no token ids");
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = dsv4_model::open(a.model, options(a.model_opts, a.qat));
+  auto model = G::open(a.model, a.model_opts, a.qat);
   const uint64_t V = model->config().vocab;
   std::fprintf(stderr, "loaded %s (%s layout, %u layers) in %.2f s\n", a.model.c_str(), model->weights().source.c_str(),
                model->config().layers, seconds_since(t0));
-  dsv4_state st = model->new_state();
+  auto st = model->new_state();
   auto t1 = std::chrono::steady_clock::now();
-  std::vector<float> logits = model->forward(prompt, st, dsv4_logits::last);
+  std::vector<float> logits = model->forward(prompt, st, G::last);
   const double t_prefill = seconds_since(t1);
   std::vector<uint32_t> out;
   t1 = std::chrono::steady_clock::now();
@@ -139,7 +175,7 @@ int run_raw_ids(const run_args& a) {
     std::fflush(stdout);
     if ((next == model->config().eos && !a.no_stop) || i + 1 == a.n) break;
     const uint32_t one[1] = {next};
-    logits = model->forward(one, st, dsv4_logits::last);
+    logits = model->forward(one, st, G::last);
   }
   const double t_decode = seconds_since(t1);
   std::printf("\n");
@@ -148,6 +184,14 @@ int run_raw_ids(const run_args& a) {
               double(prompt.size()) / std::max(t_prefill, 1e-9), static_cast<unsigned long long>(decoded),
               decoded ? double(decoded) / std::max(t_decode, 1e-9) : 0.0);
   return 0;
+}
+
+}  // namespace
+
+int run_ppl(const ppl_args& a) { return dsv41_is_model(a.model) ? ppl_with<v41_graph>(a) : ppl_with<v4_graph>(a); }
+
+int run_raw_ids(const run_args& a) {
+  return dsv41_is_model(a.model) ? raw_ids_with<v41_graph>(a) : raw_ids_with<v4_graph>(a);
 }
 
 }  // namespace cmfx::driver

@@ -13,6 +13,8 @@
 #include "cmfx/text/chat.hpp"
 #include "commands.hpp"
 #include "generate.hpp"
+#include "model/dsv41_forward.hpp"
+#include "model/dsv41_weights.hpp"
 #include "model/dsv4_forward.hpp"
 #include "model_tokenizer.hpp"
 
@@ -79,7 +81,8 @@ std::vector<uint32_t> to_u32(const std::vector<int32_t>& v) { return std::vector
 struct session {
   const run_args& a;
   model_tokenizer mt;
-  std::unique_ptr<dsv4_model> model;
+  std::unique_ptr<dsv4_model> model;     // a V4 file, or
+  std::unique_ptr<dsv41_model> model41;  // a V4.1 file
   turn_settings ts;
   chat_options chat;
   double load_s = 0.0;
@@ -109,7 +112,7 @@ int run_interactive(session& s) {
   std::vector<chat_message> base;
   if (!s.a.system.empty()) base.push_back(message(chat_role::system, s.a.system));
   std::vector<chat_message> history = base;
-  prompt_cache cache(*s.model);
+  prompt_cache cache = s.model41 ? prompt_cache(*s.model41) : prompt_cache(*s.model);
   const bool tty = ::isatty(0) != 0;
   uint64_t turn = 0;
   std::string line;
@@ -150,12 +153,28 @@ int run_run(const run_args& a) {
   check_flags(a);
   if (!a.raw_ids.empty()) return run_raw_ids(a);
   const auto t0 = std::chrono::steady_clock::now();
-  session s{a, load_model_tokenizer(a.model, a.tokenizer), nullptr, {}, {}, 0.0};
-  dsv4_options o;
-  o.threads = a.model_opts.threads;
-  o.qat_kv_fp8 = o.qat_indexer_fp4 = o.qat_act_fp8 = a.qat;
-  s.model = dsv4_model::open(a.model, o);
-  const dsv4_config& cfg = s.model->config();
+  session s{a, load_model_tokenizer(a.model, a.tokenizer), nullptr, nullptr, {}, {}, 0.0};
+  dsv4_config cfg;  // V4.1: the fields the tokenizer check and the turn need (vocab, bos, eos, layers)
+  std::string source;
+  if (dsv41_is_model(a.model)) {
+    dsv41_options o;
+    o.threads = a.model_opts.threads;
+    o.qat_act = a.qat;
+    s.model41 = dsv41_model::open(a.model, o);
+    const dsv41_config& c = s.model41->config();
+    cfg.vocab = c.vocab;
+    cfg.bos = c.bos;
+    cfg.eos = c.eos;
+    cfg.layers = c.layers;
+    source = s.model41->weights().source;
+  } else {
+    dsv4_options o;
+    o.threads = a.model_opts.threads;
+    o.qat_kv_fp8 = o.qat_indexer_fp4 = o.qat_act_fp8 = a.qat;
+    s.model = dsv4_model::open(a.model, o);
+    cfg = s.model->config();
+    source = s.model->weights().source;
+  }
   const std::vector<std::string> warnings = check_model_tokenizer(s.mt, cfg);
   s.load_s = seconds_since(t0);
   if (!a.raw && !warnings.empty())
@@ -178,7 +197,7 @@ int run_run(const run_args& a) {
   s.chat.mode = s.ts.mode;
   if (a.verbose)
     std::fprintf(stderr, "loaded %s (%s layout, %u layers) with the tokenizer of %s in %.2f s; seed %llu\n",
-                 a.model.c_str(), s.model->weights().source.c_str(), cfg.layers, s.mt.source.c_str(), s.load_s,
+                 a.model.c_str(), source.c_str(), cfg.layers, s.mt.source.c_str(), s.load_s,
                  static_cast<unsigned long long>(sp.seed));
 
   if (a.interactive) {
@@ -191,7 +210,7 @@ int run_run(const run_args& a) {
   const std::vector<uint32_t> prompt =
       to_u32(a.raw ? s.mt.tok.encode(a.prompt) : s.mt.tok.encode(chat_encode(msgs, s.chat)));
   if (prompt.empty()) throw usage_error("-p: the prompt encodes to no tokens");
-  prompt_cache cache(*s.model);
+  prompt_cache cache = s.model41 ? prompt_cache(*s.model41) : prompt_cache(*s.model);
   const turn_result r = run_turn(s, cache, prompt, 0);
   char lead[64];
   std::snprintf(lead, sizeof lead, "load %.2f s, ", s.load_s);

@@ -25,10 +25,33 @@ uint64_t common_prefix(const std::vector<uint32_t>& a, const std::vector<uint32_
 /// How many of `have` (the tokens a state holds) can stay for `want`: their common prefix, but at least one token
 /// of `want` must run (its logits are needed), and the state must be able to get there (it ends there, or
 /// truncate() rolls back that far). 0 otherwise.
-uint64_t reusable(const std::vector<uint32_t>& have, const std::vector<uint32_t>& want) {
+uint64_t reusable(const std::vector<uint32_t>& have, const std::vector<uint32_t>& want, uint64_t rollback) {
   const uint64_t c = std::min<uint64_t>(common_prefix(have, want), want.size() - 1);
-  return c == have.size() || have.size() - c <= dsv4_rollback_tokens ? c : 0;
+  return c == have.size() || have.size() - c <= rollback ? c : 0;
 }
+
+/// cache_backend over one model type (Logits: its logits-selection enum).
+template <class Model, class State, class Logits, uint64_t Rollback>
+class backend_of final : public cache_backend {
+ public:
+  explicit backend_of(Model& m) : m_(&m), live_(m.new_state()) {}
+  std::vector<float> forward(std::span<const uint32_t> ids, bool last) override {
+    return m_->forward(ids, live_, last ? Logits::last : Logits::none);
+  }
+  void truncate(uint64_t n) override { live_.truncate(n); }
+  void save() override { snap_ = live_; }
+  void restore() override { live_ = snap_; }
+  void reset() override {
+    live_.reset();
+    snap_ = State();
+  }
+  uint64_t vocab() const override { return m_->config().vocab; }
+  uint64_t rollback_tokens() const override { return Rollback; }
+
+ private:
+  Model* m_;
+  State live_, snap_;
+};
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -43,27 +66,31 @@ void write(FILE* f, std::string_view s, char& last) {
 
 }  // namespace
 
+prompt_cache::prompt_cache(dsv4_model& m)
+    : b_(std::make_unique<backend_of<dsv4_model, dsv4_state, dsv4_logits, dsv4_rollback_tokens>>(m)) {}
+prompt_cache::prompt_cache(dsv41_model& m)
+    : b_(std::make_unique<backend_of<dsv41_model, dsv41_state, dsv41_logits, dsv41_rollback_tokens>>(m)) {}
+
 std::vector<float> prompt_cache::prefill(const std::vector<uint32_t>& prompt, uint64_t& reused) {
   if (prompt.empty()) throw usage_error("empty prompt");
-  const uint64_t from_live = reusable(live_ids_, prompt);
-  const uint64_t from_snap = reusable(snap_ids_, prompt);
+  const uint64_t from_live = reusable(live_ids_, prompt, b_->rollback_tokens());
+  const uint64_t from_snap = reusable(snap_ids_, prompt, b_->rollback_tokens());
   if (from_snap > from_live) {
-    live_ = snap_;
+    b_->restore();
     live_ids_ = snap_ids_;
   }
   const uint64_t keep = std::max(from_live, from_snap);
   if (keep < live_ids_.size()) {
-    live_.truncate(keep);  // 0: reset
+    b_->truncate(keep);  // 0: reset
     live_ids_.resize(keep);
   }
   std::vector<float> logits;
   for (uint64_t b = keep; b < prompt.size(); b += prefill_chunk) {
     const uint64_t e = std::min<uint64_t>(prompt.size(), b + prefill_chunk);
-    logits = m_->forward(std::span<const uint32_t>(prompt.data() + b, e - b), live_,
-                         e == prompt.size() ? dsv4_logits::last : dsv4_logits::none);
+    logits = b_->forward(std::span<const uint32_t>(prompt.data() + b, e - b), e == prompt.size());
   }
   live_ids_ = prompt;
-  snap_ = live_;
+  b_->save();
   snap_ids_ = prompt;
   reused = keep;
   return logits;
@@ -71,15 +98,14 @@ std::vector<float> prompt_cache::prefill(const std::vector<uint32_t>& prompt, ui
 
 std::vector<float> prompt_cache::step(uint32_t id) {
   const uint32_t one[1] = {id};
-  std::vector<float> logits = m_->forward(one, live_, dsv4_logits::last);
+  std::vector<float> logits = b_->forward(one, true);
   live_ids_.push_back(id);
   return logits;
 }
 
 void prompt_cache::reset() {
-  live_.reset();
+  b_->reset();
   live_ids_.clear();
-  snap_ = dsv4_state();
   snap_ids_.clear();
 }
 

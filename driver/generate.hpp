@@ -6,6 +6,8 @@
 //   generate_turn  — prefill, then sample → stream_decoder (whole UTF-8 characters) → stop strings → chat output
 //                    parser, until EOS, a stop string or the token limit.
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "cmfx/sample/sampler.hpp"
 #include "cmfx/text/chat.hpp"
 #include "cmfx/text/tokenizer.hpp"
+#include "model/dsv41_forward.hpp"
 #include "model/dsv4_forward.hpp"
 
 namespace cmfx::driver {
@@ -20,13 +23,29 @@ namespace cmfx::driver {
 /// Prompt tokens per forward call of a prefill (bounds the activations of a long prompt).
 inline constexpr uint64_t prefill_chunk = 512;
 
+/// The model behind a prompt_cache (the V4 or the V4.1 graph): a live state, a snapshot of it, forward on the live
+/// state. generate.cpp implements it for both models.
+class cache_backend {
+ public:
+  virtual ~cache_backend() = default;
+  /// Runs ids on the live state; returns the last token's logits when `last`, else nothing.
+  virtual std::vector<float> forward(std::span<const uint32_t> ids, bool last) = 0;
+  virtual void truncate(uint64_t n) = 0;  // live state to position n (0: reset)
+  virtual void save() = 0;                // snapshot = live
+  virtual void restore() = 0;             // live = snapshot
+  virtual void reset() = 0;               // live and snapshot to position 0
+  virtual uint64_t vocab() const = 0;
+  virtual uint64_t rollback_tokens() const = 0;  // how far truncate can roll back
+};
+
 class prompt_cache {
  public:
-  explicit prompt_cache(dsv4_model& m) : m_(&m), live_(m.new_state()) {}
+  explicit prompt_cache(dsv4_model& m);
+  explicit prompt_cache(dsv41_model& m);
 
   /// Makes the state hold `prompt` (non-empty) and returns the logits of its last token. The state keeps the
   /// longest common prefix of its tokens (or of the snapshot's: the previous prompt) and `prompt` when it can get
-  /// there — it already ends there, or dsv4_state::truncate can roll back to it — and runs only the rest (at least
+  /// there — it already ends there, or the state's truncate can roll back to it — and runs only the rest (at least
   /// one token). `reused` receives the number of prompt tokens that were not run again.
   std::vector<float> prefill(const std::vector<uint32_t>& prompt, uint64_t& reused);
   /// Runs one more token; returns its logits.
@@ -34,11 +53,10 @@ class prompt_cache {
   /// Forgets everything.
   void reset();
   const std::vector<uint32_t>& tokens() const noexcept { return live_ids_; }
-  uint64_t vocab() const noexcept { return m_->config().vocab; }
+  uint64_t vocab() const noexcept { return b_->vocab(); }
 
  private:
-  dsv4_model* m_;
-  dsv4_state live_, snap_;
+  std::unique_ptr<cache_backend> b_;
   std::vector<uint32_t> live_ids_, snap_ids_;
 };
 

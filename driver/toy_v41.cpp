@@ -1,7 +1,11 @@
 #include "toy_v41.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
 
+#include "cmfx/formats/exmy.hpp"
+#include "cmfx/formats/mx.hpp"
 #include "model/dsv41_engram.hpp"
 
 namespace cmfx::driver {
@@ -12,12 +16,40 @@ bool has(const std::vector<uint32_t>& v, uint32_t x) { return std::find(v.begin(
 
 std::vector<uint64_t> toy_v41_engram_rows(const toy_v41_config& c) {
   dsv41_config e;
+  e.vocab = c.vocab;
+  e.dim = c.dim;
+  e.hc = c.hc;
   e.engram_layers = c.engram_layers;
   e.engram_vocab_size = c.engram_vocab_size;
   e.engram_heads = c.engram_heads;
+  e.engram_head_dim = c.engram_head_dim;
   e.engram_max_ngram = c.engram_max_ngram;
+  e.engram_pad_id = c.engram_pad_id;
+  e.engram_compressed_vocab = c.engram_compressed_vocab;
   e.engram_multipliers = c.engram_multipliers;
-  return dsv41_engram_make_layout(e).rows;
+  const engram_layout L(dsv41_engram_config(e));
+  std::vector<uint64_t> rows;
+  for (size_t i = 0; i < L.layer_count(); ++i) rows.push_back(L.layer(i).rows);
+  return rows;
+}
+
+encoded_matrix toy_v41_engram_table_fp8(const float* w, uint64_t rows, uint64_t cols) {
+  const uint32_t B = toy_v41_engram_scale_block;
+  if (cols % B) throw std::invalid_argument("toy Engram table: cols must be a multiple of 32");
+  encoded_matrix e;
+  e.data.resize(rows * cols);
+  e.scale.resize(rows * (cols / B));
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t b = 0; b < cols / B; ++b) {
+      const float* x = w + r * cols + b * B;
+      float amax = 0.0f;
+      for (uint32_t i = 0; i < B; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const uint8_t k = detail::pow2_scale_code(amax, 448.0f);
+      e.scale[r * (cols / B) + b] = k;
+      const float s = ue8m0::decode(k);
+      for (uint32_t i = 0; i < B; ++i) e.data[r * cols + b * B + i] = e4m3::encode(x[i] / s, /*saturate=*/true);
+    }
+  return e;
 }
 
 std::vector<toy_tensor> toy_v41_inventory(const toy_v41_config& c) {
@@ -89,6 +121,14 @@ std::vector<float> toy_v41_values(const toy_v41_config& c, const toy_tensor& t, 
   auto ends = [&](const std::string& e) { return n.size() >= e.size() && n.compare(n.size() - e.size(), e.size(), e) == 0; };
   if (ends("engram.q_weight") || ends("engram.k_weight"))  // gains around 1, like a norm weight
     for (auto& x : v) x = 1.0f + 2.0f * x;
+  if (ends("engram.embed.weight")) {
+    // On the release's FP8 row grid, so every layout (FP8 rows, f32, bf16) holds the same table exactly.
+    const uint64_t cols = t.shape.at(1), rows = v.size() / cols;
+    const encoded_matrix e = toy_v41_engram_table_fp8(v.data(), rows, cols);
+    const uint32_t B = toy_v41_engram_scale_block;
+    for (uint64_t i = 0; i < v.size(); ++i)
+      v[i] = e4m3::decode(e.data[i]) * ue8m0::decode(e.scale[(i / cols) * (cols / B) + (i % cols) / B]);
+  }
   return v;
 }
 

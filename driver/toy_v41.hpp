@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cmfx/formats/format.hpp"
 #include "toy_v4.hpp"
 
 namespace cmfx::driver {
@@ -60,5 +61,11 @@ nlohmann::ordered_json toy_v41_cmf_header(const toy_v41_config& c, const std::st
 nlohmann::ordered_json toy_v41_release_config(const toy_v41_config& c);
 /// Table rows of each Engram layer (Σ of its hash primes).
 std::vector<uint64_t> toy_v41_engram_rows(const toy_v41_config& c);
+/// The Engram table's release format: FP8 E4M3 with one UE8M0 scale per this many values of a row
+/// (cmfx::engram_config::scale_block).
+inline constexpr uint32_t toy_v41_engram_scale_block = 32;
+/// Encodes a table [rows, cols] in that format: per block the smallest power-of-two scale with amax/scale ≤ 448,
+/// E4M3 round-to-nearest-even (data [rows, cols] bytes, scale [rows, cols/32] UE8M0 codes).
+encoded_matrix toy_v41_engram_table_fp8(const float* w, uint64_t rows, uint64_t cols);
 
 }  // namespace cmfx::driver

@@ -138,14 +138,16 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
         std::span<float> k(keys.data() + g * IHD, IHD);
         rmsnorm(k, L.ix_k_norm.data(), eps, k);
         apply_rope_cs(k.subspan(IHD - rd), gcs, false);
-        if (opt.qat_kv) act_quant_e2m1(k, dsv41_index_fp4_block);
         std::span<float> ent(lat.data() + g * hd, hd);
         apply_rope_cs(ent.subspan(hd - rd), gcs, false);
-        if (opt.qat_kv) dsv41_fp4_e4m3_quant(ent, dsv41_kv_fp4_block);
-        dsv41_layer_state& S = tc.st[i]->layers()[l];
-        if (S.entries.size() / hd != gpos / r) throw std::logic_error("dsv4.1 compressor: entry count out of step");
-        S.entries.insert(S.entries.end(), ent.begin(), ent.end());
-        S.ikeys.insert(S.ikeys.end(), k.begin(), k.end());
+        dsv41_state& S = *tc.st[i];
+        if (S.entries(l) != gpos / r) throw std::logic_error("dsv4.1 compressor: entry count out of step");
+        // Packed state: the bank quantises (the same FP4 rules, bit-identical); f32 state: fake-quant here.
+        if (opt.qat_kv && !S.packed()) {
+          act_quant_e2m1(k, dsv41_index_fp4_block);
+          dsv41_fp4_e4m3_quant(ent, dsv41_kv_fp4_block);
+        }
+        S.append_entry(l, ent, k);
       }
     }
   }
@@ -168,37 +170,62 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
     std::vector<int> kfrom(n);
     for (uint64_t i = 0; i < n; ++i) kfrom[i] = keys_layer(l, i, tc);
     pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
-      std::vector<float> score;
+      std::vector<float> scores, ktile;
       std::vector<topk_entry> scratch;
-      for (uint64_t i = b; i < e; ++i) {
-        const uint64_t ne = (tc.pos[i] + 1) / r;
-        const dsv41_state& st = *tc.st[i];
-        const uint32_t kl = uint32_t(kfrom[i]);
-        if (st.keys(kl) < ne) throw std::logic_error("dsv4.1 indexer: index keys of layer " + std::to_string(kl) + " not ready");
-        score.assign(ne, 0.0f);
-        const float* qi = iq.data() + i * IH * IHD;
-        for (uint64_t j = 0; j < ne; ++j) {
-          const float* kj = st.key(kl, j);
-          double s = 0.0;
-          for (uint32_t h = 0; h < IH; ++h)
-            s += std::max(ops_detail::dot(qi + size_t(h) * IHD, kj, IHD), 0.0) * double(iw[i * IH + h]);  // ReLU first
-          score[j] = float(s);
+      // Groups of consecutive tokens of one state that score the same key layer: each key tile is decoded (packed
+      // state) once per group and scored by every token of it; the keys are never all unpacked at once.
+      for (uint64_t g0 = b; g0 < e;) {
+        uint64_t g1 = g0 + 1;
+        while (g1 < e && g1 - g0 < dsv41_index_token_group && tc.st[g1] == tc.st[g0] && kfrom[g1] == kfrom[g0]) ++g1;
+        const dsv41_state& st = *tc.st[g0];
+        const uint32_t kl = uint32_t(kfrom[g0]);
+        uint64_t nmax = 0;
+        for (uint64_t i = g0; i < g1; ++i) nmax = std::max<uint64_t>(nmax, (tc.pos[i] + 1) / r);
+        if (st.keys(kl) < nmax) throw std::logic_error("dsv4.1 indexer: index keys of layer " + std::to_string(kl) + " not ready");
+        scores.assign((g1 - g0) * nmax, 0.0f);
+        for (uint64_t j0 = 0; j0 < nmax; j0 += dsv41_key_tile) {
+          const uint64_t nj = std::min<uint64_t>(dsv41_key_tile, nmax - j0);
+          const float* kt = nullptr;
+          if (st.packed()) {
+            ktile.resize(size_t(dsv41_key_tile) * IHD);
+            st.read_keys(kl, j0, std::span<float>(ktile.data(), nj * IHD));
+            kt = ktile.data();
+          } else {
+            kt = st.key(kl, j0);
+          }
+          for (uint64_t i = g0; i < g1; ++i) {
+            const uint64_t ne = (tc.pos[i] + 1) / r;
+            const float* qi = iq.data() + i * IH * IHD;
+            float* si = scores.data() + (i - g0) * nmax;
+            for (uint64_t jj = 0; jj < nj && j0 + jj < ne; ++jj) {
+              const float* kj = kt + jj * IHD;
+              double s = 0.0;
+              for (uint32_t h = 0; h < IH; ++h)
+                s += std::max(ops_detail::dot(qi + size_t(h) * IHD, kj, IHD), 0.0) * double(iw[i * IH + h]);  // ReLU first
+              si[j0 + jj] = float(s);
+            }
+          }
         }
-        if (pl.candidate_source) dsv41_candidate_blocks(score, cf.candidate_topk_blocks, cf.candidate_block_size, sh.candidates[i]);
-        if (pl.uses_candidates) {
-          const std::vector<uint8_t>& cand = sh.candidates.at(i);
-          for (uint64_t j = 0; j < ne; ++j)
-            if (j >= cand.size() || !cand[j]) score[j] = neg_inf;
+        for (uint64_t i = g0; i < g1; ++i) {
+          const uint64_t ne = (tc.pos[i] + 1) / r;
+          const std::span<float> score(scores.data() + (i - g0) * nmax, ne);
+          if (pl.candidate_source) dsv41_candidate_blocks(score, cf.candidate_topk_blocks, cf.candidate_block_size, sh.candidates[i]);
+          if (pl.uses_candidates) {
+            const std::vector<uint8_t>& cand = sh.candidates.at(i);
+            for (uint64_t j = 0; j < ne; ++j)
+              if (j >= cand.size() || !cand[j]) score[j] = neg_inf;
+          }
+          const size_t kk = std::min<uint64_t>(cf.index_topk, ne);
+          scratch.resize(ne);
+          std::vector<uint32_t>& pk = picks[i];
+          pk.resize(kk);
+          topk(score, kk, scratch, pk);
+          // A −inf pick (outside the candidate pool) cannot occur when the pool holds ≥ index_topk entries
+          // (checked by dsv41_make_plan); drop it defensively rather than attend to a masked entry.
+          pk.erase(std::remove_if(pk.begin(), pk.end(), [&](uint32_t j) { return score[j] == neg_inf; }), pk.end());
+          std::sort(pk.begin(), pk.end());
         }
-        const size_t kk = std::min<uint64_t>(cf.index_topk, ne);
-        scratch.resize(ne);
-        std::vector<uint32_t>& pk = picks[i];
-        pk.resize(kk);
-        topk(score, kk, scratch, pk);
-        // A −inf pick (outside the candidate pool) cannot occur when the pool holds ≥ index_topk entries
-        // (checked by dsv41_make_plan); drop it defensively rather than attend to a masked entry.
-        pk.erase(std::remove_if(pk.begin(), pk.end(), [&](uint32_t j) { return score[j] == neg_inf; }), pk.end());
-        std::sort(pk.begin(), pk.end());
+        g0 = g1;
       }
     });
     if (trace)
@@ -208,37 +235,55 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
       }
   }
 
-  // Sparse attention with sink over the window and the picked compressed entries of the KV source.
+  // Sparse attention with sink over the window and the picked compressed entries of the KV source. Packed state:
+  // the picked rows of each token are decoded once into a bounded scratch (index_topk rows) that all heads read;
+  // tokens go in tiles of dsv41_attn_token_tile so the scratch does not grow with the chunk.
   const std::vector<std::vector<uint32_t>>* picks = r ? &sh.picks[size_t(pl.topk_from)] : nullptr;
   const uint32_t src = r ? uint32_t(pl.kv_from) : 0;
   std::vector<float> o(n * H * hd);
   const double scale = 1.0 / std::sqrt(double(hd));
-  pool.run(n * H, [&](uint64_t b, uint64_t e, unsigned) {
-    std::vector<const float*> keys;
-    std::vector<float> logit;
-    std::vector<double> acc(hd);
-    for (uint64_t it = b; it < e; ++it) {
-      const uint64_t i = it / H, h = it % H, t = tc.pos[i], p0 = tc.p0[i];
-      keys.clear();
-      for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s)
-        keys.push_back(s >= p0 ? kv.data() + (tc.first[i] + (s - p0)) * hd : tc.st[i]->ring_row(l, s));
-      if (picks)
-        for (uint32_t j : (*picks)[i]) keys.push_back(tc.st[i]->entry(src, j));
-      const float* qh = q.data() + (i * H + h) * hd;
-      logit.resize(keys.size());
-      for (size_t k = 0; k < keys.size(); ++k) logit[k] = float(ops_detail::dot(qh, keys[k], hd) * scale);
-      attend_sink(logit, L.attn_sink[h], logit);
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (size_t k = 0; k < keys.size(); ++k) {
-        const double pk = logit[k];
-        const float* kr = keys[k];
-        for (uint32_t c2 = 0; c2 < hd; ++c2) acc[c2] += pk * double(kr[c2]);
+  const bool packed = picks && tc.st[0]->packed();
+  if (packed && (kv_scratch.size() != dsv41_attn_token_tile || kv_scratch[0].values() != hd))
+    kv_scratch.assign(dsv41_attn_token_tile, packed_fp4_scratch<kv_main_codec>(hd, cf.index_topk));
+  for (uint64_t t0 = 0; t0 < n; t0 += dsv41_attn_token_tile) {
+    const uint64_t tn = std::min<uint64_t>(dsv41_attn_token_tile, n - t0);
+    std::vector<std::span<const float>> sel(tn);
+    if (packed)
+      pool.run(tn, [&](uint64_t b, uint64_t e, unsigned) {
+        for (uint64_t k = b; k < e; ++k)
+          sel[k] = kv_scratch[k].decode(tc.st[t0 + k]->layers()[src].kv_rows,
+                                        std::span<const uint32_t>((*picks)[t0 + k]));
+      });
+    pool.run(tn * H, [&](uint64_t b, uint64_t e, unsigned) {
+      std::vector<const float*> keys;
+      std::vector<float> logit;
+      std::vector<double> acc(hd);
+      for (uint64_t it = b; it < e; ++it) {
+        const uint64_t i = t0 + it / H, h = it % H, t = tc.pos[i], p0 = tc.p0[i];
+        keys.clear();
+        for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s)
+          keys.push_back(s >= p0 ? kv.data() + (tc.first[i] + (s - p0)) * hd : tc.st[i]->ring_row(l, s));
+        if (picks) {
+          const std::vector<uint32_t>& pk = (*picks)[i];
+          for (size_t k = 0; k < pk.size(); ++k)
+            keys.push_back(packed ? sel[i - t0].data() + k * hd : tc.st[i]->entry(src, pk[k]));
+        }
+        const float* qh = q.data() + (i * H + h) * hd;
+        logit.resize(keys.size());
+        for (size_t k = 0; k < keys.size(); ++k) logit[k] = float(ops_detail::dot(qh, keys[k], hd) * scale);
+        attend_sink(logit, L.attn_sink[h], logit);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (size_t k = 0; k < keys.size(); ++k) {
+          const double pk = logit[k];
+          const float* kr = keys[k];
+          for (uint32_t c2 = 0; c2 < hd; ++c2) acc[c2] += pk * double(kr[c2]);
+        }
+        float* oh = o.data() + (i * H + h) * hd;
+        for (uint32_t c2 = 0; c2 < hd; ++c2) oh[c2] = float(acc[c2]);
+        apply_rope_cs(std::span<float>(oh + hd - rd, rd), cs[i], true);
       }
-      float* oh = o.data() + (i * H + h) * hd;
-      for (uint32_t c2 = 0; c2 < hd; ++c2) oh[c2] = float(acc[c2]);
-      apply_rope_cs(std::span<float>(oh + hd - rd, rd), cs[i], true);
-    }
-  });
+    });
+  }
   for (uint64_t i = 0; i < n; ++i) std::copy_n(kv.data() + i * hd, hd, tc.st[i]->ring_row(l, tc.pos[i]));
 
   // Grouped output: z_g = wo_a[g]·o_g, out = wo_b·z.

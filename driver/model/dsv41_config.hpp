@@ -83,6 +83,10 @@ struct dsv41_options {
   /// Quantisation that IS the V4.1 cache format and indexer (§4.2, §8): window KV FP8 E4M3 per 32 (whole vector),
   /// compressed KV FP4 E2M1 with an E4M3 scale per 16, index keys and index q FP4 E2M1 with a UE8M0 scale per 32.
   bool qat_kv = true;
+  /// With qat_kv: keep the compressed KV and index keys as packed FP4 rows (the cache format, a few bits per value;
+  /// default). Off: f32 rows after the same quantisation (bit-identical results; kept as a test option). Without
+  /// qat_kv the rows are unquantised f32 and this option has no effect.
+  bool packed_kv = true;
   /// FP8 E4M3 block-32 fake-quant of the inputs of the FP8 / FP4 Linears (§3.6 with B = 32). Off by default as in V4.
   bool qat_act = false;
   /// The official code's shared-runtime behaviour (§4.2 "Known reference quirk"): on a decode step where a ratio > 1

@@ -1,42 +1,36 @@
 #pragma once
-// Engram (dsv4-architecture.md §4.4; V41-VEND engram.py, V41-MODEL Engram.forward): the n-gram hash of the
-// compressed token ids, the table-row gather and the gated residual add over the hc copies of the stream.
-//
-// This is the graph's call point for Engram. It is written against the spec so the toy model runs end to end; the
-// library component include/cmfx/model/engram.hpp (hashing, FP8 E4M3 + E8M0 row lookup, gating) replaces the
-// bodies of these functions once it lands — the interface here is what the graph needs from it.
+// Engram in the V4.1 graph (dsv4-architecture.md §4.4): the graph's side of include/cmfx/model/engram.hpp — the
+// library's config, hash layout (primes, offsets, multipliers), validated token map, row ids, FP8 row gather and
+// gated add, bound to a V4.1 text config and the per-sequence compressed-id history the state keeps.
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "cmfx/model/engram.hpp"
 #include "dsv41_config.hpp"
 
 namespace cmfx::driver {
 
-/// Hash layout of every Engram layer: primes and row offsets per (order, head), multipliers per shift.
-struct dsv41_engram_layout {
-  uint32_t orders = 0, heads = 0;                   // orders = max_ngram − 1 (n-gram sizes 2..max_ngram)
-  std::vector<std::vector<uint64_t>> primes, offs;  // [engram layer][order·heads + head]
-  std::vector<std::vector<int64_t>> mult;           // [engram layer][shift]
-  std::vector<uint64_t> rows;                       // table rows each layer needs (Σ primes)
+/// The library's Engram config from a V4.1 text config (hash space, orders, heads, widths, multipliers,
+/// num_embeddings when the config states them). eps = the model's norm_eps; the table scale block is 32.
+engram_config dsv41_engram_config(const dsv41_config& c);
+
+/// The compressed-id map the config names, validated by engram_token_map (vocab entries, every compressed id used,
+/// first-appearance order). "mod": id mod engram_compressed_vocab_size — the toy's stand-in for the release's
+/// tokenizer-derived map; any other value (the release: none stated) is refused with a usage_error.
+engram_token_map dsv41_engram_token_map(const dsv41_config& c, const engram_config& ec);
+
+/// Everything the forward pass needs for Engram, built once per model.
+struct dsv41_engram {
+  engram_config cfg;
+  engram_layout layout;
+  engram_token_map map;
+  std::vector<std::vector<float>> qk;  // [engram layer] q_weight ⊙ k_weight, [hc·dim]
 };
 
-/// Primes: per layer, per order, per head the smallest prime above engram_vocab_size − 1 not used before (drawn in
-/// (layer, order, head) order); offsets are their running sum within the layer, order-major.
-dsv41_engram_layout dsv41_engram_make_layout(const dsv41_config& c);
-
-/// Compressed id of a token (the toy's "mod" rule; the release needs the tokenizer-derived map).
-uint32_t dsv41_engram_compress(const dsv41_config& c, uint32_t token);
-
-/// Row ids of one token for Engram layer `e`: hist[s] = compressed id at position t − s (s < max_ngram; the pad id
-/// where t < s). rows gets orders·heads entries, order-major.
-void dsv41_engram_rows(const dsv41_engram_layout& L, uint32_t e, std::span<const uint64_t> hist,
-                       std::span<uint64_t> rows);
-
-/// Gated add: kv = wkv·E ([hc·d] key then [d] value); for each copy c the gate
-/// g = σ(copysign(√max(|dot|, 1e−6), dot)), dot = Σ X_c·(q_w[c]·k_w[c])·key_c · rstd(X_c)·rstd(key_c) · d^−½, and
-/// X_c += g·value. X [hc·d] in place.
-void dsv41_engram_gate(std::span<float> X, std::span<const float> kv, std::span<const float> q_w,
-                       std::span<const float> k_w, uint32_t hc, double eps);
+/// Row ids (order-major, cfg.cols() of them) of the token at position t for Engram layer e, from the compressed
+/// ids of its sequence (cids[0..t]); shifts before the sequence start take the pad token's compressed id
+/// (engram_ngram_state's blocked rule).
+void dsv41_engram_row_ids(const dsv41_engram& eg, size_t e, std::span<const uint32_t> cids, uint64_t t, int64_t* out);
 
 }  // namespace cmfx::driver

@@ -50,6 +50,41 @@ int prefill_publisher(const dsv41_config& c, uint64_t len) {
 
 }  // namespace
 
+namespace {
+
+/// Engram's config, layout, token map and q ⊙ k of every Engram layer; checks each table against the layout.
+dsv41_engram make_engram(const dsv41_weights& w) {
+  const dsv41_config& cf = w.cfg;
+  dsv41_engram eg;
+  if (cf.engram_layers.empty()) return eg;
+  eg.cfg = dsv41_engram_config(cf);
+  try {
+    eg.layout = engram_layout(eg.cfg);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(std::string("V4.1 config: ") + e.what());
+  }
+  eg.map = dsv41_engram_token_map(cf, eg.cfg);
+  for (size_t e = 0; e < cf.engram_layers.size(); ++e) {
+    const uint32_t l = cf.engram_layers[e];
+    const dsv41_layer_w& L = w.layers[l];
+    const engram_layer_hash& H = eg.layout.layer(e);
+    if (L.eg_table_fp8.data) {
+      try {
+        engram_check_table(L.eg_table_fp8, H, eg.cfg);
+      } catch (const std::invalid_argument& x) {
+        throw usage_error(x.what());
+      }
+    } else if (L.eg_embed.rows() != H.rows) {
+      throw usage_error("Engram table of layer " + std::to_string(l) + " has " + std::to_string(L.eg_embed.rows()) +
+                        " rows; the hash layout needs " + std::to_string(H.rows));
+    }
+    eg.qk.push_back(engram_qk(L.eg_q_weight, L.eg_k_weight));
+  }
+  return eg;
+}
+
+}  // namespace
+
 dsv41_model::impl::impl(dsv41_weights weights, const dsv41_options& o)
     : w(std::move(weights)),
       opt(o),
@@ -57,15 +92,8 @@ dsv41_model::impl::impl(dsv41_weights weights, const dsv41_options& o)
       kern(best_cpu_kernels()),
       rope_swa(rope_cfg(w.cfg, false)),
       rope_comp(rope_cfg(w.cfg, true)),
-      engram(dsv41_engram_make_layout(w.cfg)) {
+      engram(make_engram(w)) {
   const dsv41_config& cf = w.cfg;
-  for (size_t e = 0; e < cf.engram_layers.size(); ++e) {
-    const dsv41_layer_w& L = w.layers[cf.engram_layers[e]];
-    if (L.eg_embed.rows() != engram.rows[e])
-      throw usage_error("Engram table of layer " + std::to_string(cf.engram_layers[e]) + " has " +
-                        std::to_string(L.eg_embed.rows()) + " rows; the hash layout needs " + std::to_string(engram.rows[e]));
-  }
-  if (!cf.engram_layers.empty()) (void)dsv41_engram_compress(cf, 0);  // refuses a map this build cannot make
   if (opt.qat_kv && (cf.head_dim % dsv41_kv_fp4_block || cf.head_dim % dsv41_act_block ||
                      (cf.index_head_dim && cf.index_head_dim % dsv41_index_fp4_block)))
     throw usage_error("V4.1 KV quantisation needs head dims divisible by 32");
@@ -116,29 +144,42 @@ void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* o
 }
 
 void dsv41_model::impl::engram_add(uint32_t l, float* X, uint64_t n, const dsv41_token_ctx& tc) {
+  // include/cmfx/model/engram.hpp step by step: row ids from the n-gram history, the table rows (the release's FP8
+  // rows decoded in place by engram_gather; a CMF table through its format's row decoder, then the same bf16 cast
+  // the official code applies), kv = wkv·E on the graph's GEMM (with qat_act like every FP8 Linear), gated add.
   const dsv41_config& cf = c();
   const dsv41_layer_w& L = w.layers[l];
-  const uint32_t e = uint32_t(cf.plan[l].engram), maxn = cf.engram_max_ngram;
-  const uint64_t nrows = uint64_t(engram.orders) * engram.heads, hd = cf.engram_head_dim, cols = nrows * hd;
-  const uint64_t d = cf.dim, hc = cf.hc;
-  const uint64_t pad = dsv41_engram_compress(cf, cf.engram_pad_id);
-  std::vector<float> E(n * cols);
-  visit_format(L.eg_embed.fmt, [&]<class F>() {
-    std::vector<uint64_t> hist(maxn), rows(nrows);
-    for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t t = tc.pos[i];
-      const std::vector<uint32_t>& ids = tc.st[i]->cids();
-      for (uint32_t s = 0; s < maxn; ++s) hist[s] = t >= s ? ids[t - s] : pad;
-      dsv41_engram_rows(engram, e, hist, rows);
-      for (uint64_t k = 0; k < nrows; ++k) F::decode_row(L.eg_embed.v, rows[k], E.data() + i * cols + k * hd);
+  const size_t e = size_t(cf.plan[l].engram);
+  const engram_config& ec = engram.cfg;
+  const uint64_t cols = ec.cols(), hd = ec.head_dim, edim = ec.embed_dim(), d = cf.dim, hc = cf.hc;
+  std::vector<float> E(n * edim);
+  pool.run(n, [&](uint64_t b, uint64_t en, unsigned) {
+    std::vector<int64_t> rows(cols);
+    for (uint64_t i = b; i < en; ++i) {
+      dsv41_engram_row_ids(engram, e, tc.st[i]->cids(), tc.pos[i], rows.data());
+      float* Ei = E.data() + i * edim;
+      if (L.eg_table_fp8.data) {
+        engram_gather(L.eg_table_fp8, ec, rows, Ei);
+        continue;
+      }
+      visit_format(L.eg_embed.fmt, [&]<class F>() {
+        for (uint64_t k = 0; k < cols; ++k) {
+          if (rows[k] < 0 || uint64_t(rows[k]) >= L.eg_embed.rows())
+            throw std::out_of_range("engram table: row " + std::to_string(rows[k]) + " outside the table");
+          F::decode_row(L.eg_embed.v, uint64_t(rows[k]), Ei + k * hd);
+        }
+      });
+      for (uint64_t k = 0; k < edim; ++k) Ei[k] = bfloat16::decode(bfloat16::encode(Ei[k]));
     }
   });
-  std::vector<float> kv(n * (hc + 1) * d);
+  std::vector<float> kv(n * ec.kv_dim());
   linear(L.eg_wkv, E.data(), n, kv.data());
   pool.run(n, [&](uint64_t b, uint64_t en, unsigned) {
-    for (uint64_t i = b; i < en; ++i)
-      dsv41_engram_gate(std::span<float>(X + i * hc * d, hc * d), std::span<const float>(kv.data() + i * (hc + 1) * d, (hc + 1) * d),
-                        L.eg_q_weight, L.eg_k_weight, uint32_t(hc), cf.norm_eps);
+    for (uint64_t i = b; i < en; ++i) {
+      const float* kvi = kv.data() + i * ec.kv_dim();
+      engram_gate_add(X + i * hc * d, kvi, kvi + hc * d, engram.qk[e].data(), uint32_t(hc), uint32_t(d), ec.eps,
+                      ec.gate_clamp, false);
+    }
   });
 }
 
@@ -212,6 +253,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   tc.first.resize(n);
   tc.p0.resize(n);
   tc.prev_owner.resize(n);
+  // Every segment and token is checked before any state changes (a refused chunk leaves all states as they were).
   uint64_t covered = 0;
   for (size_t k = 0; k < segs.size(); ++k) {
     const dsv41_segment& sg = segs[k];
@@ -219,14 +261,24 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
       throw usage_error("dsv4.1 forward: segments must cover the chunk in order, each with tokens and a state");
     if (sg.st->layers().size() != cf.layers || sg.st->head_dim() != cf.head_dim)
       throw usage_error("dsv4.1 forward: the state was made for another model");
+    if (sg.st->packed() != (opt.qat_kv && opt.packed_kv))
+      throw usage_error(std::string("dsv4.1 forward: the state stores ") + (sg.st->packed() ? "packed" : "f32") +
+                        " KV rows, the model's options want " + (opt.qat_kv && opt.packed_kv ? "packed" : "f32") +
+                        " (make states with new_state())");
     for (size_t j = 0; j < k; ++j)
       if (segs[j].st == sg.st) throw usage_error("dsv4.1 forward: a state appears in two segments of one chunk");
+    for (uint64_t i = sg.first; i < sg.first + sg.count; ++i)
+      if (ids[i] >= cf.vocab)
+        throw usage_error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (" + std::to_string(cf.vocab) + ")");
+    covered += sg.count;
+  }
+  if (covered != n) throw usage_error("dsv4.1 forward: segments do not cover the chunk");
+  for (size_t k = 0; k < segs.size(); ++k) {
+    const dsv41_segment& sg = segs[k];
     dsv41_state& st = *sg.st;
     const uint64_t p0 = st.pos();
     int prev = st.last_ik_owner();
     for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) {
-      if (ids[i] >= cf.vocab)
-        throw usage_error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (" + std::to_string(cf.vocab) + ")");
       tc.st[i] = &st;
       tc.pos[i] = p0 + (i - sg.first);
       tc.first[i] = sg.first;
@@ -248,10 +300,8 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
       }
     }
     if (!cf.engram_layers.empty())
-      for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) st.cids().push_back(dsv41_engram_compress(cf, ids[i]));
-    covered += sg.count;
+      for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) st.cids().push_back(uint32_t(engram.map(ids[i])));
   }
-  if (covered != n) throw usage_error("dsv4.1 forward: segments do not cover the chunk");
   if (trace) {
     trace->topk.resize(cf.layers);
     trace->experts.resize(cf.layers);

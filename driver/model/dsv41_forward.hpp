@@ -47,7 +47,9 @@ class dsv41_model {
   const dsv41_config& config() const noexcept;
   const dsv41_weights& weights() const noexcept;
   const dsv41_options& options() const noexcept;
-  dsv41_state new_state() const { return dsv41_state(config()); }
+  /// A fresh state in this model's storage (packed FP4 rows when qat_kv && packed_kv, else f32 rows).
+  dsv41_state new_state() const { return dsv41_state(config(), packed_state()); }
+  bool packed_state() const noexcept { return options().qat_kv && options().packed_kv; }
 
   /// Runs `ids` at positions st.pos()…; logits rows as dsv4_model::forward.
   std::vector<float> forward(std::span<const uint32_t> ids, dsv41_state& st, dsv41_logits want,

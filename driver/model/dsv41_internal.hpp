@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cmfx/core/thread_pool.hpp"
+#include "cmfx/kv/packed_kv.hpp"
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/kernels/moe.hpp"
 #include "cmfx/ops/rope.hpp"
@@ -11,6 +12,13 @@
 #include "dsv41_forward.hpp"
 
 namespace cmfx::driver {
+
+/// Index keys per decoded tile (the indexer streams the packed keys through it).
+inline constexpr uint32_t dsv41_key_tile = 64;
+/// Tokens that share each decoded key tile (their score rows are held together: group × entries floats).
+inline constexpr uint32_t dsv41_index_token_group = 8;
+/// Tokens whose picked compressed rows are decoded at a time (each into its own index_topk-row scratch).
+inline constexpr uint32_t dsv41_attn_token_tile = 16;
 
 /// Per token of a chunk: state, position, chunk row and position of its segment's first token, and which layer last
 /// published index keys before this token's step (the official shared runtime, for stale_index_k).
@@ -32,9 +40,10 @@ struct dsv41_model::impl {
   thread_pool pool;
   const cpu_kernel_table& kern;
   rope_table rope_swa, rope_comp;
-  dsv41_engram_layout engram;
+  dsv41_engram engram;
   moe_scratch moe;
   std::vector<float> qat_buf;
+  std::vector<packed_fp4_scratch<kv_main_codec>> kv_scratch;  // dsv41_attn_token_tile × index_topk decoded rows
 
   impl(dsv41_weights weights, const dsv41_options& o);
   const dsv41_config& c() const noexcept { return w.cfg; }

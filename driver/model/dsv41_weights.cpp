@@ -131,7 +131,14 @@ dsv41_weights dsv41_load(const std::string& path) {
       const uint64_t cols = uint64_t(c.engram_max_ngram - 1) * c.engram_heads * c.engram_head_dim;
       const auto t = src->find(p + "engram.embed.weight");
       if (!t || t->dims.size() != 2) throw usage_error("V4.1 model is missing tensor " + src->spelled(p + "engram.embed.weight"));
-      L.eg_embed = b.matrix(p + "engram.embed.weight", t->dims[0], c.engram_head_dim);
+      if (!t->fmt && t->dtype == "F8_E4M3" && t->v.scale) {  // the release's row-scaled FP8 table, read in place
+        if (t->dims != dims_t{t->dims[0], c.engram_head_dim})
+          throw usage_error("tensor '" + t->name + "' has shape " + shape_string(t->dims) + ", expected [rows, " +
+                            std::to_string(c.engram_head_dim) + "]");
+        L.eg_table_fp8 = t->v;
+      } else {
+        L.eg_embed = b.matrix(p + "engram.embed.weight", t->dims[0], c.engram_head_dim);
+      }
       L.eg_wkv = b.matrix(p + "engram.wkv.weight", uint64_t(c.hc + 1) * d, cols, true);
       L.eg_q_weight = b.floats(p + "engram.q_weight", {c.hc, d});
       L.eg_k_weight = b.floats(p + "engram.k_weight", {c.hc, d});

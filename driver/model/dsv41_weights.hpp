@@ -24,7 +24,8 @@ struct dsv41_layer_w {
   // Index sources.
   dsv4_matrix ix_wq_b, ix_weights_proj;
   // Engram layers.
-  dsv4_matrix eg_embed;              // [table rows, engram_head_dim]
+  dsv4_matrix eg_embed;              // [table rows, engram_head_dim] in a weight format (CMF: f32 / bf16 / q4tp …)
+  matrix_view eg_table_fp8;          // or the release's FP8 E4M3 table with UE8M0 per 32 of a row (data set)
   dsv4_matrix eg_wkv;                // [(hc+1)·dim, orders·heads·engram_head_dim]
   std::vector<float> eg_q_weight, eg_k_weight;  // [hc, dim]
   // MoE.

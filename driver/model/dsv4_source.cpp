@@ -169,6 +169,13 @@ class release_source final : public dsv4_source {
           return r;
         }
       }
+      // A row-scaled FP8 table (V4.1 Engram: one UE8M0 scale per 32 values of a row, read in place by
+      // include/cmfx/model/engram.hpp): not a GEMM format, so it is bound as a view without `fmt`.
+      constexpr uint64_t row_block = 32;
+      if (cols % row_block == 0 && ss == std::vector<uint64_t>{rows, cols / row_block} && enc == scale_encoding::e8m0) {
+        r.v = matrix_view{t.data, t.nbytes, s->data, s->nbytes, enc, rows, cols};
+        return r;
+      }
       fail("scale '" + s->name + "' has shape " + shape_str(ss) + ", expected [ceil(R/128), ceil(C/128)] = " +
            shape_str({ceil_div(rows, 128), ceil_div(cols, 128)}));
     }

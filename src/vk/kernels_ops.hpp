@@ -1,6 +1,6 @@
 #pragma once
-// What the layer-primitive kernels (kernels_route.cpp, kernels_mhc.cpp, kernels_quant.cpp, kernels_moe.cpp) need
-// from kernels::impl (kernels.cpp): the device, the variant preamble and the shared tables — exposed through
+// What the layer-primitive kernels (kernels_route.cpp, kernels_mhc.cpp, kernels_quant.cpp, kernels_moe.cpp,
+// kernels_attn.cpp) need from kernels::impl (kernels.cpp): the device, the variant preamble and the shared tables — exposed through
 // op_env_of so that those files stay separate from the matrix kernels. No Vulkan header.
 #include <algorithm>
 #include <bit>

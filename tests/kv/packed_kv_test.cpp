@@ -198,6 +198,54 @@ TEST(PackedKvRow, FakeQuantE4m3ScaleRaggedMatchesReference) {
 
 TEST(PackedKvRow, MainRowBitExact) { check_bit_exact<kv_main_row>("main (E2M1 + E4M3/16)"); }
 TEST(PackedKvRow, IndexRowBitExact) { check_bit_exact<kv_index_row>("index (E2M1 + UE8M0/32)"); }
+// The same codecs at other widths (the V4.1 toy's 64 / 32, and ragged block counts).
+TEST(PackedKvRow, OtherWidthsBitExact) {
+  check_bit_exact<packed_fp4_row<64, 16, e4m3>>("main at 64");
+  check_bit_exact<packed_fp4_row<48, 16, e4m3>>("main at 48");
+  check_bit_exact<packed_fp4_row<32, 32, ue8m0>>("index at 32");
+  check_bit_exact<packed_fp4_row<96, 32, ue8m0>>("index at 96");
+  EXPECT_EQ(kv_main_codec::row_bytes(64), 36u);
+  EXPECT_EQ(kv_index_codec::row_bytes(32), 17u);
+  EXPECT_FALSE(kv_main_codec::width_ok(40));
+  EXPECT_FALSE(kv_index_codec::width_ok(0));
+}
+
+// A run-time-width bank without a fixed capacity (how the V4.1 graph keeps its state): rows decode to the
+// fake-quant, a copy is an independent value, truncate keeps a prefix, the scratch refuses another width.
+TEST(PackedKvBank, RuntimeWidthUnbounded) {
+  const uint64_t seed = fresh_seed();
+  rng r(seed);
+  packed_fp4_bank<kv_main_codec> bank(64, 2, packed_kv_unbounded);
+  EXPECT_EQ(bank.row_bytes(), 36u);
+  std::vector<std::vector<float>> rows;
+  for (int i = 0; i < 300; ++i) {
+    rows.push_back(r.normal_vec(64));
+    bank.append(rows.back());
+  }
+  EXPECT_EQ(bank.rows(), 300u);
+  EXPECT_EQ(bank.bytes(), 300u * 36u);
+  const packed_fp4_bank<kv_main_codec> copy = bank;
+  bank.truncate(100);
+  EXPECT_EQ(copy.rows(), 300u);
+  std::vector<float> a(64), want;
+  for (uint64_t i : {0u, 99u, 150u, 299u}) {
+    copy.decode_row(i, a.data());
+    want = rows[i];
+    act_quant_e2m1_e4m3(want, 16);
+    EXPECT_EQ(a, want) << "row " << i << " seed " << seed;
+  }
+  EXPECT_THROW(bank.row(100), std::out_of_range);
+  packed_fp4_scratch<kv_main_codec> sc(64, 8);
+  const std::vector<uint32_t> pick = {5, 0, 99};
+  const std::span<const float> got = sc.decode(bank, std::span<const uint32_t>(pick));
+  for (size_t k = 0; k < pick.size(); ++k) {
+    bank.decode_row(pick[k], a.data());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), got.begin() + std::ptrdiff_t(k * 64))) << k;
+  }
+  packed_fp4_scratch<kv_main_codec> other(128, 8);
+  EXPECT_THROW(other.decode(bank, std::span<const uint32_t>(pick)), std::invalid_argument);
+  EXPECT_THROW((packed_fp4_bank<kv_main_codec>(40, 1, 10)), std::invalid_argument);
+}
 
 // Error of the packed value against the f32 input: per value |x̂ − x| ≤ half the E2M1 step at |x|/s, times s, plus
 // what the ±6 clamp cuts off; NMSE on Gaussian rows within the format's usual range.
@@ -320,7 +368,7 @@ TEST(PackedKvState, ModelCardBytes) {
   EXPECT_EQ(o.global_kv_bytes(), 3u * 2048u * (288u + 68u) + 4097u * (288u + 68u));
   EXPECT_EQ(v41_state_bytes(c, 0).global_kv_bytes(), 0u);
   v41_state_config bad = c;
-  bad.head_dim = 448;
+  bad.head_dim = 440;  // not a whole number of 16-value blocks
   EXPECT_THROW(v41_state_bytes(bad, 10), std::invalid_argument);
   bad = c;
   bad.kv_source_ratios = {2, 0};

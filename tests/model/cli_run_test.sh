@@ -142,6 +142,23 @@ j = json.load(open(sys.argv[2]))
 assert list(j) == ["ppl", "tokens"] and j["tokens"] == int(n) and f"{j['ppl']:.6f}" == v, (j, v, n)
 PY
 
+# V4.1 toy (make-toy --arch v41 --tokenizer): run -p and -i through the V4.1 graph, greedy == --raw-ids, ppl --file.
+"$CMFX" make-toy --arch v41 --out "$T/v41.cmf" --quant f32 --tokenizer "$TJ" >/dev/null 2>&1
+check "make-toy --arch v41 --tokenizer exit 0" test $? -eq 0
+"$CMFX" run "$T/v41.cmf" --threads 2 -p "Hello! Who are you?" -n 8 --temp 0 --print-ids >"$T/v41.out" 2>"$T/v41.err"
+check "V4.1 run -p exit 0" test $? -eq 0
+check "V4.1 run -p generated 8 tokens" \
+  grep -qE '^load [0-9.]+ s, prompt [0-9]+ tokens [0-9.]+ tok/s, generated 8 tokens [0-9.]+ tok/s$' "$T/v41.err"
+P=$(sed -n 's/^prompt ids: //p' "$T/v41.err")
+G=$(sed -n 's/^generated ids: //p' "$T/v41.err")
+"$CMFX" run "$T/v41.cmf" --raw-ids "$P" -n 8 --threads 1 >"$T/v41raw.out" 2>/dev/null
+check "V4.1 greedy ids == --raw-ids ids" test "$G" = "$(head -n 1 "$T/v41raw.out")"
+printf 'Hi\nHi again\n' | "$CMFX" run "$T/v41.cmf" --threads 2 -i -n 4 --temp 0 -v >"$T/v41i.out" 2>"$T/v41i.err"
+check "V4.1 run -i: two turns" test "$(grep -c 'generated 4 tokens' "$T/v41i.err")" -eq 2
+check "V4.1 run -i: the second turn reuses the first's prefix" grep -qE '^reused [1-9][0-9]* tokens' <(grep '^reused' "$T/v41i.err" | tail -n 1)
+"$CMFX" ppl "$T/v41.cmf" --file "$T/text.txt" >"$T/v41ppl.out" 2>/dev/null
+check "V4.1 ppl --file last line" grep -qE '^ppl [0-9]+\.[0-9]{6} tokens [0-9]+$' <(tail -n 1 "$T/v41ppl.out")
+
 echo "cli_run: $pass passed, $fail failed"
 rm -rf "$T"
 test "$fail" -eq 0

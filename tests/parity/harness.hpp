@@ -168,5 +168,6 @@ void route_cases(suite& s);
 void mhc_cases(suite& s);
 void quant_cases(suite& s);
 void moe_cases(suite& s);
+void attn_cases(suite& s);  // cases_attn.cpp
 
 }  // namespace cmfx::parity

@@ -5,7 +5,9 @@ structure with the C++ graph (a per-token state machine). Primitives (RMSNorm, R
 from dsv4_ref.py, whose self-test checks them against the spec's values.
 
 Reads a release-layout checkpoint whose tensors are F32/BF16/F16 (`cmfx make-toy --arch v41 --layout release
---quant f32`): config.json (model_type deepseek_v41, text model under text_config), the index and its shards.
+--quant f32`) plus the Engram tables in the release's FP8 E4M3 with a UE8M0 scale per 32 values of a row (decoded
+and cast to bf16 as the official code does): config.json (model_type deepseek_v41, text model under text_config),
+the index and its shards.
 
   --kv-quant            apply the V4.1 cache quantisation (window KV FP8 E4M3 / 32, compressed KV FP4 E2M1 with an
                         E4M3 scale / 16, index keys and q FP4 E2M1 / 32) — cmfx's qat_kv option
@@ -26,7 +28,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dsv4_ref import (hc_post, hc_split, load_safetensors, rms, rope, rope_freqs, sigmoid, softplus,  # noqa: E402
+from dsv4_ref import (hc_post, hc_split, rms, rope, rope_freqs, sigmoid, softplus,  # noqa: E402
                       topk_stable)
 
 
@@ -83,6 +85,72 @@ def fp4_e4m3_scale(x, b):
 
 # ---- the model ---------------------------------------------------------------------------------------------------
 
+def e4m3_decode(b):
+    """FP8 E4M3fn bytes → float64, from the bit layout (sign, 4 exponent bits with bias 7, 3 mantissa bits; exponent
+    field 0 = subnormal m/8·2^-6; S.1111.111 = NaN)."""
+    b = b.astype(np.int64)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    e, m = (b >> 3) & 15, b & 7
+    v = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1 + m / 8.0) * np.exp2(e - 7.0))
+    v = np.where((e == 15) & (m == 7), np.nan, v)
+    return sign * v
+
+
+def bf16_round(x):
+    """Round float64 values (exactly representable in f32) to bf16, nearest-even, as torch's .to(torch.bfloat16)."""
+    f = x.astype(np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def load_shard(path):
+    """A safetensors shard: F32/BF16/F16 as float64, I32/I64 as int64, F8_E4M3 / F8_E8M0 (the V4.1 Engram table and
+    its per-row scales) as ("fp8" | "e8m0", uint8 array) for resolve_fp8."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        raw, dt, shape = data[8 + n + b: 8 + n + end], e["dtype"], e["shape"]
+        if dt == "F32":
+            a = np.frombuffer(raw, dtype="<f4").astype(np.float64)
+        elif dt == "F16":
+            a = np.frombuffer(raw, dtype="<f2").astype(np.float64)
+        elif dt == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        elif dt in ("I32", "I64"):
+            a = np.frombuffer(raw, dtype="<i4" if dt == "I32" else "<i8").astype(np.int64)
+        elif dt in ("F8_E4M3", "F8_E8M0"):
+            out[name] = ("fp8" if dt == "F8_E4M3" else "e8m0", np.frombuffer(raw, dtype=np.uint8).reshape(shape))
+            continue
+        else:
+            sys.exit(f"dsv41_ref: tensor {name} has dtype {dt}; the reference reads f32/bf16/f16/int tensors and "
+                     "FP8 Engram tables only (make-toy --quant f32)")
+        out[name] = a.reshape(shape)
+    return out
+
+
+def resolve_fp8(t):
+    """FP8 tensors with their sibling `.scale`: the V4.1 Engram table, E4M3 [rows, cols] with one UE8M0 scale per 32
+    values of a row, becomes bf16(e4m3·2^(k−127)) — the official `(fp8.float() * scale).to(bf16)`."""
+    for k in [k for k, v in t.items() if isinstance(v, tuple) and v[0] == "fp8"]:
+        stem = k[: -len(".weight")] if k.endswith(".weight") else k
+        q = t[k][1]
+        kind, sc = t.pop(stem + ".scale")
+        assert kind == "e8m0", f"{stem}.scale must be UE8M0"
+        rows, cols = q.shape
+        assert sc.shape == (rows, cols // 32), f"{k}: only per-row 32-blocks are read by the reference"
+        s = np.exp2(sc.astype(np.float64) - 127.0)
+        t[k] = bf16_round(e4m3_decode(q) * np.repeat(s, 32, axis=1))
+    return t
+
+
 def load_model(d):
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
@@ -90,8 +158,8 @@ def load_model(d):
         shards = sorted(set(json.load(f)["weight_map"].values()))
     t = {}
     for s in shards:
-        t.update(load_safetensors(os.path.join(d, s)))
-    return cfg, t
+        t.update(load_shard(os.path.join(d, s)))
+    return cfg, resolve_fp8(t)
 
 
 class Ref41:
@@ -362,6 +430,16 @@ def self_test():
     x = np.array([[3.0, -0.1, 0.2, 0.05] * 4])
     y = fp4_e4m3_scale(x, 16)
     assert y[0, 0] == 3.0 and np.all(np.abs(y - x) <= 0.5 * 0.5 + 1e-12), y
+    # E4M3 bytes: 0x7E = 448, 0x01 = 2^-9 (smallest subnormal), 0x38 = 1, 0xB9 = -1.125, 0x08 = 2^-6; 0x7F = NaN.
+    v = e4m3_decode(np.array([0x7E, 0x01, 0x38, 0xB9, 0x08, 0x7F], dtype=np.uint8))
+    assert list(v[:5]) == [448.0, 2.0 ** -9, 1.0, -1.125, 2.0 ** -6] and np.isnan(v[5]), v
+    # Every E4M3 value times 2^k is on the E4M3 grid, so round-trips E4M3 encode/decode of the reference's own rounding.
+    grid = e4m3_decode(np.arange(0, 256, dtype=np.uint8))
+    ok = ~np.isnan(grid)
+    assert np.array_equal(e4m3(grid[ok]), grid[ok])
+    # bf16: ties to even at the 8th mantissa bit; values with ≤ 8 significant bits unchanged.
+    assert list(bf16_round(np.array([1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -7, 448.0 * 2.0 ** -20]))) == \
+        [1.0, 1.0 + 2.0 ** -6, 1.0 + 2.0 ** -7, 448.0 * 2.0 ** -20]
     print("dsv41_ref self-test: ok")
 
 

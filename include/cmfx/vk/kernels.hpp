@@ -208,6 +208,57 @@ class kernels {
     return uint64_t(n) * (top_k + (m.shared ? 1 : 0)) * m.inter;
   }
 
+  // ---- attention (kernels_attn.cpp; docs/VULKAN.md "Attention kernels")
+
+  /// Shape of one sparse attention dispatch (dsv4-architecture.md §3.3 "sparse attention with sink"): `rows`
+  /// query rows of `heads` heads × head_dim, each attending to `keys` index slots. Key slot k of row t is row
+  /// idx[t·keys + k] of the concatenation [kv_a rows; kv_b rows] (the window ring, then the compressed entries at
+  /// offset kv_a_rows); −1 = masked. K == V (the shared latent). scale multiplies the dot products (1/√head_dim).
+  struct attn_shape {
+    uint32_t rows = 0, heads = 0, head_dim = 0, keys = 0;
+    uint32_t kv_a_rows = 0, kv_b_rows = 0;
+    float scale = 0;
+  };
+  /// Largest head_dim of sparse_attention (q and the output accumulators of a head block live in shared memory).
+  static constexpr uint32_t attn_max_head_dim = 512;
+  /// o [rows, heads, head_dim] = Σ_k p_k · K_k, p = attend_sink((q_h·K_k)·scale, sinks[h]) over the row's unmasked
+  /// slots (the sink enlarges the denominator only; an all-masked row gives 0). q [rows, heads, head_dim], kv_a
+  /// [kv_a_rows, head_dim], kv_b [kv_b_rows, head_dim] (no view when kv_b_rows == 0), idx int32 [rows, keys],
+  /// sinks [heads] (no view: −inf, no sink). An index ≥ kv_a_rows + kv_b_rows (or < −1) makes that row and head's
+  /// output NaN. Any key count (online softmax over tiles of keys); one dispatch for all rows and heads. The inverse
+  /// RoPE of the output's rope tail is a separate rope(..., inverse = true) call.
+  void sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
+                        view o);
+
+  /// Shape of one compressor pooling dispatch (§3.3 "Compressor"; V4.1 §4.2): `entries` closing windows of
+  /// `ratio` positions; each position's rows of a (values) and s (scores, ape already added) hold `row_floats`
+  /// floats. overlap (V4 ratio 4): channels [0, width) of the previous window's positions and [width, 2·width) of
+  /// the closing window's are the slots; else channels [0, width) of the closing window. eps: the RMSNorm's.
+  struct pool_shape {
+    uint32_t entries = 0, ratio = 0, width = 0, row_floats = 0;
+    bool overlap = false;
+    float eps = 0;
+  };
+  /// Largest width of compress_pool (an entry lives in shared memory).
+  static constexpr uint32_t pool_max_width = 2048;
+  /// out [entries, width] = rmsnorm(pooled, norm, eps), pooled[c] = Σ_slots softmax_c(s)·a (per-channel softmax over
+  /// the slots). win uint32 [entries, 2]: the first row (of a and s) of the closing window's `ratio` consecutive
+  /// rows, and of the previous window's (0xFFFFFFFF: none; it contributes nothing; ignored without overlap).
+  /// a, s [rows, row_floats] (rows as far as win reaches); norm [width] (no view: no weight). One dispatch.
+  void compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out);
+
+  /// Shape of one indexer scoring dispatch (§3.3 "Lightning indexer"): rows query rows of heads × head_dim index
+  /// heads against n index keys [n, head_dim].
+  struct index_shape {
+    uint32_t rows = 0, heads = 0, head_dim = 0, n = 0;
+  };
+  /// Largest index head_dim (a key lives in registers).
+  static constexpr uint32_t index_max_head_dim = 256;
+  /// score [rows, n]: score[t, j] = Σ_h relu(q[t, h]·keys[j]) · w[t, h] for j < counts[t], −inf for j ≥ counts[t]
+  /// (then topk(score, rows, n, k) ranks the masked entries last). q [rows, heads, head_dim], w [rows, heads] (the
+  /// head weights, already scaled), counts uint32 [rows] (each ≤ n; no view: n for every row).
+  void index_score(commands& c, const index_shape& sh, view q, view keys, view w, view counts, view score);
+
   /// Reads every byte of src (a streaming-read roofline kernel); writes nothing visible unless the data is
   /// pathological. sink holds >= 16 bytes.
   void stream_read(commands& c, view src, view sink);

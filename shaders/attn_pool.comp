@@ -1,0 +1,76 @@
+#version 460
+#extension GL_GOOGLE_include_directive : require
+// Compressor pooling + RMSNorm (dsv4-architecture.md §3.3 "Compressor", §4.2; driver/model/dsv4_compressor.cpp and
+// the V4.1 pooling of dsv41_attention.cpp), one workgroup per closing window (entry):
+//   slots  = overlap: channel c of the previous window's rows (scores / values at c) and of the closing window's
+//            rows (at width + c); else channel c of the closing window's rows. A missing previous window
+//            (win[e].y == 0xFFFFFFFF) contributes nothing.
+//   x[c]   = Σ_slots e^(s − m) a / Σ_slots e^(s − m), m = the slots' max (per channel), in ACC (double with
+//            shaderFloat64: e^ with exp_f64, as the CPU's std::exp in double);
+//   out[c] = x[c] · 1/√(mean(x²) + eps) · norm[c]  (ops/rmsnorm.hpp: mean of squares and scale in ACC).
+// Invocation lid owns channels lid, lid + WG_SIZE, … (at most POOL_PT).
+#include "common/base.glsl"
+#include "common/reduce.glsl"
+#if ACC_DOUBLE
+#include "common/f64math.glsl"
+#endif
+
+layout(push_constant) uniform pool_pc {
+  uint entries, ratio, width, rf;
+  uint overlap, aoff, soff, woff;
+  uint has_norm, noff, ooff;
+  float eps;
+} pc;
+layout(std430, binding = 0) readonly buffer A { float av[]; };
+layout(std430, binding = 1) readonly buffer S { float sv[]; };
+layout(std430, binding = 2) readonly buffer W { uint win[]; };
+layout(std430, binding = 3) readonly buffer N { float normw[]; };
+layout(std430, binding = 4) writeonly buffer O { float ov[]; };
+
+ACC ex(ACC x) {
+#if ACC_DOUBLE
+  return exp_f64(x);
+#else
+  return exp(x);
+#endif
+}
+
+void main() {
+  const uint e = wg_index();
+  if (e >= pc.entries) return;  // uniform over the workgroup
+  const uint lid = gl_LocalInvocationID.x, r = pc.ratio, w = pc.width;
+  const uint cur = win[pc.woff + 2u * e], prev0 = win[pc.woff + 2u * e + 1u];
+  const bool prev = pc.overlap != 0u && prev0 != 0xFFFFFFFFu;
+  const uint off = pc.overlap != 0u ? w : 0u;
+  float x[POOL_PT];
+  ACC ss = ACC(0);
+  [[unroll]] for (uint i = 0u; i < POOL_PT; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    x[i] = 0.0;
+    if (c >= w) continue;
+    float m = -F32_INF;
+    if (prev)
+      for (uint p = 0u; p < r; ++p) m = nan_free_max(sv[pc.soff + (prev0 + p) * pc.rf + c], m);
+    for (uint p = 0u; p < r; ++p) m = nan_free_max(sv[pc.soff + (cur + p) * pc.rf + off + c], m);
+    ACC den = ACC(0), num = ACC(0);
+    if (prev)
+      for (uint p = 0u; p < r; ++p) {
+        precise const ACC t = ex(ACC(sv[pc.soff + (prev0 + p) * pc.rf + c]) - ACC(m));
+        den += t;
+        num += t * ACC(av[pc.aoff + (prev0 + p) * pc.rf + c]);
+      }
+    for (uint p = 0u; p < r; ++p) {
+      precise const ACC t = ex(ACC(sv[pc.soff + (cur + p) * pc.rf + off + c]) - ACC(m));
+      den += t;
+      num += t * ACC(av[pc.aoff + (cur + p) * pc.rf + off + c]);
+    }
+    x[i] = float(num / den);
+    ss += ACC(x[i]) * ACC(x[i]);
+  }
+  ss = wg_sum(ss);
+  const ACC inv = ACC(1) / sqrt(ss / ACC(w) + ACC(pc.eps));
+  [[unroll]] for (uint i = 0u; i < POOL_PT; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    if (c < w) ov[pc.ooff + e * w + c] = float(pc.has_norm != 0u ? ACC(x[i]) * inv * ACC(normw[pc.noff + c]) : ACC(x[i]) * inv);
+  }
+}

@@ -1,0 +1,122 @@
+// Host side of the attention kernels: sparse attention with sink over gathered KV rows (shaders/attn_sparse.comp),
+// the compressor's pooling + RMSNorm (shaders/attn_pool.comp) and the lightning indexer's scores
+// (shaders/attn_index.comp). One dispatch each; docs/VULKAN.md "Attention kernels" gives contracts and tolerances.
+#include "kernels_ops.hpp"
+
+namespace cmfx::gpu {
+
+namespace {
+
+// Work split of attn_sparse.comp: ATT_HB heads share one workgroup (each key row read once for all of them);
+// ATT_KT keys per tile. q of the block (ATT_HB · head_dim floats), the tile's partial dots (ATT_HB · 256) and
+// logits stay within the 16 KiB of shared memory every accepted device has for head_dim ≤ attn_max_head_dim.
+constexpr uint32_t attn_heads_per_wg = 4;
+constexpr uint32_t attn_keys_per_tile = 16;
+// attn_index.comp: index heads whose q rows are staged in shared memory at a time (8 KiB).
+constexpr uint32_t index_q_floats = 2048;
+
+}  // namespace
+
+void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
+                               view o) {
+  const char* op = "sparse_attention";
+  if (sh.head_dim == 0 || sh.head_dim > attn_max_head_dim)
+    throw usage_error(std::string(op) + ": head_dim must be in [1, " + std::to_string(attn_max_head_dim) + "]");
+  if (sh.heads == 0) throw usage_error(std::string(op) + ": heads must be > 0");
+  if (uint64_t(sh.kv_a_rows) + sh.kv_b_rows > 0x7FFFFFFFull)
+    throw usage_error(std::string(op) + ": more KV rows than an int32 index can name");
+  if (sh.rows == 0) return;
+  const detail::op_env e = detail::op_env_of(*p_);
+  const uint64_t hd = sh.head_dim, qb = uint64_t(sh.rows) * sh.heads * hd * 4, ab = uint64_t(sh.kv_a_rows) * hd * 4,
+                 bb = uint64_t(sh.kv_b_rows) * hd * 4, ib = uint64_t(sh.rows) * sh.keys * 4;
+  detail::need_view(q, qb, op, "q");
+  if (sh.kv_a_rows) detail::need_view(kv_a, ab, op, "kv_a");
+  if (sh.kv_b_rows) detail::need_view(kv_b, bb, op, "kv_b");
+  if (sh.keys) detail::need_view(idx, ib, op, "idx");
+  if (sinks) detail::need_view(sinks, uint64_t(sh.heads) * 4, op, "sinks");
+  detail::need_view(o, qb, op, "o");
+  const detail::bound b_q = e.bind(q, qb), b_a = e.bind(sh.kv_a_rows ? kv_a : view(), ab),
+                      b_b = e.bind(sh.kv_b_rows ? kv_b : view(), bb), b_i = e.bind(sh.keys ? idx : view(), ib),
+                      b_s = e.bind(sinks, uint64_t(sh.heads) * 4), b_o = e.bind(o, qb);
+  const uint32_t nhb = (sh.heads + attn_heads_per_wg - 1) / attn_heads_per_wg;
+  struct {
+    uint32_t rows, heads, keys, ka, kb, nhb, qoff, aoff, boff, ioff, soff, has_sink, ooff;
+    float scale;
+  } pc{sh.rows,          sh.heads,          sh.keys,           sh.kv_a_rows,      sh.kv_b_rows,
+       nhb,              b_q.residual / 4,  b_a.residual / 4,  b_b.residual / 4,  b_i.residual / 4,
+       b_s.residual / 4, sinks ? 1u : 0u,   b_o.residual / 4,  sh.scale};
+  const uint32_t wg = detail::op_env::wg;
+  const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_HB", attn_heads_per_wg) +
+                           detail::def_u("ATT_KT", attn_keys_per_tile) +
+                           detail::def_u("ATT_OPT", (sh.head_dim + wg - 1) / wg);
+  const detail::binding b[6] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b};
+  uint32_t gx, gy;
+  e.grid(uint64_t(sh.rows) * nhb, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("attn_sparse.comp", defs, wg, 6, sizeof pc), b, &pc, sizeof pc, gx, gy);
+}
+
+void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out) {
+  const char* op = "compress_pool";
+  if (sh.width == 0 || sh.width > pool_max_width)
+    throw usage_error(std::string(op) + ": width must be in [1, " + std::to_string(pool_max_width) + "]");
+  if (sh.ratio == 0) throw usage_error(std::string(op) + ": ratio must be > 0");
+  if (sh.row_floats < (sh.overlap ? 2ull : 1ull) * sh.width)
+    throw usage_error(std::string(op) + ": row_floats " + std::to_string(sh.row_floats) + " < " +
+                      (sh.overlap ? "2 * " : "") + "width");
+  if (sh.entries == 0) return;
+  const detail::op_env e = detail::op_env_of(*p_);
+  // Rows reachable through win are the caller's; the views must at least hold one window.
+  const uint64_t rb = uint64_t(sh.ratio) * sh.row_floats * 4, wb = uint64_t(sh.entries) * 8,
+                 ob = uint64_t(sh.entries) * sh.width * 4;
+  detail::need_view(a, rb, op, "a");
+  detail::need_view(s, rb, op, "s");
+  detail::need_view(win, wb, op, "win");
+  if (norm) detail::need_view(norm, uint64_t(sh.width) * 4, op, "norm");
+  detail::need_view(out, ob, op, "out");
+  const detail::bound b_a = e.bind(a, a.bytes), b_s = e.bind(s, s.bytes), b_w = e.bind(win, wb),
+                      b_n = e.bind(norm, uint64_t(sh.width) * 4), b_o = e.bind(out, ob);
+  struct {
+    uint32_t entries, ratio, width, rf, overlap, aoff, soff, woff, has_norm, noff, ooff;
+    float eps;
+  } pc{sh.entries,      sh.ratio,         sh.width,         sh.row_floats,
+       sh.overlap ? 1u : 0u, b_a.residual / 4, b_s.residual / 4, b_w.residual / 4,
+       norm ? 1u : 0u,  b_n.residual / 4, b_o.residual / 4, sh.eps};
+  const uint32_t wg = detail::op_env::wg;
+  const detail::binding b[5] = {b_a.b, b_s.b, b_w.b, b_n.b, b_o.b};
+  uint32_t gx, gy;
+  e.grid(sh.entries, gx, gy);
+  detail::dispatch(c.impl(),
+                   e.pipe("attn_pool.comp", detail::def_u("POOL_PT", (pool_max_width + wg - 1) / wg), wg, 5, sizeof pc),
+                   b, &pc, sizeof pc, gx, gy);
+}
+
+void kernels::index_score(commands& c, const index_shape& sh, view q, view keys, view w, view counts, view score) {
+  const char* op = "index_score";
+  if (sh.head_dim == 0 || sh.head_dim > index_max_head_dim)
+    throw usage_error(std::string(op) + ": head_dim must be in [1, " + std::to_string(index_max_head_dim) + "]");
+  if (sh.heads == 0) throw usage_error(std::string(op) + ": heads must be > 0");
+  if (sh.rows == 0 || sh.n == 0) return;
+  const detail::op_env e = detail::op_env_of(*p_);
+  const uint64_t qb = uint64_t(sh.rows) * sh.heads * sh.head_dim * 4, kb = uint64_t(sh.n) * sh.head_dim * 4,
+                 wb = uint64_t(sh.rows) * sh.heads * 4, cb = uint64_t(sh.rows) * 4, ob = uint64_t(sh.rows) * sh.n * 4;
+  detail::need_view(q, qb, op, "q");
+  detail::need_view(keys, kb, op, "keys");
+  detail::need_view(w, wb, op, "w");
+  if (counts) detail::need_view(counts, cb, op, "counts");
+  detail::need_view(score, ob, op, "score");
+  const detail::bound b_q = e.bind(q, qb), b_k = e.bind(keys, kb), b_w = e.bind(w, wb), b_c = e.bind(counts, cb),
+                      b_o = e.bind(score, ob);
+  const uint32_t wg = detail::op_env::wg, tiles = (sh.n + wg - 1) / wg;
+  const uint32_t pc[12] = {sh.rows,          sh.heads,         sh.n,
+                           tiles,            b_q.residual / 4, b_k.residual / 4,
+                           b_w.residual / 4, b_c.residual / 4, counts ? 1u : 0u,
+                           b_o.residual / 4, 0,                0};
+  const std::string defs = detail::def_u("IX_HD", sh.head_dim) +
+                           detail::def_u("IX_QB", std::max<uint32_t>(1, index_q_floats / sh.head_dim));
+  const detail::binding b[5] = {b_q.b, b_k.b, b_w.b, b_c.b, b_o.b};
+  uint32_t gx, gy;
+  e.grid(uint64_t(sh.rows) * tiles, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("attn_index.comp", defs, wg, 5, sizeof pc), b, pc, sizeof pc, gx, gy);
+}
+
+}  // namespace cmfx::gpu

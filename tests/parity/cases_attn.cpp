@@ -1,0 +1,414 @@
+// Attention cases (docs/VULKAN.md "Attention kernels"): sparse attention with sink over gathered KV rows, the
+// compressor's pooling + RMSNorm, the lightning indexer's scores (+ the existing top-k on them).
+//   sparse_attention (+ rope inverse): vs the CPU loop of driver/model/dsv4_attention.cpp composed from the CPU ops
+//     (f32 logits of double dots, attend_sink, double accumulation, apply_rope_cs inverse) and vs a float64
+//     reference; NMSE ≤ kNmse and the max-abs bound for both. Index lists built as the CPU builds them: window
+//     ring rows (ring index = position mod W, −1 before position 0) then the picked compressed entries at offset
+//     W; masked slots, an all-masked row, a 1-key row, odd key counts, no sink, an HCA list of thousands of keys.
+//   compress_pool: vs the CPU compressor's pooling (dsv4_compressor_step / the V4.1 pooling: double exp, f32
+//     entry) followed by the CPU rmsnorm; and vs float64 throughout.
+//   index_score: per score |gpu − ref| ≤ kIndexRel · Σ_h |w_h| Σ_c |q_hc k_c| (the scale of its f32 dot
+//     products) and NMSE ≤ kNmse vs float64; masked tail exactly −inf; the GPU top-k of the GPU scores equals
+//     the CPU top-k of the float64 scores except at near-ties (both scores within twice that bound of the k-th).
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "cmfx/ops/reduce.hpp"
+#include "cmfx/ops/rmsnorm.hpp"
+#include "cmfx/ops/rope.hpp"
+#include "cmfx/ops/softmax.hpp"
+#include "cmfx/ops/topk.hpp"
+#include "harness.hpp"
+
+namespace cmfx::parity {
+
+namespace {
+
+constexpr double kIndexRel = 1e-5;  // f32 dots of 128 terms: measured ≤ 1e-7 of Σ|terms|
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::string read_all(guarded& g, std::vector<float>& out) {
+  std::string why;
+  return g.read(out.data(), why) ? std::string() : why;
+}
+
+std::string both(const std::vector<float>& got, const std::vector<float>& cpu, const std::vector<double>& f64,
+                 std::string& info) {
+  std::string i1, i2;
+  if (auto w = verdict(compare(got.data(), cpu.data(), got.size()), kNmse, i1); !w.empty()) return "vs CPU ops: " + w;
+  if (auto w = verdict(compare(got.data(), f64.data(), got.size()), kNmse, i2); !w.empty()) return "vs float64: " + w;
+  info = "cpu " + i1 + "; f64 " + i2;
+  return {};
+}
+
+// ---------------------------------------------------------------- sparse attention
+
+struct attn_cfg {
+  uint32_t rows, heads, hd, rd, window, comp, picks;  // comp: compressed entries; picks: per row (≤ comp)
+  float q_sigma = 1.0f;
+  bool sink = true, hca = false;  // hca: every compressed entry < (pos + 1) / 128 instead of a random pick
+  bool specials = false;          // row 0 all masked, row 1 one key, random masked slots
+};
+
+std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& info) {
+  rng r(seed);
+  const uint32_t H = a.heads, hd = a.hd, W = a.window, rows = a.rows;
+  const uint32_t keys = W + a.picks;
+  const std::vector<float> ring = r.normal(uint64_t(W) * hd), comp = r.normal(uint64_t(std::max(a.comp, 1u)) * hd);
+  const std::vector<float> q = r.normal(uint64_t(rows) * H * hd, a.q_sigma);
+  std::vector<float> sinks = r.normal(H, 1.5f);
+  std::vector<int32_t> idx(uint64_t(rows) * keys, -1);
+  std::vector<int64_t> pos(rows);
+  for (uint32_t t = 0; t < rows; ++t) {
+    pos[t] = a.hca ? int64_t(128 * a.comp - 1 - r.below(300)) : int64_t(r.below(3 * W));
+    int32_t* row = idx.data() + uint64_t(t) * keys;
+    const int64_t p = pos[t];
+    for (int64_t sp = std::max<int64_t>(0, p + 1 - W); sp <= p; ++sp) row[sp - std::max<int64_t>(0, p + 1 - W)] = int32_t(sp % W);
+    if (a.hca) {
+      const uint32_t ne = std::min<uint32_t>(uint32_t((p + 1) / 128), a.picks);
+      for (uint32_t j = 0; j < ne; ++j) row[W + j] = int32_t(W + j);
+    } else {
+      std::vector<int32_t> all(a.comp);
+      std::iota(all.begin(), all.end(), 0);
+      for (uint32_t j = 0; j < a.picks && j < a.comp; ++j) {
+        std::swap(all[j], all[j + r.below(a.comp - j)]);
+        row[W + j] = int32_t(W) + all[j];
+      }
+    }
+    if (a.specials) {
+      if (t == 0) std::fill(row, row + keys, -1);
+      if (t == 1) {
+        std::fill(row, row + keys, -1);
+        row[keys / 2] = int32_t(r.below(W + a.comp));
+      }
+      if (t >= 2)
+        for (uint32_t k = 0; k < keys; ++k)
+          if (r.uniform(0, 1) < 0.1f) row[k] = -1;
+    }
+  }
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  // cos/sin of each row's position (the CPU rope_table, uploaded as f32 as the rope kernel expects)
+  rope_config rc;
+  rc.dim = a.rd;
+  rc.base = 160000.0;
+  rc.yarn = true;
+  const rope_table table(rc);
+  std::vector<std::vector<double>> cs(rows, std::vector<double>(a.rd));
+  std::vector<float> csf(uint64_t(rows) * a.rd);
+  for (uint32_t t = 0; t < rows; ++t) {
+    table.rotation(pos[t], cs[t]);
+    for (uint32_t j = 0; j < a.rd; ++j) csf[uint64_t(t) * a.rd + j] = float(cs[t][j]);
+  }
+  const gpu::buffer qb = upload(s.dev, q), ab = upload(s.dev, ring), bb = upload(s.dev, comp), ib = upload(s.dev, idx),
+                    sb = upload(s.dev, sinks), cb = upload(s.dev, csf);
+  guarded og(s.dev, q.size() * 4);
+  gpu::kernels::attn_shape sh;
+  sh.rows = rows;
+  sh.heads = H;
+  sh.head_dim = hd;
+  sh.keys = keys;
+  sh.kv_a_rows = W;
+  sh.kv_b_rows = a.comp;
+  sh.scale = scale;
+  gpu::commands c = s.dev.begin();
+  s.kern.sparse_attention(c, sh, qb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
+                          og.payload());
+  s.kern.rope(c, og.payload(), cb, rows, H, hd, a.rd, true);
+  s.submit(c);
+  std::vector<float> got(q.size());
+  if (auto why = read_all(og, got); !why.empty()) return why;
+
+  // CPU ops (the loop of dsv4_attention.cpp) and float64
+  std::vector<float> cpu(q.size());
+  std::vector<double> f64(q.size());
+  std::vector<const float*> kr;
+  std::vector<float> lg;
+  std::vector<double> acc(hd), dl, accd(hd);
+  for (uint32_t t = 0; t < rows; ++t) {
+    kr.clear();
+    for (uint32_t k = 0; k < keys; ++k) {
+      const int32_t i = idx[uint64_t(t) * keys + k];
+      if (i >= 0) kr.push_back(uint32_t(i) < W ? ring.data() + uint64_t(i) * hd : comp.data() + uint64_t(i - W) * hd);
+    }
+    for (uint32_t h = 0; h < H; ++h) {
+      const float* qh = q.data() + (uint64_t(t) * H + h) * hd;
+      const float sk = a.sink ? sinks[h] : kNegInf;
+      lg.resize(kr.size());
+      dl.resize(kr.size());
+      for (size_t k = 0; k < kr.size(); ++k) {
+        lg[k] = float(ops_detail::dot(qh, kr[k], hd) * double(scale));
+        double d = 0;
+        for (uint32_t c2 = 0; c2 < hd; ++c2) d += double(qh[c2]) * double(kr[k][c2]);
+        dl[k] = d / std::sqrt(double(hd));
+      }
+      attend_sink(lg, sk, lg);
+      double m = a.sink ? double(sk) : -std::numeric_limits<double>::infinity(), den = 0;
+      for (double v : dl) m = std::max(m, v);
+      if (a.sink) den = std::exp(double(sk) - m);
+      for (double& v : dl) den += (v = std::exp(v - m));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(accd.begin(), accd.end(), 0.0);
+      for (size_t k = 0; k < kr.size(); ++k)
+        for (uint32_t c2 = 0; c2 < hd; ++c2) {
+          acc[c2] += double(lg[k]) * double(kr[k][c2]);
+          accd[c2] += dl[k] / den * double(kr[k][c2]);
+        }
+      float* oc = cpu.data() + (uint64_t(t) * H + h) * hd;
+      double* od = f64.data() + (uint64_t(t) * H + h) * hd;
+      for (uint32_t c2 = 0; c2 < hd; ++c2) oc[c2] = float(acc[c2]), od[c2] = accd[c2];
+      apply_rope_cs(std::span<float>(oc + hd - a.rd, a.rd), cs[t], true);
+      for (uint32_t i = 0; i < a.rd; i += 2) {  // inverse rotation of the pair (x, y) by the angle of cs
+        const double co = cs[t][i], si = cs[t][i + 1], x = od[hd - a.rd + i], y = od[hd - a.rd + i + 1];
+        od[hd - a.rd + i] = x * co + y * si;
+        od[hd - a.rd + i + 1] = -x * si + y * co;
+      }
+    }
+  }
+  if (a.specials)  // the all-masked row is exactly 0 (the sink takes the whole mass)
+    for (uint64_t i = 0; i < uint64_t(H) * hd; ++i)
+      if (got[i] != 0.0f) return "all-masked row: output " + std::to_string(i) + " = " + std::to_string(got[i]) + ", not 0";
+  return both(got, cpu, f64, info);
+}
+
+std::string attn_invalid_case(suite& s, std::string& info) {
+  // An index past the KV rows gives NaN for its row (every head), the other rows are untouched by it.
+  const uint32_t hd = 64, H = 4, keys = 3;
+  rng r(7);
+  const std::vector<float> q = r.normal(2 * H * hd), kv = r.normal(5 * hd);
+  const std::vector<int32_t> idx = {0, 1, 5, 2, -1, 4};  // row 0 names row 5 of 5
+  const gpu::buffer qb = upload(s.dev, q), kb = upload(s.dev, kv), ib = upload(s.dev, idx);
+  guarded og(s.dev, q.size() * 4);
+  gpu::kernels::attn_shape sh{2, H, hd, keys, 5, 0, 0.125f};
+  gpu::commands c = s.dev.begin();
+  s.kern.sparse_attention(c, sh, qb, kb, gpu::view(), ib, gpu::view(), og.payload());
+  s.submit(c);
+  std::vector<float> got(q.size());
+  if (auto why = read_all(og, got); !why.empty()) return why;
+  for (uint64_t i = 0; i < uint64_t(H) * hd; ++i)
+    if (!std::isnan(got[i])) return "row with an out-of-range index: output " + std::to_string(i) + " is not NaN";
+  for (uint64_t i = uint64_t(H) * hd; i < got.size(); ++i)
+    if (!std::isfinite(got[i])) return "valid row: output " + std::to_string(i) + " not finite";
+  info = "row 0 NaN, row 1 finite";
+  return {};
+}
+
+// ---------------------------------------------------------------- compressor pooling
+
+struct pool_cfg {
+  uint32_t entries, ratio, width;
+  bool overlap;
+  float eps;
+};
+
+std::string pool_case(suite& s, uint64_t seed, const pool_cfg& p, std::string& info) {
+  rng r(seed);
+  const uint32_t rf = (p.overlap ? 2 : 1) * p.width + 3;  // padded rows: row_floats need not equal the slots
+  const uint32_t nrows = (p.entries + 2) * p.ratio;
+  const std::vector<float> a = r.normal(uint64_t(nrows) * rf), sc = r.normal(uint64_t(nrows) * rf, 2.5f),
+                           nw = r.normal(p.width, 0.3f);
+  std::vector<uint32_t> win(2 * p.entries);
+  for (uint32_t e = 0; e < p.entries; ++e) {  // windows in scrambled order; entry 0 has no previous window
+    const uint32_t w0 = uint32_t((e * 7 + 1) % (p.entries + 1));
+    win[2 * e] = (w0 + 1) * p.ratio;
+    win[2 * e + 1] = e == 0 ? 0xFFFFFFFFu : w0 * p.ratio;
+  }
+  const gpu::buffer ab = upload(s.dev, a), sb = upload(s.dev, sc), wb = upload(s.dev, win), nb = upload(s.dev, nw);
+  guarded og(s.dev, uint64_t(p.entries) * p.width * 4);
+  gpu::kernels::pool_shape sh;
+  sh.entries = p.entries;
+  sh.ratio = p.ratio;
+  sh.width = p.width;
+  sh.row_floats = rf;
+  sh.overlap = p.overlap;
+  sh.eps = p.eps;
+  gpu::commands c = s.dev.begin();
+  s.kern.compress_pool(c, sh, ab, sb, wb, nb, og.payload());
+  s.submit(c);
+  std::vector<float> got(uint64_t(p.entries) * p.width), cpu(got.size());
+  std::vector<double> f64(got.size());
+  if (auto why = read_all(og, got); !why.empty()) return why;
+  const uint32_t off = p.overlap ? p.width : 0;
+  std::vector<double> xd(p.width);
+  for (uint32_t e = 0; e < p.entries; ++e) {
+    const bool prev = p.overlap && win[2 * e + 1] != 0xFFFFFFFFu;
+    std::vector<std::pair<uint64_t, uint32_t>> slots;  // (row, channel offset)
+    if (prev)
+      for (uint32_t q = 0; q < p.ratio; ++q) slots.push_back({win[2 * e + 1] + q, 0});
+    for (uint32_t q = 0; q < p.ratio; ++q) slots.push_back({win[2 * e] + q, off});
+    std::span<float> entry(cpu.data() + uint64_t(e) * p.width, p.width);
+    for (uint32_t ch = 0; ch < p.width; ++ch) {  // dsv4_compressor_step: max, double exp, f32 entry
+      double m = -std::numeric_limits<double>::infinity(), den = 0, num = 0;
+      for (auto [row, o] : slots) m = std::max(m, double(sc[row * rf + o + ch]));
+      for (auto [row, o] : slots) {
+        const double ex = std::exp(double(sc[row * rf + o + ch]) - m);
+        den += ex;
+        num += ex * double(a[row * rf + o + ch]);
+      }
+      entry[ch] = float(num / den);
+      xd[ch] = num / den;
+    }
+    rmsnorm(entry, nw.data(), p.eps, entry);
+    double ss = 0;
+    for (double v : xd) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / p.width + double(p.eps));
+    for (uint32_t ch = 0; ch < p.width; ++ch) f64[uint64_t(e) * p.width + ch] = xd[ch] * inv * double(nw[ch]);
+  }
+  return both(got, cpu, f64, info);
+}
+
+// ---------------------------------------------------------------- indexer scores
+
+struct index_cfg {
+  uint32_t rows, heads, hd, n, k;
+  bool counts;  // ragged per-row counts (one row with count 1, one with 0)
+};
+
+std::string index_case(suite& s, uint64_t seed, const index_cfg& x, std::string& info) {
+  rng r(seed);
+  const uint32_t H = x.heads, hd = x.hd, n = x.n, rows = x.rows;
+  const std::vector<float> q = r.normal(uint64_t(rows) * H * hd), keys = r.normal(uint64_t(n) * hd);
+  std::vector<float> w = r.normal(uint64_t(rows) * H);
+  const float wscale = float(1.0 / std::sqrt(double(hd)) / std::sqrt(double(H)));
+  for (float& v : w) v *= wscale;
+  std::vector<uint32_t> cnt(rows, n);
+  if (x.counts)
+    for (uint32_t t = 0; t < rows; ++t) cnt[t] = t == 0 ? 1 : t == 1 ? 0 : uint32_t(1 + r.below(n));
+  const gpu::buffer qb = upload(s.dev, q), kb = upload(s.dev, keys), wb = upload(s.dev, w), cb = upload(s.dev, cnt);
+  guarded og(s.dev, uint64_t(rows) * n * 4), ig(s.dev, uint64_t(rows) * x.k * 4, 0xDEADBEEFu);
+  gpu::kernels::index_shape sh{rows, H, hd, n};
+  gpu::commands c = s.dev.begin();
+  s.kern.index_score(c, sh, qb, kb, wb, x.counts ? gpu::view(cb) : gpu::view(), og.payload());
+  s.kern.topk(c, og.payload(), rows, n, x.k, ig.payload());
+  s.submit(c);
+  std::vector<float> got(uint64_t(rows) * n);
+  std::vector<uint32_t> gi(uint64_t(rows) * x.k);
+  if (auto why = read_all(og, got); !why.empty()) return why;
+  {
+    std::string why;
+    if (!ig.read(gi.data(), why)) return why;
+  }
+  std::vector<double> ref(got.size(), -std::numeric_limits<double>::infinity()), bound(got.size(), 0.0);
+  std::vector<float> gf, rf32;
+  std::vector<double> rd;
+  double worst = 0;
+  uint32_t near = 0;
+  for (uint32_t t = 0; t < rows; ++t) {
+    for (uint32_t j = 0; j < cnt[t]; ++j) {
+      double sc = 0, sa = 0;
+      for (uint32_t h = 0; h < H; ++h) {
+        const float* qh = q.data() + (uint64_t(t) * H + h) * hd;
+        double d = 0, da = 0;
+        for (uint32_t c2 = 0; c2 < hd; ++c2) {
+          d += double(qh[c2]) * double(keys[uint64_t(j) * hd + c2]);
+          da += std::fabs(double(qh[c2]) * double(keys[uint64_t(j) * hd + c2]));
+        }
+        sc += std::max(d, 0.0) * double(w[uint64_t(t) * H + h]);
+        sa += da * std::fabs(double(w[uint64_t(t) * H + h]));
+      }
+      const uint64_t o = uint64_t(t) * n + j;
+      ref[o] = sc;
+      bound[o] = kIndexRel * sa;
+      const double e = std::fabs(double(got[o]) - sc);
+      if (!(e <= bound[o]))
+        return "row " + std::to_string(t) + " key " + std::to_string(j) + ": |gpu - ref| " + std::to_string(e) +
+               " > bound " + std::to_string(bound[o]);
+      worst = std::max(worst, e / sa);
+    }
+    for (uint32_t j = cnt[t]; j < n; ++j)
+      if (got[uint64_t(t) * n + j] != kNegInf)
+        return "row " + std::to_string(t) + " key " + std::to_string(j) + " past the count is not -inf";
+    // selection: CPU top-k of the float64 scores (rounded to f32 as the CPU stores them) vs the GPU's
+    const uint32_t kk = std::min(x.k, cnt[t]);
+    rf32.assign(n, kNegInf);
+    for (uint32_t j = 0; j < cnt[t]; ++j) rf32[j] = float(ref[uint64_t(t) * n + j]);
+    std::vector<topk_entry> scratch(n);
+    std::vector<uint32_t> ci(kk);
+    if (kk) topk(rf32, kk, scratch, ci);
+    std::vector<uint32_t> gsel(gi.begin() + std::ptrdiff_t(uint64_t(t) * x.k), gi.begin() + std::ptrdiff_t(uint64_t(t) * x.k + kk));
+    for (uint32_t j = kk; j < x.k; ++j) {  // slots past the count: masked entries (−inf) or past n
+      const uint32_t v = gi[uint64_t(t) * x.k + j];
+      if (v != 0xFFFFFFFFu && (v >= n || v < cnt[t]))
+        return "row " + std::to_string(t) + " slot " + std::to_string(j) + " past the count picked " + std::to_string(v);
+    }
+    std::vector<uint32_t> a1 = ci, a2 = gsel;
+    std::sort(a1.begin(), a1.end());
+    std::sort(a2.begin(), a2.end());
+    if (a1 != a2) {
+      const double kth = ref[uint64_t(t) * n + ci.back()];
+      std::vector<uint32_t> diff;
+      std::set_symmetric_difference(a1.begin(), a1.end(), a2.begin(), a2.end(), std::back_inserter(diff));
+      for (uint32_t j : diff) {
+        if (j >= cnt[t]) return "row " + std::to_string(t) + ": gpu picked masked key " + std::to_string(j);
+        const uint64_t o = uint64_t(t) * n + j;
+        if (!(std::fabs(ref[o] - kth) <= 2 * (bound[o] + bound[uint64_t(t) * n + ci.back()])))
+          return "row " + std::to_string(t) + ": selection differs at key " + std::to_string(j) +
+                 " beyond a near-tie (score " + std::to_string(ref[o]) + ", k-th " + std::to_string(kth) + ")";
+      }
+      ++near;
+    }
+  }
+  std::vector<float> gfin;
+  std::vector<double> rfin;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::isfinite(ref[i])) gfin.push_back(got[i]), rfin.push_back(ref[i]);
+  if (gfin.size() >= 64) {
+    std::string vi;
+    if (auto why = verdict(compare(gfin.data(), rfin.data(), gfin.size()), kNmse, vi); !why.empty()) return why;
+    info = vi + ", ";
+  }
+  char b[96];
+  std::snprintf(b, sizeof b, "worst |err| / sum|terms| %.2e, top-%u exact", worst, x.k);
+  info += b;
+  if (near) info += " except " + std::to_string(near) + " near-tie row(s)";
+  return {};
+}
+
+}  // namespace
+
+void attn_cases(suite& s) {
+  using R = std::string;
+  auto at = [&](const R& name, attn_cfg a) {
+    s.run("sparse_attn", "-", name, [=, &s](uint64_t seed, R& info) { return attn_case(s, seed, a, info); });
+  };
+  at("V4 decode 1x64x512 window 128 + 512 picks", {1, 64, 512, 64, 128, 1024, 512});
+  at("prefill 3x64x512 window 128 + 512 picks, q x3 (peaked)", {3, 64, 512, 64, 128, 600, 512, 3.0f});
+  at("ragged 5x6x512 window 9 + 7 of 11, masked slots, all-masked row, 1-key row",
+     {5, 6, 512, 64, 9, 11, 7, 1.0f, true, false, true});
+  at("ragged no sink 4x3x128 window 5 + 2 of 3, all-masked row", {4, 3, 128, 64, 5, 3, 2, 1.0f, false, false, true});
+  at("HCA 2x8x512 window 128 + up to 3000 entries (t/128)", {2, 8, 512, 64, 128, 3000, 3000, 1.0f, true, true});
+  at("odd shape 2x5x96 rope 32 window 17 + 23 of 40", {2, 5, 96, 32, 17, 40, 23});
+  s.run("sparse_attn", "-", "out-of-range index gives NaN", [&](uint64_t, R& info) { return attn_invalid_case(s, info); });
+  s.run("sparse_attn", "-", "bad shapes rejected", [&](uint64_t, R& info) -> R {
+    gpu::kernels::attn_shape sh{1, 64, 1024, 4, 8, 0, 1.0f};
+    try {
+      gpu::commands c = s.dev.begin();
+      s.kern.sparse_attention(c, sh, gpu::view(), gpu::view(), gpu::view(), gpu::view(), gpu::view(), gpu::view());
+    } catch (const std::exception& e) {
+      info = e.what();
+      return R(e.what()).find("head_dim") == R::npos ? "error does not name head_dim" : "";
+    }
+    return "head_dim 1024 accepted";
+  });
+
+  auto pl = [&](const R& name, pool_cfg p) {
+    s.run("compress_pool", "-", name, [=, &s](uint64_t seed, R& info) { return pool_case(s, seed, p, info); });
+  };
+  pl("V4 CSA ratio 4 overlap 5x512", {5, 4, 512, true, 1e-6f});
+  pl("V4 HCA ratio 128 3x512", {3, 128, 512, false, 1e-6f});
+  pl("V4 indexer ratio 4 overlap 4x128", {4, 4, 128, true, 1e-6f});
+  pl("V4.1 ratio 2 7x512 eps 1e-20", {7, 2, 512, false, 1e-20f});
+  pl("V4.1 ratio 1 3x512", {3, 1, 512, false, 1e-20f});
+  pl("ragged ratio 3 overlap 2x33", {2, 3, 33, true, 1e-6f});
+  pl("wide ratio 2 2x2048", {2, 2, 2048, false, 1e-6f});
+
+  auto ix = [&](const R& name, index_cfg x) {
+    s.run("index_score", "-", name, [=, &s](uint64_t seed, R& info) { return index_case(s, seed, x, info); });
+  };
+  ix("V4 decode 1x64x128 n 4096 top-512", {1, 64, 128, 4096, 512, false});
+  ix("V4.1 prefill 3x32x128 n 1000 top-512 ragged counts", {3, 32, 128, 1000, 512, true});
+  ix("ragged 5x3x64 n 37 top-8 counts incl. 0 and 1", {5, 3, 64, 37, 8, true});
+  ix("head_dim 96 2x20x96 n 300 top-16", {2, 20, 96, 300, 16, false});
+}
+
+}  // namespace cmfx::parity
