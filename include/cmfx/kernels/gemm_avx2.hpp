@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cmfx/formats/format_list.hpp"
+#include "cmfx/kernels/gemm_generic.hpp"
 
 namespace cmfx::kernels::avx2 {
 
@@ -145,6 +146,28 @@ struct dec_mxfp4 {
   float elem(uint64_t, uint64_t) const noexcept { return 0.0f; }
 };
 
+/// q4_block / q4t (CMF flat 4-bit, cmf-format.md §2.3): (nib − 8) · s per flat group of 32. Groups run over the
+/// flattened tensor, so rows are group-aligned only when cols % 32 == 0: gemm_rows sends other shapes to the
+/// portable kernel (aligned_rows_only).
+template <bool Tiled>
+struct dec_q4flat {
+  static constexpr bool aligned_rows_only = true;
+  const matrix_view& w;
+  uint64_t groups_total, g0 = 0;
+  explicit dec_q4flat(const matrix_view& wv) : w(wv), groups_total((wv.rows * wv.cols + kgroup - 1) / kgroup) {}
+  void begin_row(uint64_t r) { g0 = r * (w.cols / kgroup); }
+  float group(uint64_t g, __m256 v[4]) const noexcept {
+    const uint64_t G = g0 + g;
+    __m128i lo, hi;
+    unpack_nibbles(Tiled ? w.data + 18 * G + 2 : w.data + 16 * G, &lo, &hi);
+    const __m128i eight = _mm_set1_epi8(8);
+    i8x32_to_f32(_mm_sub_epi8(lo, eight), _mm_sub_epi8(hi, eight), v);
+    return Tiled ? load_f16(w.data + 18 * G) : load_f16(w.data + 16 * groups_total + 2 * G);
+  }
+  static constexpr float row_scale() noexcept { return 1.0f; }
+  float elem(uint64_t, uint64_t) const noexcept { return 0.0f; }  // never called: cols % 32 == 0
+};
+
 /// FP8 E4M3 with T x T tile scales. E4M3 -> f16 bits by a shift (exponent field widens from 4 to 5 bits,
 /// bias 7 -> 15), F16C to f32, times 2^8. Subnormals convert exactly the same way. The NaN code (0x7F)
 /// becomes 480, as in cortiq's decoder; DeepSeek checkpoints contain no NaN weights.
@@ -241,6 +264,8 @@ template <> struct decoder_for<fmt_f16> { using type = dec_dense<fmt_f16>; };
 template <> struct decoder_for<fmt_bf16> { using type = dec_dense<fmt_bf16>; };
 template <> struct decoder_for<fmt_q8_row> { using type = dec_dense<fmt_q8_row>; };
 template <> struct decoder_for<fmt_q8_2f> { using type = dec_dense<fmt_q8_2f>; };
+template <> struct decoder_for<fmt_q4_block> { using type = dec_q4flat<false>; };
+template <> struct decoder_for<fmt_q4t> { using type = dec_q4flat<true>; };
 
 template <class F>
 concept has_avx2_decoder = requires { typename decoder_for<F>::type; };
@@ -290,6 +315,8 @@ template <class F>
 void gemm_rows(const matrix_view& w, const float* X, uint64_t n, uint64_t ldx, float* Y, uint64_t ldy, uint64_t r0,
                uint64_t r1) {
   using D = typename decoder_for<F>::type;
+  if constexpr (requires { D::aligned_rows_only; })
+    if (w.cols % kgroup != 0) return gemm_rows_generic<F>(w, X, n, ldx, Y, ldy, r0, r1);
   D d(w);
   const uint64_t groups = w.cols / kgroup, tail0 = groups * kgroup;
   for (uint64_t r = r0; r < r1; ++r) {
