@@ -9,7 +9,7 @@ PACKAGES=(
   libvulkan-dev mesa-vulkan-drivers vulkan-tools
   glslang-dev glslang-tools spirv-tools
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  libcpp-httplib-dev nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev
+  libcpp-httplib-dev nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev
   python3 python3-numpy
 )
 

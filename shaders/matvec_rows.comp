@@ -89,12 +89,17 @@ layout(std430, binding = 3) readonly buffer XQ4 { uvec4 xq4[]; };
 layout(std430, binding = 3) readonly buffer XQF { float xqf[]; };
 layout(std430, binding = 3) readonly buffer XQI { int xqi[]; };
 #if defined(FMT_MXFP4)
-shared uint mx_pair[256];  // byte of two E2M1 codes → two int8 (2·value), low byte = even element
+// E2M1 code → int8 (2·value) in the low byte: 16 entries, one per bank, so lookups by random codes never
+// conflict (a 256-entry byte-pair table was bank-conflict-bound).
+shared uint mx_nib[16];
 void i8_tables() {
-  for (uint b = gl_LocalInvocationID.x; b < 256u; b += WG_SIZE) {
-    const int e = int(2.0 * tabf[TAB_E2M1 + mx_nibble(b, 0u)]), o = int(2.0 * tabf[TAB_E2M1 + mx_nibble(b, 1u)]);
-    mx_pair[b] = (uint(e) & 0xFFu) | ((uint(o) & 0xFFu) << 8);
-  }
+  if (gl_LocalInvocationID.x < 16u) mx_nib[gl_LocalInvocationID.x] = uint(int(2.0 * tabf[TAB_E2M1 + gl_LocalInvocationID.x])) & 0xFFu;
+}
+// bytes k0, k0+1 of a weight word → 4 int8 weights in element order
+uint mx_word(uint v, uint k0) {
+  const uint b0 = (v >> (8u * k0)) & 0xFFu, b1 = (v >> (8u * k0 + 8u)) & 0xFFu;
+  return mx_nib[mx_nibble(b0, 0u)] | (mx_nib[mx_nibble(b0, 1u)] << 8) | (mx_nib[mx_nibble(b1, 0u)] << 16) |
+         (mx_nib[mx_nibble(b1, 1u)] << 24);
 }
 #else
 void i8_tables() {}
@@ -105,8 +110,7 @@ int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
   int s = 0;
   [[unroll]] for (uint w = 0u; w < 4u; ++w) {
     const uint v = q.q[w];
-    const uint lo = mx_pair[v & 0xFFu] | (mx_pair[(v >> 8) & 0xFFu] << 16);
-    const uint hi = mx_pair[(v >> 16) & 0xFFu] | (mx_pair[v >> 24] << 16);
+    const uint lo = mx_word(v, 0u), hi = mx_word(v, 2u);
     const uint x0 = w < 2u ? xa[2u * w] : xb[2u * w - 4u], x1 = w < 2u ? xa[2u * w + 1u] : xb[2u * w - 3u];
     s += dot_ss(int(lo), int(x0), PACKED_4X8) + dot_ss(int(hi), int(x1), PACKED_4X8);
   }
@@ -134,8 +138,26 @@ int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
 #define FR(u, i) const raw_t q##u##_##i = fetch(R##i, row##i, k0 + min(k + u * LANES, nct - 1u));
 #define FETCH(u) ROWS(FR, u)
 #if !ACT_I8
+#if defined(FMT_FP8_B128) || defined(FMT_FP8_B32)
+// E4M3 without the 256-entry shared-memory LUT (random byte indices make its lookups bank-conflict-bound): the
+// sign moves to bit 15 and exponent|mantissa to bits 7..13 of an f16, whose value is then the E4M3 value
+// times 2^-8 (bias 7 vs 15) for every code, subnormals included; 2^8 is folded into the chunk scale. Two bytes
+// per unpackHalf2x16. The NaN codes (0x7F, 0xFF) become ±480 — as in the CPU's AVX2 decoder; checkpoints hold
+// no NaN weights. Exact for every other code (dequant.comp keeps the LUT decode, bit-exact for all 256).
+vec2 e4m3_pair(uint w) {  // bytes in bits 0..7 and 16..23
+  return unpackHalf2x16(((w & 0x00800080u) << 8) | ((w & 0x007F007Fu) << 7));
+}
+vec4 fp8_dec4(raw_t q, float s, uint j) {
+  const uint v = q.q[j];
+  const vec2 a = e4m3_pair(v & 0x00FF00FFu), b = e4m3_pair((v >> 8) & 0x00FF00FFu);
+  return vec4(a.x, b.x, a.y, b.y) * s;
+}
+#define BIND(u, i) const raw_t Q##i = q##u##_##i; const float S##i = 256.0 * chunk_scale(R##i, Q##i);
+#define RD(j, i) acc##i += dot(fp8_dec4(Q##i, S##i, j), X);
+#else
 #define BIND(u, i) const raw_t Q##i = q##u##_##i; const float S##i = chunk_scale(R##i, Q##i);
 #define RD(j, i) acc##i += dot(decode4(R##i, Q##i, S##i, K, j), X);
+#endif
 #define DOTJ(j) { const vec4 X = xsh[xswz(KT, j)]; ROWS(RD, j) }
 #define CONSUME(u)                                          \
   if (k + u * LANES < nct) {                                \

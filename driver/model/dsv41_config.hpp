@@ -72,7 +72,7 @@ struct dsv41_config {
   uint64_t engram_compressed_vocab = 0;
   std::vector<uint64_t> engram_num_embeddings;           // table rows per Engram layer (checked against the primes)
   std::vector<std::vector<int64_t>> engram_multipliers;  // [engram layer][max_ngram]
-  std::string engram_token_map;            // "" = needs the tokenizer-derived map (not built yet); "mod" = toy rule
+  std::string engram_token_map;            // "" / "tokenizer" = built from the tokenizer at load; "mod" = toy rule
   std::vector<dsv41_layer_plan> plan;      // one per layer (dsv41_make_plan)
   uint32_t bos = 0, eos = 1;
 };

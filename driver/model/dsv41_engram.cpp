@@ -5,6 +5,8 @@
 #include <string>
 
 #include "cmfx/core/error.hpp"
+#include "cmfx/text/engram_map.hpp"
+#include "model_tokenizer.hpp"
 
 namespace cmfx::driver {
 
@@ -33,17 +35,49 @@ engram_config dsv41_engram_config(const dsv41_config& c) {
   return e;
 }
 
-engram_token_map dsv41_engram_token_map(const dsv41_config& c, const engram_config& ec) {
-  if (c.engram_token_map != "mod")
-    throw usage_error("Engram: the compressed token map of the release (built from the tokenizer, spec §4.4) is not "
-                      "implemented yet; this build runs Engram only with the toy's \"mod\" map");
+bool dsv41_engram_needs_tokenizer(const dsv41_config& c) {
+  if (c.engram_layers.empty() || c.engram_token_map == "mod") return false;
+  if (c.engram_token_map.empty() || c.engram_token_map == "tokenizer") return true;
+  throw usage_error("V4.1 config: engram_token_map \"" + c.engram_token_map +
+                    "\" is unknown (absent or \"tokenizer\": built from the tokenizer; \"mod\": the toy's rule)");
+}
+
+std::vector<int32_t> dsv41_engram_tokenizer_map(const std::string& model_path, const dsv41_config& c) {
+  const std::string what = "Engram: the compressed token map is built from the model's tokenizer (spec §4.4): ";
+  const model_tokenizer t = [&] {
+    try {
+      return load_model_tokenizer(model_path, "");
+    } catch (const usage_error& e) {
+      std::string m = e.what();  // its "--tokenizer" hint does not apply here: the map needs the model's own
+      if (const size_t h = m.find("; pass --tokenizer"); h != std::string::npos) m.resize(h);
+      throw usage_error(what + m + " (ship the release's tokenizer.json beside its shards, or in the CMF vocab "
+                               "section)");
+    }
+  }();
+  if (t.tok.vocab_size() != c.vocab)
+    throw usage_error(what + t.source + " holds " + std::to_string(t.tok.vocab_size()) + " token ids, the model " +
+                      std::to_string(c.vocab) + " (wrong tokenizer?)");
+  return engram_build_token_map(t.tok).map;
+}
+
+engram_token_map dsv41_engram_token_map(const dsv41_config& c, const engram_config& ec,
+                                        std::span<const int32_t> built) {
   if (ec.compressed_vocab == 0) throw usage_error("V4.1 config: engram_compressed_vocab_size must be > 0");
-  std::vector<int32_t> m(ec.vocab);
-  for (uint32_t i = 0; i < ec.vocab; ++i) m[i] = int32_t(i % ec.compressed_vocab);
+  std::vector<int32_t> m;
+  if (!dsv41_engram_needs_tokenizer(c)) {
+    m.resize(ec.vocab);
+    for (uint32_t i = 0; i < ec.vocab; ++i) m[i] = int32_t(i % ec.compressed_vocab);
+  } else {
+    if (built.empty())
+      throw usage_error("Engram: no compressed token map: it is built from the model's tokenizer when the model is "
+                        "loaded (dsv41_load), and this model has none");
+    m.assign(built.begin(), built.end());
+  }
   try {
     return engram_token_map(std::move(m), ec);
   } catch (const std::invalid_argument& e) {
-    throw usage_error(std::string("V4.1 config: ") + e.what());
+    const char* who = dsv41_engram_needs_tokenizer(c) ? "Engram map from the tokenizer: " : "V4.1 config: ";
+    throw usage_error(std::string(who) + e.what());
   }
 }
 

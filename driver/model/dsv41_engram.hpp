@@ -4,6 +4,7 @@
 // gated add, bound to a V4.1 text config and the per-sequence compressed-id history the state keeps.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cmfx/model/engram.hpp"
@@ -15,10 +16,20 @@ namespace cmfx::driver {
 /// num_embeddings when the config states them). eps = the model's norm_eps; the table scale block is 32.
 engram_config dsv41_engram_config(const dsv41_config& c);
 
+/// Whether the config's Engram needs the tokenizer-derived map: Engram layers and `engram_token_map` absent ("", the
+/// release) or "tokenizer". "mod" is the toy's rule; any other value is refused with a usage_error.
+bool dsv41_engram_needs_tokenizer(const dsv41_config& c);
+
+/// The release's compressed-id map (spec §4.4), built at load from the model's own tokenizer — a CMF file's vocab
+/// section or the tokenizer.json beside a release (driver/model_tokenizer.hpp) — by include/cmfx/text/engram_map.hpp.
+/// The tokenizer must hold exactly the config's vocab ids. Throws usage_error saying what is missing (no tokenizer,
+/// wrong size). Not yet validated against the config's compressed size: dsv41_engram_token_map does that.
+std::vector<int32_t> dsv41_engram_tokenizer_map(const std::string& model_path, const dsv41_config& c);
+
 /// The compressed-id map the config names, validated by engram_token_map (vocab entries, every compressed id used,
-/// first-appearance order). "mod": id mod engram_compressed_vocab_size — the toy's stand-in for the release's
-/// tokenizer-derived map; any other value (the release: none stated) is refused with a usage_error.
-engram_token_map dsv41_engram_token_map(const dsv41_config& c, const engram_config& ec);
+/// first-appearance order, engram_compressed_vocab_size ids). "mod": id mod engram_compressed_vocab_size (the toy's
+/// stand-in); otherwise `built`, the map dsv41_engram_tokenizer_map made at load (empty = refused: no tokenizer).
+engram_token_map dsv41_engram_token_map(const dsv41_config& c, const engram_config& ec, std::span<const int32_t> built);
 
 /// Everything the forward pass needs for Engram, built once per model.
 struct dsv41_engram {

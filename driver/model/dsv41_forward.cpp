@@ -63,7 +63,7 @@ dsv41_engram make_engram(const dsv41_weights& w) {
   } catch (const std::invalid_argument& e) {
     throw usage_error(std::string("V4.1 config: ") + e.what());
   }
-  eg.map = dsv41_engram_token_map(cf, eg.cfg);
+  eg.map = dsv41_engram_token_map(cf, eg.cfg, w.engram_map);
   for (size_t e = 0; e < cf.engram_layers.size(); ++e) {
     const uint32_t l = cf.engram_layers[e];
     const dsv41_layer_w& L = w.layers[l];

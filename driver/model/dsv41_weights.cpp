@@ -3,6 +3,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/io/cmf_reader.hpp"
+#include "dsv41_engram.hpp"
 #include "dsv4_source.hpp"
 
 namespace cmfx::driver {
@@ -152,6 +153,7 @@ dsv41_weights dsv41_load(const std::string& path) {
     for (uint64_t e = 0; e < E; ++e) L.experts[e] = bind_expert(b, p + "ffn.experts." + std::to_string(e) + ".", I, d);
     L.shared = bind_expert(b, p + "ffn.shared_experts.", I, d);
   }
+  if (dsv41_engram_needs_tokenizer(c)) w.engram_map = dsv41_engram_tokenizer_map(path, c);  // once per load
   w.cfg = std::move(c);
   return w;
 }

@@ -41,6 +41,8 @@ struct dsv41_weights {
   dsv4_matrix embed, head;
   std::vector<float> norm;
   std::vector<dsv41_layer_w> layers;
+  /// token id → Engram compressed id, built at load from the model's tokenizer (spec §4.4); empty for "mod"
+  std::vector<int32_t> engram_map;
   std::shared_ptr<const void> keep_alive;
 };
 

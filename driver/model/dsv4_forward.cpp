@@ -111,6 +111,8 @@ std::vector<float> dsv4_model::forward(std::span<const uint32_t> ids, dsv4_state
   return forward_batch(ids, std::span<const dsv4_segment>(&seg, 1), want, trace);
 }
 
+thread_pool& dsv4_model::pool() noexcept { return p_->pool; }
+
 std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std::span<const dsv4_segment> segs,
                                              dsv4_logits want, dsv4_trace* trace) {
   impl& m = *p_;

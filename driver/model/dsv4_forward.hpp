@@ -14,6 +14,10 @@
 #include "dsv4_state.hpp"
 #include "dsv4_weights.hpp"
 
+namespace cmfx {
+class thread_pool;
+}
+
 namespace cmfx::driver {
 
 /// Per-token decisions, for parity tests: [layer][token] sorted ascending.
@@ -55,6 +59,10 @@ class dsv4_model {
   /// running each segment alone.
   std::vector<float> forward_batch(std::span<const uint32_t> ids, std::span<const dsv4_segment> segs,
                                    dsv4_logits want, dsv4_trace* trace = nullptr);
+
+  /// The worker threads of the forward pass, for a caller's own data-parallel work between forward calls (the
+  /// server samples its slots on them); never from inside a forward call.
+  thread_pool& pool() noexcept;
 
   struct impl;
 

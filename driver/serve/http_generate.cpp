@@ -2,6 +2,7 @@
 // (`data: {chunk}\n\n` … `data: [DONE]\n\n`). A stream whose client went away cancels its job, which frees the slot.
 #include <chrono>
 #include <ctime>
+#include <memory>
 
 #include "serve/http_log.hpp"
 #include "serve/http_server.hpp"
@@ -16,6 +17,14 @@ using json = nlohmann::ordered_json;
 namespace {
 
 std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+// CPU time of the calling thread: what the HTTP side takes from the model threads on a busy machine (wall time
+// would also count the time the thread waited for a core).
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 // Decrements the in-flight count on scope exit unless the response took it over (streams: the releaser).
 class flight_guard {
@@ -35,6 +44,7 @@ class flight_guard {
 struct stream_state {
   std::shared_ptr<job> j;
   response_meta meta;
+  std::unique_ptr<text_chunks> text;  // the per-token chunks' fast path
   bool started = false;
   size_t tool_index = 0, text_offset = 0;
 };
@@ -109,11 +119,12 @@ void http_server::answer_stream(Response& res, const std::shared_ptr<job>& j) {
   auto st = std::make_shared<stream_state>();
   st->j = j;
   st->meta = response_meta{&j->req, static_cast<int64_t>(std::time(nullptr)), rc_.tok};
+  st->text = std::make_unique<text_chunks>(st->meta);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st](size_t, httplib::DataSink& sink) -> bool {
+      [st, this](size_t, httplib::DataSink& sink) -> bool {
         // Runs outside cpp-httplib's exception guard: nothing may escape.
         try {
           job& jb = *st->j;
@@ -131,9 +142,11 @@ void http_server::answer_stream(Response& res, const std::shared_ptr<job>& j) {
           std::vector<gen_event> evs;
           gen_result r;
           const bool done = jb.wait(evs, r, std::chrono::milliseconds(out.empty() ? 250 : 0));
+          const double cpu0 = thread_cpu_seconds();  // JSON + socket write, for /metrics
           for (const auto& e : evs)
-            out += sse(chat ? chat_chunk(st->meta, &e, false, nullptr, st->tool_index)
-                            : completion_chunk(st->meta, &e, nullptr, st->text_offset));
+            if (!st->text->render(e, out))
+              out += sse(chat ? chat_chunk(st->meta, &e, false, nullptr, st->tool_index)
+                              : completion_chunk(st->meta, &e, nullptr, st->text_offset));
           if (done) {
             note_result(r);
             if (r.error_status) {
@@ -151,6 +164,7 @@ void http_server::answer_stream(Response& res, const std::shared_ptr<job>& j) {
             current_request_log().note = "client_gone";
             return false;
           }
+          if (!out.empty()) m_.add_stream_write(1, thread_cpu_seconds() - cpu0);
           if (done) sink.done();
           return true;
         } catch (...) {

@@ -1,6 +1,9 @@
 // Routes, access control, body limits, errors and the request log of `cmfx serve` (see http_server.hpp).
 #include "serve/http_server.hpp"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -30,6 +33,26 @@ bool same_secret(std::string_view given, std::string_view key) {
 std::string short_text(const std::string& s, size_t max) {
   std::string t = s.size() > max ? s.substr(0, max) + "..." : s;
   return dump_json(json(t));  // quoted, control characters escaped, invalid UTF-8 replaced
+}
+
+// cpp-httplib 0.11 (Debian's shared library) listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when
+// the library was built) and keeps its socket private. A burst of connections (16 clients starting at once on a
+// busy 2-core machine) overflowed it: the kernel logged "Possible SYN flooding" and some clients got "connection
+// reset". Calling listen() again on a listening socket only changes its backlog (Linux), so the server's socket
+// — the one listening on our port — is found among the process's descriptors and given SOMAXCONN.
+void widen_backlog(int port) {
+  for (int fd = 0; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int p = -1;
+    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+    if (p == port) (void)::listen(fd, SOMAXCONN);
+  }
 }
 
 const char* allow_for(bool post) { return post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS"; }
@@ -64,8 +87,9 @@ http_server::http_server(const serve_args& a, std::string api_key, request_conte
 http_server::~http_server() = default;
 
 int http_server::bind() {
-  if (a_.port == 0) return svr_->bind_to_any_port(a_.host);
-  return svr_->bind_to_port(a_.host, a_.port) ? a_.port : -1;
+  const int port = a_.port == 0 ? svr_->bind_to_any_port(a_.host) : svr_->bind_to_port(a_.host, a_.port) ? a_.port : -1;
+  if (port > 0) widen_backlog(port);
+  return port;
 }
 
 bool http_server::listen() { return svr_->listen_after_bind(); }

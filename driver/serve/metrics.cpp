@@ -41,8 +41,8 @@ double u(const std::atomic<uint64_t>& a) { return static_cast<double>(a.load(std
 std::string metrics::prometheus() const {
   std::string o;
   std::map<int, uint64_t> by_status;
-  uint64_t pt, dt;
-  double ps, ds;
+  uint64_t pt, dt, steps, chunks;
+  double ps, ds, fs, dfs, ss, sts, ws;
   {
     std::lock_guard lk(m_);
     by_status = by_status_;
@@ -50,6 +50,13 @@ std::string metrics::prometheus() const {
     dt = decode_tokens_;
     ps = prefill_s_;
     ds = decode_s_;
+    steps = steps_;
+    chunks = stream_chunks_;
+    fs = forward_s_;
+    dfs = decode_forward_s_;
+    ss = sample_s_;
+    sts = step_s_;
+    ws = stream_write_s_;
   }
   head(o, "cmfx_requests_total", "counter", "HTTP requests answered, by status code.");
   for (const auto& [status, n] : by_status) {
@@ -70,6 +77,21 @@ std::string metrics::prometheus() const {
   metric(o, "cmfx_decode_tokens_per_second", "gauge",
          "Decode throughput since start, all slots together (tokens / decode seconds).",
          ds > 0 ? static_cast<double>(dt) / ds : 0.0);
+  // Where the time goes (docs/SERVING.md "Performance"; scripts/serve_bench.py reads these).
+  metric(o, "cmfx_steps_total", "counter", "Scheduler steps (one forward_batch over every active slot each).",
+         static_cast<double>(steps));
+  metric(o, "cmfx_step_seconds_total", "counter", "Seconds in scheduler steps (forward, sampling, bookkeeping).", sts);
+  metric(o, "cmfx_forward_seconds_total", "counter", "Seconds in the model's forward pass (prefill and decode).", fs);
+  metric(o, "cmfx_decode_forward_seconds_total", "counter",
+         "Share of the forward seconds that belongs to decode tokens (a step's time split by token count).", dfs);
+  metric(o, "cmfx_sample_seconds_total", "counter",
+         "Seconds in the steps' sampling phase: the slots' samplers (in parallel on the model's threads), then "
+         "the output pipeline (detokenizer, stop strings, chat parser) and the events.",
+         ss);
+  metric(o, "cmfx_stream_chunks_total", "counter", "Server-sent event writes to streaming clients.",
+         static_cast<double>(chunks));
+  metric(o, "cmfx_stream_write_cpu_seconds_total", "counter",
+         "CPU seconds the HTTP threads spent building (JSON) and writing server-sent events.", ws);
   metric(o, "cmfx_requests_cancelled_total", "counter", "Generations stopped because the client went away.",
          u(cancelled));
   metric(o, "cmfx_requests_timed_out_total", "counter", "Generations stopped by --timeout-s.", u(timed_out));

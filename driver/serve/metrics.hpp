@@ -24,6 +24,23 @@ class metrics {
     decode_tokens_ += tokens;
     decode_s_ += seconds;
   }
+  /// One scheduler step: time in forward_batch (all of it, and the share of its decode tokens), in the sampling
+  /// phase (every slot's sampler, in parallel, then the output pipelines), and the whole step (bookkeeping
+  /// included).
+  void add_step(double forward_s, double decode_forward_s, double sample_s, double step_s) {
+    std::lock_guard lk(m_);
+    ++steps_;
+    forward_s_ += forward_s;
+    decode_forward_s_ += decode_forward_s;
+    sample_s_ += sample_s;
+    step_s_ += step_s;
+  }
+  /// HTTP side of a stream: one write of SSE chunks (JSON built and written to the socket), and its CPU seconds.
+  void add_stream_write(uint64_t chunks, double seconds) {
+    std::lock_guard lk(m_);
+    stream_chunks_ += chunks;
+    stream_write_s_ += seconds;
+  }
   uint64_t requests_with_status(int status) const {
     std::lock_guard lk(m_);
     const auto it = by_status_.find(status);
@@ -43,6 +60,8 @@ class metrics {
   std::map<int, uint64_t> by_status_;
   uint64_t prefill_tokens_ = 0, decode_tokens_ = 0;
   double prefill_s_ = 0.0, decode_s_ = 0.0;
+  uint64_t steps_ = 0, stream_chunks_ = 0;
+  double forward_s_ = 0.0, decode_forward_s_ = 0.0, sample_s_ = 0.0, step_s_ = 0.0, stream_write_s_ = 0.0;
 };
 
 }  // namespace cmfx::driver::serve

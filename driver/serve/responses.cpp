@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cmfx/text/byte_level.hpp"
+#include "serve/api_error.hpp"
 
 namespace cmfx::driver::serve {
 
@@ -159,6 +160,40 @@ json completion_chunk(const response_meta& m, const gen_event* e, const char* fi
   out["choices"] = json::array({std::move(choice)});
   if (m.req->include_usage) out["usage"] = json();
   return out;
+}
+
+text_chunks::text_chunks(const response_meta& m) : req_(m.req) {
+  const bool chat = m.req->kind == job_kind::chat;
+  std::string env = dump_json(envelope(m, chat ? "chat.completion.chunk" : "text_completion"));
+  env.pop_back();  // the closing brace: the chunk goes on with "choices"
+  head_ = "data: " + env;
+  head_ += chat ? ",\"choices\":[{\"index\":0,\"delta\":{" : ",\"choices\":[{\"index\":0,\"text\":";
+  tail_ = chat ? "},\"logprobs\":null,\"finish_reason\":null}]" : ",\"logprobs\":null,\"finish_reason\":null}]";
+  if (m.req->include_usage) tail_ += ",\"usage\":null";
+  tail_ += "}\n\n";
+}
+
+bool text_chunks::render(const gen_event& e, std::string& out) const {
+  if (req_->top_logprobs >= 0 && !e.tokens.empty()) return false;
+  if (req_->kind == job_kind::completion) {
+    out += head_;
+    out += dump_json(json(e.content));
+    out += tail_;
+    return true;
+  }
+  if (!e.tool_calls.empty() || (e.reasoning.empty() && e.content.empty())) return false;
+  out += head_;
+  if (!e.reasoning.empty()) {
+    out += "\"reasoning_content\":";
+    out += dump_json(json(e.reasoning));
+  }
+  if (!e.content.empty()) {
+    if (!e.reasoning.empty()) out += ',';
+    out += "\"content\":";
+    out += dump_json(json(e.content));
+  }
+  out += tail_;
+  return true;
 }
 
 json usage_chunk(const response_meta& m, const gen_result& r) {

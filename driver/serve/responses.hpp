@@ -37,6 +37,21 @@ nlohmann::ordered_json chat_chunk(const response_meta& m, const gen_event* e, bo
                                   size_t& tool_index);
 nlohmann::ordered_json completion_chunk(const response_meta& m, const gen_event* e, const char* finish_reason,
                                         size_t& text_offset);
+/// Streamed chunks that carry only text — the per-token case — as SSE ("data: {…}\n\n"), from a prefix and suffix
+/// rendered once per stream: the same bytes as "data: " + dump_json(chat_chunk / completion_chunk) + "\n\n"
+/// (tests/serve/serve_output_test.cpp), without building a JSON tree per token.
+class text_chunks {
+ public:
+  explicit text_chunks(const response_meta& m);
+  /// Appends the chunk of `e` to out; false (out untouched) when e needs the general path (tool calls, logprobs,
+  /// no text).
+  bool render(const gen_event& e, std::string& out) const;
+
+ private:
+  const gen_request* req_;
+  std::string head_, tail_;
+};
+
 /// The final usage chunk (choices: []) of stream_options.include_usage.
 nlohmann::ordered_json usage_chunk(const response_meta& m, const gen_result& r);
 

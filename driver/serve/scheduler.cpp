@@ -1,4 +1,4 @@
-// The scheduler thread: admission, round-robin steps (prefill chunks and decode tokens), prefix reuse,
+// The scheduler thread: admission, batched steps (prefill chunks and decode tokens), prefix reuse,
 // cancellation and timeouts. See scheduler.hpp.
 #include "serve/scheduler.hpp"
 
@@ -222,6 +222,7 @@ bool scheduler::still_running(slot& s) {
 }
 
 void scheduler::step_all() {
+  const auto t_step = clock_type::now();
   std::vector<slot*> act;
   std::vector<uint32_t> ids;
   std::vector<dsv4_segment> segs;
@@ -260,6 +261,11 @@ void scheduler::step_all() {
   const double per_token = secs / double(prefill_tokens + decode_tokens);
   if (prefill_tokens) m_.add_prefill(prefill_tokens, per_token * double(prefill_tokens));
   const uint64_t V = model_.config().vocab;
+  // Bookkeeping, then the sampling of every slot that reached a token, spread over the model's worker threads
+  // (each slot has its own sampler; nothing else is touched), then, in slot order, the output pipeline and the
+  // events. The pool is idle between forward calls, so this adds no threads.
+  std::vector<size_t> fin;  // segment indices to sample
+  std::vector<uint8_t> decode;
   for (size_t k = 0; k < act.size(); ++k) {
     slot& s = *act[k];
     const dsv4_segment& sg = segs[k];
@@ -276,67 +282,41 @@ void scheduler::step_all() {
       s.snap_tokens = s.tokens;
       s.has_snap = true;
     }
-    s.logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(k * V),
-                    logits.begin() + static_cast<std::ptrdiff_t>((k + 1) * V));
-    sample_and_emit(s);
-    if (!was_prefill) m_.add_decode(1, per_token);
+    fin.push_back(k);
+    decode.push_back(!was_prefill);
+  }
+  const auto t_sample = clock_type::now();
+  std::vector<sample_result> picked(fin.size());
+  std::vector<std::string> errors(fin.size());
+  model_.pool().run(fin.size(), [&](uint64_t b, uint64_t e, unsigned) {
+    for (uint64_t i = b; i < e; ++i) {
+      const size_t k = fin[i];
+      try {
+        picked[i] = act[k]->smp->sample(std::span<const float>(logits.data() + k * V, V));
+      } catch (const std::exception& ex) {
+        errors[i] = ex.what();
+      }
+    }
+  });
+  for (size_t i = 0; i < fin.size(); ++i) {
+    slot& s = *act[fin[i]];
+    if (!errors[i].empty()) {
+      fail(s, 500, "sampling failed: " + errors[i], "server_error", "internal_error");
+      continue;
+    }
+    emit(s, picked[i]);
     if (s.j) update_bytes(s);
   }
+  const double sample_s = seconds_since(t_sample);
+  // Decode tokens: their share of the forward, plus the sampling step's time per sampled token.
+  const double sample_per_token = fin.empty() ? 0.0 : sample_s / double(fin.size());
+  for (size_t i = 0; i < fin.size(); ++i)
+    if (decode[i]) m_.add_decode(1, per_token + sample_per_token);
+  m_.add_step(secs, per_token * double(decode_tokens), sample_s, seconds_since(t_step));
 }
 
-void scheduler::step(slot& s) {
+void scheduler::emit(slot& s, const sample_result& r) {
   job& j = *s.j;
-  if (j.cancelled()) {
-    ++m_.cancelled;
-    end(s, error_result(499, "request cancelled", "server_error", "cancelled"));
-    return;
-  }
-  if (clock_type::now() >= j.deadline()) {
-    ++m_.timed_out;
-    end(s, error_result(504, "request timed out (--timeout-s)", "server_error", "timeout"));
-    return;
-  }
-  const auto& prompt = j.req.prompt;
-  try {
-    if (s.prefill_pos < prompt.size()) {
-      const size_t n = std::min<size_t>(o_.prefill_chunk, prompt.size() - s.prefill_pos);
-      const bool last = s.prefill_pos + n == prompt.size();
-      std::vector<uint32_t> ids(prompt.begin() + static_cast<std::ptrdiff_t>(s.prefill_pos),
-                                prompt.begin() + static_cast<std::ptrdiff_t>(s.prefill_pos + n));
-      const auto t0 = clock_type::now();
-      s.logits = model_.forward(ids, s.state, last ? dsv4_logits::last : dsv4_logits::none);
-      m_.add_prefill(n, seconds_since(t0));
-      s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
-      s.prefill_pos += n;
-      if (last) {
-        if (o_.snapshot) {
-          s.snap = s.state;
-          s.snap_tokens = s.tokens;
-          s.has_snap = true;
-        }
-        const auto t1 = clock_type::now();
-        sample_and_emit(s);
-        m_.add_decode(1, seconds_since(t1));
-      }
-    } else {
-      const auto t0 = clock_type::now();
-      const uint32_t one[1] = {static_cast<uint32_t>(s.pending)};
-      s.logits = model_.forward(one, s.state, dsv4_logits::last);
-      s.tokens.push_back(one[0]);
-      sample_and_emit(s);
-      m_.add_decode(1, seconds_since(t0));
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cmfx serve: generation failed: %s\n", e.what());
-    fail(s, 500, std::string("generation failed: ") + e.what(), "server_error", "internal_error");
-    return;
-  }
-  if (s.j) update_bytes(s);
-}
-
-void scheduler::sample_and_emit(slot& s) {
-  job& j = *s.j;
-  const sample_result& r = s.smp->sample(s.logits);
   ++s.generated;
   gen_event ev;
   std::string reason;

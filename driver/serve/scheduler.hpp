@@ -1,10 +1,9 @@
 #pragma once
 // The scheduler thread: it alone owns the model. Requests wait in a bounded FIFO queue; each iteration it moves
-// waiting requests into free slots, then gives every busy slot one step, round-robin: a prefill chunk
-// (--prefill-chunk prompt tokens) for a slot still reading its prompt, one token for a slot that is generating.
-// So prefill of a new request is interleaved with the decode steps of the others, and a new request joins at the
-// next iteration. The forward pass runs one sequence at a time (dsv4_model::forward takes one state); batching
-// the decode steps of several slots into one forward pass is the next step (docs/SERVING.md).
+// waiting requests into free slots, then runs one step for every busy slot together (continuous batching): one
+// forward_batch over each slot's next prefill chunk (--prefill-chunk prompt tokens) or its one pending decode
+// token, then each slot that reached a token samples it. So prefill of a new request is interleaved with the
+// decode steps of the others, and a new request joins at the next iteration.
 //
 // Prefix reuse: a free slot keeps its token vector and state (and, with the snapshot option, a copy of the state
 // at the end of its last prompt). A new request goes to the free slot that shares the longest usable prefix with
@@ -66,7 +65,6 @@ class scheduler {
     uint64_t generated = 0;
     uint64_t cached = 0;   // prompt tokens reused
     int32_t pending = -1;  // sampled, not yet run through the model
-    std::vector<float> logits;
     uint64_t last_used = 0;
     uint64_t bytes = 0;
   };
@@ -75,13 +73,13 @@ class scheduler {
   void expire_waiting();
   void assign(std::shared_ptr<job> j);
   uint64_t usable_prefix(const slot& s, const std::vector<int32_t>& prompt, bool& from_snap) const;
-  void step(slot& s);
   /// One continuous-batching step: every active slot contributes its next prefill chunk or its pending token to
-  /// one forward_batch call; then each slot that reached a token samples and emits it.
+  /// one forward_batch call; then the slots that reached a token sample it (in parallel) and emit it.
   void step_all();
   /// Cancellation and deadline checks before a step; false when the slot was ended.
   bool still_running(slot& s);
-  void sample_and_emit(slot& s);
+  /// A token the slot's sampler chose: output pipeline, event to the client, end on stop / length.
+  void emit(slot& s, const sample_result& r);
   void end(slot& s, gen_result r);
   void fail(slot& s, int status, const std::string& message, const std::string& type, const std::string& code);
   void update_bytes(slot& s);

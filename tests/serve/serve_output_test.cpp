@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "serve/api_error.hpp"
 #include "serve/output.hpp"
 #include "serve/responses.hpp"
 
@@ -142,6 +143,61 @@ TEST(ServeOutput, UsageCarriesDeepSeekCacheFields) {
   EXPECT_EQ(u["prompt_cache_miss_tokens"], 3);
   EXPECT_EQ(u["prompt_tokens_details"]["cached_tokens"], 7);
   EXPECT_EQ(u["completion_tokens_details"]["reasoning_tokens"], 3);
+}
+
+// The per-token fast path of streamed chunks gives the bytes of the JSON-tree path, for chat and completions,
+// with and without the usage field, on text that needs escaping (quotes, backslash, control characters,
+// non-ASCII, invalid UTF-8); events it must not take (tool calls, logprobs, no text) go to the general path.
+TEST(ServeOutput, TextChunkFastPathEqualsJsonPath) {
+  const std::vector<std::string> texts = {"plain",  "quote \" and \\ backslash", "tab\tnew\nline\x01\x1f",
+                                          "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "bad \xff\xfe utf-8", ""};
+  for (const job_kind kind : {job_kind::chat, job_kind::completion}) {
+    for (const bool usage : {false, true}) {
+      gen_request r;
+      r.kind = kind;
+      r.include_usage = usage;
+      r.id = "chatcmpl-0123456789abcdef";
+      r.model = "toy \"model\"";
+      const response_meta m{&r, 1764400000, nullptr};
+      const text_chunks fast(m);
+      size_t checked = 0;
+      for (const auto& reasoning : texts) {
+        for (const auto& content : texts) {
+          gen_event e;
+          e.reasoning = kind == job_kind::chat ? reasoning : std::string();
+          e.content = content;
+          std::string got;
+          size_t tool_index = 0, text_offset = 0;
+          const std::string want =
+              "data: " +
+              dump_json(kind == job_kind::chat ? chat_chunk(m, &e, false, nullptr, tool_index)
+                                               : completion_chunk(m, &e, nullptr, text_offset)) +
+              "\n\n";
+          if (!fast.render(e, got)) {
+            EXPECT_TRUE(kind == job_kind::chat && e.reasoning.empty() && e.content.empty());
+            continue;
+          }
+          EXPECT_EQ(got, want);
+          ++checked;
+        }
+      }
+      EXPECT_GE(checked, 30u);
+    }
+  }
+  // Events the fast path leaves to the general one.
+  gen_request r;
+  r.top_logprobs = 2;
+  const response_meta m{&r, 0, nullptr};
+  const text_chunks fast(m);
+  gen_event with_lp;
+  with_lp.content = "x";
+  with_lp.tokens.push_back({5, -0.5f, {}});
+  std::string out;
+  EXPECT_FALSE(fast.render(with_lp, out));
+  gen_event with_tool;
+  with_tool.tool_calls.push_back({});
+  EXPECT_FALSE(fast.render(with_tool, out));
+  EXPECT_TRUE(out.empty());
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 ///
 /// Path of one token t (every step is a function below):
 ///   1. compressed id   c_t = map[token_t] (129280 → 99092 ids; the map is an input: the GGUF ships it, the official
-///                      release derives it from tokenizer.json by Unicode normalisation, which cmfx does not do).
+///                      release derives it from tokenizer.json: cmfx/text/engram_map.hpp).
 ///                      Image-span tokens are DEAD.
 ///   2. n-gram state    shifts s = 0..3 read c_{t−s}; once a shift is before the sequence start or DEAD, it and
 ///                      every larger shift take pad = map[pad_token] ("blocked" rule of engram.py NgramHashState).

@@ -32,9 +32,14 @@
 ///      unaffected by the renormalisations of 5–6, since it compares ratios.
 ///   8. Sample: one uniform u in [0, 1) from rng.hpp; the token where the cumulative weight exp(z − z_max) of the
 ///      kept tokens (in the order they are held: descending after top-k, index order otherwise) first exceeds u·Σ.
+///      The weights come from exp_weights.hpp (float64, < 4e-16 relative error, the same bits on every machine);
+///      the cumulative sum is taken per block of 64 weights, then over the block sums (pick(): a fixed order).
 /// The same seed, parameters, prompt and logits give the same tokens everywhere: the RNG is fully specified, the
-/// orderings are total orders, sums run in a fixed order in float64 (top-p: exact integer sums). (exp/log come
-/// from the C library: a result could differ only if u fell within ~1e-16 of a boundary between two tokens.)
+/// orderings are total orders, sums run in a fixed order in float64 (top-p: exact integer sums), and the exp is
+/// written out. A different summation order or exp could change a choice only where u·Σ falls within ~1e-15
+/// of a boundary between two tokens (tests/sample compare the choices with a long-double softmax reference).
+/// Cost (129,280 logits, temperature only, dev machine): one pass for NaN / temperature / maximum, one
+/// vectorised exp pass, one summing pass.
 ///
 /// Logprobs (OpenAI `logprobs` / `top_logprobs`): log-softmax, in float64, of the distribution BEFORE any
 /// truncation (top-k/top-p/min-p) — by default of the raw model logits (logprob_source::raw, vLLM's default
@@ -57,6 +62,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/ops/topk.hpp"
 #include "cmfx/sample/rng.hpp"
+#include "cmfx/sample/vocab_pass.hpp"
 
 namespace cmfx {
 
@@ -97,6 +103,8 @@ class sampler {
     work_.resize(vocab_);
     cand_.resize(vocab_);
     w_.resize(vocab_);
+    wc_.resize(vocab_);
+    bsum_.resize((vocab_ + block - 1) / block);
     bin_.resize(vocab_);
     bin_mass_.resize(bins);
     mass_bits_ = 53;  // fixed-point masses for top-p: vocab · 2^bits ≤ 2^53
@@ -162,18 +170,15 @@ class sampler {
       throw usage_error("sampler: " + std::to_string(logits.size()) + " logits for a vocabulary of " +
                         std::to_string(vocab_));
     const size_t n = vocab_;
-    for (size_t i = 0; i < n; ++i) work_[i] = std::isnan(logits[i]) ? -inf : logits[i];
+    sanitize(logits.data(), work_.data(), n);
     apply_penalties();
 
     int32_t tok;
     const bool greedy = !(p_.temperature > 0.0f);
-    if (!greedy) {
-      for (size_t i = 0; i < n; ++i) work_[i] /= p_.temperature;
-    }
-    float zmax = -inf;
-    for (size_t i = 0; i < n; ++i) zmax = std::max(zmax, work_[i]);
+    const float zmax = greedy ? max_of(work_.data(), n) : divide_max(work_.data(), n, p_.temperature);
+    cand_identity_ = false;
     if (greedy || !std::isfinite(zmax)) {
-      tok = argmax(work_);
+      tok = first_of(work_, zmax);
       cand_[0] = {work_[static_cast<size_t>(tok)], static_cast<uint32_t>(tok)};
       ncand_ = 1;
     } else {
@@ -194,7 +199,8 @@ class sampler {
   /// token alone after a greedy choice).
   std::vector<int32_t> last_candidates() const {
     std::vector<int32_t> r(ncand_);
-    for (size_t i = 0; i < ncand_; ++i) r[i] = static_cast<int32_t>(cand_[i].index);
+    for (size_t i = 0; i < ncand_; ++i)
+      r[i] = cand_identity_ ? static_cast<int32_t>(i) : static_cast<int32_t>(cand_[i].index);
     return r;
   }
 
@@ -225,47 +231,109 @@ class sampler {
     }
   }
 
-  static int32_t argmax(std::span<const float> z) {
-    size_t best = 0;
-    for (size_t i = 1; i < z.size(); ++i)
-      if (z[i] > z[best]) best = i;  // strict: the lower index wins ties
-    return static_cast<int32_t>(best);
+  // The first index holding zmax, the largest value (greedy: the lower index wins ties).
+  static int32_t first_of(std::span<const float> z, float zmax) {
+    for (size_t i = 0; i < z.size(); ++i)
+      if (z[i] == zmax) return static_cast<int32_t>(i);
+    return 0;  // unreachable: zmax is one of the values
   }
 
   // Steps 5–8 on work_ (already divided by the temperature); zmax = its largest value (finite).
-  // w_[token] = exp(z − z_max) is computed once per candidate and shared by top-p, min-p and the draw.
+  // w_[token] = exp(z − z_max) (exp_weights.hpp) is computed once per candidate and shared by top-p, min-p and the
+  // draw. Without top-k the whole vocabulary is weighed in one vectorised pass, and without top-p / min-p the
+  // candidates are the vocabulary itself in index order (cand_identity_: cand_ is not written).
   int32_t draw(float zmax) {
     const size_t n = vocab_;
     const double m = zmax;
     size_t cnt = n;
+    bool ident = false;
     const bool top_k = p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n;
     if (top_k) {
       cnt = best_entries(work_, static_cast<size_t>(p_.top_k), cand_);
+      for (size_t i = 0; i < cnt; ++i) w_[cand_[i].index] = sample_exp(static_cast<double>(cand_[i].value) - m);
     } else {
-      for (size_t i = 0; i < n; ++i) cand_[i] = {work_[i], static_cast<uint32_t>(i)};
+      exp_weights(work_.data(), n, m, w_.data());
+      ident = true;
     }
-    for (size_t i = 0; i < cnt; ++i) w_[cand_[i].index] = std::exp(static_cast<double>(cand_[i].value) - m);
-    if (p_.top_p < 1.0f) cnt = top_p_cut(cnt, top_k, m);
+    if (p_.top_p < 1.0f) {
+      if (ident)
+        for (size_t i = 0; i < n; ++i) cand_[i] = {work_[i], static_cast<uint32_t>(i)};
+      ident = false;
+      cnt = top_p_cut(cnt, top_k, m);
+    }
     if (p_.min_p > 0.0f) {
       const double minp = p_.min_p;
       size_t w = 0;
-      for (size_t i = 0; i < cnt; ++i)
-        if (w_[cand_[i].index] >= minp) cand_[w++] = cand_[i];
+      if (ident) {
+        for (size_t i = 0; i < n; ++i)
+          if (w_[i] >= minp) cand_[w++] = {work_[i], static_cast<uint32_t>(i)};
+      } else {
+        for (size_t i = 0; i < cnt; ++i)
+          if (w_[cand_[i].index] >= minp) cand_[w++] = cand_[i];
+      }
+      ident = false;
       cnt = w;  // the largest (weight 1) always stays
     }
     ncand_ = cnt;
-    double total = 0.0;
-    for (size_t i = 0; i < cnt; ++i) total += w_[cand_[i].index];
-    const double r = rng_.uniform() * total;
-    double cum = 0.0;
-    for (size_t i = 0; i < cnt; ++i) {
-      cum += w_[cand_[i].index];
-      if (r < cum) return static_cast<int32_t>(cand_[i].index);
+    cand_identity_ = ident;
+    const double* wv = w_.data();
+    if (!ident) {
+      for (size_t i = 0; i < cnt; ++i) wc_[i] = w_[cand_[i].index];
+      wv = wc_.data();
     }
-    // Rounding left r at or above the last partial sum: the last candidate with a non-zero weight.
+    const size_t j = pick(wv, cnt, rng_.uniform());
+    return static_cast<int32_t>(ident ? j : cand_[j].index);
+  }
+
+  // Step 8 over the weights wv[0..cnt): blocks of `block` weights; S_b = the block's weights summed in order,
+  // total = the S_b summed in order, r = u·total. The chosen block is the first whose running total
+  // P_{b+1} = P_b + S_b exceeds r, the chosen entry the first j in it whose in-block running sum exceeds r − P_b.
+  // (Where rounding finds none: the last entry with a non-zero weight in that block, or overall.) Four blocks are
+  // summed side by side, so the pass is not one long chain of dependent additions; the result is the same.
+  size_t pick(const double* wv, size_t cnt, double u) {
+    const size_t nb = (cnt + block - 1) / block, full = cnt / block;
+    size_t b = 0;
+    for (; b + 4 <= full; b += 4) {
+      const double* p = wv + b * block;
+      double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+      for (size_t j = 0; j < block; ++j) {
+        s0 += p[j];
+        s1 += p[block + j];
+        s2 += p[2 * block + j];
+        s3 += p[3 * block + j];
+      }
+      bsum_[b] = s0;
+      bsum_[b + 1] = s1;
+      bsum_[b + 2] = s2;
+      bsum_[b + 3] = s3;
+    }
+    for (; b < nb; ++b) {
+      double s = 0.0;
+      for (size_t j = b * block; j < std::min(cnt, (b + 1) * block); ++j) s += wv[j];
+      bsum_[b] = s;
+    }
+    double total = 0.0;
+    for (b = 0; b < nb; ++b) total += bsum_[b];
+    const double r = u * total;
+    double before = 0.0;
+    for (b = 0; b < nb; ++b) {
+      const double next = before + bsum_[b];
+      if (r < next) {
+        const double rr = r - before;
+        const size_t e = std::min(cnt, (b + 1) * block);
+        double s = 0.0;
+        for (size_t j = b * block; j < e; ++j) {
+          s += wv[j];
+          if (rr < s) return j;
+        }
+        for (size_t j = e; j-- > b * block;)
+          if (wv[j] > 0.0) return j;
+      }
+      before = next;
+    }
     for (size_t i = cnt; i-- > 0;)
-      if (w_[cand_[i].index] > 0.0) return static_cast<int32_t>(cand_[i].index);
-    return static_cast<int32_t>(cand_[0].index);
+      if (wv[i] > 0.0) return i;
+    return 0;
   }
 
   // top-p over cand_[0..cnt) (sorted descending when `sorted`, else the whole vocabulary in index order).
@@ -380,7 +448,9 @@ class sampler {
   std::vector<float> work_;
   static constexpr uint16_t bins = 1024;      // top-p buckets over z_max − z ∈ [0, bin_span) (then one last bin)
   static constexpr double bin_span = 32.0;
-  std::vector<double> w_;
+  static constexpr size_t block = 64;         // weights per block in pick()
+  std::vector<double> w_, wc_, bsum_;         // weights by token; by candidate; block sums
+  bool cand_identity_ = false;                // the last draw's candidates: the whole vocabulary in index order
   int mass_bits_ = 0;
   std::vector<uint16_t> bin_;
   std::vector<uint64_t> bin_mass_;
