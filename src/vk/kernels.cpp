@@ -126,13 +126,15 @@ struct kernels::impl {
     if (act_scratch.empty() || act_scratch.back().size() < bytes) act_scratch.push_back(dev.alloc(std::max<uint64_t>(bytes, 64 << 10)));
     return act_scratch.back();
   }
-  matvec_tuning choose_rows(uint64_t rows) const {
+  matvec_tuning choose_rows(uint64_t rows, format f, bool i8) const {
     matvec_tuning c = tune;
     // H200 sweep (docs/VULKAN.md): 4 rows per subgroup beat 1 and 2 at every shape and format measured, even
-    // where that leaves fewer workgroups than the GPU has SMs (1024 rows: 64 workgroups).
+    // where that leaves fewer workgroups than the GPU has SMs (1024 rows: 64 workgroups). Unroll 2, except q2tp
+    // with int8 activations: 1 (0.41 / 0.51 / 0.63 vs 0.40 / 0.50 / 0.56 of the roofline on 1024x4096 /
+    // 4096x2048 / 4096x8192).
     (void)rows;
     if (!c.rows_per_team) c.rows_per_team = 4;
-    if (!c.unroll) c.unroll = 2;
+    if (!c.unroll) c.unroll = (i8 && f == format::q2tp) ? 1 : 2;
     c.unroll = std::min<uint32_t>(c.unroll, 4);
     return c;
   }
@@ -169,7 +171,7 @@ struct kernels::impl {
       throw usage_error("matvec_q8: no int8-activation kernel for this format or device");
     const bool try_rows = !dequant && !generic && nb == 1 && rows_kernel(w.fmt);
     const bool use_i8 = i8;
-    const matvec_tuning rt = try_rows ? choose_rows(w.rows) : matvec_tuning{};
+    const matvec_tuning rt = try_rows ? choose_rows(w.rows, w.fmt, use_i8) : matvec_tuning{};
     const detail::pipeline* rp = try_rows ? rows_pipe(w.fmt, w.scale_enc, rt, use_i8) : nullptr;
     const uint64_t R = w.rows, C = w.cols;
     const uint64_t out_row = dequant ? C * 4 : 4;
@@ -297,8 +299,8 @@ void kernels::prepare(format f, uint64_t rows, uint64_t cols) {
   p_->matrix_pipe(false, f, enc, 1, p_->choose(rows, cols, 1, f));
   p_->matrix_pipe(false, f, enc, gemm_tile, p_->choose(rows, cols, gemm_tile, f));
   p_->matrix_pipe(true, f, enc, 1, matvec_tuning{1, 1});
-  if (p_->rows_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows), false);
-  if (p_->i8_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows), true);
+  if (p_->rows_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows, f, false), false);
+  if (p_->i8_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows, f, true), true);
 }
 
 void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act) {
