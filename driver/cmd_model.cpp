@@ -36,6 +36,7 @@ std::vector<uint32_t> parse_ids(std::istream& in, const std::string& what) {
 dsv4_options options(const model_run_options& m, bool qat) {
   dsv4_options o;
   o.threads = m.threads;
+  o.matmul_act = m.matmul_act;
   o.qat_kv_fp8 = o.qat_indexer_fp4 = o.qat_act_fp8 = qat;
   return o;
 }
@@ -44,6 +45,7 @@ dsv4_options options(const model_run_options& m, bool qat) {
 dsv41_options options41(const model_run_options& m, bool qat) {
   dsv41_options o;
   o.threads = m.threads;
+  o.matmul_act = m.matmul_act;
   o.qat_act = qat;
   return o;
 }

@@ -159,6 +159,7 @@ int run_run(const run_args& a) {
   if (dsv41_is_model(a.model)) {
     dsv41_options o;
     o.threads = a.model_opts.threads;
+    o.matmul_act = a.model_opts.matmul_act;
     o.qat_act = a.qat;
     s.model41 = dsv41_model::open(a.model, o);
     const dsv41_config& c = s.model41->config();
@@ -170,6 +171,7 @@ int run_run(const run_args& a) {
   } else {
     dsv4_options o;
     o.threads = a.model_opts.threads;
+    o.matmul_act = a.model_opts.matmul_act;
     o.qat_kv_fp8 = o.qat_indexer_fp4 = o.qat_act_fp8 = a.qat;
     s.model = dsv4_model::open(a.model, o);
     cfg = s.model->config();

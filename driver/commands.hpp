@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "cmfx/kernels/act_precision.hpp"
+
 namespace cmfx::driver {
 
 struct info_args {
@@ -36,6 +38,7 @@ int run_make_toy(const make_toy_args& a);
 
 struct model_run_options {
   unsigned threads = 0;  // 0 = all hardware threads
+  act_precision matmul_act = act_precision::f32;  // --act: f32 (parity reference) | i8 (int8 activations)
 };
 
 struct ppl_args {

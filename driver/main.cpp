@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "act_flag.hpp"
 #include "commands.hpp"
 #include "serve/serve.hpp"
 
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   cp->add_option("--tokenizer", ppl.tokenizer, "tokenizer.json to use instead of the model's own (--file)");
   cp->add_option("--chunk", ppl.chunk, "Tokens per forward call (0 = the whole file at once; bounds the [chunk, vocab] logits)")->default_val(ppl.chunk);
   cp->add_option("--threads", ppl.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
+  add_act_flag(cp, ppl.model_opts.matmul_act);
   cp->add_flag("--json", ppl.json, "Print the result as one JSON object {\"ppl\": value, \"tokens\": n}");
   cp->add_flag("--qat", ppl.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
 
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
   cr->add_option("--backend", run.backend, "cpu (vulkan: not available yet)")
       ->check(CLI::IsMember({"cpu", "vulkan"}))->default_val(run.backend);
   cr->add_option("--threads", run.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
+  add_act_flag(cr, run.model_opts.matmul_act);
   cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);
   cr->add_flag("--print-ids", run.print_ids, "Print the prompt and generated token ids on stderr");
   cr->add_flag("-v,--verbose", run.verbose, "Load details and prompt-prefix reuse on stderr");

@@ -92,7 +92,8 @@ dsv41_model::impl::impl(dsv41_weights weights, const dsv41_options& o)
       kern(best_cpu_kernels()),
       rope_swa(rope_cfg(w.cfg, false)),
       rope_comp(rope_cfg(w.cfg, true)),
-      engram(make_engram(w)) {
+      engram(make_engram(w)),
+      act(pool.size()) {
   const dsv41_config& cf = w.cfg;
   if (opt.qat_kv && (cf.head_dim % dsv41_kv_fp4_block || cf.head_dim % dsv41_act_block ||
                      (cf.index_head_dim && cf.index_head_dim % dsv41_index_fp4_block)))
@@ -106,7 +107,7 @@ void dsv41_model::impl::linear(const dsv4_matrix& m, const float* X, uint64_t n,
       act_quant_e4m3(std::span<float>(qat_buf.data() + i * m.cols(), m.cols()), dsv41_act_block);
     X = qat_buf.data();
   }
-  gemm(pool, kern, m.fmt, m.v, X, n, Y);
+  gemm(pool, kern, m.fmt, m.v, X, n, Y, opt.matmul_act, act.whole);
 }
 
 void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* out, dsv41_trace* trace) {
@@ -140,7 +141,8 @@ void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* o
     for (uint64_t i = 0; i < n; ++i) act_quant_e4m3(std::span<float>(xq.data() + i * cf.dim, cf.dim), dsv41_act_block);
     x = xq.data();
   }
-  moe_forward(pool, kern, L.experts, &L.shared, x, n, cf.dim, idx.data(), wts.data(), K, float(cf.swiglu_limit), out, moe);
+  moe_forward(pool, kern, L.experts, &L.shared, x, n, cf.dim, idx.data(), wts.data(), K, float(cf.swiglu_limit), out, moe,
+              opt.matmul_act);
 }
 
 void dsv41_model::impl::engram_add(uint32_t l, float* X, uint64_t n, const dsv41_token_ctx& tc) {
@@ -378,7 +380,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
     }
   });
   std::vector<float> logits(rows * cf.vocab);
-  gemm(pool, kern, w.head.fmt, w.head.v, h.data(), rows, logits.data());
+  gemm(pool, kern, w.head.fmt, w.head.v, h.data(), rows, logits.data(), opt.matmul_act, act.whole);
   return logits;
 }
 

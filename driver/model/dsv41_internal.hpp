@@ -7,6 +7,7 @@
 #include "cmfx/kv/packed_kv.hpp"
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/kernels/moe.hpp"
+#include "act_gemm.hpp"
 #include "cmfx/ops/rope.hpp"
 #include "dsv41_engram.hpp"
 #include "dsv41_forward.hpp"
@@ -42,6 +43,7 @@ struct dsv41_model::impl {
   rope_table rope_swa, rope_comp;
   dsv41_engram engram;
   moe_scratch moe;
+  act_scratch act;  // int8 activations (opt.matmul_act == i8)
   std::vector<float> qat_buf;
   std::vector<packed_fp4_scratch<kv_main_codec>> kv_scratch;  // dsv41_attn_token_tile × index_topk decoded rows
 

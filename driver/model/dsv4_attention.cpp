@@ -184,14 +184,7 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, con
   // Grouped output: z_g = wo_a[g]·o_g (rows g·o_lora … of wo_a, columns = one group of heads), out = wo_b·z.
   const uint64_t G = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / G, zr = G * ol;
   std::vector<float> z(n * zr);
-  const gemm_rows_fn fa = kern.gemm[size_t(L.wo_a.fmt)];
-  pool.run(zr, [&](uint64_t b, uint64_t e, unsigned) {
-    for (uint64_t r = b; r < e;) {
-      const uint64_t g = r / ol, end = std::min(e, (g + 1) * ol);
-      fa(L.wo_a.v, o.data() + g * gcols, n, uint64_t(H) * hd, z.data(), zr, r, end);
-      r = end;
-    }
-  }, gemm_row_grain);
+  grouped_gemm(pool, kern, L.wo_a.fmt, L.wo_a.v, o.data(), n, G, ol, gcols, z.data(), opt.matmul_act, act);
   linear(L.wo_b, z.data(), n, out);
   (void)d;
 }

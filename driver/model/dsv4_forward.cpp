@@ -42,7 +42,8 @@ dsv4_model::impl::impl(dsv4_weights weights, const dsv4_options& o)
       pool(o.threads),
       kern(best_cpu_kernels()),
       rope_swa(rope_cfg(w.cfg, false)),
-      rope_comp(rope_cfg(w.cfg, true)) {
+      rope_comp(rope_cfg(w.cfg, true)),
+      act(pool.size()) {
   if (opt.qat_indexer_fp4 && (w.cfg.index_head_dim & (w.cfg.index_head_dim - 1)))
     throw usage_error("QAT indexer FP4 needs a power-of-two index head dim (Hadamard), got " +
                       std::to_string(w.cfg.index_head_dim));
@@ -55,7 +56,7 @@ void dsv4_model::impl::linear(const dsv4_matrix& m, const float* X, uint64_t n, 
       act_quant_e4m3(std::span<float>(qat_buf.data() + i * m.cols(), m.cols()), dsv4_act_fp8_block);
     X = qat_buf.data();
   }
-  gemm(pool, kern, m.fmt, m.v, X, n, Y);
+  gemm(pool, kern, m.fmt, m.v, X, n, Y, opt.matmul_act, act.whole);
 }
 
 void dsv4_model::impl::moe_ffn(uint32_t layer, const float* u, const uint32_t* ids, uint64_t n, float* out,
@@ -92,7 +93,8 @@ void dsv4_model::impl::moe_ffn(uint32_t layer, const float* u, const uint32_t* i
     for (uint64_t i = 0; i < n; ++i) act_quant_e4m3(std::span<float>(xq.data() + i * cf.dim, cf.dim), dsv4_act_fp8_block);
     x = xq.data();
   }
-  moe_forward(pool, kern, L.experts, &L.shared, x, n, cf.dim, idx.data(), wts.data(), K, float(cf.swiglu_limit), out, moe);
+  moe_forward(pool, kern, L.experts, &L.shared, x, n, cf.dim, idx.data(), wts.data(), K, float(cf.swiglu_limit), out, moe,
+              opt.matmul_act);
 }
 
 dsv4_model::dsv4_model(dsv4_weights w, const dsv4_options& o) : p_(std::make_unique<impl>(std::move(w), o)) {}
@@ -216,7 +218,7 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
     }
   });
   std::vector<float> logits(rows * cf.vocab);
-  gemm(m.pool, m.kern, m.w.head.fmt, m.w.head.v, h.data(), rows, logits.data());
+  gemm(m.pool, m.kern, m.w.head.fmt, m.w.head.v, h.data(), rows, logits.data(), m.opt.matmul_act, m.act.whole);
   return logits;
 }
 

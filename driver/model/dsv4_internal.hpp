@@ -5,6 +5,7 @@
 #include "cmfx/core/thread_pool.hpp"
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/kernels/moe.hpp"
+#include "act_gemm.hpp"
 #include "cmfx/ops/rope.hpp"
 #include "dsv4_forward.hpp"
 
@@ -26,6 +27,7 @@ struct dsv4_model::impl {
   const cpu_kernel_table& kern;
   rope_table rope_swa, rope_comp;  // ratio-0 layers; ratio > 0 layers (theta 160000 + YaRN)
   moe_scratch moe;
+  act_scratch act;  // int8 activations (opt.matmul_act == i8)
   std::vector<float> qat_buf;
 
   impl(dsv4_weights weights, const dsv4_options& o);

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cmfx/kernels/act_precision.hpp"
+
 namespace CLI {
 class App;
 }
@@ -31,6 +33,7 @@ struct serve_args {
   unsigned threads = 0;                // model worker threads (0 = all cores)
   unsigned http_threads = 0;           // HTTP worker threads (0 = parallel + queue + 4)
   bool qat = false;                    // QAT fake-quant steps (as `cmfx run --qat`)
+  act_precision matmul_act = act_precision::f32;  // --act (as `cmfx run --act`): f32 | i8
 };
 
 /// Declares the `serve` subcommand and its flags (defaults from serve_args) on app.

@@ -1,6 +1,7 @@
 // The flags of `cmfx serve` (defaults come from serve_args; docs/SERVING.md lists them).
 #include <CLI/CLI.hpp>
 
+#include "act_flag.hpp"
 #include "serve/serve.hpp"
 
 namespace cmfx::driver {
@@ -43,6 +44,7 @@ CLI::App* register_serve(CLI::App& app, serve_args& a) {
   c->add_option("--http-threads", a.http_threads, "HTTP worker threads (0 = parallel + queue + 4)")
       ->default_val(a.http_threads);
   c->add_flag("--qat", a.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
+  add_act_flag(c, a.matmul_act);
   return c;
 }
 

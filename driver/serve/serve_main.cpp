@@ -66,6 +66,7 @@ int run_serve(const serve_args& a) {
   dsv4_options o;
   o.threads = a.threads;
   o.qat_kv_fp8 = o.qat_indexer_fp4 = o.qat_act_fp8 = a.qat;
+  o.matmul_act = a.matmul_act;
   auto model = dsv4_model::open(a.model, o);
   const dsv4_config& cfg = model->config();
   std::fprintf(stderr, "cmfx serve: loaded %s (%s layout, %u layers, vocab %u) in %.2f s; tokenizer %s\n",

@@ -93,6 +93,51 @@ TYPED_TEST(Gemm, MatchesFloat64Reference) {
   }
 }
 
+// The strict path's per-group weight scales are the trait's to the bit (ladder tables built 8 rows at a time,
+// codes unpacked and looked up 8 or 16 at a time, MXFP4 e8m0 scales decoded in vectors): with one-hot tokens
+// (x = e_c) every output is one product v * s, rounded once as decode_row rounds it, so Y[c, r] must equal
+// W[r, c] bit for bit (zeros up to sign). Group counts 3, 17 and 25 cover the 16-, 8- and 1-group steps of the lookup; 19 rows a
+// ragged last block of 8 ladder rows.
+template <class F>
+void check_one_hot_exact() {
+  thread_pool pool(2);
+  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512}) {
+    if (!cpu_supports(arch)) continue;
+    const cpu_kernel_table& k = cpu_kernels_for(arch);
+    for (const shape& s : {shape{8, 96, 0}, shape{3, 544, 0}, shape{19, 800, 0}}) {
+      const uint64_t seed = test::fresh_seed();
+      const auto wf = test::random_weights(s.rows * s.cols, seed);
+      const encoded_matrix e = F::encode(wf.data(), s.rows, s.cols);
+      const matrix_view v{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                          e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, s.rows, s.cols};
+      std::vector<float> X(s.cols * s.cols, 0.0f);
+      for (uint64_t c = 0; c < s.cols; ++c) X[c * s.cols + c] = 1.0f;
+      std::vector<float> Y(s.cols * s.rows, NAN), row(s.cols);
+      gemm(pool, k, F::id, v, X.data(), s.cols, Y.data());
+      uint64_t nonzero = 0;
+      for (uint64_t r = 0; r < s.rows; ++r) {
+        F::decode_row(v, r, row.data());
+        for (uint64_t c = 0; c < s.cols; ++c) {
+          nonzero += row[c] != 0.0f;
+          const float y = Y[c * s.rows + r];
+          // a zero weight (e2m1 has -0) may come out as +0: sums of signed zeros are +0
+          ASSERT_EQ(row[c] == 0.0f && y == 0.0f ? 0u : std::bit_cast<uint32_t>(y),
+                    row[c] == 0.0f ? 0u : std::bit_cast<uint32_t>(row[c]))
+              << F::name << " " << cpu_arch_name(arch) << " " << s.rows << "x" << s.cols << " r=" << r << " c=" << c
+              << " seed " << seed;
+        }
+      }
+      EXPECT_GT(nonzero, s.rows * s.cols / 2) << "random weights should decode mostly non-zero";
+    }
+  }
+}
+
+TEST(GemmScales, OneHotTokensGiveDecodedWeightsExactly) {
+  check_one_hot_exact<fmt_q4tp>();
+  check_one_hot_exact<fmt_q2tp>();
+  check_one_hot_exact<fmt_mxfp4>();
+}
+
 TEST(ThreadPool, StaticPartitionCoversEveryItemOnce) {
   for (unsigned threads : {1u, 2u, 3u, 7u}) {
     thread_pool pool(threads);

@@ -47,6 +47,26 @@ check "run: CMF f32 and release f32 generate the same ids" cmp -s <(head -n 1 "$
 "$CMFX" run "$T/f32.cmf" --raw-ids "0 999999" -n 2 >/dev/null 2>"$T/oov.err"
 check "run rejects an id outside the vocabulary with exit 2" test $? -eq 2
 
+# --act (activation precision of the q4tp/q2tp/MXFP4 matmuls): f32 default, i8 runs, anything else is a usage error.
+"$CMFX" make-toy --out "$T/q4.cmf" >/dev/null 2>&1
+check "make-toy q4tp (default) exit 0" test $? -eq 0
+"$CMFX" ppl "$T/q4.cmf" --ids-file "$T/ids.txt" --threads 1 >"$T/ppl_q4.txt" 2>/dev/null
+"$CMFX" ppl "$T/q4.cmf" --ids-file "$T/ids.txt" --threads 1 --act f32 >"$T/ppl_q4_f32.txt" 2>/dev/null
+check "ppl --act f32 == the default, as strings" cmp -s "$T/ppl_q4.txt" "$T/ppl_q4_f32.txt"
+"$CMFX" ppl "$T/q4.cmf" --ids-file "$T/ids.txt" --threads 1 --act i8 >"$T/ppl_q4_i8.txt" 2>/dev/null
+check "ppl --act i8 exit 0" test $? -eq 0
+check "ppl --act i8 prints 'ppl <value> tokens 79'" grep -qE '^ppl [0-9]+\.[0-9]{6} tokens 79$' <(tail -n 1 "$T/ppl_q4_i8.txt")
+"$CMFX" run "$T/q4.cmf" --raw-ids "0 5 9" -n 4 --threads 1 --act i8 >"$T/run_i8.txt" 2>/dev/null
+check "run --act i8 exit 0" test $? -eq 0
+check "run --act i8 prints 4 ids" grep -qE '^[0-9]+( [0-9]+){3}$' <(head -n 1 "$T/run_i8.txt")
+"$CMFX" ppl "$T/q4.cmf" --ids-file "$T/ids.txt" --act bogus >/dev/null 2>"$T/act.err"
+check "ppl --act bogus exits 2" test $? -eq 2
+check "... naming the flag" grep -q -- "--act" "$T/act.err"
+"$CMFX" run "$T/q4.cmf" --raw-ids "0 5" --act i16 >/dev/null 2>"$T/act_run.err"
+check "run --act i16 exits 2" test $? -eq 2
+"$CMFX" run --help >"$T/run_help.txt" 2>&1
+check "run --help names --act and its default" grep -q -- "--act f32|i8.*f32 (default" <(tr -s ' \n' ' ' <"$T/run_help.txt")
+
 echo "cli_model: $pass passed, $fail failed"
 rm -rf "$T"
 test "$fail" -eq 0

@@ -13,6 +13,7 @@
 #endif
 #include <immintrin.h>
 
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -52,8 +53,10 @@ inline void unpack_nibbles(const uint8_t* p, __m128i* lo16, __m128i* hi16) noexc
 /// Ladders of 8 consecutive rows at once, one row per SIMD lane: t[0] = exp2f(lo) and ratio = exp2f(step) by
 /// table lookup (bit-identical to exp2f), then the 31-step repeated product in f32 — the same IEEE multiplies
 /// per lane as ladder::build, so the same bits, for an eighth of the latency chain per row.
-/// out[l][c] = rung c of row r0 + l, for l < nrows.
-inline void build_ladders8(const uint8_t* params, uint64_t r0, uint64_t nrows, float out[8][ladder::rungs]) noexcept {
+/// out[l][c] = the weight scale of code c in row r0 + l, for l < nrows: rung c, or with code0_zero (q2tp)
+/// 0 for code 0 and rung c - 1 otherwise — a direct 32-entry lookup table either way.
+inline void build_ladders8(const uint8_t* params, uint64_t r0, uint64_t nrows, bool code0_zero,
+                           float out[8][ladder::rungs]) noexcept {
   const float* e2 = ladder::exp2f_of_f16();
   alignas(32) float lo[8] = {}, ra[8] = {};
   for (uint64_t l = 0; l < nrows; ++l) {
@@ -61,42 +64,114 @@ inline void build_ladders8(const uint8_t* params, uint64_t r0, uint64_t nrows, f
     lo[l] = e2[load_u16(pp)];
     ra[l] = e2[load_u16(pp + 2)];
   }
+  // col[c][l]: entry c of row l's table; the rows are turned into table rows 8x8 at a time by an in-register
+  // transpose (unpack, shuffle, permute2f128).
   alignas(32) float col[ladder::rungs][8];
+  const uint32_t c0 = code0_zero ? 1 : 0;
+  if (code0_zero) _mm256_store_ps(col[0], _mm256_setzero_ps());
   __m256 t = _mm256_load_ps(lo);
   const __m256 ratio = _mm256_load_ps(ra);
-  _mm256_store_ps(col[0], t);
-  for (uint32_t c = 1; c < ladder::rungs; ++c) {
+  _mm256_store_ps(col[c0], t);
+  for (uint32_t c = c0 + 1; c < ladder::rungs; ++c) {
     t = _mm256_mul_ps(t, ratio);
     _mm256_store_ps(col[c], t);
   }
-  for (uint64_t l = 0; l < nrows; ++l)
-    for (uint32_t c = 0; c < ladder::rungs; ++c) out[l][c] = col[c][l];
+  for (uint32_t cb = 0; cb < ladder::rungs; cb += 8) {
+    __m256 v[8], u[8];
+    for (int k = 0; k < 8; ++k) v[k] = _mm256_load_ps(col[cb + uint32_t(k)]);
+    for (int k = 0; k < 8; k += 2) {
+      u[k] = _mm256_unpacklo_ps(v[k], v[k + 1]);
+      u[k + 1] = _mm256_unpackhi_ps(v[k], v[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {
+      v[k] = _mm256_shuffle_ps(u[k], u[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      v[k + 1] = _mm256_shuffle_ps(u[k], u[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      v[k + 2] = _mm256_shuffle_ps(u[k + 1], u[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      v[k + 3] = _mm256_shuffle_ps(u[k + 1], u[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    // v[0..3] hold rows {0,4}, {1,5}, {2,6}, {3,7} (low/high 128-bit halves) of row-block 0..3, v[4..7] of 4..7
+    for (int k = 0; k < 4; ++k) {
+      const __m256 a = _mm256_permute2f128_ps(v[k], v[k + 4], 0x20), b = _mm256_permute2f128_ps(v[k], v[k + 4], 0x31);
+      if (uint64_t(k) < nrows) _mm256_storeu_ps(out[k] + cb, a);
+      if (uint64_t(k) + 4 < nrows) _mm256_storeu_ps(out[k + 4] + cb, b);
+    }
+  }
 }
+
+/// Codes g .. g + 7 of a ladder row as eight int32 lanes; p points at the 5 bytes of the 8 codes (byte 5g/8,
+/// g % 8 == 0). Each lane picks the two bytes that hold its code (one vpshufb), then shifts and masks.
+inline __m256i ladder_codes8(const uint8_t* p) noexcept {
+  static_assert(ladder::code_bits == 5, "the byte picks below are those of 5-bit codes");
+  uint32_t lo;
+  std::memcpy(&lo, p, 4);  // two loads composed in registers (a 5-byte memcpy stalls on store forwarding)
+  const uint64_t w40 = uint64_t(lo) | (uint64_t(p[4]) << 32);
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(int64_t(w40)));
+  // code k: bits 5k .. 5k + 4 = byte 5k/8 (and the next), shift 5k % 8
+  const __m256i pick = _mm256_setr_epi8(0, 1, -1, -1, 0, 1, -1, -1, 1, 2, -1, -1, 1, 2, -1, -1,  //
+                                        2, 3, -1, -1, 3, 4, -1, -1, 3, 4, -1, -1, 4, 5, -1, -1);
+  const __m256i sh = _mm256_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3);
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, pick), sh),
+                          _mm256_set1_epi32(int(ladder::rungs - 1)));
+}
+
+/// A row's 32-entry scale table in four registers, and the lookup of eight codes: vpermps in each quarter, then
+/// two blends on code bits 3 and 4 (moved to the sign bit, which vblendvps reads).
+struct lut32 {
+  __m256 q[4];
+  explicit lut32(const float* t) noexcept {
+    for (int k = 0; k < 4; ++k) q[k] = _mm256_loadu_ps(t + 8 * k);
+  }
+  __m256 operator()(__m256i c) const noexcept {
+    const __m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)), b4 = _mm256_castsi256_ps(_mm256_slli_epi32(c, 27));
+    const __m256 lo = _mm256_blendv_ps(_mm256_permutevar8x32_ps(q[0], c), _mm256_permutevar8x32_ps(q[1], c), b3);
+    const __m256 hi = _mm256_blendv_ps(_mm256_permutevar8x32_ps(q[2], c), _mm256_permutevar8x32_ps(q[3], c), b3);
+    return _mm256_blendv_ps(lo, hi, b4);
+  }
+};
+
+/// Per-row weight scales of a ladder tensor (q4tp: t[code]; q2tp: 0 for code 0, else t[code - 1]): the tables
+/// of 8 rows at a time (build_ladders8), the current row's codes, and scales 8 groups at a time.
+template <uint32_t Bits>
+struct ladder_scales {
+  const matrix_view& w;
+  ladder::planes p;
+  alignas(32) float tables[8][ladder::rungs];
+  uint64_t block0 = ~uint64_t(0);
+  const float* table = nullptr;        // the current row's 32 scales by code
+  const uint8_t* codes = nullptr;      // the current row's code bits
+  explicit ladder_scales(const matrix_view& wv) : w(wv), p(wv.rows, wv.cols, Bits == 4 ? 16 : 8) {}
+  void begin_row(uint64_t r) noexcept {
+    if (block0 == ~uint64_t(0) || r < block0 || r - block0 >= 8) {  // a new block of 8 rows
+      block0 = r;
+      build_ladders8(w.data + p.params, r, std::min<uint64_t>(8, w.rows - r), Bits == 2, tables);
+    }
+    table = tables[r - block0];
+    codes = w.data + p.codes + r * p.stride;
+  }
+  /// Scales of groups g .. g + 7 (g % 8 == 0, g + 8 <= gpr), with lut = lut32(table).
+  __m256 scales8(const lut32& lut, uint64_t g) const noexcept {
+    return lut(ladder_codes8(codes + g / 8 * ladder::code_bits));
+  }
+  float scale1(uint64_t g) const noexcept { return table[ladder::get_code(codes, g)]; }
+  void fill(float* out) const noexcept {
+    const lut32 lut(table);
+    uint64_t g = 0;
+    for (; g + 8 <= p.gpr; g += 8) _mm256_storeu_ps(out + g, scales8(lut, g));
+    for (; g < p.gpr; ++g) out[g] = scale1(g);
+  }
+};
 
 /// q4tp: (nib - 8) * t[code]; q2tp: (c - 1.5) * s. Per-row scales are expanded once per row.
 template <uint32_t Bits>
 struct dec_ladder {
-  const matrix_view& w;
-  ladder::planes p;
+  ladder_scales<Bits> ls;
   std::vector<float> scales;
-  std::vector<uint8_t> codes;
   const uint8_t* values = nullptr;
-  explicit dec_ladder(const matrix_view& wv)
-      : w(wv), p(wv.rows, wv.cols, Bits == 4 ? 16 : 8), scales(p.gpr), codes(p.gpr) {}
-  float ladders[8][ladder::rungs];
-  uint64_t block0 = ~uint64_t(0);
+  explicit dec_ladder(const matrix_view& wv) : ls(wv), scales(ls.p.gpr) {}
   void begin_row(uint64_t r) {
-    if (block0 == ~uint64_t(0) || r < block0 || r - block0 >= 8) {  // a new block of 8 rows
-      block0 = r;
-      build_ladders8(w.data + p.params, r, std::min<uint64_t>(8, w.rows - r), ladders);
-    }
-    const float* t = ladders[r - block0];
-    ladder::get_codes(w.data + p.codes + r * p.stride, p.gpr, codes.data());
-    for (uint64_t g = 0; g < p.gpr; ++g) {
-      const uint32_t c = codes[g];
-      scales[g] = Bits == 4 ? t[c] : (c == 0 ? 0.0f : t[c - 1]);
-    }
-    values = w.data + r * p.gpr * (Bits == 4 ? 16 : 8);
+    ls.begin_row(r);
+    ls.fill(scales.data());
+    values = ls.w.data + r * ls.p.gpr * (Bits == 4 ? 16 : 8);
   }
   float group(uint64_t g, __m256 v[4]) const noexcept {
     if constexpr (Bits == 4) {
@@ -286,8 +361,10 @@ inline void with_tile(uint64_t nt, Fn&& fn) {
   }
 }
 
+// flatten: the decoder's group() must inline into the token loop; GCC's per-TU inlining budget otherwise
+// dropped dec_mxfp4::group to an out-of-line call once this TU grew (matvec-f32/mxfp4 −33 %, measured).
 template <int NT, class D>
-inline void row_tile_f32(const D& d, uint64_t groups, const float* X, uint64_t ldx, float out[NT]) noexcept {
+[[gnu::flatten]] inline void row_tile_f32(const D& d, uint64_t groups, const float* X, uint64_t ldx, float out[NT]) noexcept {
   __m256 acc[2][NT];
   for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
   auto step = [&](uint64_t g, __m256* a) {

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "cmfx/kernels/act_q8.hpp"
 #include "cmfx/kernels/gemm_avx2.hpp"
@@ -34,38 +35,56 @@ inline __m256i crumbs_u8(const uint8_t* p) noexcept {
   return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 2, 4, 6)), _mm256_set1_epi8(0x03));
 }
 
-/// Per-row setup and per-group weights as (u8 magnitudes, s8 signs applied to x) for maddubs.
+/// e8m0 bytes k of eight groups -> 0.5 * 2^(k - 127) (MXFP4's scale times the 1/2 of the 2*e2m1 LUT): k << 23,
+/// with k = 0 the subnormal 2^-127 and k = 255 NaN as e8m0_to_f32, then one exact halving.
+inline __m256 mxfp4_scales8(const uint8_t* k8) noexcept {
+  const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(k8)));
+  __m256i bits = _mm256_slli_epi32(k, 23);
+  bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(k, _mm256_setzero_si256()));
+  bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(k, _mm256_set1_epi32(0xFF)));
+  return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0.5f));
+}
+
+/// Per-row setup and per-group weights as (u8 magnitudes, s8 signs applied to x) for maddubs. Weight scales are
+/// not expanded per row: scales8(g) / scale1(g) compute them where the per-token pass needs them.
 template <class F>
 struct i8_row {
+  static constexpr bool is_ladder = F::id != format::mxfp4;
   const matrix_view& w;
-  ladder::planes p;
-  std::vector<float> scales;  // per-group weight scale of the current row
-  std::vector<uint8_t> codes;
+  ladder_scales<F::id == format::q2tp ? 2 : 4> ls;
+  std::vector<float> scales;  // MXFP4 with f32 scales only: the current row's scales
   const uint8_t* values = nullptr;
+  const uint8_t* e8m0 = nullptr;  // MXFP4 with e8m0 scales: the current row's scale bytes
   explicit i8_row(const matrix_view& wv)
-      : w(wv), p(wv.rows, wv.cols, F::id == format::q2tp ? 8 : 16), scales(wv.cols / 32), codes(wv.cols / 32) {}
-  float ladders[8][ladder::rungs];
-  uint64_t block0 = ~uint64_t(0);
-  void begin_row(uint64_t r) {
-    if constexpr (F::id == format::mxfp4) {
+      : w(wv), ls(wv), scales(!is_ladder && wv.scale_enc == scale_encoding::f32 ? wv.cols / 32 : 0) {}
+  void begin_row(uint64_t r) noexcept {
+    if constexpr (is_ladder) {
+      ls.begin_row(r);
+      values = w.data + r * ls.p.gpr * (F::id == format::q4tp ? 16 : 8);
+    } else {
       values = w.data + r * (w.cols / 2);
       const uint64_t spr = w.cols / 32;
-      for (uint64_t g = 0; g < spr; ++g)
-        scales[g] = 0.5f * (w.scale_enc == scale_encoding::f32 ? detail::scale_at(w, r * spr + g)
-                                                               : e8m0_to_f32(w.scale[r * spr + g]));
-    } else {
-      if (block0 == ~uint64_t(0) || r < block0 || r - block0 >= 8) {
-        block0 = r;
-        build_ladders8(w.data + p.params, r, std::min<uint64_t>(8, w.rows - r), ladders);
-      }
-      const float* t = ladders[r - block0];
-      ladder::get_codes(w.data + p.codes + r * p.stride, p.gpr, codes.data());
-      for (uint64_t g = 0; g < p.gpr; ++g) {
-        const uint32_t c = codes[g];
-        scales[g] = F::id == format::q4tp ? t[c] : (c == 0 ? 0.0f : t[c - 1]);
-      }
-      values = w.data + r * p.gpr * (F::id == format::q4tp ? 16 : 8);
+      e8m0 = w.scale + r * spr;
+      if (w.scale_enc == scale_encoding::f32)
+        for (uint64_t g = 0; g < spr; ++g) scales[g] = 0.5f * detail::scale_at(w, r * spr + g);
     }
+  }
+  /// The scale lookup state of the current row, held in registers over the per-token pass (the ladder table;
+  /// nothing for MXFP4).
+  struct no_lut {};
+  using lut_t = std::conditional_t<is_ladder, lut32, no_lut>;
+  lut_t lut() const noexcept {
+    if constexpr (is_ladder) return lut32(ls.table);
+    else return no_lut{};
+  }
+  /// Weight scales of groups g .. g + 7 (g % 8 == 0, g + 8 <= groups).
+  __m256 scales8([[maybe_unused]] const lut_t& l, uint64_t g) const noexcept {
+    if constexpr (is_ladder) return ls.scales8(l, g);
+    else return scales.empty() ? mxfp4_scales8(e8m0 + g) : _mm256_loadu_ps(scales.data() + g);
+  }
+  float scale1(uint64_t g) const noexcept {
+    if constexpr (is_ladder) return ls.scale1(g);
+    else return scales.empty() ? 0.5f * e8m0_to_f32(e8m0[g]) : scales[g];
   }
   /// int32 lanes whose sum is sum_j w_j * xq_j over the group.
   __m256i dot(uint64_t g, __m256i xq) const noexcept {
@@ -93,34 +112,48 @@ struct i8_row {
 template <class F>
 constexpr float i8_offset = F::id == format::q4tp ? 8.0f : (F::id == format::q2tp ? 1.5f : 0.0f);
 
-/// Per row and token: sc[g] = s_g * sx_tg (so the group loop broadcasts one float from memory), and the row's
-/// total offset correction sum_g sc[g] * offset * bsum_tg, computed 8 groups at a time.
-inline float combine_scales(const float* s, const float* sx, const int32_t* bsum, uint64_t groups, float offset,
-                            float* sc) noexcept {
-  __m256 corr = _mm256_setzero_ps();
+/// Per row, for the NT tokens t0 .. t0 + NT - 1 in one pass over the row's groups: sc[t * groups + g] =
+/// s_g * sx_tg (so the group loop broadcasts one float from memory), with the weight scales s_g looked up 8
+/// groups at a time (i8_row::scales8), and corr[t], the row's total offset correction
+/// offset * sum_g sc[t, g] * bsum_tg.
+template <class F, int NT>
+inline void token_scales(const i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float* sc,
+                         float corr[NT]) noexcept {
+  const auto lut = d.lut();
+  const float* sx[NT];
+  const int32_t* bs[NT];
+  __m256 c[NT];
+  for (int t = 0; t < NT; ++t) {
+    sx[t] = a.scale.data() + (t0 + uint64_t(t)) * a.blocks;
+    bs[t] = a.bsum.data() + (t0 + uint64_t(t)) * a.blocks;
+    c[t] = _mm256_setzero_ps();
+  }
   uint64_t g = 0;
   for (; g + 8 <= groups; g += 8) {
-    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + g), _mm256_loadu_ps(sx + g));
-    _mm256_storeu_ps(sc + g, v);
-    corr = _mm256_fmadd_ps(v, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsum + g))), corr);
+    const __m256 s = d.scales8(lut, g);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 v = _mm256_mul_ps(s, _mm256_loadu_ps(sx[t] + g));
+      _mm256_storeu_ps(sc + uint64_t(t) * groups + g, v);
+      c[t] = _mm256_fmadd_ps(v, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs[t] + g))), c[t]);
+    }
   }
-  float c = hsum(corr);
+  for (int t = 0; t < NT; ++t) corr[t] = hsum(c[t]);
   for (; g < groups; ++g) {
-    sc[g] = s[g] * sx[g];
-    c += sc[g] * float(bsum[g]);
+    const float s = d.scale1(g);
+    for (int t = 0; t < NT; ++t) {
+      const float v = s * sx[t][g];
+      sc[uint64_t(t) * groups + g] = v;
+      corr[t] += v * float(bs[t][g]);
+    }
   }
-  return c * offset;
+  for (int t = 0; t < NT; ++t) corr[t] *= i8_offset<F>;
 }
 
 template <class F, int NT>
 inline void row_tile_i8(const i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float* sc,
                         float out[NT]) noexcept {
   float corr[NT];
-  for (int t = 0; t < NT; ++t) {
-    const uint64_t tb = (t0 + uint64_t(t)) * a.blocks;
-    corr[t] = combine_scales(d.scales.data(), a.scale.data() + tb, a.bsum.data() + tb, groups, i8_offset<F>,
-                             sc + uint64_t(t) * groups);
-  }
+  token_scales<F, NT>(d, groups, a, t0, sc, corr);
   __m256 acc[2][NT];
   for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
   auto step = [&](uint64_t g, __m256* acc_g) {

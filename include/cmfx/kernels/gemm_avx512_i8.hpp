@@ -3,8 +3,8 @@
 /// @brief AVX-512 VNNI integer-dot GEMM for q4tp, q2tp and MXFP4 with int8 activations (act_q8.hpp): the same
 ///        arithmetic as gemm_avx2_i8.hpp — exact int32 group dots, then y += s_g · sx_tg · dot_g − offset — with
 ///        two 32-element groups per 512-bit register and one vpdpbusd (u8 × s8, 4 products per int32 lane) per
-///        pair of groups instead of vpmaddubsw + vpmaddwd per group. Per-row set-up (ladders, codes, scales) and
-///        the offset correction are gemm_avx2_i8.hpp's.
+///        pair of groups instead of vpmaddubsw + vpmaddwd per group. Per-row set-up (ladders) is gemm_avx2_i8.hpp's;
+///        the per-token scale pass looks up 16 codes per vpermt2ps.
 /// Include only from a translation unit compiled with -mavx2 -mfma -mf16c. The AVX-512 functions below carry a
 /// target attribute instead of TU-wide -mavx512* flags: every inline function this TU shares with the AVX2 one
 /// (ladders, row set-up, format decoders) is then compiled with the same flags in both, so the linker's choice
@@ -51,31 +51,121 @@ CMFX_AVX512_TARGET inline __m512i pair_u8(const uint8_t* values, uint64_t g, __m
   }
 }
 
+/// Codes g .. g + 15 of a ladder row as sixteen int32 lanes (p: the 10 bytes of the 16 codes, g % 16 == 0; a
+/// masked load reads nothing past them). Each 128-bit lane holds all 10 bytes, so one vpshufb gives every int32
+/// lane the two bytes of its code; then shift and mask (ladder_codes8 for 16 codes).
+CMFX_AVX512_TARGET inline __m512i ladder_codes16(const uint8_t* p) noexcept {
+  static_assert(ladder::code_bits == 5, "the byte picks below are those of 5-bit codes");
+  constexpr auto pick = [](int k) {  // bytes 5k/8 and 5k/8 + 1 into an int32 lane, its upper two bytes zeroed
+    const int byte = 5 * k / 8;
+    return int(0xFFFF0000u | uint32_t(byte + 1) << 8 | uint32_t(byte));
+  };
+  const __m512i idx = _mm512_setr_epi32(pick(0), pick(1), pick(2), pick(3), pick(4), pick(5), pick(6), pick(7), pick(8),
+                                        pick(9), pick(10), pick(11), pick(12), pick(13), pick(14), pick(15));
+  const __m512i sh = _mm512_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3, 0, 5, 2, 7, 4, 1, 6, 3);
+  const __m512i b = _mm512_broadcast_i32x4(_mm_maskz_loadu_epi8(__mmask16(0x3FF), p));
+  return _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(b, idx), sh), _mm512_set1_epi32(int(ladder::rungs - 1)));
+}
+
+/// e8m0 bytes of sixteen groups -> 0.5 * 2^(k - 127) (avx2::mxfp4_scales8 for 16 groups).
+CMFX_AVX512_TARGET inline __m512 mxfp4_scales16(const uint8_t* k16) noexcept {
+  const __m512i k = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k16)));
+  __m512i bits = _mm512_slli_epi32(k, 23);
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(k, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(0xFF)), _mm512_set1_epi32(0x7FC00000));
+  return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0.5f));
+}
+
+/// avx2::token_scales with the weight scales looked up 16 groups at a time: the ladder's 32-entry table in two
+/// registers and one vpermt2ps per 16 codes.
+template <class F, int NT>
+CMFX_AVX512_TARGET inline void token_scales16(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0,
+                                            float* sc, float corr[NT]) noexcept {
+  const float* sx[NT];
+  const int32_t* bs[NT];
+  __m512 c[NT];
+  for (int t = 0; t < NT; ++t) {
+    sx[t] = a.scale.data() + (t0 + uint64_t(t)) * a.blocks;
+    bs[t] = a.bsum.data() + (t0 + uint64_t(t)) * a.blocks;
+    c[t] = _mm512_setzero_ps();
+  }
+  __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
+  if constexpr (avx2::i8_row<F>::is_ladder) {
+    tlo = _mm512_loadu_ps(d.ls.table);
+    thi = _mm512_loadu_ps(d.ls.table + 16);
+  }
+  const bool f32_scales = !avx2::i8_row<F>::is_ladder && !d.scales.empty();
+  uint64_t g = 0;
+  for (; g + 16 <= groups; g += 16) {
+    __m512 s;
+    if constexpr (avx2::i8_row<F>::is_ladder)
+      s = _mm512_permutex2var_ps(tlo, ladder_codes16(d.ls.codes + g / 8 * ladder::code_bits), thi);
+    else
+      s = f32_scales ? _mm512_loadu_ps(d.scales.data() + g) : mxfp4_scales16(d.e8m0 + g);
+    for (int t = 0; t < NT; ++t) {
+      const __m512 v = _mm512_mul_ps(s, _mm512_loadu_ps(sx[t] + g));
+      _mm512_storeu_ps(sc + uint64_t(t) * groups + g, v);
+      c[t] = _mm512_fmadd_ps(v, _mm512_cvtepi32_ps(_mm512_loadu_si512(bs[t] + g)), c[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) corr[t] = _mm512_reduce_add_ps(c[t]);
+  if (g + 8 <= groups) {
+    const __m256 s = d.scales8(d.lut(), g);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 v = _mm256_mul_ps(s, _mm256_loadu_ps(sx[t] + g));
+      _mm256_storeu_ps(sc + uint64_t(t) * groups + g, v);
+      corr[t] += avx2::hsum(_mm256_mul_ps(v, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs[t] + g)))));
+    }
+    g += 8;
+  }
+  for (; g < groups; ++g) {
+    const float s = d.scale1(g);
+    for (int t = 0; t < NT; ++t) {
+      const float v = s * sx[t][g];
+      sc[uint64_t(t) * groups + g] = v;
+      corr[t] += v * float(bs[t][g]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) corr[t] *= avx2::i8_offset<F>;
+}
+
+/// Groups g and g + 1 of the row for NT tokens: acc_g[t] += (s_g · sx_tg | s_g+1 · sx_t,g+1) · dot (low | high
+/// eight lanes), with sc = token_scales16's products.
+template <class F, int NT>
+CMFX_AVX512_TARGET inline void vnni_pair(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0,
+                                         const float* sc, uint64_t g, __m512* acc_g) noexcept {
+  __mmask64 neg;
+  const __m512i w = pair_u8<F>(d.values, g, neg);
+  for (int t = 0; t < NT; ++t) {
+    __m512i xq = _mm512_loadu_si512(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g);
+    if constexpr (F::id == format::mxfp4) xq = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
+    const float* s = sc + uint64_t(t) * groups + g;
+    const __m512 sv = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1]));
+    acc_g[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sv, acc_g[t]);
+  }
+}
+
 template <class F, int NT>
 CMFX_AVX512_TARGET inline void row_tile_vnni(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float* sc,
                         float out[NT]) noexcept {
   float corr[NT];
-  for (int t = 0; t < NT; ++t) {
-    const uint64_t tb = (t0 + uint64_t(t)) * a.blocks;
-    corr[t] = avx2::combine_scales(d.scales.data(), a.scale.data() + tb, a.bsum.data() + tb, groups,
-                                   avx2::i8_offset<F>, sc + uint64_t(t) * groups);
-  }
-  __m512 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  token_scales16<F, NT>(d, groups, a, t0, sc, corr);
+  // Two accumulator chains per token (pairs 2k and 2k + 1): with one, the fma latency bounds a 1-token row
+  // (one dependent fma per pair of groups), not the weight stream.
+  __m512 acc[2][NT];
+  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
   uint64_t g = 0;
-  for (; g + 2 <= groups; g += 2) {
-    __mmask64 neg;
-    const __m512i w = pair_u8<F>(d.values, g, neg);
-    for (int t = 0; t < NT; ++t) {
-      __m512i xq = _mm512_loadu_si512(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g);
-      if constexpr (F::id == format::mxfp4) xq = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);
-      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xq);
-      const float* s = sc + uint64_t(t) * groups + g;
-      const __m512 sv = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1]));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sv, acc[t]);
-    }
+  for (; g + 4 <= groups; g += 4) {
+    vnni_pair<F, NT>(d, groups, a, t0, sc, g, acc[0]);
+    vnni_pair<F, NT>(d, groups, a, t0, sc, g + 2, acc[1]);
   }
-  for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+  if (g + 2 <= groups) {
+    vnni_pair<F, NT>(d, groups, a, t0, sc, g, acc[0]);
+    g += 2;
+  }
+  for (int t = 0; t < NT; ++t) acc[0][t] = _mm512_add_ps(acc[0][t], acc[1][t]);
+  for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[0][t]);
   if (g < groups)  // an odd last group: the AVX2 dot
     for (int t = 0; t < NT; ++t) {
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));

@@ -9,6 +9,14 @@
 ///   y = sum_e W2 h_e + shared(x)                                       (shared expert: weight 1)
 /// Summation over experts is in a fixed order (routed experts in ascending id, then the shared one), so the
 /// result does not depend on the thread count.
+///
+/// Activation precision: act_precision::f32 (default) is the strict path, the parity reference. With
+/// act_precision::i8, every expert matrix whose format has an integer-dot kernel (cpu_kernel_table::gemm_i8:
+/// q4tp / q2tp / MXFP4, cols % 32 == 0) reads its input quantised to int8 per 32 values (act_q8.hpp; error in
+/// docs/FORMATS.md "Kernel tolerances"); other formats keep the f32 path. Each worker quantises the input slices of
+/// the experts its row range touches into its own act_q8 (moe_scratch::aq, grown once), so no extra dispatch is
+/// needed and only a slice on a range boundary is quantised twice. The i8 result still does not depend on the
+/// thread count: quantisation is per token, and the same slice quantises to the same bytes on every worker.
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -32,14 +40,24 @@ struct moe_scratch {
   std::vector<uint64_t> row0;  // prefix sums of rows per active expert (phase 1 and phase 2)
   std::vector<uint64_t> drow0;
   std::vector<uint32_t> active;
+  std::vector<act_q8> aq;  // act_precision::i8: two per worker (gate input, up input when its layout differs)
 };
 
 inline float silu(float x) noexcept { return x / (1.0f + std::exp(-x)); }
 
+namespace moe_detail {
+/// The integer-dot kernel for (f, cols) under precision p, or nullptr for the f32 path.
+inline gemm_rows_i8_fn i8_kernel(const cpu_kernel_table& k, act_precision p, format f, uint64_t cols) noexcept {
+  if (p != act_precision::i8 || cols % act_block != 0) return nullptr;
+  return k.gemm_i8[size_t(f)];
+}
+}  // namespace moe_detail
+
 /// out[t, :] = MoE(X[t, :]) for t < n. ids/weights: [n, top_k] routing of each token (ids index `experts`).
 inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<const expert_view> experts,
                         const expert_view* shared, const float* X, uint64_t n, uint64_t d, const uint32_t* ids,
-                        const float* weights, uint32_t top_k, float limit, float* out, moe_scratch& s) {
+                        const float* weights, uint32_t top_k, float limit, float* out, moe_scratch& s,
+                        act_precision act = act_precision::f32) {
   const uint64_t E = experts.size(), slots = E + (shared ? 1 : 0);
   // Bucket (token, weight) entries by expert, in ascending expert id; the shared expert is slot E.
   s.count.assign(slots, 0);
@@ -85,17 +103,33 @@ inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<
   s.u.resize(entries * inter);
   s.h.resize(entries * inter);
   s.y.resize(entries * d);
+  if (act == act_precision::i8 && s.aq.size() < 2 * size_t(pool.size())) s.aq.resize(2 * size_t(pool.size()));
 
   // Phase 1: gate and up rows of every active expert, SwiGLU-clamp and routing weight fused per row range.
-  pool.run(s.row0[A], [&](uint64_t b, uint64_t e, unsigned) {
+  pool.run(s.row0[A], [&](uint64_t b, uint64_t e, unsigned wk) {
     uint64_t a = uint64_t(std::upper_bound(s.row0.begin(), s.row0.end(), b) - s.row0.begin()) - 1;
     for (uint64_t r = b; r < e; ++a) {
       const expert_view& ex = *s.ev[a];
       const uint64_t lo = r - s.row0[a], hi = std::min(e, s.row0[a + 1]) - s.row0[a];
       const uint64_t base = s.start[active[a]], ne = s.count[active[a]], I = inter;
       const float* xe = s.xg.data() + base * d;
-      k.gemm[size_t(ex.gate_fmt)](ex.gate, xe, ne, d, s.g.data() + base * I, I, lo, hi);
-      k.gemm[size_t(ex.up_fmt)](ex.up, xe, ne, d, s.u.data() + base * I, I, lo, hi);
+      const gemm_rows_i8_fn gi = moe_detail::i8_kernel(k, act, ex.gate_fmt, d);
+      const gemm_rows_i8_fn ui = moe_detail::i8_kernel(k, act, ex.up_fmt, d);
+      act_q8* gq = gi ? &s.aq[2 * size_t(wk)] : nullptr;
+      act_q8* uq = gq;
+      if (gi) quantize_act_q8(xe, ne, d, k.i8_layout[size_t(ex.gate_fmt)], *gq);
+      if (ui && (!gi || k.i8_layout[size_t(ex.up_fmt)] != gq->layout)) {
+        uq = &s.aq[2 * size_t(wk) + 1];
+        quantize_act_q8(xe, ne, d, k.i8_layout[size_t(ex.up_fmt)], *uq);
+      }
+      if (gi)
+        gi(ex.gate, *gq, s.g.data() + base * I, I, lo, hi);
+      else
+        k.gemm[size_t(ex.gate_fmt)](ex.gate, xe, ne, d, s.g.data() + base * I, I, lo, hi);
+      if (ui)
+        ui(ex.up, *uq, s.u.data() + base * I, I, lo, hi);
+      else
+        k.gemm[size_t(ex.up_fmt)](ex.up, xe, ne, d, s.u.data() + base * I, I, lo, hi);
       for (uint64_t t = 0; t < ne; ++t) {
         const float w = s.weight[base + t];
         for (uint64_t q = lo; q < hi; ++q) {
@@ -111,13 +145,21 @@ inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<
   // Phase 2: down rows of every active expert.
   s.drow0.assign(A + 1, 0);
   for (uint64_t a = 0; a < A; ++a) s.drow0[a + 1] = s.drow0[a] + d;
-  pool.run(s.drow0[A], [&](uint64_t b, uint64_t e, unsigned) {
+  pool.run(s.drow0[A], [&](uint64_t b, uint64_t e, unsigned wk) {
     uint64_t a = b / d;
     for (uint64_t r = b; r < e; ++a) {
       const expert_view& ex = *s.ev[a];
       const uint64_t lo = r - s.drow0[a], hi = std::min(e, s.drow0[a + 1]) - s.drow0[a];
-      const uint64_t base = s.start[active[a]], ne = s.count[active[a]];
-      k.gemm[size_t(ex.down_fmt)](ex.down, s.h.data() + base * inter, ne, inter, s.y.data() + base * d, d, lo, hi);
+      const uint64_t base = s.start[active[a]], ne = s.count[active[a]], I = ex.down.cols;
+      const float* he = s.h.data() + base * inter;
+      if (const gemm_rows_i8_fn di = moe_detail::i8_kernel(k, act, ex.down_fmt, I);
+          di && I == inter) {  // the int8 input must be contiguous [ne, I]: the expert is as wide as the leading dim
+        act_q8& hq = s.aq[2 * size_t(wk)];
+        quantize_act_q8(he, ne, I, k.i8_layout[size_t(ex.down_fmt)], hq);
+        di(ex.down, hq, s.y.data() + base * d, d, lo, hi);
+      } else {
+        k.gemm[size_t(ex.down_fmt)](ex.down, he, ne, inter, s.y.data() + base * d, d, lo, hi);
+      }
       r = s.drow0[a] + hi;
     }
   }, gemm_row_grain);

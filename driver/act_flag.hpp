@@ -1,0 +1,23 @@
+#pragma once
+// The `--act f32|i8` flag of `cmfx run`, `cmfx ppl` and `cmfx serve` (one declaration, one help text): the
+// activation precision of the weight matmuls (dsv4_options::matmul_act, dsv41_options::matmul_act).
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "cmfx/kernels/act_precision.hpp"
+
+namespace cmfx::driver {
+
+inline CLI::Option* add_act_flag(CLI::App* c, act_precision& v) {
+  return c
+      ->add_option_function<std::string>(
+          "--act", [&v](const std::string& s) { v = s == "i8" ? act_precision::i8 : act_precision::f32; },
+          "Activation precision of the q4tp/q2tp/MXFP4 weight matmuls: f32 (default; strict, the parity reference) "
+          "| i8 (inputs rounded to int8 per 32 values: faster decode, logits off by a small error, see "
+          "docs/ARCHITECTURE.md; the router stays f32)")
+      ->check(CLI::IsMember({"f32", "i8"}).description(""))
+      ->option_text("f32|i8")
+      ->default_str("f32");
+}
+
+}  // namespace cmfx::driver
