@@ -43,6 +43,21 @@ struct toy_tensor {
   toy_role role;
 };
 
+/// The routed and shared experts of one layer (prefix "layers.N."): the same names and shapes in V4 and V4.1.
+/// add(name, shape, role) appends one tensor.
+template <class Add>
+void add_toy_experts(Add&& add, const std::string& p, uint32_t experts, uint32_t inter, uint32_t d) {
+  for (uint32_t e = 0; e < experts; ++e) {
+    const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
+    add(q + "w1.weight", {inter, d}, toy_role::expert_gate_up);
+    add(q + "w3.weight", {inter, d}, toy_role::expert_gate_up);
+    add(q + "w2.weight", {d, inter}, toy_role::expert_down);
+  }
+  add(p + "ffn.shared_experts.w1.weight", {inter, d}, toy_role::shared_gate_up);
+  add(p + "ffn.shared_experts.w3.weight", {inter, d}, toy_role::shared_gate_up);
+  add(p + "ffn.shared_experts.w2.weight", {d, inter}, toy_role::shared_down);
+}
+
 std::vector<toy_tensor> toy_v4_inventory(const toy_v4_config& c);
 /// Values of one tensor (row-major f32; tid2eid holds integer expert ids as floats).
 std::vector<float> toy_v4_values(const toy_v4_config& c, const toy_tensor& t, uint64_t seed);

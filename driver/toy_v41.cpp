@@ -97,15 +97,7 @@ std::vector<toy_tensor> toy_v41_inventory(const toy_v41_config& c) {
     }
     add(p + "ffn.gate.weight", {c.experts, d}, toy_role::router);
     add(p + "ffn.gate.bias", {c.experts}, toy_role::vector);
-    for (uint32_t e = 0; e < c.experts; ++e) {
-      const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
-      add(q + "w1.weight", {c.moe_inter, d}, toy_role::expert_gate_up);
-      add(q + "w3.weight", {c.moe_inter, d}, toy_role::expert_gate_up);
-      add(q + "w2.weight", {d, c.moe_inter}, toy_role::expert_down);
-    }
-    add(p + "ffn.shared_experts.w1.weight", {c.moe_inter, d}, toy_role::shared_gate_up);
-    add(p + "ffn.shared_experts.w3.weight", {c.moe_inter, d}, toy_role::shared_gate_up);
-    add(p + "ffn.shared_experts.w2.weight", {d, c.moe_inter}, toy_role::shared_down);
+    add_toy_experts(add, p, c.experts, c.moe_inter, d);
   }
   add("norm.weight", {d}, toy_role::vector);
   add("head.weight", {c.vocab, d}, toy_role::matrix);

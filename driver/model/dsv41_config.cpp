@@ -1,4 +1,5 @@
 #include "dsv41_config.hpp"
+#include "model_common.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,21 +12,14 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr std::string_view kWhat = "V4.1 model config";
 template <class T>
 T get_or(const json& j, const char* key, T fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const json::exception& e) {
-    throw usage_error(std::string("V4.1 model config: key '") + key + "' has the wrong type: " + e.what());
-  }
+  return config_get_or<T>(j, key, fallback, kWhat);
 }
-
 template <class T>
 T need(const json& j, const char* key) {
-  if (j.find(key) == j.end()) throw usage_error(std::string("V4.1 model config: missing key '") + key + "'");
-  return get_or<T>(j, key, T{});
+  return config_need<T>(j, key, kWhat);
 }
 
 bool contains(const std::vector<uint32_t>& v, uint32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }

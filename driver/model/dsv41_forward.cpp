@@ -1,4 +1,5 @@
 #include "dsv41_forward.hpp"
+#include "model_common.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -256,25 +257,12 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   tc.p0.resize(n);
   tc.prev_owner.resize(n);
   // Every segment and token is checked before any state changes (a refused chunk leaves all states as they were).
-  uint64_t covered = 0;
-  for (size_t k = 0; k < segs.size(); ++k) {
-    const dsv41_segment& sg = segs[k];
-    if (!sg.st || sg.first != covered || sg.count == 0)
-      throw usage_error("dsv4.1 forward: segments must cover the chunk in order, each with tokens and a state");
-    if (sg.st->layers().size() != cf.layers || sg.st->head_dim() != cf.head_dim)
-      throw usage_error("dsv4.1 forward: the state was made for another model");
+  check_segments(ids, segs, cf.layers, cf.head_dim, cf.vocab, "dsv4.1 forward");
+  for (const dsv41_segment& sg : segs)
     if (sg.st->packed() != (opt.qat_kv && opt.packed_kv))
       throw usage_error(std::string("dsv4.1 forward: the state stores ") + (sg.st->packed() ? "packed" : "f32") +
                         " KV rows, the model's options want " + (opt.qat_kv && opt.packed_kv ? "packed" : "f32") +
                         " (make states with new_state())");
-    for (size_t j = 0; j < k; ++j)
-      if (segs[j].st == sg.st) throw usage_error("dsv4.1 forward: a state appears in two segments of one chunk");
-    for (uint64_t i = sg.first; i < sg.first + sg.count; ++i)
-      if (ids[i] >= cf.vocab)
-        throw usage_error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (" + std::to_string(cf.vocab) + ")");
-    covered += sg.count;
-  }
-  if (covered != n) throw usage_error("dsv4.1 forward: segments do not cover the chunk");
   for (size_t k = 0; k < segs.size(); ++k) {
     const dsv41_segment& sg = segs[k];
     dsv41_state& st = *sg.st;

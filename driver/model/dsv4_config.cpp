@@ -1,4 +1,5 @@
 #include "dsv4_config.hpp"
+#include "model_common.hpp"
 
 #include <cmath>
 #include <stdexcept>
@@ -13,20 +14,11 @@ using json = nlohmann::json;
 
 template <class T>
 T get_or(const json& j, const char* key, T fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const json::exception& e) {
-    throw usage_error(std::string("model config: key '") + key + "' has the wrong type: " + e.what());
-  }
+  return config_get_or<T>(j, key, fallback, "model config");
 }
-
 template <class T>
 T need(const json& j, const char* key, const char* where) {
-  auto it = j.find(key);
-  if (it == j.end()) throw usage_error(std::string(where) + ": missing key '" + key + "'");
-  return get_or<T>(j, key, T{});
+  return config_need<T>(j, key, where);
 }
 
 uint32_t rope_dim_from_factor(double factor, uint32_t head_dim) {

@@ -1,4 +1,5 @@
 #include "dsv4_forward.hpp"
+#include "model_common.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -127,24 +128,14 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   tc.pos.resize(n);
   tc.first.resize(n);
   tc.p0.resize(n);
-  uint64_t covered = 0;
-  for (size_t k = 0; k < segs.size(); ++k) {
-    const dsv4_segment& sg = segs[k];
-    if (!sg.st || sg.first != covered || sg.count == 0)
-      throw usage_error("dsv4 forward: segments must cover the chunk in order, each with tokens and a state");
-    if (sg.st->layers().size() != cf.layers || sg.st->head_dim() != cf.head_dim)
-      throw usage_error("dsv4 forward: the state was made for another model");
-    for (size_t j = 0; j < k; ++j)
-      if (segs[j].st == sg.st) throw usage_error("dsv4 forward: a state appears in two segments of one chunk");
+  check_segments(ids, segs, cf.layers, cf.head_dim, cf.vocab, "dsv4 forward");
+  for (const dsv4_segment& sg : segs)
     for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) {
       tc.st[i] = sg.st;
       tc.pos[i] = sg.st->pos() + (i - sg.first);
       tc.first[i] = sg.first;
       tc.p0[i] = sg.st->pos();
     }
-    covered += sg.count;
-  }
-  if (covered != n) throw usage_error("dsv4 forward: segments do not cover the chunk");
   if (trace) {
     trace->topk.resize(cf.layers);
     trace->experts.resize(cf.layers);
@@ -153,8 +144,6 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   std::vector<float> X(n * hd_), Xn(n * hd_);
   visit_format(m.w.embed.fmt, [&]<class F>() {
     for (uint64_t i = 0; i < n; ++i) {
-      if (ids[i] >= cf.vocab)
-        throw usage_error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (" + std::to_string(cf.vocab) + ")");
       float* x0 = X.data() + i * hd_;
       F::decode_row(m.w.embed.v, ids[i], x0);
       for (uint64_t j = 1; j < hc; ++j) std::copy_n(x0, d, x0 + j * d);
