@@ -33,11 +33,19 @@ std::string read_all(guarded& g, std::vector<float>& out) {
   return g.read(out.data(), why) ? std::string() : why;
 }
 
+// Sparse attention's max-abs bound: the GPU keeps the online-softmax sums in f32 over up to thousands of keys (the
+// CPU path and the reference in double). Over 13 run seeds of the 3000-key HCA case the largest error was 1.5e-5
+// of the reference maximum (3.5e-4 at max 23.5, NMSE 1.3e-10; the same against both references; typical 1e-6,
+// NMSE 1e-12) — above the default 1e-5, so this op's bound is 1e-4 · max(1, max|ref|); NMSE stays at kNmse.
+constexpr double kAttnMaxAbsRel = 1e-4;
+
 std::string both(const std::vector<float>& got, const std::vector<float>& cpu, const std::vector<double>& f64,
-                 std::string& info) {
+                 std::string& info, double max_abs_rel = kMaxAbsRel) {
   std::string i1, i2;
-  if (auto w = verdict(compare(got.data(), cpu.data(), got.size()), kNmse, i1); !w.empty()) return "vs CPU ops: " + w;
-  if (auto w = verdict(compare(got.data(), f64.data(), got.size()), kNmse, i2); !w.empty()) return "vs float64: " + w;
+  if (auto w = verdict(compare(got.data(), cpu.data(), got.size()), kNmse, i1, max_abs_rel); !w.empty())
+    return "vs CPU ops: " + w;
+  if (auto w = verdict(compare(got.data(), f64.data(), got.size()), kNmse, i2, max_abs_rel); !w.empty())
+    return "vs float64: " + w;
   info = "cpu " + i1 + "; f64 " + i2;
   return {};
 }
@@ -168,7 +176,7 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   if (a.specials)  // the all-masked row is exactly 0 (the sink takes the whole mass)
     for (uint64_t i = 0; i < uint64_t(H) * hd; ++i)
       if (got[i] != 0.0f) return "all-masked row: output " + std::to_string(i) + " = " + std::to_string(got[i]) + ", not 0";
-  return both(got, cpu, f64, info);
+  return both(got, cpu, f64, info, kAttnMaxAbsRel);
 }
 
 std::string attn_invalid_case(suite& s, std::string& info) {

@@ -159,7 +159,7 @@ class suite {
 };
 
 /// Formats a float-error verdict: "" when within bounds.
-std::string verdict(const stats& s, double nmse_max, std::string& info);
+std::string verdict(const stats& s, double nmse_max, std::string& info, double max_abs_rel = kMaxAbsRel);
 
 // Case groups (cases_matrix.cpp, cases_ops.cpp, cases_route.cpp, cases_mhc.cpp, cases_quant.cpp, cases_moe.cpp).
 void matrix_cases(suite& s);
