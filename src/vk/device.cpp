@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "cmfx/core/error.hpp"
 #include "vk_impl.hpp"
 
 namespace cmfx::gpu {
@@ -299,6 +300,7 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
   c.cb.dispatch(gx, gy, gz);
   ++c.dispatches;
   c.barrier_needed = !c.concurrent;
+  c.work_since_xfer = true;
 }
 
 }  // namespace detail
@@ -364,6 +366,66 @@ void commands::end_concurrent() {
   if (p_->dispatches > 0) p_->barrier_needed = true;
 }
 
+namespace {
+/// The buffer and absolute offset of [v.offset + 0, + bytes), checked.
+std::pair<vk::Buffer, uint64_t> xfer_range(detail::commands_impl& c, const view& v, uint64_t bytes, const char* op) {
+  if (!v || !*v.buf) throw usage_error(std::string(op) + ": no destination/source view");
+  if (bytes > v.bytes)
+    throw usage_error(std::string(op) + ": " + std::to_string(bytes) + " bytes exceed the view's " +
+                      std::to_string(v.bytes));
+  const detail::block& blk = c.dev->block_of(*v.buf);
+  return {*blk.buf, c.dev->offset_of(*v.buf) + v.offset};
+}
+/// Every transfer waits for the dispatches and transfers before it; the next dispatch waits for it.
+void before_xfer(detail::commands_impl& c) {
+  c.ensure_recording();
+  if (c.work_since_xfer || c.dispatches) {
+    const vk::MemoryBarrier mb(vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eShaderRead |
+                                   vk::AccessFlagBits::eTransferWrite,
+                               vk::AccessFlagBits::eTransferWrite | vk::AccessFlagBits::eTransferRead);
+    c.cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
+                         vk::PipelineStageFlagBits::eTransfer, {}, mb, {}, {});
+    c.work_since_xfer = false;
+  }
+}
+void after_xfer(detail::commands_impl& c) { c.barrier_needed = true; }
+}  // namespace
+
+void commands::update(const view& dst, const void* data, uint64_t bytes) {
+  if (bytes == 0) return;
+  if (bytes % 4 || bytes > update_max || dst.offset % 4)
+    throw usage_error("commands::update: " + std::to_string(bytes) +
+                      " bytes (must be a multiple of 4, at most 65536, at a 4-byte aligned offset)");
+  guarded("update", [&] {
+    auto [b, off] = xfer_range(*p_, dst, bytes, "commands::update");
+    before_xfer(*p_);
+    p_->cb.updateBuffer(b, off, vk::ArrayProxy<const uint8_t>(uint32_t(bytes), static_cast<const uint8_t*>(data)));
+    after_xfer(*p_);
+  });
+}
+
+void commands::copy(const view& src, const view& dst, uint64_t bytes) {
+  if (bytes == 0) return;
+  guarded("copy", [&] {
+    auto [sb, so] = xfer_range(*p_, src, bytes, "commands::copy");
+    auto [db, dof] = xfer_range(*p_, dst, bytes, "commands::copy");
+    before_xfer(*p_);
+    p_->cb.copyBuffer(sb, db, vk::BufferCopy(so, dof, bytes));
+    after_xfer(*p_);
+  });
+}
+
+void commands::fill(const view& dst, uint64_t bytes, uint32_t word) {
+  if (bytes == 0) return;
+  if (bytes % 4 || dst.offset % 4) throw usage_error("commands::fill: size and offset must be multiples of 4");
+  guarded("fill", [&] {
+    auto [b, off] = xfer_range(*p_, dst, bytes, "commands::fill");
+    before_xfer(*p_);
+    p_->cb.fillBuffer(b, off, bytes, word);
+    after_xfer(*p_);
+  });
+}
+
 commands device::begin() {
   return guarded("begin", [&] {
     auto c = std::make_unique<detail::commands_impl>();
@@ -415,7 +477,7 @@ void commands::reset() {
     c.stamps.clear();
     c.dispatches = 0;
     c.recording = c.ran = false;
-    c.concurrent = c.barrier_needed = false;
+    c.concurrent = c.barrier_needed = c.work_since_xfer = false;
   });
 }
 

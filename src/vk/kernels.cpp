@@ -161,7 +161,7 @@ struct kernels::impl {
   /// matvec / GEMM (nb accumulators, nt <= nb batch rows starting at t0) or dequant, sliced by rows so that
   /// every binding stays within maxStorageBufferRange (P14).
   void run_matrix(commands& c, const gpu_matrix& w, view x, uint32_t t0, uint32_t nt, uint32_t nb, view y,
-                  bool dequant, bool generic, bool i8 = false) {
+                  bool dequant, bool generic, bool i8 = false, uint64_t R0 = 0, uint64_t R1 = ~uint64_t(0)) {
     const detail::format_gpu g = detail::gpu_traits(w.fmt);
     const matvec_tuning t = dequant ? matvec_tuning{1, 1} : choose(w.rows, w.cols, nb, w.fmt);
     const detail::pipeline* p = matrix_pipe(dequant, w.fmt, w.scale_enc, nb, t);
@@ -173,15 +173,15 @@ struct kernels::impl {
     const bool use_i8 = i8;
     const matvec_tuning rt = try_rows ? choose_rows(w.rows, w.fmt, use_i8) : matvec_tuning{};
     const detail::pipeline* rp = try_rows ? rows_pipe(w.fmt, w.scale_enc, rt, use_i8) : nullptr;
-    const uint64_t R = w.rows, C = w.cols;
+    const uint64_t R = std::min(R1, w.rows), C = w.cols, RY = R - R0;  // rows [R0, R); y holds RY per token
     const uint64_t out_row = dequant ? C * 4 : 4;
     const uint64_t per_row = std::max(detail::row_bytes(w), out_row);
     const uint64_t limit = binding_limit ? std::min(binding_limit, info.max_storage_range) : info.max_storage_range;
     const uint64_t room = limit - std::min(limit, detail::fixed_bytes(w) + 1024);
     if (per_row > room) throw usage_error("matrix rows too long for one storage binding on this device");
-    uint64_t step = std::min<uint64_t>(R, room / per_row);
+    uint64_t step = std::min<uint64_t>(RY, room / per_row);
     if (step >= 256) step -= step % 256;
-    for (uint64_t r0 = 0; r0 < R; r0 += step) {
+    for (uint64_t r0 = R0; r0 < R; r0 += step) {
       const uint64_t r1 = std::min(R, r0 + step);
       const detail::slice sl = detail::slice_of(w, r0, r1);
       binding b[6];
@@ -204,7 +204,7 @@ struct kernels::impl {
       pc.e_off = sl.e_off, pc.aux0 = sl.aux0, pc.aux1 = sl.aux1;
       if (dequant) {
         b[3] = dummy();
-        const bound yo = bind_range(info, y, r0 * C * 4, (r1 - r0) * C * 4);
+        const bound yo = bind_range(info, y, (r0 - R0) * C * 4, (r1 - r0) * C * 4);
         b[4] = yo.b;
         pc.yoff = yo.residual / 4;
         pc.y_stride = 0;
@@ -212,10 +212,11 @@ struct kernels::impl {
         const bound xb = i8 ? bind_range(info, x, 0, kernels::act_q8_bytes(C))
                             : bind_range(info, x, uint64_t(t0) * C * 4, uint64_t(nt) * C * 4);
         if (i8 && xb.residual % 16) throw usage_error("matvec_q8: xq must start on a 16-byte boundary");
-        const bound yb = bind_range(info, y, (uint64_t(t0) * R + r0) * 4, ((uint64_t(nt) - 1) * R + (r1 - r0)) * 4);
+        const bound yb =
+            bind_range(info, y, (uint64_t(t0) * RY + (r0 - R0)) * 4, ((uint64_t(nt) - 1) * RY + (r1 - r0)) * 4);
         b[3] = xb.b, b[4] = yb.b;
         pc.xoff = xb.residual / 4, pc.x_stride = pc.cols;
-        pc.yoff = yb.residual / 4, pc.y_stride = u32(R, "rows");
+        pc.yoff = yb.residual / 4, pc.y_stride = u32(RY, "rows");
       }
       b[5] = bind_range(info, tables, 0, tables.size()).b;
       const bool aligned_io = dequant ? pc.yoff % 4 == 0 : pc.xoff % 4 == 0;
@@ -321,6 +322,16 @@ void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view 
     const uint32_t nt = std::min(gemm_tile, n - t0);
     p_->run_matrix(c, w, x, t0, nt, n == 1 ? 1 : gemm_tile, y, false, false);
   }
+}
+
+void kernels::matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, view y) {
+  p_->check_matrix(w, "matmul_rows");
+  if (r0 >= r1 || r1 > w.rows)
+    throw usage_error("matmul_rows: rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ") outside the " +
+                      std::to_string(w.rows) + "-row matrix");
+  need(x, w.cols * 4, "matmul_rows", "x");
+  need(y, (r1 - r0) * 4, "matmul_rows", "y");
+  p_->run_matrix(c, w, x, 0, 1, 1, y, false, false, false, r0, r1);
 }
 
 void kernels::quantize_act(commands& c, format f, view x, uint32_t n, uint64_t cols, view out) {
@@ -447,6 +458,30 @@ void kernels::swiglu_clamp(commands& c, view g, view v, view out, uint64_t n, fl
   const uint32_t gx = uint32_t(std::min<uint64_t>(ceil_div(n, impl::wg_rows), 4096));
   detail::dispatch(c.impl(), p_->pipe("swiglu.comp", "", impl::wg_rows, 3, sizeof pc), b, &pc, sizeof pc, gx, 1);
 }
+
+namespace {
+void axpby(kernels::impl& p, commands& c, view x, view y, uint64_t n, float alpha, float beta, const char* op);
+}  // namespace
+
+void kernels::add(commands& c, view x, view y, uint64_t n) { axpby(*p_, c, x, y, n, 1.0f, 1.0f, "add"); }
+void kernels::scale(commands& c, view y, uint64_t n, float a) { axpby(*p_, c, y, y, n, 0.0f, a, "scale"); }
+
+namespace {
+void axpby(kernels::impl& p, commands& c, view x, view y, uint64_t n, float alpha, float beta, const char* op) {
+  if (n == 0) return;
+  need(x, n * 4, op, "x");
+  need(y, n * 4, op, "y");
+  const bound xb = bind_range(p.info, x, 0, n * 4), yb = bind_range(p.info, y, 0, n * 4);
+  struct {
+    uint32_t n, xoff, yoff, pad0;
+    float alpha, beta;
+    uint32_t pad1, pad2;
+  } pc{u32(n, "axpby n"), xb.residual / 4, yb.residual / 4, 0, alpha, beta, 0, 0};
+  const binding b[2] = {xb.b, yb.b};
+  const uint32_t gx = uint32_t(std::min<uint64_t>(ceil_div(n, kernels::impl::wg_rows), 4096));
+  detail::dispatch(c.impl(), p.pipe("axpby.comp", "", kernels::impl::wg_rows, 2, sizeof pc), b, &pc, sizeof pc, gx, 1);
+}
+}  // namespace
 
 void kernels::stream_read(commands& c, view src, view sink) {
   need(sink, 16, "stream_read", "sink");

@@ -45,6 +45,7 @@ struct commands_impl {
   bool recording = false, ran = false;
   bool concurrent = false;      // inside begin_concurrent() / end_concurrent()
   bool barrier_needed = false;  // the next dispatch must wait for earlier work
+  bool work_since_xfer = false; // a dispatch was recorded since the last transfer barrier
   void ensure_recording();
 };
 

@@ -169,5 +169,6 @@ void mhc_cases(suite& s);
 void quant_cases(suite& s);
 void moe_cases(suite& s);
 void attn_cases(suite& s);  // cases_attn.cpp
+void model_cases(suite& s);  // cases_model.cpp: the V4 GPU graph vs the CPU graph on the toys
 
 }  // namespace cmfx::parity

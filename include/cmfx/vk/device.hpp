@@ -139,6 +139,17 @@ class commands {
   void begin_concurrent();
   void end_concurrent();
   bool in_concurrent() const noexcept;
+
+  /// Transfers recorded in order with the dispatches (each waits for all earlier work; later dispatches wait for
+  /// it). Transfers recorded back to back are not ordered among themselves: they must write distinct memory.
+  /// update: `bytes` (a multiple of 4, at most update_max) of host data carried inside the command buffer
+  /// (vkCmdUpdateBuffer) — per-token parameters without a separate upload; dst offset a multiple of 4.
+  static constexpr uint64_t update_max = 65536;
+  void update(const view& dst, const void* data, uint64_t bytes);
+  /// dst[0, bytes) = src[0, bytes) (device-to-device copy; no overlap).
+  void copy(const view& src, const view& dst, uint64_t bytes);
+  /// Every 32-bit word of dst[0, bytes) = word (bytes a multiple of 4).
+  void fill(const view& dst, uint64_t bytes, uint32_t word);
   detail::commands_impl& impl() noexcept { return *p_; }
 
  private:

@@ -112,6 +112,9 @@ class kernels {
   /// act = i8: activations quantised to int8 per 32-block and integer dot products (batch 1, q4tp / q2tp /
   /// MXFP4, devices with shaderIntegerDotProduct; elsewhere the f32 path runs) — see has_i8().
   void matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act = act_precision::f32);
+  /// y[r − r0] = Σ_c W[r, c] · x[c] for rows r in [r0, r1) of w (batch 1): one row block of a matrix, e.g. one
+  /// group of V4's grouped output projection wo_a. r0 must be a multiple of the format's block_rows.
+  void matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, view y);
   /// Whether matmul(..., act_precision::i8) of a batch-1 product of format f takes the int8 path here.
   bool has_i8(format f) const;
   /// Bytes of the int8 activations of n tokens of `cols` values (shaders/common/act_q8.glsl: 40 per 32 values).
@@ -140,6 +143,10 @@ class kernels {
   void topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t k, view idx);
   /// out[i] = silu(min(g, limit)) · clamp(v, −limit, limit) · weight (limit <= 0: no clamp). out may alias.
   void swiglu_clamp(commands& c, view g, view v, view out, uint64_t n, float limit, float weight = 1.0f);
+  /// y[i] += x[i] for i < n (f32, exact sums; x and y must not overlap).
+  void add(commands& c, view x, view y, uint64_t n);
+  /// y[i] *= a for i < n, in place.
+  void scale(commands& c, view y, uint64_t n, float a);
   // ---- layer primitives of include/cmfx/ops/ (kernels_route.cpp, kernels_mhc.cpp, kernels_quant.cpp,
   //      kernels_moe.cpp; docs/VULKAN.md gives each contract and tolerance)
 

@@ -1,0 +1,301 @@
+// One token of the V4 graph recorded into one command buffer (dsv4-architecture.md §3; the CPU twin is
+// dsv4_forward.cpp / dsv4_attention.cpp / dsv4_compressor.cpp). Everything that depends on the position only
+// (window slots, closing compressor windows, the HCA entry list, the embedding row) is known when recording and
+// travels inside the command buffer (commands::update); everything that depends on values stays on the device.
+//
+// Per layer: hc_pre_finish → RMSNorm → [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope,
+// compressor pooling → q head norm, ropes → indexer score → top-k → sparse attention → inverse rope → wo_a groups
+// (concurrent) → wo_b → hc_post (+ next mixes) → hc_pre_finish → RMSNorm → router → routing → experts (→ shared)
+// → hc_post (+ next mixes). Head: hc_head_finish → RMSNorm → head matmul (→ device argmax).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/formats/format_list.hpp"
+#include "cmfx/vk/device.hpp"
+#include "dsv4_gpu_internal.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+using gpu::view;
+
+view row(const gpu::buffer& b, uint64_t r, uint64_t floats) { return view(b, r * floats * 4, floats * 4); }
+
+/// Phase timestamps of a profiled step (slots of commands::timestamp, folded into dsv4_gpu_profile after submit).
+struct stamps {
+  gpu::commands& c;
+  bool on;
+  std::vector<std::pair<double dsv4_gpu_profile::*, std::pair<uint32_t, uint32_t>>> marks;
+  uint32_t last = 0;
+  stamps(gpu::commands& cc, bool enabled) : c(cc), on(enabled) {
+    if (on) last = c.timestamp();
+  }
+  void mark(double dsv4_gpu_profile::*field) {
+    if (!on) return;
+    const uint32_t t = c.timestamp();
+    marks.push_back({field, {last, t}});
+    last = t;
+  }
+};
+
+}  // namespace
+
+void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace) {
+  const dsv4_config& cf = cfg;
+  if (tok >= cf.vocab) throw usage_error("gpu model: token id " + std::to_string(tok) + " >= vocab " + std::to_string(cf.vocab));
+  if (pos >= opt.max_ctx)
+    throw usage_error("gpu model: position " + std::to_string(pos) + " reaches the device context of " +
+                      std::to_string(opt.max_ctx) + " positions (--ctx)");
+  const auto t_rec = std::chrono::steady_clock::now();
+  const uint64_t t = pos, d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
+  const uint32_t H = cf.heads, IH = cf.index_heads, IHD = cf.index_head_dim, E = cf.experts, K = cf.top_k;
+  const float eps = float(cf.norm_eps);
+  gpu::kernels::hc_shape sh;
+  sh.hc = uint32_t(hc), sh.d = uint32_t(d), sh.norm_eps = eps, sh.hc_eps = float(cf.hc_eps), sh.iters = cf.hc_iters;
+  const uint32_t mix_rows = uint32_t((2 + hc) * hc);
+
+  gpu::commands c = dev.begin();
+  // ---- per-token parameters (inside the command buffer)
+  {
+    std::vector<float> x(d);
+    visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, tok, x.data()); });
+    for (uint64_t j = 0; j < hc; ++j) c.update(view(X, j * d * 4, d * 4), x.data(), d * 4);
+    c.update(token, &tok, 4);
+    std::vector<int32_t> win(W, -1);
+    for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s) win[s - (t + 1 > W ? t + 1 - W : 0)] = int32_t(s % W);
+    c.update(swa_idx, win.data(), W * 4);
+    for (uint32_t r : {4u, 128u})
+      if ((t + 1) % r == 0) {
+        const uint64_t ws = t + 1 - r;
+        const uint32_t cap = r == 4 ? 8 : 128;
+        const uint32_t w2[2] = {uint32_t(ws % cap), ws >= r && r == 4 ? uint32_t((ws - r) % cap) : 0xFFFFFFFFu};
+        c.update(r == 4 ? win4 : win128, w2, 8);
+      }
+    for (dsv4_gpu_layer& G : layers) {
+      if (!G.kind.ratio) continue;
+      std::vector<int32_t> ids(win.size());
+      const int32_t off = int32_t(G.comp.max_entries);
+      for (uint64_t i = 0; i < W; ++i) ids[i] = win[i] < 0 ? -1 : win[i] + off;
+      if (!G.kind.indexer) {  // HCA: every finished entry
+        const uint64_t ne = (t + 1) / G.kind.ratio;
+        for (uint64_t j = 0; j < ne; ++j) ids.push_back(int32_t(j));
+      }
+      for (uint64_t o0 = 0; o0 < ids.size(); o0 += gpu::commands::update_max / 4) {
+        const uint64_t n = std::min<uint64_t>(ids.size() - o0, gpu::commands::update_max / 4);
+        c.update(view(G.idx, o0 * 4, n * 4), ids.data() + o0, n * 4);
+      }
+      if (G.kind.indexer && (t + 1) / 4 == 0) c.fill(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), cf.index_topk * 4ull, 0xFFFFFFFFu);
+    }
+  }
+  stamps ts(c, opt.profile);
+
+  k.hc_mix(c, sh, X, layers.at(0).hc_attn_fn, mix_rows, 1, partials);
+  for (uint32_t l = 0; l < cf.layers; ++l) {
+    dsv4_gpu_layer& G = layers[l];
+    const dsv4_layer_kind& kind = G.kind;
+    const gpu::buffer& cs_tab = kind.ratio ? cs_comp : cs_swa;
+    const view cs_t = row(cs_tab, t, rd);
+    const uint64_t slot = t % W;
+    const view kv_row = row(G.ring, slot, hd);
+    // ---- attention sublayer
+    k.hc_pre_finish(c, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u);
+    k.rmsnorm(c, u, G.attn_norm, u, 1, uint32_t(d), eps);
+    ts.mark(&dsv4_gpu_profile::hc);
+    const bool closes = kind.ratio && (t + 1) % kind.ratio == 0;
+    const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
+    c.begin_concurrent();
+    k.matmul(c, G.wq_a, u, 1, qr);
+    k.matmul(c, G.wkv, u, 1, kv_row);
+    if (kind.ratio) {
+      k.matmul(c, G.comp.wkv, u, 1, row(G.comp.kv, cslot, G.comp.cw));
+      k.matmul(c, G.comp.wgate, u, 1, row(G.comp.score, cslot, G.comp.cw));
+    }
+    if (kind.indexer) {
+      k.matmul(c, G.ix.wkv, u, 1, row(G.ix.kv, cslot, G.ix.cw));
+      k.matmul(c, G.ix.wgate, u, 1, row(G.ix.score, cslot, G.ix.cw));
+      k.matmul(c, G.ix_wp, u, 1, iw);
+    }
+    c.end_concurrent();
+    c.begin_concurrent();
+    k.rmsnorm(c, qr, G.q_norm, qr, 1, cf.q_lora, eps);
+    k.rmsnorm(c, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps);
+    if (kind.ratio)
+      k.add(c, row(G.comp.ape, t % kind.ratio, G.comp.cw), row(G.comp.score, cslot, G.comp.cw), G.comp.cw);
+    if (kind.indexer) {
+      k.add(c, row(G.ix.ape, t % 4, G.ix.cw), row(G.ix.score, cslot, G.ix.cw), G.ix.cw);
+      k.scale(c, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
+    }
+    c.end_concurrent();
+    ts.mark(&dsv4_gpu_profile::attn_proj);
+    // Compressor pooling of a closing window (entry j = (t+1)/r − 1, rope at the window's first position).
+    const uint64_t ne = kind.ratio ? (t + 1) / kind.ratio : 0;
+    auto pool = [&](dsv4_gpu_comp& g) {
+      gpu::kernels::pool_shape ps;
+      ps.entries = 1, ps.ratio = g.ratio, ps.width = g.width, ps.row_floats = g.cw, ps.overlap = g.overlap, ps.eps = eps;
+      if (ne > g.max_entries) throw std::logic_error("gpu model: compressed entries beyond max_ctx");
+      k.compress_pool(c, ps, g.kv, g.score, g.ratio == 4 ? win4 : win128, g.norm, row(g.entries, ne - 1, g.width));
+    };
+    c.begin_concurrent();
+    k.matmul(c, G.wq_b, qr, 1, q);
+    if (kind.indexer) k.matmul(c, G.ix_wq_b, qr, 1, iq);
+    k.rope(c, kv_row, cs_t, 1, 1, uint32_t(hd), uint32_t(rd), false);
+    if (closes) {
+      pool(G.comp);
+      if (kind.indexer) pool(G.ix);
+    }
+    c.end_concurrent();
+    c.begin_concurrent();
+    if (cf.per_head_q_norm) k.rmsnorm(c, q, view(), q, H, uint32_t(hd), eps);
+    if (kind.indexer) k.rope(c, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
+    if (closes) {
+      const view cs_ws = row(cs_comp, t + 1 - kind.ratio, rd);
+      k.rope(c, row(G.comp.entries, ne - 1, G.comp.width), cs_ws, 1, 1, G.comp.width, uint32_t(rd), false);
+      if (kind.indexer) k.rope(c, row(G.ix.entries, ne - 1, G.ix.width), cs_ws, 1, 1, G.ix.width, uint32_t(rd), false);
+    }
+    c.end_concurrent();
+    k.rope(c, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
+    ts.mark(&dsv4_gpu_profile::compress);
+    // Indexer: scores of the finished entries, top-k into the compressed part of the key list.
+    if (kind.indexer && ne > 0) {
+      gpu::kernels::index_shape is;
+      is.rows = 1, is.heads = IH, is.head_dim = IHD, is.n = uint32_t(ne);
+      k.index_score(c, is, iq, G.ix.entries, iw, view(), score);
+      k.topk(c, score, 1, uint32_t(ne), cf.index_topk, view(G.idx, W * 4, uint64_t(cf.index_topk) * 4));
+      ts.mark(&dsv4_gpu_profile::index);
+    }
+    // Sparse attention with sink over [window | compressed], inverse rope of the output's tail.
+    gpu::kernels::attn_shape as;
+    as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
+    if (kind.ratio) {
+      as.keys = uint32_t(W + (kind.indexer ? cf.index_topk : ne));
+      as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(W);
+      k.sparse_attention(c, as, q, G.comp.entries, G.ring, G.idx, G.sink, o);
+    } else {
+      as.keys = uint32_t(W), as.kv_a_rows = uint32_t(W), as.kv_b_rows = 0;
+      k.sparse_attention(c, as, q, G.ring, view(), swa_idx, G.sink, o);
+    }
+    k.rope(c, o, cs_t, 1, H, uint32_t(hd), uint32_t(rd), true);
+    ts.mark(&dsv4_gpu_profile::attn_core);
+    // Grouped output projection: z_g = wo_a[g] · o_g, then wo_b · z.
+    const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
+    c.begin_concurrent();
+    for (uint64_t g = 0; g < Gs; ++g)
+      k.matmul_rows(c, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), view(z, g * ol * 4, ol * 4));
+    c.end_concurrent();
+    k.matmul(c, G.wo_b, z, 1, attn_out);
+    k.hc_post(c, sh, attn_out, X, coeff, 1, Xn, G.hc_ffn_fn, mix_rows, partials);
+    std::swap(X, Xn);
+    ts.mark(&dsv4_gpu_profile::attn_out);
+    // ---- MoE sublayer
+    k.hc_pre_finish(c, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff, u);
+    k.rmsnorm(c, u, G.ffn_norm, u, 1, uint32_t(d), eps);
+    ts.mark(&dsv4_gpu_profile::hc);
+    route_config rc;
+    rc.top_k = K;
+    rc.route_scale = float(cf.route_scale);
+    c.begin_concurrent();
+    k.matmul(c, G.gate, u, 1, rlogits);
+    if (G.shared_apart) {
+      k.matmul(c, G.sh_gate, u, 1, sh_g);
+      k.matmul(c, G.sh_up, u, 1, sh_u);
+    }
+    c.end_concurrent();
+    if (kind.hash)
+      k.route_hash(c, rlogits, G.tid2eid, cf.vocab, token, 1, E, rc, view(), G.route_idx, G.route_w);
+    else
+      k.route_score(c, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
+    ts.mark(&dsv4_gpu_profile::route);
+    if (G.shared_apart) {
+      k.swiglu_clamp(c, sh_g, sh_u, sh_g, cf.moe_inter, float(cf.swiglu_limit));
+      c.begin_concurrent();
+      k.matmul(c, G.sh_down, sh_g, 1, sh_out);
+      k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out);
+      c.end_concurrent();
+      k.add(c, sh_out, moe_out, d);
+    } else {
+      k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out);
+    }
+    ts.mark(&dsv4_gpu_profile::experts);
+    const bool last = l + 1 == cf.layers;
+    k.hc_post(c, sh, moe_out, X, coeff, 1, Xn, last ? view(hc_head_fn) : view(layers[l + 1].hc_attn_fn),
+              last ? uint32_t(hc) : mix_rows, partials);
+    std::swap(X, Xn);
+    ts.mark(&dsv4_gpu_profile::hc);
+  }
+  if (logits_mode) {
+    k.hc_head_finish(c, sh, partials, X, hc_head_base, hc_head_scale, 1, coeff, u);
+    k.rmsnorm(c, u, norm, u, 1, uint32_t(d), eps);
+    k.matmul(c, head, u, 1, logits);
+    if (logits_mode == 2) k.topk(c, logits, 1, cf.vocab, 1, best);
+    ts.mark(&dsv4_gpu_profile::head);
+  }
+  dispatches = c.dispatch_count();
+  record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rec).count();
+  dev.submit(c);
+  if (opt.profile) {
+    for (auto& [field, span] : ts.marks) {
+      const double s = c.seconds(span.first, span.second);
+      prof.*field += s;
+      prof.total += s;
+    }
+    ++prof.steps;
+  }
+  if (trace) {
+    trace->topk.resize(cf.layers);
+    trace->experts.resize(cf.layers);
+    for (uint32_t l = 0; l < cf.layers; ++l) {
+      const dsv4_gpu_layer& G = layers[l];
+      std::vector<uint32_t> ex(K);
+      dev.download(G.route_idx, ex.data(), K * 4ull);
+      std::sort(ex.begin(), ex.end());
+      trace->experts[l].push_back(std::move(ex));
+      if (G.kind.indexer) {
+        std::vector<int32_t> pk(cf.index_topk);
+        dev.download(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), pk.data(), uint64_t(cf.index_topk) * 4);
+        std::vector<uint32_t> sel;
+        for (int32_t v : pk)
+          if (v >= 0) sel.push_back(uint32_t(v));
+        std::sort(sel.begin(), sel.end());
+        trace->topk[l].push_back(std::move(sel));
+      }
+    }
+  }
+  ++pos;
+}
+
+// ------------------------------------------------------------------ public
+
+dsv4_gpu_model::dsv4_gpu_model(const dsv4_weights& w, gpu::device& dev, gpu::kernels& k, const dsv4_gpu_options& o)
+    : p_(std::make_unique<impl>(w, dev, k, o)) {}
+dsv4_gpu_model::~dsv4_gpu_model() = default;
+const dsv4_config& dsv4_gpu_model::config() const noexcept { return p_->cfg; }
+uint64_t dsv4_gpu_model::pos() const noexcept { return p_->pos; }
+void dsv4_gpu_model::reset() noexcept { p_->pos = 0; }
+uint64_t dsv4_gpu_model::weight_bytes() const noexcept { return p_->weight_bytes; }
+uint64_t dsv4_gpu_model::state_bytes() const noexcept { return p_->state_bytes; }
+uint64_t dsv4_gpu_model::bytes_per_token() const noexcept { return p_->token_bytes; }
+uint32_t dsv4_gpu_model::last_dispatches() const noexcept { return p_->dispatches; }
+double dsv4_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
+const dsv4_gpu_profile& dsv4_gpu_model::profile() const noexcept { return p_->prof; }
+
+std::vector<float> dsv4_gpu_model::step(uint32_t token, bool want_logits, dsv4_trace* trace) {
+  p_->run(token, want_logits ? 1 : 0, trace);
+  if (!want_logits) return {};
+  std::vector<float> out(p_->cfg.vocab);
+  p_->dev.download(p_->logits, out.data(), out.size() * 4);
+  return out;
+}
+
+uint32_t dsv4_gpu_model::step_greedy(uint32_t token) {
+  p_->run(token, 2, nullptr);
+  uint32_t id = 0;
+  p_->dev.download(p_->best, &id, 4);
+  return id;
+}
+
+}  // namespace cmfx::driver

@@ -1,0 +1,69 @@
+#pragma once
+// The DeepSeek-V4 graph on a Vulkan device (issue #9): every weight resident in device memory, every op of a token
+// (mHC, attention with compressor and indexer, MoE, head) recorded into one command buffer and submitted once; the
+// host reads back only the logits (or the greedy token id). The math is the CPU graph's (dsv4_forward.hpp) with the
+// kernels of include/cmfx/vk/kernels.hpp; tests/parity/cases_model.cpp compares the two on the toy.
+//
+// Scope of this version: one sequence, one token per submission (a prompt runs token by token), QAT options off,
+// f32 activations. The per-sequence state (window rings, compressor windows, compressed entries, indexer keys)
+// lives on the device for up to `max_ctx` positions.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dsv4_forward.hpp"
+
+namespace cmfx::gpu {
+class device;
+class kernels;
+}  // namespace cmfx::gpu
+
+namespace cmfx::driver {
+
+struct dsv4_gpu_options {
+  uint64_t max_ctx = 4096;  ///< positions the device state holds (compressed entries: max_ctx / ratio per layer)
+  bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
+};
+
+/// Device time per phase, summed over the layers of the profiled steps (profile = true), in seconds.
+struct dsv4_gpu_profile {
+  double hc = 0, attn_proj = 0, compress = 0, index = 0, attn_core = 0, attn_out = 0, route = 0, experts = 0,
+         head = 0, total = 0;
+  uint64_t steps = 0;
+};
+
+class dsv4_gpu_model {
+ public:
+  /// Uploads every weight of `w` (kept alive by the model: the embedding is decoded on the host per token).
+  dsv4_gpu_model(const dsv4_weights& w, gpu::device& dev, gpu::kernels& k, const dsv4_gpu_options& o = {});
+  ~dsv4_gpu_model();
+  dsv4_gpu_model(const dsv4_gpu_model&) = delete;
+  dsv4_gpu_model& operator=(const dsv4_gpu_model&) = delete;
+
+  const dsv4_config& config() const noexcept;
+  uint64_t pos() const noexcept;
+  /// Back to position 0 (the device state is overwritten as positions are written again).
+  void reset() noexcept;
+
+  /// Runs `token` at position pos() and advances. want_logits: returns the logits [vocab] (else empty).
+  /// trace (optional): appends this token's indexer picks and routed experts, as dsv4_model::forward does.
+  std::vector<float> step(uint32_t token, bool want_logits, dsv4_trace* trace = nullptr);
+  /// Runs `token` and returns the argmax of its logits, computed on the device (4 bytes read back).
+  uint32_t step_greedy(uint32_t token);
+
+  uint64_t weight_bytes() const noexcept;     ///< device bytes of the weights
+  uint64_t state_bytes() const noexcept;      ///< device bytes of the sequence state and scratch
+  /// Weight bytes one decode step reads: every dense matrix, the head, and top_k routed experts (+ shared) per layer.
+  uint64_t bytes_per_token() const noexcept;
+  uint32_t last_dispatches() const noexcept;  ///< dispatches recorded by the last step
+  double last_record_seconds() const noexcept;
+  const dsv4_gpu_profile& profile() const noexcept;
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> p_;
+};
+
+}  // namespace cmfx::driver

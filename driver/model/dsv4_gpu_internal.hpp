@@ -1,0 +1,78 @@
+#pragma once
+// Device-side pieces of the V4 GPU graph (not a public interface): the uploaded weights of every layer, the
+// per-sequence device state and the scratch one token needs. dsv4_gpu_weights.cpp uploads, dsv4_gpu.cpp records.
+#include <memory>
+#include <vector>
+
+#include "cmfx/vk/kernels.hpp"
+#include "cmfx/ops/rope.hpp"
+#include "dsv4_gpu.hpp"
+
+namespace cmfx::driver {
+
+/// One compressor on the device: weights and its state (the pending-window rows and the finished entries).
+struct dsv4_gpu_comp {
+  uint32_t ratio = 0, width = 0, cw = 0;  // cw = coff · width
+  uint32_t cap = 0;                       // window ring rows: 2·ratio with overlap, else ratio
+  bool overlap = false;
+  gpu::gpu_matrix wkv, wgate;             // [cw, dim]
+  gpu::buffer ape, norm;                  // [ratio, cw], [width]
+  gpu::buffer kv, score;                  // [cap, cw]; score includes ape
+  gpu::buffer entries;                    // [max_entries, width]
+  uint64_t max_entries = 0;
+};
+
+struct dsv4_gpu_layer {
+  dsv4_layer_kind kind;
+  gpu::buffer attn_norm, ffn_norm, q_norm, kv_norm, sink;
+  gpu::buffer hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  gpu::gpu_matrix wq_a, wq_b, wkv, wo_a, wo_b;
+  dsv4_gpu_comp comp, ix;
+  gpu::gpu_matrix ix_wq_b, ix_wp;
+  gpu::gpu_matrix gate;
+  gpu::buffer gate_bias, tid2eid;
+  gpu::gpu_moe moe;
+  bool shared_apart = false;  // the shared expert's formats differ from the routed experts': matmul path
+  gpu::gpu_matrix sh_gate, sh_up, sh_down;
+  // state
+  gpu::buffer ring;            // [window, head_dim] window KV by position mod window
+  gpu::buffer idx;             // int32 [keys_cap]: [window slots | compressed slots] (ratio > 0 layers)
+  uint32_t keys_cap = 0;
+  gpu::buffer route_idx, route_w;  // [top_k]
+};
+
+struct dsv4_gpu_model::impl {
+  dsv4_config cfg;
+  dsv4_matrix embed;                      // host view (decoded per token)
+  std::shared_ptr<const void> keep_alive;
+  gpu::device& dev;
+  gpu::kernels& k;
+  dsv4_gpu_options opt;
+  uint64_t pos = 0;
+
+  std::vector<dsv4_gpu_layer> layers;
+  gpu::gpu_matrix head;
+  gpu::buffer norm, hc_head_fn, hc_head_base;
+  float hc_head_scale = 1.0f;
+  uint64_t weight_bytes = 0, token_bytes = 0, state_bytes = 0;
+
+  // position tables: cos/sin [max_ctx, rope_dim] of the two rope tables (f32)
+  gpu::buffer cs_swa, cs_comp;
+  // per-token parameters
+  gpu::buffer swa_idx, token, win4, win128;
+  // scratch
+  gpu::buffer X, Xn, partials, coeff, u, qr, q, o, z, attn_out, iq, iw, score, rlogits, moe_h, moe_out, sh_g,
+      sh_u, sh_out, logits, best;
+
+  dsv4_gpu_profile prof;
+  uint32_t dispatches = 0;
+  double record_s = 0;
+
+  impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);
+  void upload_weights(const dsv4_weights& w);  // dsv4_gpu_weights.cpp
+  void alloc_state();                          // dsv4_gpu_weights.cpp
+  /// Records one token; returns after submit. logits_mode: 0 none, 1 logits, 2 argmax.
+  void run(uint32_t token, int logits_mode, dsv4_trace* trace);
+};
+
+}  // namespace cmfx::driver

@@ -1,0 +1,185 @@
+// Uploads of the V4 GPU graph: every weight of dsv4_weights into device memory (matrices in their storage
+// format, small vectors as f32), the rope position tables, and the per-sequence state and scratch buffers.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/formats/format_list.hpp"
+#include "dsv4_gpu_internal.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+uint64_t matrix_bytes(const gpu::gpu_matrix& m) { return m.data.size() + (m.scale ? m.scale.size() : 0); }
+
+/// Bytes a batch-1 product reads: the payload (and scales) of the matrix.
+uint64_t view_bytes(const matrix_view& v) { return v.data_bytes + v.scale_bytes; }
+
+rope_config rope_cfg(const dsv4_config& c, bool compressed) {
+  rope_config r;
+  r.dim = c.rope_dim;
+  r.base = compressed ? c.compress_rope_theta : c.rope_theta;
+  r.yarn = compressed;
+  r.factor = c.yarn_factor;
+  r.original = c.yarn_original;
+  r.beta_fast = c.yarn_beta_fast;
+  r.beta_slow = c.yarn_beta_slow;
+  return r;
+}
+
+}  // namespace
+
+dsv4_gpu_model::impl::impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& opts)
+    : cfg(w.cfg), embed(w.embed), keep_alive(w.keep_alive), dev(d), k(kk), opt(opts) {
+  if (opt.max_ctx == 0) throw usage_error("gpu model: max_ctx must be > 0");
+  if (cfg.head_dim > gpu::kernels::attn_max_head_dim)
+    throw usage_error("gpu model: head dim " + std::to_string(cfg.head_dim) + " exceeds the attention kernel's " +
+                      std::to_string(gpu::kernels::attn_max_head_dim));
+  if (cfg.experts > gpu::kernels::route_max_experts || cfg.top_k > gpu::kernels::route_max_k)
+    throw usage_error("gpu model: expert count or top-k beyond the routing kernel's limits");
+  upload_weights(w);
+  alloc_state();
+}
+
+void dsv4_gpu_model::impl::upload_weights(const dsv4_weights& w) {
+  auto vec = [&](const std::vector<float>& v) {
+    gpu::buffer b = dev.alloc(std::max<uint64_t>(v.size() * 4, 4));
+    if (!v.empty()) dev.upload(b, v.data(), v.size() * 4);
+    weight_bytes += b.size();
+    return b;
+  };
+  auto mat = [&](const dsv4_matrix& m, bool read_per_token = true) {
+    gpu::gpu_matrix g = gpu::upload_matrix(dev, m.fmt, m.v);
+    weight_bytes += matrix_bytes(g);
+    if (read_per_token) token_bytes += view_bytes(m.v);
+    return g;
+  };
+  auto comp = [&](const dsv4_compressor_w& c, dsv4_gpu_comp& g) {
+    // The recording shares one window-position buffer per ratio (dsv4_gpu.cpp): V4's two compressor kinds only.
+    if (!((c.ratio == 4 && c.overlap) || (c.ratio == 128 && !c.overlap)))
+      throw usage_error("gpu model: compressor ratio " + std::to_string(c.ratio) +
+                        (c.overlap ? " with" : " without") + " overlap is not a V4 compressor (4 with, 128 without)");
+    g.ratio = c.ratio, g.width = c.width, g.overlap = c.overlap, g.cw = c.coff() * c.width;
+    g.cap = c.coff() * c.ratio;
+    g.wkv = mat(c.wkv);
+    g.wgate = mat(c.wgate);
+    g.ape = vec(c.ape);
+    g.norm = vec(c.norm);
+  };
+  head = mat(w.head);
+  norm = vec(w.norm);
+  hc_head_fn = vec(w.hc_head_fn);
+  hc_head_base = vec(w.hc_head_base);
+  hc_head_scale = w.hc_head_scale;
+  layers.resize(cfg.layers);
+  for (uint32_t l = 0; l < cfg.layers; ++l) {
+    const dsv4_layer_w& L = w.layers[l];
+    dsv4_gpu_layer& G = layers[l];
+    G.kind = L.kind;
+    G.attn_norm = vec(L.attn_norm), G.ffn_norm = vec(L.ffn_norm), G.q_norm = vec(L.q_norm);
+    G.kv_norm = vec(L.kv_norm), G.sink = vec(L.attn_sink);
+    G.hc_attn_fn = vec(L.hc_attn_fn), G.hc_attn_base = vec(L.hc_attn_base), G.hc_attn_scale = vec(L.hc_attn_scale);
+    G.hc_ffn_fn = vec(L.hc_ffn_fn), G.hc_ffn_base = vec(L.hc_ffn_base), G.hc_ffn_scale = vec(L.hc_ffn_scale);
+    G.wq_a = mat(L.wq_a), G.wq_b = mat(L.wq_b), G.wkv = mat(L.wkv), G.wo_a = mat(L.wo_a), G.wo_b = mat(L.wo_b);
+    if (L.kind.ratio) comp(L.comp, G.comp);
+    if (L.kind.indexer) {
+      comp(L.ix_comp, G.ix);
+      G.ix_wq_b = mat(L.ix_wq_b);
+      G.ix_wp = mat(L.ix_weights_proj);
+    }
+    G.gate = mat(L.gate);
+    if (L.kind.hash) {
+      G.tid2eid = gpu::upload_tid2eid(dev, std::span<const int32_t>(L.tid2eid), cfg.top_k, cfg.experts);
+      weight_bytes += G.tid2eid.size();
+    } else {
+      G.gate_bias = vec(L.gate_bias);
+    }
+    // Routed experts stacked (and the shared one with them when its formats match); top_k of them per token.
+    const expert_view& e0 = L.experts.at(0);
+    const uint64_t expert_read = view_bytes(e0.gate) + view_bytes(e0.up) + view_bytes(e0.down);
+    const bool stack_shared = L.shared.gate_fmt == e0.gate_fmt && L.shared.up_fmt == e0.up_fmt &&
+                              L.shared.down_fmt == e0.down_fmt && L.shared.gate.rows == e0.gate.rows &&
+                              L.shared.gate.cols == e0.gate.cols;
+    G.moe = gpu::upload_moe(dev, L.experts, stack_shared ? &L.shared : nullptr);
+    weight_bytes += matrix_bytes(G.moe.gate_up.w) + matrix_bytes(G.moe.down.w);
+    token_bytes += expert_read * cfg.top_k;
+    G.shared_apart = !stack_shared;
+    if (stack_shared) {
+      token_bytes += expert_read;
+    } else {
+      G.sh_gate = mat({L.shared.gate, L.shared.gate_fmt});
+      G.sh_up = mat({L.shared.up, L.shared.up_fmt});
+      G.sh_down = mat({L.shared.down, L.shared.down_fmt});
+    }
+  }
+}
+
+void dsv4_gpu_model::impl::alloc_state() {
+  const dsv4_config& c = cfg;
+  const uint64_t ctx = opt.max_ctx, W = c.window, hd = c.head_dim, d = c.dim, f = 4;
+  auto buf = [&](uint64_t bytes) {
+    gpu::buffer b = dev.alloc(std::max<uint64_t>(bytes, 16));
+    state_bytes += b.size();
+    return b;
+  };
+  // Rope tables for every position < max_ctx (f32 cos, sin pairs).
+  for (int t = 0; t < 2; ++t) {
+    const rope_table rt(rope_cfg(c, t == 1));
+    std::vector<double> cs(c.rope_dim);
+    std::vector<float> tab(ctx * c.rope_dim);
+    for (uint64_t p = 0; p < ctx; ++p) {
+      rt.rotation(int64_t(p), cs);
+      for (uint32_t i = 0; i < c.rope_dim; ++i) tab[p * c.rope_dim + i] = float(cs[i]);
+    }
+    gpu::buffer& b = t ? cs_comp : cs_swa;
+    b = buf(tab.size() * f);
+    dev.upload(b, tab);
+  }
+  uint64_t max_score = 1;
+  for (uint32_t l = 0; l < c.layers; ++l) {
+    dsv4_gpu_layer& G = layers[l];
+    G.ring = buf(W * hd * f);
+    auto comp_state = [&](dsv4_gpu_comp& g) {
+      g.max_entries = std::max<uint64_t>(ctx / g.ratio, 1);
+      g.kv = buf(uint64_t(g.cap) * g.cw * f);
+      g.score = buf(uint64_t(g.cap) * g.cw * f);
+      g.entries = buf(g.max_entries * g.width * f);
+    };
+    if (G.kind.ratio) {
+      comp_state(G.comp);
+      G.keys_cap = uint32_t(W + (G.kind.indexer ? c.index_topk : G.comp.max_entries));
+      G.idx = buf(uint64_t(G.keys_cap) * 4);
+    }
+    if (G.kind.indexer) {
+      comp_state(G.ix);
+      max_score = std::max(max_score, G.ix.max_entries);
+    }
+    G.route_idx = buf(c.top_k * 4);
+    G.route_w = buf(c.top_k * 4);
+  }
+  swa_idx = buf(W * 4);
+  token = buf(4);
+  win4 = buf(8);
+  win128 = buf(8);
+  gpu::kernels::hc_shape sh;
+  sh.hc = c.hc, sh.d = c.dim;
+  const uint64_t hcd = uint64_t(c.hc) * d, mix_rows = uint64_t(2 + c.hc) * c.hc;
+  X = buf(hcd * f), Xn = buf(hcd * f);
+  partials = buf(k.hc_partials_bytes(sh, 1, uint32_t(mix_rows)));
+  coeff = buf(gpu::kernels::hc_coeff_floats(c.hc) * f);
+  u = buf(d * f), attn_out = buf(d * f), moe_out = buf(d * f), sh_out = buf(d * f);
+  qr = buf(c.q_lora * f);
+  q = buf(uint64_t(c.heads) * hd * f), o = buf(uint64_t(c.heads) * hd * f);
+  z = buf(uint64_t(c.o_groups) * c.o_lora * f);
+  iq = buf(uint64_t(c.index_heads) * c.index_head_dim * f), iw = buf(c.index_heads * f);
+  score = buf(max_score * f);
+  rlogits = buf(c.experts * f);
+  moe_h = buf(uint64_t(c.top_k + 1) * c.moe_inter * f);  // moe_scratch_floats with a stacked shared expert
+  sh_g = buf(c.moe_inter * f), sh_u = buf(c.moe_inter * f);
+  logits = buf(uint64_t(c.vocab) * f);
+  best = buf(16);
+}
+
+}  // namespace cmfx::driver
