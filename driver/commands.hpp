@@ -36,6 +36,23 @@ struct make_toy_args {
 };
 int run_make_toy(const make_toy_args& a);
 
+/// `cmfx bench --synthetic`: the V4 graph on a Vulkan device at real dimensions with random weights (cmd_bench.cpp).
+struct bench_args {
+  std::string synthetic;          // v4-flash | tiny
+  std::string weights = "q2tp";   // routed experts' format
+  std::string expert_down;        // routed experts' w2 format (empty: --weights)
+  std::string dense = "fp8_b128"; // attention / compressor / indexer projections, shared expert, head
+  uint64_t prompt = 512, tokens = 256, ctx = 16384;
+  uint32_t layers = 0;            // 0: the preset's
+  int device = -1;                // Vulkan device index (-1: best)
+  uint64_t seed = 1;
+  uint64_t roofline_mib = 2048;   // streaming-read buffer for the roofline (capped at 1/8 of device memory and the largest allocation)
+  bool far = true;                // also decode at the end of --ctx (after a seek)
+  bool profile = false;           // per-phase device time of 16 decode steps
+  bool json = false;              // one JSON line at the end
+};
+int run_bench(const bench_args& a);
+
 struct model_run_options {
   unsigned threads = 0;  // 0 = all hardware threads
   act_precision matmul_act = act_precision::f32;  // --act: f32 (parity reference) | i8 (int8 activations)

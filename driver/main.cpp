@@ -91,6 +91,23 @@ int main(int argc, char** argv) {
   serve_args serve;
   auto* cs = register_serve(app, serve);
 
+  bench_args bench;
+  auto* cb = app.add_subcommand("bench", "Speed of the whole V4 graph on a Vulkan device (random weights, real dimensions)");
+  cb->add_option("--synthetic", bench.synthetic, "v4-flash (real dimensions) | tiny (the toy's)")->required();
+  cb->add_option("--weights", bench.weights, "Routed experts' format (q2tp, q4tp, mxfp4, ...)")->default_val(bench.weights);
+  cb->add_option("--expert-down", bench.expert_down, "Routed experts' w2 format (default: --weights)");
+  cb->add_option("--dense", bench.dense, "Attention / indexer / shared-expert / head format")->default_val(bench.dense);
+  cb->add_option("--prompt", bench.prompt, "Prompt tokens (prefill)")->default_val(bench.prompt);
+  cb->add_option("--tokens", bench.tokens, "Decode tokens")->default_val(bench.tokens);
+  cb->add_option("--ctx", bench.ctx, "Context the device state holds; decode is also timed at its end")->default_val(bench.ctx);
+  cb->add_option("--layers", bench.layers, "Layers (0 = the preset's)")->default_val(bench.layers);
+  cb->add_option("--device", bench.device, "Vulkan device index (-1 = best)")->default_val(bench.device);
+  cb->add_option("--seed", bench.seed, "Weights and token seed")->default_val(bench.seed);
+  cb->add_option("--roofline-mib", bench.roofline_mib, "Streaming-read buffer of the roofline, MiB")->default_val(bench.roofline_mib);
+  cb->add_flag("!--no-far", bench.far, "Skip the decode timing at the end of --ctx");
+  cb->add_flag("--profile", bench.profile, "Per-phase device time of 16 decode steps (timestamps)");
+  cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
+
   tokenize_args tk;
   auto* ctk = app.add_subcommand("tokenize", "Print the token ids of TEXT as a JSON array");
   ctk->add_option("text", tk.text, "Text to tokenize")->required();
@@ -116,6 +133,7 @@ int main(int argc, char** argv) {
     if (*ct) return run_make_toy(toy);
     if (*cp) return run_ppl(ppl);
     if (*cs) return run_serve(serve);
+    if (*cb) return run_bench(bench);
     if (*cr) {
       run.prompt_given = run_p->count() > 0;
       run.seed_given = run_seed->count() > 0;

@@ -32,6 +32,7 @@ layout(std430, binding = 5) writeonly buffer Y { float ys[]; };
 
 shared ACC m[(2 + HC_MAX) * HC_MAX + 1];
 shared float pre_s[HC_MAX];
+shared ACC cm[HC_MAX * HC_MAX];
 
 ACC sigm(ACC x) { return ACC(1) / (ACC(1) + EXP(-x)); }
 
@@ -45,55 +46,68 @@ void main() {
     m[r] = s;
   }
   barrier();
-  if (lid == 0u) {
-    const ACC rs = ACC(1) / sqrt(m[pc.rows] / ACC(hc * d) + ACC(pc.norm_eps));
-    const ACC eps = ACC(pc.hc_eps);
-    const uint cb = pc.coff + t * pc.cstride;
+  // Coefficients, spread over the first hc·hc invocations (lane i = j·hc + k owns C[j, k]; lanes < hc own pre[j]
+  // and post[j]). Every sum is read back from shared memory in the serial order (k = 0 … hc−1), so the result is
+  // the single-invocation computation's bit for bit; the barriers stay in uniform control flow.
+  const ACC rs = ACC(1) / sqrt(m[pc.rows] / ACC(hc * d) + ACC(pc.norm_eps));
+  const ACC eps = ACC(pc.hc_eps);
+  const uint cb = pc.coff + t * pc.cstride;
 #if HC_HEAD
-    for (uint j = 0u; j < hc; ++j) {
-      const float p = float(sigm(m[j] * rs * ACC(pc.head_scale) + ACC(base[pc.boff + j])) + eps);
-      pre_s[j] = p;
-      coeff[cb + j] = p;
-    }
-#else
-    const ACC s0 = ACC(scale[pc.soff]), s1 = ACC(scale[pc.soff + 1u]), s2 = ACC(scale[pc.soff + 2u]);
-    for (uint j = 0u; j < hc; ++j) {
-      const float p = float(sigm(m[j] * rs * s0 + ACC(base[pc.boff + j])) + eps);
-      pre_s[j] = p;
-      coeff[cb + j] = p;
-      coeff[cb + hc + j] = float(ACC(2) * sigm(m[hc + j] * rs * s1 + ACC(base[pc.boff + hc + j])));
-    }
-    ACC cm[HC_MAX * HC_MAX];
-    for (uint j = 0u; j < hc; ++j) {  // row softmax + eps
-      ACC mx = ACC(-F32_INF);
-      for (uint k = 0u; k < hc; ++k) {
-        const uint i = 2u * hc + j * hc + k;
-        cm[j * hc + k] = m[i] * rs * s2 + ACC(base[pc.boff + i]);
-        mx = max(mx, cm[j * hc + k]);
-      }
-      ACC sum = ACC(0);
-      for (uint k = 0u; k < hc; ++k) {
-        cm[j * hc + k] = EXP(cm[j * hc + k] - mx);
-        sum += cm[j * hc + k];
-      }
-      for (uint k = 0u; k < hc; ++k) cm[j * hc + k] = cm[j * hc + k] / sum + eps;
-    }
-    for (uint it = 0u; it < max(pc.iters, 1u); ++it) {
-      if (it > 0u)
-        for (uint j = 0u; j < hc; ++j) {  // row pass (not before the first column pass)
-          ACC s = ACC(0);
-          for (uint k = 0u; k < hc; ++k) s += cm[j * hc + k];
-          for (uint k = 0u; k < hc; ++k) cm[j * hc + k] /= s + eps;
-        }
-      for (uint k = 0u; k < hc; ++k) {  // column pass
-        ACC s = ACC(0);
-        for (uint j = 0u; j < hc; ++j) s += cm[j * hc + k];
-        for (uint j = 0u; j < hc; ++j) cm[j * hc + k] /= s + eps;
-      }
-    }
-    for (uint i = 0u; i < hc * hc; ++i) coeff[cb + 2u * hc + i] = float(cm[i]);
-#endif
+  if (lid < hc) {
+    const float p = float(sigm(m[lid] * rs * ACC(pc.head_scale) + ACC(base[pc.boff + lid])) + eps);
+    pre_s[lid] = p;
+    coeff[cb + lid] = p;
   }
+#else
+  const ACC s0 = ACC(scale[pc.soff]), s1 = ACC(scale[pc.soff + 1u]), s2 = ACC(scale[pc.soff + 2u]);
+  if (lid < hc) {
+    const float p = float(sigm(m[lid] * rs * s0 + ACC(base[pc.boff + lid])) + eps);
+    pre_s[lid] = p;
+    coeff[cb + lid] = p;
+    coeff[cb + hc + lid] = float(ACC(2) * sigm(m[hc + lid] * rs * s1 + ACC(base[pc.boff + hc + lid])));
+  }
+  const bool own = lid < hc * hc;
+  const uint j = own ? lid / hc : 0u, k = own ? lid % hc : 0u;
+  ACC v = ACC(0);
+  if (own) v = m[2u * hc + lid] * rs * s2 + ACC(base[pc.boff + 2u * hc + lid]);
+  // row softmax + eps
+  if (own) cm[lid] = v;
+  barrier();
+  if (own) {
+    ACC mx = ACC(-F32_INF);
+    for (uint q = 0u; q < hc; ++q) mx = max(mx, cm[j * hc + q]);
+    v = EXP(v - mx);
+  }
+  barrier();
+  if (own) cm[lid] = v;
+  barrier();
+  if (own) {
+    ACC sum = ACC(0);
+    for (uint q = 0u; q < hc; ++q) sum += cm[j * hc + q];
+    v = v / sum + eps;
+  }
+  for (uint it = 0u; it < max(pc.iters, 1u); ++it) {
+    if (it > 0u) {  // row pass (not before the first column pass)
+      barrier();
+      if (own) cm[lid] = v;
+      barrier();
+      if (own) {
+        ACC sr = ACC(0);
+        for (uint q = 0u; q < hc; ++q) sr += cm[j * hc + q];
+        v /= sr + eps;
+      }
+    }
+    barrier();  // column pass
+    if (own) cm[lid] = v;
+    barrier();
+    if (own) {
+      ACC sc = ACC(0);
+      for (uint q = 0u; q < hc; ++q) sc += cm[q * hc + k];
+      v /= sc + eps;
+    }
+  }
+  if (own) coeff[cb + 2u * hc + lid] = float(v);
+#endif
   barrier();
   const uint xrow = pc.xoff + t * hc * d;
   for (uint c = lid; c < d; c += WG_SIZE) {

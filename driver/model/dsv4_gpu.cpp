@@ -33,13 +33,27 @@ struct stamps {
   std::vector<std::pair<double dsv4_gpu_profile::*, std::pair<uint32_t, uint32_t>>> marks;
   uint32_t last = 0;
   stamps(gpu::commands& cc, bool enabled) : c(cc), on(enabled) {
-    if (on) last = c.timestamp();
+    if (on) op_last = last = c.timestamp();
   }
   void mark(double dsv4_gpu_profile::*field) {
     if (!on) return;
     const uint32_t t = c.timestamp();
     marks.push_back({field, {last, t}});
     last = t;
+    op_last = t;
+  }
+  // Per-op detail (profile_ops): a timestamp after every op of the layers in `detail_layers`.
+  bool detail = false;
+  std::string prefix;
+  std::vector<std::pair<std::string, std::pair<uint32_t, uint32_t>>> ops;
+  uint32_t op_last = 0;
+  void op(const char* name) {
+    if (!on || !detail) return;
+    const uint32_t t = c.timestamp();
+    std::string full = prefix;
+    full += name;
+    ops.push_back({std::move(full), {op_last, t}});
+    op_last = t;
   }
 };
 
@@ -98,13 +112,19 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
   for (uint32_t l = 0; l < cf.layers; ++l) {
     dsv4_gpu_layer& G = layers[l];
     const dsv4_layer_kind& kind = G.kind;
+    ts.detail = std::find(opt.profile_layers.begin(), opt.profile_layers.end(), l) != opt.profile_layers.end();
+    ts.prefix = "L";
+    ts.prefix += std::to_string(l);
+    ts.prefix += kind.ratio == 0 ? " swa " : kind.indexer ? " csa " : " hca ";
     const gpu::buffer& cs_tab = kind.ratio ? cs_comp : cs_swa;
     const view cs_t = row(cs_tab, t, rd);
     const uint64_t slot = t % W;
     const view kv_row = row(G.ring, slot, hd);
     // ---- attention sublayer
     k.hc_pre_finish(c, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u);
+    ts.op("hc_pre_finish");
     k.rmsnorm(c, u, G.attn_norm, u, 1, uint32_t(d), eps);
+    ts.op("rmsnorm");
     ts.mark(&dsv4_gpu_profile::hc);
     const bool closes = kind.ratio && (t + 1) % kind.ratio == 0;
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
@@ -121,6 +141,7 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
       k.matmul(c, G.ix_wp, u, 1, iw);
     }
     c.end_concurrent();
+    ts.op("projections of u (concurrent)");
     c.begin_concurrent();
     k.rmsnorm(c, qr, G.q_norm, qr, 1, cf.q_lora, eps);
     k.rmsnorm(c, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps);
@@ -131,6 +152,7 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
       k.scale(c, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
     }
     c.end_concurrent();
+    ts.op("norms, ape, iw scale (concurrent)");
     ts.mark(&dsv4_gpu_profile::attn_proj);
     // Compressor pooling of a closing window (entry j = (t+1)/r − 1, rope at the window's first position).
     const uint64_t ne = kind.ratio ? (t + 1) / kind.ratio : 0;
@@ -149,6 +171,7 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
       if (kind.indexer) pool(G.ix);
     }
     c.end_concurrent();
+    ts.op("wq_b, ix_wq_b, kv rope, pool (concurrent)");
     c.begin_concurrent();
     if (cf.per_head_q_norm) k.rmsnorm(c, q, view(), q, H, uint32_t(hd), eps);
     if (kind.indexer) k.rope(c, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
@@ -158,14 +181,18 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
       if (kind.indexer) k.rope(c, row(G.ix.entries, ne - 1, G.ix.width), cs_ws, 1, 1, G.ix.width, uint32_t(rd), false);
     }
     c.end_concurrent();
+    ts.op("q head norm, ropes (concurrent)");
     k.rope(c, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
+    ts.op("q rope");
     ts.mark(&dsv4_gpu_profile::compress);
     // Indexer: scores of the finished entries, top-k into the compressed part of the key list.
     if (kind.indexer && ne > 0) {
       gpu::kernels::index_shape is;
       is.rows = 1, is.heads = IH, is.head_dim = IHD, is.n = uint32_t(ne);
       k.index_score(c, is, iq, G.ix.entries, iw, view(), score);
+      ts.op("index_score");
       k.topk(c, score, 1, uint32_t(ne), cf.index_topk, view(G.idx, W * 4, uint64_t(cf.index_topk) * 4));
+      ts.op("topk");
       ts.mark(&dsv4_gpu_profile::index);
     }
     // Sparse attention with sink over [window | compressed], inverse rope of the output's tail.
@@ -179,7 +206,9 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(W), as.kv_b_rows = 0;
       k.sparse_attention(c, as, q, G.ring, view(), swa_idx, G.sink, o);
     }
+    ts.op("sparse_attention");
     k.rope(c, o, cs_t, 1, H, uint32_t(hd), uint32_t(rd), true);
+    ts.op("o inverse rope");
     ts.mark(&dsv4_gpu_profile::attn_core);
     // Grouped output projection: z_g = wo_a[g] · o_g, then wo_b · z.
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
@@ -187,13 +216,18 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
     for (uint64_t g = 0; g < Gs; ++g)
       k.matmul_rows(c, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), view(z, g * ol * 4, ol * 4));
     c.end_concurrent();
+    ts.op("wo_a groups (concurrent)");
     k.matmul(c, G.wo_b, z, 1, attn_out);
+    ts.op("wo_b");
     k.hc_post(c, sh, attn_out, X, coeff, 1, Xn, G.hc_ffn_fn, mix_rows, partials);
+    ts.op("hc_post + mix");
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::attn_out);
     // ---- MoE sublayer
     k.hc_pre_finish(c, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff, u);
+    ts.op("hc_pre_finish");
     k.rmsnorm(c, u, G.ffn_norm, u, 1, uint32_t(d), eps);
+    ts.op("rmsnorm");
     ts.mark(&dsv4_gpu_profile::hc);
     route_config rc;
     rc.top_k = K;
@@ -205,25 +239,32 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
       k.matmul(c, G.sh_up, u, 1, sh_u);
     }
     c.end_concurrent();
+    ts.op("router (+ shared gate/up) (concurrent)");
     if (kind.hash)
       k.route_hash(c, rlogits, G.tid2eid, cf.vocab, token, 1, E, rc, view(), G.route_idx, G.route_w);
     else
       k.route_score(c, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
+    ts.op("route");
     ts.mark(&dsv4_gpu_profile::route);
     if (G.shared_apart) {
+      // moe is two dependent dispatches: never inside a concurrent group.
       k.swiglu_clamp(c, sh_g, sh_u, sh_g, cf.moe_inter, float(cf.swiglu_limit));
-      c.begin_concurrent();
+      ts.op("shared swiglu");
       k.matmul(c, G.sh_down, sh_g, 1, sh_out);
+      ts.op("shared down");
       k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out);
-      c.end_concurrent();
+      ts.op("moe");
       k.add(c, sh_out, moe_out, d);
+      ts.op("add shared");
     } else {
       k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out);
+      ts.op("moe");
     }
     ts.mark(&dsv4_gpu_profile::experts);
     const bool last = l + 1 == cf.layers;
     k.hc_post(c, sh, moe_out, X, coeff, 1, Xn, last ? view(hc_head_fn) : view(layers[l + 1].hc_attn_fn),
               last ? uint32_t(hc) : mix_rows, partials);
+    ts.op("hc_post + mix");
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::hc);
   }
@@ -242,6 +283,11 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
       const double s = c.seconds(span.first, span.second);
       prof.*field += s;
       prof.total += s;
+    }
+    for (auto& [name, span] : ts.ops) {
+      auto it = std::find_if(prof.ops.begin(), prof.ops.end(), [&](const auto& e) { return e.first == name; });
+      if (it == prof.ops.end()) it = prof.ops.insert(prof.ops.end(), {name, 0.0});
+      it->second += c.seconds(span.first, span.second);
     }
     ++prof.steps;
   }
@@ -276,6 +322,25 @@ dsv4_gpu_model::~dsv4_gpu_model() = default;
 const dsv4_config& dsv4_gpu_model::config() const noexcept { return p_->cfg; }
 uint64_t dsv4_gpu_model::pos() const noexcept { return p_->pos; }
 void dsv4_gpu_model::reset() noexcept { p_->pos = 0; }
+void dsv4_gpu_model::set_profile(bool on, std::vector<uint32_t> layers) {
+  p_->opt.profile = on;
+  p_->opt.profile_layers = std::move(layers);
+}
+
+void dsv4_gpu_model::bench_seek(uint64_t pos) {
+  impl& m = *p_;
+  if (pos >= m.opt.max_ctx) throw usage_error("bench_seek: position beyond max_ctx");
+  gpu::commands c = m.dev.begin();
+  auto zero = [&](const gpu::buffer& b) {
+    if (b) c.fill(b, b.size() / 4 * 4, 0u);
+  };
+  for (dsv4_gpu_layer& G : m.layers)
+    for (const gpu::buffer* b : {&G.ring, &G.comp.kv, &G.comp.score, &G.comp.entries, &G.ix.kv, &G.ix.score,
+                                 &G.ix.entries})
+      zero(*b);
+  m.dev.submit(c);
+  m.pos = pos;
+}
 uint64_t dsv4_gpu_model::weight_bytes() const noexcept { return p_->weight_bytes; }
 uint64_t dsv4_gpu_model::state_bytes() const noexcept { return p_->state_bytes; }
 uint64_t dsv4_gpu_model::bytes_per_token() const noexcept { return p_->token_bytes; }

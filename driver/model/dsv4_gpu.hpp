@@ -24,6 +24,7 @@ namespace cmfx::driver {
 struct dsv4_gpu_options {
   uint64_t max_ctx = 4096;  ///< positions the device state holds (compressed entries: max_ctx / ratio per layer)
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
+  std::vector<uint32_t> profile_layers;  ///< with profile: also a timestamp after every op of these layers
 };
 
 /// Device time per phase, summed over the layers of the profiled steps (profile = true), in seconds.
@@ -31,6 +32,7 @@ struct dsv4_gpu_profile {
   double hc = 0, attn_proj = 0, compress = 0, index = 0, attn_core = 0, attn_out = 0, route = 0, experts = 0,
          head = 0, total = 0;
   uint64_t steps = 0;
+  std::vector<std::pair<std::string, double>> ops;  ///< "L<layer> <kind> <op>" → seconds (profile_layers)
 };
 
 class dsv4_gpu_model {
@@ -45,6 +47,11 @@ class dsv4_gpu_model {
   uint64_t pos() const noexcept;
   /// Back to position 0 (the device state is overwritten as positions are written again).
   void reset() noexcept;
+  /// Benchmarks only: jump to position `pos` (< max_ctx) with every state buffer zeroed, as if `pos` tokens had
+  /// left zero keys and entries — the work of a step depends on the position only, not on those values.
+  void bench_seek(uint64_t pos);
+  /// Timestamps between the phases of every later step (accumulated in profile()); off by default.
+  void set_profile(bool on, std::vector<uint32_t> layers = {});
 
   /// Runs `token` at position pos() and advances. want_logits: returns the logits [vocab] (else empty).
   /// trace (optional): appends this token's indexer picks and routed experts, as dsv4_model::forward does.

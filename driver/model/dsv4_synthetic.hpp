@@ -1,0 +1,67 @@
+#pragma once
+// A random DeepSeek-V4 model built in host memory, shaped exactly like a loaded one (dsv4_weights.cpp binds the same
+// shapes, formats, qat flags and layer kinds), so speed can be measured at the real dimensions without a file.
+//
+// Host memory stays small by sharing: the big matrices are *seeds*, one encoded random matrix per distinct
+// (role, format, shape, variant), and every layer's / expert's matrix_view points at its role's seed (a GPU upload
+// copies each view into its own buffer, so device traffic is still the real model's). Small tensors (norms, sinks,
+// hc_* fn/base/scale, the f32 router gate, gate bias, tid2eid, compressor ape/norm) are drawn per layer, so routing
+// differs between layers. Every value is a pure function of (seed, tensor name, row), whatever the thread count.
+//
+// Magnitudes follow the toy (toy_v4.cpp toy_v4_values): matrices N(0, 1/cols); RMSNorm gains 1 ± 0.1; attn_sink
+// N(0, 0.5²); hc_* scales 0.5 ± 0.05; hc_* bases and gate bias small; hc_*_fn and ape N(0, 1/cols).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cmfx/formats/format.hpp"
+#include "dsv4_weights.hpp"
+
+namespace cmfx::driver {
+
+struct dsv4_synth_options {
+  /// "v4-flash": the real V4-Flash-0731 dimensions (dsv4-architecture.md §1; 43 layers, vocab 129280, dim 4096,
+  /// 256 experts top-6, ...). "tiny": the toy's dimensions (toy_v4_config defaults) with vocab 1024, for tests.
+  std::string preset = "v4-flash";
+  format experts = format::q2tp;      // routed experts w1/w3 (and w2 unless expert_down is set)
+  /// Attention, compressor and indexer projections, shared expert, head. (The release stores these FP8 block-128
+  /// except wo_a, the compressors and weights_proj in BF16 and the head in F32; one format for all is a bench
+  /// simplification.)
+  format dense = format::fp8_b128;
+  format embed = format::bf16;
+  uint64_t seed = 1;
+  uint32_t layers = 0;                // 0: the preset's count (v4-flash 43, tiny 5); more continues the ratio pattern
+  // --- additions ---
+  std::optional<format> expert_down;  // routed experts' w2 (nullopt: `experts`; cortiq's q2tp files keep it q4tp)
+  uint32_t vocab = 0;                 // 0: the preset's vocabulary (a smaller one makes quick v4-flash-shaped runs)
+  /// Distinct random matrices per (role, format, shape): matrix k of a role (k = layer, or layer·experts + expert)
+  /// uses variant k mod `variants`. 0: the preset's default (v4-flash 1, i.e. one seed per role; tiny: every matrix
+  /// its own). Host memory grows with it; values and speed of the forward do not depend on it.
+  uint32_t variants = 0;
+  unsigned threads = 0;               // encoding threads (0 = hardware concurrency); results do not depend on it
+};
+
+/// The config (kinds filled: ratio from the preset's compress_ratios pattern [0, 0, then 4 on even and 128 on odd
+/// layers], indexer on ratio-4 layers, hash routing on the first num_hash_layers = min(3, layers)) and the weights.
+/// Throws usage_error for an unknown preset or a format that cannot hold a tensor's shape (naming both).
+dsv4_weights dsv4_synthetic(const dsv4_synth_options& o);
+
+/// The config alone (kinds filled), without generating anything.
+dsv4_config dsv4_synth_config(const dsv4_synth_options& o);
+
+/// "v4-flash" / "tiny" (returned unchanged), else usage_error naming the value and the known presets.
+std::string dsv4_synth_preset(std::string_view name);
+
+/// A weight format by its name in include/cmfx/formats/format_list.hpp (f32, f16, bf16, q8_row, q8_2f, q4_block,
+/// q4t, q4tp, q2tp, mxfp4, fp8_b128, fp8_b32), else usage_error naming the value and listing the names.
+format dsv4_synth_format(std::string_view name);
+
+/// One random matrix [rows, cols] with N(0, sd²) entries drawn row by row from (seed, key), encoded in `f` by the
+/// format's reference encoder. Large matrices are encoded in row chunks on `threads` threads (0 = hardware
+/// concurrency) and the chunks' planes spliced together; `chunk_rows` (0 = automatic, about 1M values) exists for
+/// tests: the result is bit-identical to F::encode of the whole matrix for every chunking.
+encoded_matrix dsv4_synth_matrix(format f, uint64_t rows, uint64_t cols, uint64_t seed, std::string_view key, float sd,
+                                 unsigned threads = 0, uint64_t chunk_rows = 0);
+
+}  // namespace cmfx::driver
