@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -29,7 +30,7 @@ view row(const gpu::buffer& b, uint64_t r, uint64_t floats) { return view(b, r *
 /// Phase timestamps of a profiled step (slots of commands::timestamp, folded into dsv4_gpu_profile after submit).
 struct stamps {
   gpu::commands& c;
-  bool on;
+  bool on = false;
   std::vector<std::pair<double dsv4_gpu_profile::*, std::pair<uint32_t, uint32_t>>> marks;
   uint32_t last = 0;
   stamps(gpu::commands& cc, bool enabled) : c(cc), on(enabled) {
@@ -59,27 +60,37 @@ struct stamps {
 
 }  // namespace
 
-void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace) {
+struct dsv4_gpu_recording {
+  gpu::commands c;
+  stamps ts;
+  uint64_t pos = 0;
+  int mode = 0;
+  bool profiled = false;
+  std::vector<uint32_t> profile_layers;
+  uint32_t dispatches = 0;
+  double record_s = 0;
+  dsv4_gpu_recording(gpu::commands&& cc, bool prof) : c(std::move(cc)), ts(c, prof) {}
+};
+
+std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logits_mode) {
   const dsv4_config& cf = cfg;
-  if (tok >= cf.vocab) throw usage_error("gpu model: token id " + std::to_string(tok) + " >= vocab " + std::to_string(cf.vocab));
-  if (pos >= opt.max_ctx)
-    throw usage_error("gpu model: position " + std::to_string(pos) + " reaches the device context of " +
-                      std::to_string(opt.max_ctx) + " positions (--ctx)");
   const auto t_rec = std::chrono::steady_clock::now();
-  const uint64_t t = pos, d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
+  const uint64_t d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
   const uint32_t H = cf.heads, IH = cf.index_heads, IHD = cf.index_head_dim, E = cf.experts, K = cf.top_k;
   const float eps = float(cf.norm_eps);
   gpu::kernels::hc_shape sh;
   sh.hc = uint32_t(hc), sh.d = uint32_t(d), sh.norm_eps = eps, sh.hc_eps = float(cf.hc_eps), sh.iters = cf.hc_iters;
   const uint32_t mix_rows = uint32_t((2 + hc) * hc);
 
-  gpu::commands c = dev.begin();
-  // ---- per-token parameters (inside the command buffer)
+  // The recording starts with a full barrier: it may follow the previous token's recording and the token's own
+  // parameter writes (run) in submission order without waiting on the host.
+  auto rec = std::make_shared<dsv4_gpu_recording>(dev.begin(), opt.profile);
+  gpu::commands& c = rec->c;
+  stamps& ts = rec->ts;
+  rec->pos = t, rec->mode = logits_mode, rec->profiled = opt.profile, rec->profile_layers = opt.profile_layers;
+  c.barrier();
+  // ---- position parameters (inside the command buffer)
   {
-    std::vector<float> x(d);
-    visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, tok, x.data()); });
-    for (uint64_t j = 0; j < hc; ++j) c.update(view(X, j * d * 4, d * 4), x.data(), d * 4);
-    c.update(token, &tok, 4);
     std::vector<int32_t> win(W, -1);
     for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s) win[s - (t + 1 > W ? t + 1 - W : 0)] = int32_t(s % W);
     c.update(swa_idx, win.data(), W * 4);
@@ -106,16 +117,18 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
       if (G.kind.indexer && (t + 1) / 4 == 0) c.fill(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), cf.index_topk * 4ull, 0xFFFFFFFFu);
     }
   }
-  stamps ts(c, opt.profile);
+  if (ts.on) ts.op_last = ts.last = c.timestamp();
 
   k.hc_mix(c, sh, X, layers.at(0).hc_attn_fn, mix_rows, 1, partials);
   for (uint32_t l = 0; l < cf.layers; ++l) {
     dsv4_gpu_layer& G = layers[l];
     const dsv4_layer_kind& kind = G.kind;
     ts.detail = std::find(opt.profile_layers.begin(), opt.profile_layers.end(), l) != opt.profile_layers.end();
-    ts.prefix = "L";
-    ts.prefix += std::to_string(l);
-    ts.prefix += kind.ratio == 0 ? " swa " : kind.indexer ? " csa " : " hca ";
+    if (ts.detail) {
+      char name[32];
+      std::snprintf(name, sizeof name, "L%u %s ", l, kind.ratio == 0 ? "swa" : kind.indexer ? "csa" : "hca");
+      ts.prefix = name;
+    }
     const gpu::buffer& cs_tab = kind.ratio ? cs_comp : cs_swa;
     const view cs_t = row(cs_tab, t, rd);
     const uint64_t slot = t % W;
@@ -275,9 +288,45 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
     if (logits_mode == 2) k.topk(c, logits, 1, cf.vocab, 1, best);
     ts.mark(&dsv4_gpu_profile::head);
   }
-  dispatches = c.dispatch_count();
-  record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rec).count();
-  dev.submit(c);
+  rec->dispatches = c.dispatch_count();
+  rec->record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rec).count();
+  return rec;
+}
+
+void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace) {
+  const dsv4_config& cf = cfg;
+  if (tok >= cf.vocab) throw usage_error("gpu model: token id " + std::to_string(tok) + " >= vocab " + std::to_string(cf.vocab));
+  if (pos >= opt.max_ctx)
+    throw usage_error("gpu model: position " + std::to_string(pos) + " reaches the device context of " +
+                      std::to_string(opt.max_ctx) + " positions (--ctx)");
+  const uint64_t d = cf.dim, hc = cf.hc, W = cf.window;
+  const uint32_t K = cf.top_k;
+  // The token's own parameters: its embedding in every hc copy of X, and its id (hash routing).
+  gpu::commands pre = dev.begin();
+  pre.barrier();
+  {
+    std::vector<float> x(d);
+    visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, tok, x.data()); });
+    for (uint64_t j = 0; j < hc; ++j) pre.update(view(X, j * d * 4, d * 4), x.data(), d * 4);
+    pre.update(token, &tok, 4);
+  }
+  std::shared_ptr<dsv4_gpu_recording> rec;
+  if (next && next->pos == pos && next->mode == logits_mode && next->profiled == opt.profile &&
+      next->profile_layers == opt.profile_layers)
+    rec = std::move(next);
+  else
+    rec = record(pos, logits_mode);
+  next.reset();
+  dispatches = rec->dispatches;
+  record_s = rec->record_s;
+  dev.submit_async(pre);
+  dev.submit_async(rec->c);
+  // While the device runs this token, record the next position (decode); not when tracing (per-token downloads).
+  if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) next = record(pos + 1, logits_mode);
+  dev.wait(pre);
+  dev.wait(rec->c);
+  gpu::commands& c = rec->c;
+  stamps& ts = rec->ts;
   if (opt.profile) {
     for (auto& [field, span] : ts.marks) {
       const double s = c.seconds(span.first, span.second);
@@ -321,7 +370,10 @@ dsv4_gpu_model::dsv4_gpu_model(const dsv4_weights& w, gpu::device& dev, gpu::ker
 dsv4_gpu_model::~dsv4_gpu_model() = default;
 const dsv4_config& dsv4_gpu_model::config() const noexcept { return p_->cfg; }
 uint64_t dsv4_gpu_model::pos() const noexcept { return p_->pos; }
-void dsv4_gpu_model::reset() noexcept { p_->pos = 0; }
+void dsv4_gpu_model::reset() noexcept {
+  p_->pos = 0;
+  p_->next.reset();
+}
 void dsv4_gpu_model::set_profile(bool on, std::vector<uint32_t> layers) {
   p_->opt.profile = on;
   p_->opt.profile_layers = std::move(layers);
@@ -340,6 +392,7 @@ void dsv4_gpu_model::bench_seek(uint64_t pos) {
       zero(*b);
   m.dev.submit(c);
   m.pos = pos;
+  m.next.reset();
 }
 uint64_t dsv4_gpu_model::weight_bytes() const noexcept { return p_->weight_bytes; }
 uint64_t dsv4_gpu_model::state_bytes() const noexcept { return p_->state_bytes; }

@@ -23,6 +23,7 @@ namespace cmfx::driver {
 
 struct dsv4_gpu_options {
   uint64_t max_ctx = 4096;  ///< positions the device state holds (compressed entries: max_ctx / ratio per layer)
+  bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
   std::vector<uint32_t> profile_layers;  ///< with profile: also a timestamp after every op of these layers
 };

@@ -41,6 +41,8 @@ struct dsv4_gpu_layer {
   gpu::buffer route_idx, route_w;  // [top_k]
 };
 
+struct dsv4_gpu_recording;  // dsv4_gpu.cpp: one token's command buffer, recorded ahead
+
 struct dsv4_gpu_model::impl {
   dsv4_config cfg;
   dsv4_matrix embed;                      // host view (decoded per token)
@@ -67,12 +69,16 @@ struct dsv4_gpu_model::impl {
   dsv4_gpu_profile prof;
   uint32_t dispatches = 0;
   double record_s = 0;
+  /// The next position's recording, made while the device ran the current one (pipelined decode).
+  std::shared_ptr<dsv4_gpu_recording> next;
 
   impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);
   void upload_weights(const dsv4_weights& w);  // dsv4_gpu_weights.cpp
   void alloc_state();                          // dsv4_gpu_weights.cpp
-  /// Records one token; returns after submit. logits_mode: 0 none, 1 logits, 2 argmax.
+  /// Runs one token; returns after it ran. logits_mode: 0 none, 1 logits, 2 argmax.
   void run(uint32_t token, int logits_mode, dsv4_trace* trace);
+  /// The token-independent work of position t (everything but the embedding and the token id).
+  std::shared_ptr<dsv4_gpu_recording> record(uint64_t t, int logits_mode);
 };
 
 }  // namespace cmfx::driver

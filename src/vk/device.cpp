@@ -357,7 +357,14 @@ void device::save_pipeline_cache() { p_->save_pipeline_cache(); }
 commands::commands(std::unique_ptr<detail::commands_impl> p) : p_(std::move(p)) {}
 commands::commands(commands&&) noexcept = default;
 commands& commands::operator=(commands&&) noexcept = default;
-commands::~commands() = default;
+commands::~commands() {
+  if (p_ && p_->pending) {  // never free a command buffer the device may still run
+    try {
+      (void)p_->dev->dev.waitForFences({*p_->fence}, VK_TRUE, UINT64_MAX);
+    } catch (...) {
+    }
+  }
+}
 uint32_t commands::dispatch_count() const noexcept { return p_->dispatches; }
 void commands::begin_concurrent() { p_->concurrent = true; }
 bool commands::in_concurrent() const noexcept { return p_->concurrent; }
@@ -426,6 +433,20 @@ void commands::fill(const view& dst, uint64_t bytes, uint32_t word) {
   });
 }
 
+void commands::barrier() {
+  guarded("barrier", [&] {
+    p_->ensure_recording();
+    const vk::MemoryBarrier mb(vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eShaderRead |
+                                   vk::AccessFlagBits::eTransferWrite | vk::AccessFlagBits::eTransferRead,
+                               vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite |
+                                   vk::AccessFlagBits::eTransferWrite | vk::AccessFlagBits::eTransferRead);
+    const vk::PipelineStageFlags st = vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer;
+    p_->cb.pipelineBarrier(st, st, {}, mb, {}, {});
+    p_->work_since_xfer = false;
+    p_->barrier_needed = false;
+  });
+}
+
 commands device::begin() {
   return guarded("begin", [&] {
     auto c = std::make_unique<detail::commands_impl>();
@@ -465,6 +486,7 @@ double commands::seconds(uint32_t from, uint32_t to) const {
 
 void commands::reset() {
   detail::commands_impl& c = *p_;
+  if (c.pending) throw gpu_error("commands::reset: the recording is still running (device::wait first)");
   guarded("reset", [&] {
     if (c.recording) c.cb.end();
     c.cb.reset();
@@ -482,8 +504,14 @@ void commands::reset() {
 }
 
 void device::submit(commands& cmds) {
+  submit_async(cmds);
+  wait(cmds);
+}
+
+void device::submit_async(commands& cmds) {
   detail::commands_impl& c = cmds.impl();
   guarded("submit", [&] {
+    if (c.pending) throw gpu_error("submit: the recording is still running (wait for it first)");
     if (c.ran) {  // the same recording once more (its timestamps are reset inside it)
       p_->dev.resetFences({*c.fence});
     } else {
@@ -493,8 +521,17 @@ void device::submit(commands& cmds) {
     }
     const vk::CommandBuffer h = *c.cb;
     p_->queue.submit(vk::SubmitInfo({}, {}, h), *c.fence);
+    c.pending = true;
+  });
+}
+
+void device::wait(commands& cmds) {
+  detail::commands_impl& c = cmds.impl();
+  if (!c.pending) return;
+  guarded("wait", [&] {
     if (p_->dev.waitForFences({*c.fence}, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess)
       throw gpu_error("fence wait failed");
+    c.pending = false;
     c.ran = true;
     c.stamps.clear();
     if (c.query_count) {

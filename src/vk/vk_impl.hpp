@@ -46,6 +46,7 @@ struct commands_impl {
   bool concurrent = false;      // inside begin_concurrent() / end_concurrent()
   bool barrier_needed = false;  // the next dispatch must wait for earlier work
   bool work_since_xfer = false; // a dispatch was recorded since the last transfer barrier
+  bool pending = false;         // submitted (submit_async), not yet waited for
   void ensure_recording();
 };
 

@@ -150,6 +150,10 @@ class commands {
   void copy(const view& src, const view& dst, uint64_t bytes);
   /// Every 32-bit word of dst[0, bytes) = word (bytes a multiple of 4).
   void fill(const view& dst, uint64_t bytes, uint32_t word);
+  /// A full barrier: everything recorded after it waits for every dispatch and transfer before it — including
+  /// those of recordings submitted earlier to the device (submission order), so a recording that starts with
+  /// barrier() may follow another one with submit_async.
+  void barrier();
   detail::commands_impl& impl() noexcept { return *p_; }
 
  private:
@@ -180,6 +184,10 @@ class device {
   /// Runs a recording and waits for it. Submitting it again (without reset) runs the same work once more:
   /// benchmarks repeat a recording without paying for recording it again.
   void submit(commands& c);
+  /// Starts a recording without waiting (recordings run in submission order: one queue); wait(c) blocks until it
+  /// has run and fetches its timestamps. The host may record other work meanwhile.
+  void submit_async(commands& c);
+  void wait(commands& c);
 
   struct memory_stats {
     uint64_t reserved = 0, in_use = 0;
