@@ -122,16 +122,16 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
 void model_cases(suite& s) {
   toy_files files;
   // 140 tokens: past the window (16), 35 ratio-4 windows, the first ratio-128 window (position 127).
-  s.run("model_v4", "f32", "cmf toy, 140 tokens", [&](uint64_t seed, std::string& info) {
+  s.run("model_v4", "-", "cmf f32 toy, 140 tokens", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("cmf", "f32"), 140, seed, info);
   });
-  s.run("model_v4", "q4tp", "cmf toy, 40 tokens", [&](uint64_t seed, std::string& info) {
+  s.run("model_v4", "-", "cmf q4tp toy, 40 tokens", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("cmf", "q4tp"), 40, seed, info);
   });
-  s.run("model_v4", "f32", "cmf toy, 140 tokens, pipelined (logits only)", [&](uint64_t seed, std::string& info) {
+  s.run("model_v4", "-", "cmf f32 toy, 140 tokens, pipelined (logits only)", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("cmf", "f32"), 140, seed, info, false);
   });
-  s.run("model_v4", "fp8_b128", "release toy (FP8 dense, MXFP4 experts), 40 tokens", [&](uint64_t seed, std::string& info) {
+  s.run("model_v4", "-", "release toy (FP8 dense, MXFP4 experts), 40 tokens", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("release", "native"), 40, seed, info);
   });
 }

@@ -170,5 +170,6 @@ void quant_cases(suite& s);
 void moe_cases(suite& s);
 void attn_cases(suite& s);  // cases_attn.cpp
 void model_cases(suite& s);  // cases_model.cpp: the V4 GPU graph vs the CPU graph on the toys
+void prim_cases(suite& s);   // cases_prims.cpp: add, scale, matmul_rows, recorded transfers
 
 }  // namespace cmfx::parity

@@ -1,0 +1,256 @@
+// Cases of the small primitives: add and scale (bit-exact vs the CPU's float add / multiply), matmul_rows of every
+// format (bit-identical to the same rows of the full matmul, and vs ref::gemm in float64), and the recorded
+// transfers update / copy / fill ordered with dispatches (every byte checked, guards intact), with their error paths.
+#include <bit>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/ref/gemm_ref.hpp"
+#include "harness.hpp"
+
+namespace cmfx::parity {
+
+namespace {
+
+/// Index of the first element whose bits differ, or n.
+size_t first_diff(const float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) return i;
+  return n;
+}
+
+std::string diff_msg(const char* what, size_t i, float got, float want) {
+  char b[160];
+  std::snprintf(b, sizeof b, "%s: element %zu is %.9g (0x%08x), expected %.9g (0x%08x)", what, i, double(got),
+                std::bit_cast<uint32_t>(got), double(want), std::bit_cast<uint32_t>(want));
+  return b;
+}
+
+/// A sub-range of a guarded payload: `bytes` at byte `off` inside it.
+gpu::view sub(const gpu::view& payload, uint64_t off, uint64_t bytes) { return gpu::view(*payload.buf, payload.offset + off, bytes); }
+
+/// y[i] += x[i] (or y[i] *= a) over the first n of `cap` floats of a guarded y holding random values: the first n
+/// must equal the CPU's float result bit for bit, the rest stay as uploaded.
+std::string add_scale_case(suite& s, uint64_t seed, uint64_t n, bool is_add, std::string& info) {
+  rng r(seed);
+  const uint64_t cap = n + 5;  // 5 floats past n that the kernel must not touch
+  const std::vector<float> x = r.normal(n), y0 = r.normal(cap);
+  const float a = r.uniform(-3.0f, 3.0f);
+  const gpu::buffer xb = upload(s.dev, x);
+  guarded y(s.dev, cap * 4);
+  s.dev.upload(y.payload(), y0);
+  gpu::commands c = s.dev.begin();
+  if (is_add)
+    s.kern.add(c, xb, y.payload(), n);
+  else
+    s.kern.scale(c, y.payload(), n, a);
+  s.submit(c);
+  std::vector<float> got(cap), want(y0);
+  std::string why;
+  if (!y.read(got.data(), why)) return why;
+  for (uint64_t i = 0; i < n; ++i) want[i] = is_add ? y0[i] + x[i] : y0[i] * a;
+  info = is_add ? "bit-exact vs float x+y" : "bit-exact vs float y*a";
+  const size_t d = first_diff(got.data(), want.data(), cap);
+  if (d != cap) return diff_msg(d < n ? "result" : "element past n changed", d, got[d], want[d]);
+  return {};
+}
+
+template <class F>
+struct host_matrix {
+  encoded_matrix e;
+  matrix_view v;
+  host_matrix(rng& r, uint64_t rows, uint64_t cols) {
+    const std::vector<float> w = r.normal(rows * cols, 0.05f);
+    e = F::encode(w.data(), rows, cols);
+    v = matrix_view{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                    e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  }
+};
+
+/// matmul_rows(w, r0, r1) in the same recording as the full matmul: rows must be bit-identical to the full
+/// output's rows r0..r1, and within the matvec bounds of ref::gemm (NMSE over >= 64 outputs; per output always:
+/// |gpu − ref| <= kMaxAbsRel·Σ|w·x|).
+template <class F>
+std::string rows_case(suite& s, uint64_t seed, uint64_t R, uint64_t C, uint64_t r0, uint64_t r1, std::string& info) {
+  rng r(seed);
+  const host_matrix<F> m(r, R, C);
+  const std::vector<float> x = r.normal(C);
+  const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, m.v);
+  const gpu::buffer xb = upload(s.dev, x);
+  const uint64_t n = r1 - r0;
+  guarded full(s.dev, R * 4), part(s.dev, n * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.matmul(c, gm, xb, 1, full.payload());
+  s.kern.matmul_rows(c, gm, r0, r1, xb, part.payload());
+  s.submit(c);
+  std::vector<float> gf(R), gp(n);
+  std::string why;
+  if (!full.read(gf.data(), why) || !part.read(gp.data(), why)) return why;
+  const size_t d = first_diff(gp.data(), gf.data() + r0, n);
+  if (d != n) return diff_msg("not bit-identical to the full matmul", d, gp[d], gf[r0 + d]);
+  const std::vector<double> ref = ref::gemm(F::id, m.v, x.data(), 1);
+  std::vector<float> row(C);
+  for (uint64_t i = 0; i < n; ++i) {
+    F::decode_row(m.v, r0 + i, row.data());
+    double wx = 0;
+    for (uint64_t k = 0; k < C; ++k) wx += std::fabs(double(row[k]) * x[k]);
+    if (!(std::fabs(gp[i] - ref[r0 + i]) <= kMaxAbsRel * wx))
+      return "row " + std::to_string(r0 + i) + ": " + std::to_string(gp[i]) + " vs reference " +
+             std::to_string(ref[r0 + i]) + " (bound " + std::to_string(kMaxAbsRel) + " x sum|w*x|)";
+  }
+  if (n < 64) {
+    info = "bit-identical to matmul; per-output bound (" + std::to_string(n) + " outputs)";
+    return {};
+  }
+  const std::string v = verdict(compare(gp.data(), ref.data() + r0, n), kNmse, info);
+  info += "; bit-identical to matmul";
+  return v;
+}
+
+/// Calls fn(); "" when it threw usage_error, else a failure naming `what`.
+template <class Fn>
+std::string expect_usage_error(const char* what, Fn&& fn) {
+  try {
+    fn();
+  } catch (const usage_error&) {
+    return {};
+  }
+  return std::string(what) + ": no usage_error";
+}
+
+template <class F>
+std::string rows_errors(suite& s, uint64_t seed, std::string& info) {
+  rng r(seed);
+  constexpr uint64_t R = 64, C = 256;
+  const host_matrix<F> m(r, R, C);
+  const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, m.v);
+  const gpu::buffer xb = upload(s.dev, r.normal(C)), yb = s.dev.alloc(R * 4);
+  gpu::commands c = s.dev.begin();
+  std::string why;
+  const auto chk = [&](const char* what, uint64_t r0, uint64_t r1, gpu::view y) {
+    if (why.empty()) why = expect_usage_error(what, [&] { s.kern.matmul_rows(c, gm, r0, r1, xb, y); });
+  };
+  chk("r0 == r1", 32, 32, yb);
+  chk("r0 > r1", 40, 32, yb);
+  chk("r1 > rows", 0, R + 1, yb);
+  chk("r0 >= rows", R, R + 1, yb);
+  chk("y too small", 0, R, gpu::view(yb, 0, R * 4 - 4));
+  info = "5 bad calls -> usage_error";
+  return why;
+}
+
+/// update → add (reads the update) → copy to another buffer → scale of the copy → fill of part of it, on views at
+/// inner offsets of guarded buffers; every byte of both payloads is checked.
+std::string transfer_case(suite& s, uint64_t seed, uint64_t n, std::string& info) {
+  rng r(seed);
+  const uint64_t bytes = n * 4, oa = 8, ob = 12, pad = 16;  // inner offsets and untouched tails (poison)
+  const std::vector<float> u = r.normal(n), x = r.normal(n);
+  const float a = r.uniform(0.5f, 2.0f);
+  const uint64_t f0 = r.below(n), f1 = f0 + 1 + r.below(n - f0);  // fill floats [f0, f1)
+  const uint32_t word = 0x3F800000u ^ uint32_t(r.below(1u << 20));
+  const gpu::buffer xb = upload(s.dev, x);
+  guarded A(s.dev, oa + bytes + pad), B(s.dev, ob + bytes + pad);
+  const gpu::view va = sub(A.payload(), oa, bytes), vb = sub(B.payload(), ob, bytes);
+  gpu::commands c = s.dev.begin();
+  for (uint64_t o = 0; o < bytes; o += gpu::commands::update_max) {  // distinct ranges: no order needed among them
+    const uint64_t k = std::min(gpu::commands::update_max, bytes - o);
+    c.update(sub(A.payload(), oa + o, k), reinterpret_cast<const uint8_t*>(u.data()) + o, k);
+  }
+  s.kern.add(c, xb, va, n);
+  c.copy(va, vb, bytes);
+  s.kern.scale(c, vb, n, a);
+  c.fill(sub(B.payload(), ob + f0 * 4, (f1 - f0) * 4), (f1 - f0) * 4, word);
+  s.submit(c);
+  std::vector<float> ga((oa + bytes + pad) / 4), gb((ob + bytes + pad) / 4);
+  std::string why;
+  if (!A.read(ga.data(), why) || !B.read(gb.data(), why)) return why;
+  std::vector<float> wa(ga.size(), std::bit_cast<float>(guarded::nan_word)), wb(gb.size(), wa[0]);
+  for (uint64_t i = 0; i < n; ++i) {
+    wa[oa / 4 + i] = u[i] + x[i];
+    wb[ob / 4 + i] = i >= f0 && i < f1 ? std::bit_cast<float>(word) : (u[i] + x[i]) * a;
+  }
+  size_t d = first_diff(ga.data(), wa.data(), ga.size());
+  if (d != ga.size()) return diff_msg("buffer A (update + add)", d, ga[d], wa[d]);
+  d = first_diff(gb.data(), wb.data(), gb.size());
+  if (d != gb.size()) return diff_msg("buffer B (copy, scale, fill)", d, gb[d], wb[d]);
+  info = std::to_string((bytes + gpu::commands::update_max - 1) / gpu::commands::update_max) +
+         " update(s), fill [" + std::to_string(f0) + ", " + std::to_string(f1) + "): every byte exact";
+  return {};
+}
+
+/// Bad transfer sizes and offsets throw usage_error before recording; the recording still works afterwards.
+std::string transfer_errors(suite& s, uint64_t seed, std::string& info) {
+  rng r(seed);
+  const std::vector<float> h = r.normal(gpu::commands::update_max / 4 + 4);
+  guarded g(s.dev, gpu::commands::update_max + 64);
+  const gpu::buffer other = s.dev.alloc(256);
+  const gpu::view p = g.payload();
+  gpu::commands c = s.dev.begin();
+  std::string why;
+  const auto chk = [&](const char* what, auto&& fn) {
+    if (why.empty()) why = expect_usage_error(what, fn);
+  };
+  chk("update 6 bytes", [&] { c.update(p, h.data(), 6); });
+  chk("update 65540 bytes", [&] { c.update(p, h.data(), gpu::commands::update_max + 4); });
+  chk("update at offset 2", [&] { c.update(sub(p, 2, 8), h.data(), 8); });
+  chk("update past the view", [&] { c.update(sub(p, 0, 8), h.data(), 12); });
+  chk("fill 6 bytes", [&] { c.fill(p, 6, 1u); });
+  chk("fill at offset 2", [&] { c.fill(sub(p, 2, 8), 8, 1u); });
+  chk("fill past the view", [&] { c.fill(sub(p, 0, 8), 12, 1u); });
+  chk("copy past the source", [&] { c.copy(gpu::view(other, 0, 256), p, 260); });
+  chk("copy past the destination", [&] { c.copy(p, gpu::view(other, 0, 256), 260); });
+  chk("copy without a view", [&] { c.copy(gpu::view{}, p, 4); });
+  if (!why.empty()) return why;
+  c.update(p, h.data(), gpu::commands::update_max);  // the same recording, valid calls
+  s.submit(c);
+  std::vector<float> got(g.payload().bytes / 4);
+  if (!g.read(got.data(), why)) return why;
+  const size_t d = first_diff(got.data(), h.data(), gpu::commands::update_max / 4);
+  if (d != gpu::commands::update_max / 4) return diff_msg("update after the rejected calls", d, got[d], h[d]);
+  for (size_t i = gpu::commands::update_max / 4; i < got.size(); ++i)
+    if (std::bit_cast<uint32_t>(got[i]) != guarded::nan_word) return diff_msg("byte past the update", i, got[i], 0);
+  info = "10 bad calls -> usage_error; recording usable after";
+  return {};
+}
+
+}  // namespace
+
+void prim_cases(suite& s) {
+  for (uint64_t n : {1, 7, 1000, 65537}) {
+    s.run("add", "-", "n=" + std::to_string(n),
+          [&](uint64_t seed, std::string& info) { return add_scale_case(s, seed, n, true, info); });
+    s.run("scale", "-", "n=" + std::to_string(n),
+          [&](uint64_t seed, std::string& info) { return add_scale_case(s, seed, n, false, info); });
+  }
+  // matmul_rows: every format (the coverage table counts a per-format op without a case as missing). r0 > 0 a
+  // multiple of the format's block_rows (FP8 tiles), ragged row counts, one row, and row slicing from r0.
+  for_each_type(all_formats{}, [&]<class F>() {
+    const std::string fn(F::name);
+    const uint64_t br = F::block_rows, a0 = br > 1 ? br : 37;
+    struct rr {
+      uint64_t R, C, r0, r1;
+    };
+    const rr cases[] = {{300, 512, a0, 299}, {300, 512, br > 1 ? 2 * br : 299, br > 1 ? 2 * br + 1 : 300},
+                        {130, 256, 0, 130}, {257, 1024, br > 1 ? br : 1, 257}};
+    for (const rr& k : cases) {
+      if (!F::shape_ok(k.R, k.C)) continue;
+      s.run("matmul_rows", fn,
+            std::to_string(k.R) + "x" + std::to_string(k.C) + " rows [" + std::to_string(k.r0) + "," +
+                std::to_string(k.r1) + ")",
+            [&](uint64_t seed, std::string& info) { return rows_case<F>(s, seed, k.R, k.C, k.r0, k.r1, info); });
+    }
+    s.run("matmul_rows", fn, "300x1024 rows [" + std::to_string(a0) + ",300) sliced (64 KiB bindings)",
+          [&](uint64_t seed, std::string& info) {
+            s.kern.set_binding_limit(64 << 10);
+            const std::string why = rows_case<F>(s, seed, 300, 1024, a0, 300, info);
+            s.kern.set_binding_limit(0);
+            return why;
+          });
+    s.run("matmul_rows", fn, "bad ranges", [&](uint64_t seed, std::string& info) { return rows_errors<F>(s, seed, info); });
+  });
+  for (uint64_t n : {1, 7, 1000, 16384, 65537})  // 16384 floats = one update of exactly update_max bytes
+    s.run("transfer", "-", "n=" + std::to_string(n),
+          [&](uint64_t seed, std::string& info) { return transfer_case(s, seed, n, info); });
+  s.run("transfer", "-", "bad sizes", [&](uint64_t seed, std::string& info) { return transfer_errors(s, seed, info); });
+}
+
+}  // namespace cmfx::parity
