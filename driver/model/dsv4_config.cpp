@@ -81,6 +81,18 @@ dsv4_config dsv4_config_from_cmf(const json& header) {
   return c;
 }
 
+rope_config dsv4_rope_config(const dsv4_config& c, bool compressed) {
+  rope_config r;
+  r.dim = c.rope_dim;
+  r.base = compressed ? c.compress_rope_theta : c.rope_theta;
+  r.yarn = compressed;  // YaRN on every ratio > 0 layer, off on sliding-window layers (no seqlen guard)
+  r.factor = c.yarn_factor;
+  r.original = c.yarn_original;
+  r.beta_fast = c.yarn_beta_fast;
+  r.beta_slow = c.yarn_beta_slow;
+  return r;
+}
+
 dsv4_config dsv4_config_from_release(const json& j) {
   const char* where = "config.json";
   const std::string type = get_or<std::string>(j, "model_type", "");

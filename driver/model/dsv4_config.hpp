@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cmfx/kernels/act_precision.hpp"
+#include "cmfx/ops/rope.hpp"
 
 namespace cmfx::driver {
 
@@ -78,5 +79,9 @@ struct dsv4_options {
 dsv4_config dsv4_config_from_cmf(const nlohmann::json& header);
 /// Hyper-parameters from a release config.json (flat V4 config).
 dsv4_config dsv4_config_from_release(const nlohmann::json& config);
+
+/// The rope of a layer: sliding-window layers (compressed = false) rope_theta without YaRN; ratio > 0 layers
+/// compress_rope_theta with YaRN (no seqlen guard). Shared by the CPU and GPU graphs.
+rope_config dsv4_rope_config(const dsv4_config& c, bool compressed);
 
 }  // namespace cmfx::driver

@@ -18,18 +18,6 @@ namespace cmfx::driver {
 
 namespace {
 
-rope_config rope_cfg(const dsv4_config& c, bool compressed) {
-  rope_config r;
-  r.dim = c.rope_dim;
-  r.base = compressed ? c.compress_rope_theta : c.rope_theta;
-  r.yarn = compressed;  // YaRN on every ratio > 0 layer, off on sliding-window layers (no seqlen guard)
-  r.factor = c.yarn_factor;
-  r.original = c.yarn_original;
-  r.beta_fast = c.yarn_beta_fast;
-  r.beta_slow = c.yarn_beta_slow;
-  return r;
-}
-
 /// Per-token mHC coefficients of one sublayer.
 struct hc_coeffs {
   std::vector<float> post, C;  // [n, hc], [n, hc·hc]
@@ -42,8 +30,8 @@ dsv4_model::impl::impl(dsv4_weights weights, const dsv4_options& o)
       opt(o),
       pool(o.threads),
       kern(best_cpu_kernels()),
-      rope_swa(rope_cfg(w.cfg, false)),
-      rope_comp(rope_cfg(w.cfg, true)),
+      rope_swa(dsv4_rope_config(w.cfg, false)),
+      rope_comp(dsv4_rope_config(w.cfg, true)),
       act(pool.size()) {
   if (opt.qat_indexer_fp4 && (w.cfg.index_head_dim & (w.cfg.index_head_dim - 1)))
     throw usage_error("QAT indexer FP4 needs a power-of-two index head dim (Hadamard), got " +

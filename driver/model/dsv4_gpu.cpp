@@ -94,13 +94,19 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
     std::vector<int32_t> win(W, -1);
     for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s) win[s - (t + 1 > W ? t + 1 - W : 0)] = int32_t(s % W);
     c.update(swa_idx, win.data(), W * 4);
-    for (uint32_t r : {4u, 128u})
-      if ((t + 1) % r == 0) {
-        const uint64_t ws = t + 1 - r;
-        const uint32_t cap = r == 4 ? 8 : 128;
-        const uint32_t w2[2] = {uint32_t(ws % cap), ws >= r && r == 4 ? uint32_t((ws - r) % cap) : 0xFFFFFFFFu};
-        c.update(r == 4 ? win4 : win128, w2, 8);
-      }
+    // A closing window of a compressor kind: its first row in the pending-window ring and, with overlap, the
+    // previous window's (ring shape from the first layer that has that kind; upload_weights admits V4's two).
+    bool written[2] = {false, false};
+    for (const dsv4_gpu_layer& G : layers) {
+      const dsv4_gpu_comp& g = G.comp;
+      const int kind_i = g.ratio == 4 ? 0 : 1;
+      if (!G.kind.ratio || written[kind_i] || (t + 1) % g.ratio != 0) continue;
+      const uint64_t ws = t + 1 - g.ratio;
+      const uint32_t w2[2] = {uint32_t(ws % g.cap),
+                              g.overlap && ws >= g.ratio ? uint32_t((ws - g.ratio) % g.cap) : 0xFFFFFFFFu};
+      c.update(kind_i == 0 ? win4 : win128, w2, 8);
+      written[kind_i] = true;
+    }
     for (dsv4_gpu_layer& G : layers) {
       if (!G.kind.ratio) continue;
       std::vector<int32_t> ids(win.size());

@@ -17,18 +17,6 @@ uint64_t matrix_bytes(const gpu::gpu_matrix& m) { return m.data.size() + (m.scal
 /// Bytes a batch-1 product reads: the payload (and scales) of the matrix.
 uint64_t view_bytes(const matrix_view& v) { return v.data_bytes + v.scale_bytes; }
 
-rope_config rope_cfg(const dsv4_config& c, bool compressed) {
-  rope_config r;
-  r.dim = c.rope_dim;
-  r.base = compressed ? c.compress_rope_theta : c.rope_theta;
-  r.yarn = compressed;
-  r.factor = c.yarn_factor;
-  r.original = c.yarn_original;
-  r.beta_fast = c.yarn_beta_fast;
-  r.beta_slow = c.yarn_beta_slow;
-  return r;
-}
-
 }  // namespace
 
 dsv4_gpu_model::impl::impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& opts)
@@ -126,7 +114,7 @@ void dsv4_gpu_model::impl::alloc_state() {
   };
   // Rope tables for every position < max_ctx (f32 cos, sin pairs).
   for (int t = 0; t < 2; ++t) {
-    const rope_table rt(rope_cfg(c, t == 1));
+    const rope_table rt(dsv4_rope_config(c, t == 1));
     std::vector<double> cs(c.rope_dim);
     std::vector<float> tab(ctx * c.rope_dim);
     for (uint64_t p = 0; p < ctx; ++p) {

@@ -329,6 +329,11 @@ void kernels::matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_
   if (r0 >= r1 || r1 > w.rows)
     throw usage_error("matmul_rows: rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ") outside the " +
                       std::to_string(w.rows) + "-row matrix");
+  uint32_t block_rows = 1;
+  visit_format(w.fmt, [&]<class F>() { block_rows = F::block_rows; });
+  if (r0 % block_rows)
+    throw usage_error("matmul_rows: row " + std::to_string(r0) + " does not start a " + std::to_string(block_rows) +
+                      "-row scale tile of " + std::string(format_name(w.fmt)));
   need(x, w.cols * 4, "matmul_rows", "x");
   need(y, (r1 - r0) * 4, "matmul_rows", "y");
   p_->run_matrix(c, w, x, 0, 1, 1, y, false, false, false, r0, r1);
@@ -460,13 +465,6 @@ void kernels::swiglu_clamp(commands& c, view g, view v, view out, uint64_t n, fl
 }
 
 namespace {
-void axpby(kernels::impl& p, commands& c, view x, view y, uint64_t n, float alpha, float beta, const char* op);
-}  // namespace
-
-void kernels::add(commands& c, view x, view y, uint64_t n) { axpby(*p_, c, x, y, n, 1.0f, 1.0f, "add"); }
-void kernels::scale(commands& c, view y, uint64_t n, float a) { axpby(*p_, c, y, y, n, 0.0f, a, "scale"); }
-
-namespace {
 void axpby(kernels::impl& p, commands& c, view x, view y, uint64_t n, float alpha, float beta, const char* op) {
   if (n == 0) return;
   need(x, n * 4, op, "x");
@@ -482,6 +480,9 @@ void axpby(kernels::impl& p, commands& c, view x, view y, uint64_t n, float alph
   detail::dispatch(c.impl(), p.pipe("axpby.comp", "", kernels::impl::wg_rows, 2, sizeof pc), b, &pc, sizeof pc, gx, 1);
 }
 }  // namespace
+
+void kernels::add(commands& c, view x, view y, uint64_t n) { axpby(*p_, c, x, y, n, 1.0f, 1.0f, "add"); }
+void kernels::scale(commands& c, view y, uint64_t n, float a) { axpby(*p_, c, y, y, n, 0.0f, a, "scale"); }
 
 void kernels::stream_read(commands& c, view src, view sink) {
   need(sink, 16, "stream_read", "sink");
