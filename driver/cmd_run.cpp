@@ -16,6 +16,7 @@
 #include "model/dsv41_forward.hpp"
 #include "model/dsv41_weights.hpp"
 #include "model/dsv4_forward.hpp"
+#include "model/dsv4_gpu_runner.hpp"
 #include "model_tokenizer.hpp"
 
 namespace cmfx::driver {
@@ -41,8 +42,6 @@ std::string join_ids(const std::vector<T>& ids) {
 }
 
 void check_flags(const run_args& a) {
-  if (a.backend == "vulkan")
-    throw usage_error("--backend vulkan: the Vulkan backend is not available yet for `run`; use --backend cpu");
   const int inputs = int(a.prompt_given) + int(a.interactive) + int(!a.raw_ids.empty());
   if (inputs != 1) throw usage_error("run takes exactly one of -p PROMPT, -i (chat on stdin) or --raw-ids IDS");
   if (a.raw && (a.think || !a.system.empty()))
@@ -82,11 +81,16 @@ struct session {
   const run_args& a;
   model_tokenizer mt;
   std::unique_ptr<dsv4_model> model;     // a V4 file, or
-  std::unique_ptr<dsv41_model> model41;  // a V4.1 file
+  std::unique_ptr<dsv41_model> model41;  // a V4.1 file, or
+  std::unique_ptr<dsv4_gpu_runner> gpu;  // a V4 file on the GPU (--backend vulkan)
   turn_settings ts;
   chat_options chat;
   double load_s = 0.0;
 };
+
+prompt_cache make_cache(session& s) {
+  return s.model41 ? prompt_cache(*s.model41) : s.gpu ? prompt_cache(*s.gpu) : prompt_cache(*s.model);
+}
 
 void print_stats(const turn_result& r, const char* lead) {
   std::fprintf(stderr, "%sprompt %llu tokens %.2f tok/s, generated %zu tokens %.2f tok/s\n", lead,
@@ -112,7 +116,7 @@ int run_interactive(session& s) {
   std::vector<chat_message> base;
   if (!s.a.system.empty()) base.push_back(message(chat_role::system, s.a.system));
   std::vector<chat_message> history = base;
-  prompt_cache cache = s.model41 ? prompt_cache(*s.model41) : prompt_cache(*s.model);
+  prompt_cache cache = make_cache(s);
   const bool tty = ::isatty(0) != 0;
   uint64_t turn = 0;
   std::string line;
@@ -153,10 +157,18 @@ int run_run(const run_args& a) {
   check_flags(a);
   if (!a.raw_ids.empty()) return run_raw_ids(a);
   const auto t0 = std::chrono::steady_clock::now();
-  session s{a, load_model_tokenizer(a.model, a.tokenizer), nullptr, nullptr, {}, {}, 0.0};
+  session s{a, load_model_tokenizer(a.model, a.tokenizer), nullptr, nullptr, nullptr, {}, {}, 0.0};
   dsv4_config cfg;  // V4.1: the fields the tokenizer check and the turn need (vocab, bos, eos, layers)
   std::string source;
-  if (dsv41_is_model(a.model)) {
+  if (a.backend == "vulkan") {
+    if (dsv41_is_model(a.model)) throw usage_error("--backend vulkan: V4.1 models run on the CPU only so far");
+    if (a.qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
+    if (a.model_opts.matmul_act != act_precision::f32)
+      throw usage_error("--backend vulkan: --act i8 is not available on the GPU graph");
+    s.gpu = dsv4_gpu_runner::open(a.model, dsv4_gpu_run_options{a.model_opts.device, a.ctx});
+    cfg = s.gpu->config();
+    source = s.gpu->weights().source + ", on " + s.gpu->device_name();
+  } else if (dsv41_is_model(a.model)) {
     dsv41_options o;
     o.threads = a.model_opts.threads;
     o.matmul_act = a.model_opts.matmul_act;
@@ -212,7 +224,7 @@ int run_run(const run_args& a) {
   const std::vector<uint32_t> prompt =
       to_u32(a.raw ? s.mt.tok.encode(a.prompt) : s.mt.tok.encode(chat_encode(msgs, s.chat)));
   if (prompt.empty()) throw usage_error("-p: the prompt encodes to no tokens");
-  prompt_cache cache = s.model41 ? prompt_cache(*s.model41) : prompt_cache(*s.model);
+  prompt_cache cache = make_cache(s);
   const turn_result r = run_turn(s, cache, prompt, 0);
   char lead[64];
   std::snprintf(lead, sizeof lead, "load %.2f s, ", s.load_s);

@@ -56,6 +56,9 @@ int run_bench(const bench_args& a);
 struct model_run_options {
   unsigned threads = 0;  // 0 = all hardware threads
   act_precision matmul_act = act_precision::f32;  // --act: f32 (parity reference) | i8 (int8 activations)
+  // --backend vulkan only:
+  int device = -1;          // --device: Vulkan device index (-1 = the best)
+  uint64_t max_ctx = 4096;  // positions the device state holds (run: --ctx)
 };
 
 struct ppl_args {
@@ -95,7 +98,7 @@ struct run_args {
   bool n_given = false;
   std::vector<std::string> stops;  // stop strings
   // Run.
-  std::string backend = "cpu"; // cpu | vulkan (not available yet)
+  std::string backend = "cpu"; // cpu | vulkan (V4 models: the whole graph on the GPU, f32 activations, no --qat)
   uint64_t ctx = 4096;         // max context: prompt + generated tokens
   bool print_ids = false;      // prompt and generated ids on stderr
   bool verbose = false;        // load details, prefix reuse ("reused N tokens") on stderr

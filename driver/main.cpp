@@ -78,8 +78,10 @@ int main(int argc, char** argv) {
   auto* run_n = cr->add_option("-n,--max-tokens", run.n,
                                "Tokens to generate (default: 16 with --raw-ids, else until EOS or --ctx is full)");
   cr->add_option("--stop", run.stops, "Stop string (repeatable); the text before it is kept")->allow_extra_args(false);
-  cr->add_option("--backend", run.backend, "cpu (vulkan: not available yet)")
+  cr->add_option("--backend", run.backend, "cpu | vulkan (V4 models: the whole graph on the GPU)")
       ->check(CLI::IsMember({"cpu", "vulkan"}))->default_val(run.backend);
+  cr->add_option("--device", run.model_opts.device, "Vulkan device index for --backend vulkan (-1 = best)")
+      ->default_val(run.model_opts.device);
   cr->add_option("--threads", run.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
   add_act_flag(cr, run.model_opts.matmul_act);
   cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);

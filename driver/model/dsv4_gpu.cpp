@@ -379,23 +379,56 @@ uint64_t dsv4_gpu_model::pos() const noexcept { return p_->pos; }
 void dsv4_gpu_model::reset() noexcept {
   p_->pos = 0;
   p_->next.reset();
+  p_->has_snap = false;
 }
 void dsv4_gpu_model::set_profile(bool on, std::vector<uint32_t> layers) {
   p_->opt.profile = on;
   p_->opt.profile_layers = std::move(layers);
 }
 
+std::vector<const gpu::buffer*> dsv4_gpu_model::impl::state_buffers() {
+  std::vector<const gpu::buffer*> out;
+  for (dsv4_gpu_layer& G : layers)
+    for (const gpu::buffer* b : {&G.ring, &G.comp.kv, &G.comp.score, &G.comp.entries, &G.ix.kv, &G.ix.score,
+                                 &G.ix.entries})
+      if (*b) out.push_back(b);
+  return out;
+}
+
+void dsv4_gpu_model::save_snapshot() {
+  impl& m = *p_;
+  const std::vector<const gpu::buffer*> bs = m.state_buffers();
+  if (m.snap.empty())
+    for (const gpu::buffer* b : bs) m.snap.push_back(m.dev.alloc(b->size()));
+  gpu::commands c = m.dev.begin();
+  c.barrier();
+  for (size_t i = 0; i < bs.size(); ++i) c.copy(*bs[i], m.snap[i], bs[i]->size());
+  m.dev.submit(c);
+  m.snap_pos = m.pos;
+  m.has_snap = true;
+}
+
+void dsv4_gpu_model::restore_snapshot() {
+  impl& m = *p_;
+  m.next.reset();
+  if (!m.has_snap) {
+    m.pos = 0;
+    return;
+  }
+  const std::vector<const gpu::buffer*> bs = m.state_buffers();
+  gpu::commands c = m.dev.begin();
+  c.barrier();
+  for (size_t i = 0; i < bs.size(); ++i) c.copy(m.snap[i], *bs[i], bs[i]->size());
+  m.dev.submit(c);
+  m.pos = m.snap_pos;
+}
+
 void dsv4_gpu_model::bench_seek(uint64_t pos) {
   impl& m = *p_;
   if (pos >= m.opt.max_ctx) throw usage_error("bench_seek: position beyond max_ctx");
   gpu::commands c = m.dev.begin();
-  auto zero = [&](const gpu::buffer& b) {
-    if (b) c.fill(b, b.size() / 4 * 4, 0u);
-  };
-  for (dsv4_gpu_layer& G : m.layers)
-    for (const gpu::buffer* b : {&G.ring, &G.comp.kv, &G.comp.score, &G.comp.entries, &G.ix.kv, &G.ix.score,
-                                 &G.ix.entries})
-      zero(*b);
+  c.barrier();
+  for (const gpu::buffer* b : m.state_buffers()) c.fill(*b, b->size() / 4 * 4, 0u);
   m.dev.submit(c);
   m.pos = pos;
   m.next.reset();

@@ -48,6 +48,10 @@ class dsv4_gpu_model {
   uint64_t pos() const noexcept;
   /// Back to position 0 (the device state is overwritten as positions are written again).
   void reset() noexcept;
+  /// A copy of the sequence state (and position) in a second set of device buffers (allocated on first use),
+  /// and back: what a prompt cache keeps of the last prompt. restore_snapshot without a snapshot resets.
+  void save_snapshot();
+  void restore_snapshot();
   /// Benchmarks only: jump to position `pos` (< max_ctx) with every state buffer zeroed, as if `pos` tokens had
   /// left zero keys and entries — the work of a step depends on the position only, not on those values.
   void bench_seek(uint64_t pos);

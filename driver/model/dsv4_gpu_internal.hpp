@@ -69,6 +69,11 @@ struct dsv4_gpu_model::impl {
   dsv4_gpu_profile prof;
   uint32_t dispatches = 0;
   double record_s = 0;
+  /// The sequence state's buffers (for snapshots and seeks), and the snapshot's copies of them.
+  std::vector<const gpu::buffer*> state_buffers();
+  std::vector<gpu::buffer> snap;
+  uint64_t snap_pos = 0;
+  bool has_snap = false;
   /// The next position's recording, made while the device ran the current one (pipelined decode).
   std::shared_ptr<dsv4_gpu_recording> next;
 

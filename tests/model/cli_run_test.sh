@@ -115,9 +115,9 @@ check "-i --think: turn 2 ids == --raw-ids of its prompt from scratch" test -n "
 "$CMFX" run "$T/plain.cmf" -p "Hi" >/dev/null 2>"$T/notok.err"
 check "run without a tokenizer exits 2" test $? -eq 2
 check "... naming the missing vocab section" grep -q "no tokenizer" "$T/notok.err"
-"${RUN[@]}" -p "Hi" --backend vulkan >/dev/null 2>"$T/vk.err"
-check "--backend vulkan exits 2" test $? -eq 2
-check "... not available yet" grep -q "not available yet" "$T/vk.err"
+"${RUN[@]}" -p "Hi" --backend vulkan --qat >/dev/null 2>"$T/vk.err"
+check "--backend vulkan --qat exits 2" test $? -eq 2
+check "... naming QAT" grep -q "QAT" "$T/vk.err"
 "${RUN[@]}" >/dev/null 2>&1
 check "run without -p/-i/--raw-ids exits 2" test $? -eq 2
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# `cmfx run --backend vulkan` on the toy: the GPU graph generates the same ids as the CPU graph (greedy; the f32 toy,
+# whose logits agree to NMSE ~1e-11, see cases_model.cpp) for --raw-ids, -p and a two-turn -i chat (whose second
+# turn reuses the first turn's tokens on the device), and bad combinations are refused.
+# usage: cli_gpu_run_test.sh CMFX TMPDIR TOKENIZER_JSON   (run by CTest with lavapipe as the Vulkan device)
+# Exit 77 (skip) without the tokenizer or without a Vulkan device, except under CI=true, where both are failures.
+set -u
+CMFX=$1
+T=$2
+TJ=$3
+skip() {
+  if [ "${CI:-}" = "true" ]; then echo "FAIL: $1"; exit 1; fi
+  echo "SKIP: $1"; exit 77
+}
+[ -f "$TJ" ] || skip "$TJ is missing (run: bash scripts/tokenizer_cases.sh build)"
+rm -rf "$T" && mkdir -p "$T"
+pass=0
+fail=0
+check() {
+  local name=$1
+  shift
+  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
+}
+"$CMFX" make-toy --out "$T/toy.cmf" --quant f32 --tokenizer "$TJ" >/dev/null 2>&1 || { echo "FAIL: make-toy"; exit 1; }
+CPU=("$CMFX" run "$T/toy.cmf" --threads 2)
+GPU=("$CMFX" run "$T/toy.cmf" --backend vulkan)
+if ! "${GPU[@]}" --raw-ids "1 2" -n 1 >"$T/probe.out" 2>"$T/probe.err"; then
+  cat "$T/probe.err"
+  skip "no usable Vulkan device for cmfx run --backend vulkan"
+fi
+
+"${CPU[@]}" --raw-ids "0 5 9 100 2000 77" -n 24 >"$T/raw.cpu" 2>/dev/null
+"${GPU[@]}" --raw-ids "0 5 9 100 2000 77" -n 24 >"$T/raw.gpu" 2>"$T/raw.err"
+check "--raw-ids: exit 0" test $? -eq 0
+check "--raw-ids: 24 ids" test "$(head -n 1 "$T/raw.gpu" | wc -w)" -eq 24
+check "--raw-ids: GPU ids == CPU ids" test "$(head -n 1 "$T/raw.gpu")" = "$(head -n 1 "$T/raw.cpu")"
+
+"${CPU[@]}" -p "Hello there" --temp 0 -n 16 --print-ids >/dev/null 2>"$T/p.cpu"
+"${GPU[@]}" -p "Hello there" --temp 0 -n 16 --print-ids >"$T/p.out" 2>"$T/p.gpu"
+check "-p: exit 0" test $? -eq 0
+check "-p: generated ids as the CPU's" test "$(grep '^generated ids' "$T/p.gpu")" = "$(grep '^generated ids' "$T/p.cpu")"
+check "-p: stats line" grep -qE 'generated [0-9]+ tokens' "$T/p.gpu"
+
+printf 'hi\nhow are you\n' | "${CPU[@]}" -i --temp 0 -n 6 --print-ids -v >/dev/null 2>"$T/i.cpu"
+printf 'hi\nhow are you\n' | "${GPU[@]}" -i --temp 0 -n 6 --print-ids -v >/dev/null 2>"$T/i.gpu"
+check "-i: exit 0" test $? -eq 0
+check "-i: both turns' ids as the CPU's" test "$(grep '^generated ids' "$T/i.gpu")" = "$(grep '^generated ids' "$T/i.cpu")"
+check "-i: two turns" test "$(grep -c '^generated ids' "$T/i.gpu")" -eq 2
+check "-i: turn 2 reused a prefix on the device" grep -qE '^reused [1-9][0-9]* tokens' <(sed -n '/^reused/p' "$T/i.gpu" | sed -n 2p)
+
+"${GPU[@]}" --raw-ids "1 2" --qat >/dev/null 2>"$T/e1.err"
+check "--qat refused (exit 2)" test $? -eq 2
+"${GPU[@]}" --raw-ids "1 2" --act i8 >/dev/null 2>"$T/e2.err"
+check "--act i8 refused (exit 2)" test $? -eq 2
+"${GPU[@]}" --raw-ids "1 2" --device 99 >/dev/null 2>"$T/e3.err"
+check "--device 99 exits 2" test $? -eq 2
+"${GPU[@]}" --raw-ids "$(seq -s ' ' 1 20)" -n 8 --ctx 16 >/dev/null 2>"$T/e4.err"
+check "a prompt past --ctx exits 2" test $? -eq 2
+check "... naming the context" grep -q "context" "$T/e4.err"
+
+echo "cli_gpu_run: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
