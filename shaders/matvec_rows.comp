@@ -29,6 +29,16 @@
 #endif
 
 layout(std430, binding = 4) writeonly buffer Y { float ys[]; };
+#ifndef MOE_ROWS
+#define MOE_ROWS 0
+#endif
+#if MOE_ROWS
+// Expert-indirect mode (kernels::moe at batch 1): virtual row block (slot, block) reads the row block of expert
+// ids[slot] in the stacked matrix (slot MOE_TOPK = the shared expert, stacked last) and writes rows
+// [slot·MOE_RPE, (slot+1)·MOE_RPE) of y; slot s reads its activations at xoff + s·MOE_XSTRIDE. An invalid routed id
+// computes expert 0 (moe_sum.comp turns that token's output into NaN).
+layout(std430, binding = 6) readonly buffer MoeIds { uint moe_ids[]; };
+#endif
 
 #if RPT == 1
 #define ROWS(M, a) M(a, 0)
@@ -69,9 +79,9 @@ layout(std430, binding = 3) readonly buffer X4 { vec4 xv[]; };
 // groups (one 128-bit shared load serves 8 lanes per pass).
 uint xswz(uint kt, uint j) { return kt * XQ + (j ^ ((kt / (8u / XQ)) % XQ)); }
 shared vec4 xsh[X_TILE / 4];
-void stage(uint c0, uint ncols) {
+void stage(uint xo, uint c0, uint ncols) {
   const uint tv = ncols / 4u;
-  for (uint e = gl_LocalInvocationID.x; e < tv; e += WG_SIZE) xsh[xswz(e / XQ, e % XQ)] = xv[((pc.xoff + c0) >> 2) + e];
+  for (uint e = gl_LocalInvocationID.x; e < tv; e += WG_SIZE) xsh[xswz(e / XQ, e % XQ)] = xv[((xo + c0) >> 2) + e];
 }
 #else
 #if CHUNK != 32
@@ -170,9 +180,9 @@ vec4 fp8_dec4(raw_t q, float s, uint j) {
 #define CONSUME(u)                                                          \
   if (k + u * LANES < nct) {                                                \
     const uint K = k + u * LANES;                                           \
-    const uvec4 XA = xq4[(pc.xoff >> 2) + 2u * K], XB = xq4[(pc.xoff >> 2) + 2u * K + 1u]; \
-    const float XS = xqf[pc.xoff + ACT_SCALE_WORD(nct) + K];                \
-    const int XB2 = xqi[pc.xoff + ACT_BSUM_WORD(nct) + K];                  \
+    const uvec4 XA = xq4[(xo >> 2) + 2u * K], XB = xq4[(xo >> 2) + 2u * K + 1u]; \
+    const float XS = xqf[xo + ACT_SCALE_WORD(nct) + K];                \
+    const int XB2 = xqi[xo + ACT_BSUM_WORD(nct) + K];                  \
     ROWS(RI, u)                                                             \
   }
 #endif
@@ -181,11 +191,22 @@ vec4 fp8_dec4(raw_t q, float s, uint j) {
   const row_t R##i = row_begin(row##i, team * RPT + i);             \
   float acc##i = 0.0;
 #define REDUCE(i) acc##i = subgroupAdd(acc##i);
-#define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + rbase + i] = acc##i;
+#define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + obase + i] = acc##i;
 
 void main() {
-  const uint wg = wg_index();
   const uint team = gl_LocalInvocationID.x / LANES, lane = gl_LocalInvocationID.x % LANES;
+#if MOE_ROWS
+  const uint bpe = MOE_RPE / ROWS_PER_WG, vwg = wg_index(), mslot = vwg / bpe, mblk = vwg % bpe;
+  if (mslot >= MOE_TOPK + MOE_SHARED) return;  // uniform over the workgroup
+  uint me = mslot < MOE_TOPK ? moe_ids[pc.pad + mslot] : MOE_E;
+  if (mslot < MOE_TOPK && me >= MOE_E) me = 0u;
+  const uint wg = me * bpe + mblk;  // the row block read
+  const uint xo = pc.xoff + mslot * MOE_XSTRIDE;
+  const uint obase = mslot * MOE_RPE + mblk * ROWS_PER_WG + team * RPT;
+#else
+  const uint wg = wg_index(), xo = pc.xoff;
+  const uint obase = wg * ROWS_PER_WG + team * RPT;
+#endif
   // rows past the end are computed on the last row (uniform control flow for the barriers) and not written
   const uint rbase = wg * ROWS_PER_WG + team * RPT;
   ROWS1(ROW_DECL)
@@ -209,12 +230,12 @@ void main() {
     barrier();  // the previous tile (or the tables) are done with
     if (c0 == 0u) {
       REP_U(FETCH)  // in flight during the staging
-      stage(c0, ncols);
+      stage(xo, c0, ncols);
       barrier();
       REP_U(CONSUME)
       k += UNROLL * LANES;
     } else {
-      stage(c0, ncols);
+      stage(xo, c0, ncols);
       barrier();
     }
     for (; k < nct; k += UNROLL * LANES) {

@@ -164,7 +164,10 @@ void dsv4_gpu_model::impl::alloc_state() {
   iq = buf(uint64_t(c.index_heads) * c.index_head_dim * f), iw = buf(c.index_heads * f);
   score = buf(max_score * f);
   rlogits = buf(c.experts * f);
-  moe_h = buf(uint64_t(c.top_k + 1) * c.moe_inter * f);  // moe_scratch_floats with a stacked shared expert
+  uint64_t moe_floats = 0;
+  for (const dsv4_gpu_layer& G : layers)
+    moe_floats = std::max(moe_floats, gpu::kernels::moe_scratch_floats(G.moe, 1, c.top_k));
+  moe_h = buf(moe_floats * f);
   sh_g = buf(c.moe_inter * f), sh_u = buf(c.moe_inter * f);
   logits = buf(uint64_t(c.vocab) * f);
   best = buf(16);

@@ -138,14 +138,18 @@ struct kernels::impl {
     c.unroll = std::min<uint32_t>(c.unroll, 4);
     return c;
   }
-  const detail::pipeline* rows_pipe(format f, scale_encoding enc, const matvec_tuning& t, bool i8) {
-    const std::array<uint32_t, 5> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8};
-    if (auto it = rows_pipes.find(key); it != rows_pipes.end()) return it->second;
+  /// The #defines of shaders/matvec_rows.comp for one variant (also the base of the MoE mode, kernels_moe.cpp).
+  std::string rows_defs(format f, scale_encoding enc, const matvec_tuning& t, bool i8) const {
     std::ostringstream d;
     d << "#define TEAMS " << teams << "\n#define RPT " << t.rows_per_team << "\n#define ROWS_PER_WG "
       << teams * t.rows_per_team << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
       << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n" << detail::tab_defines() << format_defines(f, enc);
-    const detail::pipeline* p = pipe("matvec_rows.comp", d.str(), lanes * teams, 6, sizeof(mat_pc));
+    return d.str();
+  }
+  const detail::pipeline* rows_pipe(format f, scale_encoding enc, const matvec_tuning& t, bool i8) {
+    const std::array<uint32_t, 5> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8};
+    if (auto it = rows_pipes.find(key); it != rows_pipes.end()) return it->second;
+    const detail::pipeline* p = pipe("matvec_rows.comp", rows_defs(f, enc, t, i8), lanes * teams, 6, sizeof(mat_pc));
     rows_pipes.emplace(key, p);
     return p;
   }
@@ -504,4 +508,13 @@ void kernels::stream_read(commands& c, view src, view sink) {
 // device, the variant preamble and the tables through this (kernels_ops.hpp).
 namespace cmfx::gpu::detail {
 op_env op_env_of(kernels::impl& p) { return op_env{p.dev, p.info, p.common, p.lanes, p.teams, p.tables}; }
+
+bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, std::string& defs,
+                         uint32_t& rows_per_wg) {
+  if (!p.rows_kernel(f)) return false;
+  const matvec_tuning t = p.choose_rows(rows, f, false);
+  defs = p.rows_defs(f, enc, t, false);
+  rows_per_wg = p.teams * t.rows_per_team;
+  return true;
+}
 }  // namespace cmfx::gpu::detail

@@ -171,6 +171,70 @@ std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t r
          detail::def_f("MOE_LIMIT", limit) + detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
 }
 
+/// Batch 1 through the row kernel (shaders/matvec_rows.comp in its MOE_ROWS mode): gate/up rows of the selected
+/// experts → moe_act (SwiGLU · weight) → down rows → moe_sum. h is [h: S·I | gate/up: S·2I | down: S·d] floats
+/// (S = slots). Returns false, recording nothing, where the row kernel does not apply (no row kernel for a format,
+/// a row block that would straddle two experts, unaligned activations); kernels::moe then takes its two-pass path.
+bool moe_rows(kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x, view ids,
+              view weights, uint32_t top_k, float limit, view h, view out) {
+  const uint64_t d = m.dim, I = m.inter, S = top_k + (m.shared ? 1 : 0);
+  std::string dgu, ddn;
+  uint32_t rgu = 0, rdn = 0;
+  if (!detail::rows_kernel_defines(p, m.gate_up.w.fmt, m.gate_up.w.scale_enc, m.gate_up.w.rows, dgu, rgu) ||
+      !detail::rows_kernel_defines(p, m.down.w.fmt, m.down.w.scale_enc, m.down.w.rows, ddn, rdn))
+    return false;
+  if ((2 * I) % rgu || d % rdn || I % 4 || d % 4 || h.bytes < S * (3 * I + d) * 4) return false;
+  detail::binding bg[7], bd[7];
+  mat_pc pg{}, pd{};
+  bind_planes(e, m.gate_up.w, bg, pg);
+  bind_planes(e, m.down.w, bd, pd);
+  const detail::bound xb = e.bind(x, d * 4), hb = e.bind(h, S * I * 4),
+                      gub = e.bind(view(*h.buf, h.offset + S * I * 4, S * 2 * I * 4), S * 2 * I * 4),
+                      yb = e.bind(view(*h.buf, h.offset + S * 3 * I * 4, S * d * 4), S * d * 4),
+                      ib = e.bind(ids, top_k * 4), wb = e.bind(weights, top_k * 4), ob = e.bind(out, d * 4),
+                      tb = e.bind(e.tables, e.tables.size());
+  if (!pg.fast || !pd.fast || xb.residual % 16 || hb.residual % 16) return false;
+  auto moe_defs = [&](uint64_t rpe, uint64_t xstride) {
+    return "#define MOE_ROWS 1\n" + detail::def_u("MOE_RPE", rpe) + detail::def_u("MOE_TOPK", top_k) +
+           "#define MOE_SHARED " + std::string(m.shared ? "1" : "0") + "\n" + detail::def_u("MOE_E", m.experts) +
+           detail::def_u("MOE_XSTRIDE", xstride);
+  };
+  uint32_t gx, gy;
+  // gate/up rows of every slot's expert → gu [S, 2I]
+  pg.rows = uint32_t(m.gate_up.w.rows), pg.cols = uint32_t(d), pg.n = 1, pg.r0 = 0;
+  pg.xoff = xb.residual / 4, pg.yoff = gub.residual / 4, pg.pad = ib.residual / 4;
+  bg[3] = xb.b, bg[4] = gub.b, bg[5] = tb.b, bg[6] = ib.b;
+  e.grid(S * (2 * I / rgu), gx, gy);
+  detail::dispatch(c.impl(), e.pipe("matvec_rows.comp", dgu + moe_defs(2 * I, 0), e.lanes * e.teams, 7, sizeof pg),
+                   bg, &pg, sizeof pg, gx, gy);
+  // h = silu(min(g, L)) · clamp(u) · w
+  {
+    const uint32_t pc[4] = {uint32_t(I), gub.residual / 4, hb.residual / 4, wb.residual / 4};
+    const detail::binding b[3] = {gub.b, wb.b, hb.b};
+    e.grid(ceil_div(S * I, detail::op_env::wg), gx, gy);
+    const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") +
+                             "\n" + detail::def_f("MOE_LIMIT", limit);
+    detail::dispatch(c.impl(), e.pipe("moe_act.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc, gx, gy);
+  }
+  // down rows of every slot's expert on its h → y [S, d]
+  pd.rows = uint32_t(m.down.w.rows), pd.cols = uint32_t(I), pd.n = 1, pd.r0 = 0;
+  pd.xoff = hb.residual / 4, pd.yoff = yb.residual / 4, pd.pad = ib.residual / 4;
+  bd[3] = hb.b, bd[4] = yb.b, bd[5] = tb.b, bd[6] = ib.b;
+  e.grid(S * (d / rdn), gx, gy);
+  detail::dispatch(c.impl(), e.pipe("matvec_rows.comp", ddn + moe_defs(d, I), e.lanes * e.teams, 7, sizeof pd), bd,
+                   &pd, sizeof pd, gx, gy);
+  // out = Σ in ascending expert id, then the shared expert
+  {
+    const uint32_t pc[4] = {uint32_t(d), yb.residual / 4, ob.residual / 4, ib.residual / 4};
+    const detail::binding b[3] = {yb.b, ib.b, ob.b};
+    e.grid(ceil_div(d, detail::op_env::wg), gx, gy);
+    const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") +
+                             "\n" + detail::def_u("MOE_E", m.experts);
+    detail::dispatch(c.impl(), e.pipe("moe_sum.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc, gx, gy);
+  }
+  return true;
+}
+
 }  // namespace
 
 void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k,
@@ -189,6 +253,7 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
   detail::need_view(weights, pairs * 4, "moe", "weights");
   detail::need_view(h, slots * I * 4, "moe", "h");
   detail::need_view(out, n * d * 4, "moe", "out");
+  if (n == 1 && moe_rows(*p_, e, c, m, x, ids, weights, top_k, limit, h, out)) return;
   const detail::bound ib = e.bind(ids, pairs * 4), wb = e.bind(weights, pairs * 4),
                       tb = e.bind(e.tables, e.tables.size());
   // phase 1: gate/up + SwiGLU → h

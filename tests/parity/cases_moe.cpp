@@ -193,6 +193,35 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
   return v;
 }
 
+/// Batch 1 (the row-kernel path of kernels::moe where the device has it): a bad routed id makes the token's whole
+/// output NaN, as on the two-pass path.
+std::string bad_id_decode_case(suite& s, uint64_t seed, std::string& info) {
+  using F = fmt_q4tp;
+  const uint32_t E = 4, k = 2;
+  const uint64_t d = 256, I = 128;
+  rng r(seed);
+  const std::vector<host_expert> ex = make_experts<F>(r, E, d, I);
+  std::vector<expert_view> views;
+  for (const auto& x : ex) views.push_back(x.v);
+  const std::vector<float> X = r.normal(d);
+  const std::vector<uint32_t> ids = {2, E + 5};
+  const std::vector<float> w = {0.5f, 0.7f};
+  const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views, &ex[0].v);
+  const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w);
+  guarded hg(s.dev, gpu::kernels::moe_scratch_floats(gm, 1, k) * 4), og(s.dev, d * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.moe(c, gm, xb, 1, ib, wb, k, kLimit, hg.payload(), og.payload());
+  s.submit(c);
+  std::vector<float> got(d), h(gpu::kernels::moe_scratch_floats(gm, 1, k));
+  std::string why;
+  if (!og.read(got.data(), why) || !hg.read(h.data(), why)) return why;
+  for (uint64_t i = 0; i < d; ++i)
+    if (!std::isnan(got[i]) || std::bit_cast<uint32_t>(got[i]) == guarded::nan_word)
+      return "output " + std::to_string(i) + " is not the NaN of a bad id";
+  info = "every output NaN, no poison left, scratch guards intact";
+  return {};
+}
+
 }  // namespace
 
 void moe_cases(suite& s) {
@@ -217,6 +246,8 @@ void moe_cases(suite& s) {
   };
   s.run("moe_upload", "-", "bad expert id -> NaN token",
         [&](uint64_t seed, R& info) { return bad_id_case(s, seed, info); });
+  s.run("moe_upload", "-", "bad expert id, batch 1 + shared -> NaN",
+        [&](uint64_t seed, R& info) { return bad_id_decode_case(s, seed, info); });
   s.run("moe_upload", "-", "shared expert of another format rejected", [&](uint64_t seed, R& info) -> R {
     rng r(seed);
     std::vector<host_expert> a = make_experts<fmt_f32>(r, 2, 64, 32);
