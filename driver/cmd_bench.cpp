@@ -87,13 +87,14 @@ int run_bench(const bench_args& a) {
   t = clk::now();
   dsv4_gpu_options go;
   go.max_ctx = a.ctx;
+  go.expert_act = a.act == "i8" ? act_precision::i8 : act_precision::f32;
   dsv4_gpu_model m(w, dev, k, go);
   const double up_s = since(t);
   const dsv4_config& cf = m.config();
-  std::printf("model: synthetic %s, %u layers, experts %s%s, dense %s; weights %.2f GB on the device (generated %.1f s, "
+  std::printf("model: synthetic %s, %u layers, experts %s%s (%s activations), dense %s; weights %.2f GB on the device (generated %.1f s, "
               "uploaded %.1f s), state + scratch %.1f MB, ctx %llu\n",
               so.preset.c_str(), cf.layers, a.weights.c_str(),
-              a.expert_down.empty() ? "" : (" (w2 " + a.expert_down + ")").c_str(), a.dense.c_str(),
+              a.expert_down.empty() ? "" : (" (w2 " + a.expert_down + ")").c_str(), a.act.c_str(), a.dense.c_str(),
               double(m.weight_bytes()) / 1e9, gen_s, up_s, double(m.state_bytes()) / 1e6, (unsigned long long)a.ctx);
 
   std::mt19937_64 g(a.seed);

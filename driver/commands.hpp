@@ -48,6 +48,7 @@ struct bench_args {
   uint64_t seed = 1;
   uint64_t roofline_mib = 2048;   // streaming-read buffer for the roofline (capped at 1/8 of device memory and the largest allocation)
   bool far = true;                // also decode at the end of --ctx (after a seek)
+  std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act)
   bool profile = false;           // per-phase device time of 16 decode steps
   bool json = false;              // one JSON line at the end
 };

@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
   cb->add_option("--seed", bench.seed, "Weights and token seed")->default_val(bench.seed);
   cb->add_option("--roofline-mib", bench.roofline_mib, "Streaming-read buffer of the roofline, MiB")->default_val(bench.roofline_mib);
   cb->add_flag("!--no-far", bench.far, "Skip the decode timing at the end of --ctx");
+  cb->add_option("--act", bench.act, "Expert activations: f32 | i8 (int8, integer dot products)")
+      ->check(CLI::IsMember({"f32", "i8"}))->default_val(bench.act);
   cb->add_flag("--profile", bench.profile, "Per-phase device time of 16 decode steps (timestamps)");
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
 

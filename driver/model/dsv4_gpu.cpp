@@ -271,12 +271,12 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
       ts.op("shared swiglu");
       k.matmul(c, G.sh_down, sh_g, 1, sh_out);
       ts.op("shared down");
-      k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out);
+      k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act);
       ts.op("moe");
       k.add(c, sh_out, moe_out, d);
       ts.op("add shared");
     } else {
-      k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out);
+      k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act);
       ts.op("moe");
     }
     ts.mark(&dsv4_gpu_profile::experts);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cmfx/kernels/act_precision.hpp"
 #include "dsv4_forward.hpp"
 
 namespace cmfx::gpu {
@@ -23,6 +24,10 @@ namespace cmfx::driver {
 
 struct dsv4_gpu_options {
   uint64_t max_ctx = 4096;  ///< positions the device state holds (compressed entries: max_ctx / ratio per layer)
+  /// Activations of the routed and shared experts (stacked with them): f32 (default, the parity reference) or i8
+  /// (rounded per 32 values, integer dot products; q4tp / q2tp / MXFP4 experts on devices with integer dot
+  /// products — kernels::moe). Everything else stays f32.
+  act_precision expert_act = act_precision::f32;
   bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
   std::vector<uint32_t> profile_layers;  ///< with profile: also a timestamp after every op of these layers

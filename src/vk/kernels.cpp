@@ -509,11 +509,11 @@ void kernels::stream_read(commands& c, view src, view sink) {
 namespace cmfx::gpu::detail {
 op_env op_env_of(kernels::impl& p) { return op_env{p.dev, p.info, p.common, p.lanes, p.teams, p.tables}; }
 
-bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, std::string& defs,
+bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, bool i8, std::string& defs,
                          uint32_t& rows_per_wg) {
-  if (!p.rows_kernel(f)) return false;
-  const matvec_tuning t = p.choose_rows(rows, f, false);
-  defs = p.rows_defs(f, enc, t, false);
+  if (i8 ? !p.i8_kernel(f) : !p.rows_kernel(f)) return false;
+  const matvec_tuning t = p.choose_rows(rows, f, i8);
+  defs = p.rows_defs(f, enc, t, i8);
   rows_per_wg = p.teams * t.rows_per_team;
   return true;
 }

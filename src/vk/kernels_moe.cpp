@@ -171,39 +171,47 @@ std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t r
          detail::def_f("MOE_LIMIT", limit) + detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
 }
 
-/// Batch 1 through the row kernel (shaders/matvec_rows.comp in its MOE_ROWS mode): gate/up rows of the selected
-/// experts → moe_act (SwiGLU · weight) → down rows → moe_sum. h is [h: S·I | gate/up: S·2I | down: S·d] floats
-/// (S = slots). Returns false, recording nothing, where the row kernel does not apply (no row kernel for a format,
-/// a row block that would straddle two experts, unaligned activations); kernels::moe then takes its two-pass path.
-bool moe_rows(kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x, view ids,
-              view weights, uint32_t top_k, float limit, view h, view out) {
+/// Batch 1 with int8 activations through the row kernel (shaders/matvec_rows.comp in its MOE_ROWS mode): quantise
+/// x → gate/up rows of the selected experts → moe_act (SwiGLU · weight) → quantise h → down rows → moe_sum. h is
+/// [h: S·I | gate/up: S·2I | down: S·d | xq | hq] (S = slots). Returns false, recording nothing, where this path
+/// does not apply (no int8 kernel for a format, a row block that would straddle two experts, a short or unaligned
+/// scratch); kernels::moe then takes its two-pass f32 path.
+bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
+                 view ids, view weights, uint32_t top_k, float limit, view h, view out) {
   const uint64_t d = m.dim, I = m.inter, S = top_k + (m.shared ? 1 : 0);
   std::string dgu, ddn;
   uint32_t rgu = 0, rdn = 0;
-  if (!detail::rows_kernel_defines(p, m.gate_up.w.fmt, m.gate_up.w.scale_enc, m.gate_up.w.rows, dgu, rgu) ||
-      !detail::rows_kernel_defines(p, m.down.w.fmt, m.down.w.scale_enc, m.down.w.rows, ddn, rdn))
+  if (!detail::rows_kernel_defines(p, m.gate_up.w.fmt, m.gate_up.w.scale_enc, m.gate_up.w.rows, true, dgu, rgu) ||
+      !detail::rows_kernel_defines(p, m.down.w.fmt, m.down.w.scale_enc, m.down.w.rows, true, ddn, rdn))
     return false;
-  if ((2 * I) % rgu || d % rdn || I % 4 || d % 4 || h.bytes < S * (3 * I + d) * 4) return false;
+  const uint64_t xq_bytes = kernels::act_q8_bytes(d), hq_bytes = kernels::act_q8_bytes(I, uint32_t(S));
+  const uint64_t o_gu = S * I * 4, o_y = o_gu + S * 2 * I * 4, o_xq = (o_y + S * d * 4 + 15) / 16 * 16,
+                 o_hq = (o_xq + xq_bytes + 15) / 16 * 16;
+  // Each slot's quantised h must start on 16 bytes (the kernel reads it as uvec4): I a multiple of 64.
+  if ((2 * I) % rgu || d % rdn || I % 64 || d % 32 || h.bytes < o_hq + hq_bytes || h.offset % 16) return false;
   detail::binding bg[7], bd[7];
   mat_pc pg{}, pd{};
   bind_planes(e, m.gate_up.w, bg, pg);
   bind_planes(e, m.down.w, bd, pd);
-  const detail::bound xb = e.bind(x, d * 4), hb = e.bind(h, S * I * 4),
-                      gub = e.bind(view(*h.buf, h.offset + S * I * 4, S * 2 * I * 4), S * 2 * I * 4),
-                      yb = e.bind(view(*h.buf, h.offset + S * 3 * I * 4, S * d * 4), S * d * 4),
-                      ib = e.bind(ids, top_k * 4), wb = e.bind(weights, top_k * 4), ob = e.bind(out, d * 4),
-                      tb = e.bind(e.tables, e.tables.size());
-  if (!pg.fast || !pd.fast || xb.residual % 16 || hb.residual % 16) return false;
+  if (!pg.fast || !pd.fast) return false;
+  auto part = [&](uint64_t off, uint64_t bytes) { return view(*h.buf, h.offset + off, bytes); };
+  const view hv = part(0, S * I * 4), guv = part(o_gu, S * 2 * I * 4), yv = part(o_y, S * d * 4),
+             xqv = part(o_xq, xq_bytes), hqv = part(o_hq, hq_bytes);
+  const detail::bound hb = e.bind(hv, hv.bytes), gub = e.bind(guv, guv.bytes), yb = e.bind(yv, yv.bytes),
+                      xqb = e.bind(xqv, xq_bytes), hqb = e.bind(hqv, hq_bytes), ib = e.bind(ids, top_k * 4),
+                      wb = e.bind(weights, top_k * 4), ob = e.bind(out, d * 4), tb = e.bind(e.tables, e.tables.size());
+  if (xqb.residual % 16 || hqb.residual % 16) return false;
   auto moe_defs = [&](uint64_t rpe, uint64_t xstride) {
     return "#define MOE_ROWS 1\n" + detail::def_u("MOE_RPE", rpe) + detail::def_u("MOE_TOPK", top_k) +
            "#define MOE_SHARED " + std::string(m.shared ? "1" : "0") + "\n" + detail::def_u("MOE_E", m.experts) +
            detail::def_u("MOE_XSTRIDE", xstride);
   };
   uint32_t gx, gy;
+  k.quantize_act(c, m.gate_up.w.fmt, x, 1, d, xqv);
   // gate/up rows of every slot's expert → gu [S, 2I]
   pg.rows = uint32_t(m.gate_up.w.rows), pg.cols = uint32_t(d), pg.n = 1, pg.r0 = 0;
-  pg.xoff = xb.residual / 4, pg.yoff = gub.residual / 4, pg.pad = ib.residual / 4;
-  bg[3] = xb.b, bg[4] = gub.b, bg[5] = tb.b, bg[6] = ib.b;
+  pg.xoff = xqb.residual / 4, pg.yoff = gub.residual / 4, pg.pad = ib.residual / 4;
+  bg[3] = xqb.b, bg[4] = gub.b, bg[5] = tb.b, bg[6] = ib.b;
   e.grid(S * (2 * I / rgu), gx, gy);
   detail::dispatch(c.impl(), e.pipe("matvec_rows.comp", dgu + moe_defs(2 * I, 0), e.lanes * e.teams, 7, sizeof pg),
                    bg, &pg, sizeof pg, gx, gy);
@@ -216,13 +224,16 @@ bool moe_rows(kernels::impl& p, const detail::op_env& e, commands& c, const gpu_
                              "\n" + detail::def_f("MOE_LIMIT", limit);
     detail::dispatch(c.impl(), e.pipe("moe_act.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc, gx, gy);
   }
-  // down rows of every slot's expert on its h → y [S, d]
+  k.quantize_act(c, m.down.w.fmt, hv, uint32_t(S), I, hqv);
+  // down rows of every slot's expert on its quantised h → y [S, d]
   pd.rows = uint32_t(m.down.w.rows), pd.cols = uint32_t(I), pd.n = 1, pd.r0 = 0;
-  pd.xoff = hb.residual / 4, pd.yoff = yb.residual / 4, pd.pad = ib.residual / 4;
-  bd[3] = hb.b, bd[4] = yb.b, bd[5] = tb.b, bd[6] = ib.b;
+  pd.xoff = hqb.residual / 4, pd.yoff = yb.residual / 4, pd.pad = ib.residual / 4;
+  bd[3] = hqb.b, bd[4] = yb.b, bd[5] = tb.b, bd[6] = ib.b;
   e.grid(S * (d / rdn), gx, gy);
-  detail::dispatch(c.impl(), e.pipe("matvec_rows.comp", ddn + moe_defs(d, I), e.lanes * e.teams, 7, sizeof pd), bd,
-                   &pd, sizeof pd, gx, gy);
+  detail::dispatch(c.impl(),
+                   e.pipe("matvec_rows.comp", ddn + moe_defs(d, kernels::act_q8_bytes(I) / 4), e.lanes * e.teams, 7,
+                          sizeof pd),
+                   bd, &pd, sizeof pd, gx, gy);
   // out = Σ in ascending expert id, then the shared expert
   {
     const uint32_t pc[4] = {uint32_t(d), yb.residual / 4, ob.residual / 4, ib.residual / 4};
@@ -238,7 +249,7 @@ bool moe_rows(kernels::impl& p, const detail::op_env& e, commands& c, const gpu_
 }  // namespace
 
 void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k,
-                  float limit, view h, view out) {
+                  float limit, view h, view out, act_precision act) {
   if (m.experts == 0 || !m.gate_up.w.data || !m.down.w.data) throw usage_error("moe: empty layer");
   if (top_k == 0 || top_k > route_max_k)
     throw usage_error("moe: top_k must be in [1, " + std::to_string(route_max_k) + "]");
@@ -253,7 +264,8 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
   detail::need_view(weights, pairs * 4, "moe", "weights");
   detail::need_view(h, slots * I * 4, "moe", "h");
   detail::need_view(out, n * d * 4, "moe", "out");
-  if (n == 1 && moe_rows(*p_, e, c, m, x, ids, weights, top_k, limit, h, out)) return;
+  if (act == act_precision::i8 && n == 1 && moe_rows_i8(*this, *p_, e, c, m, x, ids, weights, top_k, limit, h, out))
+    return;
   const detail::bound ib = e.bind(ids, pairs * 4), wb = e.bind(weights, pairs * 4),
                       tb = e.bind(e.tables, e.tables.size());
   // phase 1: gate/up + SwiGLU → h

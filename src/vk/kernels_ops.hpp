@@ -51,9 +51,9 @@ struct op_env {
 
 op_env op_env_of(kernels::impl& p);
 
-/// The batch-1 row kernel's defines (shaders/matvec_rows.comp, f32 activations) for a matrix of `rows` rows of
-/// format f, and its rows per workgroup; false when the device has no row kernel for f (kernels.cpp).
-bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, std::string& defs,
+/// The batch-1 row kernel's defines (shaders/matvec_rows.comp; i8: int8 activations) for a matrix of `rows` rows
+/// of format f, and its rows per workgroup; false when the device has no such kernel for f (kernels.cpp).
+bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, bool i8, std::string& defs,
                          uint32_t& rows_per_wg);
 
 /// Throws usage_error unless v holds `bytes` bytes at a 4-byte aligned offset.

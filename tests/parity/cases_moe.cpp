@@ -193,6 +193,58 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
   return v;
 }
 
+/// kernels::moe(..., act_precision::i8) at batch 1: six dispatches (the int8 row-kernel path ran), against the CPU
+/// kernel with the same int8 activations (moe_forward(..., i8): the same per-32 rounding; the GPU's division may
+/// flip a value across a rounding step, each flip moving an output by one int8 step of its block) with NMSE ≤
+/// kI8CpuNmse, and against float64 without quantisation with NMSE ≤ kI8RefNmse — the documented error of the int8
+/// path (the CPU's i8 MoE test measures 1.2–1.6e-4 and bounds 1e-3).
+constexpr double kI8CpuNmse = 1e-5, kI8CpuMaxAbsRel = 1e-4, kI8RefNmse = 1e-3;  // measured: 1e-13, 6e-7, 1.6–3.9e-4
+template <class F>
+std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, bool shared,
+                        std::string& info) {
+  rng r(seed);
+  const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);
+  std::vector<expert_view> views;
+  for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
+  const expert_view* sh = shared ? &ex.back().v : nullptr;
+  const std::vector<float> X = r.normal(d);
+  std::vector<uint32_t> ids(k);
+  std::vector<float> w(k);
+  std::vector<uint32_t> pool(E);
+  for (uint32_t e = 0; e < E; ++e) pool[e] = e;
+  for (uint32_t j = 0; j < k; ++j) {
+    std::swap(pool[j], pool[j + r.below(E - j)]);
+    ids[j] = pool[j];
+    w[j] = r.uniform(0.1f, 1.5f);
+  }
+  const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views, sh);
+  const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w);
+  const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, 1, k);
+  guarded hg(s.dev, hn * 4), og(s.dev, d * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.moe(c, gm, xb, 1, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8);
+  const uint32_t disp = c.dispatch_count();
+  s.submit(c);
+  if (disp != 6) return "the int8 path did not run (" + std::to_string(disp) + " dispatches)";
+  std::vector<float> got(d), h(hn);
+  std::string why;
+  if (!og.read(got.data(), why) || !hg.read(h.data(), why)) return why;
+  thread_pool tp(2);
+  moe_scratch scratch;
+  std::vector<float> cpu(d);
+  moe_forward(tp, best_cpu_kernels(), views, sh, X.data(), 1, d, ids.data(), w.data(), k, kLimit, cpu.data(), scratch,
+              act_precision::i8);
+  uint64_t clamped = 0;
+  const std::vector<double> ref = moe_ref<F>(ex, shared, X, 1, d, I, ids, w, k, clamped);
+  std::string i1, i2;
+  const std::string v1 = verdict(compare(got.data(), cpu.data(), d), kI8CpuNmse, i1, kI8CpuMaxAbsRel),
+                    v2 = verdict(compare(got.data(), ref.data(), d), kI8RefNmse, i2, 1.0);
+  if (!v1.empty() || !v2.empty())
+    return (v1.empty() ? "" : "vs CPU i8: " + v1 + "; ") + (v2.empty() ? "" : "vs float64: " + v2);
+  info = "cpu i8: " + i1 + "; f64: " + i2;
+  return {};
+}
+
 /// Batch 1 (the row-kernel path of kernels::moe where the device has it): a bad routed id makes the token's whole
 /// output NaN, as on the two-pass path.
 std::string bad_id_decode_case(suite& s, uint64_t seed, std::string& info) {
@@ -265,6 +317,7 @@ void moe_cases(suite& s) {
     const std::string fn(F::name);
     if constexpr (F::id == format::q8_2f) {
       s.unsupported("moe", fn);
+      s.unsupported("moe_i8", fn);
       s.run("moe_upload", "-", "q8_2f rejected with a reason", [&](uint64_t seed, R& info) -> R {
         rng r(seed);
         matrix_view a, b;
@@ -289,6 +342,27 @@ void moe_cases(suite& s) {
       s.run("moe", fn, name, [&](uint64_t seed, R& info) {
         return moe_case<F>(s, seed, sh.E, sh.d, sh.I, sh.k, sh.n, sh.sigma, sh.kind, sh.shared, info);
       });
+    }
+    if (s.kern.has_i8(F::id)) {
+      s.run("moe_i8", fn, "8x[128x256] k=3 + shared", [&](uint64_t seed, R& info) {
+        return moe_i8_case<F>(s, seed, 8, 256, 128, 3, true, info);
+      });
+      s.run("moe_i8", fn, "16x[256x512] k=6", [&](uint64_t seed, R& info) {
+        return moe_i8_case<F>(s, seed, 16, 512, 256, 6, false, info);
+      });
+      s.run("moe_i8", fn, "4x[32x64] k=2: I not a multiple of 64 -> f32 path", [&](uint64_t seed, R& info) -> R {
+        const R v = moe_i8_case<F>(s, seed, 4, 64, 32, 2, true, info);
+        if (v.find("did not run (2 dispatches)") != R::npos) {
+          info = "fell back to the two-pass f32 kernels";
+          return {};
+        }
+        return v.empty() ? "the int8 path ran on a 40-byte slot stride" : v;
+      });
+      s.run("moe_i8", fn, "3x[2048x4096] k=2 + shared, model shape", [&](uint64_t seed, R& info) {
+        return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info);
+      });
+    } else {
+      s.unsupported("moe_i8", fn);
     }
     if constexpr (F::id == format::q4tp || F::id == format::mxfp4)
       s.run("moe", fn, "3x[2048x4096] k=2 n=1 + shared, model shape", [&](uint64_t seed, R& info) {

@@ -207,14 +207,17 @@ class kernels {
   /// MoE of n tokens (kernels/moe.hpp moe_forward): out [n, d] = Σ_j W2_e (silu(min(W1_e x, limit)) ·
   /// clamp(W3_e x, −limit, limit) · w_j), e = ids[t, j], summed in ascending expert id, then the shared expert
   /// (weight 1) when m has one. ids uint32 [n, top_k] and weights [n, top_k] as route_score writes them; h is
-  /// scratch of moe_scratch_floats(m, n, top_k) floats. Batch 1 with the row kernel: four dispatches (gate/up rows
-  /// of the selected experts, SwiGLU · weight, down rows, the sum in ascending expert id); otherwise two (gate/up
-  /// + SwiGLU, then down + the weighted sum). limit > 0.
+  /// scratch of moe_scratch_floats(m, n, top_k) floats. Two dispatches (gate/up + SwiGLU, then down + the weighted
+  /// sum). limit > 0.
+  /// act = i8 (batch 1, both expert formats with an int8 kernel — has_i8; otherwise the f32 path runs): the inputs
+  /// of gate/up and of down are rounded to int8 per 32 values as in matmul(..., i8), and the selected experts' rows
+  /// run on the batch-1 row kernel — six dispatches (quantise x, gate/up rows, SwiGLU · weight, quantise h, down
+  /// rows, the sum in ascending expert id).
   void moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k, float limit,
-           view h, view out);
-  /// (Batch 1 on a device with the row kernel: gate/up outputs, h and the per-expert down outputs.)
+           view h, view out, act_precision act = act_precision::f32);
   static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k) {
-    return uint64_t(n) * (top_k + (m.shared ? 1 : 0)) * (3 * m.inter + m.dim);
+    const uint64_t slots = top_k + (m.shared ? 1 : 0);
+    return uint64_t(n) * slots * (3 * m.inter + m.dim) + act_q8_bytes(m.dim) / 4 + act_q8_bytes(m.inter, uint32_t(slots)) / 4 + 8;
   }
 
   // ---- attention (kernels_attn.cpp; docs/VULKAN.md "Attention kernels")
