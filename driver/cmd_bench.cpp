@@ -99,6 +99,12 @@ int run_bench(const bench_args& a) {
 
   std::mt19937_64 g(a.seed);
   std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
+  // Warm-up: builds every pipeline of a decode step (GLSL compiles are not part of the timings).
+  t = clk::now();
+  (void)m.step(pick(g), true);
+  (void)m.step_greedy(pick(g));
+  m.reset();
+  std::printf("warm-up (pipeline builds): %.2f s\n", since(t));
   // Prefill: the prompt token by token (one submission per token; no batched prefill on the GPU yet).
   t = clk::now();
   for (uint64_t i = 0; i < a.prompt; ++i) m.step(pick(g), i + 1 == a.prompt);

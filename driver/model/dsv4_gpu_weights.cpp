@@ -70,7 +70,24 @@ void dsv4_gpu_model::impl::upload_weights(const dsv4_weights& w) {
     G.kv_norm = vec(L.kv_norm), G.sink = vec(L.attn_sink);
     G.hc_attn_fn = vec(L.hc_attn_fn), G.hc_attn_base = vec(L.hc_attn_base), G.hc_attn_scale = vec(L.hc_attn_scale);
     G.hc_ffn_fn = vec(L.hc_ffn_fn), G.hc_ffn_base = vec(L.hc_ffn_base), G.hc_ffn_scale = vec(L.hc_ffn_scale);
-    G.wq_a = mat(L.wq_a), G.wq_b = mat(L.wq_b), G.wkv = mat(L.wkv), G.wo_a = mat(L.wo_a), G.wo_b = mat(L.wo_b);
+    G.wq_a = mat(L.wq_a), G.wq_b = mat(L.wq_b), G.wkv = mat(L.wkv), G.wo_b = mat(L.wo_b);
+    // wo_a runs one row block per output group (kernels::matmul_rows); a group that starts inside a scale tile
+    // (FP8 tiles of 128 rows and o_lora < 128: toy sizes only) is uploaded decoded to f32 — the same values.
+    uint32_t tile_rows = 1;
+    visit_format(L.wo_a.fmt, [&]<class F>() { tile_rows = F::block_rows; });
+    if (cfg.o_lora % tile_rows == 0) {
+      G.wo_a = mat(L.wo_a);
+    } else {
+      std::vector<float> dec(L.wo_a.rows() * L.wo_a.cols());
+      visit_format(L.wo_a.fmt, [&]<class F>() {
+        for (uint64_t r = 0; r < L.wo_a.rows(); ++r) F::decode_row(L.wo_a.v, r, dec.data() + r * L.wo_a.cols());
+      });
+      const matrix_view v{reinterpret_cast<const uint8_t*>(dec.data()), dec.size() * 4, nullptr, 0,
+                          scale_encoding::none, L.wo_a.rows(), L.wo_a.cols()};
+      G.wo_a = gpu::upload_matrix(dev, format::f32, v);
+      weight_bytes += matrix_bytes(G.wo_a);
+      token_bytes += view_bytes(L.wo_a.v);
+    }
     if (L.kind.ratio) comp(L.comp, G.comp);
     if (L.kind.indexer) {
       comp(L.ix_comp, G.ix);

@@ -194,11 +194,13 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
 }
 
 /// kernels::moe(..., act_precision::i8) at batch 1: six dispatches (the int8 row-kernel path ran), against the CPU
-/// kernel with the same int8 activations (moe_forward(..., i8): the same per-32 rounding; the GPU's division may
-/// flip a value across a rounding step, each flip moving an output by one int8 step of its block) with NMSE ≤
-/// kI8CpuNmse, and against float64 without quantisation with NMSE ≤ kI8RefNmse — the documented error of the int8
-/// path (the CPU's i8 MoE test measures 1.2–1.6e-4 and bounds 1e-3).
-constexpr double kI8CpuNmse = 1e-5, kI8CpuMaxAbsRel = 1e-4, kI8RefNmse = 1e-3;  // measured: 1e-13, 6e-7, 1.6–3.9e-4
+/// kernel with the same int8 activations (moe_forward(..., i8): the same per-32 rounding rule, but the GPU's
+/// division need not be correctly rounded, so an x or h value can land on the other side of a rounding step — one
+/// int8 step of its block, carried through SwiGLU and down) with NMSE ≤ kI8CpuNmse and max-abs ≤ kI8CpuMaxAbsRel ·
+/// max(1, max|ref|); and against float64 without quantisation with NMSE ≤ kI8RefNmse — the documented error of the
+/// int8 path (the CPU's i8 MoE test measures 1.2–1.6e-4 and bounds 1e-3). Measured vs the CPU: lavapipe NMSE 1e-13
+/// (no flips); H200 up to NMSE 1.7e-5 and max-abs 4e-4 of the maximum (flips).
+constexpr double kI8CpuNmse = 1e-4, kI8CpuMaxAbsRel = 2e-3, kI8RefNmse = 1e-3;
 template <class F>
 std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, bool shared,
                         std::string& info) {

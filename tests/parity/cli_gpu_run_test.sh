@@ -58,5 +58,17 @@ check "--device 99 exits 2" test $? -eq 2
 check "a prompt past --ctx exits 2" test $? -eq 2
 check "... naming the context" grep -q "context" "$T/e4.err"
 
+# cmfx bench --synthetic tiny: the benchmark's machinery (roofline, warm-up, prefill, decode, seek, profile, JSON),
+# with FP8 dense matrices (wo_a groups inside a 128-row tile: uploaded decoded) and int8 expert activations.
+"$CMFX" bench --synthetic tiny --prompt 8 --tokens 8 --ctx 64 --roofline-mib 16 --profile --json >"$T/b1.out" 2>&1
+check "bench tiny: exit 0" test $? -eq 0
+check "bench tiny: JSON line with a decode rate" grep -qE '^\{"prefill_tps": [0-9.]+, "decode_tps": [1-9]' "$T/b1.out"
+check "bench tiny: per-op profile" grep -q "sparse_attention" "$T/b1.out"
+"$CMFX" bench --synthetic tiny --weights q4tp --act i8 --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 >"$T/b2.out" 2>&1
+check "bench tiny q4tp --act i8: exit 0" test $? -eq 0
+"$CMFX" bench --synthetic v5-huge >/dev/null 2>"$T/b3.err"
+check "bench: unknown preset exits 2" test $? -eq 2
+check "... naming it" grep -q "v5-huge" "$T/b3.err"
+
 echo "cli_gpu_run: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
