@@ -120,7 +120,7 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
         const uint64_t n = std::min<uint64_t>(ids.size() - o0, gpu::commands::update_max / 4);
         c.update(view(G.idx, o0 * 4, n * 4), ids.data() + o0, n * 4);
       }
-      if (G.kind.indexer && (t + 1) / 4 == 0) c.fill(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), cf.index_topk * 4ull, 0xFFFFFFFFu);
+      if (G.kind.indexer && (t + 1) / G.ix.ratio == 0) c.fill(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), cf.index_topk * 4ull, 0xFFFFFFFFu);
     }
   }
   if (ts.on) ts.op_last = ts.last = c.timestamp();
