@@ -89,9 +89,8 @@ struct v4_gpu_graph {
   static constexpr bool last = true;
   static std::unique_ptr<model> open(const std::string& p, const model_run_options& m, bool qat) {
     if (qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
-    if (m.matmul_act != act_precision::f32) throw usage_error("--backend vulkan: --act i8 is not available on the GPU graph");
     auto g = std::make_unique<gpu_adapter>();
-    g->r = dsv4_gpu_runner::open(p, dsv4_gpu_run_options{m.device, m.max_ctx});
+    g->r = dsv4_gpu_runner::open(p, dsv4_gpu_run_options{m.device, m.max_ctx, m.matmul_act});
     return g;
   }
 };

@@ -163,9 +163,7 @@ int run_run(const run_args& a) {
   if (a.backend == "vulkan") {
     if (dsv41_is_model(a.model)) throw usage_error("--backend vulkan: V4.1 models run on the CPU only so far");
     if (a.qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
-    if (a.model_opts.matmul_act != act_precision::f32)
-      throw usage_error("--backend vulkan: --act i8 is not available on the GPU graph");
-    s.gpu = dsv4_gpu_runner::open(a.model, dsv4_gpu_run_options{a.model_opts.device, a.ctx});
+    s.gpu = dsv4_gpu_runner::open(a.model, dsv4_gpu_run_options{a.model_opts.device, a.ctx, a.model_opts.matmul_act});
     cfg = s.gpu->config();
     source = s.gpu->weights().source + ", on " + s.gpu->device_name();
   } else if (dsv41_is_model(a.model)) {

@@ -13,6 +13,7 @@ std::unique_ptr<dsv4_gpu_runner> dsv4_gpu_runner::open(const std::string& path, 
   r->k_ = std::make_unique<gpu::kernels>(*r->dev_);
   dsv4_gpu_options g;
   g.max_ctx = o.max_ctx;
+  g.expert_act = o.expert_act;
   r->m_ = std::make_unique<dsv4_gpu_model>(r->w_, *r->dev_, *r->k_, g);
   return r;
 }

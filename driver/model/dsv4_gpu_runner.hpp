@@ -19,6 +19,9 @@ namespace cmfx::driver {
 struct dsv4_gpu_run_options {
   int device = -1;          ///< index in gpu::list_devices(); -1: the best (discrete first)
   uint64_t max_ctx = 4096;  ///< positions the device state holds
+  /// --act: i8 = int8 activations for the routed and shared experts on the GPU (dsv4_gpu_options::expert_act;
+  /// the CPU graph's i8 covers every projection); f32 = the parity reference.
+  act_precision expert_act = act_precision::f32;
 };
 
 class dsv4_gpu_runner {

@@ -50,8 +50,8 @@ check "-i: turn 2 reused a prefix on the device" grep -qE '^reused [1-9][0-9]* t
 
 "${GPU[@]}" --raw-ids "1 2" --qat >/dev/null 2>"$T/e1.err"
 check "--qat refused (exit 2)" test $? -eq 2
-"${GPU[@]}" --raw-ids "1 2" --act i8 >/dev/null 2>"$T/e2.err"
-check "--act i8 refused (exit 2)" test $? -eq 2
+"${GPU[@]}" --raw-ids "0 5 9" -n 4 --act i8 >"$T/i8.out" 2>"$T/i8.err"
+check "--act i8 (int8 expert activations) runs" test $? -eq 0 -a "$(head -n 1 "$T/i8.out" | wc -w)" -eq 4
 "${GPU[@]}" --raw-ids "1 2" --device 99 >/dev/null 2>"$T/e3.err"
 check "--device 99 exits 2" test $? -eq 2
 "${GPU[@]}" --raw-ids "$(seq -s ' ' 1 20)" -n 8 --ctx 16 >/dev/null 2>"$T/e4.err"
