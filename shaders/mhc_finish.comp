@@ -22,13 +22,21 @@ layout(push_constant) uniform hf_pc {
   uint boff, soff, coff, yoff;
   float norm_eps, hc_eps, head_scale;
   uint cstride;
+  float rms_eps;
+  uint nwoff, pad0, pad1;
 } pc;
 layout(std430, binding = 0) readonly buffer P { ACC part[]; };
 layout(std430, binding = 1) readonly buffer X { float xs[]; };
 layout(std430, binding = 2) readonly buffer Bs { float base[]; };
 layout(std430, binding = 3) readonly buffer Sc { float scale[]; };
 layout(std430, binding = 4) writeonly buffer Cf { float coeff[]; };
-layout(std430, binding = 5) writeonly buffer Y { float ys[]; };
+layout(std430, binding = 5) buffer Y { float ys[]; };
+#if HC_NORM
+// The RMSNorm that follows the collapse, in the same dispatch: the operations of rmsnorm.comp on the stored y
+// values in its order (strided partial sums, wg_sum, r = 1 / sqrt(mean + eps), y · r · weight), so bit-identical.
+#include "common/reduce.glsl"
+layout(std430, binding = 6) readonly buffer Nw { float nw[]; };
+#endif
 
 shared ACC m[(2 + HC_MAX) * HC_MAX + 1];
 shared float pre_s[HC_MAX];
@@ -110,9 +118,22 @@ void main() {
 #endif
   barrier();
   const uint xrow = pc.xoff + t * hc * d;
+  ACC ss = ACC(0);
   for (uint c = lid; c < d; c += WG_SIZE) {
     precise float y = pre_s[0] * xs[xrow + c];
     for (uint j = 1u; j < hc; ++j) y += pre_s[j] * xs[xrow + j * d + c];
     ys[pc.yoff + t * d + c] = y;
+#if HC_NORM
+    const ACC v = ACC(y);
+    ss += v * v;
+#endif
   }
+#if HC_NORM
+  ss = wg_sum(ss);
+  const ACC r = ACC(1) / sqrt(ss / ACC(d) + ACC(pc.rms_eps));
+  for (uint c = lid; c < d; c += WG_SIZE) {
+    const ACC v = ACC(ys[pc.yoff + t * d + c]) * r;
+    ys[pc.yoff + t * d + c] = float(v * ACC(nw[pc.nwoff + c]));
+  }
+#endif
 }

@@ -3,9 +3,9 @@
 // (window slots, closing compressor windows, the HCA entry list, the embedding row) is known when recording and
 // travels inside the command buffer (commands::update); everything that depends on values stays on the device.
 //
-// Per layer: hc_pre_finish → RMSNorm → [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope,
+// Per layer: hc_pre_finish with its RMSNorm → [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope,
 // compressor pooling → q head norm, ropes → indexer score → top-k → sparse attention → inverse rope → wo_a groups
-// (concurrent) → wo_b → hc_post (+ next mixes) → hc_pre_finish → RMSNorm → router → routing → experts (→ shared)
+// (concurrent) → wo_b → hc_post (+ next mixes) → hc_pre_finish with its RMSNorm → router → routing → experts (→ shared)
 // → hc_post (+ next mixes). Head: hc_head_finish → RMSNorm → head matmul (→ device argmax).
 #include <algorithm>
 #include <chrono>
@@ -140,10 +140,8 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
     const uint64_t slot = t % W;
     const view kv_row = row(G.ring, slot, hd);
     // ---- attention sublayer
-    k.hc_pre_finish(c, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u);
-    ts.op("hc_pre_finish");
-    k.rmsnorm(c, u, G.attn_norm, u, 1, uint32_t(d), eps);
-    ts.op("rmsnorm");
+    k.hc_pre_finish(c, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u, G.attn_norm);  // + attn_norm
+    ts.op("hc_pre_finish + attn_norm");
     ts.mark(&dsv4_gpu_profile::hc);
     const bool closes = kind.ratio && (t + 1) % kind.ratio == 0;
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
@@ -243,10 +241,8 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::attn_out);
     // ---- MoE sublayer
-    k.hc_pre_finish(c, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff, u);
-    ts.op("hc_pre_finish");
-    k.rmsnorm(c, u, G.ffn_norm, u, 1, uint32_t(d), eps);
-    ts.op("rmsnorm");
+    k.hc_pre_finish(c, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff, u, G.ffn_norm);  // + ffn_norm
+    ts.op("hc_pre_finish + ffn_norm");
     ts.mark(&dsv4_gpu_profile::hc);
     route_config rc;
     rc.top_k = K;
@@ -288,8 +284,7 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
     ts.mark(&dsv4_gpu_profile::hc);
   }
   if (logits_mode) {
-    k.hc_head_finish(c, sh, partials, X, hc_head_base, hc_head_scale, 1, coeff, u);
-    k.rmsnorm(c, u, norm, u, 1, uint32_t(d), eps);
+    k.hc_head_finish(c, sh, partials, X, hc_head_base, hc_head_scale, 1, coeff, u, norm);  // + the final norm
     k.matmul(c, head, u, 1, logits);
     if (logits_mode == 2) k.topk(c, logits, 1, cf.vocab, 1, best);
     ts.mark(&dsv4_gpu_profile::head);

@@ -31,8 +31,10 @@ struct finish_pc {
   uint32_t tokens, hc, d, nblk, rows, iters, xoff, poff, boff, soff, coff, yoff;
   float norm_eps, hc_eps, head_scale;
   uint32_t cstride;
+  float rms_eps;  // with a norm weight: the RMSNorm of y (its eps: hc_shape::norm_eps)
+  uint32_t nwoff, pad0, pad1;
 };
-static_assert(sizeof(block_pc) == 64 && sizeof(finish_pc) == 64);
+static_assert(sizeof(block_pc) == 64 && sizeof(finish_pc) == 80);
 
 void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool post, view X, view o, view coeff,
                view out, view fn, uint32_t rows, view partials, uint32_t tokens) {
@@ -80,7 +82,7 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
 }
 
 void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool head, view partials, view X, view base,
-                view scale, float head_scale, uint32_t tokens, view coeff, view y) {
+                view scale, float head_scale, uint32_t tokens, view coeff, view y, view norm) {
   const char* op = head ? "hc_head_finish" : "hc_pre_finish";
   const uint32_t rows = head ? sh.hc : (2 + sh.hc) * sh.hc;
   const uint64_t xbytes = uint64_t(tokens) * sh.hc * sh.d * 4;
@@ -92,6 +94,8 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
   if (!head) detail::need_view(scale, 12, op, "scale");
   detail::need_view(coeff, cbytes, op, "coeff");
   detail::need_view(y, uint64_t(tokens) * sh.d * 4, op, "y");
+  if (norm) detail::need_view(norm, uint64_t(sh.d) * 4, op, "norm");
+  const detail::bound nb = e.bind(norm, uint64_t(sh.d) * 4);
   const detail::bound pb = e.bind(partials, pbytes), xb = e.bind(X, xbytes), bb = e.bind(base, uint64_t(rows) * 4),
                       sb = e.bind(head ? view() : scale, 12), cb = e.bind(coeff, cbytes),
                       yb = e.bind(y, uint64_t(tokens) * sh.d * 4);
@@ -111,13 +115,19 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
                sh.norm_eps,
                sh.hc_eps,
                head_scale,
-               kernels::hc_coeff_floats(sh.hc)};
-  const detail::binding b[6] = {pb.b, xb.b, bb.b, sb.b, cb.b, yb.b};
-  const std::string defs = detail::def_u("HC_MAX", hc_max) + "#define HC_HEAD " + (head ? "1" : "0") + "\n";
+               kernels::hc_coeff_floats(sh.hc),
+               sh.norm_eps,
+               nb.residual / 4,
+               0,
+               0};
+  const detail::binding b[7] = {pb.b, xb.b, bb.b, sb.b, cb.b, yb.b, nb.b};
+  const std::string defs = detail::def_u("HC_MAX", hc_max) + "#define HC_HEAD " + (head ? "1" : "0") +
+                           "\n#define HC_NORM " + (norm ? "1" : "0") + "\n";
+  const uint32_t nbind = norm ? 7 : 6;
   uint32_t gx, gy;
   e.grid(tokens, gx, gy);
-  detail::dispatch(c.impl(), e.pipe("mhc_finish.comp", defs, detail::op_env::wg, 6, sizeof pc), b, &pc, sizeof pc, gx,
-                   gy);
+  detail::dispatch(c.impl(), e.pipe("mhc_finish.comp", defs, detail::op_env::wg, nbind, sizeof pc),
+                   std::span<const detail::binding>(b, nbind), &pc, sizeof pc, gx, gy);
 }
 
 }  // namespace
@@ -135,17 +145,17 @@ void kernels::hc_mix(commands& c, const hc_shape& sh, view X, view fn, uint32_t 
 }
 
 void kernels::hc_pre_finish(commands& c, const hc_shape& sh, view partials, view X, view base, view scale,
-                            uint32_t tokens, view coeff, view y) {
+                            uint32_t tokens, view coeff, view y, view norm) {
   check(sh, "hc_pre_finish");
   if (tokens == 0) return;
-  run_finish(detail::op_env_of(*p_), c, sh, false, partials, X, base, scale, 0.0f, tokens, coeff, y);
+  run_finish(detail::op_env_of(*p_), c, sh, false, partials, X, base, scale, 0.0f, tokens, coeff, y, norm);
 }
 
 void kernels::hc_head_finish(commands& c, const hc_shape& sh, view partials, view X, view base, float scale,
-                             uint32_t tokens, view coeff, view y) {
+                             uint32_t tokens, view coeff, view y, view norm) {
   check(sh, "hc_head_finish");
   if (tokens == 0) return;
-  run_finish(detail::op_env_of(*p_), c, sh, true, partials, X, base, view(), scale, tokens, coeff, y);
+  run_finish(detail::op_env_of(*p_), c, sh, true, partials, X, base, view(), scale, tokens, coeff, y, norm);
 }
 
 void kernels::hc_post(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,

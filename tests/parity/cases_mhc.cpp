@@ -5,6 +5,8 @@
 // (the magnitude of the sum that produced the output); y and X' over >= 64 outputs also NMSE ≤ kNmse.
 #include "cmfx/ops/mhc.hpp"
 #include "cmfx/ref/ops_ref.hpp"
+#include <cstring>
+
 #include "harness.hpp"
 
 namespace cmfx::parity {
@@ -177,8 +179,57 @@ std::string head_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t hc, uin
 
 }  // namespace
 
+namespace {
+/// hc_pre_finish / hc_head_finish with a norm weight == the same call without one followed by kernels::rmsnorm,
+/// bit for bit (y and the coefficients), on fresh random inputs.
+std::string fused_norm_case(suite& s, uint64_t seed, bool head, uint32_t tokens, uint32_t hc, uint32_t d,
+                            std::string& info) {
+  rng r(seed);
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d;
+  const uint32_t rows = head ? hc : (2 + hc) * hc;
+  const std::vector<float> X = r.normal(uint64_t(tokens) * hc * d), fn = r.normal(uint64_t(rows) * hc * d, 0.02f),
+                           base = r.normal(rows, 0.1f), scale = {0.5f, 0.45f, 0.55f}, nw = r.normal(d, 0.1f);
+  std::vector<float> nw1(nw);
+  for (float& v : nw1) v += 1.0f;
+  const gpu::buffer xb = upload(s.dev, X), fb = upload(s.dev, fn), bb = upload(s.dev, base),
+                    sb = upload(s.dev, scale), nb = upload(s.dev, nw1),
+                    pb = s.dev.alloc(s.kern.hc_partials_bytes(sh, tokens, rows));
+  const uint64_t cf = uint64_t(tokens) * gpu::kernels::hc_coeff_floats(hc);
+  guarded c1(s.dev, cf * 4), c2(s.dev, cf * 4), y1(s.dev, uint64_t(tokens) * d * 4), y2(s.dev, uint64_t(tokens) * d * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.hc_mix(c, sh, xb, fb, rows, tokens, pb);
+  if (head) {
+    s.kern.hc_head_finish(c, sh, pb, xb, bb, 0.7f, tokens, c1.payload(), y1.payload());
+    s.kern.rmsnorm(c, y1.payload(), nb, y1.payload(), tokens, d, sh.norm_eps);
+    s.kern.hc_head_finish(c, sh, pb, xb, bb, 0.7f, tokens, c2.payload(), y2.payload(), nb);
+  } else {
+    s.kern.hc_pre_finish(c, sh, pb, xb, bb, sb, tokens, c1.payload(), y1.payload());
+    s.kern.rmsnorm(c, y1.payload(), nb, y1.payload(), tokens, d, sh.norm_eps);
+    s.kern.hc_pre_finish(c, sh, pb, xb, bb, sb, tokens, c2.payload(), y2.payload(), nb);
+  }
+  s.submit(c);
+  std::vector<float> a(uint64_t(tokens) * d), b(a.size()), ca(cf), cb(cf);
+  std::string why;
+  if (!y1.read(a.data(), why) || !y2.read(b.data(), why) || !c1.read(ca.data(), why) || !c2.read(cb.data(), why))
+    return why;
+  const uint64_t nc = head ? 0 : cf;  // hc_head_finish writes only pre (the first hc floats of each row)
+  if (std::memcmp(ca.data(), cb.data(), nc * 4) != 0) return "coefficients differ";
+  for (uint64_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0)
+      return "y differs at " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " + std::to_string(b[i]);
+  info = "bit-identical to the unfused rmsnorm";
+  return {};
+}
+}  // namespace
+
 void mhc_cases(suite& s) {
   using R = std::string;
+  for (auto [tokens, hc, d] : {std::array<uint32_t, 3>{1, 4, 4096}, {3, 4, 300}, {2, 8, 64}}) {
+    const R name = std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) + " + fused norm";
+    s.run("hc_pre/post", "-", name, [=, &s](uint64_t seed, R& info) { return fused_norm_case(s, seed, false, tokens, hc, d, info); });
+    s.run("hc_head", "-", name, [=, &s](uint64_t seed, R& info) { return fused_norm_case(s, seed, true, tokens, hc, d, info); });
+  }
   auto chain = [&](uint32_t tokens, uint32_t hc, uint32_t d, uint32_t iters, const R& note) {
     s.run("hc_pre/post", "-",
           std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) + " iters " +

@@ -181,11 +181,14 @@ class kernels {
   void hc_mix(commands& c, const hc_shape& sh, view X, view fn, uint32_t mix_rows, uint32_t tokens, view partials);
   /// hc_pre from the partials of fn [(2+hc)·hc rows]: coeff [tokens, hc_coeff_floats] (pre, post, Sinkhorn C) and
   /// the collapse y [tokens, d] = Σ_j pre[j]·X[j]. base [(2+hc)·hc], scale [3]. One workgroup per token.
+  /// norm [d] (optional): y ← rmsnorm(y, norm, sh.norm_eps) in the same dispatch, bit-identical to a following
+  /// rmsnorm(y, norm, y, tokens, d, sh.norm_eps) (the sublayer's input norm without its own dispatch).
   void hc_pre_finish(commands& c, const hc_shape& sh, view partials, view X, view base, view scale, uint32_t tokens,
-                     view coeff, view y);
-  /// hc_head from the partials of fn [hc rows]: coeff (pre only, the first hc floats of a coefficient row) and y.
+                     view coeff, view y, view norm = {});
+  /// hc_head from the partials of fn [hc rows]: coeff (pre only, the first hc floats of a coefficient row) and y
+  /// (norm: as hc_pre_finish).
   void hc_head_finish(commands& c, const hc_shape& sh, view partials, view X, view base, float scale,
-                      uint32_t tokens, view coeff, view y);
+                      uint32_t tokens, view coeff, view y, view norm = {});
   /// hc_post: out [tokens, hc·d] = post[k]·o + Σ_j C[j,k]·X[j] with coeff from hc_pre_finish; out must not
   /// overlap X. With next_fn (the mixing projection of the next sublayer, next_rows rows) the same dispatch also
   /// writes the partial mixes of `out` into next_partials, so a sublayer boundary costs two dispatches
