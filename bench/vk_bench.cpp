@@ -10,7 +10,7 @@
 // the recording holds >= --submit-ms of GPU work. The recording is made once and submitted again and again: the
 // GPU is kept busy for >= --warmup-ms before timing (clocks ramp up) and the host adds no gaps while timing.
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 200]
-//                      [--split S] [--unroll U] [--rows-per-team R] [--legacy] [--no-spirv-opt]
+//                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
 //                      [google-benchmark flags]
 //                      (S, U, R: override the automatic work split; --legacy: never the batch-1 row kernel)
 // On lavapipe (CPU emulation) it runs, slowly: use --working-set 64 and --benchmark_filter to shorten it.
@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
     else if (a == "--split" && i + 1 < argc) g_tune.split = uint32_t(std::stoul(argv[++i]));
     else if (a == "--unroll" && i + 1 < argc) g_tune.unroll = uint32_t(std::stoul(argv[++i]));
     else if (a == "--rows-per-team" && i + 1 < argc) g_tune.rows_per_team = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--x-source" && i + 1 < argc) g_tune.x_source = uint32_t(std::stoul(argv[++i]));
     else if (a == "--legacy") g_tune.legacy = true;
     else rest.push_back(argv[i]);
   }

@@ -11,6 +11,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/kernels.hpp"
+#include "byte_size.hpp"
 #include "commands.hpp"
 #include "model/dsv4_gpu.hpp"
 #include "model/dsv4_synthetic.hpp"
@@ -88,6 +89,7 @@ int run_bench(const bench_args& a) {
   dsv4_gpu_options go;
   go.max_ctx = a.ctx;
   go.expert_act = a.act == "i8" ? act_precision::i8 : act_precision::f32;
+  if (!a.vram_budget.empty()) go.vram_budget = parse_byte_size(a.vram_budget, "--vram-budget");
   dsv4_gpu_model m(w, dev, k, go);
   const double up_s = since(t);
   const dsv4_config& cf = m.config();
@@ -111,6 +113,7 @@ int run_bench(const bench_args& a) {
   const double pre_s = since(t);
   // Decode: greedy, the device's argmax fed back.
   uint32_t tok = pick(g);
+  const dsv4_gpu_cache_stats c0 = m.cache_stats();
   uint64_t disp = 0;
   double rec = 0;
   t = clk::now();
@@ -120,6 +123,9 @@ int run_bench(const bench_args& a) {
     rec += m.last_record_seconds();
   }
   const double dec_s = since(t);
+  dsv4_gpu_cache_stats cd = m.cache_stats();  // the decode's share
+  cd.tokens -= c0.tokens, cd.lookups -= c0.lookups, cd.hits -= c0.hits, cd.bytes_moved -= c0.bytes_moved;
+  cd.move_seconds -= c0.move_seconds;
   const double pre_tps = a.prompt ? double(a.prompt) / pre_s : 0, dec_tps = a.tokens ? double(a.tokens) / dec_s : 0;
   const double bpt = double(m.bytes_per_token());
   std::printf("prefill: %llu tokens in %.2f s = %.1f tok/s (token by token)\n", (unsigned long long)a.prompt, pre_s, pre_tps);
@@ -130,6 +136,7 @@ int run_bench(const bench_args& a) {
               "and %.2f ms of recording per token\n",
               bpt / 1e9, bpt * dec_tps / 1e9, bpt * dec_tps / roof, a.tokens ? double(disp) / double(a.tokens) : 0.0,
               a.tokens ? rec / double(a.tokens) * 1e3 : 0.0);
+  if (cd.active) std::printf("         decode %s\n", dsv4_gpu_cache_line(cd, cf).c_str());
   double far_tps = 0;
   if (a.far && a.ctx > a.prompt + a.tokens + 1) {
     // Decode at the far end of the context (positions ctx − tokens …) after a jump over zeroed state.
@@ -155,8 +162,11 @@ int run_bench(const bench_args& a) {
   }
   if (a.json)
     std::printf("{\"prefill_tps\": %.3f, \"decode_tps\": %.3f, \"decode_far_tps\": %.3f, \"bytes_per_token\": %.0f, "
-                "\"roofline_gbps\": %.3f, \"roofline_ratio\": %.4f, \"weight_bytes\": %llu}\n",
-                pre_tps, dec_tps, far_tps, bpt, roof / 1e9, bpt * dec_tps / roof, (unsigned long long)m.weight_bytes());
+                "\"roofline_gbps\": %.3f, \"roofline_ratio\": %.4f, \"weight_bytes\": %llu, \"cache_slots\": %u, "
+                "\"cache_hit_rate\": %.4f, \"cache_bytes_per_token\": %.0f}\n",
+                pre_tps, dec_tps, far_tps, bpt, roof / 1e9, bpt * dec_tps / roof, (unsigned long long)m.weight_bytes(),
+                cd.active ? cd.slots : 0u, cd.lookups ? double(cd.hits) / double(cd.lookups) : 1.0,
+                cd.tokens ? double(cd.bytes_moved) / double(cd.tokens) : 0.0);
   return 0;
 }
 

@@ -83,6 +83,7 @@ struct gpu_adapter {
   const dsv4_weights& weights() const { return r->weights(); }
   int new_state() const { return 0; }
   std::vector<float> forward(std::span<const uint32_t> ids, int&, bool last) { return r->forward(ids, last); }
+  std::string cache_line() const { return r->cache_line(); }
 };
 struct v4_gpu_graph {
   using model = gpu_adapter;
@@ -90,7 +91,7 @@ struct v4_gpu_graph {
   static std::unique_ptr<model> open(const std::string& p, const model_run_options& m, bool qat) {
     if (qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
     auto g = std::make_unique<gpu_adapter>();
-    g->r = dsv4_gpu_runner::open(p, dsv4_gpu_run_options{m.device, m.max_ctx, m.matmul_act});
+    g->r = dsv4_gpu_runner::open(p, dsv4_gpu_run_options{m.device, m.max_ctx, m.matmul_act, m.vram_budget});
     return g;
   }
 };
@@ -206,6 +207,8 @@ int raw_ids_with(const run_args& a) {
   std::printf("prefill %zu tokens %.2f tok/s, decode %llu tokens %.2f tok/s\n", prompt.size(),
               double(prompt.size()) / std::max(t_prefill, 1e-9), static_cast<unsigned long long>(decoded),
               decoded ? double(decoded) / std::max(t_decode, 1e-9) : 0.0);
+  if constexpr (requires { model->cache_line(); })
+    if (a.stats) std::fprintf(stderr, "%s\n", model->cache_line().c_str());
   return 0;
 }
 

@@ -52,6 +52,8 @@ void check_flags(const run_args& a) {
   if (!(a.top_p > 0.0f && a.top_p <= 1.0f)) throw usage_error("--top-p must be in (0, 1]");
   if (!(a.min_p >= 0.0f && a.min_p <= 1.0f)) throw usage_error("--min-p must be in [0, 1]");
   if (!(a.repeat_penalty > 0.0f)) throw usage_error("--repeat-penalty must be > 0");
+  if (a.backend != "vulkan" && (a.model_opts.vram_budget || a.stats))
+    throw usage_error("--vram-budget and --stats are for --backend vulkan (the expert cache of the GPU graph)");
 }
 
 /// Token limit of a turn: -n, or what is left of --ctx; an error when the prompt and -n do not fit.
@@ -148,6 +150,7 @@ int run_interactive(session& s) {
     history.push_back(std::move(reply));
     print_stats(r, "");
   }
+  if (s.a.stats && s.gpu) std::fprintf(stderr, "%s\n", s.gpu->cache_line().c_str());
   return 0;
 }
 
@@ -163,7 +166,8 @@ int run_run(const run_args& a) {
   if (a.backend == "vulkan") {
     if (dsv41_is_model(a.model)) throw usage_error("--backend vulkan: V4.1 models run on the CPU only so far");
     if (a.qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
-    s.gpu = dsv4_gpu_runner::open(a.model, dsv4_gpu_run_options{a.model_opts.device, a.ctx, a.model_opts.matmul_act});
+    s.gpu = dsv4_gpu_runner::open(
+        a.model, dsv4_gpu_run_options{a.model_opts.device, a.ctx, a.model_opts.matmul_act, a.model_opts.vram_budget});
     cfg = s.gpu->config();
     source = s.gpu->weights().source + ", on " + s.gpu->device_name();
   } else if (dsv41_is_model(a.model)) {
@@ -227,6 +231,7 @@ int run_run(const run_args& a) {
   char lead[64];
   std::snprintf(lead, sizeof lead, "load %.2f s, ", s.load_s);
   print_stats(r, lead);
+  if (a.stats && s.gpu) std::fprintf(stderr, "%s\n", s.gpu->cache_line().c_str());
   return 0;
 }
 

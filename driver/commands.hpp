@@ -50,6 +50,7 @@ struct bench_args {
   bool far = true;                // also decode at the end of --ctx (after a seek)
   std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act)
   bool profile = false;           // per-phase device time of 16 decode steps
+  std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)
   bool json = false;              // one JSON line at the end
 };
 int run_bench(const bench_args& a);
@@ -60,6 +61,7 @@ struct model_run_options {
   // --backend vulkan only:
   int device = -1;          // --device: Vulkan device index (-1 = the best)
   uint64_t max_ctx = 4096;  // positions the device state holds (run: --ctx)
+  uint64_t vram_budget = 0; // --vram-budget: device bytes the model may take (0 = no limit: every expert resident)
 };
 
 struct ppl_args {
@@ -105,6 +107,7 @@ struct run_args {
   bool verbose = false;        // load details, prefix reuse ("reused N tokens") on stderr
   bool qat = false;
   bool no_stop = false;        // keep going past EOS
+  bool stats = false;          // --stats: expert-cache statistics at the end (--backend vulkan)
   model_run_options model_opts;
 };
 /// -p / -i: streamed text on stdout, speed on stderr (cmd_run.cpp). --raw-ids: greedy decoding; prints the

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "act_flag.hpp"
+#include "byte_size.hpp"
 #include "commands.hpp"
 #include "serve/serve.hpp"
 
@@ -12,6 +13,13 @@ int main(int argc, char** argv) {
   CLI::App app{"cmfx: DeepSeek-V4-Flash / V4.1-Flash inference from CMF and the official release files"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cmfx 0.1.0");
+  auto byte_size_flag = [](const std::string& v) {
+    try {
+      return parse_byte_size(v, "--vram-budget");
+    } catch (const std::exception& e) {
+      throw CLI::ValidationError(e.what());
+    }
+  };
 
   info_args info;
   auto* ci = app.add_subcommand("info", "Describe a model file: architecture, tensors, dtype histogram, config");
@@ -84,6 +92,11 @@ int main(int argc, char** argv) {
       ->default_val(run.model_opts.device);
   cr->add_option("--threads", run.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
   add_act_flag(cr, run.model_opts.matmul_act);
+  cr->add_option_function<std::string>(
+        "--vram-budget", [&](const std::string& v) { run.model_opts.vram_budget = byte_size_flag(v); },
+        "--backend vulkan: device memory the model may take (e.g. 96G); experts that do not fit are cached and "
+        "copied in per token (default: no limit)");
+  cr->add_flag("--stats", run.stats, "--backend vulkan: print the expert-cache statistics at the end");
   cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);
   cr->add_flag("--print-ids", run.print_ids, "Print the prompt and generated token ids on stderr");
   cr->add_flag("-v,--verbose", run.verbose, "Load details and prompt-prefix reuse on stderr");
@@ -110,6 +123,8 @@ int main(int argc, char** argv) {
   cb->add_option("--act", bench.act, "Expert activations: f32 | i8 (int8, integer dot products)")
       ->check(CLI::IsMember({"f32", "i8"}))->default_val(bench.act);
   cb->add_flag("--profile", bench.profile, "Per-phase device time of 16 decode steps (timestamps)");
+  cb->add_option("--vram-budget", bench.vram_budget,
+                 "Device memory the model may take (e.g. 40G); experts that do not fit are cached (default: no limit)");
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
 
   tokenize_args tk;

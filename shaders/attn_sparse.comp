@@ -1,16 +1,21 @@
 #version 460
 #extension GL_GOOGLE_include_directive : require
 // Sparse attention with sink (dsv4-architecture.md §3.3; the CPU loop of driver/model/dsv4_attention.cpp), one
-// workgroup per (query row, block of ATT_HB heads):
+// workgroup per (query row, block of ATT_HB heads, split of the key slots):
 //   l_k = (q_h · K_k) · scale over the row's key slots (K_k = row idx[t, k] of [kv_a; kv_b]; −1 = masked),
 //   p_k = e^(l_k − m) / (Σ_k e^(l_k − m) + e^(sink_h − m)),  o_h = Σ_k p_k K_k   (K == V).
 // Online over tiles of ATT_KT keys: per head a running max m (starting at the sink) and denominator d (1 for a
 // finite sink, else 0); a tile rescales the accumulators by e^(m_old − m_new). An all-masked row (d == 0) gives
 // 0; an index ≥ kv_a rows + kv_b rows or < −1 gives NaN for the row (never read).
+// pc.splits == 1: the workgroup owns all key slots and writes o. pc.splits > 1 (flash decoding): it owns slots
+// [split · split_keys, +split_keys) and starts without the sink (m = −inf, d = 0); it writes its running max,
+// denominator and unnormalised accumulator to the scratch xs, laid out as acc [(row·heads + h)·splits + split]
+// [ATT_HD] followed by (m, d) pairs in the same order; attn_combine.comp then adds the sink and normalises.
 // Work of a tile: (A) ATT_KT groups of WG_SIZE / ATT_KT invocations, one per key, form the ATT_HB dot products of
 // their key with the heads' q (shared memory); (B) one invocation per head updates m, d and the tile's p;
 // (C) every invocation owns ATT_OPT channels of all ATT_HB heads and adds p_k · K_k[c] (coalesced rows).
-// Defines: ATT_HD (head_dim), ATT_HB (heads per workgroup), ATT_KT (keys per tile), ATT_OPT (= ceil(HD / WG)).
+// Defines: ATT_HD (head_dim), ATT_HB (heads per workgroup), ATT_KT (keys per tile, also the granule of
+// split_keys), ATT_OPT (= ceil(HD / WG)).
 #include "common/base.glsl"
 
 layout(push_constant) uniform attn_pc {
@@ -19,6 +24,7 @@ layout(push_constant) uniform attn_pc {
   uint boff, ioff, soff, has_sink;
   uint ooff;
   float scale;
+  uint splits, split_keys, xoff;
 } pc;
 layout(std430, binding = 0) readonly buffer Q { float qs[]; };
 layout(std430, binding = 1) readonly buffer KA { float kva[]; };
@@ -26,6 +32,7 @@ layout(std430, binding = 2) readonly buffer KB { float kvb[]; };
 layout(std430, binding = 3) readonly buffer I { int idx[]; };
 layout(std430, binding = 4) readonly buffer S { float sinks[]; };
 layout(std430, binding = 5) writeonly buffer O { float os[]; };
+layout(std430, binding = 6) writeonly buffer X { float xs[]; };
 
 const uint G = WG_SIZE / ATT_KT;  // invocations per key in (A)
 const int MASKED = -1, INVALID = -2;
@@ -45,15 +52,18 @@ float key_at(int r, uint c) {
 
 void main() {
   const uint wg = wg_index();
-  if (wg >= pc.rows * pc.nhb) return;  // uniform over the workgroup
-  const uint row = wg / pc.nhb, h0 = (wg % pc.nhb) * ATT_HB, lid = gl_LocalInvocationID.x;
+  if (wg >= pc.rows * pc.nhb * pc.splits) return;  // uniform over the workgroup
+  const uint split = wg % pc.splits, rb = wg / pc.splits;
+  const uint row = rb / pc.nhb, h0 = (rb % pc.nhb) * ATT_HB, lid = gl_LocalInvocationID.x;
+  const bool partial = pc.splits > 1u;
+  const uint kbeg = split * pc.split_keys, kend = min(pc.keys, kbeg + pc.split_keys);
   for (uint i = lid; i < ATT_HB * ATT_HD; i += WG_SIZE) {
     const uint h = h0 + i / ATT_HD;
     q_s[i] = h < pc.heads ? qs[pc.qoff + (row * pc.heads + h) * ATT_HD + i % ATT_HD] : 0.0;
   }
   if (lid < ATT_HB) {
     const uint h = h0 + lid;
-    const float sink = pc.has_sink != 0u && h < pc.heads ? sinks[pc.soff + h] : -F32_INF;
+    const float sink = !partial && pc.has_sink != 0u && h < pc.heads ? sinks[pc.soff + h] : -F32_INF;
     m_s[lid] = sink;
     d_s[lid] = sink > -F32_INF ? 1.0 : 0.0;
   }
@@ -64,9 +74,9 @@ void main() {
   const uint kk = lid / G, lane = lid % G;
   barrier();  // q_s, m_s, d_s (also read at the end when there are no keys)
 
-  for (uint k0 = 0u; k0 < pc.keys; k0 += ATT_KT) {
+  for (uint k0 = kbeg; k0 < kend; k0 += ATT_KT) {
     if (lid < ATT_KT) {
-      const int r = k0 + lid < pc.keys ? idx[ib + k0 + lid] : MASKED;
+      const int r = k0 + lid < kend ? idx[ib + k0 + lid] : MASKED;
       kid[lid] = r == MASKED ? MASKED : (r < 0 || uint(r) >= total) ? INVALID : r;
     }
     barrier();
@@ -75,11 +85,15 @@ void main() {
       float part[ATT_HB];
       [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) part[h] = 0.0;
       const int r = kid[kk];
-      if (r >= 0)
-        for (uint c = lane; c < ATT_HD; c += G) {
-          const float kv = key_at(r, c);
-          [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) part[h] = fma(q_s[h * ATT_HD + c], kv, part[h]);
+      if (r >= 0) {
+        [[unroll]] for (uint j = 0u; j < (ATT_HD + G - 1u) / G; ++j) {  // unrolled: the key loads overlap
+          const uint c = lane + j * G;
+          if (c < ATT_HD) {
+            const float kv = key_at(r, c);
+            [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) part[h] = fma(q_s[h * ATT_HD + c], kv, part[h]);
+          }
         }
+      }
       [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) red[h * WG_SIZE + lid] = part[h];
     }
     barrier();
@@ -87,7 +101,7 @@ void main() {
       const uint h = lid / ATT_KT, k = lid % ATT_KT;
       const int r = kid[k];
       float s = 0.0;
-      for (uint j = 0u; j < G; ++j) s += red[h * WG_SIZE + k * G + j];
+      [[unroll]] for (uint j = 0u; j < G; ++j) s += red[h * WG_SIZE + k * G + j];
       lg[lid] = r >= 0 ? s * pc.scale : r == MASKED ? -F32_INF : uintBitsToFloat(0x7FC00000u);
     }
     barrier();
@@ -95,12 +109,12 @@ void main() {
     if (lid < ATT_HB) {
       const float m_old = m_s[lid];
       float m = m_old;
-      for (uint k = 0u; k < ATT_KT; ++k) m = max_nf(lg[lid * ATT_KT + k], m);
+      [[unroll]] for (uint k = 0u; k < ATT_KT; ++k) m = max_nf(lg[lid * ATT_KT + k], m);
       float d = d_s[lid];
       if (m > -F32_INF) {
         const float al = m_old > -F32_INF ? exp(m_old - m) : 0.0;
         d *= al;
-        for (uint k = 0u; k < ATT_KT; ++k) {
+        [[unroll]] for (uint k = 0u; k < ATT_KT; ++k) {
           const float l = lg[lid * ATT_KT + k];
           const float e = l > -F32_INF ? exp(l - m) : (isnan(l) ? l : 0.0);
           lg[lid * ATT_KT + k] = e;
@@ -124,7 +138,7 @@ void main() {
       const float al = al_s[h];
       [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) acc[h][i] *= al;
     }
-    for (uint k = 0u; k < ATT_KT; ++k) {
+    [[unroll]] for (uint k = 0u; k < ATT_KT; ++k) {
       const int r = kid[k];
       if (r == MASKED) continue;
       [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
@@ -136,6 +150,22 @@ void main() {
       }
     }
     barrier();
+  }
+  if (partial) {  // the split's state for attn_combine.comp
+    const uint x0 = (row * pc.heads + h0) * pc.splits + split;  // (row, head h0 + h, split) = x0 + h · splits
+    [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
+      if (h0 + h >= pc.heads) break;
+      [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+        const uint c = lid + i * WG_SIZE;
+        if (c < ATT_HD) xs[pc.xoff + (x0 + h * pc.splits) * ATT_HD + c] = acc[h][i];
+      }
+    }
+    if (lid < ATT_HB && h0 + lid < pc.heads) {
+      const uint md = pc.xoff + pc.rows * pc.heads * pc.splits * ATT_HD + 2u * (x0 + lid * pc.splits);
+      xs[md] = m_s[lid];
+      xs[md + 1u] = d_s[lid];
+    }
+    return;
   }
   [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
     if (h0 + h >= pc.heads) break;

@@ -20,8 +20,8 @@
 //   MXFP4:   e2m1(q) · s · x    →  s · (sx / 2) · Σ (2·e2m1(q)) · xq              (2·e2m1 is an integer)
 // The error is that of the CPU's int8-activation path (docs/FORMATS.md); the f32 path stays the reference.
 //
-// Defines: TEAMS, RPT (1, 2, 4), ROWS_PER_WG (= TEAMS * RPT), UNROLL (1, 2, 4), X_TILE (f32), ACT_I8, the
-// format's.
+// Defines: TEAMS, RPT (1, 2, 4), ROWS_PER_WG (= TEAMS * RPT), UNROLL (1, 2, 4), X_TILE (f32), X_GLOBAL (f32:
+// 1 = activations read from the buffer, 0 = staged in shared memory), ACT_I8, the format's.
 #include "common/base.glsl"
 #include "common/formats.glsl"
 #if ACT_I8
@@ -37,7 +37,16 @@ layout(std430, binding = 4) writeonly buffer Y { float ys[]; };
 // ids[slot] in the stacked matrix (slot MOE_TOPK = the shared expert, stacked last) and writes rows
 // [slot·MOE_RPE, (slot+1)·MOE_RPE) of y; slot s reads its activations at xoff + s·MOE_XSTRIDE. An invalid routed id
 // computes expert 0 (moe_sum.comp turns that token's output into NaN).
+// Expert cache (MOE_SLOTS > 0): the stacked matrix holds MOE_SLOTS routed experts and the shared one at index
+// MOE_SLOTS; routed expert e is read at stacked index slot_map[e] (binding 7, first word pc.x_stride); an entry
+// ≥ MOE_SLOTS computes slot 0 (moe_sum.comp makes that output NaN).
 layout(std430, binding = 6) readonly buffer MoeIds { uint moe_ids[]; };
+#ifndef MOE_SLOTS
+#define MOE_SLOTS 0
+#endif
+#if MOE_SLOTS
+layout(std430, binding = 7) readonly buffer MoeSlotMap { uint moe_slot_map[]; };
+#endif
 #endif
 
 #if RPT == 1
@@ -78,11 +87,18 @@ layout(std430, binding = 3) readonly buffer X4 { vec4 xv[]; };
 // vec4 j of tile chunk kt, swizzled so that 8 lanes reading 8 consecutive chunks hit 8 different 16-byte bank
 // groups (one 128-bit shared load serves 8 lanes per pass).
 uint xswz(uint kt, uint j) { return kt * XQ + (j ^ ((kt / (8u / XQ)) % XQ)); }
+#if X_GLOBAL
+// X_GLOBAL = 1: no staging — every lane reads its chunks' activations from the buffer (L1/L2-resident, shared by
+// the subgroup's RPT rows), so the hot loop starts without a barrier and the workgroup holds no shared tile.
+#define XLD(KT, j) xv[(xo >> 2) + (KT) * XQ + (j)]
+#else
 shared vec4 xsh[X_TILE / 4];
 void stage(uint xo, uint c0, uint ncols) {
   const uint tv = ncols / 4u;
   for (uint e = gl_LocalInvocationID.x; e < tv; e += WG_SIZE) xsh[xswz(e / XQ, e % XQ)] = xv[((xo + c0) >> 2) + e];
 }
+#define XLD(KT, j) xsh[xswz(KT, j)]
+#endif
 #else
 #if CHUNK != 32
 #error "the int8 path needs 32-element chunks (one activation block per chunk)"
@@ -162,13 +178,18 @@ vec4 fp8_dec4(raw_t q, float s, uint j) {
   const vec2 a = e4m3_pair(v & 0x00FF00FFu), b = e4m3_pair((v >> 8) & 0x00FF00FFu);
   return vec4(a.x, b.x, a.y, b.y) * s;
 }
-#define BIND(u, i) const raw_t Q##i = q##u##_##i; const float S##i = 256.0 * chunk_scale(R##i, Q##i);
+// A subgroup's RPT rows (rbase a multiple of RPT, r0 a multiple of the tile) lie in one scale tile, so every row
+// takes row 0's scale (the other rows' scale loads are dead code); a clamped row past the end is never written.
+#if FP8_TILE % RPT != 0
+#error "a subgroup's rows must share one FP8 scale tile"
+#endif
+#define BIND(u, i) const raw_t Q##i = q##u##_##i; const float S##i = 256.0 * chunk_scale(R0, q##u##_0);
 #define RD(j, i) acc##i += dot(fp8_dec4(Q##i, S##i, j), X);
 #else
 #define BIND(u, i) const raw_t Q##i = q##u##_##i; const float S##i = chunk_scale(R##i, Q##i);
 #define RD(j, i) acc##i += dot(decode4(R##i, Q##i, S##i, K, j), X);
 #endif
-#define DOTJ(j) { const vec4 X = xsh[xswz(KT, j)]; ROWS(RD, j) }
+#define DOTJ(j) { const vec4 X = XLD(KT, j); ROWS(RD, j) }
 #define CONSUME(u)                                          \
   if (k + u * LANES < nct) {                                \
     const uint KT = k + u * LANES, K = k0 + KT;             \
@@ -198,8 +219,17 @@ void main() {
 #if MOE_ROWS
   const uint bpe = MOE_RPE / ROWS_PER_WG, vwg = wg_index(), mslot = vwg / bpe, mblk = vwg % bpe;
   if (mslot >= MOE_TOPK + MOE_SHARED) return;  // uniform over the workgroup
+#if MOE_SLOTS
+  uint me = MOE_SLOTS;  // the shared expert
+  if (mslot < MOE_TOPK) {
+    const uint ex = moe_ids[pc.pad + mslot];
+    me = ex < MOE_E ? moe_slot_map[pc.x_stride + ex] : 0u;
+    if (me >= MOE_SLOTS) me = 0u;
+  }
+#else
   uint me = mslot < MOE_TOPK ? moe_ids[pc.pad + mslot] : MOE_E;
   if (mslot < MOE_TOPK && me >= MOE_E) me = 0u;
+#endif
   const uint wg = me * bpe + mblk;  // the row block read
   const uint xo = pc.xoff + mslot * MOE_XSTRIDE;
   const uint obase = mslot * MOE_RPE + mblk * ROWS_PER_WG + team * RPT;
@@ -216,6 +246,16 @@ void main() {
   REP_U(FETCH)  // in flight while the tables are built
   i8_tables();
   tables_init(wg);  // its barrier (every format here has one) also covers i8_tables
+  REP_U(CONSUME)
+  for (k += UNROLL * LANES; k < nct; k += UNROLL * LANES) {
+    REP_U(FETCH)
+    REP_U(CONSUME)
+  }
+#elif X_GLOBAL
+  const uint nct = pc.cols / CHUNK, k0 = 0u;
+  uint k = lane;
+  REP_U(FETCH)  // in flight while the tables are built
+  tables_init(wg);
   REP_U(CONSUME)
   for (k += UNROLL * LANES; k < nct; k += UNROLL * LANES) {
     REP_U(FETCH)

@@ -6,7 +6,8 @@
 //   has_mix:     partial[r] = Σ_k Σ_c fn[r, k·d + c]·X'[k][c] for the rows of the (next) mixing projection, and
 //                Σ X'² as an extra last row — in ACC (double when the device has it: the f32 products are exact
 //                there, as in the CPU's double dot products). mhc_finish.comp adds the blocks in a fixed order.
-// Defines: HC_MAX (ops/mhc.hpp hc_max), HC_BLOCK (= the workgroup size), HC_POST.
+// Defines: HC_MAX (ops/mhc.hpp hc_max), HC_BLOCK (= the workgroup size), HC_POST, HC_ROWS (mix rows + 1, or 1
+// without a mix).
 #include "common/base.glsl"
 #include "common/reduce.glsl"
 
@@ -23,7 +24,10 @@ layout(std430, binding = 3) writeonly buffer Out { float outs[]; }; // HC_POST: 
 layout(std430, binding = 4) readonly buffer Fn { float fn[]; };     // [rows, hc·d]
 layout(std430, binding = 5) writeonly buffer P { ACC part[]; };     // [tokens, nblk, rows + 1]
 
-shared float xb[HC_MAX * HC_BLOCK];
+#if REDUCE_SUBGROUP
+// per-subgroup sums of every row: [subgroup][row], summed in subgroup order by the first HC_ROWS invocations
+shared ACC red_rows[(WG_SIZE / LANES) * HC_ROWS];
+#endif
 
 void main() {
   const uint g = wg_index();
@@ -32,9 +36,10 @@ void main() {
   const uint c = b * HC_BLOCK + lid;
   const bool live = c < d;
   const uint xrow = pc.xoff + t * hc * d;
-  for (uint k = 0u; k < hc; ++k) {
+  float xv[HC_MAX];  // this column of X' (registers: every index below is a compile-time constant)
+  [[unroll]] for (uint k = 0u; k < HC_MAX; ++k) {
     float v = 0.0;
-    if (live) {
+    if (live && k < hc) {
 #if HC_POST
       const uint cb = pc.coff + t * pc.cstride;
       precise float acc = coeff[cb + hc + k] * os[pc.ooff + t * d + c];
@@ -45,18 +50,39 @@ void main() {
       v = xs[xrow + k * d + c];
 #endif
     }
-    xb[k * HC_BLOCK + lid] = v;
+    xv[k] = v;
   }
   if (pc.has_mix == 0u) return;  // uniform
+  // Every row's products first (HC_ROWS = rows + 1 is a compile-time constant, so the accumulators are registers
+  // and all the loads of fn are in flight together), then one reduction step for all rows: the sums are the
+  // per-row wg_sum's (subgroup sums, then the subgroups in order), with two barriers instead of two per row.
+  ACC acc[HC_ROWS];
   const uint pb = pc.poff + (t * pc.nblk + b) * (pc.rows + 1u);
-  for (uint r = 0u; r <= pc.rows; ++r) {
-    ACC acc = ACC(0);
+  [[unroll]] for (uint r = 0u; r < HC_ROWS; ++r) {
+    acc[r] = ACC(0);
     if (live)
-      for (uint k = 0u; k < hc; ++k) {
-        const ACC xv = ACC(xb[k * HC_BLOCK + lid]);
-        acc += r < pc.rows ? ACC(fn[pc.fnoff + r * hc * d + k * d + c]) * xv : xv * xv;
+      [[unroll]] for (uint k = 0u; k < HC_MAX; ++k) {
+        if (k < hc) {
+          const ACC x = ACC(xv[k]);
+          acc[r] += r + 1u < HC_ROWS ? ACC(fn[pc.fnoff + r * hc * d + k * d + c]) * x : x * x;
+        }
       }
-    acc = wg_sum(acc);
-    if (lid == 0u) part[pb + r] = acc;
   }
+#if REDUCE_SUBGROUP
+  [[unroll]] for (uint r = 0u; r < HC_ROWS; ++r) {
+    const ACC v = subgroupAdd(acc[r]);
+    if (subgroupElect()) red_rows[gl_SubgroupID * HC_ROWS + r] = v;
+  }
+  barrier();
+  if (lid < HC_ROWS) {
+    ACC s = ACC(0);
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) s += red_rows[i * HC_ROWS + lid];
+    part[pb + lid] = s;
+  }
+#else
+  [[unroll]] for (uint r = 0u; r < HC_ROWS; ++r) {
+    const ACC v = wg_sum(acc[r]);
+    if (lid == 0u) part[pb + r] = v;
+  }
+#endif
 }

@@ -7,7 +7,8 @@
 //   C       = row-softmax(m[2hc + j·hc + k]·s2 + base[..]) + hc_eps; column pass; then iters−1 × {row, column}
 //   y[c]    = Σ_j pre[j]·X[j][c] in f32, j ascending
 // The coefficients in ACC with exp in double (common/f64math.glsl) when the device has f64, as the CPU.
-// HC_HEAD = 1: hc_head (pre only, scalar scale). Defines: HC_MAX, HC_HEAD.
+// HC_HEAD = 1: hc_head (pre only, scalar scale). Defines: HC_MAX, HC_HEAD, HC_NORM, HC_N (= hc), HC_COLS
+// (= ceil(d / WG_SIZE)).
 #include "common/base.glsl"
 #if ACC_DOUBLE
 #include "common/f64math.glsl"
@@ -48,6 +49,21 @@ void main() {
   const uint t = wg_index();
   if (t >= pc.tokens) return;  // uniform over the workgroup
   const uint lid = gl_LocalInvocationID.x, hc = pc.hc, d = pc.d, R = pc.rows + 1u;
+  const uint xrow = pc.xoff + t * hc * d;
+  // This invocation's columns of X (and of the norm weight), requested now so that their latency overlaps the
+  // coefficient computation below (HC_N = hc and HC_COLS = ceil(d / WG_SIZE) are compile-time: registers).
+  float xr[HC_N * HC_COLS];
+  [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    [[unroll]] for (uint j = 0u; j < HC_N; ++j) xr[j * HC_COLS + i] = c < d ? xs[xrow + j * d + c] : 0.0;
+  }
+#if HC_NORM
+  float nwr[HC_COLS];
+  [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    nwr[i] = c < d ? nw[pc.nwoff + c] : 0.0;
+  }
+#endif
   for (uint r = lid; r < R; r += WG_SIZE) {
     ACC s = ACC(0);
     for (uint b = 0u; b < pc.nblk; ++b) s += part[pc.poff + (t * pc.nblk + b) * R + r];
@@ -117,23 +133,29 @@ void main() {
   if (own) coeff[cb + 2u * hc + lid] = float(v);
 #endif
   barrier();
-  const uint xrow = pc.xoff + t * hc * d;
   ACC ss = ACC(0);
-  for (uint c = lid; c < d; c += WG_SIZE) {
-    precise float y = pre_s[0] * xs[xrow + c];
-    for (uint j = 1u; j < hc; ++j) y += pre_s[j] * xs[xrow + j * d + c];
-    ys[pc.yoff + t * d + c] = y;
+  float yv[HC_COLS];
+  [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    yv[i] = 0.0;
+    if (c < d) {
+      precise float y = pre_s[0] * xr[i];
+      [[unroll]] for (uint j = 1u; j < HC_N; ++j) y += pre_s[j] * xr[j * HC_COLS + i];
+      yv[i] = y;
 #if HC_NORM
-    const ACC v = ACC(y);
-    ss += v * v;
+      const ACC v = ACC(y);
+      ss += v * v;
+#else
+      ys[pc.yoff + t * d + c] = y;
 #endif
+    }
   }
 #if HC_NORM
   ss = wg_sum(ss);
   const ACC r = ACC(1) / sqrt(ss / ACC(d) + ACC(pc.rms_eps));
-  for (uint c = lid; c < d; c += WG_SIZE) {
-    const ACC v = ACC(ys[pc.yoff + t * d + c]) * r;
-    ys[pc.yoff + t * d + c] = float(v * ACC(nw[pc.nwoff + c]));
+  [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    if (c < d) ys[pc.yoff + t * d + c] = float(ACC(yv[i]) * r * ACC(nwr[i]));
   }
 #endif
 }

@@ -6,18 +6,32 @@
 // ROWS_PER_WG rows of d); the slots are sorted once per workgroup. An id ≥ E makes the token's outputs NaN.
 // Push constants: mat_pc with rows = (E + MOE_SHARED)·d, cols = I, n = tokens, xoff = h, x_stride = ids offset,
 // yoff = out, pad = E. Defines: TEAMS, ROWS_PER_WG (divides d), MOE_TOPK, MOE_SHARED, and the format's.
+// Expert cache (MOE_SLOTS > 0): as moe_up.comp — rows = (MOE_SLOTS + MOE_SHARED)·d, routed expert e read at
+// stacked index slot_map[e] (binding 8, first word pc.pad; E = the define MOE_E), the sum order still ascending
+// expert id; an entry ≥ MOE_SLOTS makes the token's outputs NaN.
 #include "common/base.glsl"
 #include "common/formats.glsl"
 #include "common/moe.glsl"
 
 layout(std430, binding = 4) writeonly buffer Out { float outs[]; };
 layout(std430, binding = 6) readonly buffer Ids { uint ids[]; };
+#ifndef MOE_SLOTS
+#define MOE_SLOTS 0
+#endif
+#if MOE_SLOTS
+layout(std430, binding = 8) readonly buffer SlotMap { uint slot_map[]; };
+#endif
 
 #define KS (MOE_TOPK + MOE_SHARED)
 shared uint slot_e[KS], slot_j[KS];
 
 void main() {
-  const uint E = pc.pad, d = pc.rows / (E + MOE_SHARED), I = pc.cols;
+#if MOE_SLOTS
+  const uint E = MOE_E, NS = MOE_SLOTS;  // routed experts, routed matrices stacked
+#else
+  const uint E = pc.pad, NS = E;
+#endif
+  const uint d = pc.rows / (NS + MOE_SHARED), I = pc.cols;
   const uint bpt = d / ROWS_PER_WG;  // row blocks per token
   const uint g = wg_index();
   if (g >= pc.n * bpt) return;  // uniform over the workgroup
@@ -44,11 +58,17 @@ void main() {
   float total = 0.0;
   for (uint s = 0u; s < KS; ++s) {
     const uint e = slot_e[s];
+#if MOE_SLOTS
+    const uint si = s < MOE_TOPK ? (e < E ? slot_map[pc.pad + e] : NS) : NS;  // stacked index
+    if (s < MOE_TOPK && si >= NS) {  // uniform: an invalid id or an expert not in a slot
+#else
+    const uint si = e;
     if (s < MOE_TOPK && e >= E) {  // uniform
+#endif
       total = uintBitsToFloat(0x7FC00000u);
       break;
     }
-    const uint r0 = e * d + blk * ROWS_PER_WG;
+    const uint r0 = si * d + blk * ROWS_PER_WG;
     barrier();  // every team is done with the previous expert's tables
     tables_init(r0 / ROWS_PER_WG);
     const uint hb = pc.xoff + (t * KS + slot_j[s]) * I;  // h of this slot

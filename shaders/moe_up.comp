@@ -9,6 +9,9 @@
 // Push constants: common/formats.glsl's mat_pc with rows = 2(E + MOE_SHARED)·I, cols = d, n = tokens, xoff = x,
 // x_stride = ids offset, yoff = h, y_stride = weights offset, pad = E (routed experts).
 // Defines: TEAMS, ROWS_PER_WG (divides I), MOE_TOPK, MOE_SHARED, MOE_LIMIT, and the format's (formats_gpu.cpp).
+// Expert cache (MOE_SLOTS > 0, kernels::moe's slot_map): the stacked matrix holds MOE_SLOTS routed experts and the
+// shared one at index MOE_SLOTS; routed expert e is read at index slot_map[e] (binding 8, first word pc.pad), the
+// routed count is the define MOE_E; an entry ≥ MOE_SLOTS gives NaN rows like an invalid id.
 #include "common/base.glsl"
 #include "common/formats.glsl"
 #include "common/moe.glsl"
@@ -16,9 +19,20 @@
 layout(std430, binding = 4) writeonly buffer H { float hs[]; };
 layout(std430, binding = 6) readonly buffer Ids { uint ids[]; };
 layout(std430, binding = 7) readonly buffer Wr { float wr[]; };
+#ifndef MOE_SLOTS
+#define MOE_SLOTS 0
+#endif
+#if MOE_SLOTS
+layout(std430, binding = 8) readonly buffer SlotMap { uint slot_map[]; };
+#endif
 
 void main() {
-  const uint KS = MOE_TOPK + MOE_SHARED, E = pc.pad, I = pc.rows / (2u * (E + MOE_SHARED)), d = pc.cols;
+#if MOE_SLOTS
+  const uint E = MOE_E, NS = MOE_SLOTS;  // routed experts, routed matrices stacked
+#else
+  const uint E = pc.pad, NS = E;
+#endif
+  const uint KS = MOE_TOPK + MOE_SHARED, I = pc.rows / (2u * (NS + MOE_SHARED)), d = pc.cols;
   const uint bpp = I / ROWS_PER_WG;  // row blocks per (token, slot)
   const uint g = wg_index();
   if (g >= pc.n * KS * bpp) return;  // uniform over the workgroup
@@ -27,12 +41,18 @@ void main() {
   const bool routed = j < MOE_TOPK;
   const uint e = routed ? ids[pc.x_stride + t * MOE_TOPK + j] : E;
   const uint q = blk * ROWS_PER_WG + min(team, ROWS_PER_WG - 1u);  // idle teams shadow the last row
+#if MOE_SLOTS
+  const uint si = routed ? (e < E ? slot_map[pc.pad + e] : NS) : NS;  // stacked index
+  if (routed && si >= NS) {  // uniform: an invalid id or an expert not in a slot
+#else
+  const uint si = e;
   if (routed && e >= E) {  // uniform
+#endif
     if (team < ROWS_PER_WG && lane == 0u) hs[pc.yoff + p * I + q] = uintBitsToFloat(0x7FC00000u);
     return;
   }
   const uint xb = pc.xoff + t * d;
-  const uint g0 = 2u * e * I + blk * ROWS_PER_WG, u0 = g0 + I;  // first rows of this block: gate, up
+  const uint g0 = 2u * si * I + blk * ROWS_PER_WG, u0 = g0 + I;  // first rows of this block: gate, up
   const uint qi = q - blk * ROWS_PER_WG;                             // this team's row in the block
   tables_init(g0 / ROWS_PER_WG);
   const float gv = team_sum(row_dot_part(row_begin(g0 + qi, team), g0 + qi, xb, lane));

@@ -62,6 +62,7 @@ struct stamps {
 
 struct dsv4_gpu_recording {
   gpu::commands c;
+  std::vector<gpu::commands> segs;  // expert cache: the rest of the token, one per layer (after its routing)
   stamps ts;
   uint64_t pos = 0;
   int mode = 0;
@@ -85,15 +86,24 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
   // The recording starts with a full barrier: it may follow the previous token's recording and the token's own
   // parameter writes (run) in submission order without waiting on the host.
   auto rec = std::make_shared<dsv4_gpu_recording>(dev.begin(), opt.profile);
-  gpu::commands& c = rec->c;
+  // With the expert cache the token is one command buffer per layer, cut after each layer's routing (run() makes
+  // the selected experts resident in between); `cur` is the one being recorded.
+  gpu::commands* cur = &rec->c;
+  const bool segmented = cstats.active;
+  if (segmented) rec->segs.reserve(cf.layers);
+  auto cut = [&] {
+    rec->segs.push_back(dev.begin());
+    cur = &rec->segs.back();
+    cur->barrier();
+  };
   stamps& ts = rec->ts;
   rec->pos = t, rec->mode = logits_mode, rec->profiled = opt.profile, rec->profile_layers = opt.profile_layers;
-  c.barrier();
+  cur->barrier();
   // ---- position parameters (inside the command buffer)
   {
     std::vector<int32_t> win(W, -1);
     for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s) win[s - (t + 1 > W ? t + 1 - W : 0)] = int32_t(s % W);
-    c.update(swa_idx, win.data(), W * 4);
+    cur->update(swa_idx, win.data(), W * 4);
     // A closing window of a compressor kind: its first row in the pending-window ring and, with overlap, the
     // previous window's (ring shape from the first layer that has that kind; upload_weights admits V4's two).
     bool written[2] = {false, false};
@@ -104,7 +114,7 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
       const uint64_t ws = t + 1 - g.ratio;
       const uint32_t w2[2] = {uint32_t(ws % g.cap),
                               g.overlap && ws >= g.ratio ? uint32_t((ws - g.ratio) % g.cap) : 0xFFFFFFFFu};
-      c.update(kind_i == 0 ? win4 : win128, w2, 8);
+      cur->update(kind_i == 0 ? win4 : win128, w2, 8);
       written[kind_i] = true;
     }
     for (dsv4_gpu_layer& G : layers) {
@@ -118,14 +128,14 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
       }
       for (uint64_t o0 = 0; o0 < ids.size(); o0 += gpu::commands::update_max / 4) {
         const uint64_t n = std::min<uint64_t>(ids.size() - o0, gpu::commands::update_max / 4);
-        c.update(view(G.idx, o0 * 4, n * 4), ids.data() + o0, n * 4);
+        cur->update(view(G.idx, o0 * 4, n * 4), ids.data() + o0, n * 4);
       }
-      if (G.kind.indexer && (t + 1) / G.ix.ratio == 0) c.fill(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), cf.index_topk * 4ull, 0xFFFFFFFFu);
+      if (G.kind.indexer && (t + 1) / G.ix.ratio == 0) cur->fill(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), cf.index_topk * 4ull, 0xFFFFFFFFu);
     }
   }
-  if (ts.on) ts.op_last = ts.last = c.timestamp();
+  if (ts.on) ts.op_last = ts.last = cur->timestamp();
 
-  k.hc_mix(c, sh, X, layers.at(0).hc_attn_fn, mix_rows, 1, partials);
+  k.hc_mix(*cur, sh, X, layers.at(0).hc_attn_fn, mix_rows, 1, partials);
   for (uint32_t l = 0; l < cf.layers; ++l) {
     dsv4_gpu_layer& G = layers[l];
     const dsv4_layer_kind& kind = G.kind;
@@ -140,35 +150,35 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
     const uint64_t slot = t % W;
     const view kv_row = row(G.ring, slot, hd);
     // ---- attention sublayer
-    k.hc_pre_finish(c, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u, G.attn_norm);  // + attn_norm
+    k.hc_pre_finish(*cur, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u, G.attn_norm);  // + attn_norm
     ts.op("hc_pre_finish + attn_norm");
     ts.mark(&dsv4_gpu_profile::hc);
     const bool closes = kind.ratio && (t + 1) % kind.ratio == 0;
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
-    c.begin_concurrent();
-    k.matmul(c, G.wq_a, u, 1, qr);
-    k.matmul(c, G.wkv, u, 1, kv_row);
+    cur->begin_concurrent();
+    k.matmul(*cur, G.wq_a, u, 1, qr);
+    k.matmul(*cur, G.wkv, u, 1, kv_row);
     if (kind.ratio) {
-      k.matmul(c, G.comp.wkv, u, 1, row(G.comp.kv, cslot, G.comp.cw));
-      k.matmul(c, G.comp.wgate, u, 1, row(G.comp.score, cslot, G.comp.cw));
+      k.matmul(*cur, G.comp.wkv, u, 1, row(G.comp.kv, cslot, G.comp.cw));
+      k.matmul(*cur, G.comp.wgate, u, 1, row(G.comp.score, cslot, G.comp.cw));
     }
     if (kind.indexer) {
-      k.matmul(c, G.ix.wkv, u, 1, row(G.ix.kv, cslot, G.ix.cw));
-      k.matmul(c, G.ix.wgate, u, 1, row(G.ix.score, cslot, G.ix.cw));
-      k.matmul(c, G.ix_wp, u, 1, iw);
+      k.matmul(*cur, G.ix.wkv, u, 1, row(G.ix.kv, cslot, G.ix.cw));
+      k.matmul(*cur, G.ix.wgate, u, 1, row(G.ix.score, cslot, G.ix.cw));
+      k.matmul(*cur, G.ix_wp, u, 1, iw);
     }
-    c.end_concurrent();
+    cur->end_concurrent();
     ts.op("projections of u (concurrent)");
-    c.begin_concurrent();
-    k.rmsnorm(c, qr, G.q_norm, qr, 1, cf.q_lora, eps);
-    k.rmsnorm(c, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps);
+    cur->begin_concurrent();
+    k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
+    k.rmsnorm(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps);
     if (kind.ratio)
-      k.add(c, row(G.comp.ape, t % kind.ratio, G.comp.cw), row(G.comp.score, cslot, G.comp.cw), G.comp.cw);
+      k.add(*cur, row(G.comp.ape, t % kind.ratio, G.comp.cw), row(G.comp.score, cslot, G.comp.cw), G.comp.cw);
     if (kind.indexer) {
-      k.add(c, row(G.ix.ape, t % 4, G.ix.cw), row(G.ix.score, cslot, G.ix.cw), G.ix.cw);
-      k.scale(c, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
+      k.add(*cur, row(G.ix.ape, t % 4, G.ix.cw), row(G.ix.score, cslot, G.ix.cw), G.ix.cw);
+      k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
     }
-    c.end_concurrent();
+    cur->end_concurrent();
     ts.op("norms, ape, iw scale (concurrent)");
     ts.mark(&dsv4_gpu_profile::attn_proj);
     // Compressor pooling of a closing window (entry j = (t+1)/r − 1, rope at the window's first position).
@@ -177,38 +187,38 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
       gpu::kernels::pool_shape ps;
       ps.entries = 1, ps.ratio = g.ratio, ps.width = g.width, ps.row_floats = g.cw, ps.overlap = g.overlap, ps.eps = eps;
       if (ne > g.max_entries) throw std::logic_error("gpu model: compressed entries beyond max_ctx");
-      k.compress_pool(c, ps, g.kv, g.score, g.ratio == 4 ? win4 : win128, g.norm, row(g.entries, ne - 1, g.width));
+      k.compress_pool(*cur, ps, g.kv, g.score, g.ratio == 4 ? win4 : win128, g.norm, row(g.entries, ne - 1, g.width));
     };
-    c.begin_concurrent();
-    k.matmul(c, G.wq_b, qr, 1, q);
-    if (kind.indexer) k.matmul(c, G.ix_wq_b, qr, 1, iq);
-    k.rope(c, kv_row, cs_t, 1, 1, uint32_t(hd), uint32_t(rd), false);
+    cur->begin_concurrent();
+    k.matmul(*cur, G.wq_b, qr, 1, q);
+    if (kind.indexer) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
+    k.rope(*cur, kv_row, cs_t, 1, 1, uint32_t(hd), uint32_t(rd), false);
     if (closes) {
       pool(G.comp);
       if (kind.indexer) pool(G.ix);
     }
-    c.end_concurrent();
+    cur->end_concurrent();
     ts.op("wq_b, ix_wq_b, kv rope, pool (concurrent)");
-    c.begin_concurrent();
-    if (cf.per_head_q_norm) k.rmsnorm(c, q, view(), q, H, uint32_t(hd), eps);
-    if (kind.indexer) k.rope(c, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
+    cur->begin_concurrent();
+    if (cf.per_head_q_norm) k.rmsnorm(*cur, q, view(), q, H, uint32_t(hd), eps);
+    if (kind.indexer) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
     if (closes) {
       const view cs_ws = row(cs_comp, t + 1 - kind.ratio, rd);
-      k.rope(c, row(G.comp.entries, ne - 1, G.comp.width), cs_ws, 1, 1, G.comp.width, uint32_t(rd), false);
-      if (kind.indexer) k.rope(c, row(G.ix.entries, ne - 1, G.ix.width), cs_ws, 1, 1, G.ix.width, uint32_t(rd), false);
+      k.rope(*cur, row(G.comp.entries, ne - 1, G.comp.width), cs_ws, 1, 1, G.comp.width, uint32_t(rd), false);
+      if (kind.indexer) k.rope(*cur, row(G.ix.entries, ne - 1, G.ix.width), cs_ws, 1, 1, G.ix.width, uint32_t(rd), false);
     }
-    c.end_concurrent();
+    cur->end_concurrent();
     ts.op("q head norm, ropes (concurrent)");
-    k.rope(c, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
+    k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
     ts.op("q rope");
     ts.mark(&dsv4_gpu_profile::compress);
     // Indexer: scores of the finished entries, top-k into the compressed part of the key list.
     if (kind.indexer && ne > 0) {
       gpu::kernels::index_shape is;
       is.rows = 1, is.heads = IH, is.head_dim = IHD, is.n = uint32_t(ne);
-      k.index_score(c, is, iq, G.ix.entries, iw, view(), score);
+      k.index_score(*cur, is, iq, G.ix.entries, iw, view(), score);
       ts.op("index_score");
-      k.topk(c, score, 1, uint32_t(ne), cf.index_topk, view(G.idx, W * 4, uint64_t(cf.index_topk) * 4));
+      k.topk(*cur, score, 1, uint32_t(ne), cf.index_topk, view(G.idx, W * 4, uint64_t(cf.index_topk) * 4));
       ts.op("topk");
       ts.mark(&dsv4_gpu_profile::index);
     }
@@ -218,78 +228,81 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
     if (kind.ratio) {
       as.keys = uint32_t(W + (kind.indexer ? cf.index_topk : ne));
       as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(W);
-      k.sparse_attention(c, as, q, G.comp.entries, G.ring, G.idx, G.sink, o);
+      k.sparse_attention(*cur, as, q, G.comp.entries, G.ring, G.idx, G.sink, o, attn_x);
     } else {
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(W), as.kv_b_rows = 0;
-      k.sparse_attention(c, as, q, G.ring, view(), swa_idx, G.sink, o);
+      k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x);
     }
     ts.op("sparse_attention");
-    k.rope(c, o, cs_t, 1, H, uint32_t(hd), uint32_t(rd), true);
+    k.rope(*cur, o, cs_t, 1, H, uint32_t(hd), uint32_t(rd), true);
     ts.op("o inverse rope");
     ts.mark(&dsv4_gpu_profile::attn_core);
     // Grouped output projection: z_g = wo_a[g] · o_g, then wo_b · z.
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
-    c.begin_concurrent();
+    cur->begin_concurrent();
     for (uint64_t g = 0; g < Gs; ++g)
-      k.matmul_rows(c, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), view(z, g * ol * 4, ol * 4));
-    c.end_concurrent();
+      k.matmul_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), view(z, g * ol * 4, ol * 4));
+    cur->end_concurrent();
     ts.op("wo_a groups (concurrent)");
-    k.matmul(c, G.wo_b, z, 1, attn_out);
+    k.matmul(*cur, G.wo_b, z, 1, attn_out);
     ts.op("wo_b");
-    k.hc_post(c, sh, attn_out, X, coeff, 1, Xn, G.hc_ffn_fn, mix_rows, partials);
+    k.hc_post(*cur, sh, attn_out, X, coeff, 1, Xn, G.hc_ffn_fn, mix_rows, partials);
     ts.op("hc_post + mix");
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::attn_out);
     // ---- MoE sublayer
-    k.hc_pre_finish(c, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff, u, G.ffn_norm);  // + ffn_norm
+    k.hc_pre_finish(*cur, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff, u, G.ffn_norm);  // + ffn_norm
     ts.op("hc_pre_finish + ffn_norm");
     ts.mark(&dsv4_gpu_profile::hc);
     route_config rc;
     rc.top_k = K;
     rc.route_scale = float(cf.route_scale);
-    c.begin_concurrent();
-    k.matmul(c, G.gate, u, 1, rlogits);
+    cur->begin_concurrent();
+    k.matmul(*cur, G.gate, u, 1, rlogits);
     if (G.shared_apart) {
-      k.matmul(c, G.sh_gate, u, 1, sh_g);
-      k.matmul(c, G.sh_up, u, 1, sh_u);
+      k.matmul(*cur, G.sh_gate, u, 1, sh_g);
+      k.matmul(*cur, G.sh_up, u, 1, sh_u);
     }
-    c.end_concurrent();
+    cur->end_concurrent();
     ts.op("router (+ shared gate/up) (concurrent)");
     if (kind.hash)
-      k.route_hash(c, rlogits, G.tid2eid, cf.vocab, token, 1, E, rc, view(), G.route_idx, G.route_w);
+      k.route_hash(*cur, rlogits, G.tid2eid, cf.vocab, token, 1, E, rc, view(), G.route_idx, G.route_w);
     else
-      k.route_score(c, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
+      k.route_score(*cur, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
     ts.op("route");
     ts.mark(&dsv4_gpu_profile::route);
+    if (segmented) cut();  // run() makes this layer's selected experts resident here
+    const view slot_map = segmented ? view(cache[l].map) : view();
     if (G.shared_apart) {
       // moe is two dependent dispatches: never inside a concurrent group.
-      k.swiglu_clamp(c, sh_g, sh_u, sh_g, cf.moe_inter, float(cf.swiglu_limit));
+      k.swiglu_clamp(*cur, sh_g, sh_u, sh_g, cf.moe_inter, float(cf.swiglu_limit));
       ts.op("shared swiglu");
-      k.matmul(c, G.sh_down, sh_g, 1, sh_out);
+      k.matmul(*cur, G.sh_down, sh_g, 1, sh_out);
       ts.op("shared down");
-      k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act);
+      k.moe(*cur, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act, slot_map);
       ts.op("moe");
-      k.add(c, sh_out, moe_out, d);
+      k.add(*cur, sh_out, moe_out, d);
       ts.op("add shared");
     } else {
-      k.moe(c, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act);
+      k.moe(*cur, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act, slot_map);
       ts.op("moe");
     }
     ts.mark(&dsv4_gpu_profile::experts);
     const bool last = l + 1 == cf.layers;
-    k.hc_post(c, sh, moe_out, X, coeff, 1, Xn, last ? view(hc_head_fn) : view(layers[l + 1].hc_attn_fn),
+    k.hc_post(*cur, sh, moe_out, X, coeff, 1, Xn, last ? view(hc_head_fn) : view(layers[l + 1].hc_attn_fn),
               last ? uint32_t(hc) : mix_rows, partials);
     ts.op("hc_post + mix");
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::hc);
   }
   if (logits_mode) {
-    k.hc_head_finish(c, sh, partials, X, hc_head_base, hc_head_scale, 1, coeff, u, norm);  // + the final norm
-    k.matmul(c, head, u, 1, logits);
-    if (logits_mode == 2) k.topk(c, logits, 1, cf.vocab, 1, best);
+    k.hc_head_finish(*cur, sh, partials, X, hc_head_base, hc_head_scale, 1, coeff, u, norm);  // + the final norm
+    k.matmul(*cur, head, u, 1, logits);
+    if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     ts.mark(&dsv4_gpu_profile::head);
   }
-  rec->dispatches = c.dispatch_count();
+  rec->dispatches = rec->c.dispatch_count();
+  for (const gpu::commands& sc : rec->segs) rec->dispatches += sc.dispatch_count();
   rec->record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rec).count();
   return rec;
 }
@@ -322,10 +335,26 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
   record_s = rec->record_s;
   dev.submit_async(pre);
   dev.submit_async(rec->c);
-  // While the device runs this token, record the next position (decode); not when tracing (per-token downloads).
-  if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) next = record(pos + 1, logits_mode);
-  dev.wait(pre);
-  dev.wait(rec->c);
+  if (cstats.active) {
+    // Expert cache: after each layer's routing, make its selected experts resident, then run the next part.
+    std::vector<uint32_t> ids(K);
+    dev.wait(pre);
+    gpu::commands* prev = &rec->c;
+    for (uint32_t l = 0; l < cf.layers; ++l) {
+      dev.wait(*prev);
+      dev.download(layers[l].route_idx, ids.data(), uint64_t(K) * 4);
+      cache_fill(l, ids.data());
+      dev.submit_async(rec->segs.at(l));
+      prev = &rec->segs[l];
+    }
+    dev.wait(*prev);
+    ++cstats.tokens;
+  } else {
+    // While the device runs this token, record the next position (decode); not when tracing (per-token downloads).
+    if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) next = record(pos + 1, logits_mode);
+    dev.wait(pre);
+    dev.wait(rec->c);
+  }
   gpu::commands& c = rec->c;
   stamps& ts = rec->ts;
   if (opt.profile) {
@@ -366,6 +395,19 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
 
 // ------------------------------------------------------------------ public
 
+std::string dsv4_gpu_cache_line(const dsv4_gpu_cache_stats& s, const dsv4_config& c) {
+  if (!s.active) return "expert cache: off (every expert resident)";
+  char b[256];
+  const double t = double(std::max<uint64_t>(s.tokens, 1));
+  std::snprintf(b, sizeof b,
+                "expert cache: %u of %u slots per layer (%.1f MB each), %llu tokens, hit rate %.1f %%, %.1f MB moved "
+                "per token (%.2f ms of copies per token)",
+                s.slots, c.experts, double(s.slot_bytes) / 1e6, (unsigned long long)s.tokens,
+                s.lookups ? 100.0 * double(s.hits) / double(s.lookups) : 0.0, double(s.bytes_moved) / t / 1e6,
+                s.move_seconds / t * 1e3);
+  return b;
+}
+
 dsv4_gpu_model::dsv4_gpu_model(const dsv4_weights& w, gpu::device& dev, gpu::kernels& k, const dsv4_gpu_options& o)
     : p_(std::make_unique<impl>(w, dev, k, o)) {}
 dsv4_gpu_model::~dsv4_gpu_model() = default;
@@ -377,6 +419,7 @@ void dsv4_gpu_model::reset() noexcept {
   p_->has_snap = false;
 }
 void dsv4_gpu_model::set_profile(bool on, std::vector<uint32_t> layers) {
+  if (on && p_->cstats.active) throw usage_error("gpu model: profiling is not available with the expert cache");
   p_->opt.profile = on;
   p_->opt.profile_layers = std::move(layers);
 }
@@ -434,6 +477,7 @@ uint64_t dsv4_gpu_model::bytes_per_token() const noexcept { return p_->token_byt
 uint32_t dsv4_gpu_model::last_dispatches() const noexcept { return p_->dispatches; }
 double dsv4_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
 const dsv4_gpu_profile& dsv4_gpu_model::profile() const noexcept { return p_->prof; }
+const dsv4_gpu_cache_stats& dsv4_gpu_model::cache_stats() const noexcept { return p_->cstats; }
 
 std::vector<float> dsv4_gpu_model::step(uint32_t token, bool want_logits, dsv4_trace* trace) {
   p_->run(token, want_logits ? 1 : 0, trace);

@@ -28,6 +28,13 @@ struct dsv4_gpu_options {
   /// (rounded per 32 values, integer dot products; q4tp / q2tp / MXFP4 experts on devices with integer dot
   /// products — kernels::moe). Everything else stays f32.
   act_precision expert_act = act_precision::f32;
+  /// Device bytes the model may take (weights, sequence state, scratch); 0 = no limit, every weight resident.
+  /// When the routed experts do not fit, every layer keeps an expert cache of the same number of slots (what the
+  /// budget leaves after everything else, split evenly over the layers; at least top_k): after a layer's routing
+  /// the host reads the selected ids, copies the experts that are not resident from the mapped weights into the
+  /// least recently used slots, and the layer's MoE reads its experts through a slot map (kernels::moe). The token
+  /// then runs as one submission per layer, recorded per step (no pipelined recording), without profiling.
+  uint64_t vram_budget = 0;
   bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
   std::vector<uint32_t> profile_layers;  ///< with profile: also a timestamp after every op of these layers
@@ -40,6 +47,21 @@ struct dsv4_gpu_profile {
   uint64_t steps = 0;
   std::vector<std::pair<std::string, double>> ops;  ///< "L<layer> <kind> <op>" → seconds (profile_layers)
 };
+
+/// The expert cache (dsv4_gpu_options::vram_budget), totals since construction.
+struct dsv4_gpu_cache_stats {
+  bool active = false;        ///< false: every expert resident
+  uint32_t slots = 0;         ///< routed-expert slots per layer
+  uint64_t slot_bytes = 0;    ///< device bytes of one expert (gate, up, down)
+  uint64_t tokens = 0;        ///< steps run with the cache
+  uint64_t lookups = 0;       ///< selected routed experts (top_k per layer per token)
+  uint64_t hits = 0;          ///< of those, already resident
+  uint64_t bytes_moved = 0;   ///< host → device expert bytes
+  double move_seconds = 0;    ///< host time spent copying experts (inside the steps)
+};
+
+/// "expert cache: S of E slots per layer, hit rate …, … MB moved per token" (or "every expert resident").
+std::string dsv4_gpu_cache_line(const dsv4_gpu_cache_stats& s, const dsv4_config& c);
 
 class dsv4_gpu_model {
  public:
@@ -76,6 +98,7 @@ class dsv4_gpu_model {
   uint32_t last_dispatches() const noexcept;  ///< dispatches recorded by the last step
   double last_record_seconds() const noexcept;
   const dsv4_gpu_profile& profile() const noexcept;
+  const dsv4_gpu_cache_stats& cache_stats() const noexcept;
 
   struct impl;
 

@@ -43,6 +43,15 @@ struct dsv4_gpu_layer {
 
 struct dsv4_gpu_recording;  // dsv4_gpu.cpp: one token's command buffer, recorded ahead
 
+/// One layer's expert cache (dsv4_gpu_options::vram_budget): which routed expert each slot holds, the reverse map
+/// (also on the device: the MoE's slot_map, 0xFFFFFFFF = not resident), and the last use of each slot (LRU).
+struct dsv4_gpu_cache_layer {
+  std::vector<uint32_t> slot_of;    // [experts]
+  std::vector<int64_t> expert_in;   // [slots]: −1 empty
+  std::vector<uint64_t> last_use;   // [slots]
+  gpu::buffer map;                  // uint32 [experts]
+};
+
 struct dsv4_gpu_model::impl {
   dsv4_config cfg;
   dsv4_matrix embed;                      // host view (decoded per token)
@@ -65,6 +74,19 @@ struct dsv4_gpu_model::impl {
   // scratch
   gpu::buffer X, Xn, partials, coeff, u, qr, q, o, z, attn_out, iq, iw, score, rlogits, moe_h, moe_out, sh_g,
       sh_u, sh_out, logits, best;
+  gpu::buffer attn_x;  // sparse_attention's split scratch (kernels::attn_scratch_floats of one row)
+
+  // expert cache (vram_budget): host views of every layer's routed experts (into the mapped weights)
+  std::vector<std::vector<expert_view>> host_experts;
+  std::vector<expert_view> host_shared;
+  std::vector<dsv4_gpu_cache_layer> cache;
+  dsv4_gpu_cache_stats cstats;
+  uint64_t cache_tick = 0;
+  /// After upload_weights and alloc_state: uploads the routed experts resident, or allocates the expert cache when
+  /// they do not fit in vram_budget (dsv4_gpu_weights.cpp).
+  void place_experts();
+  /// Makes layer l's selected experts (ids, top_k) resident; updates the slot map on the device.
+  void cache_fill(uint32_t l, const uint32_t* ids);
 
   dsv4_gpu_profile prof;
   uint32_t dispatches = 0;

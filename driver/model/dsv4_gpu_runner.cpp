@@ -14,6 +14,7 @@ std::unique_ptr<dsv4_gpu_runner> dsv4_gpu_runner::open(const std::string& path, 
   dsv4_gpu_options g;
   g.max_ctx = o.max_ctx;
   g.expert_act = o.expert_act;
+  g.vram_budget = o.vram_budget;
   r->m_ = std::make_unique<dsv4_gpu_model>(r->w_, *r->dev_, *r->k_, g);
   return r;
 }
@@ -21,6 +22,8 @@ std::unique_ptr<dsv4_gpu_runner> dsv4_gpu_runner::open(const std::string& path, 
 dsv4_gpu_runner::~dsv4_gpu_runner() = default;
 
 std::string dsv4_gpu_runner::device_name() const { return dev_->info().name; }
+
+std::string dsv4_gpu_runner::cache_line() const { return dsv4_gpu_cache_line(m_->cache_stats(), m_->config()); }
 
 std::vector<float> dsv4_gpu_runner::forward(std::span<const uint32_t> ids, bool last) {
   std::vector<float> logits;

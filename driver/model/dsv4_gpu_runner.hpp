@@ -22,6 +22,7 @@ struct dsv4_gpu_run_options {
   /// --act: i8 = int8 activations for the routed and shared experts on the GPU (dsv4_gpu_options::expert_act;
   /// the CPU graph's i8 covers every projection); f32 = the parity reference.
   act_precision expert_act = act_precision::f32;
+  uint64_t vram_budget = 0;  ///< dsv4_gpu_options::vram_budget (0: every expert resident)
 };
 
 class dsv4_gpu_runner {
@@ -34,6 +35,8 @@ class dsv4_gpu_runner {
   const dsv4_weights& weights() const noexcept { return w_; }
   dsv4_gpu_model& model() noexcept { return *m_; }
   std::string device_name() const;
+  /// One line of expert-cache statistics (hit rate, bytes moved per token), or that every expert is resident.
+  std::string cache_line() const;
 
   /// Runs ids at positions model().pos()…; returns the last token's logits when `last`, else nothing.
   std::vector<float> forward(std::span<const uint32_t> ids, bool last);

@@ -1,11 +1,13 @@
 // Uploads of the V4 GPU graph: every weight of dsv4_weights into device memory (matrices in their storage
 // format, small vectors as f32), the rope position tables, and the per-sequence state and scratch buffers.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
+#include "cmfx/vk/device.hpp"
 #include "dsv4_gpu_internal.hpp"
 
 namespace cmfx::driver {
@@ -29,6 +31,7 @@ dsv4_gpu_model::impl::impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& 
     throw usage_error("gpu model: expert count or top-k beyond the routing kernel's limits");
   upload_weights(w);
   alloc_state();
+  place_experts();
 }
 
 void dsv4_gpu_model::impl::upload_weights(const dsv4_weights& w) {
@@ -107,8 +110,11 @@ void dsv4_gpu_model::impl::upload_weights(const dsv4_weights& w) {
     const bool stack_shared = L.shared.gate_fmt == e0.gate_fmt && L.shared.up_fmt == e0.up_fmt &&
                               L.shared.down_fmt == e0.down_fmt && L.shared.gate.rows == e0.gate.rows &&
                               L.shared.gate.cols == e0.gate.cols;
-    G.moe = gpu::upload_moe(dev, L.experts, stack_shared ? &L.shared : nullptr);
-    weight_bytes += matrix_bytes(G.moe.gate_up.w) + matrix_bytes(G.moe.down.w);
+    // Uploaded (or cached) by place_experts, once the budget left by everything else is known.
+    host_experts.push_back(L.experts);
+    host_shared.push_back(L.shared);
+    G.moe.experts = cfg.experts, G.moe.shared = stack_shared;
+    G.moe.dim = e0.down.rows, G.moe.inter = e0.down.cols;
     token_bytes += expert_read * cfg.top_k;
     G.shared_apart = !stack_shared;
     if (stack_shared) {
@@ -177,17 +183,111 @@ void dsv4_gpu_model::impl::alloc_state() {
   u = buf(d * f), attn_out = buf(d * f), moe_out = buf(d * f), sh_out = buf(d * f);
   qr = buf(c.q_lora * f);
   q = buf(uint64_t(c.heads) * hd * f), o = buf(uint64_t(c.heads) * hd * f);
+  {  // split scratch of one row (any key count)
+    gpu::kernels::attn_shape as;
+    as.rows = 1, as.heads = c.heads, as.head_dim = uint32_t(hd);
+    attn_x = buf(gpu::kernels::attn_scratch_floats(as) * f);
+  }
   z = buf(uint64_t(c.o_groups) * c.o_lora * f);
   iq = buf(uint64_t(c.index_heads) * c.index_head_dim * f), iw = buf(c.index_heads * f);
   score = buf(max_score * f);
   rlogits = buf(c.experts * f);
-  uint64_t moe_floats = 0;
+  uint64_t moe_floats = 0;  // G.moe holds its shape here (place_experts uploads the matrices)
   for (const dsv4_gpu_layer& G : layers)
     moe_floats = std::max(moe_floats, gpu::kernels::moe_scratch_floats(G.moe, 1, c.top_k));
   moe_h = buf(moe_floats * f);
   sh_g = buf(c.moe_inter * f), sh_u = buf(c.moe_inter * f);
   logits = buf(uint64_t(c.vocab) * f);
   best = buf(16);
+}
+
+void dsv4_gpu_model::impl::place_experts() {
+  const uint32_t E = cfg.experts, K = cfg.top_k, nl = cfg.layers;
+  uint64_t one = 0, shared_one = 0;  // host bytes of one routed expert, of a stacked shared expert
+  {
+    const expert_view& e0 = host_experts.at(0).at(0);
+    one = view_bytes(e0.gate) + view_bytes(e0.up) + view_bytes(e0.down);
+  }
+  uint64_t all = 0;
+  for (uint32_t l = 0; l < nl; ++l) {
+    const expert_view& s0 = host_shared[l];
+    shared_one = layers[l].moe.shared ? view_bytes(s0.gate) + view_bytes(s0.up) + view_bytes(s0.down) : 0;
+    all += uint64_t(E) * one + shared_one;
+  }
+  const uint64_t used = weight_bytes + state_bytes;
+  const bool fits = opt.vram_budget == 0 || used + all <= opt.vram_budget;
+  uint64_t slots = E;
+  if (!fits) {
+    auto gib = [](uint64_t b) { return std::to_string(double(b) / double(1ull << 30)).substr(0, 6) + " GiB"; };
+    const uint64_t per_layer_min = uint64_t(K) * one + shared_one;
+    if (used + per_layer_min * nl > opt.vram_budget)
+      throw usage_error("gpu model: --vram-budget " + gib(opt.vram_budget) + " is below the " + gib(used) +
+                        " of non-expert weights, state and scratch plus top_k = " + std::to_string(K) +
+                        " experts per layer (" + gib(per_layer_min * nl) + "); at least " +
+                        std::to_string(used + per_layer_min * nl) + " bytes (" + gib(used + per_layer_min * nl) +
+                        ") are needed");
+    slots = std::min<uint64_t>(E, ((opt.vram_budget - used) / nl - shared_one) / one);
+  }
+  for (uint32_t l = 0; l < nl; ++l) {
+    dsv4_gpu_layer& G = layers[l];
+    const expert_view* sh = G.moe.shared ? &host_shared[l] : nullptr;
+    if (fits)
+      G.moe = gpu::upload_moe(dev, host_experts[l], sh);
+    else
+      G.moe = gpu::alloc_moe_slots(dev, host_experts[l].at(0), E, uint32_t(slots), sh);
+    weight_bytes += matrix_bytes(G.moe.gate_up.w) + matrix_bytes(G.moe.down.w);
+  }
+  if (fits) {
+    host_experts.clear();
+    host_shared.clear();
+    return;
+  }
+  if (opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
+  cstats.active = true;
+  cstats.slots = uint32_t(slots);
+  cstats.slot_bytes = gpu::moe_slot_bytes(layers.at(0).moe);
+  cache.resize(nl);
+  for (uint32_t l = 0; l < nl; ++l) {
+    dsv4_gpu_cache_layer& C = cache[l];
+    C.slot_of.assign(E, 0xFFFFFFFFu);
+    C.expert_in.assign(slots, -1);
+    C.last_use.assign(slots, 0);
+    C.map = dev.alloc(uint64_t(E) * 4);
+    dev.upload(C.map, C.slot_of);
+    weight_bytes += C.map.size();
+  }
+}
+
+void dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids) {
+  dsv4_gpu_cache_layer& C = cache.at(l);
+  const uint32_t K = cfg.top_k, E = cfg.experts;
+  const uint64_t tick = ++cache_tick;
+  bool changed = false;
+  for (uint32_t j = 0; j < K; ++j) {
+    const uint32_t e = ids[j];
+    if (e >= E) continue;  // an invalid id: the MoE turns the token into NaN (as without the cache)
+    ++cstats.lookups;
+    if (C.slot_of[e] != 0xFFFFFFFFu) {
+      ++cstats.hits;
+      C.last_use[C.slot_of[e]] = tick;
+      continue;
+    }
+    // The least recently used slot not taken by this token (slots >= top_k, so one always exists).
+    uint32_t victim = 0;
+    uint64_t oldest = ~uint64_t(0);
+    for (uint32_t s = 0; s < C.expert_in.size(); ++s)
+      if (C.last_use[s] != tick && C.last_use[s] < oldest) oldest = C.last_use[s], victim = s;
+    if (C.expert_in[victim] >= 0) C.slot_of[size_t(C.expert_in[victim])] = 0xFFFFFFFFu;
+    const auto t0 = std::chrono::steady_clock::now();
+    gpu::write_moe_slot(dev, layers[l].moe, victim, host_experts[l][e]);
+    cstats.move_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cstats.bytes_moved += cstats.slot_bytes;
+    C.expert_in[victim] = int64_t(e);
+    C.slot_of[e] = victim;
+    C.last_use[victim] = tick;
+    changed = true;
+  }
+  if (changed) dev.upload(C.map, C.slot_of);
 }
 
 }  // namespace cmfx::driver

@@ -269,7 +269,9 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
     c.cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
                          vk::PipelineStageFlagBits::eComputeShader, {}, mb, {}, {});
   }
-  constexpr uint32_t sets_per_pool = 512, max_bindings = 8;
+  constexpr uint32_t sets_per_pool = 512, max_bindings = 12;
+  if (b.size() > max_bindings)
+    throw gpu_error("dispatch of " + p->name + ": more than " + std::to_string(max_bindings) + " bindings");
   if (c.pools.empty() || c.sets_in_pool == sets_per_pool) {
     const vk::DescriptorPoolSize ps(vk::DescriptorType::eStorageBuffer, sets_per_pool * max_bindings);
     c.pools.emplace_back(d.dev, vk::DescriptorPoolCreateInfo({}, sets_per_pool, ps));

@@ -56,7 +56,7 @@ struct kernels::impl {
   uint64_t binding_limit = 0;               // tests: cap below maxStorageBufferRange
   matvec_tuning tune;                       // 0 fields: automatic
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
-  std::map<std::array<uint32_t, 5>, const detail::pipeline*> rows_pipes;    // (format, enc, rpt, unroll, i8)
+  std::map<std::array<uint32_t, 6>, const detail::pipeline*> rows_pipes;    // (format, enc, rpt, unroll, i8, x)
 
   explicit impl(device& d) : dev(d), info(d.info()) {
     lanes = std::clamp<uint32_t>(info.subgroup_size, 4, 64);
@@ -136,6 +136,9 @@ struct kernels::impl {
     if (!c.rows_per_team) c.rows_per_team = 4;
     if (!c.unroll) c.unroll = (i8 && f == format::q2tp) ? 1 : 2;
     c.unroll = std::min<uint32_t>(c.unroll, 4);
+    // f32 activations read by every lane from the buffer, not staged in shared memory: FP8 0.25 → 0.64-0.69 of
+    // the roofline, q4tp 0.15 → 0.34, MXFP4 0.19 → 0.29 (H200, docs/VULKAN.md "Activation source").
+    if (!c.x_source) c.x_source = 2;
     return c;
   }
   /// The #defines of shaders/matvec_rows.comp for one variant (also the base of the MoE mode, kernels_moe.cpp).
@@ -143,11 +146,11 @@ struct kernels::impl {
     std::ostringstream d;
     d << "#define TEAMS " << teams << "\n#define RPT " << t.rows_per_team << "\n#define ROWS_PER_WG "
       << teams * t.rows_per_team << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
-      << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n" << detail::tab_defines() << format_defines(f, enc);
+      << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n#define X_GLOBAL " << (t.x_source == 2 ? 1 : 0) << "\n" << detail::tab_defines() << format_defines(f, enc);
     return d.str();
   }
   const detail::pipeline* rows_pipe(format f, scale_encoding enc, const matvec_tuning& t, bool i8) {
-    const std::array<uint32_t, 5> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8};
+    const std::array<uint32_t, 6> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8, t.x_source};
     if (auto it = rows_pipes.find(key); it != rows_pipes.end()) return it->second;
     const detail::pipeline* p = pipe("matvec_rows.comp", rows_defs(f, enc, t, i8), lanes * teams, 6, sizeof(mat_pc));
     rows_pipes.emplace(key, p);
@@ -185,6 +188,12 @@ struct kernels::impl {
     if (per_row > room) throw usage_error("matrix rows too long for one storage binding on this device");
     uint64_t step = std::min<uint64_t>(RY, room / per_row);
     if (step >= 256) step -= step % 256;
+    // Slices start on a multiple of 4 rows (the row kernel's largest rows per subgroup) past R0, so that a
+    // subgroup's rows never straddle an FP8 scale tile (matvec_rows.comp takes row 0's scale for all of them).
+    if (step >= 4) step -= step % 4;
+    uint32_t block_rows = 1;
+    visit_format(w.fmt, [&]<class F>() { block_rows = F::block_rows; });
+    const bool tile_safe = block_rows == 1 || step % 4 == 0;
     for (uint64_t r0 = R0; r0 < R; r0 += step) {
       const uint64_t r1 = std::min(R, r0 + step);
       const detail::slice sl = detail::slice_of(w, r0, r1);
@@ -225,7 +234,7 @@ struct kernels::impl {
       b[5] = bind_range(info, tables, 0, tables.size()).b;
       const bool aligned_io = dequant ? pc.yoff % 4 == 0 : pc.xoff % 4 == 0;
       pc.fast = !generic && C % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0 && aligned_io;
-      const bool rows = rp && pc.fast;
+      const bool rows = rp && pc.fast && tile_safe;
       if (i8 && !rows) throw gpu_error("matvec_q8: this matrix slice cannot take the row kernel");
       uint32_t gx, gy;
       grid(ceil_div(r1 - r0, rows ? teams * rt.rows_per_team : rows_per_wg), gx, gy);
@@ -293,7 +302,8 @@ void kernels::set_binding_limit(uint64_t bytes) { p_->binding_limit = bytes; }
 
 void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
-  if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) || t.rows_per_team > 4)
+  if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) || t.rows_per_team > 4 ||
+      t.x_source > 2)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;
 }

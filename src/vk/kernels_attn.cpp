@@ -1,6 +1,7 @@
-// Host side of the attention kernels: sparse attention with sink over gathered KV rows (shaders/attn_sparse.comp),
-// the compressor's pooling + RMSNorm (shaders/attn_pool.comp) and the lightning indexer's scores
-// (shaders/attn_index.comp). One dispatch each; docs/VULKAN.md "Attention kernels" gives contracts and tolerances.
+// Host side of the attention kernels: sparse attention with sink over gathered KV rows (shaders/attn_sparse.comp,
+// split over keys at decode and combined by shaders/attn_combine.comp), the compressor's pooling + RMSNorm
+// (shaders/attn_pool.comp) and the lightning indexer's scores (shaders/attn_index.comp). docs/VULKAN.md
+// "Attention kernels" gives contracts and tolerances.
 #include "kernels_ops.hpp"
 
 namespace cmfx::gpu {
@@ -12,13 +13,45 @@ namespace {
 // logits stay within the 16 KiB of shared memory every accepted device has for head_dim ≤ attn_max_head_dim.
 constexpr uint32_t attn_heads_per_wg = 4;
 constexpr uint32_t attn_keys_per_tile = 16;
+// Split over keys (flash decoding): when rows × head blocks is below attn_split_target_wgs, each row's key slots
+// are cut into up to ceil(target / (rows × head blocks)) splits of whole tiles (at least attn_min_split_tiles
+// each), so that a decode step (1 row × 16 head blocks) still fills a large GPU (132 SMs × a few resident
+// workgroups) and no workgroup streams hundreds of keys serially. One tile is the floor: a split's fixed cost
+// (q of its heads, its partial o written and read back) is about one tile's key reads; the target bounds the
+// scratch and the combine's reads (≤ 32 splits of 64 heads × 512 at decode: 4.2 MB).
+constexpr uint64_t attn_split_target_wgs = 512;
+constexpr uint32_t attn_min_split_tiles = 1;
 // attn_index.comp: index heads whose q rows are staged in shared memory at a time (8 KiB).
 constexpr uint32_t index_q_floats = 2048;
 
+// How one sparse_attention dispatch is cut: nhb head blocks; per row `splits` splits of `split_tiles` tiles
+// (the last may be shorter); max_splits bounds splits for every key count of the shape (the scratch size).
+struct attn_plan {
+  uint32_t nhb = 1, max_splits = 1, splits = 1, split_tiles = 1;
+};
+
+attn_plan plan_of(const kernels::attn_shape& sh) {
+  attn_plan p;
+  p.nhb = (sh.heads + attn_heads_per_wg - 1) / attn_heads_per_wg;
+  const uint64_t base = std::max<uint64_t>(uint64_t(sh.rows) * p.nhb, 1);
+  p.max_splits = base >= attn_split_target_wgs ? 1 : uint32_t((attn_split_target_wgs + base - 1) / base);
+  const uint32_t tiles = (sh.keys + attn_keys_per_tile - 1) / attn_keys_per_tile;
+  p.splits = std::clamp<uint32_t>(tiles / attn_min_split_tiles, 1, p.max_splits);
+  p.split_tiles = std::max<uint32_t>((tiles + p.splits - 1) / p.splits, 1);
+  p.splits = std::max<uint32_t>((tiles + p.split_tiles - 1) / p.split_tiles, 1);  // no empty split
+  return p;
+}
+
 }  // namespace
 
+uint64_t kernels::attn_scratch_floats(const attn_shape& sh) {
+  const attn_plan p = plan_of(sh);
+  // per (row, head, split): head_dim accumulator floats, then (max, denominator) after all accumulators
+  return p.max_splits > 1 ? uint64_t(p.max_splits) * sh.rows * sh.heads * (uint64_t(sh.head_dim) + 2) : 0;
+}
+
 void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
-                               view o) {
+                               view o, view scratch) {
   const char* op = "sparse_attention";
   if (sh.head_dim == 0 || sh.head_dim > attn_max_head_dim)
     throw usage_error(std::string(op) + ": head_dim must be in [1, " + std::to_string(attn_max_head_dim) + "]");
@@ -27,32 +60,49 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
     throw usage_error(std::string(op) + ": more KV rows than an int32 index can name");
   if (sh.rows == 0) return;
   const detail::op_env e = detail::op_env_of(*p_);
+  const attn_plan pl = plan_of(sh);
   const uint64_t hd = sh.head_dim, qb = uint64_t(sh.rows) * sh.heads * hd * 4, ab = uint64_t(sh.kv_a_rows) * hd * 4,
-                 bb = uint64_t(sh.kv_b_rows) * hd * 4, ib = uint64_t(sh.rows) * sh.keys * 4;
+                 bb = uint64_t(sh.kv_b_rows) * hd * 4, ib = uint64_t(sh.rows) * sh.keys * 4,
+                 xb = attn_scratch_floats(sh) * 4;
   detail::need_view(q, qb, op, "q");
   if (sh.kv_a_rows) detail::need_view(kv_a, ab, op, "kv_a");
   if (sh.kv_b_rows) detail::need_view(kv_b, bb, op, "kv_b");
   if (sh.keys) detail::need_view(idx, ib, op, "idx");
   if (sinks) detail::need_view(sinks, uint64_t(sh.heads) * 4, op, "sinks");
   detail::need_view(o, qb, op, "o");
+  if (xb) detail::need_view(scratch, xb, op, "scratch");  // the shape's bound, whatever this call's split count
+  const bool split = pl.splits > 1;
+  if (split && c.in_concurrent())
+    throw usage_error(std::string(op) + ": a split shape is two dependent dispatches: not inside begin_concurrent");
   const detail::bound b_q = e.bind(q, qb), b_a = e.bind(sh.kv_a_rows ? kv_a : view(), ab),
                       b_b = e.bind(sh.kv_b_rows ? kv_b : view(), bb), b_i = e.bind(sh.keys ? idx : view(), ib),
-                      b_s = e.bind(sinks, uint64_t(sh.heads) * 4), b_o = e.bind(o, qb);
-  const uint32_t nhb = (sh.heads + attn_heads_per_wg - 1) / attn_heads_per_wg;
+                      b_s = e.bind(sinks, uint64_t(sh.heads) * 4), b_o = e.bind(o, qb),
+                      b_x = e.bind(split ? scratch : view(), xb);
   struct {
     uint32_t rows, heads, keys, ka, kb, nhb, qoff, aoff, boff, ioff, soff, has_sink, ooff;
     float scale;
-  } pc{sh.rows,          sh.heads,          sh.keys,           sh.kv_a_rows,      sh.kv_b_rows,
-       nhb,              b_q.residual / 4,  b_a.residual / 4,  b_b.residual / 4,  b_i.residual / 4,
-       b_s.residual / 4, sinks ? 1u : 0u,   b_o.residual / 4,  sh.scale};
-  const uint32_t wg = detail::op_env::wg;
+    uint32_t splits, split_keys, xoff;
+  } pc{sh.rows,          sh.heads,          sh.keys,           sh.kv_a_rows,     sh.kv_b_rows,
+       pl.nhb,           b_q.residual / 4,  b_a.residual / 4,  b_b.residual / 4, b_i.residual / 4,
+       b_s.residual / 4, sinks ? 1u : 0u,   b_o.residual / 4,  sh.scale,         pl.splits,
+       pl.split_tiles * attn_keys_per_tile, b_x.residual / 4};
+  const uint32_t wg = detail::op_env::wg, opt = (sh.head_dim + wg - 1) / wg;
   const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_HB", attn_heads_per_wg) +
-                           detail::def_u("ATT_KT", attn_keys_per_tile) +
-                           detail::def_u("ATT_OPT", (sh.head_dim + wg - 1) / wg);
-  const detail::binding b[6] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b};
+                           detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt);
+  const detail::binding b[7] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b, b_x.b};
   uint32_t gx, gy;
-  e.grid(uint64_t(sh.rows) * nhb, gx, gy);
-  detail::dispatch(c.impl(), e.pipe("attn_sparse.comp", defs, wg, 6, sizeof pc), b, &pc, sizeof pc, gx, gy);
+  e.grid(uint64_t(sh.rows) * pl.nhb * pl.splits, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("attn_sparse.comp", defs, wg, 7, sizeof pc), b, &pc, sizeof pc, gx, gy);
+  if (!split) return;
+  // Combine the splits of each (row, head) with the sink (shaders/attn_combine.comp).
+  const uint32_t cpc[7] = {sh.rows, sh.heads, pl.splits, b_x.residual / 4, b_s.residual / 4, sinks ? 1u : 0u,
+                           b_o.residual / 4};
+  const detail::binding cb[3] = {b_x.b, b_s.b, b_o.b};
+  e.grid(uint64_t(sh.rows) * sh.heads, gx, gy);
+  detail::dispatch(c.impl(),
+                   e.pipe("attn_combine.comp", detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_OPT", opt),
+                          wg, 3, sizeof cpc),
+                   cb, cpc, sizeof cpc, gx, gy);
 }
 
 void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out) {

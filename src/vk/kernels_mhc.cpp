@@ -19,9 +19,11 @@ void check(const kernels::hc_shape& sh, const char* op) {
   if (sh.d == 0) throw usage_error(std::string(op) + ": d must be > 0");
 }
 
-std::string defines(bool post) {
-  return detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_BLOCK", block) + "#define HC_POST " + (post ? "1" : "0") +
-         "\n";
+/// hc_rows: the mix rows + 1 (the sum of squares), 1 without a mix — a compile-time constant of the shader, so
+/// that its per-row accumulators live in registers.
+std::string defines(bool post, uint32_t hc_rows) {
+  return detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_BLOCK", block) + detail::def_u("HC_ROWS", hc_rows) +
+         "#define HC_POST " + (post ? "1" : "0") + "\n";
 }
 
 struct block_pc {
@@ -78,7 +80,7 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
   const detail::binding b[6] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
   uint32_t gx, gy;
   e.grid(uint64_t(tokens) * nblk(sh), gx, gy);
-  detail::dispatch(c.impl(), e.pipe("mhc_block.comp", defines(post), block, 6, sizeof pc), b, &pc, sizeof pc, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("mhc_block.comp", defines(post, mix ? rows + 1 : 1), block, 6, sizeof pc), b, &pc, sizeof pc, gx, gy);
 }
 
 void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool head, view partials, view X, view base,
@@ -121,12 +123,14 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
                0,
                0};
   const detail::binding b[7] = {pb.b, xb.b, bb.b, sb.b, cb.b, yb.b, nb.b};
-  const std::string defs = detail::def_u("HC_MAX", hc_max) + "#define HC_HEAD " + (head ? "1" : "0") +
+  const uint32_t wg = detail::op_env::wg;
+  const std::string defs = detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_N", sh.hc) +
+                           detail::def_u("HC_COLS", (sh.d + wg - 1) / wg) + "#define HC_HEAD " + (head ? "1" : "0") +
                            "\n#define HC_NORM " + (norm ? "1" : "0") + "\n";
   const uint32_t nbind = norm ? 7 : 6;
   uint32_t gx, gy;
   e.grid(tokens, gx, gy);
-  detail::dispatch(c.impl(), e.pipe("mhc_finish.comp", defs, detail::op_env::wg, nbind, sizeof pc),
+  detail::dispatch(c.impl(), e.pipe("mhc_finish.comp", defs, wg, nbind, sizeof pc),
                    std::span<const detail::binding>(b, nbind), &pc, sizeof pc, gx, gy);
 }
 

@@ -14,16 +14,77 @@ namespace {
 
 std::string expert_name(size_t i) { return "matrix " + std::to_string(i); }
 
+/// The layout of `count` matrices of format f (R×C, scale encoding enc) stacked into one device matrix, checked
+/// against the stacking rules (q8_2f, FP8 scale tiles, groups straddling two matrices). `who` prefixes errors.
+struct stack_plan {
+  gpu_matrix one, st;  // one matrix and the stacked matrix (format and shape only)
+  uint64_t data_bytes = 0, scale_bytes = 0, one_data = 0, one_scale = 0;
+  uint32_t block_rows = 1;
+  detail::slice src;  // the planes of one matrix
+};
+
+stack_plan plan_stack(const std::string& who, format f, scale_encoding enc, uint64_t R, uint64_t C, uint64_t count) {
+  if (f == format::q8_2f)
+    throw usage_error(who +
+                      ": q8_2f has one column-scale vector per matrix, so experts cannot share one "
+                      "stacked matrix; use matmul per expert");
+  stack_plan p;
+  p.one.fmt = f, p.one.scale_enc = enc, p.one.rows = R, p.one.cols = C;
+  p.st.fmt = f, p.st.scale_enc = enc, p.st.rows = count * R, p.st.cols = C;
+  bool ok = false;
+  visit_format(f, [&]<class F>() {
+    const uint64_t sb = enc == scale_encoding::f32 ? 4 : 1;
+    ok = F::shape_ok(R, C) && F::shape_ok(count * R, C);
+    p.data_bytes = F::data_bytes(count * R, C), p.scale_bytes = F::scale_bytes(count * R, C) * sb;
+    p.one_data = F::data_bytes(R, C), p.one_scale = F::scale_bytes(R, C) * sb;
+    p.block_rows = F::block_rows;
+  });
+  if (!ok)
+    throw usage_error(who + ": " + std::string(format_name(f)) + " cannot hold " + std::to_string(R) + "x" +
+                      std::to_string(C) + " experts");
+  if (R % p.block_rows)
+    throw usage_error(who + ": " + std::to_string(R) + " rows per expert is not a multiple of the format's " +
+                      std::to_string(p.block_rows) + "-row scale tiles");
+  p.src = detail::slice_of(p.one, 0, R);
+  return p;
+}
+
+/// One plane of matrix e of the stack: bytes at offset `from` of the matrix's data (or scale) tensor go to offset
+/// `to` of the stacked data (or scale) tensor.
+struct plane_copy {
+  bool in_scale = false;
+  uint64_t from = 0, to = 0, bytes = 0;
+};
+
+/// The planes of matrix e of the stack (upload_experts and write_moe_slot place them alike).
+std::vector<plane_copy> plane_copies(const std::string& who, const stack_plan& p, uint64_t e) {
+  const uint64_t R = p.one.rows;
+  const detail::slice dst = detail::slice_of(p.st, e * R, (e + 1) * R);
+  if (dst.e_off != 0 || p.src.e_off != 0)
+    throw usage_error(who + ": an expert's " + std::to_string(R * p.one.cols) +
+                      " elements do not end on a group boundary of " + std::string(format_name(p.one.fmt)));
+  std::vector<plane_copy> out;
+  for (int i = 0; i < 3; ++i) {
+    if (p.src.bytes[i] == 0) continue;
+    uint64_t off = dst.off[i], bytes = dst.bytes[i];
+    if (p.src.in_scale[i] && p.block_rows > 1) off = e * p.src.bytes[i], bytes = p.src.bytes[i];  // whole tiles
+    if (bytes != p.src.bytes[i])
+      throw usage_error(who + ": plane " + std::to_string(i) + " of " + std::string(format_name(p.one.fmt)) +
+                        " cannot be stacked");
+    if (off + bytes > (p.src.in_scale[i] ? p.scale_bytes : p.data_bytes))
+      throw usage_error(who + ": stacked plane out of range");
+    out.push_back({p.src.in_scale[i], p.src.off[i], off, bytes});
+  }
+  return out;
+}
+
 }  // namespace
 
 gpu_experts upload_experts(device& dev, format f, std::span<const matrix_view> mats) {
   if (mats.empty()) throw usage_error("upload_experts: no matrices");
   const matrix_view& m0 = mats[0];
   const uint64_t E = mats.size(), R = m0.rows, C = m0.cols;
-  if (f == format::q8_2f)
-    throw usage_error(
-        "upload_experts: q8_2f has one column-scale vector per matrix, so experts cannot share one "
-        "stacked matrix; use matmul per expert");
+  const stack_plan p = plan_stack("upload_experts", f, m0.scale_enc, R, C, E);
   for (size_t i = 0; i < mats.size(); ++i) {
     const matrix_view& m = mats[i];
     if (m.rows != R || m.cols != C || m.scale_enc != m0.scale_enc || m.data_bytes != m0.data_bytes ||
@@ -31,48 +92,13 @@ gpu_experts upload_experts(device& dev, format f, std::span<const matrix_view> m
       throw usage_error("upload_experts: " + expert_name(i) +
                         " differs from matrix 0 in shape, scale encoding or size");
   }
-  gpu_matrix one;  // one expert, for its plane layout
-  one.fmt = f, one.scale_enc = m0.scale_enc, one.rows = R, one.cols = C;
-  gpu_matrix st;  // the stacked matrix
-  st.fmt = f, st.scale_enc = m0.scale_enc, st.rows = E * R, st.cols = C;
-  uint64_t data_bytes = 0, scale_bytes = 0, one_data = 0, one_scale = 0;
-  uint32_t block_rows = 1;
-  bool ok = false;
-  visit_format(f, [&]<class F>() {
-    const uint64_t sb = m0.scale_enc == scale_encoding::f32 ? 4 : 1;
-    ok = F::shape_ok(R, C) && F::shape_ok(E * R, C);
-    data_bytes = F::data_bytes(E * R, C), scale_bytes = F::scale_bytes(E * R, C) * sb;
-    one_data = F::data_bytes(R, C), one_scale = F::scale_bytes(R, C) * sb;
-    block_rows = F::block_rows;
-  });
-  if (!ok)
-    throw usage_error("upload_experts: " + std::string(format_name(f)) + " cannot hold " + std::to_string(R) + "x" +
-                      std::to_string(C) + " experts");
-  if (m0.data_bytes != one_data || m0.scale_bytes != one_scale)
+  if (m0.data_bytes != p.one_data || m0.scale_bytes != p.one_scale)
     throw usage_error("upload_experts: payload or scale size does not match the format");
-  if (R % block_rows)
-    throw usage_error("upload_experts: " + std::to_string(R) + " rows per expert is not a multiple of the format's " +
-                      std::to_string(block_rows) + "-row scale tiles");
-  std::vector<uint8_t> data(data_bytes, 0), scale(scale_bytes, 0);
-  const detail::slice src = detail::slice_of(one, 0, R);
-  for (uint64_t e = 0; e < E; ++e) {
-    const detail::slice dst = detail::slice_of(st, e * R, (e + 1) * R);
-    if (dst.e_off != 0 || src.e_off != 0)
-      throw usage_error("upload_experts: an expert's " + std::to_string(R * C) +
-                        " elements do not end on a group boundary of " + std::string(format_name(f)));
-    for (int i = 0; i < 3; ++i) {
-      if (src.bytes[i] == 0) continue;
-      uint64_t off = dst.off[i], bytes = dst.bytes[i];
-      if (src.in_scale[i] && block_rows > 1) off = e * src.bytes[i], bytes = src.bytes[i];  // whole tile tensors
-      if (bytes != src.bytes[i])
-        throw usage_error("upload_experts: plane " + std::to_string(i) + " of " + std::string(format_name(f)) +
-                          " cannot be stacked");
-      const uint8_t* from = (src.in_scale[i] ? mats[e].scale : mats[e].data) + src.off[i];
-      std::vector<uint8_t>& to = src.in_scale[i] ? scale : data;
-      if (off + bytes > to.size()) throw usage_error("upload_experts: stacked plane out of range");
-      std::memcpy(to.data() + off, from, bytes);
-    }
-  }
+  std::vector<uint8_t> data(p.data_bytes, 0), scale(p.scale_bytes, 0);
+  for (uint64_t e = 0; e < E; ++e)
+    for (const plane_copy& pc : plane_copies("upload_experts", p, e))
+      std::memcpy((pc.in_scale ? scale : data).data() + pc.to, (pc.in_scale ? mats[e].scale : mats[e].data) + pc.from,
+                  pc.bytes);
   // The stacked layout decodes the first and last row of every expert exactly as the expert itself.
   const matrix_view sv{
       data.data(), data.size(), scale.empty() ? nullptr : scale.data(), scale.size(), m0.scale_enc, E * R, C};
@@ -94,18 +120,69 @@ gpu_experts upload_experts(device& dev, format f, std::span<const matrix_view> m
   return out;
 }
 
+namespace {
+
+/// x has the formats and shapes of x0 (gate/up [I, d], down [d, I]); `fn` names the caller in errors.
+void check_like(const std::string& fn, const expert_view& x, const expert_view& x0, const std::string& who,
+                bool is_shared) {
+  if (x.gate_fmt != x0.gate_fmt || x.up_fmt != x0.up_fmt || x.down_fmt != x0.down_fmt)
+    throw usage_error(fn + ": " + who + " has other formats than expert 0" +
+                      (is_shared ? " (run the shared expert with matmul / swiglu_clamp / matmul)" : ""));
+  if (x.gate.rows != x0.gate.rows || x.gate.cols != x0.gate.cols || x.up.rows != x0.gate.rows ||
+      x.up.cols != x0.gate.cols || x.down.rows != x0.gate.cols || x.down.cols != x0.gate.rows)
+    throw usage_error(fn + ": " + who + " shapes are not gate/up [I, d], down [d, I] of expert 0");
+}
+
+/// Copies the planes of matrix `index` of the stack e (a layer from alloc_moe_slots) from v.
+void write_stacked(device& dev, const std::string& fn, const gpu_experts& e, uint64_t index, const matrix_view& v,
+                   const char* role) {
+  const gpu_matrix& w = e.w;
+  const stack_plan p = plan_stack(fn, w.fmt, w.scale_enc, e.rows_per_expert, w.cols, e.count);
+  if (v.rows != e.rows_per_expert || v.cols != w.cols || v.scale_enc != w.scale_enc || v.data_bytes != p.one_data ||
+      v.scale_bytes != p.one_scale)
+    throw usage_error(fn + ": " + role + " is " + std::to_string(v.rows) + "x" + std::to_string(v.cols) + " with " +
+                      std::to_string(v.data_bytes) + " + " + std::to_string(v.scale_bytes) +
+                      " bytes (or another scale encoding); the layer's is " + std::to_string(e.rows_per_expert) + "x" +
+                      std::to_string(w.cols) + " with " + std::to_string(p.one_data) + " + " +
+                      std::to_string(p.one_scale));
+  for (const plane_copy& pc : plane_copies(fn, p, index))
+    dev.upload(view(pc.in_scale ? w.scale : w.data, pc.to, pc.bytes), (pc.in_scale ? v.scale : v.data) + pc.from,
+               pc.bytes);
+}
+
+/// Writes expert x (checked against the layer) at stacked index `index` of m.
+void write_expert(device& dev, const std::string& fn, const gpu_moe& m, uint64_t index, const expert_view& x) {
+  if (x.gate_fmt != m.gate_up.w.fmt || x.up_fmt != m.gate_up.w.fmt || x.down_fmt != m.down.w.fmt)
+    throw usage_error(fn + ": the expert's formats are not the layer's");
+  write_stacked(dev, fn, m.gate_up, 2 * index, x.gate, "gate");
+  write_stacked(dev, fn, m.gate_up, 2 * index + 1, x.up, "up");
+  write_stacked(dev, fn, m.down, index, x.down, "down");
+}
+
+/// Device buffers for the stacked matrices of `count` matrices shaped like v (format f).
+gpu_experts alloc_stacked(device& dev, const std::string& fn, format f, const matrix_view& v, uint64_t count) {
+  const stack_plan p = plan_stack(fn, f, v.scale_enc, v.rows, v.cols, count);
+  if (v.data_bytes != p.one_data || v.scale_bytes != p.one_scale)
+    throw usage_error(fn + ": payload or scale size does not match the format");
+  for (uint64_t e : {uint64_t(0), count - 1}) (void)plane_copies(fn, p, e);  // stackable (same rule for every e)
+  gpu_experts out;
+  out.w.fmt = f, out.w.scale_enc = v.scale_enc, out.w.rows = p.st.rows, out.w.cols = p.st.cols;
+  out.w.data = dev.alloc(p.data_bytes);
+  if (p.scale_bytes) out.w.scale = dev.alloc(p.scale_bytes);
+  out.count = uint32_t(count);
+  out.rows_per_expert = v.rows;
+  return out;
+}
+
+}  // namespace
+
 gpu_moe upload_moe(device& dev, std::span<const expert_view> experts, const expert_view* shared) {
   if (experts.empty()) throw usage_error("upload_moe: no experts");
   const expert_view& x0 = experts[0];
   if (x0.gate_fmt != x0.up_fmt) throw usage_error("upload_moe: gate and up must share one format");
   std::vector<matrix_view> gu, dn;
   auto add = [&](const expert_view& x, const std::string& who) {
-    if (x.gate_fmt != x0.gate_fmt || x.up_fmt != x0.up_fmt || x.down_fmt != x0.down_fmt)
-      throw usage_error("upload_moe: " + who + " has other formats than expert 0" +
-                        (&x == shared ? " (run the shared expert with matmul / swiglu_clamp / matmul)" : ""));
-    if (x.gate.rows != x0.gate.rows || x.gate.cols != x0.gate.cols || x.up.rows != x0.gate.rows ||
-        x.up.cols != x0.gate.cols || x.down.rows != x0.gate.cols || x.down.cols != x0.gate.rows)
-      throw usage_error("upload_moe: " + who + " shapes are not gate/up [I, d], down [d, I] of expert 0");
+    check_like("upload_moe", x, x0, who, &x == shared);
     gu.push_back(x.gate);
     gu.push_back(x.up);
     dn.push_back(x.down);
@@ -120,6 +197,45 @@ gpu_moe upload_moe(device& dev, std::span<const expert_view> experts, const expe
   m.dim = x0.gate.cols;
   m.inter = x0.gate.rows;
   return m;
+}
+
+gpu_moe alloc_moe_slots(device& dev, const expert_view& proto, uint32_t experts, uint32_t slots,
+                        const expert_view* shared) {
+  const std::string fn = "alloc_moe_slots";
+  if (experts == 0 || slots == 0) throw usage_error(fn + ": experts and slots must be > 0");
+  if (proto.gate_fmt != proto.up_fmt) throw usage_error(fn + ": gate and up must share one format");
+  check_like(fn, proto, proto, "expert 0", false);
+  if (shared) check_like(fn, *shared, proto, "the shared expert", true);
+  const uint64_t count = uint64_t(slots) + (shared ? 1 : 0);
+  gpu_moe m;
+  m.gate_up = alloc_stacked(dev, fn, proto.gate_fmt, proto.gate, 2 * count);
+  m.down = alloc_stacked(dev, fn, proto.down_fmt, proto.down, count);
+  m.experts = experts;
+  m.slots = slots;
+  m.shared = shared != nullptr;
+  m.dim = proto.gate.cols;
+  m.inter = proto.gate.rows;
+  if (shared) write_expert(dev, fn, m, slots, *shared);
+  return m;
+}
+
+void write_moe_slot(device& dev, const gpu_moe& m, uint32_t slot, const expert_view& ex) {
+  const std::string fn = "write_moe_slot";
+  if (m.slots == 0) throw usage_error(fn + ": the layer is fully resident (no slots)");
+  if (slot >= m.slots)
+    throw usage_error(fn + ": slot " + std::to_string(slot) + " of a layer of " + std::to_string(m.slots) + " slots");
+  write_expert(dev, fn, m, slot, ex);
+}
+
+uint64_t moe_slot_bytes(const gpu_moe& m) {
+  uint64_t total = 0;
+  for (const gpu_experts* e : {&m.gate_up, &m.down}) {
+    if (e->count == 0) continue;
+    const stack_plan p = plan_stack("moe_slot_bytes", e->w.fmt, e->w.scale_enc, e->rows_per_expert, e->w.cols,
+                                    e->count);
+    for (const plane_copy& pc : plane_copies("moe_slot_bytes", p, 0)) total += pc.bytes * (e == &m.gate_up ? 2 : 1);
+  }
+  return total;
 }
 
 namespace {
@@ -164,11 +280,19 @@ void bind_planes(const detail::op_env& e, const gpu_matrix& w, detail::binding* 
   pc.fast = w.cols % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0;
 }
 
-std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t rpw, uint32_t top_k, bool shared,
+/// The expert-cache defines (MOE_SLOTS, MOE_E) of a cached layer; empty for a resident one, whose shaders compile
+/// as without a cache.
+std::string slot_defines(const gpu_moe& m) {
+  if (!m.slots) return {};
+  return "#define MOE_SLOTS " + std::to_string(m.slots) + "\n" + detail::def_u("MOE_E", m.experts);
+}
+
+std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t rpw, uint32_t top_k, const gpu_moe& m,
                         float limit) {
   return "#define TEAMS " + std::to_string(e.teams) + "\n#define ROWS_PER_WG " + std::to_string(rpw) + "\n" +
-         detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + std::string(shared ? "1" : "0") + "\n" +
-         detail::def_f("MOE_LIMIT", limit) + detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
+         detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + std::string(m.shared ? "1" : "0") + "\n" +
+         detail::def_f("MOE_LIMIT", limit) + slot_defines(m) + detail::tab_defines() +
+         format_defines(w.fmt, w.scale_enc);
 }
 
 /// Batch 1 with int8 activations through the row kernel (shaders/matvec_rows.comp in its MOE_ROWS mode): quantise
@@ -177,7 +301,7 @@ std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t r
 /// does not apply (no int8 kernel for a format, a row block that would straddle two experts, a short or unaligned
 /// scratch); kernels::moe then takes its two-pass f32 path.
 bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
-                 view ids, view weights, uint32_t top_k, float limit, view h, view out) {
+                 view ids, view weights, uint32_t top_k, float limit, view h, view out, view slot_map) {
   const uint64_t d = m.dim, I = m.inter, S = top_k + (m.shared ? 1 : 0);
   std::string dgu, ddn;
   uint32_t rgu = 0, rdn = 0;
@@ -189,7 +313,7 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
                  o_hq = (o_xq + xq_bytes + 15) / 16 * 16;
   // Each slot's quantised h must start on 16 bytes (the kernel reads it as uvec4): I a multiple of 64.
   if ((2 * I) % rgu || d % rdn || I % 64 || d % 32 || h.bytes < o_hq + hq_bytes || h.offset % 16) return false;
-  detail::binding bg[7], bd[7];
+  detail::binding bg[8], bd[8];
   mat_pc pg{}, pd{};
   bind_planes(e, m.gate_up.w, bg, pg);
   bind_planes(e, m.down.w, bd, pd);
@@ -201,20 +325,27 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
                       xqb = e.bind(xqv, xq_bytes), hqb = e.bind(hqv, hq_bytes), ib = e.bind(ids, top_k * 4),
                       wb = e.bind(weights, top_k * 4), ob = e.bind(out, d * 4), tb = e.bind(e.tables, e.tables.size());
   if (xqb.residual % 16 || hqb.residual % 16) return false;
+  // the slot map (cached layers): binding 7 of the row kernel, binding 3 of moe_sum; its offset in x_stride
+  const uint32_t nb_rows = m.slots ? 8 : 7;
+  detail::bound sb{};
+  if (m.slots) sb = e.bind(slot_map, uint64_t(m.experts) * 4);
   auto moe_defs = [&](uint64_t rpe, uint64_t xstride) {
     return "#define MOE_ROWS 1\n" + detail::def_u("MOE_RPE", rpe) + detail::def_u("MOE_TOPK", top_k) +
            "#define MOE_SHARED " + std::string(m.shared ? "1" : "0") + "\n" + detail::def_u("MOE_E", m.experts) +
-           detail::def_u("MOE_XSTRIDE", xstride);
+           detail::def_u("MOE_XSTRIDE", xstride) +
+           (m.slots ? "#define MOE_SLOTS " + std::to_string(m.slots) + "\n" : std::string());
   };
   uint32_t gx, gy;
   k.quantize_act(c, m.gate_up.w.fmt, x, 1, d, xqv);
   // gate/up rows of every slot's expert → gu [S, 2I]
   pg.rows = uint32_t(m.gate_up.w.rows), pg.cols = uint32_t(d), pg.n = 1, pg.r0 = 0;
   pg.xoff = xqb.residual / 4, pg.yoff = gub.residual / 4, pg.pad = ib.residual / 4;
-  bg[3] = xqb.b, bg[4] = gub.b, bg[5] = tb.b, bg[6] = ib.b;
+  bg[3] = xqb.b, bg[4] = gub.b, bg[5] = tb.b, bg[6] = ib.b, bg[7] = sb.b;
+  pg.x_stride = sb.residual / 4;
   e.grid(S * (2 * I / rgu), gx, gy);
-  detail::dispatch(c.impl(), e.pipe("matvec_rows.comp", dgu + moe_defs(2 * I, 0), e.lanes * e.teams, 7, sizeof pg),
-                   bg, &pg, sizeof pg, gx, gy);
+  detail::dispatch(c.impl(),
+                   e.pipe("matvec_rows.comp", dgu + moe_defs(2 * I, 0), e.lanes * e.teams, nb_rows, sizeof pg),
+                   std::span<const detail::binding>(bg, nb_rows), &pg, sizeof pg, gx, gy);
   // h = silu(min(g, L)) · clamp(u) · w
   {
     const uint32_t pc[4] = {uint32_t(I), gub.residual / 4, hb.residual / 4, wb.residual / 4};
@@ -228,20 +359,24 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
   // down rows of every slot's expert on its quantised h → y [S, d]
   pd.rows = uint32_t(m.down.w.rows), pd.cols = uint32_t(I), pd.n = 1, pd.r0 = 0;
   pd.xoff = hqb.residual / 4, pd.yoff = yb.residual / 4, pd.pad = ib.residual / 4;
-  bd[3] = hqb.b, bd[4] = yb.b, bd[5] = tb.b, bd[6] = ib.b;
+  bd[3] = hqb.b, bd[4] = yb.b, bd[5] = tb.b, bd[6] = ib.b, bd[7] = sb.b;
+  pd.x_stride = sb.residual / 4;
   e.grid(S * (d / rdn), gx, gy);
   detail::dispatch(c.impl(),
-                   e.pipe("matvec_rows.comp", ddn + moe_defs(d, kernels::act_q8_bytes(I) / 4), e.lanes * e.teams, 7,
-                          sizeof pd),
-                   bd, &pd, sizeof pd, gx, gy);
+                   e.pipe("matvec_rows.comp", ddn + moe_defs(d, kernels::act_q8_bytes(I) / 4), e.lanes * e.teams,
+                          nb_rows, sizeof pd),
+                   std::span<const detail::binding>(bd, nb_rows), &pd, sizeof pd, gx, gy);
   // out = Σ in ascending expert id, then the shared expert
   {
-    const uint32_t pc[4] = {uint32_t(d), yb.residual / 4, ob.residual / 4, ib.residual / 4};
-    const detail::binding b[3] = {yb.b, ib.b, ob.b};
+    const uint32_t pc[5] = {uint32_t(d), yb.residual / 4, ob.residual / 4, ib.residual / 4, sb.residual / 4};
+    const detail::binding b[4] = {yb.b, ib.b, ob.b, sb.b};
+    const uint32_t nb = m.slots ? 4 : 3, pcb = m.slots ? 20 : 16;  // moe_sum's ms_pc with / without smoff
     e.grid(ceil_div(d, detail::op_env::wg), gx, gy);
     const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") +
-                             "\n" + detail::def_u("MOE_E", m.experts);
-    detail::dispatch(c.impl(), e.pipe("moe_sum.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc, gx, gy);
+                             "\n" + detail::def_u("MOE_E", m.experts) +
+                             (m.slots ? "#define MOE_SLOTS " + std::to_string(m.slots) + "\n" : std::string());
+    detail::dispatch(c.impl(), e.pipe("moe_sum.comp", defs, detail::op_env::wg, nb, pcb),
+                     std::span<const detail::binding>(b, nb), pc, pcb, gx, gy);
   }
   return true;
 }
@@ -249,8 +384,15 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
 }  // namespace
 
 void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k,
-                  float limit, view h, view out, act_precision act) {
+                  float limit, view h, view out, act_precision act, view slot_map) {
   if (m.experts == 0 || !m.gate_up.w.data || !m.down.w.data) throw usage_error("moe: empty layer");
+  if (m.slots > 0 && !slot_map)
+    throw usage_error("moe: the layer is an expert cache of " + std::to_string(m.slots) + " slots: pass its slot_map");
+  if (m.slots == 0 && slot_map) throw usage_error("moe: a slot_map was given for a fully resident layer");
+  const uint64_t stacked = uint64_t(m.slots ? m.slots : m.experts) + (m.shared ? 1 : 0);
+  if (m.down.count != stacked || m.gate_up.count != 2 * stacked)
+    throw usage_error("moe: the stacked matrices do not hold the layer's " + std::to_string(stacked) + " experts");
+  if (m.slots) detail::need_view(slot_map, uint64_t(m.experts) * 4, "moe", "slot_map");
   if (top_k == 0 || top_k > route_max_k)
     throw usage_error("moe: top_k must be in [1, " + std::to_string(route_max_k) + "]");
   if (!(limit > 0.0f)) throw usage_error("moe: limit must be > 0 (moe.hpp clamps always)");
@@ -264,14 +406,18 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
   detail::need_view(weights, pairs * 4, "moe", "weights");
   detail::need_view(h, slots * I * 4, "moe", "h");
   detail::need_view(out, n * d * 4, "moe", "out");
-  if (act == act_precision::i8 && n == 1 && moe_rows_i8(*this, *p_, e, c, m, x, ids, weights, top_k, limit, h, out))
+  if (act == act_precision::i8 && n == 1 &&
+      moe_rows_i8(*this, *p_, e, c, m, x, ids, weights, top_k, limit, h, out, slot_map))
     return;
   const detail::bound ib = e.bind(ids, pairs * 4), wb = e.bind(weights, pairs * 4),
                       tb = e.bind(e.tables, e.tables.size());
+  // cached layers: the slot map at binding 8, its offset in pc.pad (the routed count becomes the define MOE_E)
+  const detail::bound sb = m.slots ? e.bind(slot_map, E * 4) : detail::bound{};
+  const uint32_t nb = m.slots ? 9 : 8;
   // phase 1: gate/up + SwiGLU → h
   {
     const gpu_matrix& w = m.gate_up.w;
-    detail::binding b[8];
+    detail::binding b[9];
     mat_pc pc{};
     bind_planes(e, w, b, pc);
     const uint32_t rpw = rows_per_wg(I, e.teams);
@@ -279,29 +425,29 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
     b[3] = xb.b, b[4] = hb.b, b[5] = tb.b, b[6] = ib.b, b[7] = wb.b;
     pc.n = n, pc.xoff = xb.residual / 4, pc.x_stride = ib.residual / 4, pc.yoff = hb.residual / 4,
     pc.y_stride = wb.residual / 4, pc.pad = uint32_t(E);
+    if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;  // E is the define MOE_E then
     uint32_t gx, gy;
     e.grid(slots * (I / rpw), gx, gy);
     detail::dispatch(
-        c.impl(),
-        e.pipe("moe_up.comp", moe_defines(e, w, rpw, top_k, m.shared, limit), e.lanes * e.teams, 8, sizeof pc), b, &pc,
-        sizeof pc, gx, gy);
+        c.impl(), e.pipe("moe_up.comp", moe_defines(e, w, rpw, top_k, m, limit), e.lanes * e.teams, nb, sizeof pc),
+        std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
   }
   // phase 2: down + the weighted sum in ascending expert id → out
   {
     const gpu_matrix& w = m.down.w;
-    detail::binding b[8];
+    detail::binding b[9];
     mat_pc pc{};
     bind_planes(e, w, b, pc);
     const uint32_t rpw = rows_per_wg(d, e.teams);
     const detail::bound hb = e.bind(h, slots * I * 4), ob = e.bind(out, n * d * 4);
     b[3] = hb.b, b[4] = ob.b, b[5] = tb.b, b[6] = ib.b, b[7] = wb.b;
     pc.n = n, pc.xoff = hb.residual / 4, pc.x_stride = ib.residual / 4, pc.yoff = ob.residual / 4, pc.pad = uint32_t(E);
+    if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;
     uint32_t gx, gy;
     e.grid(uint64_t(n) * (d / rpw), gx, gy);
     detail::dispatch(
-        c.impl(),
-        e.pipe("moe_down.comp", moe_defines(e, w, rpw, top_k, m.shared, limit), e.lanes * e.teams, 8, sizeof pc), b,
-        &pc, sizeof pc, gx, gy);
+        c.impl(), e.pipe("moe_down.comp", moe_defines(e, w, rpw, top_k, m, limit), e.lanes * e.teams, nb, sizeof pc),
+        std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
   }
 }
 

@@ -12,6 +12,7 @@
 //     the CPU top-k of the float64 scores except at near-ties (both scores within twice that bound of the k-th).
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "cmfx/ops/reduce.hpp"
@@ -51,6 +52,69 @@ std::string both(const std::vector<float>& got, const std::vector<float>& cpu, c
 }
 
 // ---------------------------------------------------------------- sparse attention
+
+// The CPU loop of dsv4_attention.cpp composed from the CPU ops (f32 logits of double dots, attend_sink, double
+// accumulation) into cpu, and float64 throughout into f64, for outputs [rows, H, hd] before any rope. key(i): row i
+// of [kv_a; kv_b] (i ≥ 0); sinks nullptr: no sink (−inf).
+template <class Key>
+void attn_reference(const std::vector<float>& q, uint32_t rows, uint32_t H, uint32_t hd, uint32_t keys,
+                    const std::vector<int32_t>& idx, const float* sinks, float scale, Key key, std::vector<float>& cpu,
+                    std::vector<double>& f64) {
+  cpu.assign(uint64_t(rows) * H * hd, 0.0f);
+  f64.assign(cpu.size(), 0.0);
+  std::vector<const float*> kr;
+  std::vector<float> lg;
+  std::vector<double> acc(hd), dl, accd(hd);
+  for (uint32_t t = 0; t < rows; ++t) {
+    kr.clear();
+    for (uint32_t k = 0; k < keys; ++k)
+      if (const int32_t i = idx[uint64_t(t) * keys + k]; i >= 0) kr.push_back(key(i));
+    for (uint32_t h = 0; h < H; ++h) {
+      const float* qh = q.data() + (uint64_t(t) * H + h) * hd;
+      const float sk = sinks ? sinks[h] : kNegInf;
+      lg.resize(kr.size());
+      dl.resize(kr.size());
+      for (size_t k = 0; k < kr.size(); ++k) {
+        lg[k] = float(ops_detail::dot(qh, kr[k], hd) * double(scale));
+        double d = 0;
+        for (uint32_t c2 = 0; c2 < hd; ++c2) d += double(qh[c2]) * double(kr[k][c2]);
+        dl[k] = d * double(scale);
+      }
+      attend_sink(lg, sk, lg);
+      double m = sinks ? double(sk) : -std::numeric_limits<double>::infinity(), den = 0;
+      for (double v : dl) m = std::max(m, v);
+      if (sinks) den = std::exp(double(sk) - m);
+      for (double& v : dl) den += (v = std::exp(v - m));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(accd.begin(), accd.end(), 0.0);
+      for (size_t k = 0; k < kr.size(); ++k)
+        for (uint32_t c2 = 0; c2 < hd; ++c2) {
+          acc[c2] += double(lg[k]) * double(kr[k][c2]);
+          accd[c2] += dl[k] / den * double(kr[k][c2]);
+        }
+      float* oc = cpu.data() + (uint64_t(t) * H + h) * hd;
+      double* od = f64.data() + (uint64_t(t) * H + h) * hd;
+      for (uint32_t c2 = 0; c2 < hd; ++c2) oc[c2] = float(acc[c2]), od[c2] = accd[c2];
+    }
+  }
+}
+
+/// sparse_attention with its scratch (attn_scratch_floats; a guarded buffer, poisoned: a read of an unwritten
+/// split would surface as NaN) recorded into c; returns the scratch (empty when the shape needs none).
+std::unique_ptr<guarded> attn_record(suite& s, gpu::commands& c, const gpu::kernels::attn_shape& sh, gpu::view q,
+                                     gpu::view kv_a, gpu::view kv_b, gpu::view idx, gpu::view sinks, gpu::view o) {
+  const uint64_t xf = gpu::kernels::attn_scratch_floats(sh);
+  std::unique_ptr<guarded> x = xf ? std::make_unique<guarded>(s.dev, xf * 4) : nullptr;
+  s.kern.sparse_attention(c, sh, q, kv_a, kv_b, idx, sinks, o, x ? x->payload() : gpu::view());
+  return x;
+}
+
+std::string scratch_intact(const std::unique_ptr<guarded>& x, uint64_t floats) {
+  if (!x) return {};
+  std::vector<float> tmp(floats);
+  std::string why;
+  return x->read(tmp.data(), why) ? std::string() : "scratch: " + why;
+}
 
 struct attn_cfg {
   uint32_t rows, heads, hd, rd, window, comp, picks;  // comp: compressed entries; picks: per row (≤ comp)
@@ -120,51 +184,24 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   sh.kv_b_rows = a.comp;
   sh.scale = scale;
   gpu::commands c = s.dev.begin();
-  s.kern.sparse_attention(c, sh, qb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
-                          og.payload());
+  const auto xg = attn_record(s, c, sh, qb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib,
+                              a.sink ? gpu::view(sb) : gpu::view(), og.payload());
   s.kern.rope(c, og.payload(), cb, rows, H, hd, a.rd, true);
   s.submit(c);
   std::vector<float> got(q.size());
   if (auto why = read_all(og, got); !why.empty()) return why;
+  if (auto why = scratch_intact(xg, gpu::kernels::attn_scratch_floats(sh)); !why.empty()) return why;
 
-  // CPU ops (the loop of dsv4_attention.cpp) and float64
-  std::vector<float> cpu(q.size());
-  std::vector<double> f64(q.size());
-  std::vector<const float*> kr;
-  std::vector<float> lg;
-  std::vector<double> acc(hd), dl, accd(hd);
-  for (uint32_t t = 0; t < rows; ++t) {
-    kr.clear();
-    for (uint32_t k = 0; k < keys; ++k) {
-      const int32_t i = idx[uint64_t(t) * keys + k];
-      if (i >= 0) kr.push_back(uint32_t(i) < W ? ring.data() + uint64_t(i) * hd : comp.data() + uint64_t(i - W) * hd);
-    }
+  // CPU ops (the loop of dsv4_attention.cpp) and float64, then the inverse rope of each head's tail
+  std::vector<float> cpu;
+  std::vector<double> f64;
+  attn_reference(q, rows, H, hd, keys, idx, a.sink ? sinks.data() : nullptr, scale,
+                 [&](int32_t i) { return uint32_t(i) < W ? ring.data() + uint64_t(i) * hd : comp.data() + uint64_t(i - W) * hd; },
+                 cpu, f64);
+  for (uint32_t t = 0; t < rows; ++t)
     for (uint32_t h = 0; h < H; ++h) {
-      const float* qh = q.data() + (uint64_t(t) * H + h) * hd;
-      const float sk = a.sink ? sinks[h] : kNegInf;
-      lg.resize(kr.size());
-      dl.resize(kr.size());
-      for (size_t k = 0; k < kr.size(); ++k) {
-        lg[k] = float(ops_detail::dot(qh, kr[k], hd) * double(scale));
-        double d = 0;
-        for (uint32_t c2 = 0; c2 < hd; ++c2) d += double(qh[c2]) * double(kr[k][c2]);
-        dl[k] = d / std::sqrt(double(hd));
-      }
-      attend_sink(lg, sk, lg);
-      double m = a.sink ? double(sk) : -std::numeric_limits<double>::infinity(), den = 0;
-      for (double v : dl) m = std::max(m, v);
-      if (a.sink) den = std::exp(double(sk) - m);
-      for (double& v : dl) den += (v = std::exp(v - m));
-      std::fill(acc.begin(), acc.end(), 0.0);
-      std::fill(accd.begin(), accd.end(), 0.0);
-      for (size_t k = 0; k < kr.size(); ++k)
-        for (uint32_t c2 = 0; c2 < hd; ++c2) {
-          acc[c2] += double(lg[k]) * double(kr[k][c2]);
-          accd[c2] += dl[k] / den * double(kr[k][c2]);
-        }
       float* oc = cpu.data() + (uint64_t(t) * H + h) * hd;
       double* od = f64.data() + (uint64_t(t) * H + h) * hd;
-      for (uint32_t c2 = 0; c2 < hd; ++c2) oc[c2] = float(acc[c2]), od[c2] = accd[c2];
       apply_rope_cs(std::span<float>(oc + hd - a.rd, a.rd), cs[t], true);
       for (uint32_t i = 0; i < a.rd; i += 2) {  // inverse rotation of the pair (x, y) by the angle of cs
         const double co = cs[t][i], si = cs[t][i + 1], x = od[hd - a.rd + i], y = od[hd - a.rd + i + 1];
@@ -172,7 +209,6 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
         od[hd - a.rd + i + 1] = -x * si + y * co;
       }
     }
-  }
   if (a.specials)  // the all-masked row is exactly 0 (the sink takes the whole mass)
     for (uint64_t i = 0; i < uint64_t(H) * hd; ++i)
       if (got[i] != 0.0f) return "all-masked row: output " + std::to_string(i) + " = " + std::to_string(got[i]) + ", not 0";
@@ -189,7 +225,7 @@ std::string attn_invalid_case(suite& s, std::string& info) {
   guarded og(s.dev, q.size() * 4);
   gpu::kernels::attn_shape sh{2, H, hd, keys, 5, 0, 0.125f};
   gpu::commands c = s.dev.begin();
-  s.kern.sparse_attention(c, sh, qb, kb, gpu::view(), ib, gpu::view(), og.payload());
+  const auto xg = attn_record(s, c, sh, qb, kb, gpu::view(), ib, gpu::view(), og.payload());
   s.submit(c);
   std::vector<float> got(q.size());
   if (auto why = read_all(og, got); !why.empty()) return why;
@@ -198,6 +234,95 @@ std::string attn_invalid_case(suite& s, std::string& info) {
   for (uint64_t i = uint64_t(H) * hd; i < got.size(); ++i)
     if (!std::isfinite(got[i])) return "valid row: output " + std::to_string(i) + " not finite";
   info = "row 0 NaN, row 1 finite";
+  return {};
+}
+
+// Shapes that split the key slots over workgroups (flash decoding, attn_sparse.comp + attn_combine.comp) — and
+// their neighbours that do not — on plain random index lists into [kv_a; kv_b].
+struct split_cfg {
+  uint32_t rows, heads, hd, keys;
+  bool sink = true;
+  float masked = 0;       // fraction of randomly masked slots
+  bool masked_run = false;  // each row also masks a run of keys / 2 consecutive slots (whole splits)
+  int32_t empty_row = -1;   // this row all masked (output exactly 0)
+  float q_sigma = 1.0f;
+  bool want_split = true;  // the case exists to exercise splits: fail when the shape is not split
+};
+
+std::string attn_split_case(suite& s, uint64_t seed, const split_cfg& a, std::string& info) {
+  rng r(seed);
+  const uint32_t H = a.heads, hd = a.hd, rows = a.rows, keys = a.keys;
+  const uint32_t na = std::max<uint32_t>(1, keys / 2 + 3), nb = keys / 3;  // KV rows of kv_a, kv_b (nb may be 0)
+  const std::vector<float> kva = r.normal(uint64_t(na) * hd), kvb = r.normal(uint64_t(std::max(nb, 1u)) * hd);
+  const std::vector<float> q = r.normal(uint64_t(rows) * H * hd, a.q_sigma), sinks = r.normal(H, 1.5f);
+  std::vector<int32_t> idx(uint64_t(rows) * keys);
+  for (uint32_t t = 0; t < rows; ++t) {
+    int32_t* row = idx.data() + uint64_t(t) * keys;
+    for (uint32_t k = 0; k < keys; ++k)
+      row[k] = a.masked > 0 && r.uniform(0, 1) < a.masked ? -1 : int32_t(r.below(na + nb));
+    if (a.masked_run && keys >= 2) {
+      const uint32_t k0 = uint32_t(r.below(keys / 2 + 1));
+      std::fill(row + k0, row + k0 + keys / 2, -1);
+    }
+    if (int32_t(t) == a.empty_row) std::fill(row, row + keys, -1);
+  }
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  const gpu::buffer qb = upload(s.dev, q), ab = upload(s.dev, kva), bb = upload(s.dev, kvb), ib = upload(s.dev, idx),
+                    sb = upload(s.dev, sinks);
+  guarded og(s.dev, q.size() * 4);
+  gpu::kernels::attn_shape sh{rows, H, hd, keys, na, nb, scale};
+  gpu::commands c = s.dev.begin();
+  const auto xg = attn_record(s, c, sh, qb, ab, nb ? gpu::view(bb) : gpu::view(), ib,
+                              a.sink ? gpu::view(sb) : gpu::view(), og.payload());
+  const uint32_t dispatches = c.dispatch_count();
+  s.submit(c);
+  if (a.want_split != (dispatches == 2))
+    return "shape " + std::string(dispatches == 2 ? "splits" : "does not split") + " (" + std::to_string(dispatches) +
+           " dispatches): the case no longer tests what it names";
+  std::vector<float> got(q.size());
+  if (auto why = read_all(og, got); !why.empty()) return why;
+  if (auto why = scratch_intact(xg, gpu::kernels::attn_scratch_floats(sh)); !why.empty()) return why;
+  std::vector<float> cpu;
+  std::vector<double> f64;
+  attn_reference(q, rows, H, hd, keys, idx, a.sink ? sinks.data() : nullptr, scale,
+                 [&](int32_t i) { return uint32_t(i) < na ? kva.data() + uint64_t(i) * hd : kvb.data() + uint64_t(i - na) * hd; },
+                 cpu, f64);
+  if (a.empty_row >= 0)
+    for (uint64_t i = uint64_t(a.empty_row) * H * hd; i < uint64_t(a.empty_row + 1) * H * hd; ++i)
+      if (got[i] != 0.0f) return "all-masked row: output " + std::to_string(i) + " = " + std::to_string(got[i]) + ", not 0";
+  if (auto why = both(got, cpu, f64, info, kAttnMaxAbsRel); !why.empty()) return why;
+  info += dispatches == 2 ? ", split" : ", 1 pass";
+  return {};
+}
+
+// An invalid index (past the KV rows, or < −1) inside one split of row 0 makes all of row 0 NaN (every head) and
+// leaves row 1 finite. isolate: row 0's other slots masked and no sink, so the split holding the bad index has no
+// finite logit (max −inf, denominator NaN) and every other split is empty.
+std::string attn_split_invalid_case(suite& s, uint64_t seed, uint32_t H, uint32_t hd, uint32_t keys, int32_t bad,
+                                    bool isolate, std::string& info) {
+  rng r(seed);
+  const uint32_t n = 40;
+  const std::vector<float> q = r.normal(2ull * H * hd), kv = r.normal(uint64_t(n) * hd), sinks = r.normal(H, 1.5f);
+  std::vector<int32_t> idx(2ull * keys);
+  for (auto& v : idx) v = int32_t(r.below(n));
+  if (isolate) std::fill(idx.begin(), idx.begin() + keys, -1);
+  idx[keys * 2 / 3] = bad < 0 ? bad : int32_t(n) + bad;
+  const gpu::buffer qb = upload(s.dev, q), kb = upload(s.dev, kv), ib = upload(s.dev, idx), sb = upload(s.dev, sinks);
+  guarded og(s.dev, q.size() * 4);
+  gpu::kernels::attn_shape sh{2, H, hd, keys, n, 0, 0.125f};
+  gpu::commands c = s.dev.begin();
+  const auto xg = attn_record(s, c, sh, qb, kb, gpu::view(), ib, isolate ? gpu::view() : gpu::view(sb), og.payload());
+  const uint32_t dispatches = c.dispatch_count();
+  s.submit(c);
+  if (dispatches != 2) return "shape does not split: the case no longer tests what it names";
+  std::vector<float> got(q.size());
+  if (auto why = read_all(og, got); !why.empty()) return why;
+  if (auto why = scratch_intact(xg, gpu::kernels::attn_scratch_floats(sh)); !why.empty()) return why;
+  for (uint64_t i = 0; i < uint64_t(H) * hd; ++i)
+    if (!std::isnan(got[i])) return "row with an invalid index: output " + std::to_string(i) + " is not NaN";
+  for (uint64_t i = uint64_t(H) * hd; i < got.size(); ++i)
+    if (!std::isfinite(got[i])) return "valid row: output " + std::to_string(i) + " not finite";
+  info = "split; row 0 NaN, row 1 finite";
   return {};
 }
 
@@ -387,16 +512,64 @@ void attn_cases(suite& s) {
   at("HCA 2x8x512 window 128 + up to 3000 entries (t/128)", {2, 8, 512, 64, 128, 3000, 3000, 1.0f, true, true});
   at("odd shape 2x5x96 rope 32 window 17 + 23 of 40", {2, 5, 96, 32, 17, 40, 23});
   s.run("sparse_attn", "-", "out-of-range index gives NaN", [&](uint64_t, R& info) { return attn_invalid_case(s, info); });
+  // Split over keys (decode shapes): keys 1, 7 (one tile: one pass), 130, 640, 1100; rows 1 and 3; heads 64 and 5;
+  // head_dim 512, 64 and a ragged 96; masked slots and runs of masked splits, an all-masked row, no sink. And the
+  // one-pass kernel over many tiles (rows × head blocks ≥ the split target: prefill).
+  auto sp = [&](const R& name, split_cfg a) {
+    s.run("sparse_attn", "-", name, [=, &s](uint64_t seed, R& info) { return attn_split_case(s, seed, a, info); });
+  };
+  sp("split 1x64x512 keys 640", {1, 64, 512, 640});
+  sp("split 1x64x512 keys 1100, q x3 (peaked)", {1, 64, 512, 1100, true, 0, false, -1, 3.0f});
+  sp("split 1x64x512 keys 130, masked 20% + runs", {1, 64, 512, 130, true, 0.2f, true});
+  sp("split 1x64x512 keys 640 no sink, masked runs", {1, 64, 512, 640, false, 0.1f, true});
+  sp("split 1x64x512 keys 640 all masked", {1, 64, 512, 640, true, 0, false, 0});
+  sp("split 1x64x512 keys 640 all masked, no sink", {1, 64, 512, 640, false, 0, false, 0});
+  sp("split 3x64x64 keys 1100, masked, all-masked row 1", {3, 64, 64, 1100, true, 0.1f, true, 1});
+  sp("split 3x64x512 keys 130 no sink", {3, 64, 512, 130, false});
+  sp("split 1x5x64 keys 640 no sink, masked runs", {1, 5, 64, 640, false, 0.1f, true});
+  sp("split 3x5x512 keys 1100, masked, all-masked row 2", {3, 5, 512, 1100, true, 0.1f, true, 2});
+  sp("split 1x5x96 keys 130", {1, 5, 96, 130});
+  sp("split 3x5x64 keys 640, q x3 (peaked)", {3, 5, 64, 640, true, 0, false, -1, 3.0f});
+  sp("one pass 1x64x512 keys 7, masked", {1, 64, 512, 7, true, 0.3f, false, -1, 1.0f, false});
+  sp("one pass 1x64x512 keys 1", {1, 64, 512, 1, true, 0, false, -1, 1.0f, false});
+  sp("one pass 3x5x64 keys 1 no sink", {3, 5, 64, 1, false, 0, false, -1, 1.0f, false});
+  sp("one pass 3x5x512 keys 7 no sink, all-masked row 0", {3, 5, 512, 7, false, 0, false, 0, 1.0f, false});
+  sp("one pass (many rows) 128x16x64 keys 300, masked, all-masked row 5",
+     {128, 16, 64, 300, true, 0.1f, true, 5, 1.0f, false});
+  auto sb = [&](const R& name, uint32_t H, uint32_t hd, uint32_t keys, int32_t bad, bool isolate) {
+    s.run("sparse_attn", "-", name, [=, &s](uint64_t seed, R& info) {
+      return attn_split_invalid_case(s, seed, H, hd, keys, bad, isolate, info);
+    });
+  };
+  sb("split: index past the rows gives NaN", 64, 512, 640, 0, false);
+  sb("split: index -2 gives NaN", 5, 64, 1100, -2, false);
+  sb("split: lone invalid index, no sink gives NaN", 64, 64, 130, 3, true);
   s.run("sparse_attn", "-", "bad shapes rejected", [&](uint64_t, R& info) -> R {
     gpu::kernels::attn_shape sh{1, 64, 1024, 4, 8, 0, 1.0f};
     try {
       gpu::commands c = s.dev.begin();
-      s.kern.sparse_attention(c, sh, gpu::view(), gpu::view(), gpu::view(), gpu::view(), gpu::view(), gpu::view());
+      s.kern.sparse_attention(c, sh, gpu::view(), gpu::view(), gpu::view(), gpu::view(), gpu::view(), gpu::view(),
+                              gpu::view());
     } catch (const std::exception& e) {
       info = e.what();
       return R(e.what()).find("head_dim") == R::npos ? "error does not name head_dim" : "";
     }
     return "head_dim 1024 accepted";
+  });
+  s.run("sparse_attn", "-", "split: short scratch rejected", [&](uint64_t, R& info) -> R {
+    gpu::kernels::attn_shape sh{1, 64, 512, 640, 640, 0, 1.0f};
+    const uint64_t xf = gpu::kernels::attn_scratch_floats(sh);
+    if (xf == 0) return "decode shape needs no scratch: the case no longer tests what it names";
+    const gpu::buffer qb = s.dev.alloc(64ull * 512 * 4), kb = s.dev.alloc(640ull * 512 * 4), ib = s.dev.alloc(640 * 4),
+                      ob = s.dev.alloc(64ull * 512 * 4), xb = s.dev.alloc(xf * 4);
+    try {
+      gpu::commands c = s.dev.begin();
+      s.kern.sparse_attention(c, sh, qb, kb, gpu::view(), ib, gpu::view(), ob, gpu::view(xb, 0, xf * 4 - 4));
+    } catch (const std::exception& e) {
+      info = e.what();
+      return R(e.what()).find("scratch") == R::npos ? "error does not name scratch" : "";
+    }
+    return "scratch one float short accepted";
   });
 
   auto pl = [&](const R& name, pool_cfg p) {

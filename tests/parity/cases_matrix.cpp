@@ -268,6 +268,19 @@ void matrix_cases(suite& s) {
     s.run("matvec", fn, "64x16384 (several activation tiles)", [&](uint64_t seed, std::string& info) {
       return matmul_case<F>(s, seed, 64, 16384, 1, false, false, info);
     });
+    // Activations read by every lane from the buffer instead of a shared-memory tile (matvec_tuning::x_source).
+    for (const shape& sh : {shape{37, 512, 1}, shape{64, 16384, 1}})
+      for (uint32_t rpt : {1u, 4u})
+        s.run("matvec", fn, shape_name(sh.rows, sh.cols) + " x from buffer, rows/team " + std::to_string(rpt),
+              [&](uint64_t seed, std::string& info) {
+                gpu::matvec_tuning t;
+                t.rows_per_team = rpt;
+                t.x_source = 2;
+                s.kern.set_tuning(t);
+                const std::string why = matmul_case<F>(s, seed, sh.rows, sh.cols, 1, false, false, info);
+                s.kern.set_tuning({});
+                return why;
+              });
     s.run("matvec", fn, "4x96x256 concurrent + dependent", [&](uint64_t seed, std::string& info) {
       return concurrent_case<F>(s, seed, info);
     });

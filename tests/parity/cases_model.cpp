@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <random>
 
+#include "cmfx/core/error.hpp"
 #include "commands.hpp"
 #include "harness.hpp"
 #include "model/dsv4_forward.hpp"
@@ -148,6 +149,58 @@ std::string snapshot_case(suite& s, const std::string& path, uint64_t seed, std:
   return {};
 }
 
+/// The expert cache (dsv4_gpu_options::vram_budget): a budget that leaves about top_k + 2 of the experts' slots per
+/// layer. The cached graph must give logits bit-identical to the resident graph's at every position (its MoE reads
+/// the same experts through the slot map and sums in the same order) and the same routed experts; the statistics
+/// must add up (lookups = tokens · layers · top_k, bytes moved = misses · slot bytes) with both hits and misses;
+/// budgets with room for fewer than top_k experts per layer are refused.
+std::string cache_case(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, std::string& info) {
+  const dsv4_weights w = dsv4_load(path);
+  const dsv4_config& cf = w.cfg;
+  dsv4_gpu_options go;
+  go.max_ctx = tokens;
+  dsv4_gpu_model full(w, s.dev, s.kern, go);
+  const expert_view& e0 = w.layers.at(0).experts.at(0);
+  auto vb = [](const matrix_view& v) { return v.data_bytes + v.scale_bytes; };
+  const uint64_t one = vb(e0.gate) + vb(e0.up) + vb(e0.down);
+  const uint32_t want = std::min(cf.top_k + 2, cf.experts - 1);
+  go.vram_budget = full.weight_bytes() + full.state_bytes() - uint64_t(cf.layers) * (cf.experts - want) * one;
+  dsv4_gpu_model cached(w, s.dev, s.kern, go);
+  const dsv4_gpu_cache_stats& cs = cached.cache_stats();
+  if (!cs.active) return "a budget below the resident size did not activate the expert cache";
+  if (cs.slots < cf.top_k || cs.slots >= cf.experts) return "slots per layer " + std::to_string(cs.slots) + " out of range";
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
+  dsv4_trace tf, tc;
+  for (uint64_t t = 0; t < tokens; ++t) {
+    const uint32_t id = pick(g);
+    if (full.step(id, true, &tf) != cached.step(id, true, &tc))
+      return "position " + std::to_string(t) + ": the cached graph's logits differ from the resident graph's";
+  }
+  if (auto d = first_diff(tf.experts, tc.experts, "routed experts (cached vs resident)"); !d.empty()) return d;
+  const uint64_t lookups = tokens * cf.layers * cf.top_k;
+  if (cs.tokens != tokens || cs.lookups != lookups) return "statistics: tokens or lookups do not add up";
+  if (cs.bytes_moved != (cs.lookups - cs.hits) * cs.slot_bytes) return "statistics: bytes moved != misses x slot bytes";
+  if (cs.hits == 0 || cs.hits == cs.lookups) return "statistics: expected both hits and misses";
+  // Room for top_k − 1 experts per layer (a token needs top_k resident at once), and 1 byte: both refused.
+  for (const uint64_t budget : {full.weight_bytes() + full.state_bytes() - uint64_t(cf.layers) * (cf.experts - cf.top_k + 1) * one,
+                                uint64_t(1)}) {
+    go.vram_budget = budget;
+    bool refused = false;
+    try {
+      dsv4_gpu_model tiny(w, s.dev, s.kern, go);
+    } catch (const usage_error&) {
+      refused = true;
+    }
+    if (!refused) return "a budget of " + std::to_string(budget) + " bytes (fewer than top_k slots) was accepted";
+  }
+  char b[200];
+  std::snprintf(b, sizeof b, "%u of %u slots/layer, %llu tokens bit-identical to resident, hit rate %.1f %%",
+                cs.slots, cf.experts, (unsigned long long)tokens, 100.0 * double(cs.hits) / double(cs.lookups));
+  info = b;
+  return {};
+}
+
 }  // namespace
 
 void model_cases(suite& s) {
@@ -167,6 +220,12 @@ void model_cases(suite& s) {
   });
   s.run("model_v4", "-", "release toy (FP8 dense, MXFP4 experts), 40 tokens", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("release", "native"), 40, seed, info);
+  });
+  s.run("model_v4", "-", "expert cache (--vram-budget), cmf q4tp toy, 48 tokens", [&](uint64_t seed, std::string& info) {
+    return cache_case(s, files.make("cmf", "q4tp"), 48, seed, info);
+  });
+  s.run("model_v4", "-", "expert cache, release toy (FP8 shared apart), 24 tokens", [&](uint64_t seed, std::string& info) {
+    return cache_case(s, files.make("release", "native"), 24, seed, info);
   });
 }
 

@@ -58,6 +58,21 @@ check "--device 99 exits 2" test $? -eq 2
 check "a prompt past --ctx exits 2" test $? -eq 2
 check "... naming the context" grep -q "context" "$T/e4.err"
 
+# --vram-budget: 1 byte is refused with the minimum; just above that minimum the expert cache runs (fewer slots than
+# experts) and the greedy ids stay the CPU's; --stats prints the cache line; the CPU backend refuses the flag.
+"${GPU[@]}" --raw-ids "1 2" --vram-budget 1 >/dev/null 2>"$T/v1.err"
+check "--vram-budget 1: exit 2" test $? -eq 2
+MIN=$(grep -oE 'at least [0-9]+ bytes' "$T/v1.err" | grep -oE '[0-9]+')
+check "... naming the minimum in bytes" test -n "$MIN"
+"${GPU[@]}" --raw-ids "0 5 9 100 2000 77" -n 24 --vram-budget "$((${MIN:-0} + 4096))" --stats >"$T/vc.out" 2>"$T/vc.err"
+check "--vram-budget (expert cache): exit 0" test $? -eq 0
+check "--vram-budget: GPU ids == CPU ids" test "$(head -n 1 "$T/vc.out")" = "$(head -n 1 "$T/raw.cpu")"
+check "--stats: cache line with a hit rate" grep -qE '^expert cache: [0-9]+ of [0-9]+ slots per layer.*hit rate' "$T/vc.err"
+"${CPU[@]}" --raw-ids "1 2" --vram-budget 1G >/dev/null 2>"$T/v2.err"
+check "--vram-budget on the CPU backend: exit 2" test $? -eq 2
+"${GPU[@]}" --raw-ids "1 2" --vram-budget 12X >/dev/null 2>"$T/v3.err"
+check "--vram-budget 12X: exit 2" test $? -eq 2
+
 # cmfx bench --synthetic tiny: the benchmark's machinery (roofline, warm-up, prefill, decode, seek, profile, JSON),
 # with FP8 dense matrices (wo_a groups inside a 128-row tile: uploaded decoded) and int8 expert activations.
 "$CMFX" bench --synthetic tiny --prompt 8 --tokens 8 --ctx 64 --roofline-mib 16 --profile --json >"$T/b1.out" 2>&1

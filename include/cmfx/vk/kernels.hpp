@@ -68,12 +68,31 @@ struct gpu_moe {
   uint32_t experts = 0;  ///< routed experts
   bool shared = false;   ///< a shared expert follows the routed ones
   uint64_t dim = 0, inter = 0;
+  /// 0: every routed expert resident, expert e at stacked index e. > 0 (an expert cache, alloc_moe_slots): the
+  /// stacked matrices hold `slots` routed experts at indices 0..slots−1 and the shared expert (if any) at index
+  /// `slots`; routed expert e is read from stacked index slot_map[e] (kernels::moe's slot_map).
+  uint32_t slots = 0;
 };
 
 /// Uploads the experts of one layer (gate/up/down of every expert: one format per role, equal shapes), and the
 /// shared expert (or nullptr) when it has the routed experts' formats and shapes — else usage_error: run it with
 /// matmul / swiglu_clamp / matmul instead.
 gpu_moe upload_moe(device& dev, std::span<const expert_view> experts, const expert_view* shared = nullptr);
+
+/// An expert cache of one MoE layer of `experts` routed experts (issue #9, --vram-budget): stacked matrices for
+/// `slots` routed experts (contents unspecified until write_moe_slot) plus the shared expert (or nullptr), uploaded
+/// now at index `slots`. Formats and shapes come from `proto` (any expert of the layer; its payload is not
+/// uploaded); the checks are upload_moe's and upload_experts' (gate/up one format, stacking rules, FP8 scale tiles,
+/// q8_2f refused) — usage_error otherwise, and for slots == 0 or experts == 0.
+gpu_moe alloc_moe_slots(device& dev, const expert_view& proto, uint32_t experts, uint32_t slots,
+                        const expert_view* shared = nullptr);
+/// Copies one expert's gate, up and down (every plane) into slot `slot` < m.slots of a layer from alloc_moe_slots
+/// (device::upload at the slot's offsets; synchronous like upload, so never while a recording that reads that slot
+/// runs). usage_error for a fully resident layer, a slot out of range, or formats / shapes / sizes other than
+/// the layer's.
+void write_moe_slot(device& dev, const gpu_moe& m, uint32_t slot, const expert_view& ex);
+/// Device bytes of one expert of m (gate, up and down, all planes): what write_moe_slot moves.
+uint64_t moe_slot_bytes(const gpu_moe& m);
 
 /// Counters of the pipeline machinery (for tests of the caches).
 struct pipeline_stats {
@@ -90,6 +109,9 @@ struct matvec_tuning {
   /// Batch-1 row kernel (shaders/matvec_rows.comp): rows one subgroup computes together (1, 2 or 4), so that
   /// each activation value read serves that many rows. 0: chosen from the shape.
   uint32_t rows_per_team = 0;
+  /// Batch-1 row kernel with f32 activations: 1 = staged in shared memory per workgroup, 2 = read by every lane
+  /// from the buffer (no staging barrier, no shared tile). 0: chosen per format.
+  uint32_t x_source = 0;
   bool legacy = false;  ///< true: never use the row kernel (comparisons in benchmarks)
 };
 
@@ -216,8 +238,12 @@ class kernels {
   /// of gate/up and of down are rounded to int8 per 32 values as in matmul(..., i8), and the selected experts' rows
   /// run on the batch-1 row kernel — six dispatches (quantise x, gate/up rows, SwiGLU · weight, quantise h, down
   /// rows, the sum in ascending expert id).
+  /// slot_map (uint32 [m.experts]; required iff m.slots > 0, usage_error otherwise): routed expert e's weights are
+  /// read at stacked index slot_map[e]. ids stay expert ids and the sums stay in ascending expert id, so the output
+  /// is bit-identical to that of the resident layer for the same experts; a selected expert whose entry is
+  /// ≥ m.slots makes that token's output NaN (nothing is read out of range).
   void moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k, float limit,
-           view h, view out, act_precision act = act_precision::f32);
+           view h, view out, act_precision act = act_precision::f32, view slot_map = view());
   static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k) {
     const uint64_t slots = top_k + (m.shared ? 1 : 0);
     return uint64_t(n) * slots * (3 * m.inter + m.dim) + act_q8_bytes(m.dim) / 4 + act_q8_bytes(m.inter, uint32_t(slots)) / 4 + 8;
@@ -240,10 +266,16 @@ class kernels {
   /// slots (the sink enlarges the denominator only; an all-masked row gives 0). q [rows, heads, head_dim], kv_a
   /// [kv_a_rows, head_dim], kv_b [kv_b_rows, head_dim] (no view when kv_b_rows == 0), idx int32 [rows, keys],
   /// sinks [heads] (no view: −inf, no sink). An index ≥ kv_a_rows + kv_b_rows (or < −1) makes that row and head's
-  /// output NaN. Any key count (online softmax over tiles of keys); one dispatch for all rows and heads. The inverse
-  /// RoPE of the output's rope tail is a separate rope(..., inverse = true) call.
+  /// output NaN. Any key count (online softmax over tiles of keys). Few rows × head blocks (decode): the key slots
+  /// are split over several workgroups that write partial (max, denominator, unnormalised o) to `scratch`, and a
+  /// second dispatch combines them with the sink (flash decoding; then never inside begin_concurrent); otherwise
+  /// one dispatch. scratch holds attn_scratch_floats(sh) floats (no view when that is 0). The inverse RoPE of the
+  /// output's rope tail is a separate rope(..., inverse = true) call.
   void sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
-                        view o);
+                        view o, view scratch);
+  /// Scratch floats of sparse_attention for sh: depends on rows, heads and head_dim only (not on keys), so one
+  /// buffer serves every key count of a row/head shape; 0 when the shape never splits (many rows, e.g. prefill).
+  static uint64_t attn_scratch_floats(const attn_shape& sh);
 
   /// Shape of one compressor pooling dispatch (§3.3 "Compressor"; V4.1 §4.2): `entries` closing windows of
   /// `ratio` positions; each position's rows of a (values) and s (scores, ape already added) hold `row_floats`

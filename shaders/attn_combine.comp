@@ -1,0 +1,49 @@
+#version 460
+#extension GL_GOOGLE_include_directive : require
+// Combine of split sparse attention (flash decoding; attn_sparse.comp with pc.splits > 1 wrote the splits), one
+// workgroup per (query row, head). Split s left a running max m_s (−inf: no finite logit), a denominator d_s
+// (no sink; NaN when it met an invalid index) and an unnormalised accumulator o_s, all relative to e^(−m_s):
+//   m = max(sink, m_s ...) (NaN-free),  d = e^(sink − m) + Σ_s d_s e^(m_s − m),  o = Σ_s o_s e^(m_s − m) / d.
+// d == 0 (all slots masked, no sink) gives 0; a NaN d_s makes the (row, head) output NaN, as the single-pass kernel.
+// Scratch layout (attn_sparse.comp): acc [(row·heads + h)·splits + s][ATT_HD], then the (m, d) pairs in that order.
+// Defines: ATT_HD (head_dim), ATT_OPT (= ceil(HD / WG)).
+#include "common/base.glsl"
+
+layout(push_constant) uniform combine_pc {
+  uint rows, heads, splits, xoff;
+  uint soff, has_sink, ooff;
+} pc;
+layout(std430, binding = 0) readonly buffer X { float xs[]; };
+layout(std430, binding = 1) readonly buffer S { float sinks[]; };
+layout(std430, binding = 2) writeonly buffer O { float os[]; };
+
+// max that never lets a NaN win (as the CPU's `a > m ? a : m`)
+float max_nf(float a, float b) { return a > b ? a : b; }
+
+void main() {
+  const uint rh = wg_index();  // row · heads + head
+  if (rh >= pc.rows * pc.heads) return;  // uniform over the workgroup
+  const uint lid = gl_LocalInvocationID.x, x0 = rh * pc.splits;
+  const uint md = pc.xoff + pc.rows * pc.heads * pc.splits * ATT_HD + 2u * x0;
+  const float sink = pc.has_sink != 0u ? sinks[pc.soff + rh % pc.heads] : -F32_INF;
+  float m = sink;
+  for (uint s = 0u; s < pc.splits; ++s) m = max_nf(xs[md + 2u * s], m);
+  float d = sink > -F32_INF ? exp(sink - m) : 0.0;
+  float acc[ATT_OPT];
+  [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) acc[i] = 0.0;
+  for (uint s = 0u; s < pc.splits; ++s) {
+    const float ms = xs[md + 2u * s], ds = xs[md + 2u * s + 1u];
+    const float w = ms > -F32_INF ? exp(ms - m) : 0.0;  // a split without a finite logit holds 0 (or NaN in d_s)
+    d += isnan(ds) ? ds : ds * w;
+    [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+      const uint c = lid + i * WG_SIZE;
+      if (c < ATT_HD) acc[i] = fma(xs[pc.xoff + (x0 + s) * ATT_HD + c], w, acc[i]);
+    }
+  }
+  const float inv = d > 0.0 ? 1.0 / d : 0.0;
+  const bool bad = isnan(d);
+  [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    if (c < ATT_HD) os[pc.ooff + rh * ATT_HD + c] = bad ? d : acc[i] * inv;
+  }
+}
