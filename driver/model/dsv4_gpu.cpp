@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -271,7 +272,10 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
       k.route_score(*cur, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
     ts.op("route");
     ts.mark(&dsv4_gpu_profile::route);
-    if (segmented) cut();  // run() makes this layer's selected experts resident here
+    if (segmented) {  // the selected ids to the host; run() makes those experts resident here
+      cur->copy(G.route_idx, view(readback, uint64_t(l) * K * 4, uint64_t(K) * 4), uint64_t(K) * 4);
+      cut();
+    }
     const view slot_map = segmented ? view(cache[l].map) : view();
     if (G.shared_apart) {
       // moe is two dependent dispatches: never inside a concurrent group.
@@ -338,16 +342,21 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
   if (cstats.active) {
     // Expert cache: after each layer's routing, make its selected experts resident, then run the next part.
     std::vector<uint32_t> ids(K);
+    std::vector<gpu::commands> fills;  // this token's expert copies, one recording per layer with a miss
+    fills.reserve(cf.layers);
+    const uint8_t* sel = dev.mapped(readback);
     dev.wait(pre);
     gpu::commands* prev = &rec->c;
     for (uint32_t l = 0; l < cf.layers; ++l) {
       dev.wait(*prev);
-      dev.download(layers[l].route_idx, ids.data(), uint64_t(K) * 4);
-      cache_fill(l, ids.data());
+      std::memcpy(ids.data(), sel + uint64_t(l) * K * 4, uint64_t(K) * 4);
+      fills.push_back(dev.begin());
+      if (cache_fill(l, ids.data(), fills.back())) dev.submit_async(fills.back());
       dev.submit_async(rec->segs.at(l));
       prev = &rec->segs[l];
     }
     dev.wait(*prev);
+    for (gpu::commands& f : fills) dev.wait(f);
     ++cstats.tokens;
   } else {
     // While the device runs this token, record the next position (decode); not when tracing (per-token downloads).

@@ -80,13 +80,16 @@ struct dsv4_gpu_model::impl {
   std::vector<std::vector<expert_view>> host_experts;
   std::vector<expert_view> host_shared;
   std::vector<dsv4_gpu_cache_layer> cache;
+  gpu::buffer ring;      // host-written (alloc_upload): the packed images of one layer's missing experts
+  gpu::buffer readback;  // host-read (alloc_upload): every layer's selected ids, copied there by the recording
   dsv4_gpu_cache_stats cstats;
   uint64_t cache_tick = 0;
   /// After upload_weights and alloc_state: uploads the routed experts resident, or allocates the expert cache when
   /// they do not fit in vram_budget (dsv4_gpu_weights.cpp).
   void place_experts();
-  /// Makes layer l's selected experts (ids, top_k) resident; updates the slot map on the device.
-  void cache_fill(uint32_t l, const uint32_t* ids);
+  /// Records into c the copies that make layer l's selected experts (ids, top_k) resident and the slot map's
+  /// update; returns false when they all were resident already (nothing recorded).
+  bool cache_fill(uint32_t l, const uint32_t* ids, gpu::commands& c);
 
   dsv4_gpu_profile prof;
   uint32_t dispatches = 0;

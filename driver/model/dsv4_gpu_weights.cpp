@@ -246,6 +246,8 @@ void dsv4_gpu_model::impl::place_experts() {
   cstats.active = true;
   cstats.slots = uint32_t(slots);
   cstats.slot_bytes = gpu::moe_slot_bytes(layers.at(0).moe);
+  ring = dev.alloc_upload(uint64_t(K) * cstats.slot_bytes);
+  readback = dev.alloc_upload(uint64_t(nl) * K * 4);
   cache.resize(nl);
   for (uint32_t l = 0; l < nl; ++l) {
     dsv4_gpu_cache_layer& C = cache[l];
@@ -258,11 +260,12 @@ void dsv4_gpu_model::impl::place_experts() {
   }
 }
 
-void dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids) {
+bool dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids, gpu::commands& c) {
   dsv4_gpu_cache_layer& C = cache.at(l);
   const uint32_t K = cfg.top_k, E = cfg.experts;
   const uint64_t tick = ++cache_tick;
-  bool changed = false;
+  uint8_t* const staged = dev.mapped(ring);
+  uint32_t moved = 0;
   for (uint32_t j = 0; j < K; ++j) {
     const uint32_t e = ids[j];
     if (e >= E) continue;  // an invalid id: the MoE turns the token into NaN (as without the cache)
@@ -278,16 +281,22 @@ void dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids) {
     for (uint32_t s = 0; s < C.expert_in.size(); ++s)
       if (C.last_use[s] != tick && C.last_use[s] < oldest) oldest = C.last_use[s], victim = s;
     if (C.expert_in[victim] >= 0) C.slot_of[size_t(C.expert_in[victim])] = 0xFFFFFFFFu;
+    // The packed image goes to the ring (the previous layer's copies have run: run() waited for its part), the
+    // device copies it into the slot before this layer's MoE (submission order).
     const auto t0 = std::chrono::steady_clock::now();
-    gpu::write_moe_slot(dev, layers[l].moe, victim, host_experts[l][e]);
+    const uint64_t off = uint64_t(moved) * cstats.slot_bytes;
+    if (!moved) c.barrier();
+    gpu::pack_moe_slot(layers[l].moe, host_experts[l][e], staged + off);
+    gpu::record_moe_slot(c, layers[l].moe, victim, gpu::view(ring, off, cstats.slot_bytes));
     cstats.move_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     cstats.bytes_moved += cstats.slot_bytes;
+    ++moved;
     C.expert_in[victim] = int64_t(e);
     C.slot_of[e] = victim;
     C.last_use[victim] = tick;
-    changed = true;
   }
-  if (changed) dev.upload(C.map, C.slot_of);
+  if (moved) c.update(C.map, C.slot_of.data(), uint64_t(E) * 4);
+  return moved > 0;
 }
 
 }  // namespace cmfx::driver

@@ -133,6 +133,38 @@ void check_like(const std::string& fn, const expert_view& x, const expert_view& 
     throw usage_error(fn + ": " + who + " shapes are not gate/up [I, d], down [d, I] of expert 0");
 }
 
+/// The planes of matrix `index` of the stack e (a layer from alloc_moe_slots), checked against v (nullptr: layout
+/// only): visit(plane, device view of its place in the stack).
+template <class Visit>
+void stacked_planes(const std::string& fn, const gpu_experts& e, uint64_t index, const matrix_view* vp,
+                    const char* role, Visit&& visit) {
+  const gpu_matrix& w = e.w;
+  const stack_plan p = plan_stack(fn, w.fmt, w.scale_enc, e.rows_per_expert, w.cols, e.count);
+  if (vp) {
+    const matrix_view& v = *vp;
+    if (v.rows != e.rows_per_expert || v.cols != w.cols || v.scale_enc != w.scale_enc || v.data_bytes != p.one_data ||
+        v.scale_bytes != p.one_scale)
+      throw usage_error(fn + ": " + role + " is " + std::to_string(v.rows) + "x" + std::to_string(v.cols) + " with " +
+                        std::to_string(v.data_bytes) + " + " + std::to_string(v.scale_bytes) +
+                        " bytes (or another scale encoding); the layer's is " + std::to_string(e.rows_per_expert) +
+                        "x" + std::to_string(w.cols) + " with " + std::to_string(p.one_data) + " + " +
+                        std::to_string(p.one_scale));
+  }
+  for (const plane_copy& pc : plane_copies(fn, p, index)) visit(pc, view(pc.in_scale ? w.scale : w.data, pc.to, pc.bytes));
+}
+
+/// The three matrices of expert slot `index` of m in the packed order (gate, up, down; planes in order), each
+/// plane with the expert's matrix view (nullptr: layout only).
+template <class Visit>
+void expert_planes(const std::string& fn, const gpu_moe& m, uint64_t index, const expert_view* x, Visit&& visit) {
+  if (x && (x->gate_fmt != m.gate_up.w.fmt || x->up_fmt != m.gate_up.w.fmt || x->down_fmt != m.down.w.fmt))
+    throw usage_error(fn + ": the expert's formats are not the layer's");
+  const matrix_view* v[3] = {x ? &x->gate : nullptr, x ? &x->up : nullptr, x ? &x->down : nullptr};
+  stacked_planes(fn, m.gate_up, 2 * index, v[0], "gate", [&](const plane_copy& pc, const view& d) { visit(v[0], pc, d); });
+  stacked_planes(fn, m.gate_up, 2 * index + 1, v[1], "up", [&](const plane_copy& pc, const view& d) { visit(v[1], pc, d); });
+  stacked_planes(fn, m.down, index, v[2], "down", [&](const plane_copy& pc, const view& d) { visit(v[2], pc, d); });
+}
+
 /// Copies the planes of matrix `index` of the stack e (a layer from alloc_moe_slots) from v.
 void write_stacked(device& dev, const std::string& fn, const gpu_experts& e, uint64_t index, const matrix_view& v,
                    const char* role) {
@@ -225,6 +257,29 @@ void write_moe_slot(device& dev, const gpu_moe& m, uint32_t slot, const expert_v
   if (slot >= m.slots)
     throw usage_error(fn + ": slot " + std::to_string(slot) + " of a layer of " + std::to_string(m.slots) + " slots");
   write_expert(dev, fn, m, slot, ex);
+}
+
+void pack_moe_slot(const gpu_moe& m, const expert_view& ex, uint8_t* dst) {
+  const std::string fn = "pack_moe_slot";
+  if (m.slots == 0) throw usage_error(fn + ": the layer is fully resident (no slots)");
+  uint64_t off = 0;
+  expert_planes(fn, m, 0, &ex, [&](const matrix_view* v, const plane_copy& pc, const view&) {
+    std::memcpy(dst + off, (pc.in_scale ? v->scale : v->data) + pc.from, pc.bytes);
+    off += pc.bytes;
+  });
+}
+
+void record_moe_slot(commands& c, const gpu_moe& m, uint32_t slot, const view& src) {
+  const std::string fn = "record_moe_slot";
+  if (m.slots == 0) throw usage_error(fn + ": the layer is fully resident (no slots)");
+  if (slot >= m.slots)
+    throw usage_error(fn + ": slot " + std::to_string(slot) + " of a layer of " + std::to_string(m.slots) + " slots");
+  if (src.bytes < moe_slot_bytes(m)) throw usage_error(fn + ": the packed image is shorter than moe_slot_bytes");
+  uint64_t off = 0;
+  expert_planes(fn, m, slot, nullptr, [&](const matrix_view*, const plane_copy& pc, const view& d) {
+    c.copy(view(*src.buf, src.offset + off, pc.bytes), d, pc.bytes);
+    off += pc.bytes;
+  });
 }
 
 uint64_t moe_slot_bytes(const gpu_moe& m) {

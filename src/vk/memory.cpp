@@ -53,6 +53,17 @@ void device_impl::choose_memory_types() {
       staging_type = t;
   }
   if (!info.host_visible && staging_type == ~0u) throw gpu_error("no host-visible memory type for staging copies");
+  // Streamed uploads (alloc_upload): host-visible system memory the host only writes — write-combined (not
+  // host-cached) where there is such a type, so that the copy engine's reads need no snooping.
+  upload_type = staging_type;
+  for (uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
+    const vk::MemoryPropertyFlags fl = mp.memoryTypes[t].propertyFlags;
+    if (!(allowed & (1u << t)) || (fl & hv) != hv || (fl & F::eDeviceLocal)) continue;
+    if (!(fl & F::eHostCached)) {
+      upload_type = t;
+      break;
+    }
+  }
 }
 
 std::unique_ptr<block> device_impl::make_block(uint64_t size, uint32_t type, bool map) {
@@ -116,6 +127,27 @@ buffer device_impl::alloc(uint64_t bytes) {
   out.offset_ = off;
   out.size_ = bytes;
   return out;
+}
+
+buffer device_impl::adopt(std::unique_ptr<block> nb, uint64_t bytes) {
+  nb->dedicated = true;
+  nb->free.clear();
+  nb->used = nb->size;
+  auto empty = std::find(blocks.begin(), blocks.end(), nullptr);
+  if (empty == blocks.end()) empty = blocks.insert(blocks.end(), nullptr);
+  *empty = std::move(nb);
+  buffer out;
+  out.dev_ = this;
+  out.block_ = uint32_t(empty - blocks.begin());
+  out.offset_ = 0;
+  out.size_ = bytes;
+  return out;
+}
+
+buffer device_impl::alloc_upload(uint64_t bytes) {
+  if (info.host_visible) return alloc(bytes);  // every buffer is mapped already
+  const uint64_t size = round_up(std::max<uint64_t>(bytes, 1), align);
+  return adopt(make_block(size, upload_type, true), bytes);
 }
 
 void device_impl::release(buffer& b) noexcept {
@@ -198,6 +230,21 @@ buffer device::alloc(uint64_t bytes) {
   } catch (const vk::SystemError& e) {
     throw gpu_error(std::string("alloc: ") + e.what());
   }
+}
+
+buffer device::alloc_upload(uint64_t bytes) {
+  try {
+    return p_->alloc_upload(bytes);
+  } catch (const vk::SystemError& e) {
+    throw gpu_error(std::string("alloc_upload: ") + e.what());
+  }
+}
+
+uint8_t* device::mapped(const buffer& b) {
+  if (!b) throw gpu_error("mapped: empty buffer");
+  detail::block& blk = p_->block_of(b);
+  if (!blk.mapped) throw gpu_error("mapped: this buffer is device memory the host cannot map (use alloc_upload)");
+  return blk.mapped + p_->offset_of(b);
 }
 
 void device::upload(const view& dst, const void* src, uint64_t bytes) {

@@ -64,7 +64,7 @@ struct device_impl {
   std::string pcache_path;
 
   // memory (memory.cpp)
-  uint32_t mem_type = 0, staging_type = 0;
+  uint32_t mem_type = 0, staging_type = 0, upload_type = 0;
   uint64_t align = 256;
   std::vector<std::unique_ptr<block>> blocks;  // null slots are released blocks
   std::unique_ptr<block> staging;
@@ -82,6 +82,9 @@ struct device_impl {
   void choose_memory_types();
   std::unique_ptr<block> make_block(uint64_t size, uint32_t type, bool map);
   buffer alloc(uint64_t bytes);
+  buffer alloc_upload(uint64_t bytes);
+  /// Puts block b in a free slot of `blocks` and returns a buffer of `bytes` at its start.
+  buffer adopt(std::unique_ptr<block> b, uint64_t bytes);
   void release(buffer& b) noexcept;
   block& block_of(const buffer& b) const { return *blocks.at(b.block_); }
   uint64_t offset_of(const buffer& b) const noexcept { return b.offset_; }

@@ -174,6 +174,13 @@ class device {
 
   /// Device memory of `bytes` (rounded up to 256). Throws gpu_error when it exceeds maxMemoryAllocationSize.
   buffer alloc(uint64_t bytes);
+  /// Host-visible memory the host writes through mapped() and recordings read (commands::copy from it): the
+  /// source of streamed uploads (write-combined system memory on a discrete device, where the copy engine reads it
+  /// over the bus; the device's own memory where every buffer is host-visible).
+  buffer alloc_upload(uint64_t bytes);
+  /// The host address of a buffer from alloc_upload (or of any buffer on a host-visible device); gpu_error for
+  /// device memory the host cannot map.
+  uint8_t* mapped(const buffer& b);
   /// Host → device / device → host copies of `bytes` at the view's offset (bytes <= the view's size).
   void upload(const view& dst, const void* src, uint64_t bytes);
   void download(const view& src, void* dst, uint64_t bytes);

@@ -93,6 +93,12 @@ gpu_moe alloc_moe_slots(device& dev, const expert_view& proto, uint32_t experts,
 void write_moe_slot(device& dev, const gpu_moe& m, uint32_t slot, const expert_view& ex);
 /// Device bytes of one expert of m (gate, up and down, all planes): what write_moe_slot moves.
 uint64_t moe_slot_bytes(const gpu_moe& m);
+/// write_moe_slot in two halves, for streaming without host waits: pack_moe_slot copies the expert's planes
+/// (checked as write_moe_slot checks them) into moe_slot_bytes(m) bytes at dst — host memory, e.g. a mapped
+/// device::alloc_upload buffer — and record_moe_slot records the copies of such a packed image (src) into slot
+/// `slot` (commands::copy, so it is ordered with the recording's other work).
+void pack_moe_slot(const gpu_moe& m, const expert_view& ex, uint8_t* dst);
+void record_moe_slot(commands& c, const gpu_moe& m, uint32_t slot, const view& src);
 
 /// Counters of the pipeline machinery (for tests of the caches).
 struct pipeline_stats {
