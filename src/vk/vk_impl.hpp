@@ -36,7 +36,7 @@ struct commands_impl {
   vk::raii::CommandBuffer cb{nullptr};
   vk::raii::Fence fence{nullptr};
   std::vector<vk::raii::DescriptorPool> pools;
-  uint32_t sets_in_pool = 0;
+  uint32_t sets_in_pool = 0, pool_sets = 0;  // sets allocated from / held by the last pool
   vk::raii::QueryPool queries{nullptr};
   uint32_t query_capacity = 0, query_count = 0;
   bool queries_reset = false;

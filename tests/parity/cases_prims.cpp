@@ -212,6 +212,31 @@ std::string transfer_errors(suite& s, uint64_t seed, std::string& info) {
   return {};
 }
 
+/// Long recordings and commands::reset: `count` dependent scale dispatches (past the first descriptor pools, which
+/// grow 64, 128, 256, 512 sets) give x · a^count; after reset the same commands object records count + 37 more and
+/// runs them; every value exact (powers of two).
+std::string long_recording(suite& s, uint64_t seed, uint32_t count, std::string& info) {
+  rng r(seed);
+  const uint64_t n = 300;
+  const std::vector<float> x = r.normal(n);
+  guarded g(s.dev, n * 4);
+  gpu::commands c = s.dev.begin();
+  std::string why;
+  for (const uint32_t k : {count, count + 37}) {
+    c.update(g.payload(), x.data(), n * 4);
+    for (uint32_t i = 0; i < k; ++i) s.kern.scale(c, g.payload(), n, i % 2 ? 2.0f : 0.5f);
+    s.submit(c);
+    std::vector<float> got(n);
+    if (!g.read(got.data(), why)) return why;
+    const float f = k % 2 ? 0.5f : 1.0f;  // pairs of ·0.5 ·2 cancel exactly
+    for (uint64_t i = 0; i < n; ++i)
+      if (got[i] != x[i] * f) return diff_msg(k == count ? "first recording" : "recording after reset", i, got[i], x[i] * f);
+    c.reset();
+  }
+  info = std::to_string(count) + " then " + std::to_string(count + 37) + " dependent dispatches (reset between): exact";
+  return {};
+}
+
 }  // namespace
 
 void prim_cases(suite& s) {
@@ -251,6 +276,9 @@ void prim_cases(suite& s) {
     s.run("transfer", "-", "n=" + std::to_string(n),
           [&](uint64_t seed, std::string& info) { return transfer_case(s, seed, n, info); });
   s.run("transfer", "-", "bad sizes", [&](uint64_t seed, std::string& info) { return transfer_errors(s, seed, info); });
+  for (const uint32_t count : {63u, 700u})
+    s.run("recording", "-", std::to_string(count) + " dispatches, reset, re-record",
+          [&](uint64_t seed, std::string& info) { return long_recording(s, seed, count, info); });
 }
 
 }  // namespace cmfx::parity
