@@ -35,6 +35,8 @@ struct dsv4_gpu_options {
   /// least recently used slots, and the layer's MoE reads its experts through a slot map (kernels::moe). The token
   /// then runs as one submission per layer, recorded per step (no pipelined recording), without profiling.
   uint64_t vram_budget = 0;
+  /// Host threads that copy streamed experts into the upload ring (expert cache only; at most the cores).
+  uint32_t copy_threads = 8;
   bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
   std::vector<uint32_t> profile_layers;  ///< with profile: also a timestamp after every op of these layers

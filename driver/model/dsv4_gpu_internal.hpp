@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "cmfx/core/thread_pool.hpp"
 #include "cmfx/vk/kernels.hpp"
 #include "cmfx/ops/rope.hpp"
 #include "dsv4_gpu.hpp"
@@ -81,6 +82,7 @@ struct dsv4_gpu_model::impl {
   std::vector<expert_view> host_shared;
   std::vector<dsv4_gpu_cache_layer> cache;
   gpu::buffer ring;      // host-written (alloc_upload): the packed images of one layer's missing experts
+  std::unique_ptr<thread_pool> copiers;  // copy_threads workers filling the ring
   gpu::buffer readback;  // host-read (alloc_upload): every layer's selected ids, copied there by the recording
   dsv4_gpu_cache_stats cstats;
   uint64_t cache_tick = 0;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <thread>
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
@@ -247,6 +249,8 @@ void dsv4_gpu_model::impl::place_experts() {
   cstats.slots = uint32_t(slots);
   cstats.slot_bytes = gpu::moe_slot_bytes(layers.at(0).moe);
   ring = dev.alloc_upload(uint64_t(K) * cstats.slot_bytes);
+  copiers = std::make_unique<thread_pool>(
+      std::max(1u, std::min(opt.copy_threads, std::max(1u, std::thread::hardware_concurrency()))));
   readback = dev.alloc_upload(uint64_t(nl) * K * 4);
   cache.resize(nl);
   for (uint32_t l = 0; l < nl; ++l) {
@@ -266,6 +270,13 @@ bool dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids, gpu::comm
   const uint64_t tick = ++cache_tick;
   uint8_t* const staged = dev.mapped(ring);
   uint32_t moved = 0;
+  struct chunk {
+    uint8_t* to;
+    const uint8_t* from;
+    uint64_t bytes;
+  };
+  std::vector<chunk> chunks;  // the packed images, in pieces of ≤ 1 MiB for the copy threads
+  constexpr uint64_t piece = 1ull << 20;
   for (uint32_t j = 0; j < K; ++j) {
     const uint32_t e = ids[j];
     if (e >= E) continue;  // an invalid id: the MoE turns the token into NaN (as without the cache)
@@ -283,20 +294,29 @@ bool dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids, gpu::comm
     if (C.expert_in[victim] >= 0) C.slot_of[size_t(C.expert_in[victim])] = 0xFFFFFFFFu;
     // The packed image goes to the ring (the previous layer's copies have run: run() waited for its part), the
     // device copies it into the slot before this layer's MoE (submission order).
-    const auto t0 = std::chrono::steady_clock::now();
     const uint64_t off = uint64_t(moved) * cstats.slot_bytes;
     if (!moved) c.barrier();
-    gpu::pack_moe_slot(layers[l].moe, host_experts[l][e], staged + off);
+    uint8_t* to = staged + off;
+    for (const auto& [from, bytes] : gpu::moe_slot_sources(layers[l].moe, host_experts[l][e]))
+      for (uint64_t at = 0; at < bytes; at += piece) {
+        chunks.push_back({to, from + at, std::min(piece, bytes - at)});
+        to += chunks.back().bytes;
+      }
     gpu::record_moe_slot(c, layers[l].moe, victim, gpu::view(ring, off, cstats.slot_bytes));
-    cstats.move_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     cstats.bytes_moved += cstats.slot_bytes;
     ++moved;
     C.expert_in[victim] = int64_t(e);
     C.slot_of[e] = victim;
     C.last_use[victim] = tick;
   }
-  if (moved) c.update(C.map, C.slot_of.data(), uint64_t(E) * 4);
-  return moved > 0;
+  if (!moved) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  copiers->run(chunks.size(), [&](uint64_t b, uint64_t e, unsigned) {
+    for (uint64_t i = b; i < e; ++i) std::memcpy(chunks[i].to, chunks[i].from, chunks[i].bytes);
+  });
+  cstats.move_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.update(C.map, C.slot_of.data(), uint64_t(E) * 4);
+  return true;
 }
 
 }  // namespace cmfx::driver

@@ -276,13 +276,23 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
   if (b.size() > max_bindings)
     throw gpu_error("dispatch of " + p->name + ": more than " + std::to_string(max_bindings) + " bindings");
   if (c.pools.empty() || c.sets_in_pool == c.pool_sets) {
-    c.pool_sets = c.pools.empty() ? first_pool_sets : std::min(max_pool_sets, c.pool_sets * 2);
-    const vk::DescriptorPoolSize ps(vk::DescriptorType::eStorageBuffer, c.pool_sets * max_bindings);
-    c.pools.emplace_back(d.dev, vk::DescriptorPoolCreateInfo({}, c.pool_sets, ps));
+    const uint32_t want = c.pools.empty() ? first_pool_sets : std::min(max_pool_sets, c.pool_sets * 2);
+    // The smallest spare pool of at least that size, else a new one.
+    auto best = d.spare_pools.end();
+    for (auto it = d.spare_pools.begin(); it != d.spare_pools.end(); ++it)
+      if (it->second >= want && (best == d.spare_pools.end() || it->second < best->second)) best = it;
+    if (best != d.spare_pools.end()) {
+      c.pools.push_back(std::move(*best));
+      d.spare_pools.erase(best);
+    } else {
+      const vk::DescriptorPoolSize ps(vk::DescriptorType::eStorageBuffer, want * max_bindings);
+      c.pools.emplace_back(vk::raii::DescriptorPool(d.dev, vk::DescriptorPoolCreateInfo({}, want, ps)), want);
+    }
+    c.pool_sets = c.pools.back().second;
     c.sets_in_pool = 0;
   }
   const VkDescriptorSetLayout layout = *p->set_layout;
-  const VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, nullptr, *c.pools.back(), 1,
+  const VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, nullptr, *c.pools.back().first, 1,
                                        &layout};
   VkDescriptorSet set = VK_NULL_HANDLE;
   const auto* disp = d.dev.getDispatcher();
@@ -363,6 +373,18 @@ void device::save_pipeline_cache() { p_->save_pipeline_cache(); }
 commands::commands(std::unique_ptr<detail::commands_impl> p) : p_(std::move(p)) {}
 commands::commands(commands&&) noexcept = default;
 commands& commands::operator=(commands&&) noexcept = default;
+void detail::commands_impl::recycle_pools() noexcept {
+  if (!dev) return;
+  try {
+    for (auto& [pool, sets] : pools) {
+      pool.reset();
+      dev->spare_pools.emplace_back(std::move(pool), sets);
+    }
+  } catch (...) {
+  }
+  pools.clear();
+}
+
 commands::~commands() {
   if (p_ && p_->pending) {  // never free a command buffer the device may still run
     try {
@@ -497,7 +519,7 @@ void commands::reset() {
     if (c.recording) c.cb.end();
     c.cb.reset();
     if (c.ran) c.dev->dev.resetFences({*c.fence});
-    c.pools.clear();  // the next dispatch starts a fresh (small) pool
+    c.recycle_pools();  // the next dispatch starts from a (small) spare pool
     c.sets_in_pool = 0;
     c.query_count = 0;
     c.queries_reset = false;

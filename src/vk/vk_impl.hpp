@@ -35,7 +35,7 @@ struct commands_impl {
   device_impl* dev = nullptr;
   vk::raii::CommandBuffer cb{nullptr};
   vk::raii::Fence fence{nullptr};
-  std::vector<vk::raii::DescriptorPool> pools;
+  std::vector<std::pair<vk::raii::DescriptorPool, uint32_t>> pools;  // with their set counts
   uint32_t sets_in_pool = 0, pool_sets = 0;  // sets allocated from / held by the last pool
   vk::raii::QueryPool queries{nullptr};
   uint32_t query_capacity = 0, query_count = 0;
@@ -48,6 +48,9 @@ struct commands_impl {
   bool work_since_xfer = false; // a dispatch was recorded since the last transfer barrier
   bool pending = false;         // submitted (submit_async), not yet waited for
   void ensure_recording();
+  /// Back to the device's spare pools (reset: their sets are dead once the recording will not run again).
+  void recycle_pools() noexcept;
+  ~commands_impl() { recycle_pools(); }
 };
 
 struct device_impl {
@@ -68,6 +71,9 @@ struct device_impl {
   uint64_t align = 256;
   std::vector<std::unique_ptr<block>> blocks;  // null slots are released blocks
   std::unique_ptr<block> staging;
+  // Descriptor pools of finished recordings, reset, for the next ones (creating a pool costs ≈ 0.5 ms on the
+  // H200's driver: a token's recordings would pay it dozens of times).
+  std::vector<std::pair<vk::raii::DescriptorPool, uint32_t>> spare_pools;
   static constexpr uint64_t staging_bytes = 64ull << 20;
 
   // pipelines (pipelines.cpp)

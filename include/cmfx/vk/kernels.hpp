@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cmfx/formats/format.hpp"
@@ -98,6 +99,8 @@ uint64_t moe_slot_bytes(const gpu_moe& m);
 /// device::alloc_upload buffer — and record_moe_slot records the copies of such a packed image (src) into slot
 /// `slot` (commands::copy, so it is ordered with the recording's other work).
 void pack_moe_slot(const gpu_moe& m, const expert_view& ex, uint8_t* dst);
+/// The host spans pack_moe_slot concatenates, in order (for callers that copy them with several threads).
+std::vector<std::pair<const uint8_t*, uint64_t>> moe_slot_sources(const gpu_moe& m, const expert_view& ex);
 void record_moe_slot(commands& c, const gpu_moe& m, uint32_t slot, const view& src);
 
 /// Counters of the pipeline machinery (for tests of the caches).
