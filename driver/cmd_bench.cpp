@@ -125,7 +125,8 @@ int run_bench(const bench_args& a) {
   const double dec_s = since(t);
   dsv4_gpu_cache_stats cd = m.cache_stats();  // the decode's share
   cd.tokens -= c0.tokens, cd.lookups -= c0.lookups, cd.hits -= c0.hits, cd.bytes_moved -= c0.bytes_moved;
-  cd.move_seconds -= c0.move_seconds;
+  cd.move_seconds -= c0.move_seconds, cd.copy_device_seconds -= c0.copy_device_seconds;
+  cd.wait_seconds -= c0.wait_seconds;
   const double pre_tps = a.prompt ? double(a.prompt) / pre_s : 0, dec_tps = a.tokens ? double(a.tokens) / dec_s : 0;
   const double bpt = double(m.bytes_per_token());
   std::printf("prefill: %llu tokens in %.2f s = %.1f tok/s (token by token)\n", (unsigned long long)a.prompt, pre_s, pre_tps);

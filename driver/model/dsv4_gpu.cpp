@@ -347,16 +347,28 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
     const uint8_t* sel = dev.mapped(readback);
     dev.wait(pre);
     gpu::commands* prev = &rec->c;
+    const auto tw = [&](gpu::commands& c) {
+      const auto t0 = std::chrono::steady_clock::now();
+      dev.wait(c);
+      cstats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
     for (uint32_t l = 0; l < cf.layers; ++l) {
-      dev.wait(*prev);
+      tw(*prev);
       std::memcpy(ids.data(), sel + uint64_t(l) * K * 4, uint64_t(K) * 4);
       fills.push_back(dev.begin());
-      if (cache_fill(l, ids.data(), fills.back())) dev.submit_async(fills.back());
+      if (cache_fill(l, ids.data(), fills.back())) {
+        dev.submit_async(fills.back());
+      } else {
+        fills.pop_back();
+      }
       dev.submit_async(rec->segs.at(l));
       prev = &rec->segs[l];
     }
-    dev.wait(*prev);
-    for (gpu::commands& f : fills) dev.wait(f);
+    tw(*prev);
+    for (gpu::commands& f : fills) {  // each holds stamps 0 and 1 around its copies (cache_fill)
+      dev.wait(f);
+      if (dev.info().timestamps) cstats.copy_device_seconds += f.seconds(0, 1);
+    }
     ++cstats.tokens;
   } else {
     // While the device runs this token, record the next position (decode); not when tracing (per-token downloads).
@@ -410,10 +422,10 @@ std::string dsv4_gpu_cache_line(const dsv4_gpu_cache_stats& s, const dsv4_config
   const double t = double(std::max<uint64_t>(s.tokens, 1));
   std::snprintf(b, sizeof b,
                 "expert cache: %u of %u slots per layer (%.1f MB each), %llu tokens, hit rate %.1f %%, %.1f MB moved "
-                "per token (%.2f ms of copies per token)",
+                "per token; per token %.2f ms host copies, %.2f ms device copies, %.2f ms waiting on the device",
                 s.slots, c.experts, double(s.slot_bytes) / 1e6, (unsigned long long)s.tokens,
                 s.lookups ? 100.0 * double(s.hits) / double(s.lookups) : 0.0, double(s.bytes_moved) / t / 1e6,
-                s.move_seconds / t * 1e3);
+                s.move_seconds / t * 1e3, s.copy_device_seconds / t * 1e3, s.wait_seconds / t * 1e3);
   return b;
 }
 

@@ -59,7 +59,9 @@ struct dsv4_gpu_cache_stats {
   uint64_t lookups = 0;       ///< selected routed experts (top_k per layer per token)
   uint64_t hits = 0;          ///< of those, already resident
   uint64_t bytes_moved = 0;   ///< host → device expert bytes
-  double move_seconds = 0;    ///< host time spent copying experts (inside the steps)
+  double move_seconds = 0;    ///< host time spent copying experts into the upload ring (inside the steps)
+  double copy_device_seconds = 0;  ///< device time of the ring → slot copies (timestamps; 0 without them)
+  double wait_seconds = 0;    ///< host time blocked on the device's per-layer parts (compute + copies + latency)
 };
 
 /// "expert cache: S of E slots per layer, hit rate …, … MB moved per token" (or "every expert resident").

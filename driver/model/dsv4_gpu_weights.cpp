@@ -295,7 +295,10 @@ bool dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids, gpu::comm
     // The packed image goes to the ring (the previous layer's copies have run: run() waited for its part), the
     // device copies it into the slot before this layer's MoE (submission order).
     const uint64_t off = uint64_t(moved) * cstats.slot_bytes;
-    if (!moved) c.barrier();
+    if (!moved) {
+      c.barrier();
+      if (dev.info().timestamps) (void)c.timestamp();  // stamp 0; stamp 1 after the copies (run() reads them)
+    }
     uint8_t* to = staged + off;
     for (const auto& [from, bytes] : gpu::moe_slot_sources(layers[l].moe, host_experts[l][e]))
       for (uint64_t at = 0; at < bytes; at += piece) {
@@ -316,6 +319,7 @@ bool dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids, gpu::comm
   });
   cstats.move_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   c.update(C.map, C.slot_of.data(), uint64_t(E) * 4);
+  if (dev.info().timestamps) (void)c.timestamp();
   return true;
 }
 

@@ -373,6 +373,17 @@ void device::save_pipeline_cache() { p_->save_pipeline_cache(); }
 commands::commands(std::unique_ptr<detail::commands_impl> p) : p_(std::move(p)) {}
 commands::commands(commands&&) noexcept = default;
 commands& commands::operator=(commands&&) noexcept = default;
+detail::commands_impl::~commands_impl() {
+  recycle_pools();
+  if (!dev || !*cb || pending) return;  // a pending one was waited for by ~commands; never recycle it otherwise
+  try {
+    cb.reset();
+    if (ran) dev->dev.resetFences({*fence});
+    dev->spare_cmds.emplace_back(std::move(cb), std::move(fence));
+  } catch (...) {
+  }
+}
+
 void detail::commands_impl::recycle_pools() noexcept {
   if (!dev) return;
   try {
@@ -388,7 +399,10 @@ void detail::commands_impl::recycle_pools() noexcept {
 commands::~commands() {
   if (p_ && p_->pending) {  // never free a command buffer the device may still run
     try {
-      (void)p_->dev->dev.waitForFences({*p_->fence}, VK_TRUE, UINT64_MAX);
+      if (p_->dev->dev.waitForFences({*p_->fence}, VK_TRUE, UINT64_MAX) == vk::Result::eSuccess) {
+        p_->pending = false;  // finished: its command buffer and fence may be recycled
+        p_->ran = true;
+      }
     } catch (...) {
     }
   }
@@ -479,10 +493,16 @@ commands device::begin() {
   return guarded("begin", [&] {
     auto c = std::make_unique<detail::commands_impl>();
     c->dev = p_.get();
-    vk::raii::CommandBuffers cbs(p_->dev,
-                                 vk::CommandBufferAllocateInfo(*p_->cmd_pool, vk::CommandBufferLevel::ePrimary, 1));
-    c->cb = std::move(cbs.front());
-    c->fence = vk::raii::Fence(p_->dev, vk::FenceCreateInfo());
+    if (!p_->spare_cmds.empty()) {  // a finished recording's command buffer and fence (creating them is slow)
+      c->cb = std::move(p_->spare_cmds.back().first);
+      c->fence = std::move(p_->spare_cmds.back().second);
+      p_->spare_cmds.pop_back();
+    } else {
+      vk::raii::CommandBuffers cbs(p_->dev,
+                                   vk::CommandBufferAllocateInfo(*p_->cmd_pool, vk::CommandBufferLevel::ePrimary, 1));
+      c->cb = std::move(cbs.front());
+      c->fence = vk::raii::Fence(p_->dev, vk::FenceCreateInfo());
+    }
     return commands(std::move(c));
   });
 }

@@ -50,7 +50,7 @@ struct commands_impl {
   void ensure_recording();
   /// Back to the device's spare pools (reset: their sets are dead once the recording will not run again).
   void recycle_pools() noexcept;
-  ~commands_impl() { recycle_pools(); }
+  ~commands_impl();
 };
 
 struct device_impl {
@@ -74,6 +74,8 @@ struct device_impl {
   // Descriptor pools of finished recordings, reset, for the next ones (creating a pool costs ≈ 0.5 ms on the
   // H200's driver: a token's recordings would pay it dozens of times).
   std::vector<std::pair<vk::raii::DescriptorPool, uint32_t>> spare_pools;
+  // Command buffers (reset) and fences (unsignalled) of destroyed recordings, for device::begin.
+  std::vector<std::pair<vk::raii::CommandBuffer, vk::raii::Fence>> spare_cmds;
   static constexpr uint64_t staging_bytes = 64ull << 20;
 
   // pipelines (pipelines.cpp)
