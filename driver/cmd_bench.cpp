@@ -74,6 +74,7 @@ int run_bench(const bench_args& a) {
 
   gpu::device_options dopt;
   dopt.index = a.device;
+  dopt.allow_shuffle = a.shuffle;
   gpu::device dev(dopt);
   gpu::kernels k(dev);
   std::printf("device: %s\n", dev.info().describe().c_str());

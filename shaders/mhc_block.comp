@@ -70,7 +70,7 @@ void main() {
   }
 #if REDUCE_SUBGROUP
   [[unroll]] for (uint r = 0u; r < HC_ROWS; ++r) {
-    const ACC v = subgroupAdd(acc[r]);
+    const ACC v = acc_subgroup_sum(acc[r]);
     if (subgroupElect()) red_rows[gl_SubgroupID * HC_ROWS + r] = v;
   }
   barrier();

@@ -6,7 +6,7 @@ shared float red_f[WG_SIZE];
 
 ACC wg_sum(ACC v) {
 #if REDUCE_SUBGROUP
-  v = subgroupAdd(v);
+  v = acc_subgroup_sum(v);
   if (subgroupElect()) red_acc[gl_SubgroupID] = v;
   barrier();
   ACC t = ACC(0);

@@ -24,7 +24,8 @@ std::string device_info::describe() const {
   s << "#" << index << " " << name << " (" << device_kind_name(kind) << ", " << driver_name << ", Vulkan "
     << VK_API_VERSION_MAJOR(api_version) << "." << VK_API_VERSION_MINOR(api_version) << "."
     << VK_API_VERSION_PATCH(api_version) << "), subgroup " << subgroup_size
-    << (subgroup_arithmetic ? " +arith" : "") << (subgroup_size_control ? " +size-control" : "")
+    << (subgroup_arithmetic ? " +arith" : "") << (subgroup_shuffle ? " +shuffle" : "")
+    << (subgroup_size_control ? " +size-control" : "")
     << ", storage8 " << storage8 << ", storage16 " << storage16 << ", f64 " << float64 << ", int-dot "
     << (int_dot ? (int_dot_fast ? "accelerated" : "emulated") : "no") << ", memory "
     << (device_local_bytes >> 20) << " MiB" << (host_visible ? " host-visible" : "") << ", max binding "
@@ -212,6 +213,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   if (!opt.allow_float64) info.float64 = false;
   if (!opt.allow_int_dot) info.int_dot = info.int_dot_fast = false;
   if (!opt.allow_subgroup_ops) info.subgroup_arithmetic = info.subgroup_shuffle = false;
+  if (!opt.allow_shuffle) info.subgroup_shuffle = false;
   if (opt.max_binding_bytes) info.max_storage_range = std::min(info.max_storage_range, opt.max_binding_bytes);
 
   // Enable exactly what the shaders may use.

@@ -64,7 +64,8 @@ struct kernels::impl {
     std::ostringstream s;
     s << "#define LANES " << lanes << "\n#define REDUCE_SUBGROUP " << (info.subgroup_arithmetic ? 1 : 0)
       << "\n#define HAS_STORAGE8 " << (info.storage8 ? 1 : 0) << "\n#define HAS_STORAGE16 "
-      << (info.storage16 ? 1 : 0) << "\n#define ACC_DOUBLE " << (info.float64 ? 1 : 0) << "\n";
+      << (info.storage16 ? 1 : 0) << "\n#define ACC_DOUBLE " << (info.float64 ? 1 : 0) << "\n#define SHUFFLE_F64 "
+      << (info.subgroup_arithmetic && info.subgroup_shuffle && info.float64 ? 1 : 0) << "\n";
     common = s.str();
     const std::vector<float> t = detail::host_tables();
     tables = dev.alloc(t.size() * 4);
@@ -287,7 +288,10 @@ std::string kernels::describe() const {
   s << "lanes " << p_->lanes << ", teams/workgroup " << p_->teams << ", reductions "
     << (p_->info.subgroup_arithmetic ? "subgroup" : "shared memory") << ", 8-bit storage "
     << (p_->info.storage8 ? "yes" : "no") << ", 16-bit storage " << (p_->info.storage16 ? "yes" : "no")
-    << ", f64 accumulators " << (p_->info.float64 ? "yes" : "no") << ", batch-1 row kernel "
+    << ", f64 accumulators "
+    << (p_->info.float64 ? (p_->info.subgroup_arithmetic && p_->info.subgroup_shuffle ? "yes (sums by shuffles)" : "yes")
+                         : "no")
+    << ", batch-1 row kernel "
     << (p_->info.subgroup_arithmetic && !p_->tune.legacy ? "yes" : "no") << ", int8 dot products "
     << (p_->info.int_dot ? (p_->info.int_dot_fast ? "accelerated" : "emulated") : "no");
   return s.str();
