@@ -27,7 +27,7 @@ void device_impl::choose_memory_types() {
   const uint32_t allowed = probe.getMemoryRequirements().memoryTypeBits;
   using F = vk::MemoryPropertyFlagBits;
   const vk::MemoryPropertyFlags hv = F::eHostVisible | F::eHostCoherent;
-  const bool unified = info.kind == device_kind::cpu || info.kind == device_kind::integrated;
+  const bool unified = (info.kind == device_kind::cpu || info.kind == device_kind::integrated) && !opt.force_staging;
   int best = -1, best_score = -1;
   for (uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
     if (!(allowed & (1u << t))) continue;
@@ -144,6 +144,50 @@ buffer device_impl::adopt(std::unique_ptr<block> nb, uint64_t bytes) {
   return out;
 }
 
+void device_impl::upload_pipelined(block& dst, uint64_t base, const uint8_t* h, uint64_t bytes) {
+  // Two halves of a write-combined staging block: the host fills one while the device copies the other.
+  if (!upload_staging) upload_staging = make_block(2 * upload_half_bytes, upload_type, true);
+  struct half {
+    vk::raii::CommandBuffer cb{nullptr};
+    vk::raii::Fence fence{nullptr};
+    bool busy = false;
+  } halves[2];
+  for (half& x : halves) {
+    vk::raii::CommandBuffers cbs(dev, vk::CommandBufferAllocateInfo(*cmd_pool, vk::CommandBufferLevel::ePrimary, 1));
+    x.cb = std::move(cbs.front());
+    x.fence = vk::raii::Fence(dev, vk::FenceCreateInfo());
+  }
+  auto finish = [&](half& x) {
+    if (!x.busy) return;
+    if (dev.waitForFences({*x.fence}, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess) throw gpu_error("fence wait failed");
+    dev.resetFences({*x.fence});
+    x.busy = false;
+  };
+  try {
+    uint32_t i = 0;
+    for (uint64_t done = 0; done < bytes; ++i) {
+      half& x = halves[i % 2];
+      finish(x);  // its previous copy has read the half
+      const uint64_t n = std::min(upload_half_bytes, bytes - done), so = (i % 2) * upload_half_bytes;
+      std::memcpy(upload_staging->mapped + so, h + done, n);
+      x.cb.reset();
+      x.cb.begin(vk::CommandBufferBeginInfo(vk::CommandBufferUsageFlagBits::eOneTimeSubmit));
+      x.cb.copyBuffer(*upload_staging->buf, *dst.buf, vk::BufferCopy(so, base + done, n));
+      x.cb.end();
+      const vk::CommandBuffer cbh = *x.cb;
+      queue.submit(vk::SubmitInfo({}, {}, cbh), *x.fence);
+      x.busy = true;
+      done += n;
+    }
+    finish(halves[0]);
+    finish(halves[1]);
+  } catch (...) {  // never free a command buffer the device may still run
+    for (half& x : halves)
+      if (x.busy) (void)dev.waitForFences({*x.fence}, VK_TRUE, UINT64_MAX);
+    throw;
+  }
+}
+
 buffer device_impl::alloc_upload(uint64_t bytes) {
   if (info.host_visible) return alloc(bytes);  // every buffer is mapped already
   const uint64_t size = round_up(std::max<uint64_t>(bytes, 1), align);
@@ -185,8 +229,12 @@ void device_impl::copy(const view& v, void* host, uint64_t bytes, bool to_device
       std::memcpy(host, blk.mapped + base, bytes);
     return;
   }
-  if (!staging) staging = make_block(staging_bytes, staging_type, true);
   auto* h = static_cast<uint8_t*>(host);
+  if (to_device) {
+    upload_pipelined(blk, base, h, bytes);
+    return;
+  }
+  if (!staging) staging = make_block(staging_bytes, staging_type, true);
   for (uint64_t done = 0; done < bytes;) {
     const uint64_t n = std::min(staging_bytes, bytes - done);
     if (to_device) std::memcpy(staging->mapped, h + done, n);

@@ -70,7 +70,9 @@ struct device_impl {
   uint32_t mem_type = 0, staging_type = 0, upload_type = 0;
   uint64_t align = 256;
   std::vector<std::unique_ptr<block>> blocks;  // null slots are released blocks
-  std::unique_ptr<block> staging;
+  std::unique_ptr<block> staging;         // downloads (host-cached)
+  std::unique_ptr<block> upload_staging;  // uploads: two halves, write-combined (upload_pipelined)
+  static constexpr uint64_t upload_half_bytes = 32ull << 20;
   // Descriptor pools of finished recordings, reset, for the next ones (creating a pool costs ≈ 0.5 ms on the
   // H200's driver: a token's recordings would pay it dozens of times).
   std::vector<std::pair<vk::raii::DescriptorPool, uint32_t>> spare_pools;
@@ -97,6 +99,8 @@ struct device_impl {
   block& block_of(const buffer& b) const { return *blocks.at(b.block_); }
   uint64_t offset_of(const buffer& b) const noexcept { return b.offset_; }
   void copy(const view& v, void* host, uint64_t bytes, bool to_device);
+  /// Host → device through the two halves of upload_staging, the next memcpy overlapping the previous copy.
+  void upload_pipelined(block& dst, uint64_t base, const uint8_t* h, uint64_t bytes);
   /// Records fn into a one-off command buffer, submits it and waits.
   template <class Fn>
   void run_once(Fn&& fn);

@@ -1,6 +1,7 @@
 // cmfx-parity: every GPU kernel against the CPU float64 reference, on fresh random inputs (docs/VULKAN.md).
-// usage: cmfx-parity [--device N] [--seed S] [--filter TEXT] [--cache-dir D] [--shader-dir D] [--validation]
-//                    [--no-subgroup-ops] [--no-small-storage] [--no-f64] [--no-shuffle] [--no-spirv-opt] [--list-devices]
+// usage: cmfx-parity [--device N] [--seed S] [--filter A|B|…] [--cache-dir D] [--shader-dir D] [--validation]
+//                    [--no-subgroup-ops] [--no-small-storage] [--no-f64] [--no-shuffle] [--force-staging]
+//                    [--no-spirv-opt] [--list-devices]
 // Exit: 0 all pass; 1 a failure; 77 no Vulkan device (skipped) unless CI=true, then 1.
 #include <cstdlib>
 #include <iostream>
@@ -14,7 +15,15 @@ void suite::run(const std::string& op, const std::string& fmt, const std::string
                 const std::function<std::string(uint64_t, std::string&)>& body) {
   const std::string full = op + "/" + fmt + "/" + name;
   const uint64_t seed = next_seed();
-  if (!opt.filter.empty() && full.find(opt.filter) == std::string::npos) return;
+  if (!opt.filter.empty()) {  // substrings separated by '|': any of them
+    bool hit = false;
+    for (size_t b = 0; b <= opt.filter.size() && !hit;) {
+      const size_t e = std::min(opt.filter.find('|', b), opt.filter.size());
+      hit = e > b && full.find(opt.filter.substr(b, e - b)) != std::string::npos;
+      b = e + 1;
+    }
+    if (!hit) return;
+  }
   std::string info, why;
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -152,6 +161,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-small-storage") dopt.allow_small_storage = false;
     else if (a == "--no-f64") dopt.allow_float64 = false;
     else if (a == "--no-shuffle") dopt.allow_shuffle = false;
+    else if (a == "--force-staging") dopt.force_staging = true;
     else if (a == "--no-spirv-opt") dopt.optimize_spirv = false;
     else if (a == "--list-devices") list = true;
     else {

@@ -41,6 +41,9 @@ struct device_options {
   bool allow_float64 = true;          ///< false: f32 accumulators in rmsnorm / softmax even if f64 exists
   bool allow_int_dot = true;          ///< false: never use packed integer dot products (int8-activation matvec)
   bool allow_shuffle = true;          ///< false: no subgroup shuffles (f64 subgroup sums through subgroupAdd)
+  /// true: buffers in memory the host does not map even where it could (unified memory, lavapipe), so that
+  /// uploads, downloads and alloc_upload take a discrete GPU's staged paths; tests only.
+  bool force_staging = false;
   bool optimize_spirv = true;         ///< run spirv-opt's performance passes on every shader
   uint64_t max_binding_bytes = 0;     ///< cap on one storage-buffer binding (0: the device limit); tests only
   uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
