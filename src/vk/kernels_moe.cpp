@@ -14,6 +14,9 @@ namespace {
 
 std::string expert_name(size_t i) { return "matrix " + std::to_string(i); }
 
+/// Device buffers for the stacked matrices of `count` matrices shaped like v (format f); defined below.
+gpu_experts alloc_stacked(device& dev, const std::string& fn, format f, const matrix_view& v, uint64_t count);
+
 /// The layout of `count` matrices of format f (R×C, scale encoding enc) stacked into one device matrix, checked
 /// against the stacking rules (q8_2f, FP8 scale tiles, groups straddling two matrices). `who` prefixes errors.
 struct stack_plan {
@@ -94,29 +97,44 @@ gpu_experts upload_experts(device& dev, format f, std::span<const matrix_view> m
   }
   if (m0.data_bytes != p.one_data || m0.scale_bytes != p.one_scale)
     throw usage_error("upload_experts: payload or scale size does not match the format");
-  std::vector<uint8_t> data(p.data_bytes, 0), scale(p.scale_bytes, 0);
+  // The stacking rule checked on a host copy of two experts (the first and the last matrix): the stacked layout
+  // decodes their first and last rows exactly as the matrices themselves (the rule is the same for every count).
+  {
+    const stack_plan p2 = plan_stack("upload_experts", f, m0.scale_enc, R, C, 2);
+    std::vector<uint8_t> data(p2.data_bytes, 0), scale(p2.scale_bytes, 0);
+    const uint64_t pick[2] = {0, E - 1};
+    for (uint64_t i = 0; i < 2; ++i)
+      for (const plane_copy& pc : plane_copies("upload_experts", p2, i))
+        std::memcpy((pc.in_scale ? scale : data).data() + pc.to,
+                    (pc.in_scale ? mats[pick[i]].scale : mats[pick[i]].data) + pc.from, pc.bytes);
+    const matrix_view sv{
+        data.data(), data.size(), scale.empty() ? nullptr : scale.data(), scale.size(), m0.scale_enc, 2 * R, C};
+    visit_format(f, [&]<class F>() {
+      std::vector<float> a(C), b(C);
+      for (uint64_t i = 0; i < 2; ++i)
+        for (uint64_t r : {uint64_t(0), R - 1}) {
+          F::decode_row(mats[pick[i]], r, a.data());
+          F::decode_row(sv, i * R + r, b.data());
+          if (std::memcmp(a.data(), b.data(), C * 4) != 0)
+            throw usage_error("upload_experts: stacking " + std::string(format_name(f)) + " changed row " +
+                              std::to_string(r) + " of " + expert_name(pick[i]));
+        }
+    });
+  }
+  // Every matrix's planes straight into the stacked device buffers (no host-side stacked copy).
+  gpu_experts out = alloc_stacked(dev, "upload_experts", f, m0, E);
+  {  // bytes no plane covers (padding of a layout) read as zero, as from the former zero-filled host copy
+    commands z = dev.begin();
+    z.fill(out.w.data, out.w.data.size() / 4 * 4, 0u);
+    if (out.w.scale) z.fill(out.w.scale, out.w.scale.size() / 4 * 4, 0u);
+    dev.submit(z);
+  }
+  std::vector<upload_piece> pieces;
   for (uint64_t e = 0; e < E; ++e)
     for (const plane_copy& pc : plane_copies("upload_experts", p, e))
-      std::memcpy((pc.in_scale ? scale : data).data() + pc.to, (pc.in_scale ? mats[e].scale : mats[e].data) + pc.from,
-                  pc.bytes);
-  // The stacked layout decodes the first and last row of every expert exactly as the expert itself.
-  const matrix_view sv{
-      data.data(), data.size(), scale.empty() ? nullptr : scale.data(), scale.size(), m0.scale_enc, E * R, C};
-  visit_format(f, [&]<class F>() {
-    std::vector<float> a(C), b(C);
-    for (uint64_t e = 0; e < E; ++e)
-      for (uint64_t r : {uint64_t(0), R - 1}) {
-        F::decode_row(mats[e], r, a.data());
-        F::decode_row(sv, e * R + r, b.data());
-        if (std::memcmp(a.data(), b.data(), C * 4) != 0)
-          throw usage_error("upload_experts: stacking " + std::string(format_name(f)) + " changed row " +
-                            std::to_string(r) + " of " + expert_name(e));
-      }
-  });
-  gpu_experts out;
-  out.w = upload_matrix(dev, f, sv);
-  out.count = uint32_t(E);
-  out.rows_per_expert = R;
+      pieces.push_back({view(pc.in_scale ? out.w.scale : out.w.data, pc.to, pc.bytes),
+                        (pc.in_scale ? mats[e].scale : mats[e].data) + pc.from, pc.bytes});
+  dev.upload_batch(pieces);
   return out;
 }
 

@@ -144,13 +144,16 @@ buffer device_impl::adopt(std::unique_ptr<block> nb, uint64_t bytes) {
   return out;
 }
 
-void device_impl::upload_pipelined(block& dst, uint64_t base, const uint8_t* h, uint64_t bytes) {
-  // Two halves of a write-combined staging block: the host fills one while the device copies the other.
+void device_impl::upload_pipelined(std::span<const upload_part> parts) {
+  // Two halves of a write-combined staging block: the host fills one (several parts, each one copy region) while
+  // the device copies the other.
   if (!upload_staging) upload_staging = make_block(2 * upload_half_bytes, upload_type, true);
   struct half {
     vk::raii::CommandBuffer cb{nullptr};
     vk::raii::Fence fence{nullptr};
     bool busy = false;
+    uint64_t used = 0;
+    std::vector<std::pair<block*, vk::BufferCopy>> regions;
   } halves[2];
   for (half& x : halves) {
     vk::raii::CommandBuffers cbs(dev, vk::CommandBufferAllocateInfo(*cmd_pool, vk::CommandBufferLevel::ePrimary, 1));
@@ -163,22 +166,38 @@ void device_impl::upload_pipelined(block& dst, uint64_t base, const uint8_t* h, 
     dev.resetFences({*x.fence});
     x.busy = false;
   };
+  uint32_t cur = 0;
+  auto flush = [&]() {
+    half& x = halves[cur];
+    if (x.regions.empty()) return;
+    x.cb.reset();
+    x.cb.begin(vk::CommandBufferBeginInfo(vk::CommandBufferUsageFlagBits::eOneTimeSubmit));
+    for (const auto& [blk, r] : x.regions) x.cb.copyBuffer(*upload_staging->buf, *blk->buf, r);
+    x.cb.end();
+    const vk::CommandBuffer cbh = *x.cb;
+    queue.submit(vk::SubmitInfo({}, {}, cbh), *x.fence);
+    x.busy = true;
+    x.regions.clear();
+    x.used = 0;
+    cur ^= 1u;
+    finish(halves[cur]);  // the other half's previous copies have read it
+  };
   try {
-    uint32_t i = 0;
-    for (uint64_t done = 0; done < bytes; ++i) {
-      half& x = halves[i % 2];
-      finish(x);  // its previous copy has read the half
-      const uint64_t n = std::min(upload_half_bytes, bytes - done), so = (i % 2) * upload_half_bytes;
-      std::memcpy(upload_staging->mapped + so, h + done, n);
-      x.cb.reset();
-      x.cb.begin(vk::CommandBufferBeginInfo(vk::CommandBufferUsageFlagBits::eOneTimeSubmit));
-      x.cb.copyBuffer(*upload_staging->buf, *dst.buf, vk::BufferCopy(so, base + done, n));
-      x.cb.end();
-      const vk::CommandBuffer cbh = *x.cb;
-      queue.submit(vk::SubmitInfo({}, {}, cbh), *x.fence);
-      x.busy = true;
-      done += n;
-    }
+    for (const upload_part& p : parts)
+      for (uint64_t done = 0; done < p.bytes;) {
+        half& x = halves[cur];
+        if (x.used == upload_half_bytes) {
+          flush();
+          continue;
+        }
+        const uint64_t n = std::min(upload_half_bytes - x.used, p.bytes - done);
+        const uint64_t so = cur * upload_half_bytes + x.used;
+        std::memcpy(upload_staging->mapped + so, p.src + done, n);
+        x.regions.push_back({p.dst, vk::BufferCopy(so, p.base + done, n)});
+        x.used += n;
+        done += n;
+      }
+    flush();
     finish(halves[0]);
     finish(halves[1]);
   } catch (...) {  // never free a command buffer the device may still run
@@ -186,6 +205,24 @@ void device_impl::upload_pipelined(block& dst, uint64_t base, const uint8_t* h, 
       if (x.busy) (void)dev.waitForFences({*x.fence}, VK_TRUE, UINT64_MAX);
     throw;
   }
+}
+
+void device_impl::upload_batch(std::span<const upload_piece> pieces) {
+  std::vector<upload_part> parts;
+  parts.reserve(pieces.size());
+  for (const upload_piece& pc : pieces) {
+    const view& v = pc.dst;
+    if (!v.buf || !*v.buf) throw gpu_error("upload: empty buffer");
+    if (pc.bytes > v.bytes || v.offset + pc.bytes > v.buf->size()) throw gpu_error("upload: range outside the buffer");
+    if (pc.bytes == 0) continue;
+    block& blk = block_of(*v.buf);
+    const uint64_t base = offset_of(*v.buf) + v.offset;
+    if (blk.mapped)
+      std::memcpy(blk.mapped + base, pc.src, pc.bytes);
+    else
+      parts.push_back({&blk, base, static_cast<const uint8_t*>(pc.src), pc.bytes});
+  }
+  if (!parts.empty()) upload_pipelined(parts);
 }
 
 buffer device_impl::alloc_upload(uint64_t bytes) {
@@ -231,7 +268,8 @@ void device_impl::copy(const view& v, void* host, uint64_t bytes, bool to_device
   }
   auto* h = static_cast<uint8_t*>(host);
   if (to_device) {
-    upload_pipelined(blk, base, h, bytes);
+    const upload_part one{&blk, base, h, bytes};
+    upload_pipelined(std::span<const upload_part>(&one, 1));
     return;
   }
   if (!staging) staging = make_block(staging_bytes, staging_type, true);
@@ -293,6 +331,14 @@ uint8_t* device::mapped(const buffer& b) {
   detail::block& blk = p_->block_of(b);
   if (!blk.mapped) throw gpu_error("mapped: this buffer is device memory the host cannot map (use alloc_upload)");
   return blk.mapped + p_->offset_of(b);
+}
+
+void device::upload_batch(std::span<const upload_piece> pieces) {
+  try {
+    p_->upload_batch(pieces);
+  } catch (const vk::SystemError& e) {
+    throw gpu_error(std::string("upload: ") + e.what());
+  }
 }
 
 void device::upload(const view& dst, const void* src, uint64_t bytes) {

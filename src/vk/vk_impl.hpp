@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -100,7 +101,14 @@ struct device_impl {
   uint64_t offset_of(const buffer& b) const noexcept { return b.offset_; }
   void copy(const view& v, void* host, uint64_t bytes, bool to_device);
   /// Host → device through the two halves of upload_staging, the next memcpy overlapping the previous copy.
-  void upload_pipelined(block& dst, uint64_t base, const uint8_t* h, uint64_t bytes);
+  struct upload_part {
+    block* dst;
+    uint64_t base;
+    const uint8_t* src;
+    uint64_t bytes;
+  };
+  void upload_pipelined(std::span<const upload_part> parts);
+  void upload_batch(std::span<const upload_piece> pieces);
   /// Records fn into a one-off command buffer, submits it and waits.
   template <class Fn>
   void run_once(Fn&& fn);

@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
     parity::attn_cases(s);
     parity::model_cases(s);
     parity::prim_cases(s);
+    parity::v41_cases(s);
     const int bad = s.report();
     const gpu::pipeline_stats ps = kern.stats();
     std::printf("%u pipelines (%u GLSL compiles in %.2f s, %u SPIR-V cache hits); total %.1f s\n", ps.pipelines,

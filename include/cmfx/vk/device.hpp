@@ -13,6 +13,7 @@
 ///   dev.submit(c);                             // ... run them and wait
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -121,6 +122,13 @@ struct view {
   explicit operator bool() const noexcept { return buf != nullptr; }
 };
 
+/// One host → device copy of device::upload_batch.
+struct upload_piece {
+  view dst;
+  const void* src = nullptr;
+  uint64_t bytes = 0;
+};
+
 /// A recording of dispatches (one command buffer). Kernels put a compute→compute memory barrier before every
 /// dispatch after the first, so recorded work runs in order.
 class commands {
@@ -190,6 +198,9 @@ class device {
   void download(const view& src, void* dst, uint64_t bytes);
   template <class T>
   void upload(const view& dst, const std::vector<T>& v) { upload(dst, v.data(), v.size() * sizeof(T)); }
+  /// Many host → device copies at once (on a discrete device packed into the shared staging submissions instead
+  /// of one submission and wait each): what stacking many small planes needs.
+  void upload_batch(std::span<const upload_piece> pieces);
 
   commands begin();
   /// Runs a recording and waits for it. Submitting it again (without reset) runs the same work once more:

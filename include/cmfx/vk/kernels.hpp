@@ -172,6 +172,19 @@ class kernels {
   /// idx [rows, k] (uint32) = topk(scores [rows, n], k) with the tie rule of ops/topk.hpp; slots past min(k, n)
   /// get 0xFFFFFFFF. k <= topk_max_k.
   void topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t k, view idx);
+  // ---- V4.1 candidate blocks (dsv41_candidate_blocks; kernels_v41.cpp, docs/VULKAN.md "V4.1 kernels"):
+  //      block_max → topk(blk, rows, nb, topk_blocks, idx) → mask_scores. nb = ceil(n / bs); lens (uint32 [rows],
+  //      optional): row r has lens[r] ≤ n valid entries (no view: n), the rest count as absent.
+  /// blk [rows, nb] = max of each block of bs scores (NaN ignored, −inf when empty); the row's newest block
+  /// (holding entry len − 1) = +inf.
+  void block_max(commands& c, view score, uint32_t rows, uint32_t n, uint32_t bs, view blk, view lens = {});
+  /// In place: score[r, j] = −inf unless j < len and block j / bs is among idx [rows, k] with blk != −inf
+  /// (0xFFFFFFFF slots pick nothing). blk, idx: the candidate source's (a reusing layer passes the same ones).
+  void mask_scores(commands& c, view score, uint32_t rows, uint32_t n, uint32_t bs, view blk, view idx, uint32_t k,
+                   view lens = {});
+  /// The three above: blk [rows, nb], idx [rows, topk_blocks] (topk_blocks <= topk_max_k); score masked in place.
+  void candidate_blocks(commands& c, view score, uint32_t rows, uint32_t n, uint32_t bs, uint32_t topk_blocks,
+                        view blk, view idx, view lens = {});
   /// out[i] = silu(min(g, limit)) · clamp(v, −limit, limit) · weight (limit <= 0: no clamp). out may alias.
   void swiglu_clamp(commands& c, view g, view v, view out, uint64_t n, float limit, float weight = 1.0f);
   /// y[i] += x[i] for i < n (f32, exact sums; x and y must not overlap).

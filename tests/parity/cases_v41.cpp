@@ -1,0 +1,263 @@
+// V4.1-specific cases (issue #9), oracles the CPU functions the V4.1 graph runs (driver/model/dsv41_attention.cpp):
+//   fp4_e4m3_quant: fake_quant(e2m1_e4m3, block 16) bit-exact against dsv41_fp4_e4m3_quant (it is rounding only);
+//     inputs: per-block magnitudes 1e-5 … 3e4 (amax/6 past the E4M3 maximum 448 saturates), blocks below the
+//     amax floor 6·2^-9, zeros inside blocks and all-zero blocks, amax exactly 6·(an E4M3 value) with exact
+//     midpoints of the E2M1 grid times the scale (ties to even), ragged last blocks.
+//   candidate_blocks: block_max → topk → mask_scores against dsv41_candidate_blocks: block maxima and masked
+//     scores bit-exact, the block picks and the index picks (kernels::topk over the masked scores vs cmfx::topk
+//     over the CPU-masked row, −inf picks dropped) equal in order; then mask_scores with the same blk / idx over a
+//     second score array (a layer that reuses the candidates) bit-exact against the CPU's masking. Inputs:
+//     exact ties of block maxima (quantised scores), −inf blocks (fewer reachable blocks than topk_blocks), NaN
+//     and zero entries, ragged n, per-row lengths.
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/formats/exmy.hpp"
+#include "cmfx/ops/fake_quant.hpp"
+#include "cmfx/ops/topk.hpp"
+#include "cmfx/ref/ops_ref.hpp"
+#include "harness.hpp"
+#include "model/dsv41_config.hpp"
+#include "model/dsv41_internal.hpp"
+
+namespace cmfx::parity {
+
+namespace {
+
+constexpr float ninf = -std::numeric_limits<float>::infinity();
+
+std::string bits_differ(const float* got, const float* want, size_t n, const char* what) {
+  for (size_t i = 0; i < n; ++i)
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]))
+      return std::string(what) + " differs at " + std::to_string(i) + ": gpu " + std::to_string(got[i]) + ", cpu " +
+             std::to_string(want[i]);
+  return {};
+}
+
+std::string fp4_case(suite& s, uint64_t seed, uint32_t rows, uint32_t n, std::string& info) {
+  const uint32_t block = driver::dsv41_kv_fp4_block;
+  rng r(seed);
+  std::vector<float> x = r.normal(uint64_t(rows) * n);
+  const std::vector<double> e4 = ref::value_grid<e4m3>(), e2 = ref::value_grid<e2m1>();
+  uint32_t n_floor = 0, n_sat = 0, n_tie = 0, n_zero = 0;
+  for (uint32_t i = 0; i < rows; ++i)
+    for (uint32_t b0 = 0; b0 < n; b0 += block) {
+      const uint32_t len = std::min(block, n - b0);
+      float* p = x.data() + uint64_t(i) * n + b0;
+      const float mag = std::pow(10.0f, r.uniform(-5.0f, 4.5f));
+      for (uint32_t j = 0; j < len; ++j) p[j] *= mag;
+      const float u = r.uniform(0, 1);
+      if (u < 0.15f) {  // amax = 6·sv exactly (sv an E4M3 value ≥ the floor's), E2M1 midpoints × sv
+        const float sv = float(e4[40 + r.below(e4.size() - 41)]);
+        float am = 0;
+        for (uint32_t j = 0; j < len; ++j) am = std::max(am, std::fabs(p[j]));
+        for (uint32_t j = 0; j < len; ++j) p[j] = 6.0f * sv * (p[j] / am) * 0.5f;
+        const uint32_t at_max = uint32_t(r.below(len));
+        p[at_max] = 6.0f * sv * (u < 0.07f ? -1.0f : 1.0f);
+        for (uint32_t t = 0; t < std::min<uint32_t>(len, 8); ++t) {
+          const size_t g = 1 + r.below(e2.size() - 1);
+          const uint32_t j = uint32_t(r.below(len));
+          if (j == at_max) continue;
+          p[j] = float((e2[g - 1] + e2[g]) / 2.0 * double(sv)) * (r.below(2) ? -1.0f : 1.0f);
+        }
+        ++n_tie;
+      } else if (u < 0.25f) {  // the whole block below the amax floor 6·2^-9
+        for (uint32_t j = 0; j < len; ++j) p[j] = p[j] / mag * e2m1_e4m3_amax_floor * 1e-2f;
+        ++n_floor;
+      } else if (u < 0.30f) {  // all zero (amax → the floor)
+        for (uint32_t j = 0; j < len; ++j) p[j] = (j & 1) ? -0.0f : 0.0f;
+        ++n_zero;
+      } else if (u < 0.40f) {  // amax / 6 past the E4M3 maximum: the scale saturates at 448
+        for (uint32_t j = 0; j < len; ++j) p[j] = p[j] / mag * 3000.0f;
+        ++n_sat;
+      }
+      for (uint32_t j = 0; j < len; ++j)  // zeros inside blocks
+        if (r.below(8) == 0) p[j] = 0.0f;
+    }
+  guarded xg(s.dev, x.size() * 4);
+  s.dev.upload(xg.payload(), x);
+  gpu::commands c = s.dev.begin();
+  s.kern.fake_quant(c, xg.payload(), rows, n, block, gpu::kernels::fq_format::e2m1_e4m3);
+  s.submit(c);
+  std::vector<float> got(x.size());
+  std::string why;
+  if (!xg.read(got.data(), why)) return why;
+  std::vector<float> cpu = x, lib = x;
+  for (uint32_t i = 0; i < rows; ++i) {
+    driver::dsv41_fp4_e4m3_quant(std::span<float>(cpu.data() + uint64_t(i) * n, n), block);
+    act_quant_e2m1_e4m3(std::span<float>(lib.data() + uint64_t(i) * n, n), block);
+  }
+  if (auto w = bits_differ(got.data(), cpu.data(), got.size(), "value"); !w.empty()) return w;
+  if (auto w = bits_differ(lib.data(), cpu.data(), got.size(), "act_quant_e2m1_e4m3 vs dsv41_fp4_e4m3_quant");
+      !w.empty())
+    return w;
+  info = "bit-exact vs dsv41_fp4_e4m3_quant; blocks: " + std::to_string(n_tie) + " tie, " + std::to_string(n_floor) +
+         " floor, " + std::to_string(n_zero) + " zero, " + std::to_string(n_sat) + " saturated";
+  return {};
+}
+
+struct cand_shape {
+  uint32_t rows, n, bs, topk_blocks, index_topk;
+  bool ties, neg_blocks, lens;
+};
+
+std::string cand_case(suite& s, uint64_t seed, const cand_shape& sh, std::string& info) {
+  const uint32_t rows = sh.rows, n = sh.n, bs = sh.bs, nb = (n + bs - 1) / bs;
+  rng r(seed);
+  auto make_scores = [&] {
+    std::vector<float> x = r.normal(uint64_t(rows) * n);
+    for (float& v : x) {
+      if (sh.ties) v = std::round(v * 4.0f) / 4.0f;  // a few dozen distinct values: exact ties of block maxima
+      const uint64_t u = r.below(1000);
+      if (u < 3) v = std::numeric_limits<float>::quiet_NaN();
+      else if (u < 6) v = 0.0f;
+      else if (u < 8) v = ninf;
+    }
+    if (sh.neg_blocks)  // whole blocks of −inf (NaN too): unreachable blocks whose picks are dropped
+      for (uint32_t i = 0; i < rows; ++i)
+        for (uint32_t b = 0; b < nb; ++b)
+          if (r.below(3) == 0)
+            for (uint32_t j = b * bs; j < std::min(n, (b + 1) * bs); ++j)
+              x[uint64_t(i) * n + j] = r.below(4) ? ninf : std::numeric_limits<float>::quiet_NaN();
+    return x;
+  };
+  const std::vector<float> x = make_scores(), x2 = make_scores();
+  std::vector<uint32_t> lens(rows, n);
+  if (sh.lens)
+    for (uint32_t i = 0; i < rows; ++i) lens[i] = i == 0 ? n : uint32_t(r.below(n + 1));
+  const gpu::buffer lb = upload(s.dev, lens);
+  const gpu::view lv = sh.lens ? gpu::view(lb, 0, uint64_t(rows) * 4) : gpu::view();
+  const uint32_t K = sh.topk_blocks, KI = sh.index_topk;
+  guarded sg(s.dev, x.size() * 4), s2g(s.dev, x2.size() * 4), bg(s.dev, uint64_t(rows) * nb * 4),
+      ig(s.dev, uint64_t(rows) * K * 4), pg(s.dev, uint64_t(rows) * KI * 4);
+  s.dev.upload(sg.payload(), x);
+  s.dev.upload(s2g.payload(), x2);
+  gpu::commands c = s.dev.begin();
+  s.kern.candidate_blocks(c, sg.payload(), rows, n, bs, K, bg.payload(), ig.payload(), lv);
+  s.kern.topk(c, sg.payload(), rows, n, KI, pg.payload());
+  s.kern.mask_scores(c, s2g.payload(), rows, n, bs, bg.payload(), ig.payload(), K, lv);
+  const double ms = s.submit(c);
+  std::vector<float> got(x.size()), got2(x2.size()), gblk(uint64_t(rows) * nb);
+  std::vector<uint32_t> gidx(uint64_t(rows) * K), gpick(uint64_t(rows) * KI);
+  std::string why;
+  if (!sg.read(got.data(), why) || !s2g.read(got2.data(), why) || !bg.read(gblk.data(), why) ||
+      !ig.read(gidx.data(), why) || !pg.read(gpick.data(), why))
+    return why;
+  uint64_t n_cand = 0, n_dropped = 0, n_tied = 0;
+  for (uint32_t i = 0; i < rows; ++i) {
+    const std::string at = "row " + std::to_string(i) + " (len " + std::to_string(lens[i]) + "): ";
+    const uint32_t len = lens[i], nbr = (len + bs - 1) / bs;
+    const float* xi = x.data() + uint64_t(i) * n;
+    std::vector<uint8_t> mask;
+    driver::dsv41_candidate_blocks(std::span<const float>(xi, len), K, bs, mask);
+    // block maxima (the CPU function's rule, restated): max in order, newest block +inf, absent blocks −inf
+    std::vector<float> blk(nb, ninf);
+    for (uint32_t j = 0; j < len; ++j) blk[j / bs] = std::max(blk[j / bs], xi[j]);
+    if (len) blk[nbr - 1] = std::numeric_limits<float>::infinity();
+    if (auto w = bits_differ(gblk.data() + uint64_t(i) * nb, blk.data(), nb, "block max"); !w.empty()) return at + w;
+    std::vector<float> sorted(blk.begin(), blk.begin() + nbr);
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t b = 1; b < sorted.size(); ++b) n_tied += sorted[b] == sorted[b - 1] && std::isfinite(sorted[b]);
+    // block picks: the finite / +inf ones equal cmfx::topk over the row's own blocks, in order
+    std::vector<topk_entry> scratch(std::max<size_t>(nbr, len));
+    std::vector<uint32_t> want(std::min(K, nbr));
+    topk(std::span<const float>(blk.data(), nbr), want.size(), scratch, want);
+    std::vector<uint32_t> wantv, gotv;
+    for (uint32_t p : want) {
+      if (blk[p] != ninf) wantv.push_back(p);
+      else ++n_dropped;
+    }
+    for (uint32_t q = 0; q < K; ++q) {
+      const uint32_t p = gidx[uint64_t(i) * K + q];
+      if (p != 0xFFFFFFFFu && p < nb && blk[p] != ninf) gotv.push_back(p);
+    }
+    if (gotv != wantv)
+      return at + "block picks differ (" + std::to_string(gotv.size()) + " vs " + std::to_string(wantv.size()) + ")";
+    // masked scores, and the reusing layer's masked scores
+    std::vector<float> want_s(xi, xi + n);
+    std::vector<float> want_s2(x2.begin() + std::ptrdiff_t(i) * n, x2.begin() + std::ptrdiff_t(i + 1) * n);
+    for (uint32_t j = 0; j < n; ++j)
+      if (j >= len || !mask[j]) want_s[j] = want_s2[j] = ninf;
+      else ++n_cand;
+    if (auto w = bits_differ(got.data() + uint64_t(i) * n, want_s.data(), n, "masked score"); !w.empty())
+      return at + w;
+    if (auto w = bits_differ(got2.data() + uint64_t(i) * n, want_s2.data(), n, "reused mask"); !w.empty())
+      return at + w;
+    // index picks over the masked row (the V4.1 indexer: top-k, −inf picks dropped)
+    std::vector<uint32_t> pk(std::min(KI, len));
+    topk(std::span<const float>(want_s.data(), len), pk.size(), scratch, pk);
+    std::erase_if(pk, [&](uint32_t j) { return want_s[j] == ninf; });
+    std::vector<uint32_t> gp;
+    for (uint32_t q = 0; q < KI; ++q) {
+      const uint32_t j = gpick[uint64_t(i) * KI + q];
+      if (j != 0xFFFFFFFFu && j < n && got[uint64_t(i) * n + j] != ninf) gp.push_back(j);
+    }
+    if (gp != pk)
+      return at + "index picks differ (" + std::to_string(gp.size()) + " vs " + std::to_string(pk.size()) + ")";
+  }
+  char b[160];
+  std::snprintf(b, sizeof b,
+                "exact; %llu candidate entries, %llu dropped -inf picks, %llu tied block maxima; gpu %.1f ms",
+                (unsigned long long)n_cand, (unsigned long long)n_dropped, (unsigned long long)n_tied, ms);
+  info = b;
+  return {};
+}
+
+}  // namespace
+
+void v41_cases(suite& s) {
+  using R = std::string;
+  auto fq = [&](uint32_t rows, uint32_t n, const R& note) {
+    s.run("fp4_e4m3_quant", "-", std::to_string(rows) + "x" + std::to_string(n) + " block 16" + note,
+          [=, &s](uint64_t seed, R& info) { return fp4_case(s, seed, rows, n, info); });
+  };
+  fq(1, 512, " (one KV entry)");
+  fq(3, 512, "");
+  fq(3, 1000, " ragged");
+  fq(1, 7, " < one block");
+  fq(64, 528, " many blocks");
+  auto cb = [&](cand_shape sh, const R& note) {
+    s.run("candidate_blocks", "-",
+          std::to_string(sh.rows) + "x" + std::to_string(sh.n) + " bs " + std::to_string(sh.bs) + " top " +
+              std::to_string(sh.topk_blocks) + note,
+          [=, &s](uint64_t seed, R& info) { return cand_case(s, seed, sh, info); });
+  };
+  const uint32_t K = driver::dsv41_candidate_topk_blocks, BS = driver::dsv41_candidate_block_size;
+  cb({1, 40000, BS, K, 512, false, false, false}, " (decode)");
+  cb({3, 40003, BS, K, 512, true, false, false}, " ragged, tied maxima");
+  cb({3, 1001, BS, K, 512, false, true, false}, " fewer blocks than top, -inf blocks");
+  cb({3, 777, BS, 64, 100, true, true, false}, " ragged, ties, -inf blocks");
+  cb({4, 5000, BS, 128, 256, true, false, true}, " per-row lengths");
+  cb({2, 300, 5, 7, 20, true, true, true}, " bs 5, lengths");
+  cb({1, 1u << 20, BS, K, 512, false, false, false}, " (1M entries)");
+  s.run("candidate_blocks", "-", "refusals", [&s](uint64_t, R& info) -> R {
+    guarded sg(s.dev, 64 * 4), bg(s.dev, 64 * 4), ig(s.dev, 64 * 4);
+    const auto refused = [&](auto f) {
+      gpu::commands c = s.dev.begin();
+      try {
+        f(c);
+      } catch (const usage_error&) {
+        return true;
+      }
+      return false;
+    };
+    if (!refused([&](gpu::commands& c) { s.kern.block_max(c, sg.payload(), 1, 64, 0, bg.payload()); }))
+      return "block size 0 accepted";
+    if (!refused([&](gpu::commands& c) {
+          s.kern.candidate_blocks(c, sg.payload(), 1, 64, 8, gpu::kernels::topk_max_k + 1, bg.payload(), ig.payload());
+        }))
+      return "topk_blocks > topk_max_k accepted";
+    if (!refused([&](gpu::commands& c) { s.kern.block_max(c, sg.payload(), 1, 65 * 8, 8, bg.payload()); }))
+      return "a short score view accepted";
+    if (!refused([&](gpu::commands& c) {
+          s.kern.mask_scores(c, sg.payload(), 1, 64, 1, bg.payload(), ig.payload(), 65);
+        }))
+      return "a short idx view accepted";
+    info = "usage_error for bs 0, topk_blocks > 2048, short views";
+    return {};
+  });
+}
+
+}  // namespace cmfx::parity
