@@ -344,30 +344,40 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
     std::vector<uint32_t> ids(K);
     std::vector<gpu::commands> fills;  // this token's expert copies, one recording per layer with a miss
     fills.reserve(cf.layers);
-    const uint8_t* sel = dev.mapped(readback);
-    dev.wait(pre);
-    gpu::commands* prev = &rec->c;
-    const auto tw = [&](gpu::commands& c) {
-      const auto t0 = std::chrono::steady_clock::now();
-      dev.wait(c);
-      cstats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    };
-    for (uint32_t l = 0; l < cf.layers; ++l) {
-      tw(*prev);
-      std::memcpy(ids.data(), sel + uint64_t(l) * K * 4, uint64_t(K) * 4);
-      fills.push_back(dev.begin());
-      if (cache_fill(l, ids.data(), fills.back())) {
-        dev.submit_async(fills.back());
-      } else {
-        fills.pop_back();
+    try {
+      const uint8_t* sel = dev.mapped(readback);
+      dev.wait(pre);
+      gpu::commands* prev = &rec->c;
+      const auto tw = [&](gpu::commands& c) {
+        const auto t0 = std::chrono::steady_clock::now();
+        dev.wait(c);
+        cstats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      };
+      for (uint32_t l = 0; l < cf.layers; ++l) {
+        tw(*prev);
+        std::memcpy(ids.data(), sel + uint64_t(l) * K * 4, uint64_t(K) * 4);
+        fills.push_back(dev.begin());
+        if (cache_fill(l, ids.data(), fills.back())) {
+          dev.submit_async(fills.back());
+        } else {
+          fills.pop_back();
+        }
+        dev.submit_async(rec->segs.at(l));
+        prev = &rec->segs[l];
       }
-      dev.submit_async(rec->segs.at(l));
-      prev = &rec->segs[l];
-    }
-    tw(*prev);
-    for (gpu::commands& f : fills) {  // each holds stamps 0 and 1 around its copies (cache_fill)
-      dev.wait(f);
-      if (dev.info().timestamps) cstats.copy_device_seconds += f.seconds(0, 1);
+      tw(*prev);
+      for (gpu::commands& f : fills) {  // each holds stamps 0 and 1 around its copies (cache_fill)
+        dev.wait(f);
+        if (dev.info().timestamps) cstats.copy_device_seconds += f.seconds(0, 1);
+      }
+    } catch (...) {
+      // The slots may not hold what the host believes (a copy not submitted, a map not updated): start empty.
+      for (gpu::commands& f : fills) dev.wait(f);
+      dev.wait(pre);
+      dev.wait(rec->c);
+      for (gpu::commands& sc : rec->segs) dev.wait(sc);
+      cache_invalidate();
+      throw;
     }
     ++cstats.tokens;
   } else {

@@ -92,6 +92,8 @@ struct dsv4_gpu_model::impl {
   /// Records into c the copies that make layer l's selected experts (ids, top_k) resident and the slot map's
   /// update; returns false when they all were resident already (nothing recorded).
   bool cache_fill(uint32_t l, const uint32_t* ids, gpu::commands& c);
+  /// Every slot empty (after a failure inside a token: what the host believes and the slots hold may differ).
+  void cache_invalidate();
 
   dsv4_gpu_profile prof;
   uint32_t dispatches = 0;

@@ -248,6 +248,19 @@ void dsv4_gpu_model::impl::place_experts() {
   cstats.active = true;
   cstats.slots = uint32_t(slots);
   cstats.slot_bytes = gpu::moe_slot_bytes(layers.at(0).moe);
+  // Every expert is checked now (formats, shapes, sizes; one slot size for all layers: the ring and the budget
+  // assume it), not in the middle of a token.
+  for (uint32_t l = 0; l < nl; ++l) {
+    if (gpu::moe_slot_bytes(layers[l].moe) != cstats.slot_bytes)
+      throw usage_error("gpu model: the expert cache needs one expert size; layer " + std::to_string(l) + "'s is " +
+                        std::to_string(gpu::moe_slot_bytes(layers[l].moe)) + " bytes, layer 0's " +
+                        std::to_string(cstats.slot_bytes));
+    for (uint32_t e = 0; e < E; ++e) try {
+        (void)gpu::moe_slot_sources(layers[l].moe, host_experts[l][e]);
+      } catch (const usage_error& err) {
+        throw usage_error("gpu model: layer " + std::to_string(l) + ", expert " + std::to_string(e) + ": " + err.what());
+      }
+  }
   ring = dev.alloc_upload(uint64_t(K) * cstats.slot_bytes);
   copiers = std::make_unique<thread_pool>(
       std::max(1u, std::min(opt.copy_threads, std::max(1u, std::thread::hardware_concurrency()))));
@@ -264,6 +277,15 @@ void dsv4_gpu_model::impl::place_experts() {
   }
 }
 
+void dsv4_gpu_model::impl::cache_invalidate() {
+  for (dsv4_gpu_cache_layer& C : cache) {
+    C.slot_of.assign(C.slot_of.size(), 0xFFFFFFFFu);
+    C.expert_in.assign(C.expert_in.size(), -1);
+    C.last_use.assign(C.last_use.size(), 0);
+    dev.upload(C.map, C.slot_of);
+  }
+}
+
 bool dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids, gpu::commands& c) {
   dsv4_gpu_cache_layer& C = cache.at(l);
   const uint32_t K = cfg.top_k, E = cfg.experts;
@@ -277,13 +299,16 @@ bool dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids, gpu::comm
   };
   std::vector<chunk> chunks;  // the packed images, in pieces of ≤ 1 MiB for the copy threads
   constexpr uint64_t piece = 1ull << 20;
+  // First every selected expert that is resident is marked used by this token (so that no miss evicts it), then
+  // the misses take the least recently used other slots.
+  for (uint32_t j = 0; j < K; ++j)
+    if (ids[j] < E && C.slot_of[ids[j]] != 0xFFFFFFFFu) C.last_use[C.slot_of[ids[j]]] = tick;
   for (uint32_t j = 0; j < K; ++j) {
     const uint32_t e = ids[j];
     if (e >= E) continue;  // an invalid id: the MoE turns the token into NaN (as without the cache)
     ++cstats.lookups;
     if (C.slot_of[e] != 0xFFFFFFFFu) {
       ++cstats.hits;
-      C.last_use[C.slot_of[e]] = tick;
       continue;
     }
     // The least recently used slot not taken by this token (slots >= top_k, so one always exists).

@@ -376,8 +376,17 @@ commands::commands(std::unique_ptr<detail::commands_impl> p) : p_(std::move(p)) 
 commands::commands(commands&&) noexcept = default;
 commands& commands::operator=(commands&&) noexcept = default;
 detail::commands_impl::~commands_impl() {
+  if (!dev || !*cb) return;
+  if (pending) {  // every way of destroying a recording waits for it first (~commands does; a move-assignment not)
+    try {
+      if (dev->dev.waitForFences({*fence}, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess) return;
+    } catch (...) {
+      return;  // not known to be finished: neither its pools nor its command buffer may be reused
+    }
+    pending = false;
+    ran = true;
+  }
   recycle_pools();
-  if (!dev || !*cb || pending) return;  // a pending one was waited for by ~commands; never recycle it otherwise
   try {
     cb.reset();
     if (ran) dev->dev.resetFences({*fence});
@@ -565,6 +574,11 @@ void device::submit_async(commands& cmds) {
       p_->dev.resetFences({*c.fence});
     } else {
       c.ensure_recording();
+      // Device writes visible to the host after the fence wait (downloads, mapped read-back buffers).
+      const vk::MemoryBarrier hb(vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite,
+                                 vk::AccessFlagBits::eHostRead);
+      c.cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
+                           vk::PipelineStageFlagBits::eHost, {}, hb, {}, {});
       c.cb.end();
       c.recording = false;
     }

@@ -122,13 +122,7 @@ gpu_experts upload_experts(device& dev, format f, std::span<const matrix_view> m
     });
   }
   // Every matrix's planes straight into the stacked device buffers (no host-side stacked copy).
-  gpu_experts out = alloc_stacked(dev, "upload_experts", f, m0, E);
-  {  // bytes no plane covers (padding of a layout) read as zero, as from the former zero-filled host copy
-    commands z = dev.begin();
-    z.fill(out.w.data, out.w.data.size() / 4 * 4, 0u);
-    if (out.w.scale) z.fill(out.w.scale, out.w.scale.size() / 4 * 4, 0u);
-    dev.submit(z);
-  }
+  gpu_experts out = alloc_stacked(dev, "upload_experts", f, m0, E);  // zero-filled
   std::vector<upload_piece> pieces;
   for (uint64_t e = 0; e < E; ++e)
     for (const plane_copy& pc : plane_copies("upload_experts", p, e))
@@ -221,6 +215,12 @@ gpu_experts alloc_stacked(device& dev, const std::string& fn, format f, const ma
   if (p.scale_bytes) out.w.scale = dev.alloc(p.scale_bytes);
   out.count = uint32_t(count);
   out.rows_per_expert = v.rows;
+  {  // bytes no plane covers (layout padding) read as zero
+    commands z = dev.begin();
+    z.fill(out.w.data, out.w.data.size() / 4 * 4, 0u);
+    if (out.w.scale) z.fill(out.w.scale, out.w.scale.size() / 4 * 4, 0u);
+    dev.submit(z);
+  }
   return out;
 }
 

@@ -208,12 +208,15 @@ void device_impl::upload_pipelined(std::span<const upload_part> parts) {
 }
 
 void device_impl::upload_batch(std::span<const upload_piece> pieces) {
+  for (const upload_piece& pc : pieces) {  // every piece checked before any byte moves
+    const view& v = pc.dst;
+    if (!v.buf || !*v.buf) throw gpu_error("upload: empty buffer");
+    if (pc.bytes > v.bytes || v.offset + pc.bytes > v.buf->size()) throw gpu_error("upload: range outside the buffer");
+  }
   std::vector<upload_part> parts;
   parts.reserve(pieces.size());
   for (const upload_piece& pc : pieces) {
     const view& v = pc.dst;
-    if (!v.buf || !*v.buf) throw gpu_error("upload: empty buffer");
-    if (pc.bytes > v.bytes || v.offset + pc.bytes > v.buf->size()) throw gpu_error("upload: range outside the buffer");
     if (pc.bytes == 0) continue;
     block& blk = block_of(*v.buf);
     const uint64_t base = offset_of(*v.buf) + v.offset;
@@ -279,8 +282,11 @@ void device_impl::copy(const view& v, void* host, uint64_t bytes, bool to_device
     run_once([&](vk::raii::CommandBuffer& cb) {
       if (to_device)
         cb.copyBuffer(*staging->buf, *blk.buf, vk::BufferCopy(0, base + done, n));
-      else
+      else {
         cb.copyBuffer(*blk.buf, *staging->buf, vk::BufferCopy(base + done, 0, n));
+        const vk::MemoryBarrier hb(vk::AccessFlagBits::eTransferWrite, vk::AccessFlagBits::eHostRead);
+        cb.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, hb, {}, {});
+      }
     });
     if (!to_device) std::memcpy(h + done, staging->mapped, n);
     done += n;
