@@ -9,12 +9,21 @@
 //     second score array (a layer that reuses the candidates) bit-exact against the CPU's masking. Inputs:
 //     exact ties of block maxima (quantised scores), −inf blocks (fewer reachable blocks than topk_blocks), NaN
 //     and zero entries, ragged n, per-row lengths.
+//   engram_gather: bit-exact against cmfx::engram_gather (model/engram.hpp) on fresh random tables: E4M3 bytes
+//     uniform over all codes but the NaN codes 0x7F / 0xFF, UE8M0 scales 2^-40 … 2^+10 with a quarter of them
+//     2^-127 … 2^-115 (products below 2^-126: the f32-subnormal + bf16 double rounding, counted in the info);
+//     a token with an out-of-range id must be NaN over its whole E row (the CPU throws for it), the others exact.
+//   engram_gate_add: X and the gates against cmfx::engram_gate_add per token (f64 sums, exp in double): gates
+//     |Δ| ≤ 2^-22 (1–2 f32 ulp; a double result within ~1e-15 of an f32 rounding edge may round the other way)
+//     or 1e-5 without f64; X NMSE ≤ 1e-12 (1e-9 without f64) and max-abs ≤ 1e-5·max(1, max|X|). Image tokens:
+//     X bit-identical to the input and gate 0; a copy with qk = 0 takes the clamp (gate σ(sqrt(clamp))).
 #include <bit>
 #include <cmath>
 #include <limits>
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/exmy.hpp"
+#include "cmfx/model/engram.hpp"
 #include "cmfx/ops/fake_quant.hpp"
 #include "cmfx/ops/topk.hpp"
 #include "cmfx/ref/ops_ref.hpp"
@@ -205,6 +214,154 @@ std::string cand_case(suite& s, uint64_t seed, const cand_shape& sh, std::string
   return {};
 }
 
+
+struct gather_shape {
+  uint32_t tokens, max_ngram, n_heads, head_dim, scale_block;  // cols = (max_ngram − 1)·n_heads
+  uint64_t rows;
+  int bad_token;  // −1: none; else this token gets one out-of-range id
+};
+
+std::string gather_case(suite& s, uint64_t seed, const gather_shape& sh, std::string& info) {
+  engram_config cfg;
+  cfg.max_ngram = sh.max_ngram;
+  cfg.n_heads = sh.n_heads;
+  cfg.head_dim = sh.head_dim;
+  cfg.scale_block = sh.scale_block;
+  const uint32_t cols = cfg.cols(), hd = sh.head_dim, T = sh.tokens;
+  const uint64_t rows = sh.rows, spr = hd / sh.scale_block;
+  rng r(seed);
+  std::vector<uint8_t> data(rows * hd), scale(rows * spr);
+  for (uint8_t& b : data) {
+    b = uint8_t(r.below(256));
+    if (e4m3::is_nan(b)) b = uint8_t(b - 1);  // 0x7F / 0xFF → 0x7E / 0xFE
+  }
+  for (uint8_t& k : scale)
+    k = uint8_t(r.below(4) == 0 ? r.below(13) : 127 - 40 + r.below(51));  // 2^-127..2^-115 or 2^-40..2^10
+  std::vector<int32_t> ids(uint64_t(T) * cols);
+  for (int32_t& v : ids) v = int32_t(r.below(rows));
+  if (sh.bad_token >= 0) {
+    const uint64_t at = uint64_t(sh.bad_token) * cols + r.below(cols);
+    ids[at] = (seed & 1) ? int32_t(rows) : -1 - int32_t(r.below(1000));
+  }
+  matrix_view tv;
+  tv.data = data.data(), tv.data_bytes = data.size(), tv.scale = scale.data(), tv.scale_bytes = scale.size();
+  tv.scale_enc = scale_encoding::e8m0, tv.rows = rows, tv.cols = hd;
+  const uint64_t per = uint64_t(cols) * hd;
+  std::vector<float> want(T * per);
+  std::vector<bool> threw(T, false);
+  for (uint32_t t = 0; t < T; ++t) {
+    std::vector<int64_t> rid(ids.begin() + std::ptrdiff_t(t) * cols, ids.begin() + std::ptrdiff_t(t + 1) * cols);
+    try {
+      engram_gather(tv, cfg, rid, want.data() + t * per);
+    } catch (const std::out_of_range&) {
+      threw[t] = true;
+    }
+  }
+  if (sh.bad_token >= 0 && !threw[uint32_t(sh.bad_token)]) return "the CPU accepted the out-of-range id";
+  const gpu::buffer db = upload(s.dev, data), sb = upload(s.dev, scale), ib = upload(s.dev, ids);
+  guarded eg(s.dev, T * per * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.engram_gather(c, db, sb, rows, hd, sh.scale_block, ib, T, cols, eg.payload());
+  const double ms = s.submit(c);
+  std::vector<float> got(T * per);
+  std::string why;
+  if (!eg.read(got.data(), why)) return why;
+  uint64_t n_sub = 0, n_zero = 0;
+  for (uint32_t t = 0; t < T; ++t) {
+    const std::string at = "token " + std::to_string(t) + ": ";
+    const float* g = got.data() + t * per;
+    if (threw[t]) {
+      for (uint64_t i = 0; i < per; ++i)
+        if (!std::isnan(g[i]) || std::bit_cast<uint32_t>(g[i]) == guarded::nan_word)
+          return at + "bad id: E[" + std::to_string(i) + "] not written as NaN";
+      continue;
+    }
+    if (auto w = bits_differ(g, want.data() + t * per, per, "E"); !w.empty()) return at + w;
+    for (uint64_t i = 0; i < per; ++i) {
+      const float v = std::fabs(want[t * per + i]);
+      n_sub += v != 0.0f && v < 0x1p-126f;
+      n_zero += v == 0.0f;
+    }
+  }
+  char b[160];
+  std::snprintf(b, sizeof b, "bit-exact; %llu bf16-subnormal values, %llu zeros%s; gpu %.1f ms",
+                (unsigned long long)n_sub, (unsigned long long)n_zero,
+                sh.bad_token >= 0 ? ", bad-id token all NaN" : "", ms);
+  info = b;
+  return {};
+}
+
+struct gate_shape {
+  uint32_t tokens, hc, d;
+  int image_token;  // −1: none
+  bool zero_qk;     // last copy's qk = 0: the clamp path
+};
+
+std::string gate_case(suite& s, uint64_t seed, const gate_shape& sh, std::string& info) {
+  const uint32_t T = sh.tokens, hc = sh.hc, d = sh.d;
+  const engram_config dflt;
+  rng r(seed);
+  std::vector<float> X = r.normal(uint64_t(T) * hc * d), kv = r.normal(uint64_t(T) * (hc + 1) * d, 0.7f);
+  std::vector<float> qk = r.normal(uint64_t(hc) * d, 0.3f);
+  for (float& v : qk) v += 1.0f;
+  for (uint32_t t = 0; t < T; ++t)  // copy 1: key correlated with X (large |dot|: gates near 0 / 1)
+    for (uint32_t i = 0; i < d && hc > 1; ++i) {
+      float& k = kv[(uint64_t(t) * (hc + 1) + 1) * d + i];
+      k = k * 0.2f + (t % 2 ? -3.0f : 3.0f) * X[(uint64_t(t) * hc + 1) * d + i];
+    }
+  for (uint32_t t = 0; t < T; ++t) {  // per-token magnitudes 1e-3 … 1e3
+    const float m = std::pow(10.0f, r.uniform(-3.0f, 3.0f));
+    for (uint32_t i = 0; i < hc * d; ++i) X[uint64_t(t) * hc * d + i] *= m;
+  }
+  if (sh.zero_qk)
+    for (uint32_t i = 0; i < d; ++i) qk[uint64_t(hc - 1) * d + i] = 0.0f;
+  std::vector<uint32_t> img(T, 0);
+  if (sh.image_token >= 0) img[uint32_t(sh.image_token)] = 1;
+  std::vector<float> want = X, wg(uint64_t(T) * hc);
+  for (uint32_t t = 0; t < T; ++t) {
+    const float* k = kv.data() + uint64_t(t) * (hc + 1) * d;
+    const auto g = engram_gate_add(want.data() + uint64_t(t) * hc * d, k, k + uint64_t(hc) * d, qk.data(), hc, d,
+                                   dflt.eps, dflt.gate_clamp, img[t] != 0);
+    for (uint32_t c = 0; c < hc; ++c) wg[uint64_t(t) * hc + c] = g[c];
+  }
+  guarded xg(s.dev, X.size() * 4), gg(s.dev, wg.size() * 4);
+  s.dev.upload(xg.payload(), X);
+  const gpu::buffer kb = upload(s.dev, kv), qb = upload(s.dev, qk), ib = upload(s.dev, img);
+  gpu::commands c = s.dev.begin();
+  s.kern.engram_gate_add(c, xg.payload(), kb, qb, T, hc, d, dflt.eps, dflt.gate_clamp,
+                         sh.image_token >= 0 ? gpu::view(ib) : gpu::view(), gg.payload());
+  const double ms = s.submit(c);
+  std::vector<float> got(X.size()), gotg(wg.size());
+  std::string why;
+  if (!xg.read(got.data(), why) || !gg.read(gotg.data(), why)) return why;
+  const bool f64 = s.dev.info().float64;
+  const double g_tol = f64 ? 0x1p-22 : 1e-5;
+  double gmax = 0, gmin = 1, gerr = 0;
+  for (uint32_t t = 0; t < T; ++t)
+    for (uint32_t cc = 0; cc < hc; ++cc) {
+      const float g = gotg[uint64_t(t) * hc + cc], w = wg[uint64_t(t) * hc + cc];
+      const std::string at = "token " + std::to_string(t) + " copy " + std::to_string(cc) + ": ";
+      if (img[t]) {
+        if (std::bit_cast<uint32_t>(g) != 0u) return at + "image token gate not 0";
+        continue;
+      }
+      if (!(std::fabs(double(g) - double(w)) <= g_tol))
+        return at + "gate " + std::to_string(g) + " vs cpu " + std::to_string(w);
+      gerr = std::max(gerr, std::fabs(double(g) - double(w)));
+      gmax = std::max(gmax, double(w)), gmin = std::min(gmin, double(w));
+    }
+  if (sh.image_token >= 0) {
+    const uint64_t o = uint64_t(sh.image_token) * hc * d;
+    if (auto w = bits_differ(got.data() + o, X.data() + o, uint64_t(hc) * d, "image token X"); !w.empty()) return w;
+  }
+  const stats st = compare(got.data(), want.data(), got.size());
+  std::string v = verdict(st, f64 ? 1e-12 : 1e-9, info);
+  char b[160];
+  std::snprintf(b, sizeof b, "; gate max|d| %.2e, gates %.4f..%.4f; gpu %.1f ms", gerr, gmin, gmax, ms);
+  info += b;
+  return v;
+}
+
 }  // namespace
 
 void v41_cases(suite& s) {
@@ -232,6 +389,29 @@ void v41_cases(suite& s) {
   cb({4, 5000, BS, 128, 256, true, false, true}, " per-row lengths");
   cb({2, 300, 5, 7, 20, true, true, true}, " bs 5, lengths");
   cb({1, 1u << 20, BS, K, 512, false, false, false}, " (1M entries)");
+  auto eg = [&](gather_shape sh, const R& note) {
+    s.run("engram_gather", "-",
+          std::to_string(sh.tokens) + " tok x " + std::to_string((sh.max_ngram - 1) * sh.n_heads) + " cols x hd " +
+              std::to_string(sh.head_dim) + note,
+          [=, &s](uint64_t seed, R& info) { return gather_case(s, seed, sh, info); });
+  };
+  eg({1, 3, 4, 256, 32, 5000, -1}, " (one token, 2x4 cols)");
+  eg({3, 3, 4, 256, 32, 5000, -1}, " 2x4 cols");
+  eg({3, 4, 1, 256, 32, 777, -1}, " 3 cols");
+  eg({3, 4, 1, 24, 8, 333, -1}, " ragged hd 24 / block 8");
+  eg({1, 3, 4, 40, 20, 91, -1}, " ragged hd 40 / block 20");
+  eg({3, 3, 4, 256, 32, 5000, 1}, " bad id in token 1");
+  eg({3, 4, 1, 24, 8, 333, 2}, " ragged, bad id in token 2");
+  auto ga = [&](gate_shape sh, const R& note) {
+    s.run("engram_gate_add", "-",
+          std::to_string(sh.tokens) + " tok hc " + std::to_string(sh.hc) + " d " + std::to_string(sh.d) + note,
+          [=, &s](uint64_t seed, R& info) { return gate_case(s, seed, sh, info); });
+  };
+  ga({1, 4, 4096, -1, false}, " (decode)");
+  ga({3, 4, 4096, 1, false}, " image token 1");
+  ga({3, 4, 1000, -1, true}, " ragged, qk=0 copy (clamp)");
+  ga({3, 4, 333, 0, true}, " ragged, image token 0, clamp");
+  ga({2, 1, 77, -1, false}, " hc 1");
   s.run("candidate_blocks", "-", "refusals", [&s](uint64_t, R& info) -> R {
     guarded sg(s.dev, 64 * 4), bg(s.dev, 64 * 4), ig(s.dev, 64 * 4);
     const auto refused = [&](auto f) {

@@ -171,6 +171,6 @@ void moe_cases(suite& s);
 void attn_cases(suite& s);  // cases_attn.cpp
 void model_cases(suite& s);  // cases_model.cpp: the V4 GPU graph vs the CPU graph on the toys
 void prim_cases(suite& s);   // cases_prims.cpp: add, scale, matmul_rows, recorded transfers
-void v41_cases(suite& s);   // cases_v41.cpp: V4.1 kernels (FP4 KV fake-quant, candidate blocks)
+void v41_cases(suite& s);   // cases_v41.cpp: V4.1 kernels (FP4 KV fake-quant, candidate blocks, Engram gather and gate)
 
 }  // namespace cmfx::parity

@@ -185,6 +185,18 @@ class kernels {
   /// The three above: blk [rows, nb], idx [rows, topk_blocks] (topk_blocks <= topk_max_k); score masked in place.
   void candidate_blocks(commands& c, view score, uint32_t rows, uint32_t n, uint32_t bs, uint32_t topk_blocks,
                         view blk, view idx, view lens = {});
+  // ---- V4.1 Engram (model/engram.hpp; kernels_v41.cpp, docs/VULKAN.md "V4.1 kernels"): gather → matmul (wkv) →
+  //      gate_add. Row ids are hashed on the host.
+  /// E [tokens, cols·head_dim] (f32) = the table rows ids [tokens, cols] (int32) decoded as engram_decode_row,
+  /// bit-exact: data = E4M3 bytes [rows, head_dim], scale = UE8M0 bytes [rows, head_dim / scale_block]. A token
+  /// with any id outside [0, rows) gets NaN over its whole E row (the CPU throws). rows·head_dim < 2^32.
+  void engram_gather(commands& c, view data, view scale, uint64_t rows, uint32_t head_dim, uint32_t scale_block,
+                     view ids, uint32_t tokens, uint32_t cols, view E);
+  /// engram_gate_add for `tokens` tokens: X [tokens, hc, d] updated in place with the gates of kv [tokens,
+  /// (hc+1)·d] (key copies, then value) and qk [hc·d]; image (uint32 [tokens], optional): nonzero = image token
+  /// (X untouched, gate 0); gates (f32 [tokens, hc], optional) receive the gates. hc <= 16.
+  void engram_gate_add(commands& c, view X, view kv, view qk, uint32_t tokens, uint32_t hc, uint32_t d, float eps,
+                       float clamp, view image = {}, view gates = {});
   /// out[i] = silu(min(g, limit)) · clamp(v, −limit, limit) · weight (limit <= 0: no clamp). out may alias.
   void swiglu_clamp(commands& c, view g, view v, view out, uint64_t n, float limit, float weight = 1.0f);
   /// y[i] += x[i] for i < n (f32, exact sums; x and y must not overlap).
