@@ -438,6 +438,39 @@ void v41_cases(suite& s) {
     info = "usage_error for bs 0, topk_blocks > 2048, short views";
     return {};
   });
+  s.run("engram_gather", "-", "refusals", [&s](uint64_t, R& info) -> R {
+    // A 4-row table of head_dim 32 (scale_block 16), 2 tokens × 2 ids; each call breaks one argument.
+    guarded data(s.dev, 4 * 32), scale(s.dev, 4 * 2), ids(s.dev, 4 * 4), E(s.dev, 2 * 2 * 32 * 4);
+    guarded X(s.dev, 2 * 4 * 64 * 4), kv(s.dev, 2 * 5 * 64 * 4), qk(s.dev, 4 * 64 * 4);
+    const auto refused = [&](auto f) {
+      gpu::commands c = s.dev.begin();
+      try {
+        f(c);
+      } catch (const usage_error&) {
+        return true;
+      }
+      return false;
+    };
+    const auto gather = [&](uint32_t hd, uint32_t sb, uint32_t tokens) {
+      return [&, hd, sb, tokens](gpu::commands& c) {
+        s.kern.engram_gather(c, data.payload(), scale.payload(), 4, hd, sb, ids.payload(), tokens, 2, E.payload());
+      };
+    };
+    if (refused(gather(32, 16, 2))) return "gather: the valid baseline call was refused";
+    if (!refused(gather(32, 0, 2))) return "gather: scale_block 0 accepted";
+    if (!refused(gather(32, 12, 2))) return "gather: a scale_block not dividing head_dim accepted";
+    if (!refused(gather(32, 16, 3))) return "gather: more tokens than the ids and E views hold accepted";
+    if (!refused(gather(64, 16, 2))) return "gather: a table view shorter than rows x head_dim accepted";
+    const auto gate = [&](uint32_t hc, uint32_t d) {
+      return [&, hc, d](gpu::commands& c) { s.kern.engram_gate_add(c, X.payload(), kv.payload(), qk.payload(), 2, hc, d, 1e-6f, 1e-6f); };
+    };
+    if (refused(gate(4, 64))) return "gate_add: the valid baseline call was refused";
+    if (!refused(gate(17, 64))) return "gate_add: hc 17 accepted";
+    if (!refused(gate(4, 0))) return "gate_add: d 0 accepted";
+    if (!refused(gate(4, 65))) return "gate_add: views shorter than tokens x hc x d accepted";
+    info = "usage_error for a bad scale block, short views, hc > 16, d 0";
+    return {};
+  });
 }
 
 }  // namespace cmfx::parity
