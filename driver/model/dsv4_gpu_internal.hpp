@@ -83,6 +83,12 @@ struct dsv4_gpu_model::impl {
   std::vector<dsv4_gpu_cache_layer> cache;
   gpu::buffer ring;      // host-written (alloc_upload): the packed images of one layer's missing experts
   std::unique_ptr<thread_pool> copiers;  // copy_threads workers filling the ring
+  struct ring_chunk {
+    uint8_t* to;
+    const uint8_t* from;
+    uint64_t bytes;
+  };
+  std::vector<ring_chunk> ring_chunks;  // one layer's packed images in pieces ≤ 1 MiB (reused: no per-token allocation)
   gpu::buffer readback;  // host-read (alloc_upload): every layer's selected ids, copied there by the recording
   dsv4_gpu_cache_stats cstats;
   uint64_t cache_tick = 0;

@@ -292,12 +292,8 @@ bool dsv4_gpu_model::impl::cache_fill(uint32_t l, const uint32_t* ids, gpu::comm
   const uint64_t tick = ++cache_tick;
   uint8_t* const staged = dev.mapped(ring);
   uint32_t moved = 0;
-  struct chunk {
-    uint8_t* to;
-    const uint8_t* from;
-    uint64_t bytes;
-  };
-  std::vector<chunk> chunks;  // the packed images, in pieces of ≤ 1 MiB for the copy threads
+  std::vector<ring_chunk>& chunks = ring_chunks;  // the packed images, in pieces of ≤ 1 MiB for the copy threads
+  chunks.clear();
   constexpr uint64_t piece = 1ull << 20;
   // First every selected expert that is resident is marked used by this token (so that no miss evicts it), then
   // the misses take the least recently used other slots.

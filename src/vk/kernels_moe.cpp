@@ -278,7 +278,7 @@ void write_moe_slot(device& dev, const gpu_moe& m, uint32_t slot, const expert_v
 }
 
 std::vector<std::pair<const uint8_t*, uint64_t>> moe_slot_sources(const gpu_moe& m, const expert_view& ex) {
-  const std::string fn = "pack_moe_slot";
+  const std::string fn = "moe_slot_sources";
   if (m.slots == 0) throw usage_error(fn + ": the layer is fully resident (no slots)");
   std::vector<std::pair<const uint8_t*, uint64_t>> out;
   expert_planes(fn, m, 0, &ex, [&](const matrix_view* v, const plane_copy& pc, const view&) {
@@ -287,12 +287,6 @@ std::vector<std::pair<const uint8_t*, uint64_t>> moe_slot_sources(const gpu_moe&
   return out;
 }
 
-void pack_moe_slot(const gpu_moe& m, const expert_view& ex, uint8_t* dst) {
-  for (const auto& [src, bytes] : moe_slot_sources(m, ex)) {
-    std::memcpy(dst, src, bytes);
-    dst += bytes;
-  }
-}
 
 void record_moe_slot(commands& c, const gpu_moe& m, uint32_t slot, const view& src) {
   const std::string fn = "record_moe_slot";

@@ -362,6 +362,18 @@ std::string gate_case(suite& s, uint64_t seed, const gate_shape& sh, std::string
   return v;
 }
 
+/// Records fn(commands) into a fresh recording (never submitted): true when it throws usage_error.
+template <class Fn>
+bool records_usage_error(suite& s, Fn&& fn) {
+  gpu::commands c = s.dev.begin();
+  try {
+    fn(c);
+  } catch (const usage_error&) {
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void v41_cases(suite& s) {
@@ -414,15 +426,7 @@ void v41_cases(suite& s) {
   ga({2, 1, 77, -1, false}, " hc 1");
   s.run("candidate_blocks", "-", "refusals", [&s](uint64_t, R& info) -> R {
     guarded sg(s.dev, 64 * 4), bg(s.dev, 64 * 4), ig(s.dev, 64 * 4);
-    const auto refused = [&](auto f) {
-      gpu::commands c = s.dev.begin();
-      try {
-        f(c);
-      } catch (const usage_error&) {
-        return true;
-      }
-      return false;
-    };
+    const auto refused = [&](auto f) { return records_usage_error(s, f); };
     if (!refused([&](gpu::commands& c) { s.kern.block_max(c, sg.payload(), 1, 64, 0, bg.payload()); }))
       return "block size 0 accepted";
     if (!refused([&](gpu::commands& c) {
@@ -442,15 +446,7 @@ void v41_cases(suite& s) {
     // A 4-row table of head_dim 32 (scale_block 16), 2 tokens × 2 ids; each call breaks one argument.
     guarded data(s.dev, 4 * 32), scale(s.dev, 4 * 2), ids(s.dev, 4 * 4), E(s.dev, 2 * 2 * 32 * 4);
     guarded X(s.dev, 2 * 4 * 64 * 4), kv(s.dev, 2 * 5 * 64 * 4), qk(s.dev, 4 * 64 * 4);
-    const auto refused = [&](auto f) {
-      gpu::commands c = s.dev.begin();
-      try {
-        f(c);
-      } catch (const usage_error&) {
-        return true;
-      }
-      return false;
-    };
+    const auto refused = [&](auto f) { return records_usage_error(s, f); };
     const auto gather = [&](uint32_t hd, uint32_t sb, uint32_t tokens) {
       return [&, hd, sb, tokens](gpu::commands& c) {
         s.kern.engram_gather(c, data.payload(), scale.payload(), 4, hd, sb, ids.payload(), tokens, 2, E.payload());

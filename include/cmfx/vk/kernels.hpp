@@ -94,12 +94,11 @@ gpu_moe alloc_moe_slots(device& dev, const expert_view& proto, uint32_t experts,
 void write_moe_slot(device& dev, const gpu_moe& m, uint32_t slot, const expert_view& ex);
 /// Device bytes of one expert of m (gate, up and down, all planes): what write_moe_slot moves.
 uint64_t moe_slot_bytes(const gpu_moe& m);
-/// write_moe_slot in two halves, for streaming without host waits: pack_moe_slot copies the expert's planes
-/// (checked as write_moe_slot checks them) into moe_slot_bytes(m) bytes at dst — host memory, e.g. a mapped
-/// device::alloc_upload buffer — and record_moe_slot records the copies of such a packed image (src) into slot
-/// `slot` (commands::copy, so it is ordered with the recording's other work).
-void pack_moe_slot(const gpu_moe& m, const expert_view& ex, uint8_t* dst);
-/// The host spans pack_moe_slot concatenates, in order (for callers that copy them with several threads).
+/// write_moe_slot in two halves, for streaming without host waits: moe_slot_sources lists the expert's host
+/// spans (checked as write_moe_slot checks them) whose concatenation, moe_slot_bytes(m) bytes, is the packed image
+/// the caller copies into host-visible memory (e.g. a mapped device::alloc_upload buffer, with as many threads as
+/// it likes); record_moe_slot records the copies of such an image (src) into slot `slot` (commands::copy, so it is
+/// ordered with the recording's other work).
 std::vector<std::pair<const uint8_t*, uint64_t>> moe_slot_sources(const gpu_moe& m, const expert_view& ex);
 void record_moe_slot(commands& c, const gpu_moe& m, uint32_t slot, const view& src);
 
