@@ -7,8 +7,10 @@
 //   C       = row-softmax(m[2hc + j·hc + k]·s2 + base[..]) + hc_eps; column pass; then iters−1 × {row, column}
 //   y[c]    = Σ_j pre[j]·X[j][c] in f32, j ascending
 // The coefficients in ACC with exp in double (common/f64math.glsl) when the device has f64, as the CPU.
-// HC_HEAD = 1: hc_head (pre only, scalar scale). Defines: HC_MAX, HC_HEAD, HC_NORM, HC_N (= hc), HC_COLS
-// (= ceil(d / WG_SIZE)).
+// HC_HEAD = 1: hc_head (pre only, scalar scale). HC_FOLD (V4.1's one-sublayer lag, dsv4-architecture.md §4.1):
+// 1 = the collapse uses the weights fold[foldoff + t·fstride + j] instead of this sublayer's pre (the coefficients
+// are still computed and written); 2 = the collapse (and norm) alone, no coefficients (V4.1's final collapse).
+// Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)).
 #include "common/base.glsl"
 #if ACC_DOUBLE
 #include "common/f64math.glsl"
@@ -24,7 +26,7 @@ layout(push_constant) uniform hf_pc {
   float norm_eps, hc_eps, head_scale;
   uint cstride;
   float rms_eps;
-  uint nwoff, pad0, pad1;
+  uint nwoff, foldoff, fstride;
 } pc;
 layout(std430, binding = 0) readonly buffer P { ACC part[]; };
 layout(std430, binding = 1) readonly buffer X { float xs[]; };
@@ -37,6 +39,9 @@ layout(std430, binding = 5) buffer Y { float ys[]; };
 // values in its order (strided partial sums, wg_sum, r = 1 / sqrt(mean + eps), y · r · weight), so bit-identical.
 #include "common/reduce.glsl"
 layout(std430, binding = 6) readonly buffer Nw { float nw[]; };
+#endif
+#if HC_FOLD
+layout(std430, binding = 7) readonly buffer Fd { float fold[]; };
 #endif
 
 shared ACC m[(2 + HC_MAX) * HC_MAX + 1];
@@ -64,6 +69,9 @@ void main() {
     nwr[i] = c < d ? nw[pc.nwoff + c] : 0.0;
   }
 #endif
+#if HC_FOLD == 2
+  if (lid < hc) pre_s[lid] = fold[pc.foldoff + t * pc.fstride + lid];
+#else
   for (uint r = lid; r < R; r += WG_SIZE) {
     ACC s = ACC(0);
     for (uint b = 0u; b < pc.nblk; ++b) s += part[pc.poff + (t * pc.nblk + b) * R + r];
@@ -86,7 +94,11 @@ void main() {
   const ACC s0 = ACC(scale[pc.soff]), s1 = ACC(scale[pc.soff + 1u]), s2 = ACC(scale[pc.soff + 2u]);
   if (lid < hc) {
     const float p = float(sigm(m[lid] * rs * s0 + ACC(base[pc.boff + lid])) + eps);
+#if HC_FOLD
+    pre_s[lid] = fold[pc.foldoff + t * pc.fstride + lid];
+#else
     pre_s[lid] = p;
+#endif
     coeff[cb + lid] = p;
     coeff[cb + hc + lid] = float(ACC(2) * sigm(m[hc + lid] * rs * s1 + ACC(base[pc.boff + hc + lid])));
   }
@@ -132,6 +144,7 @@ void main() {
   }
   if (own) coeff[cb + 2u * hc + lid] = float(v);
 #endif
+#endif  // HC_FOLD == 2
   barrier();
   ACC ss = ACC(0);
   float yv[HC_COLS];

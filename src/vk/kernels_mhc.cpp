@@ -83,23 +83,34 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
   detail::dispatch(c.impl(), e.pipe("mhc_block.comp", defines(post, mix ? rows + 1 : 1), block, 6, sizeof pc), b, &pc, sizeof pc, gx, gy);
 }
 
+/// fold_mode: 0 none, 1 the collapse with the weights of `fold` (coefficients as usual), 2 the collapse alone.
 void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool head, view partials, view X, view base,
-                view scale, float head_scale, uint32_t tokens, view coeff, view y, view norm) {
-  const char* op = head ? "hc_head_finish" : "hc_pre_finish";
+                view scale, float head_scale, uint32_t tokens, view coeff, view y, view norm, int fold_mode = 0,
+                view fold = {}, uint32_t fold_stride = 0) {
+  const char* op = fold_mode == 2 ? "hc_fold" : head ? "hc_head_finish" : "hc_pre_finish";
+  const bool coeffs = fold_mode != 2;
   const uint32_t rows = head ? sh.hc : (2 + sh.hc) * sh.hc;
   const uint64_t xbytes = uint64_t(tokens) * sh.hc * sh.d * 4;
   const uint64_t pbytes = uint64_t(tokens) * nblk(sh) * (rows + 1) * acc_bytes(e);
   const uint64_t cbytes = uint64_t(tokens) * kernels::hc_coeff_floats(sh.hc) * 4;
-  detail::need_view(partials, pbytes, op, "partials");
+  if (coeffs) {
+    detail::need_view(partials, pbytes, op, "partials");
+    detail::need_view(base, uint64_t(rows) * 4, op, "base");
+    if (!head) detail::need_view(scale, 12, op, "scale");
+    detail::need_view(coeff, cbytes, op, "coeff");
+  }
   detail::need_view(X, xbytes, op, "X");
-  detail::need_view(base, uint64_t(rows) * 4, op, "base");
-  if (!head) detail::need_view(scale, 12, op, "scale");
-  detail::need_view(coeff, cbytes, op, "coeff");
   detail::need_view(y, uint64_t(tokens) * sh.d * 4, op, "y");
   if (norm) detail::need_view(norm, uint64_t(sh.d) * 4, op, "norm");
-  const detail::bound nb = e.bind(norm, uint64_t(sh.d) * 4);
-  const detail::bound pb = e.bind(partials, pbytes), xb = e.bind(X, xbytes), bb = e.bind(base, uint64_t(rows) * 4),
-                      sb = e.bind(head ? view() : scale, 12), cb = e.bind(coeff, cbytes),
+  const uint64_t fbytes = fold_mode ? (uint64_t(tokens - 1) * fold_stride + sh.hc) * 4 : 0;
+  if (fold_mode) {
+    if (fold_stride < sh.hc && tokens > 1) throw usage_error(std::string(op) + ": fold_stride < hc");
+    detail::need_view(fold, fbytes, op, "fold");
+  }
+  const detail::bound nb = e.bind(norm, uint64_t(sh.d) * 4), fdb = e.bind(fold_mode ? fold : view(), fbytes);
+  const detail::bound pb = e.bind(coeffs ? partials : view(), pbytes), xb = e.bind(X, xbytes),
+                      bb = e.bind(coeffs ? base : view(), uint64_t(rows) * 4),
+                      sb = e.bind(head || !coeffs ? view() : scale, 12), cb = e.bind(coeffs ? coeff : view(), cbytes),
                       yb = e.bind(y, uint64_t(tokens) * sh.d * 4);
   if (pb.residual % acc_bytes(e)) throw usage_error(std::string(op) + ": partials offset not a multiple of 8");
   finish_pc pc{tokens,
@@ -120,14 +131,15 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
                kernels::hc_coeff_floats(sh.hc),
                sh.norm_eps,
                nb.residual / 4,
-               0,
-               0};
-  const detail::binding b[7] = {pb.b, xb.b, bb.b, sb.b, cb.b, yb.b, nb.b};
+               fdb.residual / 4,
+               fold_stride};
+  const detail::binding b[8] = {pb.b, xb.b, bb.b, sb.b, cb.b, yb.b, nb.b, fdb.b};
   const uint32_t wg = detail::op_env::wg;
   const std::string defs = detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_N", sh.hc) +
                            detail::def_u("HC_COLS", (sh.d + wg - 1) / wg) + "#define HC_HEAD " + (head ? "1" : "0") +
-                           "\n#define HC_NORM " + (norm ? "1" : "0") + "\n";
-  const uint32_t nbind = norm ? 7 : 6;
+                           "\n#define HC_NORM " + (norm ? "1" : "0") + "\n" + "#define HC_FOLD " +
+                           std::to_string(fold_mode) + "\n";
+  const uint32_t nbind = fold_mode ? 8 : norm ? 7 : 6;
   uint32_t gx, gy;
   e.grid(tokens, gx, gy);
   detail::dispatch(c.impl(), e.pipe("mhc_finish.comp", defs, wg, nbind, sizeof pc),
@@ -153,6 +165,24 @@ void kernels::hc_pre_finish(commands& c, const hc_shape& sh, view partials, view
   check(sh, "hc_pre_finish");
   if (tokens == 0) return;
   run_finish(detail::op_env_of(*p_), c, sh, false, partials, X, base, scale, 0.0f, tokens, coeff, y, norm);
+}
+
+void kernels::hc_pre_finish_fold(commands& c, const hc_shape& sh, view partials, view X, view base, view scale,
+                                 uint32_t tokens, view coeff, view fold, uint32_t fold_stride, view y, view norm) {
+  check(sh, "hc_pre_finish_fold");
+  if (tokens == 0) return;
+  if (!fold) throw usage_error("hc_pre_finish_fold: fold missing");
+  run_finish(detail::op_env_of(*p_), c, sh, false, partials, X, base, scale, 0.0f, tokens, coeff, y, norm, 1, fold,
+             fold_stride);
+}
+
+void kernels::hc_fold(commands& c, const hc_shape& sh, view X, view fold, uint32_t fold_stride, uint32_t tokens,
+                      view y, view norm) {
+  check(sh, "hc_fold");
+  if (tokens == 0) return;
+  if (!fold) throw usage_error("hc_fold: fold missing");
+  run_finish(detail::op_env_of(*p_), c, sh, false, view(), X, view(), view(), 0.0f, tokens, view(), y, norm, 2, fold,
+             fold_stride);
 }
 
 void kernels::hc_head_finish(commands& c, const hc_shape& sh, view partials, view X, view base, float scale,

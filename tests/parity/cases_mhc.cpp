@@ -221,9 +221,74 @@ std::string fused_norm_case(suite& s, uint64_t seed, bool head, uint32_t tokens,
   info = "bit-identical to the unfused rmsnorm";
   return {};
 }
+/// V4.1's lagged collapse: hc_pre_finish_fold writes the coefficients hc_pre_finish writes (bit for bit) and
+/// collapses with the given weights; hc_fold's y == hc_pre_finish_fold's y (bit for bit), and without a norm ==
+/// ops_detail::hc_fold on the CPU (the same f32 operations in the same order); the normed y against float64.
+std::string fold_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t hc, uint32_t d, std::string& info) {
+  rng r(seed);
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d, sh.norm_eps = 1e-20f;  // V4.1's eps
+  const uint32_t rows = (2 + hc) * hc, stride = hc + 3;
+  const std::vector<float> X = r.normal(uint64_t(tokens) * hc * d), fn = r.normal(uint64_t(rows) * hc * d, 0.02f),
+                           base = r.normal(rows, 0.1f), scale = {0.5f, 0.45f, 0.55f}, fold = r.normal(tokens * stride);
+  std::vector<float> nw = r.normal(d, 0.1f);
+  for (float& v : nw) v += 1.0f;
+  const gpu::buffer xb = upload(s.dev, X), fb = upload(s.dev, fn), bb = upload(s.dev, base),
+                    sb = upload(s.dev, scale), nb = upload(s.dev, nw), fdb = upload(s.dev, fold),
+                    pb = s.dev.alloc(s.kern.hc_partials_bytes(sh, tokens, rows));
+  const uint64_t cf = uint64_t(tokens) * gpu::kernels::hc_coeff_floats(hc), yb = uint64_t(tokens) * d * 4;
+  guarded c1(s.dev, cf * 4), c2(s.dev, cf * 4), y1(s.dev, yb), y2(s.dev, yb), y3(s.dev, yb), y4(s.dev, yb);
+  gpu::commands c = s.dev.begin();
+  s.kern.hc_mix(c, sh, xb, fb, rows, tokens, pb);
+  s.kern.hc_pre_finish_fold(c, sh, pb, xb, bb, sb, tokens, c1.payload(), fdb, stride, y1.payload(), nb);
+  s.kern.hc_pre_finish(c, sh, pb, xb, bb, sb, tokens, c2.payload(), y2.payload(), nb);
+  s.kern.hc_fold(c, sh, xb, fdb, stride, tokens, y3.payload(), nb);
+  s.kern.hc_fold(c, sh, xb, fdb, stride, tokens, y4.payload());
+  s.submit(c);
+  std::vector<float> a(uint64_t(tokens) * d), b3(a.size()), b4(a.size()), ca(cf), cb(cf), y2v(a.size());
+  std::string why;
+  if (!y1.read(a.data(), why) || !y2.read(y2v.data(), why) || !y3.read(b3.data(), why) || !y4.read(b4.data(), why) ||
+      !c1.read(ca.data(), why) || !c2.read(cb.data(), why))
+    return why;
+  if (std::memcmp(ca.data(), cb.data(), cf * 4) != 0) return "coefficients differ from hc_pre_finish's";
+  if (std::memcmp(a.data(), b3.data(), a.size() * 4) != 0) return "hc_fold's y differs from hc_pre_finish_fold's";
+  if (std::memcmp(a.data(), y2v.data(), a.size() * 4) == 0) return "the fold weights had no effect";
+  double nm_num = 0, nm_den = 0;
+  for (uint32_t t = 0; t < tokens; ++t) {
+    std::vector<float> yc(d);
+    ops_detail::hc_fold(std::span<const float>(X.data() + uint64_t(t) * hc * d, uint64_t(hc) * d),
+                        fold.data() + t * stride, hc, d, yc);
+    for (uint32_t i = 0; i < d; ++i)
+      if (std::memcmp(&yc[i], &b4[uint64_t(t) * d + i], 4) != 0)
+        return "unnormed y[" + std::to_string(t) + "," + std::to_string(i) + "] " + std::to_string(b4[uint64_t(t) * d + i]) +
+               " != CPU " + std::to_string(yc[i]);
+    double ss = 0;
+    for (uint32_t i = 0; i < d; ++i) {
+      double v = 0;
+      for (uint32_t j = 0; j < hc; ++j) v += double(fold[t * stride + j]) * double(X[(uint64_t(t) * hc + j) * d + i]);
+      ss += v * v;
+    }
+    const double rr = 1.0 / std::sqrt(ss / d + 1e-20);
+    for (uint32_t i = 0; i < d; ++i) {
+      double v = 0;
+      for (uint32_t j = 0; j < hc; ++j) v += double(fold[t * stride + j]) * double(X[(uint64_t(t) * hc + j) * d + i]);
+      const double want = v * rr * double(nw[i]), e = double(a[uint64_t(t) * d + i]) - want;
+      nm_num += e * e, nm_den += want * want;
+    }
+  }
+  const double nmse = nm_num / std::max(nm_den, 1e-300);
+  if (!(nmse <= 1e-12)) return "normed y NMSE " + std::to_string(nmse) + " > 1e-12";
+  char bf[96];
+  std::snprintf(bf, sizeof bf, "coeff/y bit-identical, CPU fold exact, normed NMSE %.1e", nmse);
+  info = bf;
+  return {};
+}
 }  // namespace
 
 void mhc_cases(suite& s) {
+  for (auto [tokens, hc, d] : {std::array<uint32_t, 3>{1, 4, 5120}, {3, 4, 300}, {2, 8, 64}, {2, 3, 7}})
+    s.run("hc_fold", "-", std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d),
+          [=, &s](uint64_t seed, std::string& info) { return fold_case(s, seed, tokens, hc, d, info); });
   using R = std::string;
   for (auto [tokens, hc, d] : {std::array<uint32_t, 3>{1, 4, 4096}, {3, 4, 300}, {2, 8, 64}}) {
     const R name = std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) + " + fused norm";

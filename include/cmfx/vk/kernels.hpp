@@ -240,6 +240,16 @@ class kernels {
   /// rmsnorm(y, norm, y, tokens, d, sh.norm_eps) (the sublayer's input norm without its own dispatch).
   void hc_pre_finish(commands& c, const hc_shape& sh, view partials, view X, view base, view scale, uint32_t tokens,
                      view coeff, view y, view norm = {});
+  /// V4.1's one-sublayer lag (dsv4-architecture.md §4.1): hc_pre_finish whose collapse uses the weights fold
+  /// [tokens, fold_stride] (the first hc floats of each row; the previous sublayer's pre) instead of this
+  /// sublayer's own: y = Σ_j fold[j]·X[j] (+ norm). coeff is written as hc_pre_finish writes it (its pre is the
+  /// next sublayer's fold). fold must not overlap coeff.
+  void hc_pre_finish_fold(commands& c, const hc_shape& sh, view partials, view X, view base, view scale,
+                          uint32_t tokens, view coeff, view fold, uint32_t fold_stride, view y, view norm = {});
+  /// The collapse alone: y [tokens, d] = Σ_j fold[j]·X[j] in f32, j ascending (ops_detail::hc_fold), then the
+  /// optional RMSNorm by norm (eps sh.norm_eps) — V4.1's final collapse with the last FFN's pre.
+  void hc_fold(commands& c, const hc_shape& sh, view X, view fold, uint32_t fold_stride, uint32_t tokens, view y,
+               view norm = {});
   /// hc_head from the partials of fn [hc rows]: coeff (pre only, the first hc floats of a coefficient row) and y
   /// (norm: as hc_pre_finish).
   void hc_head_finish(commands& c, const hc_shape& sh, view partials, view X, view base, float scale,
