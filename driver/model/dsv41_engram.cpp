@@ -7,6 +7,8 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/text/engram_map.hpp"
 #include "model_tokenizer.hpp"
+#include "cmfx/formats/format_list.hpp"
+#include "dsv41_weights.hpp"
 
 namespace cmfx::driver {
 
@@ -87,6 +89,26 @@ void dsv41_engram_row_ids(const dsv41_engram& eg, size_t e, std::span<const uint
   std::array<int64_t, engram_ngram_state::max_shifts> sh{};
   for (uint32_t s = 0; s < n; ++s) sh[s] = t >= s ? int64_t(cids[t - s]) : int64_t(eg.map.pad());
   engram_row_ids(eg.layout.layer(e), eg.cfg.n_heads, sh, out);
+}
+
+void dsv41_engram_token_rows(const dsv41_engram& eg, size_t e, const dsv41_layer_w& L, std::span<const uint32_t> cids,
+                             uint64_t t, std::span<int64_t> rows, float* E) {
+  const engram_config& ec = eg.cfg;
+  const uint64_t cols = ec.cols(), hd = ec.head_dim;
+  if (rows.size() != cols) throw std::logic_error("dsv41_engram_token_rows: row scratch of the wrong size");
+  dsv41_engram_row_ids(eg, e, cids, t, rows.data());
+  if (L.eg_table_fp8.data) {
+    engram_gather(L.eg_table_fp8, ec, rows, E);
+    return;
+  }
+  visit_format(L.eg_embed.fmt, [&]<class F>() {
+    for (uint64_t k = 0; k < cols; ++k) {
+      if (rows[k] < 0 || uint64_t(rows[k]) >= L.eg_embed.rows())
+        throw std::out_of_range("engram table: row " + std::to_string(rows[k]) + " outside the table");
+      F::decode_row(L.eg_embed.v, uint64_t(rows[k]), E + k * hd);
+    }
+  });
+  for (uint64_t k = 0; k < cols * hd; ++k) E[k] = bfloat16::decode(bfloat16::encode(E[k]));
 }
 
 }  // namespace cmfx::driver

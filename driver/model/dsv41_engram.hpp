@@ -44,4 +44,13 @@ struct dsv41_engram {
 /// (engram_ngram_state's blocked rule).
 void dsv41_engram_row_ids(const dsv41_engram& eg, size_t e, std::span<const uint32_t> cids, uint64_t t, int64_t* out);
 
+struct dsv41_layer_w;  // dsv41_weights.hpp
+
+/// The decoded table rows E [cols · head_dim] of the token at position t for Engram layer e (whose weights are L):
+/// row ids from the id history, then the release's FP8 rows (engram_gather) or a CMF table's rows through its
+/// format's decoder followed by the official bf16 cast. rows: scratch of cfg.cols() ids. Throws std::out_of_range
+/// for a row outside a CMF table.
+void dsv41_engram_token_rows(const dsv41_engram& eg, size_t e, const dsv41_layer_w& L, std::span<const uint32_t> cids,
+                             uint64_t t, std::span<int64_t> rows, float* E);
+
 }  // namespace cmfx::driver

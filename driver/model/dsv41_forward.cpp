@@ -17,9 +17,7 @@
 
 namespace cmfx::driver {
 
-namespace {
-
-rope_config rope_cfg(const dsv41_config& c, bool compressed) {
+rope_config dsv41_rope_config(const dsv41_config& c, bool compressed) {
   rope_config r;
   r.dim = c.rope_dim;
   r.base = compressed ? c.compress_rope_theta : c.rope_theta;
@@ -31,8 +29,7 @@ rope_config rope_cfg(const dsv41_config& c, bool compressed) {
   return r;
 }
 
-/// Largest KV-source layer that publishes index keys on a decode step at position t (a group closes), or −1.
-int decode_publisher(const dsv41_config& c, uint64_t t) {
+int dsv41_decode_publisher(const dsv41_config& c, uint64_t t) {
   for (int l = int(c.layers) - 1; l >= 0; --l) {
     const dsv41_layer_plan& p = c.plan[size_t(l)];
     if (p.mode == dsv41_mode::full && (t + 1) % p.ratio == 0) return l;
@@ -40,8 +37,7 @@ int decode_publisher(const dsv41_config& c, uint64_t t) {
   return -1;
 }
 
-/// Largest KV-source layer that publishes on a prefill of `len` tokens (it compresses at least one group), or −1.
-int prefill_publisher(const dsv41_config& c, uint64_t len) {
+int dsv41_prefill_publisher(const dsv41_config& c, uint64_t len) {
   for (int l = int(c.layers) - 1; l >= 0; --l) {
     const dsv41_layer_plan& p = c.plan[size_t(l)];
     if (p.mode == dsv41_mode::full && len >= p.ratio) return l;
@@ -49,12 +45,18 @@ int prefill_publisher(const dsv41_config& c, uint64_t len) {
   return -1;
 }
 
-}  // namespace
+int dsv41_keys_layer(const dsv41_config& cf, bool stale, uint32_t l, uint64_t t, bool prefill, int prev_owner) {
+  const dsv41_layer_plan& p = cf.plan[l];
+  if (!stale || prefill) return p.keys_from;  // prefill: every source publishes
+  if (p.mode == dsv41_mode::full && (t + 1) % p.ratio == 0) return int(l);  // publishes its own keys first
+  for (int k = int(l) - 1; k >= 0; --k) {  // the last publisher earlier in this step
+    const dsv41_layer_plan& q = cf.plan[size_t(k)];
+    if (q.mode == dsv41_mode::full && (t + 1) % q.ratio == 0) return k;
+  }
+  return prev_owner >= 0 ? prev_owner : p.keys_from;  // the previous call's last publisher
+}
 
-namespace {
-
-/// Engram's config, layout, token map and q ⊙ k of every Engram layer; checks each table against the layout.
-dsv41_engram make_engram(const dsv41_weights& w) {
+dsv41_engram dsv41_make_engram(const dsv41_weights& w) {
   const dsv41_config& cf = w.cfg;
   dsv41_engram eg;
   if (cf.engram_layers.empty()) return eg;
@@ -84,16 +86,14 @@ dsv41_engram make_engram(const dsv41_weights& w) {
   return eg;
 }
 
-}  // namespace
-
 dsv41_model::impl::impl(dsv41_weights weights, const dsv41_options& o)
     : w(std::move(weights)),
       opt(o),
       pool(o.threads),
       kern(best_cpu_kernels()),
-      rope_swa(rope_cfg(w.cfg, false)),
-      rope_comp(rope_cfg(w.cfg, true)),
-      engram(make_engram(w)),
+      rope_swa(dsv41_rope_config(w.cfg, false)),
+      rope_comp(dsv41_rope_config(w.cfg, true)),
+      engram(dsv41_make_engram(w)),
       act(pool.size()) {
   const dsv41_config& cf = w.cfg;
   if (opt.qat_kv && (cf.head_dim % dsv41_kv_fp4_block || cf.head_dim % dsv41_act_block ||
@@ -154,26 +154,11 @@ void dsv41_model::impl::engram_add(uint32_t l, float* X, uint64_t n, const dsv41
   const dsv41_layer_w& L = w.layers[l];
   const size_t e = size_t(cf.plan[l].engram);
   const engram_config& ec = engram.cfg;
-  const uint64_t cols = ec.cols(), hd = ec.head_dim, edim = ec.embed_dim(), d = cf.dim, hc = cf.hc;
+  const uint64_t cols = ec.cols(), edim = ec.embed_dim(), d = cf.dim, hc = cf.hc;
   std::vector<float> E(n * edim);
   pool.run(n, [&](uint64_t b, uint64_t en, unsigned) {
     std::vector<int64_t> rows(cols);
-    for (uint64_t i = b; i < en; ++i) {
-      dsv41_engram_row_ids(engram, e, tc.st[i]->cids(), tc.pos[i], rows.data());
-      float* Ei = E.data() + i * edim;
-      if (L.eg_table_fp8.data) {
-        engram_gather(L.eg_table_fp8, ec, rows, Ei);
-        continue;
-      }
-      visit_format(L.eg_embed.fmt, [&]<class F>() {
-        for (uint64_t k = 0; k < cols; ++k) {
-          if (rows[k] < 0 || uint64_t(rows[k]) >= L.eg_embed.rows())
-            throw std::out_of_range("engram table: row " + std::to_string(rows[k]) + " outside the table");
-          F::decode_row(L.eg_embed.v, uint64_t(rows[k]), Ei + k * hd);
-        }
-      });
-      for (uint64_t k = 0; k < edim; ++k) Ei[k] = bfloat16::decode(bfloat16::encode(Ei[k]));
-    }
+    for (uint64_t i = b; i < en; ++i) dsv41_engram_token_rows(engram, e, L, tc.st[i]->cids(), tc.pos[i], rows, E.data() + i * edim);
   });
   std::vector<float> kv(n * ec.kv_dim());
   linear(L.eg_wkv, E.data(), n, kv.data());
@@ -187,16 +172,7 @@ void dsv41_model::impl::engram_add(uint32_t l, float* X, uint64_t n, const dsv41
 }
 
 int dsv41_model::impl::keys_layer(uint32_t l, uint64_t i, const dsv41_token_ctx& tc) const {
-  const dsv41_config& cf = c();
-  const dsv41_layer_plan& p = cf.plan[l];
-  if (!opt.stale_index_k || tc.p0[i] == 0) return p.keys_from;  // prefill: every source publishes
-  const uint64_t t = tc.pos[i];
-  if (p.mode == dsv41_mode::full && (t + 1) % p.ratio == 0) return int(l);  // publishes its own keys first
-  for (int k = int(l) - 1; k >= 0; --k) {  // the last publisher earlier in this step
-    const dsv41_layer_plan& q = cf.plan[size_t(k)];
-    if (q.mode == dsv41_mode::full && (t + 1) % q.ratio == 0) return k;
-  }
-  return tc.prev_owner[i] >= 0 ? tc.prev_owner[i] : p.keys_from;  // the previous call's last publisher
+  return dsv41_keys_layer(c(), opt.stale_index_k, l, tc.pos[i], tc.p0[i] == 0, tc.prev_owner[i]);
 }
 
 dsv41_model::dsv41_model(dsv41_weights w, const dsv41_options& o) : p_(std::make_unique<impl>(std::move(w), o)) {}
@@ -275,17 +251,17 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
       tc.p0[i] = p0;
       tc.prev_owner[i] = prev;
       if (p0 > 0) {
-        const int pub = decode_publisher(cf, tc.pos[i]);
+        const int pub = dsv41_decode_publisher(cf, tc.pos[i]);
         if (pub >= 0) prev = pub;
       }
     }
     // Shared-runtime and Engram history for the chunk's positions.
     if (p0 == 0) {
-      const int pub = prefill_publisher(cf, sg.count);
+      const int pub = dsv41_prefill_publisher(cf, sg.count);
       st.ik_owner().assign(sg.count, int16_t(pub));
     } else {
       for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) {
-        const int pub = decode_publisher(cf, tc.pos[i]);
+        const int pub = dsv41_decode_publisher(cf, tc.pos[i]);
         st.ik_owner().push_back(int16_t(pub >= 0 ? pub : st.last_ik_owner()));
       }
     }

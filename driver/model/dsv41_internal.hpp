@@ -61,6 +61,19 @@ struct dsv41_model::impl {
   int keys_layer(uint32_t l, uint64_t i, const dsv41_token_ctx& tc) const;
 };
 
+/// The rope table of ratio-0 layers (compressed = false: 10000, no YaRN) or of ratio > 0 layers (160000 + YaRN).
+rope_config dsv41_rope_config(const dsv41_config& c, bool compressed);
+/// Largest KV-source layer that publishes index keys on a decode step at position t (a group closes), or −1.
+int dsv41_decode_publisher(const dsv41_config& c, uint64_t t);
+/// Largest KV-source layer that publishes on a prefill of `len` tokens (it compresses at least one group), or −1.
+int dsv41_prefill_publisher(const dsv41_config& c, uint64_t len);
+/// The layer whose index keys index-source layer l scores for the token at position t (stale: the official
+/// shared-runtime quirk; prefill: the token belongs to a chunk that started at position 0; prev_owner: the last
+/// publisher of the previous call, −1 none).
+int dsv41_keys_layer(const dsv41_config& c, bool stale, uint32_t l, uint64_t t, bool prefill, int prev_owner);
+/// Engram's config, layout, token map and q ⊙ k of every Engram layer; checks each table against the layout.
+dsv41_engram dsv41_make_engram(const dsv41_weights& w);
+
 /// FP4 E2M1 fake-quant with an E4M3 scale per block (V4.1 compressed KV, §8): s = e4m3(max(amax, 6·2^−9)/6),
 /// x ← e2m1(clamp(x/s, ±6))·s. The division is in f32 as in the official kernel.
 void dsv41_fp4_e4m3_quant(std::span<float> x, uint32_t block);

@@ -19,6 +19,7 @@
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/device.hpp"
 #include "dsv4_gpu_internal.hpp"
+#include "gpu_recording.hpp"
 
 namespace cmfx::driver {
 
@@ -28,53 +29,9 @@ using gpu::view;
 
 view row(const gpu::buffer& b, uint64_t r, uint64_t floats) { return view(b, r * floats * 4, floats * 4); }
 
-/// Phase timestamps of a profiled step (slots of commands::timestamp, folded into dsv4_gpu_profile after submit).
-struct stamps {
-  gpu::commands& c;
-  bool on = false;
-  std::vector<std::pair<double dsv4_gpu_profile::*, std::pair<uint32_t, uint32_t>>> marks;
-  uint32_t last = 0;
-  stamps(gpu::commands& cc, bool enabled) : c(cc), on(enabled) {
-    if (on) op_last = last = c.timestamp();
-  }
-  void mark(double dsv4_gpu_profile::*field) {
-    if (!on) return;
-    const uint32_t t = c.timestamp();
-    marks.push_back({field, {last, t}});
-    last = t;
-    op_last = t;
-  }
-  // Per-op detail (profile_ops): a timestamp after every op of the layers in `detail_layers`.
-  bool detail = false;
-  std::string prefix;
-  std::vector<std::pair<std::string, std::pair<uint32_t, uint32_t>>> ops;
-  uint32_t op_last = 0;
-  void op(const char* name) {
-    if (!on || !detail) return;
-    const uint32_t t = c.timestamp();
-    std::string full = prefix;
-    full += name;
-    ops.push_back({std::move(full), {op_last, t}});
-    op_last = t;
-  }
-};
-
 }  // namespace
 
-struct dsv4_gpu_recording {
-  gpu::commands c;
-  std::vector<gpu::commands> segs;  // expert cache: the rest of the token, one per layer (after its routing)
-  stamps ts;
-  uint64_t pos = 0;
-  int mode = 0;
-  bool profiled = false;
-  std::vector<uint32_t> profile_layers;
-  uint32_t dispatches = 0;
-  double record_s = 0;
-  dsv4_gpu_recording(gpu::commands&& cc, bool prof) : c(std::move(cc)), ts(c, prof) {}
-};
-
-std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logits_mode) {
+std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logits_mode) {
   const dsv4_config& cf = cfg;
   const auto t_rec = std::chrono::steady_clock::now();
   const uint64_t d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
@@ -86,18 +43,18 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
 
   // The recording starts with a full barrier: it may follow the previous token's recording and the token's own
   // parameter writes (run) in submission order without waiting on the host.
-  auto rec = std::make_shared<dsv4_gpu_recording>(dev.begin(), opt.profile);
+  auto rec = std::make_shared<gpu_recording>(dev.begin(), opt.profile);
   // With the expert cache the token is one command buffer per layer, cut after each layer's routing (run() makes
   // the selected experts resident in between); `cur` is the one being recorded.
   gpu::commands* cur = &rec->c;
-  const bool segmented = cstats.active;
+  const bool segmented = experts->active();
   if (segmented) rec->segs.reserve(cf.layers);
   auto cut = [&] {
     rec->segs.push_back(dev.begin());
     cur = &rec->segs.back();
     cur->barrier();
   };
-  stamps& ts = rec->ts;
+  gpu_stamps& ts = rec->ts;
   rec->pos = t, rec->mode = logits_mode, rec->profiled = opt.profile, rec->profile_layers = opt.profile_layers;
   cur->barrier();
   // ---- position parameters (inside the command buffer)
@@ -273,10 +230,10 @@ std::shared_ptr<dsv4_gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int
     ts.op("route");
     ts.mark(&dsv4_gpu_profile::route);
     if (segmented) {  // the selected ids to the host; run() makes those experts resident here
-      cur->copy(G.route_idx, view(readback, uint64_t(l) * K * 4, uint64_t(K) * 4), uint64_t(K) * 4);
+      cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);
       cut();
     }
-    const view slot_map = segmented ? view(cache[l].map) : view();
+    const view slot_map = experts->slot_map(l);
     if (G.shared_apart) {
       // moe is two dependent dispatches: never inside a concurrent group.
       k.swiglu_clamp(*cur, sh_g, sh_u, sh_g, cf.moe_inter, float(cf.swiglu_limit));
@@ -328,7 +285,7 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
     for (uint64_t j = 0; j < hc; ++j) pre.update(view(X, j * d * 4, d * 4), x.data(), d * 4);
     pre.update(token, &tok, 4);
   }
-  std::shared_ptr<dsv4_gpu_recording> rec;
+  std::shared_ptr<gpu_recording> rec;
   if (next && next->pos == pos && next->mode == logits_mode && next->profiled == opt.profile &&
       next->profile_layers == opt.profile_layers)
     rec = std::move(next);
@@ -337,70 +294,17 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
   next.reset();
   dispatches = rec->dispatches;
   record_s = rec->record_s;
-  dev.submit_async(pre);
-  dev.submit_async(rec->c);
-  if (cstats.active) {
-    // Expert cache: after each layer's routing, make its selected experts resident, then run the next part.
-    std::vector<uint32_t> ids(K);
-    std::vector<gpu::commands> fills;  // this token's expert copies, one recording per layer with a miss
-    fills.reserve(cf.layers);
-    try {
-      const uint8_t* sel = dev.mapped(readback);
-      dev.wait(pre);
-      gpu::commands* prev = &rec->c;
-      const auto tw = [&](gpu::commands& c) {
-        const auto t0 = std::chrono::steady_clock::now();
-        dev.wait(c);
-        cstats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      };
-      for (uint32_t l = 0; l < cf.layers; ++l) {
-        tw(*prev);
-        std::memcpy(ids.data(), sel + uint64_t(l) * K * 4, uint64_t(K) * 4);
-        fills.push_back(dev.begin());
-        if (cache_fill(l, ids.data(), fills.back())) {
-          dev.submit_async(fills.back());
-        } else {
-          fills.pop_back();
-        }
-        dev.submit_async(rec->segs.at(l));
-        prev = &rec->segs[l];
-      }
-      tw(*prev);
-      for (gpu::commands& f : fills) {  // each holds stamps 0 and 1 around its copies (cache_fill)
-        dev.wait(f);
-        if (dev.info().timestamps) cstats.copy_device_seconds += f.seconds(0, 1);
-      }
-    } catch (...) {
-      // The slots may not hold what the host believes (a copy not submitted, a map not updated): start empty.
-      for (gpu::commands& f : fills) dev.wait(f);
-      dev.wait(pre);
-      dev.wait(rec->c);
-      for (gpu::commands& sc : rec->segs) dev.wait(sc);
-      cache_invalidate();
-      throw;
-    }
-    ++cstats.tokens;
+  if (experts->active()) {
+    experts->run_token(pre, rec->c, rec->segs);  // makes each layer's experts resident after its routing
   } else {
+    dev.submit_async(pre);
+    dev.submit_async(rec->c);
     // While the device runs this token, record the next position (decode); not when tracing (per-token downloads).
     if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) next = record(pos + 1, logits_mode);
     dev.wait(pre);
     dev.wait(rec->c);
   }
-  gpu::commands& c = rec->c;
-  stamps& ts = rec->ts;
-  if (opt.profile) {
-    for (auto& [field, span] : ts.marks) {
-      const double s = c.seconds(span.first, span.second);
-      prof.*field += s;
-      prof.total += s;
-    }
-    for (auto& [name, span] : ts.ops) {
-      auto it = std::find_if(prof.ops.begin(), prof.ops.end(), [&](const auto& e) { return e.first == name; });
-      if (it == prof.ops.end()) it = prof.ops.insert(prof.ops.end(), {name, 0.0});
-      it->second += c.seconds(span.first, span.second);
-    }
-    ++prof.steps;
-  }
+  if (opt.profile) gpu_fold_profile(*rec, prof);
   if (trace) {
     trace->topk.resize(cf.layers);
     trace->experts.resize(cf.layers);
@@ -426,19 +330,6 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
 
 // ------------------------------------------------------------------ public
 
-std::string dsv4_gpu_cache_line(const dsv4_gpu_cache_stats& s, const dsv4_config& c) {
-  if (!s.active) return "expert cache: off (every expert resident)";
-  char b[256];
-  const double t = double(std::max<uint64_t>(s.tokens, 1));
-  std::snprintf(b, sizeof b,
-                "expert cache: %u of %u slots per layer (%.1f MB each), %llu tokens, hit rate %.1f %%, %.1f MB moved "
-                "per token; per token %.2f ms host copies, %.2f ms device copies, %.2f ms waiting on the device",
-                s.slots, c.experts, double(s.slot_bytes) / 1e6, (unsigned long long)s.tokens,
-                s.lookups ? 100.0 * double(s.hits) / double(s.lookups) : 0.0, double(s.bytes_moved) / t / 1e6,
-                s.move_seconds / t * 1e3, s.copy_device_seconds / t * 1e3, s.wait_seconds / t * 1e3);
-  return b;
-}
-
 dsv4_gpu_model::dsv4_gpu_model(const dsv4_weights& w, gpu::device& dev, gpu::kernels& k, const dsv4_gpu_options& o)
     : p_(std::make_unique<impl>(w, dev, k, o)) {}
 dsv4_gpu_model::~dsv4_gpu_model() = default;
@@ -450,7 +341,7 @@ void dsv4_gpu_model::reset() noexcept {
   p_->has_snap = false;
 }
 void dsv4_gpu_model::set_profile(bool on, std::vector<uint32_t> layers) {
-  if (on && p_->cstats.active) throw usage_error("gpu model: profiling is not available with the expert cache");
+  if (on && p_->experts->active()) throw usage_error("gpu model: profiling is not available with the expert cache");
   p_->opt.profile = on;
   p_->opt.profile_layers = std::move(layers);
 }
@@ -508,13 +399,29 @@ uint64_t dsv4_gpu_model::bytes_per_token() const noexcept { return p_->token_byt
 uint32_t dsv4_gpu_model::last_dispatches() const noexcept { return p_->dispatches; }
 double dsv4_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
 const dsv4_gpu_profile& dsv4_gpu_model::profile() const noexcept { return p_->prof; }
-const dsv4_gpu_cache_stats& dsv4_gpu_model::cache_stats() const noexcept { return p_->cstats; }
+const dsv4_gpu_cache_stats& dsv4_gpu_model::cache_stats() const noexcept { return p_->experts->stats(); }
 
 std::vector<float> dsv4_gpu_model::step(uint32_t token, bool want_logits, dsv4_trace* trace) {
   p_->run(token, want_logits ? 1 : 0, trace);
   if (!want_logits) return {};
   std::vector<float> out(p_->cfg.vocab);
   p_->dev.download(p_->logits, out.data(), out.size() * 4);
+  return out;
+}
+
+std::vector<float> dsv4_gpu_model::forward(std::span<const uint32_t> ids, bool last) {
+  std::vector<float> logits;
+  for (size_t i = 0; i < ids.size(); ++i) logits = step(ids[i], last && i + 1 == ids.size());
+  return logits;
+}
+
+std::vector<uint32_t> dsv4_gpu_model::kind_layers() const {
+  std::vector<uint32_t> out;
+  const dsv4_config& cf = p_->cfg;
+  for (uint32_t l = 0, seen = 0; l < cf.layers; ++l) {
+    const uint32_t bit = cf.kinds[l].ratio == 0 ? 1 : cf.kinds[l].indexer ? 2 : 4;
+    if (!(seen & bit)) out.push_back(l), seen |= bit;
+  }
   return out;
 }
 

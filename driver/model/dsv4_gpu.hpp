@@ -9,11 +9,13 @@
 // lives on the device for up to `max_ctx` positions.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cmfx/kernels/act_precision.hpp"
 #include "dsv4_forward.hpp"
+#include "gpu_graph.hpp"
 
 namespace cmfx::gpu {
 class device;
@@ -42,67 +44,58 @@ struct dsv4_gpu_options {
   std::vector<uint32_t> profile_layers;  ///< with profile: also a timestamp after every op of these layers
 };
 
-/// Device time per phase, summed over the layers of the profiled steps (profile = true), in seconds.
-struct dsv4_gpu_profile {
-  double hc = 0, attn_proj = 0, compress = 0, index = 0, attn_core = 0, attn_out = 0, route = 0, experts = 0,
-         head = 0, total = 0;
-  uint64_t steps = 0;
-  std::vector<std::pair<std::string, double>> ops;  ///< "L<layer> <kind> <op>" → seconds (profile_layers)
-};
+using dsv4_gpu_profile = gpu_graph_profile;
 
-/// The expert cache (dsv4_gpu_options::vram_budget), totals since construction.
-struct dsv4_gpu_cache_stats {
-  bool active = false;        ///< false: every expert resident
-  uint32_t slots = 0;         ///< routed-expert slots per layer
-  uint64_t slot_bytes = 0;    ///< device bytes of one expert (gate, up, down)
-  uint64_t tokens = 0;        ///< steps run with the cache
-  uint64_t lookups = 0;       ///< selected routed experts (top_k per layer per token)
-  uint64_t hits = 0;          ///< of those, already resident
-  uint64_t bytes_moved = 0;   ///< host → device expert bytes
-  double move_seconds = 0;    ///< host time spent copying experts into the upload ring (inside the steps)
-  double copy_device_seconds = 0;  ///< device time of the ring → slot copies (timestamps; 0 without them)
-  double wait_seconds = 0;    ///< host time blocked on the device's per-layer parts (compute + copies + latency)
-};
+/// The expert cache (dsv4_gpu_options::vram_budget), totals since construction (gpu_expert_cache.hpp).
+using dsv4_gpu_cache_stats = gpu_expert_cache_stats;
 
 /// "expert cache: S of E slots per layer, hit rate …, … MB moved per token" (or "every expert resident").
-std::string dsv4_gpu_cache_line(const dsv4_gpu_cache_stats& s, const dsv4_config& c);
+inline std::string dsv4_gpu_cache_line(const dsv4_gpu_cache_stats& s, const dsv4_config& c) {
+  return gpu_expert_cache_line(s, c.experts);
+}
 
-class dsv4_gpu_model {
+class dsv4_gpu_model final : public gpu_graph {
  public:
   /// Uploads every weight of `w` (kept alive by the model: the embedding is decoded on the host per token).
   dsv4_gpu_model(const dsv4_weights& w, gpu::device& dev, gpu::kernels& k, const dsv4_gpu_options& o = {});
-  ~dsv4_gpu_model();
+  ~dsv4_gpu_model() override;
   dsv4_gpu_model(const dsv4_gpu_model&) = delete;
   dsv4_gpu_model& operator=(const dsv4_gpu_model&) = delete;
 
   const dsv4_config& config() const noexcept;
-  uint64_t pos() const noexcept;
+  uint64_t pos() const noexcept override;
   /// Back to position 0 (the device state is overwritten as positions are written again).
-  void reset() noexcept;
+  void reset() noexcept override;
   /// A copy of the sequence state (and position) in a second set of device buffers (allocated on first use),
   /// and back: what a prompt cache keeps of the last prompt. restore_snapshot without a snapshot resets.
-  void save_snapshot();
-  void restore_snapshot();
+  void save_snapshot() override;
+  void restore_snapshot() override;
   /// Benchmarks only: jump to position `pos` (< max_ctx) with every state buffer zeroed, as if `pos` tokens had
   /// left zero keys and entries — the work of a step depends on the position only, not on those values.
-  void bench_seek(uint64_t pos);
+  void bench_seek(uint64_t pos) override;
   /// Timestamps between the phases of every later step (accumulated in profile()); off by default.
-  void set_profile(bool on, std::vector<uint32_t> layers = {});
+  void set_profile(bool on, std::vector<uint32_t> layers = {}) override;
 
   /// Runs `token` at position pos() and advances. want_logits: returns the logits [vocab] (else empty).
   /// trace (optional): appends this token's indexer picks and routed experts, as dsv4_model::forward does.
   std::vector<float> step(uint32_t token, bool want_logits, dsv4_trace* trace = nullptr);
   /// Runs `token` and returns the argmax of its logits, computed on the device (4 bytes read back).
-  uint32_t step_greedy(uint32_t token);
+  uint32_t step_greedy(uint32_t token) override;
+  /// Token by token (V4 has no prefill-specific behaviour).
+  std::vector<float> forward(std::span<const uint32_t> ids, bool last) override;
+  uint32_t vocab() const noexcept override { return config().vocab; }
+  uint32_t experts() const noexcept override { return config().experts; }
+  uint32_t layer_count() const noexcept override { return config().layers; }
+  std::vector<uint32_t> kind_layers() const override;
 
-  uint64_t weight_bytes() const noexcept;     ///< device bytes of the weights
-  uint64_t state_bytes() const noexcept;      ///< device bytes of the sequence state and scratch
+  uint64_t weight_bytes() const noexcept override;     ///< device bytes of the weights
+  uint64_t state_bytes() const noexcept override;      ///< device bytes of the sequence state and scratch
   /// Weight bytes one decode step reads: every dense matrix, the head, and top_k routed experts (+ shared) per layer.
-  uint64_t bytes_per_token() const noexcept;
-  uint32_t last_dispatches() const noexcept;  ///< dispatches recorded by the last step
-  double last_record_seconds() const noexcept;
-  const dsv4_gpu_profile& profile() const noexcept;
-  const dsv4_gpu_cache_stats& cache_stats() const noexcept;
+  uint64_t bytes_per_token() const noexcept override;
+  uint32_t last_dispatches() const noexcept override;  ///< dispatches recorded by the last step
+  double last_record_seconds() const noexcept override;
+  const dsv4_gpu_profile& profile() const noexcept override;
+  const dsv4_gpu_cache_stats& cache_stats() const noexcept override;
 
   struct impl;
 

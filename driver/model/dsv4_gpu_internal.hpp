@@ -42,16 +42,7 @@ struct dsv4_gpu_layer {
   gpu::buffer route_idx, route_w;  // [top_k]
 };
 
-struct dsv4_gpu_recording;  // dsv4_gpu.cpp: one token's command buffer, recorded ahead
-
-/// One layer's expert cache (dsv4_gpu_options::vram_budget): which routed expert each slot holds, the reverse map
-/// (also on the device: the MoE's slot_map, 0xFFFFFFFF = not resident), and the last use of each slot (LRU).
-struct dsv4_gpu_cache_layer {
-  std::vector<uint32_t> slot_of;    // [experts]
-  std::vector<int64_t> expert_in;   // [slots]: −1 empty
-  std::vector<uint64_t> last_use;   // [slots]
-  gpu::buffer map;                  // uint32 [experts]
-};
+struct gpu_recording;  // gpu_recording.hpp: one token's command buffer, recorded ahead
 
 struct dsv4_gpu_model::impl {
   dsv4_config cfg;
@@ -77,29 +68,9 @@ struct dsv4_gpu_model::impl {
       sh_u, sh_out, logits, best;
   gpu::buffer attn_x;  // sparse_attention's split scratch (kernels::attn_scratch_floats of one row)
 
-  // expert cache (vram_budget): host views of every layer's routed experts (into the mapped weights)
-  std::vector<std::vector<expert_view>> host_experts;
-  std::vector<expert_view> host_shared;
-  std::vector<dsv4_gpu_cache_layer> cache;
-  gpu::buffer ring;      // host-written (alloc_upload): the packed images of one layer's missing experts
-  std::unique_ptr<thread_pool> copiers;  // copy_threads workers filling the ring
-  struct ring_chunk {
-    uint8_t* to;
-    const uint8_t* from;
-    uint64_t bytes;
-  };
-  std::vector<ring_chunk> ring_chunks;  // one layer's packed images in pieces ≤ 1 MiB (reused: no per-token allocation)
-  gpu::buffer readback;  // host-read (alloc_upload): every layer's selected ids, copied there by the recording
-  dsv4_gpu_cache_stats cstats;
-  uint64_t cache_tick = 0;
-  /// After upload_weights and alloc_state: uploads the routed experts resident, or allocates the expert cache when
-  /// they do not fit in vram_budget (dsv4_gpu_weights.cpp).
-  void place_experts();
-  /// Records into c the copies that make layer l's selected experts (ids, top_k) resident and the slot map's
-  /// update; returns false when they all were resident already (nothing recorded).
-  bool cache_fill(uint32_t l, const uint32_t* ids, gpu::commands& c);
-  /// Every slot empty (after a failure inside a token: what the host believes and the slots hold may differ).
-  void cache_invalidate();
+  /// The routed experts: resident, or the expert cache when they do not fit vram_budget (made by upload_weights,
+  /// placed after alloc_state).
+  std::unique_ptr<gpu_expert_cache> experts;
 
   dsv4_gpu_profile prof;
   uint32_t dispatches = 0;
@@ -110,7 +81,7 @@ struct dsv4_gpu_model::impl {
   uint64_t snap_pos = 0;
   bool has_snap = false;
   /// The next position's recording, made while the device ran the current one (pipelined decode).
-  std::shared_ptr<dsv4_gpu_recording> next;
+  std::shared_ptr<gpu_recording> next;
 
   impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);
   void upload_weights(const dsv4_weights& w);  // dsv4_gpu_weights.cpp
@@ -118,7 +89,7 @@ struct dsv4_gpu_model::impl {
   /// Runs one token; returns after it ran. logits_mode: 0 none, 1 logits, 2 argmax.
   void run(uint32_t token, int logits_mode, dsv4_trace* trace);
   /// The token-independent work of position t (everything but the embedding and the token id).
-  std::shared_ptr<dsv4_gpu_recording> record(uint64_t t, int logits_mode);
+  std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode);
 };
 
 }  // namespace cmfx::driver

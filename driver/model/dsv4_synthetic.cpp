@@ -398,6 +398,18 @@ encoded_matrix dsv4_synth_matrix(format f, uint64_t rows, uint64_t cols, uint64_
   return out;
 }
 
+void dsv4_synth_rows(float* out, uint64_t row0, uint64_t n, uint64_t cols, uint64_t seed, std::string_view key,
+                     float mean, float sd) {
+  const uint64_t base = stream_base(seed, key);
+  for (uint64_t r = 0; r < n; ++r) fill_row(out + r * cols, cols, row_stream(base, row0 + r), mean, sd);
+}
+
+void dsv4_synth_parallel_for(uint64_t n, unsigned threads, const std::function<void(uint64_t, uint64_t)>& fn) {
+  parallel_for(n, threads, fn);
+}
+
+uint64_t dsv4_synth_workers(uint64_t n, unsigned threads) { return workers_for(n, threads); }
+
 dsv4_config dsv4_synth_config(const dsv4_synth_options& o) {
   const std::string preset = dsv4_synth_preset(o.preset);
   dsv4_config c = preset == "tiny" ? tiny_config() : flash_config();

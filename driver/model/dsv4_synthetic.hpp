@@ -11,6 +11,7 @@
 // Magnitudes follow the toy (toy_v4.cpp toy_v4_values): matrices N(0, 1/cols); RMSNorm gains 1 ± 0.1; attn_sink
 // N(0, 0.5²); hc_* scales 0.5 ± 0.05; hc_* bases and gate bias small; hc_*_fn and ape N(0, 1/cols).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -63,5 +64,16 @@ format dsv4_synth_format(std::string_view name);
 /// tests: the result is bit-identical to F::encode of the whole matrix for every chunking.
 encoded_matrix dsv4_synth_matrix(format f, uint64_t rows, uint64_t cols, uint64_t seed, std::string_view key, float sd,
                                  unsigned threads = 0, uint64_t chunk_rows = 0);
+
+/// Rows [row0, row0 + n) of the random tensor named `key` ([*, cols], row-major into out): mean + sd·N(0, 1), drawn
+/// from the same per-row streams as dsv4_synth_matrix (mean 0) and the small per-layer tensors, so any row range of
+/// a tensor is a pure function of (seed, key, row). For other synthetic models (dsv41_synthetic).
+void dsv4_synth_rows(float* out, uint64_t row0, uint64_t n, uint64_t cols, uint64_t seed, std::string_view key,
+                     float mean, float sd);
+
+/// fn(i, worker) for every i in [0, n) on min(threads, n) threads (0 = hardware concurrency), items handed out
+/// dynamically, worker in [0, dsv4_synth_workers(n, threads)); the first exception is rethrown after all stopped.
+void dsv4_synth_parallel_for(uint64_t n, unsigned threads, const std::function<void(uint64_t, uint64_t)>& fn);
+uint64_t dsv4_synth_workers(uint64_t n, unsigned threads);
 
 }  // namespace cmfx::driver

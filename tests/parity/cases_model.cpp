@@ -7,10 +7,7 @@
 //
 // Toys: CMF f32 (every matrix f32), CMF q4tp (ladder matrices, stacked shared expert) and the release layout
 // (FP8 block-128 dense, MXFP4 experts, the FP8 shared expert apart from the stacked FP4 ones).
-#include <unistd.h>
-
 #include <algorithm>
-#include <filesystem>
 #include <random>
 
 #include "cmfx/core/error.hpp"
@@ -19,12 +16,12 @@
 #include "model/dsv4_forward.hpp"
 #include "model/dsv4_gpu.hpp"
 #include "model/dsv4_weights.hpp"
+#include "model_toys.hpp"
 
 namespace cmfx::parity {
 
 namespace {
 
-namespace fs = std::filesystem;
 using namespace cmfx::driver;
 
 // The GPU runs every op in f32 with other summation orders (the CPU graph accumulates attention and pooling in
@@ -34,40 +31,6 @@ using namespace cmfx::driver;
 constexpr double kModelNmse = 1e-8;
 constexpr double kModelMaxAbsRel = 1e-4;
 constexpr double kTieMargin = 1e-4;  // relative to max |logit|
-
-struct toy_files {
-  fs::path dir;
-  toy_files() {
-    dir = fs::temp_directory_path() / ("cmfx-parity-model-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-  }
-  ~toy_files() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string make(const std::string& layout, const std::string& quant) {
-    const fs::path p = dir / ("toy-" + layout + "-" + quant + (layout == "cmf" ? ".cmf" : ""));
-    if (!fs::exists(p)) {
-      make_toy_args a;
-      a.out = p.string();
-      a.layout = layout;
-      a.quant = quant;
-      run_make_toy(a);
-    }
-    return p.string();
-  }
-};
-
-std::string first_diff(const std::vector<std::vector<std::vector<uint32_t>>>& a,
-                       const std::vector<std::vector<std::vector<uint32_t>>>& b, const char* what) {
-  for (size_t l = 0; l < std::min(a.size(), b.size()); ++l)
-    for (size_t t = 0; t < std::min(a[l].size(), b[l].size()); ++t)
-      if (a[l][t] != b[l][t])
-        return std::string(what) + " differ at layer " + std::to_string(l) + ", position " + std::to_string(t);
-  for (size_t l = 0; l < std::min(a.size(), b.size()); ++l)
-    if (a[l].size() != b[l].size()) return std::string(what) + ": trace lengths differ at layer " + std::to_string(l);
-  return {};
-}
 
 /// traced = false: the GPU model runs pipelined (the next position recorded while the device runs this one, see
 /// dsv4_gpu_options::pipeline); its decisions are then not read back, logits only.

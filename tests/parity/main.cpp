@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
     parity::moe_cases(s);
     parity::attn_cases(s);
     parity::model_cases(s);
+    parity::model_v41_cases(s);
     parity::prim_cases(s);
     parity::v41_cases(s);
     const int bad = s.report();

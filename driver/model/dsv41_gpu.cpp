@@ -1,0 +1,476 @@
+// One token of the V4.1 graph recorded into one command buffer (dsv4-architecture.md §4; the CPU twin is
+// dsv41_forward.cpp / dsv41_attention.cpp). What depends on the position only (window slots, which groups close,
+// whose index keys an index source scores) is decided when recording; the token's own inputs (embedding, Engram
+// rows) are written by run() into a small command buffer submitted before it.
+//
+// Per layer: [Engram: wkv · E → gated add → mix] → hc_pre_finish_fold (the previous FFN's pre) + attn_norm →
+// projections of u (concurrent) → norms → wq_b, ix_wq_b, kv rope, compressor pooling → q / iq ropes, KV FP8,
+// index key projection → FP4 quantisations → indexer score (+ candidate pool / mask) → top-k → sparse attention over
+// [KV source's entries | window] → inverse rope → wo_a groups → wo_b → hc_post (+ mix) → hc_pre_finish_fold (the
+// attention's pre) + ffn_norm → router → routing → experts (→ shared) → hc_post (+ next mix). Head: hc_fold with the
+// last FFN's pre + norm → head matmul (→ device argmax).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/formats/format_list.hpp"
+#include "cmfx/vk/device.hpp"
+#include "dsv41_gpu_internal.hpp"
+#include "gpu_recording.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+using gpu::view;
+using fq = gpu::kernels::fq_format;
+
+view row(const gpu::buffer& b, uint64_t r, uint64_t floats) { return view(b, r * floats * 4, floats * 4); }
+
+/// The recording's variant key: prefill flag and the previous call's index-key owner.
+int64_t variant_of(bool prefill, int prev_owner) { return (prefill ? 1 : 0) | (int64_t(prev_owner + 1) << 1); }
+
+}  // namespace
+
+std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int logits_mode, bool prefill,
+                                                            int prev_owner) {
+  const dsv41_config& cf = cfg;
+  const auto t_rec = std::chrono::steady_clock::now();
+  const uint64_t d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
+  const uint32_t H = cf.heads, IH = cf.index_heads, IHD = cf.index_head_dim, K = cf.top_k, TK = cf.index_topk;
+  const float eps = float(cf.norm_eps);
+  gpu::kernels::hc_shape sh;
+  sh.hc = uint32_t(hc), sh.d = uint32_t(d), sh.norm_eps = eps, sh.hc_eps = float(cf.hc_eps), sh.iters = cf.hc_iters;
+  const uint32_t mix_rows = uint32_t((2 + hc) * hc), cstride = gpu::kernels::hc_coeff_floats(uint32_t(hc));
+
+  auto rec = std::make_shared<gpu_recording>(dev.begin(), opt.profile);
+  gpu::commands* cur = &rec->c;
+  const bool segmented = experts->active();
+  if (segmented) rec->segs.reserve(cf.layers);
+  auto cut = [&] {
+    rec->segs.push_back(dev.begin());
+    cur = &rec->segs.back();
+    cur->barrier();
+  };
+  gpu_stamps& ts = rec->ts;
+  rec->pos = t, rec->mode = logits_mode, rec->profiled = opt.profile, rec->profile_layers = opt.profile_layers;
+  rec->variant = variant_of(prefill, prev_owner);
+  cur->barrier();
+  // ---- position parameters: window slots (SWA layers raw, index sources after the compressed capacity)
+  {
+    std::vector<int32_t> win(W, -1), wix(W, -1);
+    const uint64_t first = t + 1 > W ? t + 1 - W : 0;
+    for (uint64_t s = first; s <= t; ++s) {
+      win[s - first] = int32_t(s % W);
+      wix[s - first] = int32_t(s % W + ent_cap);
+    }
+    cur->update(swa_idx, win.data(), W * 4);
+    for (const dsv41_gpu_layer& G : layers)
+      if (G.idx) cur->update(view(G.idx, 0, W * 4), wix.data(), W * 4);
+  }
+  if (ts.on) ts.op_last = ts.last = cur->timestamp();
+
+  std::vector<int> keys_from(cf.layers, -1);
+  for (uint32_t l = 0; l < cf.layers; ++l) {
+    dsv41_gpu_layer& G = layers[l];
+    const dsv41_layer_plan& P = cf.plan[l];
+    ts.detail = std::find(opt.profile_layers.begin(), opt.profile_layers.end(), l) != opt.profile_layers.end();
+    if (ts.detail) {
+      char name[32];
+      std::snprintf(name, sizeof name, "L%u %s ", l, dsv41_mode_name(P.mode));
+      ts.prefix = name;
+    }
+    // ---- Engram (before the attention's mixes: its partial mixes are taken after the add)
+    if (P.engram >= 0) {
+      const engram_config& ec = engram.cfg;
+      k.matmul(*cur, G.eg_wkv, eg_E.at(size_t(P.engram)), 1, eg_kv);
+      k.engram_gate_add(*cur, X, eg_kv, G.eg_qk, 1, uint32_t(hc), uint32_t(d), ec.eps, ec.gate_clamp);
+      ts.op("engram");
+    }
+    if (P.engram >= 0 || l == 0) k.hc_mix(*cur, sh, X, G.hc_attn_fn, mix_rows, 1, partials);
+    // ---- attention sublayer: the collapse with the previous FFN's pre (one-hot before layer 0)
+    k.hc_pre_finish_fold(*cur, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff_a, l ? view(coeff_f) : view(fold0),
+                         cstride, u, G.attn_norm);
+    ts.op("hc_pre_finish + attn_norm");
+    ts.mark(&gpu_graph_profile::hc);
+    const uint32_t r = P.ratio;
+    const bool full = P.mode == dsv41_mode::full, ixs = full || P.mode == dsv41_mode::reindex;
+    const bool closes = full && (t + 1) % r == 0;
+    const view cs_t = row(r ? cs_comp : cs_swa, t, rd);
+    const view kv_row = row(G.ring, t % W, hd);
+    const uint64_t ne_own = full ? (t + 1) / r : 0;
+    if (ne_own > ent_cap) throw std::logic_error("gpu model: compressed entries beyond max_ctx");
+    const view ent_row = closes ? row(G.entries, ne_own - 1, hd) : view();
+    const view key_row = closes ? row(G.keys, ne_own - 1, IHD) : view();
+    cur->begin_concurrent();
+    k.matmul(*cur, G.wq_a, u, 1, qr);
+    k.matmul(*cur, G.wkv, u, 1, kv_row);
+    if (full && r > 1) {
+      k.matmul(*cur, G.comp_wkv, u, 1, row(G.pend_kv, t % r, hd));
+      k.matmul(*cur, G.comp_wgate, u, 1, row(G.pend_sc, t % r, hd));
+    } else if (full) {
+      k.matmul(*cur, G.comp_wkv, u, 1, ent_row);  // ratio 1: every token closes its group
+    }
+    if (ixs) k.matmul(*cur, G.ix_wp, u, 1, iw);
+    cur->end_concurrent();
+    ts.op("projections of u (concurrent)");
+    cur->begin_concurrent();
+    k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
+    k.rmsnorm(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps);
+    if (ixs) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
+    if (full && r == 1) k.rmsnorm(*cur, ent_row, G.comp_norm, ent_row, 1, uint32_t(hd), eps);
+    cur->end_concurrent();
+    ts.op("norms, iw scale (concurrent)");
+    ts.mark(&gpu_graph_profile::attn_proj);
+    cur->begin_concurrent();
+    k.matmul(*cur, G.wq_b, qr, 1, q);
+    if (ixs) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
+    k.rope(*cur, kv_row, cs_t, 1, 1, uint32_t(hd), uint32_t(rd), false);
+    if (closes && r > 1) {
+      gpu::kernels::pool_shape ps;
+      ps.entries = 1, ps.ratio = r, ps.width = uint32_t(hd), ps.row_floats = uint32_t(hd), ps.overlap = false, ps.eps = eps;
+      k.compress_pool(*cur, ps, G.pend_kv, G.pend_sc, win2, G.comp_norm, ent_row);
+    }
+    cur->end_concurrent();
+    ts.op("wq_b, ix_wq_b, kv rope, pool (concurrent)");
+    // The latent is pre-rope here: the index key is projected from it before its own rope.
+    cur->begin_concurrent();
+    k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
+    if (ixs) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
+    if (opt.qat_kv) k.fake_quant(*cur, kv_row, 1, uint32_t(hd), dsv41_act_block, fq::e4m3);
+    if (closes) k.matmul(*cur, G.ix_wk, ent_row, 1, key_row);
+    cur->end_concurrent();
+    const view cs_g = closes ? row(cs_comp, t + 1 - r, rd) : view();  // the group's position
+    cur->begin_concurrent();
+    if (ixs && opt.qat_kv) k.fake_quant(*cur, iq, 1, IH * IHD, dsv41_index_fp4_block, fq::e2m1);
+    if (closes) {
+      k.rmsnorm(*cur, key_row, G.ix_k_norm, key_row, 1, IHD, eps);
+      k.rope(*cur, ent_row, cs_g, 1, 1, uint32_t(hd), uint32_t(rd), false);
+    }
+    cur->end_concurrent();
+    if (closes) {
+      cur->begin_concurrent();
+      k.rope(*cur, key_row, cs_g, 1, 1, IHD, uint32_t(rd), false);
+      if (opt.qat_kv) k.fake_quant(*cur, ent_row, 1, uint32_t(hd), dsv41_kv_fp4_block, fq::e2m1_e4m3);
+      cur->end_concurrent();
+      if (opt.qat_kv) k.fake_quant(*cur, key_row, 1, IHD, dsv41_index_fp4_block, fq::e2m1);
+    }
+    ts.op("ropes, KV / index quantisation");
+    ts.mark(&gpu_graph_profile::compress);
+    // ---- indexer: the published keys of keys_from, the candidate pool, the top-k into this layer's slots
+    if (ixs) {
+      const int kl = dsv41_keys_layer(cf, opt.stale_index_k, l, t, prefill, prev_owner);
+      keys_from[l] = kl;
+      const uint64_t ne = (t + 1) / r;
+      const view picks(G.idx, W * 4, uint64_t(TK) * 4);
+      if (ne > 0) {
+        gpu::kernels::index_shape is;
+        is.rows = 1, is.heads = IH, is.head_dim = IHD, is.n = uint32_t(ne);
+        k.index_score(*cur, is, iq, layers.at(size_t(kl)).keys, iw, view(), score);
+        ts.op("index_score");
+        if (P.candidate_source) {  // the pool for the later index layers; its own top-k is not confined
+          const uint32_t bs = cf.candidate_block_size, nb = uint32_t((ne + bs - 1) / bs);
+          k.block_max(*cur, score, 1, uint32_t(ne), bs, cand_blk);
+          k.topk(*cur, cand_blk, 1, nb, cf.candidate_topk_blocks, cand_idx);
+        }
+        if (P.uses_candidates)
+          k.mask_scores(*cur, score, 1, uint32_t(ne), cf.candidate_block_size, cand_blk, cand_idx,
+                        cf.candidate_topk_blocks);
+        k.topk(*cur, score, 1, uint32_t(ne), TK, picks);
+        ts.op("candidates + topk");
+      } else {
+        cur->fill(picks, uint64_t(TK) * 4, 0xFFFFFFFFu);
+      }
+      ts.mark(&gpu_graph_profile::index);
+    }
+    // ---- sparse attention with sink over [KV source's entries | window], inverse rope
+    gpu::kernels::attn_shape as;
+    as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
+    if (r) {
+      as.keys = uint32_t(W + TK), as.kv_a_rows = uint32_t(ent_cap), as.kv_b_rows = uint32_t(W);
+      k.sparse_attention(*cur, as, q, layers.at(size_t(P.kv_from)).entries, G.ring, layers.at(size_t(P.topk_from)).idx,
+                         G.sink, o, attn_x);
+    } else {
+      as.keys = uint32_t(W), as.kv_a_rows = uint32_t(W), as.kv_b_rows = 0;
+      k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x);
+    }
+    ts.op("sparse_attention");
+    k.rope(*cur, o, cs_t, 1, H, uint32_t(hd), uint32_t(rd), true);
+    ts.mark(&gpu_graph_profile::attn_core);
+    const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
+    cur->begin_concurrent();
+    for (uint64_t g = 0; g < Gs; ++g)
+      k.matmul_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), view(z, g * ol * 4, ol * 4));
+    cur->end_concurrent();
+    k.matmul(*cur, G.wo_b, z, 1, attn_out);
+    ts.op("wo_a groups, wo_b");
+    k.hc_post(*cur, sh, attn_out, X, coeff_a, 1, Xn, G.hc_ffn_fn, mix_rows, partials);
+    ts.op("hc_post + mix");
+    std::swap(X, Xn);
+    ts.mark(&gpu_graph_profile::attn_out);
+    // ---- MoE sublayer: the collapse with the attention's pre
+    k.hc_pre_finish_fold(*cur, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff_f, coeff_a, cstride, u,
+                         G.ffn_norm);
+    ts.op("hc_pre_finish + ffn_norm");
+    ts.mark(&gpu_graph_profile::hc);
+    route_config rc;
+    rc.top_k = K;
+    rc.route_scale = float(cf.route_scale);
+    rc.norm_eps = float(dsv41_route_norm_eps);
+    rc.temp = float(cf.gate_temp);
+    cur->begin_concurrent();
+    k.matmul(*cur, G.gate, u, 1, rlogits);
+    if (G.shared_apart) {
+      k.matmul(*cur, G.sh_gate, u, 1, sh_g);
+      k.matmul(*cur, G.sh_up, u, 1, sh_u);
+    }
+    cur->end_concurrent();
+    k.route_score(*cur, rlogits, G.gate_bias, 1, cf.experts, rc, view(), G.route_idx, G.route_w);
+    ts.op("router + route");
+    ts.mark(&gpu_graph_profile::route);
+    if (segmented) {  // the selected ids to the host; the expert cache makes those experts resident here
+      cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);
+      cut();
+    }
+    const view slot_map = experts->slot_map(l);
+    if (G.shared_apart) {
+      k.swiglu_clamp(*cur, sh_g, sh_u, sh_g, cf.moe_inter, float(cf.swiglu_limit));
+      k.matmul(*cur, G.sh_down, sh_g, 1, sh_out);
+      k.moe(*cur, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act, slot_map);
+      k.add(*cur, sh_out, moe_out, d);
+    } else {
+      k.moe(*cur, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act, slot_map);
+    }
+    ts.op("moe");
+    ts.mark(&gpu_graph_profile::experts);
+    // The next attention's mixes come with this hc_post unless an Engram add changes X first.
+    const bool mix_next = l + 1 < cf.layers && cf.plan[l + 1].engram < 0;
+    k.hc_post(*cur, sh, moe_out, X, coeff_f, 1, Xn, mix_next ? view(layers[l + 1].hc_attn_fn) : view(),
+              mix_next ? mix_rows : 0, mix_next ? view(partials) : view());
+    ts.op("hc_post + mix");
+    std::swap(X, Xn);
+    ts.mark(&gpu_graph_profile::hc);
+  }
+  if (logits_mode) {
+    k.hc_fold(*cur, sh, X, coeff_f, cstride, 1, u, norm);  // the last FFN's pre + the final norm
+    k.matmul(*cur, head, u, 1, logits);
+    if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
+    ts.mark(&gpu_graph_profile::head);
+  }
+  rec->dispatches = rec->c.dispatch_count();
+  for (const gpu::commands& sc : rec->segs) rec->dispatches += sc.dispatch_count();
+  rec->record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rec).count();
+  rec->keys_from = std::move(keys_from);
+  return rec;
+}
+
+void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv41_trace* trace) {
+  const dsv41_config& cf = cfg;
+  if (tok >= cf.vocab) throw usage_error("gpu model: token id " + std::to_string(tok) + " >= vocab " + std::to_string(cf.vocab));
+  if (pos >= opt.max_ctx)
+    throw usage_error("gpu model: position " + std::to_string(pos) + " reaches the device context of " +
+                      std::to_string(opt.max_ctx) + " positions (--ctx)");
+  const uint64_t d = cf.dim, hc = cf.hc, W = cf.window;
+  const int prev_owner = prefill ? -1 : last_owner;
+  // The token's own inputs: its embedding in every hc copy of X and its Engram rows (gathered and decoded here).
+  gpu::commands pre = dev.begin();
+  pre.barrier();
+  if (!cf.engram_layers.empty()) cids.push_back(uint32_t(engram.map(tok)));
+  try {
+    std::vector<float> x(d);
+    visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, tok, x.data()); });
+    for (uint64_t j = 0; j < hc; ++j) pre.update(view(X, j * d * 4, d * 4), x.data(), d * 4);
+    if (!cf.engram_layers.empty()) {
+      const engram_config& ec = engram.cfg;
+      std::vector<int64_t> rows(ec.cols());
+      std::vector<float> E(ec.embed_dim());
+      for (size_t e = 0; e < cf.engram_layers.size(); ++e) {
+        dsv41_engram_token_rows(engram, e, *host_layers[cf.engram_layers[e]], cids, pos, rows, E.data());
+        for (uint64_t o0 = 0; o0 < E.size(); o0 += gpu::commands::update_max / 4) {
+          const uint64_t n = std::min<uint64_t>(E.size() - o0, gpu::commands::update_max / 4);
+          pre.update(view(eg_E[e], o0 * 4, n * 4), E.data() + o0, n * 4);
+        }
+      }
+    }
+  } catch (...) {
+    if (!cf.engram_layers.empty()) cids.pop_back();
+    throw;
+  }
+  std::shared_ptr<gpu_recording> rec;
+  if (next && next->pos == pos && next->mode == logits_mode && next->profiled == opt.profile &&
+      next->profile_layers == opt.profile_layers && next->variant == variant_of(prefill, prev_owner))
+    rec = std::move(next);
+  else
+    rec = record(pos, logits_mode, prefill, prev_owner);
+  next.reset();
+  dispatches = rec->dispatches;
+  record_s = rec->record_s;
+  // The index-key owner after this step (the next decode step's prev_owner).
+  int owner_after = last_owner;
+  if (prefill) {
+    if (pos + 1 == prefill_end) owner_after = dsv41_prefill_publisher(cf, prefill_end);
+  } else if (const int pub = dsv41_decode_publisher(cf, pos); pub >= 0) {
+    owner_after = pub;
+  }
+  try {
+    if (experts->active()) {
+      experts->run_token(pre, rec->c, rec->segs);
+    } else {
+      dev.submit_async(pre);
+      dev.submit_async(rec->c);
+      // While the device runs this token, record the next position (not when tracing: per-token downloads).
+      if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) {
+        const bool next_prefill = pos + 1 < prefill_end;
+        next = record(pos + 1, logits_mode, next_prefill, next_prefill ? -1 : owner_after);
+      }
+      dev.wait(pre);
+      dev.wait(rec->c);
+    }
+  } catch (...) {
+    if (!cf.engram_layers.empty()) cids.pop_back();
+    throw;
+  }
+  if (opt.profile) gpu_fold_profile(*rec, prof);
+  if (trace) {
+    trace->topk.resize(cf.layers);
+    trace->experts.resize(cf.layers);
+    trace->keys_from.resize(cf.layers);
+    for (uint32_t l = 0; l < cf.layers; ++l) {
+      const dsv41_gpu_layer& G = layers[l];
+      std::vector<uint32_t> ex(cf.top_k);
+      dev.download(G.route_idx, ex.data(), cf.top_k * 4ull);
+      std::sort(ex.begin(), ex.end());
+      trace->experts[l].push_back(std::move(ex));
+      if (rec->keys_from[l] >= 0) {
+        std::vector<int32_t> pk(cf.index_topk);
+        dev.download(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), pk.data(), uint64_t(cf.index_topk) * 4);
+        std::vector<uint32_t> sel;
+        for (int32_t v : pk)
+          if (v >= 0) sel.push_back(uint32_t(v));
+        std::sort(sel.begin(), sel.end());
+        trace->topk[l].push_back(std::move(sel));
+        trace->keys_from[l].push_back(rec->keys_from[l]);
+      }
+    }
+  }
+  last_owner = owner_after;
+  ++pos;
+}
+
+// ------------------------------------------------------------------ public
+
+dsv41_gpu_model::dsv41_gpu_model(const dsv41_weights& w, gpu::device& dev, gpu::kernels& k, const dsv41_gpu_options& o)
+    : p_(std::make_unique<impl>(w, dev, k, o)) {}
+dsv41_gpu_model::~dsv41_gpu_model() = default;
+const dsv41_config& dsv41_gpu_model::config() const noexcept { return p_->cfg; }
+uint64_t dsv41_gpu_model::pos() const noexcept { return p_->pos; }
+
+void dsv41_gpu_model::reset() noexcept {
+  p_->pos = 0;
+  p_->next.reset();
+  p_->has_snap = false;
+  p_->cids.clear();
+  p_->prefill_end = 0;
+  p_->last_owner = -1;
+}
+
+void dsv41_gpu_model::set_profile(bool on, std::vector<uint32_t> layers) {
+  if (on && p_->experts->active()) throw usage_error("gpu model: profiling is not available with the expert cache");
+  p_->opt.profile = on;
+  p_->opt.profile_layers = std::move(layers);
+}
+
+std::vector<uint32_t> dsv41_gpu_model::kind_layers() const {
+  std::vector<uint32_t> out;
+  uint32_t seen = 0;
+  for (uint32_t l = 0; l < p_->cfg.layers; ++l) {
+    const uint32_t bit = 1u << uint32_t(p_->cfg.plan[l].mode);
+    if (!(seen & bit)) out.push_back(l), seen |= bit;
+  }
+  return out;
+}
+
+std::vector<const gpu::buffer*> dsv41_gpu_model::impl::state_buffers() {
+  std::vector<const gpu::buffer*> out;
+  for (dsv41_gpu_layer& G : layers)
+    for (const gpu::buffer* b : {&G.ring, &G.pend_kv, &G.pend_sc, &G.entries, &G.keys})
+      if (*b) out.push_back(b);
+  return out;
+}
+
+void dsv41_gpu_model::save_snapshot() {
+  impl& m = *p_;
+  const std::vector<const gpu::buffer*> bs = m.state_buffers();
+  if (m.snap.empty())
+    for (const gpu::buffer* b : bs) m.snap.push_back(m.dev.alloc(b->size()));
+  gpu::commands c = m.dev.begin();
+  c.barrier();
+  for (size_t i = 0; i < bs.size(); ++i) c.copy(*bs[i], m.snap[i], bs[i]->size());
+  m.dev.submit(c);
+  m.snap_pos = m.pos, m.snap_cids = m.cids, m.snap_prefill_end = m.prefill_end, m.snap_owner = m.last_owner;
+  m.has_snap = true;
+}
+
+void dsv41_gpu_model::restore_snapshot() {
+  impl& m = *p_;
+  m.next.reset();
+  if (!m.has_snap) {
+    reset();
+    return;
+  }
+  const std::vector<const gpu::buffer*> bs = m.state_buffers();
+  gpu::commands c = m.dev.begin();
+  c.barrier();
+  for (size_t i = 0; i < bs.size(); ++i) c.copy(m.snap[i], *bs[i], bs[i]->size());
+  m.dev.submit(c);
+  m.pos = m.snap_pos, m.cids = m.snap_cids, m.prefill_end = m.snap_prefill_end, m.last_owner = m.snap_owner;
+}
+
+void dsv41_gpu_model::bench_seek(uint64_t pos) {
+  impl& m = *p_;
+  if (pos >= m.opt.max_ctx) throw usage_error("bench_seek: position beyond max_ctx");
+  gpu::commands c = m.dev.begin();
+  c.barrier();
+  for (const gpu::buffer* b : m.state_buffers()) c.fill(*b, b->size() / 4 * 4, 0u);
+  m.dev.submit(c);
+  m.pos = pos;
+  m.next.reset();
+  m.prefill_end = 0;
+  m.last_owner = -1;
+  if (!m.cfg.engram_layers.empty()) m.cids.assign(pos, uint32_t(m.engram.map.pad()));
+}
+
+std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace) {
+  impl& m = *p_;
+  if (ids.empty()) return {};
+  if (m.pos == 0) m.prefill_end = ids.size();  // a chunk at position 0 is a prefill
+  for (size_t i = 0; i < ids.size(); ++i)
+    m.run(ids[i], last && i + 1 == ids.size() ? 1 : 0, m.pos < m.prefill_end, trace);
+  if (!last) return {};
+  std::vector<float> out(m.cfg.vocab);
+  m.dev.download(m.logits, out.data(), out.size() * 4);
+  return out;
+}
+
+uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {
+  impl& m = *p_;
+  if (m.pos == 0) m.prefill_end = 1;
+  m.run(token, 2, m.pos < m.prefill_end, nullptr);
+  uint32_t id = 0;
+  m.dev.download(m.best, &id, 4);
+  return id;
+}
+
+uint64_t dsv41_gpu_model::weight_bytes() const noexcept { return p_->weight_bytes; }
+uint64_t dsv41_gpu_model::state_bytes() const noexcept { return p_->state_bytes; }
+uint64_t dsv41_gpu_model::bytes_per_token() const noexcept { return p_->token_bytes; }
+uint32_t dsv41_gpu_model::last_dispatches() const noexcept { return p_->dispatches; }
+double dsv41_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
+const gpu_graph_profile& dsv41_gpu_model::profile() const noexcept { return p_->prof; }
+const gpu_expert_cache_stats& dsv41_gpu_model::cache_stats() const noexcept { return p_->experts->stats(); }
+
+}  // namespace cmfx::driver

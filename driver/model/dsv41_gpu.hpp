@@ -1,0 +1,93 @@
+#pragma once
+// The DeepSeek-V4.1 graph on a Vulkan device (issue #9; dsv4-architecture.md §4; the CPU twin is dsv41_forward.cpp /
+// dsv41_attention.cpp): every op of a token — Engram, the lagged mHC, CSA2 attention (KV sources compressing with
+// ratio 2 or 1, index keys, indexers over the published keys, the two-level candidate pool, reuse layers), MoE and
+// the head — recorded into one command buffer (one per layer after its routing with the expert cache) and submitted
+// once; the host reads back only the logits or the greedy id.
+//
+// Semantics are the CPU graph's with its default options (qat_kv on: the window KV FP8 per 32, compressed KV FP4
+// with E4M3 scales per 16, index q / keys FP4 with UE8M0 scales per 32 — kept on the device as f32 rows after the
+// same quantisation, which the CPU shows bit-identical to its packed rows; qat_act off). A chunk at position 0 is a
+// prefill, every later token a one-token decode step, with the official stale-index-key behaviour as an option
+// (dsv41_options::stale_index_k): forward() of a prompt then decode equals dsv41_model::forward of the same calls.
+// Engram's table rows are gathered and decoded on the host (24 rows per layer per token; the release's tables are
+// ~100 GB each and stay in the mapped file) and uploaded with the token; the key/value projection and the gated add
+// run on the device.
+//
+// Scope: one sequence, one token per submission, f32 activations except the experts (expert_act).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cmfx/kernels/act_precision.hpp"
+#include "dsv41_forward.hpp"
+#include "gpu_graph.hpp"
+
+namespace cmfx::gpu {
+class device;
+class kernels;
+}  // namespace cmfx::gpu
+
+namespace cmfx::driver {
+
+struct dsv41_gpu_options {
+  uint64_t max_ctx = 4096;  ///< positions the device state holds
+  /// Routed and shared experts' activations: f32 (the parity reference) or i8 (as dsv4_gpu_options::expert_act).
+  act_precision expert_act = act_precision::f32;
+  /// Device bytes the model may take; 0 = no limit. When the routed experts do not fit: the expert cache
+  /// (gpu_expert_cache.hpp), as dsv4_gpu_options::vram_budget.
+  uint64_t vram_budget = 0;
+  uint32_t copy_threads = 8;  ///< host threads copying streamed experts (expert cache only)
+  /// The official shared-runtime quirk (dsv41_options::stale_index_k): on = official (default).
+  bool stale_index_k = true;
+  /// The quantisations that are the V4.1 cache format (dsv41_options::qat_kv): on = official (default); off is a
+  /// test option (unquantised f32 rows, compared with the CPU graph's qat_kv = false without FP4 rounding flips).
+  bool qat_kv = true;
+  bool pipeline = true;  ///< record the next position's command buffer while the device runs this one
+  bool profile = false;  ///< timestamps between the phases of every layer
+  std::vector<uint32_t> profile_layers;
+};
+
+class dsv41_gpu_model final : public gpu_graph {
+ public:
+  /// Uploads every weight of `w` (kept alive by the model: the embedding and the Engram tables stay on the host).
+  dsv41_gpu_model(const dsv41_weights& w, gpu::device& dev, gpu::kernels& k, const dsv41_gpu_options& o = {});
+  ~dsv41_gpu_model() override;
+  dsv41_gpu_model(const dsv41_gpu_model&) = delete;
+  dsv41_gpu_model& operator=(const dsv41_gpu_model&) = delete;
+
+  const dsv41_config& config() const noexcept;
+  uint32_t vocab() const noexcept override { return config().vocab; }
+  uint32_t experts() const noexcept override { return config().experts; }
+  uint32_t layer_count() const noexcept override { return config().layers; }
+  uint64_t pos() const noexcept override;
+  void reset() noexcept override;
+  void save_snapshot() override;
+  void restore_snapshot() override;
+  void bench_seek(uint64_t pos) override;
+  void set_profile(bool on, std::vector<uint32_t> layers = {}) override;
+  std::vector<uint32_t> kind_layers() const override;
+
+  /// ids at positions pos()…: a chunk at position 0 is a prefill (as dsv41_model::forward), later tokens decode
+  /// steps. The last token's logits when `last`. trace: per token, as dsv41_model::forward's.
+  std::vector<float> forward(std::span<const uint32_t> ids, bool last) override { return run(ids, last, nullptr); }
+  std::vector<float> run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
+  uint32_t step_greedy(uint32_t token) override;
+
+  uint64_t weight_bytes() const noexcept override;
+  uint64_t state_bytes() const noexcept override;
+  uint64_t bytes_per_token() const noexcept override;
+  uint32_t last_dispatches() const noexcept override;
+  double last_record_seconds() const noexcept override;
+  const gpu_graph_profile& profile() const noexcept override;
+  const gpu_expert_cache_stats& cache_stats() const noexcept override;
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> p_;
+};
+
+}  // namespace cmfx::driver

@@ -1,0 +1,92 @@
+#pragma once
+// Device-side pieces of the V4.1 GPU graph (not a public interface): the uploaded weights of every layer, the
+// per-sequence device state and the scratch one token needs. dsv41_gpu_weights.cpp uploads, dsv41_gpu.cpp records.
+#include <memory>
+#include <vector>
+
+#include "cmfx/vk/kernels.hpp"
+#include "dsv41_gpu.hpp"
+#include "dsv41_internal.hpp"
+#include "gpu_expert_cache.hpp"
+
+namespace cmfx::driver {
+
+struct dsv41_gpu_layer {
+  gpu::buffer attn_norm, ffn_norm, q_norm, kv_norm, sink;
+  gpu::buffer hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  gpu::gpu_matrix wq_a, wq_b, wkv, wo_a, wo_b;
+  // KV sources: compressor (ratio 2: wkv + wgate; ratio 1: wkv), its norm, the index-key projection and norm.
+  gpu::gpu_matrix comp_wkv, comp_wgate, ix_wk;
+  gpu::buffer comp_norm, ix_k_norm;
+  // Index sources.
+  gpu::gpu_matrix ix_wq_b, ix_wp;
+  // Engram layers.
+  gpu::gpu_matrix eg_wkv;
+  gpu::buffer eg_qk;  // q_weight ⊙ k_weight [hc·dim]
+  gpu::gpu_matrix gate;
+  gpu::buffer gate_bias;
+  gpu::gpu_moe moe;
+  bool shared_apart = false;  // the shared expert's formats differ from the routed experts': matmul path
+  gpu::gpu_matrix sh_gate, sh_up, sh_down;
+  // state
+  gpu::buffer ring;             // [window, head_dim] window KV (FP8-quantised) by position mod window
+  gpu::buffer pend_kv, pend_sc; // KV sources with ratio 2: [ratio, head_dim] rows of the open group
+  gpu::buffer entries, keys;    // KV sources: [ent_cap, head_dim] compressed KV, [ent_cap, index_head_dim] keys
+  gpu::buffer idx;              // index sources: int32 [window | index_topk] attention slots
+  gpu::buffer route_idx, route_w;
+};
+
+struct gpu_recording;  // gpu_recording.hpp
+
+struct dsv41_gpu_model::impl {
+  dsv41_config cfg;
+  dsv4_matrix embed;  // host view (decoded per token)
+  std::vector<const dsv41_layer_w*> host_layers;  // Engram tables (host gathers) — into the kept-alive weights
+  std::shared_ptr<const void> keep_alive;
+  dsv41_engram engram;
+  gpu::device& dev;
+  gpu::kernels& k;
+  dsv41_gpu_options opt;
+  uint64_t pos = 0;
+  // Shared runtime / Engram history (dsv41_state's host part): the compressed ids so far, the end of the chunk
+  // that started at position 0 (its tokens are prefill tokens) and the last index-key publisher.
+  std::vector<uint32_t> cids;
+  uint64_t prefill_end = 0;
+  int last_owner = -1;
+
+  std::vector<dsv41_gpu_layer> layers;
+  gpu::gpu_matrix head;
+  gpu::buffer norm;
+  uint64_t weight_bytes = 0, token_bytes = 0, state_bytes = 0;
+  uint64_t ent_cap = 0;  // compressed rows every KV source can hold (= max_ctx: ratio 1 writes one per position)
+
+  gpu::buffer cs_swa, cs_comp;  // cos/sin [max_ctx, rope_dim] of the two rope tables (f32)
+  // per-token parameters
+  gpu::buffer swa_idx, win2, fold0;  // fold0: the one-hot pre-mix before layer 0
+  std::vector<gpu::buffer> eg_E;     // per Engram layer: the token's decoded table rows [cols · engram_head_dim]
+  // scratch
+  gpu::buffer X, Xn, partials, coeff_a, coeff_f, u, qr, q, o, z, attn_out, iq, iw, score, cand_blk, cand_idx,
+      rlogits, moe_h, moe_out, sh_g, sh_u, sh_out, eg_kv, logits, best, attn_x;
+  std::unique_ptr<gpu_expert_cache> experts;
+
+  gpu_graph_profile prof;
+  uint32_t dispatches = 0;
+  double record_s = 0;
+  std::vector<const gpu::buffer*> state_buffers();
+  std::vector<gpu::buffer> snap;
+  uint64_t snap_pos = 0, snap_prefill_end = 0;
+  std::vector<uint32_t> snap_cids;
+  int snap_owner = -1;
+  bool has_snap = false;
+  std::shared_ptr<gpu_recording> next;
+
+  impl(const dsv41_weights& w, gpu::device& d, gpu::kernels& kk, const dsv41_gpu_options& o);
+  void upload_weights(const dsv41_weights& w);  // dsv41_gpu_weights.cpp
+  void alloc_state();                           // dsv41_gpu_weights.cpp
+  /// Runs one token (prefill: part of the chunk that started at position 0); logits_mode 0 none, 1 logits, 2 argmax.
+  void run(uint32_t token, int logits_mode, bool prefill, dsv41_trace* trace);
+  /// The token-independent work of position t (keys layers from prefill / prev_owner).
+  std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool prefill, int prev_owner);
+};
+
+}  // namespace cmfx::driver

@@ -1,0 +1,55 @@
+#pragma once
+// What the driver's commands (bench, run) use of a model graph on a Vulkan device, V4 (dsv4_gpu.hpp) or V4.1
+// (dsv41_gpu.hpp): one sequence whose state lives on the device, run token by token, with its byte counts,
+// per-phase profile and expert-cache statistics.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu_expert_cache.hpp"
+
+namespace cmfx::driver {
+
+/// Device time per phase, summed over the layers of the profiled steps (set_profile), in seconds.
+struct gpu_graph_profile {
+  double hc = 0, attn_proj = 0, compress = 0, index = 0, attn_core = 0, attn_out = 0, route = 0, experts = 0,
+         head = 0, total = 0;
+  uint64_t steps = 0;
+  std::vector<std::pair<std::string, double>> ops;  ///< "L<layer> <kind> <op>" → seconds (profile layers)
+};
+
+class gpu_graph {
+ public:
+  virtual ~gpu_graph() = default;
+  virtual uint32_t vocab() const noexcept = 0;
+  virtual uint32_t experts() const noexcept = 0;
+  virtual uint32_t layer_count() const noexcept = 0;
+  virtual uint64_t pos() const noexcept = 0;
+  /// Back to position 0.
+  virtual void reset() noexcept = 0;
+  /// A copy of the sequence state (and position) and back: what a prompt cache keeps of the last prompt.
+  virtual void save_snapshot() = 0;
+  virtual void restore_snapshot() = 0;
+  /// Benchmarks only: jump to position `pos` with every state buffer zeroed.
+  virtual void bench_seek(uint64_t pos) = 0;
+  /// Timestamps between the phases of every later step; with `layers`, also after every op of those layers.
+  virtual void set_profile(bool on, std::vector<uint32_t> layers = {}) = 0;
+  /// The first layer of each attention kind (the per-op profile's default selection).
+  virtual std::vector<uint32_t> kind_layers() const = 0;
+  /// Runs ids at positions pos()…; returns the last token's logits [vocab] when `last`, else nothing.
+  virtual std::vector<float> forward(std::span<const uint32_t> ids, bool last) = 0;
+  /// Runs `token` and returns the argmax of its logits, computed on the device.
+  virtual uint32_t step_greedy(uint32_t token) = 0;
+
+  virtual uint64_t weight_bytes() const noexcept = 0;     ///< device bytes of the weights
+  virtual uint64_t state_bytes() const noexcept = 0;      ///< device bytes of the sequence state and scratch
+  virtual uint64_t bytes_per_token() const noexcept = 0;  ///< weight bytes one decode step reads
+  virtual uint32_t last_dispatches() const noexcept = 0;
+  virtual double last_record_seconds() const noexcept = 0;
+  virtual const gpu_graph_profile& profile() const noexcept = 0;
+  virtual const gpu_expert_cache_stats& cache_stats() const noexcept = 0;
+};
+
+}  // namespace cmfx::driver

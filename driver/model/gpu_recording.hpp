@@ -1,0 +1,77 @@
+#pragma once
+// One token of a GPU graph recorded ahead (V4 dsv4_gpu.cpp, V4.1 dsv41_gpu.cpp): its command buffer(s) and the
+// timestamps of a profiled step, folded into a gpu_graph_profile after it ran.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cmfx/vk/device.hpp"
+#include "gpu_graph.hpp"
+
+namespace cmfx::driver {
+
+/// Phase timestamps of a profiled step (slots of commands::timestamp, folded into gpu_graph_profile after submit).
+struct gpu_stamps {
+  gpu::commands& c;
+  bool on = false;
+  std::vector<std::pair<double gpu_graph_profile::*, std::pair<uint32_t, uint32_t>>> marks;
+  uint32_t last = 0;
+  gpu_stamps(gpu::commands& cc, bool enabled) : c(cc), on(enabled) {
+    if (on) op_last = last = c.timestamp();
+  }
+  void mark(double gpu_graph_profile::*field) {
+    if (!on) return;
+    const uint32_t t = c.timestamp();
+    marks.push_back({field, {last, t}});
+    last = t;
+    op_last = t;
+  }
+  // Per-op detail (profile_ops): a timestamp after every op of the layers in `detail_layers`.
+  bool detail = false;
+  std::string prefix;
+  std::vector<std::pair<std::string, std::pair<uint32_t, uint32_t>>> ops;
+  uint32_t op_last = 0;
+  void op(const char* name) {
+    if (!on || !detail) return;
+    const uint32_t t = c.timestamp();
+    std::string full = prefix;
+    full += name;
+    ops.push_back({std::move(full), {op_last, t}});
+    op_last = t;
+  }
+};
+
+struct gpu_recording {
+  gpu::commands c;
+  std::vector<gpu::commands> segs;  // expert cache: the rest of the token, one per layer (after its routing)
+  gpu_stamps ts;
+  uint64_t pos = 0;
+  int mode = 0;
+  int64_t variant = 0;
+  std::vector<int> keys_from;  // V4.1: per layer, whose index keys an index source scored (−1: none)  // model-specific inputs of the recording besides pos and mode (V4.1: prefill, keys owner)
+  bool profiled = false;
+  std::vector<uint32_t> profile_layers;
+  uint32_t dispatches = 0;
+  double record_s = 0;
+  gpu_recording(gpu::commands&& cc, bool prof) : c(std::move(cc)), ts(c, prof) {}
+};
+
+/// Adds the timestamps of a profiled recording that ran to p.
+inline void gpu_fold_profile(gpu_recording& rec, gpu_graph_profile& p) {
+  gpu::commands& c = rec.c;
+  for (auto& [field, span] : rec.ts.marks) {
+    const double s = c.seconds(span.first, span.second);
+    p.*field += s;
+    p.total += s;
+  }
+  for (auto& [name, span] : rec.ts.ops) {
+    auto it = std::find_if(p.ops.begin(), p.ops.end(), [&](const auto& e) { return e.first == name; });
+    if (it == p.ops.end()) it = p.ops.insert(p.ops.end(), {name, 0.0});
+    it->second += c.seconds(span.first, span.second);
+  }
+  ++p.steps;
+}
+
+}  // namespace cmfx::driver

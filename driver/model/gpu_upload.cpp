@@ -1,0 +1,36 @@
+#include "gpu_upload.hpp"
+
+#include <vector>
+
+#include "cmfx/formats/format_list.hpp"
+#include "cmfx/vk/device.hpp"
+
+namespace cmfx::driver {
+
+gpu::gpu_matrix upload_row_groups(gpu::device& dev, const dsv4_matrix& m, uint64_t group_rows) {
+  uint32_t tile_rows = 1;
+  visit_format(m.fmt, [&]<class F>() { tile_rows = F::block_rows; });
+  if (group_rows % tile_rows == 0) return gpu::upload_matrix(dev, m.fmt, m.v);
+  std::vector<float> dec(m.rows() * m.cols());
+  visit_format(m.fmt, [&]<class F>() {
+    for (uint64_t r = 0; r < m.rows(); ++r) F::decode_row(m.v, r, dec.data() + r * m.cols());
+  });
+  const matrix_view v{reinterpret_cast<const uint8_t*>(dec.data()), dec.size() * 4, nullptr, 0, scale_encoding::none,
+                      m.rows(), m.cols()};
+  return gpu::upload_matrix(dev, format::f32, v);
+}
+
+gpu::buffer upload_rope_table(gpu::device& dev, const rope_config& rc, uint64_t max_ctx) {
+  const rope_table rt(rc);
+  std::vector<double> cs(rc.dim);
+  std::vector<float> tab(max_ctx * rc.dim);
+  for (uint64_t p = 0; p < max_ctx; ++p) {
+    rt.rotation(int64_t(p), cs);
+    for (uint32_t i = 0; i < rc.dim; ++i) tab[p * rc.dim + i] = float(cs[i]);
+  }
+  gpu::buffer b = dev.alloc(tab.size() * 4);
+  dev.upload(b, tab);
+  return b;
+}
+
+}  // namespace cmfx::driver

@@ -1,0 +1,23 @@
+#pragma once
+// Upload helpers shared by the V4 and V4.1 GPU graphs (dsv4_gpu_weights.cpp, dsv41_gpu_weights.cpp).
+#include <cstdint>
+
+#include "cmfx/ops/rope.hpp"
+#include "cmfx/vk/kernels.hpp"
+#include "dsv4_weights.hpp"
+
+namespace cmfx::driver {
+
+inline uint64_t gpu_matrix_bytes(const gpu::gpu_matrix& m) { return m.data.size() + (m.scale ? m.scale.size() : 0); }
+/// Bytes a batch-1 product reads: the payload (and scales) of the matrix.
+inline uint64_t view_bytes(const matrix_view& v) { return v.data_bytes + v.scale_bytes; }
+
+/// A matrix whose row blocks of `group_rows` rows run separately (kernels::matmul_rows, e.g. the grouped wo_a):
+/// as stored, unless a group starts inside a scale tile of its format (FP8 tiles of 128 rows with a toy's
+/// o_lora < 128) — then decoded to f32 (the same values).
+gpu::gpu_matrix upload_row_groups(gpu::device& dev, const dsv4_matrix& m, uint64_t group_rows);
+
+/// cos/sin [max_ctx, rope_dim] (f32) of every position < max_ctx of rope table `rc`.
+gpu::buffer upload_rope_table(gpu::device& dev, const rope_config& rc, uint64_t max_ctx);
+
+}  // namespace cmfx::driver

@@ -1,0 +1,206 @@
+// Whole-model cases for V4.1 (issue #9): the V4.1 graph on the GPU (driver/model/dsv41_gpu.cpp) against the CPU graph
+// (driver/model/dsv41_forward.cpp, default options: the quantised cache formats, stale index keys as the official
+// code) on the deterministic V4.1 toy (12 layers: SWA with Engram, ratio-2 KV sources with Engram, reuse layers, a
+// ratio-1 KV source building the candidate pool, re-index layers confined to it; window 16, index_topk 8, candidate
+// pool 4 blocks × 4). A prompt chunk (a prefill) then decode steps, past the window, past index_topk compressed
+// entries and past the candidate pool's reach. After each call: logits NMSE ≤ kModelNmse and max |Δ| ≤
+// kModelMaxAbsRel · max(1, max |logit|); argmax identical unless the CPU's top-2 margin is below kTieMargin; the
+// routed experts, the indexer picks and whose index keys each index layer scored identical at every position.
+#include <algorithm>
+#include <random>
+
+#include "cmfx/core/error.hpp"
+#include "harness.hpp"
+#include "model/dsv41_forward.hpp"
+#include "model/dsv41_gpu.hpp"
+#include "model/dsv41_weights.hpp"
+#include "model_toys.hpp"
+
+namespace cmfx::parity {
+
+namespace {
+
+using namespace cmfx::driver;
+
+// Unquantised cache (qat_kv off on both sides): as the V4 cases (cases_model.cpp), f32 on the GPU with other
+// summation orders than the CPU's double sums — measured on lavapipe NMSE ≤ 1e-10, max |Δ| ≤ 2e-5 · max.
+constexpr double kStrictNmse = 1e-8;
+constexpr double kStrictMaxAbsRel = 1e-4;
+// The official quantised cache (FP8 window KV, FP4 compressed KV / index keys / index q): a last-bit difference
+// can move a value across an FP4 rounding boundary (one E2M1 step: up to a third of the value), which the
+// attention then carries into the logits — measured on lavapipe NMSE ≤ 5e-6, max |Δ| ≤ 3e-3 · max.
+constexpr double kQuantNmse = 1e-4;
+constexpr double kQuantMaxAbsRel = 3e-2;
+constexpr double kTieMargin = 1e-4;  // relative to max |logit|
+
+std::string check_logits(const std::vector<float>& lg, const std::vector<float>& lc, uint64_t t, bool quant,
+                         double& worst_nmse, double& worst_rel, uint64_t& ties) {
+  const double kModelNmse = quant ? kQuantNmse : kStrictNmse, kModelMaxAbsRel = quant ? kQuantMaxAbsRel : kStrictMaxAbsRel;
+  const stats m = compare(lg.data(), lc.data(), lc.size());
+  const double rel = m.max_abs / std::max(1.0, m.ref_max);
+  worst_nmse = std::max(worst_nmse, m.nmse);
+  worst_rel = std::max(worst_rel, rel);
+  if (m.nonfinite_mismatch || !(m.nmse <= kModelNmse) || !(rel <= kModelMaxAbsRel)) {
+    std::string i;
+    return "position " + std::to_string(t) + ": " + verdict(m, kModelNmse, i, kModelMaxAbsRel) + " (" + i + ")";
+  }
+  const auto ac = std::max_element(lc.begin(), lc.end()) - lc.begin();
+  const auto ag = std::max_element(lg.begin(), lg.end()) - lg.begin();
+  if (ac != ag) {
+    std::vector<float> srt(lc);
+    std::partial_sort(srt.begin(), srt.begin() + 2, srt.end(), std::greater<float>());
+    if (srt[0] - srt[1] >= kTieMargin * std::max(1.0, m.ref_max))
+      return "position " + std::to_string(t) + ": argmax " + std::to_string(ag) + " vs CPU " + std::to_string(ac);
+    ++ties;
+  }
+  return {};
+}
+
+std::string first_int_diff(const std::vector<std::vector<int>>& a, const std::vector<std::vector<int>>& b) {
+  for (size_t l = 0; l < std::min(a.size(), b.size()); ++l)
+    if (a[l] != b[l]) return "index-key layers differ at layer " + std::to_string(l);
+  return {};
+}
+
+struct toy_run {
+  uint64_t prompt = 4, decode = 20;
+  bool stale = true;         // the official stale-index-key behaviour
+  bool quant = true;         // qat_kv: the official quantised cache
+  bool traced = true;        // false: the GPU runs pipelined (decisions not read back, logits only)
+  uint32_t budget_slots = 0; // > 0: a VRAM budget leaving that many expert slots per layer; the cached graph's logits
+                             // must then equal a resident graph's bit for bit
+};
+
+/// A prompt of r.prompt tokens then r.decode one-token steps, CPU and GPU side by side.
+std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_t seed, std::string& info) {
+  const uint64_t prompt = r.prompt, decode = r.decode;
+  const bool traced = r.traced;
+  const uint32_t budget_slots = r.budget_slots;
+  dsv41_options co;
+  co.threads = 1;
+  co.stale_index_k = r.stale;
+  co.qat_kv = r.quant;
+  auto cpu = dsv41_model::open(path, co);
+  const dsv41_config& cf = cpu->config();
+  dsv41_gpu_options go;
+  go.max_ctx = prompt + decode;
+  go.stale_index_k = r.stale;
+  go.qat_kv = r.quant;
+  std::unique_ptr<dsv41_gpu_model> gpu = std::make_unique<dsv41_gpu_model>(cpu->weights(), s.dev, s.kern, go);
+  std::unique_ptr<dsv41_gpu_model> resident;
+  if (budget_slots) {
+    resident = std::move(gpu);
+    const expert_view& e0 = cpu->weights().layers.at(0).experts.at(0);
+    auto vb = [](const matrix_view& v) { return v.data_bytes + v.scale_bytes; };
+    const uint64_t one = vb(e0.gate) + vb(e0.up) + vb(e0.down);
+    go.vram_budget = resident->weight_bytes() + resident->state_bytes() - uint64_t(cf.layers) * (cf.experts - budget_slots) * one;
+    gpu = std::make_unique<dsv41_gpu_model>(cpu->weights(), s.dev, s.kern, go);
+    if (!gpu->cache_stats().active) return "a budget below the resident size did not activate the expert cache";
+  }
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
+  std::vector<uint32_t> ids(prompt + decode);
+  for (uint32_t& x : ids) x = pick(g);
+  dsv41_state st = cpu->new_state();
+  dsv41_trace tc, tg;
+  double worst_nmse = 0, worst_rel = 0;
+  uint64_t ties = 0;
+  {
+    const std::span<const uint32_t> p(ids.data(), prompt);
+    const std::vector<float> lc = cpu->forward(p, st, dsv41_logits::last, &tc);
+    const std::vector<float> lg = gpu->run(p, true, traced ? &tg : nullptr);
+    if (resident && resident->run(p, true, nullptr) != lg) return "prompt: cached logits differ from the resident graph's";
+    if (auto w = check_logits(lg, lc, prompt - 1, r.quant, worst_nmse, worst_rel, ties); !w.empty()) return "prompt: " + w;
+  }
+  for (uint64_t t = prompt; t < prompt + decode; ++t) {
+    const std::span<const uint32_t> one(ids.data() + t, 1);
+    const std::vector<float> lc = cpu->forward(one, st, dsv41_logits::last, &tc);
+    const std::vector<float> lg = gpu->run(one, true, traced ? &tg : nullptr);
+    if (resident && resident->run(one, true, nullptr) != lg)
+      return "position " + std::to_string(t) + ": cached logits differ from the resident graph's";
+    if (auto w = check_logits(lg, lc, t, r.quant, worst_nmse, worst_rel, ties); !w.empty()) return w;
+  }
+  if (traced) {
+    if (auto w = first_diff(tc.experts, tg.experts, "routed experts"); !w.empty()) return w;
+    if (auto w = first_diff(tc.topk, tg.topk, "indexer picks"); !w.empty()) return w;
+    if (auto w = first_int_diff(tc.keys_from, tg.keys_from); !w.empty()) return w;
+  }
+  const gpu_expert_cache_stats& cs = gpu->cache_stats();
+  if (budget_slots) {
+    if (cs.lookups != (prompt + decode) * cf.layers * cf.top_k) return "expert cache: lookups do not add up";
+    if (cs.bytes_moved != (cs.lookups - cs.hits) * cs.slot_bytes) return "expert cache: bytes moved != misses x slot bytes";
+    if (cs.hits == 0 || cs.hits == cs.lookups) return "expert cache: expected both hits and misses";
+  }
+  char b[240];
+  std::snprintf(b, sizeof b, "%s%s%llu+%llu tokens: worst nmse %.2e, max_abs/max %.2e, argmax near-ties %llu, %u dispatches/token",
+                traced ? "" : "pipelined, ", budget_slots ? "cached == resident, " : "", (unsigned long long)prompt,
+                (unsigned long long)decode, worst_nmse, worst_rel, (unsigned long long)ties, gpu->last_dispatches());
+  info = b;
+  return {};
+}
+
+/// Snapshots and resets (the prompt cache of `cmfx run -i`): bit-identical logits after restore_snapshot and after
+/// reset (the host-side history — Engram ids, index-key owner — travels with the snapshot).
+std::string snapshot_case(suite& s, const std::string& path, uint64_t seed, std::string& info) {
+  const dsv41_weights w = dsv41_load(path);
+  dsv41_gpu_options go;
+  go.max_ctx = 64;
+  dsv41_gpu_model gpu(w, s.dev, s.kern, go);
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, w.cfg.vocab - 1);
+  std::vector<uint32_t> a(21), b(9);
+  for (auto& x : a) x = pick(g);
+  for (auto& x : b) x = pick(g);
+  auto run = [&](const std::vector<uint32_t>& ids) {
+    std::vector<std::vector<float>> out;
+    out.push_back(gpu.forward(std::span<const uint32_t>(ids.data(), 5), true));
+    for (size_t i = 5; i < ids.size(); ++i) out.push_back(gpu.forward(std::span<const uint32_t>(&ids[i], 1), true));
+    return out;
+  };
+  const auto la = run(a);
+  gpu.save_snapshot();
+  const auto lb = run(b);
+  gpu.restore_snapshot();
+  if (gpu.pos() != a.size()) return "restore_snapshot: position " + std::to_string(gpu.pos());
+  if (run(b) != lb) return "after restore_snapshot the same tokens give other logits";
+  gpu.reset();
+  if (run(a) != la) return "after reset the same tokens give other logits";
+  info = "21 + 9 tokens, restored and reset runs bit-identical";
+  return {};
+}
+
+}  // namespace
+
+void model_v41_cases(suite& s) {
+  toy_files files;
+  // 6 + 34 tokens: past the window (16), past index_topk (8) compressed entries of the ratio-2 sources, and the
+  // ratio-1 source's 40 entries past the candidate pool's 16 positions.
+  auto run = [&](const std::string& name, const std::string& layout, const std::string& quant, toy_run r) {
+    s.run("model_v41", "-", name, [=, &s, &files](uint64_t seed, std::string& info) {
+      return run_toy(s, files.make(layout, quant, "v41"), r, seed, info);
+    });
+  };
+  toy_run r;
+  r.prompt = 6, r.decode = 34, r.quant = false;
+  run("cmf f32 toy, unquantised cache, 6+34 tokens", "cmf", "f32", r);
+  r.stale = false;
+  run("cmf f32 toy, unquantised cache, stale index keys off, 6+34 tokens", "cmf", "f32", r);
+  r = toy_run{};
+  r.prompt = 6, r.decode = 34;
+  run("cmf f32 toy, 6+34 tokens", "cmf", "f32", r);
+  r.prompt = 1, r.decode = 39, r.traced = false;
+  run("cmf f32 toy, 1+39 tokens, pipelined (logits only)", "cmf", "f32", r);
+  r = toy_run{};
+  run("cmf q4tp toy, 4+20 tokens", "cmf", "q4tp", r);
+  r.quant = false;
+  run("release toy (FP8 dense, FP4 experts, FP8 Engram tables), unquantised cache, 4+20 tokens", "release", "native", r);
+  r.quant = true;
+  run("release toy, 4+20 tokens", "release", "native", r);
+  r.decode = 28, r.budget_slots = 4;
+  run("expert cache (top_k + 2 slots), cmf q4tp toy, 4+28 tokens", "cmf", "q4tp", r);
+  s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
+    return snapshot_case(s, files.make("cmf", "q4tp", "v41"), seed, info);
+  });
+}
+
+}  // namespace cmfx::parity
