@@ -1,12 +1,16 @@
-// `cmfx bench --synthetic v4-flash|tiny`: the speed of the whole V4 graph on a Vulkan device at the real
-// dimensions, with random weights (driver/model/dsv4_synthetic.hpp) — no model file needed. Prints prefill and
+// `cmfx bench --synthetic v4-flash|tiny|v41-flash|v41-tiny`: the speed of the whole V4 or V4.1 graph on a Vulkan
+// device at the real dimensions, with random weights (driver/model/dsv4_synthetic.hpp, dsv41_synthetic.hpp) — no
+// model file needed. Prints prefill and
 // decode tok/s at batch 1, the weight bytes one decode step reads, and their ratio to the device's read bandwidth
 // measured in the same run (a streaming read of a buffer far above the L2, kernels::stream_read).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
@@ -14,6 +18,8 @@
 #include "byte_size.hpp"
 #include "commands.hpp"
 #include "model/dsv4_gpu.hpp"
+#include "model/dsv41_gpu.hpp"
+#include "model/dsv41_synthetic.hpp"
 #include "model/dsv4_synthetic.hpp"
 
 namespace cmfx::driver {
@@ -43,7 +49,7 @@ double read_roofline(gpu::device& dev, gpu::kernels& k, uint64_t bytes) {
   return best;
 }
 
-void print_profile(const dsv4_gpu_profile& p) {
+void print_profile(const gpu_graph_profile& p) {
   if (!p.steps) return;
   const double n = double(p.steps);
   std::printf("per-step device time by phase (%llu profiled decode steps, ms/step):\n", (unsigned long long)p.steps);
@@ -60,14 +66,25 @@ void print_profile(const dsv4_gpu_profile& p) {
 }  // namespace
 
 int run_bench(const bench_args& a) {
-  if (a.synthetic.empty()) throw usage_error("bench: --synthetic v4-flash|tiny is required (the only mode so far)");
+  if (a.synthetic.empty()) throw usage_error("bench: --synthetic v4-flash|tiny|v41-flash|v41-tiny is required");
+  const bool v41 = a.synthetic.rfind("v41-", 0) == 0;
   dsv4_synth_options so;
-  so.preset = dsv4_synth_preset(a.synthetic);
-  so.experts = dsv4_synth_format(a.weights);
-  so.dense = dsv4_synth_format(a.dense);
-  if (!a.expert_down.empty()) so.expert_down = dsv4_synth_format(a.expert_down);
-  so.layers = a.layers;
-  so.seed = a.seed;
+  dsv41_synth_options so41;
+  if (v41) {
+    so41.preset = dsv41_synth_preset(a.synthetic == "v41-tiny" ? "tiny" : a.synthetic);
+    so41.experts = dsv4_synth_format(a.weights);
+    so41.dense = dsv4_synth_format(a.dense);
+    if (!a.expert_down.empty()) so41.expert_down = dsv4_synth_format(a.expert_down);
+    so41.layers = a.layers;
+    so41.seed = a.seed;
+  } else {
+    so.preset = dsv4_synth_preset(a.synthetic);
+    so.experts = dsv4_synth_format(a.weights);
+    so.dense = dsv4_synth_format(a.dense);
+    if (!a.expert_down.empty()) so.expert_down = dsv4_synth_format(a.expert_down);
+    so.layers = a.layers;
+    so.seed = a.seed;
+  }
   if (a.prompt + a.tokens > a.ctx)
     throw usage_error("bench: --prompt + --tokens (" + std::to_string(a.prompt + a.tokens) + ") exceed --ctx " +
                       std::to_string(a.ctx));
@@ -84,37 +101,55 @@ int run_bench(const bench_args& a) {
   std::printf("read roofline: %.1f GB/s (stream_read over %.0f MiB, best of 5)\n", roof / 1e9, double(rbytes) / (1 << 20));
 
   auto t = clk::now();
-  dsv4_weights w = dsv4_synthetic(so);
+  dsv4_weights w;
+  dsv41_weights w41;
+  if (v41)
+    w41 = dsv41_synthetic(so41);
+  else
+    w = dsv4_synthetic(so);
   const double gen_s = since(t);
   t = clk::now();
-  dsv4_gpu_options go;
-  go.max_ctx = a.ctx;
-  go.expert_act = a.act == "i8" ? act_precision::i8 : act_precision::f32;
-  if (!a.vram_budget.empty()) go.vram_budget = parse_byte_size(a.vram_budget, "--vram-budget");
-  dsv4_gpu_model m(w, dev, k, go);
+  const act_precision xact = a.act == "i8" ? act_precision::i8 : act_precision::f32;
+  const uint64_t budget = a.vram_budget.empty() ? 0 : parse_byte_size(a.vram_budget, "--vram-budget");
+  std::unique_ptr<gpu_graph> mp;
+  if (v41) {
+    dsv41_gpu_options go;
+    go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget;
+    mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
+  } else {
+    dsv4_gpu_options go;
+    go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget;
+    mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
+  }
+  gpu_graph& m = *mp;
   const double up_s = since(t);
-  const dsv4_config& cf = m.config();
   std::printf("model: synthetic %s, %u layers, experts %s%s (%s activations), dense %s; weights %.2f GB on the device (generated %.1f s, "
               "uploaded %.1f s), state + scratch %.1f MB, ctx %llu\n",
-              so.preset.c_str(), cf.layers, a.weights.c_str(),
+              a.synthetic.c_str(), m.layer_count(), a.weights.c_str(),
               a.expert_down.empty() ? "" : (" (w2 " + a.expert_down + ")").c_str(), a.act.c_str(), a.dense.c_str(),
               double(m.weight_bytes()) / 1e9, gen_s, up_s, double(m.state_bytes()) / 1e6, (unsigned long long)a.ctx);
 
   std::mt19937_64 g(a.seed);
-  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
+  std::uniform_int_distribution<uint32_t> pick(0, m.vocab() - 1);
   // Warm-up: builds every pipeline of a decode step (GLSL compiles are not part of the timings).
   t = clk::now();
-  (void)m.step(pick(g), true);
-  (void)m.step_greedy(pick(g));
+  {
+    const uint32_t w0 = pick(g);
+    (void)m.forward(std::span<const uint32_t>(&w0, 1), true);
+    (void)m.step_greedy(pick(g));
+  }
   m.reset();
   std::printf("warm-up (pipeline builds): %.2f s\n", since(t));
-  // Prefill: the prompt token by token (one submission per token; no batched prefill on the GPU yet).
+  // Prefill: the prompt as one chunk, run token by token (one submission per token; no batched prefill on the GPU
+  // yet).
+  std::vector<uint32_t> prompt(a.prompt);
+  for (uint32_t& x : prompt) x = pick(g);
   t = clk::now();
-  for (uint64_t i = 0; i < a.prompt; ++i) m.step(pick(g), i + 1 == a.prompt);
+  (void)m.forward(prompt, true);
   const double pre_s = since(t);
   // Decode: greedy, the device's argmax fed back.
   uint32_t tok = pick(g);
-  const dsv4_gpu_cache_stats c0 = m.cache_stats();
+  const gpu_expert_cache_stats c0 = m.cache_stats();
   uint64_t disp = 0;
   double rec = 0;
   t = clk::now();
@@ -124,7 +159,7 @@ int run_bench(const bench_args& a) {
     rec += m.last_record_seconds();
   }
   const double dec_s = since(t);
-  dsv4_gpu_cache_stats cd = m.cache_stats();  // the decode's share
+  gpu_expert_cache_stats cd = m.cache_stats();  // the decode's share
   cd.tokens -= c0.tokens, cd.lookups -= c0.lookups, cd.hits -= c0.hits, cd.bytes_moved -= c0.bytes_moved;
   cd.move_seconds -= c0.move_seconds, cd.copy_device_seconds -= c0.copy_device_seconds;
   cd.wait_seconds -= c0.wait_seconds;
@@ -138,7 +173,7 @@ int run_bench(const bench_args& a) {
               "and %.2f ms of recording per token\n",
               bpt / 1e9, bpt * dec_tps / 1e9, bpt * dec_tps / roof, a.tokens ? double(disp) / double(a.tokens) : 0.0,
               a.tokens ? rec / double(a.tokens) * 1e3 : 0.0);
-  if (cd.active) std::printf("         decode %s\n", dsv4_gpu_cache_line(cd, cf).c_str());
+  if (cd.active) std::printf("         decode %s\n", gpu_expert_cache_line(cd, m.experts()).c_str());
   double far_tps = 0;
   if (a.far && a.ctx > a.prompt + a.tokens + 1) {
     // Decode at the far end of the context (positions ctx − tokens …) after a jump over zeroed state.
@@ -153,12 +188,7 @@ int run_bench(const bench_args& a) {
   }
   if (a.profile && a.tokens) {
     m.bench_seek(a.prompt);
-    std::vector<uint32_t> detail;  // the first layer of each kind
-    for (uint32_t l = 0, seen = 0; l < cf.layers; ++l) {
-      const uint32_t bit = cf.kinds[l].ratio == 0 ? 1 : cf.kinds[l].indexer ? 2 : 4;
-      if (!(seen & bit)) detail.push_back(l), seen |= bit;
-    }
-    m.set_profile(true, detail);
+    m.set_profile(true, m.kind_layers());  // per-op detail of the first layer of each kind
     for (uint64_t i = 0; i < std::min<uint64_t>(a.tokens, 16); ++i) tok = m.step_greedy(tok);
     print_profile(m.profile());
   }

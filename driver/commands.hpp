@@ -38,7 +38,7 @@ int run_make_toy(const make_toy_args& a);
 
 /// `cmfx bench --synthetic`: the V4 graph on a Vulkan device at real dimensions with random weights (cmd_bench.cpp).
 struct bench_args {
-  std::string synthetic;          // v4-flash | tiny
+  std::string synthetic;          // v4-flash | tiny | v41-flash | v41-tiny
   std::string weights = "q2tp";   // routed experts' format
   std::string expert_down;        // routed experts' w2 format (empty: --weights)
   std::string dense = "fp8_b128"; // attention / compressor / indexer projections, shared expert, head

@@ -107,8 +107,10 @@ int main(int argc, char** argv) {
   auto* cs = register_serve(app, serve);
 
   bench_args bench;
-  auto* cb = app.add_subcommand("bench", "Speed of the whole V4 graph on a Vulkan device (random weights, real dimensions)");
-  cb->add_option("--synthetic", bench.synthetic, "v4-flash (real dimensions) | tiny (the toy's)")->required();
+  auto* cb = app.add_subcommand("bench", "Speed of the whole V4 / V4.1 graph on a Vulkan device (random weights, real dimensions)");
+  cb->add_option("--synthetic", bench.synthetic,
+                 "v4-flash | v41-flash (real dimensions) | tiny | v41-tiny (the toys' dimensions)")
+      ->required();
   cb->add_option("--weights", bench.weights, "Routed experts' format (q2tp, q4tp, mxfp4, ...)")->default_val(bench.weights);
   cb->add_option("--expert-down", bench.expert_down, "Routed experts' w2 format (default: --weights)");
   cb->add_option("--dense", bench.dense, "Attention / indexer / shared-expert / head format")->default_val(bench.dense);

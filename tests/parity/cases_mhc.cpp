@@ -223,7 +223,8 @@ std::string fused_norm_case(suite& s, uint64_t seed, bool head, uint32_t tokens,
 }
 /// V4.1's lagged collapse: hc_pre_finish_fold writes the coefficients hc_pre_finish writes (bit for bit) and
 /// collapses with the given weights; hc_fold's y == hc_pre_finish_fold's y (bit for bit), and without a norm ==
-/// ops_detail::hc_fold on the CPU (the same f32 operations in the same order); the normed y against float64.
+/// ops_detail::hc_fold on the CPU within f32 rounding (bit-equal unless the device contracts into FMAs); the
+/// normed y against float64.
 std::string fold_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t hc, uint32_t d, std::string& info) {
   rng r(seed);
   gpu::kernels::hc_shape sh;
@@ -254,14 +255,22 @@ std::string fold_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t hc, uin
   if (std::memcmp(a.data(), b3.data(), a.size() * 4) != 0) return "hc_fold's y differs from hc_pre_finish_fold's";
   if (std::memcmp(a.data(), y2v.data(), a.size() * 4) == 0) return "the fold weights had no effect";
   double nm_num = 0, nm_den = 0;
+  uint64_t inexact = 0;
   for (uint32_t t = 0; t < tokens; ++t) {
     std::vector<float> yc(d);
     ops_detail::hc_fold(std::span<const float>(X.data() + uint64_t(t) * hc * d, uint64_t(hc) * d),
                         fold.data() + t * stride, hc, d, yc);
-    for (uint32_t i = 0; i < d; ++i)
-      if (std::memcmp(&yc[i], &b4[uint64_t(t) * d + i], 4) != 0)
+    // The same f32 operations in the same order as the CPU; a device may still contract them into FMAs (NVIDIA
+    // does despite `precise`), so the bound is the f32 rounding of the hc terms, not bit equality.
+    for (uint32_t i = 0; i < d; ++i) {
+      double mag = 0;
+      for (uint32_t j = 0; j < hc; ++j) mag += std::fabs(double(fold[t * stride + j]) * double(X[(uint64_t(t) * hc + j) * d + i]));
+      const double err = std::fabs(double(b4[uint64_t(t) * d + i]) - double(yc[i]));
+      if (!(err <= kHcRel * std::max(mag, 1e-30)))
         return "unnormed y[" + std::to_string(t) + "," + std::to_string(i) + "] " + std::to_string(b4[uint64_t(t) * d + i]) +
-               " != CPU " + std::to_string(yc[i]);
+               " vs CPU " + std::to_string(yc[i]) + " beyond the f32 rounding bound";
+      if (std::memcmp(&yc[i], &b4[uint64_t(t) * d + i], 4) != 0) ++inexact;
+    }
     double ss = 0;
     for (uint32_t i = 0; i < d; ++i) {
       double v = 0;
@@ -278,8 +287,9 @@ std::string fold_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t hc, uin
   }
   const double nmse = nm_num / std::max(nm_den, 1e-300);
   if (!(nmse <= 1e-12)) return "normed y NMSE " + std::to_string(nmse) + " > 1e-12";
-  char bf[96];
-  std::snprintf(bf, sizeof bf, "coeff/y bit-identical, CPU fold exact, normed NMSE %.1e", nmse);
+  char bf[128];
+  std::snprintf(bf, sizeof bf, "coeff/y bit-identical, CPU fold: %llu of %llu not bit-equal, normed NMSE %.1e",
+                (unsigned long long)inexact, (unsigned long long)a.size(), nmse);
   info = bf;
   return {};
 }
