@@ -14,7 +14,7 @@
 #include "model/dsv41_forward.hpp"
 #include "model/dsv41_weights.hpp"
 #include "model/dsv4_forward.hpp"
-#include "model/dsv4_gpu_runner.hpp"
+#include "model/gpu_runner.hpp"
 #include "model_tokenizer.hpp"
 
 namespace cmfx::driver {
@@ -75,23 +75,28 @@ struct v41_graph {
   }
 };
 
-/// --backend vulkan: the V4 graph on the GPU behind the interface raw_ids_with uses (one sequence; the state lives
-/// on the device, so new_state() is a placeholder).
+/// --backend vulkan: the V4 / V4.1 graph on the GPU behind the interface raw_ids_with uses (one sequence; the state
+/// lives on the device, so new_state() is a placeholder).
 struct gpu_adapter {
-  std::unique_ptr<dsv4_gpu_runner> r;
+  struct file_info {
+    std::string source;
+  };
+  std::unique_ptr<gpu_runner> r;
+  file_info info;
   const dsv4_config& config() const { return r->config(); }
-  const dsv4_weights& weights() const { return r->weights(); }
+  const file_info& weights() const { return info; }
   int new_state() const { return 0; }
   std::vector<float> forward(std::span<const uint32_t> ids, int&, bool last) { return r->forward(ids, last); }
   std::string cache_line() const { return r->cache_line(); }
 };
-struct v4_gpu_graph {
+struct gpu_graph_of_file {
   using model = gpu_adapter;
   static constexpr bool last = true;
   static std::unique_ptr<model> open(const std::string& p, const model_run_options& m, bool qat) {
     if (qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
     auto g = std::make_unique<gpu_adapter>();
-    g->r = dsv4_gpu_runner::open(p, dsv4_gpu_run_options{m.device, m.max_ctx, m.matmul_act, m.vram_budget});
+    g->r = gpu_runner::open(p, gpu_run_options{m.device, m.max_ctx, m.matmul_act, m.vram_budget});
+    g->info.source = g->r->source();
     return g;
   }
 };
@@ -218,10 +223,9 @@ int run_ppl(const ppl_args& a) { return dsv41_is_model(a.model) ? ppl_with<v41_g
 
 int run_raw_ids(const run_args& a) {
   if (a.backend == "vulkan") {
-    if (dsv41_is_model(a.model)) throw usage_error("--backend vulkan: V4.1 models run on the CPU only so far");
     run_args g = a;
     g.model_opts.max_ctx = a.ctx;
-    return raw_ids_with<v4_gpu_graph>(g);
+    return raw_ids_with<gpu_graph_of_file>(g);
   }
   return dsv41_is_model(a.model) ? raw_ids_with<v41_graph>(a) : raw_ids_with<v4_graph>(a);
 }

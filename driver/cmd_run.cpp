@@ -16,7 +16,7 @@
 #include "model/dsv41_forward.hpp"
 #include "model/dsv41_weights.hpp"
 #include "model/dsv4_forward.hpp"
-#include "model/dsv4_gpu_runner.hpp"
+#include "model/gpu_runner.hpp"
 #include "model_tokenizer.hpp"
 
 namespace cmfx::driver {
@@ -84,7 +84,7 @@ struct session {
   model_tokenizer mt;
   std::unique_ptr<dsv4_model> model;     // a V4 file, or
   std::unique_ptr<dsv41_model> model41;  // a V4.1 file, or
-  std::unique_ptr<dsv4_gpu_runner> gpu;  // a V4 file on the GPU (--backend vulkan)
+  std::unique_ptr<gpu_runner> gpu;  // a V4 / V4.1 file on the GPU (--backend vulkan)
   turn_settings ts;
   chat_options chat;
   double load_s = 0.0;
@@ -164,12 +164,11 @@ int run_run(const run_args& a) {
   dsv4_config cfg;  // V4.1: the fields the tokenizer check and the turn need (vocab, bos, eos, layers)
   std::string source;
   if (a.backend == "vulkan") {
-    if (dsv41_is_model(a.model)) throw usage_error("--backend vulkan: V4.1 models run on the CPU only so far");
     if (a.qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
-    s.gpu = dsv4_gpu_runner::open(
-        a.model, dsv4_gpu_run_options{a.model_opts.device, a.ctx, a.model_opts.matmul_act, a.model_opts.vram_budget});
+    s.gpu = gpu_runner::open(
+        a.model, gpu_run_options{a.model_opts.device, a.ctx, a.model_opts.matmul_act, a.model_opts.vram_budget});
     cfg = s.gpu->config();
-    source = s.gpu->weights().source + ", on " + s.gpu->device_name();
+    source = s.gpu->source() + ", on " + s.gpu->device_name();
   } else if (dsv41_is_model(a.model)) {
     dsv41_options o;
     o.threads = a.model_opts.threads;

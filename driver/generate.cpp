@@ -11,7 +11,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/sample/stop_strings.hpp"
 #include "cmfx/text/chat_parse.hpp"
-#include "model/dsv4_gpu_runner.hpp"
+#include "model/gpu_runner.hpp"
 
 namespace cmfx::driver {
 
@@ -58,7 +58,7 @@ class backend_of final : public cache_backend {
 /// cache_backend over the GPU graph: the state lives on the device; snapshots are device copies.
 class gpu_backend final : public cache_backend {
  public:
-  explicit gpu_backend(dsv4_gpu_runner& r) : r_(&r) {}
+  explicit gpu_backend(gpu_runner& r) : r_(&r) {}
   std::vector<float> forward(std::span<const uint32_t> ids, bool last) override { return r_->forward(ids, last); }
   void truncate(uint64_t n) override {  // rollback_tokens() == 0: prompt_cache asks only for 0 or the end
     if (n == 0) r_->model().reset();
@@ -71,7 +71,7 @@ class gpu_backend final : public cache_backend {
   uint64_t rollback_tokens() const override { return 0; }
 
  private:
-  dsv4_gpu_runner* r_;
+  gpu_runner* r_;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -92,7 +92,7 @@ prompt_cache::prompt_cache(dsv4_model& m)
 prompt_cache::prompt_cache(dsv41_model& m)
     : b_(std::make_unique<backend_of<dsv41_model, dsv41_state, dsv41_logits, dsv41_rollback_tokens>>(m)) {}
 
-prompt_cache::prompt_cache(dsv4_gpu_runner& m) : b_(std::make_unique<gpu_backend>(m)) {}
+prompt_cache::prompt_cache(gpu_runner& m) : b_(std::make_unique<gpu_backend>(m)) {}
 
 std::vector<float> prompt_cache::prefill(const std::vector<uint32_t>& prompt, uint64_t& reused) {
   if (prompt.empty()) throw usage_error("empty prompt");

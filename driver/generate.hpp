@@ -20,7 +20,7 @@
 
 namespace cmfx::driver {
 
-class dsv4_gpu_runner;  // model/dsv4_gpu_runner.hpp
+class gpu_runner;  // model/gpu_runner.hpp
 
 /// Prompt tokens per forward call of a prefill (bounds the activations of a long prompt).
 inline constexpr uint64_t prefill_chunk = 512;
@@ -46,7 +46,7 @@ class prompt_cache {
   explicit prompt_cache(dsv41_model& m);
   /// The V4 graph on a Vulkan device: no rollback (a prefix is kept when the state ends there, or from the
   /// snapshot of the last prompt, a device-side copy of the state).
-  explicit prompt_cache(dsv4_gpu_runner& m);
+  explicit prompt_cache(gpu_runner& m);
 
   /// Makes the state hold `prompt` (non-empty) and returns the logits of its last token. The state keeps the
   /// longest common prefix of its tokens (or of the snapshot's: the previous prompt) and `prompt` when it can get

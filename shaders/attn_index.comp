@@ -4,7 +4,9 @@
 //   score[t, j] = Σ_h relu(q[t, h] · key[j]) · w[t, h]  for j < count[t];  −inf for count[t] ≤ j < n.
 // One workgroup per (row t, tile of WG_SIZE keys); invocation lid holds key j = tile·WG_SIZE + lid in registers
 // and runs over the heads, whose q rows go through shared memory IX_QB heads at a time (broadcast reads).
-// Dots in f32 (fma, channel order), the sum over heads in ACC. Defines: IX_HD (head_dim), IX_QB.
+// Dots and the sum over heads in ACC (double where the device has it, as the CPU: the f32 products are exact there,
+// so FP4-quantised q and keys — V4.1's indexer — give the CPU's scores bit for bit, ties included); f32 fma in
+// channel order otherwise. Defines: IX_HD (head_dim), IX_QB.
 #include "common/base.glsl"
 
 layout(push_constant) uniform ix_pc {
@@ -38,9 +40,9 @@ void main() {
     barrier();
     if (live)
       for (uint h = 0u; h < hn; ++h) {
-        float d = 0.0;
-        [[unroll]] for (uint c = 0u; c < IX_HD; ++c) d = fma(q_s[h * IX_HD + c], k[c], d);
-        s += ACC(max(d, 0.0)) * ACC(w_s[h]);
+        ACC d = ACC(0);
+        [[unroll]] for (uint c = 0u; c < IX_HD; ++c) d = fma(ACC(q_s[h * IX_HD + c]), ACC(k[c]), d);
+        s += max(d, ACC(0)) * ACC(w_s[h]);
       }
   }
   if (j < pc.n) ov[pc.ooff + row * pc.n + j] = live ? float(s) : -F32_INF;

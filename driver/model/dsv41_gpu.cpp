@@ -465,6 +465,17 @@ uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {
   return id;
 }
 
+std::vector<float> dsv41_gpu_model::state_rows(uint32_t l, int what, uint64_t first, uint64_t count) const {
+  const impl& m = *p_;
+  const dsv41_gpu_layer& G = m.layers.at(l);
+  const gpu::buffer& b = what == 0 ? G.ring : what == 1 ? G.entries : G.keys;
+  const uint64_t width = what == 2 ? m.cfg.index_head_dim : m.cfg.head_dim;
+  if (!b || (first + count) * width * 4 > b.size()) throw usage_error("state_rows: no such rows");
+  std::vector<float> out(count * width);
+  m.dev.download(view(b, first * width * 4, count * width * 4), out.data(), out.size() * 4);
+  return out;
+}
+
 uint64_t dsv41_gpu_model::weight_bytes() const noexcept { return p_->weight_bytes; }
 uint64_t dsv41_gpu_model::state_bytes() const noexcept { return p_->state_bytes; }
 uint64_t dsv41_gpu_model::bytes_per_token() const noexcept { return p_->token_bytes; }

@@ -76,6 +76,10 @@ class dsv41_gpu_model final : public gpu_graph {
   std::vector<float> run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
   uint32_t step_greedy(uint32_t token) override;
 
+  /// Tests: rows [first, first + count) of layer l's device state — what 0: window ring (by slot), 1: compressed
+  /// entries, 2: index keys (KV sources) — as f32.
+  std::vector<float> state_rows(uint32_t l, int what, uint64_t first, uint64_t count) const;
+
   uint64_t weight_bytes() const noexcept override;
   uint64_t state_bytes() const noexcept override;
   uint64_t bytes_per_token() const noexcept override;

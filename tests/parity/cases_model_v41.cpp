@@ -29,20 +29,35 @@ constexpr double kStrictMaxAbsRel = 1e-4;
 // The official quantised cache (FP8 window KV, FP4 compressed KV / index keys / index q): a last-bit difference
 // can move a value across an FP4 rounding boundary (one E2M1 step: up to a third of the value), which the
 // attention then carries into the logits — measured on lavapipe NMSE ≤ 5e-6, max |Δ| ≤ 3e-3 · max.
-constexpr double kQuantNmse = 1e-4;
-constexpr double kQuantMaxAbsRel = 3e-2;
+constexpr double kQuantNmse = 1e-5;
+constexpr double kQuantMaxAbsRel = 1e-2;
+// A pick that an FP4 flip changed moves that call's logits further (measured: NMSE 4.4e-3 on the toy's greedy path
+// at position 12, one of 8 picks of the ratio-1 source swapped); such calls are counted, at most kMaxFlipShare of
+// them, and must stay within kGrossNmse (garbage — a wrong kernel, a race — is far beyond it). The unquantised
+// cases hold the same graph to the strict bounds with exact selections.
+constexpr double kGrossNmse = 2e-2;
+constexpr double kMaxFlipShare = 0.2;   // of the calls
+constexpr double kMaxPickShare = 0.1;   // of the (layer, position) selections
 constexpr double kTieMargin = 1e-4;  // relative to max |logit|
 
+/// One call's logits against the CPU's. Strict (unquantised cache): NMSE and max |Δ| within the strict bounds and
+/// the argmax identical unless a near-tie. Quantised: a call whose logits moved by more than kQuantNmse (an FP4
+/// flip upstream) counts in `flipped` (bounded by the caller) as long as it stays within kGrossNmse; the others
+/// are held to the same bounds and argmax rule.
 std::string check_logits(const std::vector<float>& lg, const std::vector<float>& lc, uint64_t t, bool quant,
-                         double& worst_nmse, double& worst_rel, uint64_t& ties) {
-  const double kModelNmse = quant ? kQuantNmse : kStrictNmse, kModelMaxAbsRel = quant ? kQuantMaxAbsRel : kStrictMaxAbsRel;
+                         double& worst_nmse, double& worst_rel, uint64_t& ties, uint64_t& flipped) {
+  const double nmse_bound = quant ? kQuantNmse : kStrictNmse, rel_bound = quant ? kQuantMaxAbsRel : kStrictMaxAbsRel;
   const stats m = compare(lg.data(), lc.data(), lc.size());
   const double rel = m.max_abs / std::max(1.0, m.ref_max);
   worst_nmse = std::max(worst_nmse, m.nmse);
   worst_rel = std::max(worst_rel, rel);
-  if (m.nonfinite_mismatch || !(m.nmse <= kModelNmse) || !(rel <= kModelMaxAbsRel)) {
+  if (quant && !m.nonfinite_mismatch && m.nmse <= kGrossNmse && !(m.nmse <= nmse_bound && rel <= rel_bound)) {
+    ++flipped;
+    return {};
+  }
+  if (m.nonfinite_mismatch || !(m.nmse <= nmse_bound) || !(rel <= rel_bound)) {
     std::string i;
-    return "position " + std::to_string(t) + ": " + verdict(m, kModelNmse, i, kModelMaxAbsRel) + " (" + i + ")";
+    return "position " + std::to_string(t) + ": " + verdict(m, nmse_bound, i, rel_bound) + " (" + i + ")";
   }
   const auto ac = std::max_element(lc.begin(), lc.end()) - lc.begin();
   const auto ag = std::max_element(lg.begin(), lg.end()) - lg.begin();
@@ -56,6 +71,15 @@ std::string check_logits(const std::vector<float>& lg, const std::vector<float>&
   return {};
 }
 
+/// Selections ([layer][token] sorted ids) that differ between the two traces, and how many were compared.
+std::pair<uint64_t, uint64_t> count_diff(const std::vector<std::vector<std::vector<uint32_t>>>& a,
+                                         const std::vector<std::vector<std::vector<uint32_t>>>& b) {
+  uint64_t n = 0, bad = 0;
+  for (size_t l = 0; l < std::min(a.size(), b.size()); ++l)
+    for (size_t t = 0; t < std::min(a[l].size(), b[l].size()); ++t) ++n, bad += a[l][t] != b[l][t];
+  return {bad, n};
+}
+
 std::string first_int_diff(const std::vector<std::vector<int>>& a, const std::vector<std::vector<int>>& b) {
   for (size_t l = 0; l < std::min(a.size(), b.size()); ++l)
     if (a[l] != b[l]) return "index-key layers differ at layer " + std::to_string(l);
@@ -67,6 +91,7 @@ struct toy_run {
   bool stale = true;         // the official stale-index-key behaviour
   bool quant = true;         // qat_kv: the official quantised cache
   bool traced = true;        // false: the GPU runs pipelined (decisions not read back, logits only)
+  bool greedy = false;       // decode the CPU's greedy path (from the prompt 0 5 9 100 2000 77) instead of random ids
   uint32_t budget_slots = 0; // > 0: a VRAM budget leaving that many expert slots per layer; the cached graph's logits
                              // must then equal a resident graph's bit for bit
 };
@@ -101,16 +126,21 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
   std::vector<uint32_t> ids(prompt + decode);
   for (uint32_t& x : ids) x = pick(g);
+  if (r.greedy) {
+    const uint32_t p0[6] = {0, 5, 9, 100, 2000, 77};
+    for (uint64_t i = 0; i < std::min<uint64_t>(prompt, 6); ++i) ids[i] = p0[i];
+  }
   dsv41_state st = cpu->new_state();
   dsv41_trace tc, tg;
   double worst_nmse = 0, worst_rel = 0;
-  uint64_t ties = 0;
+  uint64_t ties = 0, flipped = 0;
   {
     const std::span<const uint32_t> p(ids.data(), prompt);
     const std::vector<float> lc = cpu->forward(p, st, dsv41_logits::last, &tc);
     const std::vector<float> lg = gpu->run(p, true, traced ? &tg : nullptr);
     if (resident && resident->run(p, true, nullptr) != lg) return "prompt: cached logits differ from the resident graph's";
-    if (auto w = check_logits(lg, lc, prompt - 1, r.quant, worst_nmse, worst_rel, ties); !w.empty()) return "prompt: " + w;
+    if (auto w = check_logits(lg, lc, prompt - 1, r.quant, worst_nmse, worst_rel, ties, flipped); !w.empty()) return "prompt: " + w;
+    if (r.greedy && decode) ids[prompt] = uint32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
   }
   for (uint64_t t = prompt; t < prompt + decode; ++t) {
     const std::span<const uint32_t> one(ids.data() + t, 1);
@@ -118,12 +148,31 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     const std::vector<float> lg = gpu->run(one, true, traced ? &tg : nullptr);
     if (resident && resident->run(one, true, nullptr) != lg)
       return "position " + std::to_string(t) + ": cached logits differ from the resident graph's";
-    if (auto w = check_logits(lg, lc, t, r.quant, worst_nmse, worst_rel, ties); !w.empty()) return w;
+    if (auto w = check_logits(lg, lc, t, r.quant, worst_nmse, worst_rel, ties, flipped); !w.empty()) {
+      if (traced) {
+        if (auto w2 = first_diff(tc.experts, tg.experts, "routed experts"); !w2.empty()) return w + "; " + w2;
+        if (auto w2 = first_diff(tc.topk, tg.topk, "indexer picks"); !w2.empty()) return w + "; " + w2;
+        if (auto w2 = first_int_diff(tc.keys_from, tg.keys_from); !w2.empty()) return w + "; " + w2;
+      }
+      return w;
+    }
+    if (r.greedy && t + 1 < prompt + decode) ids[t + 1] = uint32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
   }
-  if (traced) {
+  const uint64_t calls = decode + 1;
+  if (double(flipped) > kMaxFlipShare * double(calls))
+    return std::to_string(flipped) + " of " + std::to_string(calls) + " calls beyond the quantised bounds (FP4 flips?)";
+  uint64_t pick_bad = 0, picks = 0;
+  if (traced && !r.quant) {
     if (auto w = first_diff(tc.experts, tg.experts, "routed experts"); !w.empty()) return w;
     if (auto w = first_diff(tc.topk, tg.topk, "indexer picks"); !w.empty()) return w;
     if (auto w = first_int_diff(tc.keys_from, tg.keys_from); !w.empty()) return w;
+  } else if (traced) {
+    if (auto w = first_int_diff(tc.keys_from, tg.keys_from); !w.empty()) return w;  // decided by positions only
+    const auto [eb, en] = count_diff(tc.experts, tg.experts);
+    const auto [ib, in] = count_diff(tc.topk, tg.topk);
+    pick_bad = eb + ib, picks = en + in;
+    if (double(pick_bad) > kMaxPickShare * double(picks))
+      return std::to_string(pick_bad) + " of " + std::to_string(picks) + " selections differ";
   }
   const gpu_expert_cache_stats& cs = gpu->cache_stats();
   if (budget_slots) {
@@ -131,10 +180,13 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     if (cs.bytes_moved != (cs.lookups - cs.hits) * cs.slot_bytes) return "expert cache: bytes moved != misses x slot bytes";
     if (cs.hits == 0 || cs.hits == cs.lookups) return "expert cache: expected both hits and misses";
   }
-  char b[240];
-  std::snprintf(b, sizeof b, "%s%s%llu+%llu tokens: worst nmse %.2e, max_abs/max %.2e, argmax near-ties %llu, %u dispatches/token",
+  char b[320];
+  std::snprintf(b, sizeof b,
+                "%s%s%llu+%llu tokens: worst nmse %.2e, max_abs/max %.2e, near-ties %llu, FP4-flipped calls %llu, "
+                "selections differing %llu/%llu, %u dispatches/token",
                 traced ? "" : "pipelined, ", budget_slots ? "cached == resident, " : "", (unsigned long long)prompt,
-                (unsigned long long)decode, worst_nmse, worst_rel, (unsigned long long)ties, gpu->last_dispatches());
+                (unsigned long long)decode, worst_nmse, worst_rel, (unsigned long long)ties, (unsigned long long)flipped,
+                (unsigned long long)pick_bad, (unsigned long long)picks, gpu->last_dispatches());
   info = b;
   return {};
 }
@@ -196,6 +248,15 @@ void model_v41_cases(suite& s) {
   run("release toy (FP8 dense, FP4 experts, FP8 Engram tables), unquantised cache, 4+20 tokens", "release", "native", r);
   r.quant = true;
   run("release toy, 4+20 tokens", "release", "native", r);
+  r = toy_run{};
+  // The CPU's greedy path (repeated tokens) with the unquantised cache: exact selections. With the quantised cache
+  // this path diverges at position 12 (two index-key values of the ratio-1 source one FP4 step apart after an
+  // upstream FP8 / FP4 rounding difference; measured while writing this case), which the bounds above cannot
+  // tell from a bug — so it is held to the strict bounds unquantised.
+  r.prompt = 6, r.decode = 24, r.greedy = true, r.quant = false;
+  run("cmf f32 toy, unquantised cache, greedy path from a fixed prompt, 6+24 tokens", "cmf", "f32", r);
+
+  r = toy_run{};
   r.decode = 28, r.budget_slots = 4;
   run("expert cache (top_k + 2 slots), cmf q4tp toy, 4+28 tokens", "cmf", "q4tp", r);
   s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
