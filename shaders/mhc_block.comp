@@ -74,10 +74,10 @@ void main() {
     if (subgroupElect()) red_rows[gl_SubgroupID * HC_ROWS + r] = v;
   }
   barrier();
-  if (lid < HC_ROWS) {
+  for (uint r = lid; r < HC_ROWS; r += WG_SIZE) {  // HC_ROWS may exceed the workgroup (hc_max: 81 rows)
     ACC s = ACC(0);
-    for (uint i = 0u; i < gl_NumSubgroups; ++i) s += red_rows[i * HC_ROWS + lid];
-    part[pb + lid] = s;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) s += red_rows[i * HC_ROWS + r];
+    part[pb + r] = s;
   }
 #else
   [[unroll]] for (uint r = 0u; r < HC_ROWS; ++r) {

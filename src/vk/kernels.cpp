@@ -53,6 +53,7 @@ struct kernels::impl {
   // lavapipe's 32 KiB limit leaves room for the ladders and LUTs). X_TILE = this / NB.
   static constexpr uint32_t x_tile_floats = 4096;
   buffer tables;                            // exp2 of every f16, E2M1 / E4M3 code values (formats_gpu.cpp)
+  buffer argmax_part;                       // topk with k = 1 on long rows: the per-workgroup composites
   uint64_t binding_limit = 0;               // tests: cap below maxStorageBufferRange
   matvec_tuning tune;                       // 0 fields: automatic
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
@@ -457,6 +458,24 @@ void kernels::topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t
   need(idx, uint64_t(rows) * k * 4, "topk", "idx");
   const bound sb = bind_range(p_->info, scores, 0, std::max<uint64_t>(uint64_t(rows) * n * 4, 4));
   const bound ob = bind_range(p_->info, idx, 0, uint64_t(rows) * k * 4);
+  if (k == 1 && n >= argmax_min_n) {
+    // Top-1 of long rows (the head's greedy token): the row split over workgroups, then one per row combines.
+    const uint32_t groups = uint32_t(std::min<uint64_t>(ceil_div(n, 4 * impl::wg_rows), 128));
+    const uint32_t chunk = uint32_t(ceil_div(n, groups));
+    const uint64_t pbytes = uint64_t(rows) * groups * 8;
+    if (p_->argmax_part.size() < pbytes) p_->argmax_part = p_->dev.alloc(std::max<uint64_t>(pbytes, 4096));
+    const bound pb = bind_range(p_->info, p_->argmax_part, 0, pbytes);
+    const uint32_t apc[8] = {rows, n, groups, chunk, sb.residual / 4, ob.residual / 4, n, k};
+    const binding ab[3] = {sb.b, pb.b, ob.b};
+    uint32_t gx, gy;
+    p_->grid(uint64_t(rows) * groups, gx, gy);
+    detail::dispatch(c.impl(), p_->pipe("argmax.comp", "#define ARGMAX_PASS 1\n", impl::wg_rows, 3, sizeof apc), ab, apc,
+                     sizeof apc, gx, gy);
+    p_->grid(rows, gx, gy);
+    detail::dispatch(c.impl(), p_->pipe("argmax.comp", "#define ARGMAX_PASS 2\n", impl::wg_rows, 3, sizeof apc), ab, apc,
+                     sizeof apc, gx, gy);
+    return;
+  }
   const uint32_t pc[8] = {rows, n, k, sb.residual / 4, ob.residual / 4, n, k, 0};
   const binding b[2] = {sb.b, ob.b};
   uint32_t gx, gy;

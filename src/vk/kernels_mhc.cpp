@@ -8,7 +8,9 @@ namespace cmfx::gpu {
 
 namespace {
 
-constexpr uint32_t block = detail::op_env::wg;  // columns of d per mhc_block workgroup (HC_BLOCK)
+// Columns of d per mhc_block workgroup (HC_BLOCK, also its size): 64 gives d / 64 workgroups per token (64 at V4's
+// d = 4096, 80 at V4.1's 5120) — with 256 only 16 / 20 of the GPU's multiprocessors had work at decode.
+constexpr uint32_t block = 256;
 
 uint32_t nblk(const kernels::hc_shape& sh) { return (sh.d + block - 1) / block; }
 uint32_t acc_bytes(const detail::op_env& e) { return e.info.float64 ? 8 : 4; }

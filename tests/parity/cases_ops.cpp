@@ -214,6 +214,10 @@ void op_cases(suite& s) {
   tk(3, 100, 200, topk_values::normal, " k>n");
   tk(4, 5000, 2048, topk_values::ties_specials, " ties NaN inf ±0");
   tk(2, 1000, 50, topk_values::all_equal, " all equal");
+  // k = 1 on rows >= kernels::argmax_min_n: the split argmax (two dispatches through the kernels' scratch).
+  tk(1, 129280, 1, topk_values::normal, " argmax vocabulary");
+  tk(3, 8193, 1, topk_values::ties_specials, " argmax ties NaN inf ±0");
+  tk(2, 20000, 1, topk_values::all_equal, " argmax all equal");
 
   s.run("swiglu_clamp", "-", "6144 limit 10 w 0.7", [&](uint64_t seed, R& info) {
     return swiglu_case(s, seed, 6144, 10.0f, 0.7f, 4.0f, false, info);

@@ -169,7 +169,9 @@ class kernels {
   /// p may be the same range as logits.
   void softmax_sink(commands& c, view logits, view sinks, uint32_t sink_count, view p, uint32_t rows, uint32_t n);
   /// idx [rows, k] (uint32) = topk(scores [rows, n], k) with the tie rule of ops/topk.hpp; slots past min(k, n)
-  /// get 0xFFFFFFFF. k <= topk_max_k.
+  /// get 0xFFFFFFFF. k <= topk_max_k. k = 1 with n >= argmax_min_n (the head's greedy token) splits each row over
+  /// workgroups through a scratch buffer the kernels own: such calls must not share a begin_concurrent group.
+  static constexpr uint32_t argmax_min_n = 8192;
   void topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t k, view idx);
   // ---- V4.1 candidate blocks (dsv41_candidate_blocks; kernels_v41.cpp, docs/VULKAN.md "V4.1 kernels"):
   //      block_max → topk(blk, rows, nb, topk_blocks, idx) → mask_scores. nb = ceil(n / bs); lens (uint32 [rows],
