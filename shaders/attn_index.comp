@@ -2,11 +2,11 @@
 #extension GL_GOOGLE_include_directive : require
 // Lightning-indexer scores (dsv4-architecture.md §3.3; the CPU loops of dsv4_attention.cpp / dsv41_attention.cpp):
 //   score[t, j] = Σ_h relu(q[t, h] · key[j]) · w[t, h]  for j < count[t];  −inf for count[t] ≤ j < n.
-// One workgroup per (row t, tile of WG_SIZE keys); invocation lid holds key j = tile·WG_SIZE + lid in registers
-// and runs over the heads, whose q rows go through shared memory IX_QB heads at a time (broadcast reads).
-// Dots and the sum over heads in ACC (double where the device has it, as the CPU: the f32 products are exact there,
-// so FP4-quantised q and keys — V4.1's indexer — give the CPU's scores bit for bit, ties included); f32 fma in
-// channel order otherwise. Defines: IX_HD (head_dim), IX_QB.
+// One workgroup per (row t, tile of WG_SIZE / IX_HS keys); the IX_HS invocations of key j (lid / IX_HS) hold it in
+// registers and split the heads (invocation hs takes heads hs, hs + IX_HS, …), whose q rows go through shared
+// memory IX_QB heads at a time (broadcast reads); their partial sums are added in hs order through shared memory.
+// Dots in f32 (fma, channel order), the sums over heads in ACC. Defines: IX_HD (head_dim), IX_QB, IX_HS (a power
+// of two dividing WG_SIZE): with 16 a decode step's few keys still spread over the head count's worth of lanes.
 #include "common/base.glsl"
 
 layout(push_constant) uniform ix_pc {
@@ -22,11 +22,13 @@ layout(std430, binding = 4) writeonly buffer O { float ov[]; };
 
 shared float q_s[IX_QB * IX_HD];
 shared float w_s[IX_QB];
+shared ACC part_s[WG_SIZE];
 
 void main() {
   const uint g = wg_index();
   if (g >= pc.rows * pc.tiles) return;  // uniform over the workgroup
-  const uint row = g / pc.tiles, lid = gl_LocalInvocationID.x, j = (g % pc.tiles) * WG_SIZE + lid;
+  const uint row = g / pc.tiles, lid = gl_LocalInvocationID.x, hs = lid % IX_HS;
+  const uint j = (g % pc.tiles) * (WG_SIZE / IX_HS) + lid / IX_HS;
   const uint cnt = pc.has_counts != 0u ? min(counts[pc.coff + row], pc.n) : pc.n;
   const bool live = j < cnt;
   float k[IX_HD];
@@ -39,11 +41,17 @@ void main() {
     if (lid < hn) w_s[lid] = wv[pc.woff + row * pc.heads + h0 + lid];
     barrier();
     if (live)
-      for (uint h = 0u; h < hn; ++h) {
-        ACC d = ACC(0);
-        [[unroll]] for (uint c = 0u; c < IX_HD; ++c) d = fma(ACC(q_s[h * IX_HD + c]), ACC(k[c]), d);
-        s += max(d, ACC(0)) * ACC(w_s[h]);
+      for (uint h = hs; h < hn; h += IX_HS) {
+        float d = 0.0;
+        [[unroll]] for (uint c = 0u; c < IX_HD; ++c) d = fma(q_s[h * IX_HD + c], k[c], d);
+        s += ACC(max(d, 0.0)) * ACC(w_s[h]);
       }
   }
-  if (j < pc.n) ov[pc.ooff + row * pc.n + j] = live ? float(s) : -F32_INF;
+  part_s[lid] = s;
+  barrier();
+  if (hs == 0u && j < pc.n) {
+    ACC t = ACC(0);
+    for (uint i = 0u; i < IX_HS; ++i) t += part_s[lid + i];
+    ov[pc.ooff + row * pc.n + j] = live ? float(t) : -F32_INF;
+  }
 }

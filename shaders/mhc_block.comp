@@ -6,8 +6,11 @@
 //   has_mix:     partial[r] = Σ_k Σ_c fn[r, k·d + c]·X'[k][c] for the rows of the (next) mixing projection, and
 //                Σ X'² as an extra last row — in ACC (double when the device has it: the f32 products are exact
 //                there, as in the CPU's double dot products). mhc_finish.comp adds the blocks in a fixed order.
+// The rows of a mix are split over HC_RSPLIT workgroups per block (HC_RPG rows each; every one of them computes the
+// block's X', group 0 writes it): a row's partial is the same sum over the same columns as without the split, so
+// the partials are bit-identical — the split only shortens each invocation's chain of dependent loads.
 // Defines: HC_MAX (ops/mhc.hpp hc_max), HC_BLOCK (= the workgroup size), HC_POST, HC_ROWS (mix rows + 1, or 1
-// without a mix).
+// without a mix), HC_RSPLIT, HC_RPG (= ceil(HC_ROWS / HC_RSPLIT)).
 #include "common/base.glsl"
 #include "common/reduce.glsl"
 
@@ -26,12 +29,13 @@ layout(std430, binding = 5) writeonly buffer P { ACC part[]; };     // [tokens, 
 
 #if REDUCE_SUBGROUP
 // per-subgroup sums of every row: [subgroup][row], summed in subgroup order by the first HC_ROWS invocations
-shared ACC red_rows[(WG_SIZE / LANES) * HC_ROWS];
+shared ACC red_rows[(WG_SIZE / LANES) * HC_RPG];
 #endif
 
 void main() {
-  const uint g = wg_index();
-  if (g >= pc.tokens * pc.nblk) return;  // uniform over the workgroup
+  const uint g0 = wg_index();
+  if (g0 >= pc.tokens * pc.nblk * HC_RSPLIT) return;  // uniform over the workgroup
+  const uint rg = g0 % HC_RSPLIT, g = g0 / HC_RSPLIT;
   const uint t = g / pc.nblk, b = g % pc.nblk, lid = gl_LocalInvocationID.x, hc = pc.hc, d = pc.d;
   const uint c = b * HC_BLOCK + lid;
   const bool live = c < d;
@@ -45,7 +49,7 @@ void main() {
       precise float acc = coeff[cb + hc + k] * os[pc.ooff + t * d + c];
       for (uint j = 0u; j < hc; ++j) acc += coeff[cb + 2u * hc + j * hc + k] * xs[xrow + j * d + c];
       v = acc;
-      outs[pc.outoff + t * hc * d + k * d + c] = v;
+      if (rg == 0u) outs[pc.outoff + t * hc * d + k * d + c] = v;
 #else
       v = xs[xrow + k * d + c];
 #endif
@@ -56,33 +60,34 @@ void main() {
   // Every row's products first (HC_ROWS = rows + 1 is a compile-time constant, so the accumulators are registers
   // and all the loads of fn are in flight together), then one reduction step for all rows: the sums are the
   // per-row wg_sum's (subgroup sums, then the subgroups in order), with two barriers instead of two per row.
-  ACC acc[HC_ROWS];
-  const uint pb = pc.poff + (t * pc.nblk + b) * (pc.rows + 1u);
-  [[unroll]] for (uint r = 0u; r < HC_ROWS; ++r) {
+  ACC acc[HC_RPG];
+  const uint pb = pc.poff + (t * pc.nblk + b) * (pc.rows + 1u), r0 = rg * HC_RPG;
+  [[unroll]] for (uint r = 0u; r < HC_RPG; ++r) {
+    const uint rr = r0 + r;
     acc[r] = ACC(0);
-    if (live)
+    if (live && rr < HC_ROWS)
       [[unroll]] for (uint k = 0u; k < HC_MAX; ++k) {
         if (k < hc) {
           const ACC x = ACC(xv[k]);
-          acc[r] += r + 1u < HC_ROWS ? ACC(fn[pc.fnoff + r * hc * d + k * d + c]) * x : x * x;
+          acc[r] += rr + 1u < HC_ROWS ? ACC(fn[pc.fnoff + rr * hc * d + k * d + c]) * x : x * x;
         }
       }
   }
 #if REDUCE_SUBGROUP
-  [[unroll]] for (uint r = 0u; r < HC_ROWS; ++r) {
+  [[unroll]] for (uint r = 0u; r < HC_RPG; ++r) {
     const ACC v = acc_subgroup_sum(acc[r]);
-    if (subgroupElect()) red_rows[gl_SubgroupID * HC_ROWS + r] = v;
+    if (subgroupElect()) red_rows[gl_SubgroupID * HC_RPG + r] = v;
   }
   barrier();
-  for (uint r = lid; r < HC_ROWS; r += WG_SIZE) {  // HC_ROWS may exceed the workgroup (hc_max: 81 rows)
+  for (uint r = lid; r < HC_RPG; r += WG_SIZE) {  // HC_RPG may exceed the workgroup
     ACC s = ACC(0);
-    for (uint i = 0u; i < gl_NumSubgroups; ++i) s += red_rows[i * HC_ROWS + r];
-    part[pb + r] = s;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) s += red_rows[i * HC_RPG + r];
+    if (r0 + r < HC_ROWS) part[pb + r0 + r] = s;
   }
 #else
-  [[unroll]] for (uint r = 0u; r < HC_ROWS; ++r) {
+  [[unroll]] for (uint r = 0u; r < HC_RPG; ++r) {
     const ACC v = wg_sum(acc[r]);
-    if (lid == 0u) part[pb + r] = v;
+    if (lid == 0u && r0 + r < HC_ROWS) part[pb + r0 + r] = v;
   }
 #endif
 }

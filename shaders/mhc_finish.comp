@@ -10,7 +10,8 @@
 // HC_HEAD = 1: hc_head (pre only, scalar scale). HC_FOLD (V4.1's one-sublayer lag, dsv4-architecture.md §4.1):
 // 1 = the collapse uses the weights fold[foldoff + t·fstride + j] instead of this sublayer's pre (the coefficients
 // are still computed and written); 2 = the collapse (and norm) alone, no coefficients (V4.1's final collapse).
-// Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)).
+// HC_SG = 1: the Sinkhorn through subgroup shuffles (hc·hc ≤ the subgroup size).
+// Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)).
 #include "common/base.glsl"
 #if ACC_DOUBLE
 #include "common/f64math.glsl"
@@ -42,6 +43,17 @@ layout(std430, binding = 6) readonly buffer Nw { float nw[]; };
 #endif
 #if HC_FOLD
 layout(std430, binding = 7) readonly buffer Fd { float fold[]; };
+#endif
+
+#if HC_SG
+#extension GL_KHR_shader_subgroup_shuffle : require
+ACC shf(ACC v, uint i) {
+#if ACC_DOUBLE
+  return packDouble2x32(subgroupShuffle(unpackDouble2x32(v), i));
+#else
+  return subgroupShuffle(v, i);
+#endif
+}
 #endif
 
 shared ACC m[(2 + HC_MAX) * HC_MAX + 1];
@@ -106,6 +118,30 @@ void main() {
   const uint j = own ? lid / hc : 0u, k = own ? lid % hc : 0u;
   ACC v = ACC(0);
   if (own) v = m[2u * hc + lid] * rs * s2 + ACC(base[pc.boff + 2u * hc + lid]);
+#if HC_SG
+  // The Sinkhorn in subgroup 0 (hc·hc ≤ the subgroup size): each lane reads its row's / column's values through
+  // shuffles and adds them in the serial order (q = 0 … hc−1), so the result is the shared-memory version's bit for
+  // bit, without its ~4·iters workgroup barriers. Lanes past hc·hc follow lane 0's row (their results are unused).
+  if (gl_SubgroupID == 0u) {
+    const uint rb = j * hc;
+    ACC mx = ACC(-F32_INF);
+    for (uint q = 0u; q < HC_N; ++q) mx = max(mx, shf(v, rb + q));
+    v = EXP(v - mx);
+    ACC sum = ACC(0);
+    for (uint q = 0u; q < HC_N; ++q) sum += shf(v, rb + q);
+    v = v / sum + eps;
+    for (uint it = 0u; it < max(pc.iters, 1u); ++it) {
+      if (it > 0u) {  // row pass (not before the first column pass)
+        ACC sr = ACC(0);
+        for (uint q = 0u; q < HC_N; ++q) sr += shf(v, rb + q);
+        v /= sr + eps;
+      }
+      ACC sc = ACC(0);
+      for (uint q = 0u; q < HC_N; ++q) sc += shf(v, q * hc + k);
+      v /= sc + eps;
+    }
+  }
+#else
   // row softmax + eps
   if (own) cm[lid] = v;
   barrier();
@@ -142,6 +178,7 @@ void main() {
       v /= sc + eps;
     }
   }
+#endif
   if (own) coeff[cb + 2u * hc + lid] = float(v);
 #endif
 #endif  // HC_FOLD == 2

@@ -8,8 +8,7 @@ namespace cmfx::gpu {
 
 namespace {
 
-// Columns of d per mhc_block workgroup (HC_BLOCK, also its size): 64 gives d / 64 workgroups per token (64 at V4's
-// d = 4096, 80 at V4.1's 5120) — with 256 only 16 / 20 of the GPU's multiprocessors had work at decode.
+// Columns of d per mhc_block workgroup (HC_BLOCK, also its size).
 constexpr uint32_t block = 256;
 
 uint32_t nblk(const kernels::hc_shape& sh) { return (sh.d + block - 1) / block; }
@@ -21,10 +20,14 @@ void check(const kernels::hc_shape& sh, const char* op) {
   if (sh.d == 0) throw usage_error(std::string(op) + ": d must be > 0");
 }
 
+/// Workgroups a mix's rows are split over per column block (mhc_block.comp HC_RSPLIT): V4's 25 rows in 5 groups.
+constexpr uint32_t row_groups = 5;
+
 /// hc_rows: the mix rows + 1 (the sum of squares), 1 without a mix — a compile-time constant of the shader, so
-/// that its per-row accumulators live in registers.
-std::string defines(bool post, uint32_t hc_rows) {
+/// that its per-row accumulators live in registers; rsplit: the row groups.
+std::string defines(bool post, uint32_t hc_rows, uint32_t rsplit) {
   return detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_BLOCK", block) + detail::def_u("HC_ROWS", hc_rows) +
+         detail::def_u("HC_RSPLIT", rsplit) + detail::def_u("HC_RPG", (hc_rows + rsplit - 1) / rsplit) +
          "#define HC_POST " + (post ? "1" : "0") + "\n";
 }
 
@@ -80,9 +83,18 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
               0,
               0};
   const detail::binding b[6] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
+  const uint32_t rsplit = mix ? std::min(row_groups, rows + 1) : 1;
   uint32_t gx, gy;
-  e.grid(uint64_t(tokens) * nblk(sh), gx, gy);
-  detail::dispatch(c.impl(), e.pipe("mhc_block.comp", defines(post, mix ? rows + 1 : 1), block, 6, sizeof pc), b, &pc, sizeof pc, gx, gy);
+  e.grid(uint64_t(tokens) * nblk(sh) * rsplit, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("mhc_block.comp", defines(post, mix ? rows + 1 : 1, rsplit), block, 6, sizeof pc), b,
+                   &pc, sizeof pc, gx, gy);
+}
+
+/// Whether the Sinkhorn of hc_pre_finish runs in one subgroup (every lane of it a C entry: hc·hc ≤ the smallest
+/// subgroup size the device may use, with subgroup shuffles).
+bool sinkhorn_in_subgroup(const detail::op_env& e, const kernels::hc_shape& sh) {
+  const uint32_t min_sg = e.info.min_subgroup_size ? e.info.min_subgroup_size : e.info.subgroup_size;
+  return e.info.subgroup_arithmetic && e.info.subgroup_shuffle && sh.hc * sh.hc <= min_sg;
 }
 
 /// fold_mode: 0 none, 1 the collapse with the weights of `fold` (coefficients as usual), 2 the collapse alone.
@@ -140,7 +152,7 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
   const std::string defs = detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_N", sh.hc) +
                            detail::def_u("HC_COLS", (sh.d + wg - 1) / wg) + "#define HC_HEAD " + (head ? "1" : "0") +
                            "\n#define HC_NORM " + (norm ? "1" : "0") + "\n" + "#define HC_FOLD " +
-                           std::to_string(fold_mode) + "\n";
+                           std::to_string(fold_mode) + "\n#define HC_SG " + (sinkhorn_in_subgroup(e, sh) ? "1" : "0") + "\n";
   const uint32_t nbind = fold_mode ? 8 : norm ? 7 : 6;
   uint32_t gx, gy;
   e.grid(tokens, gx, gy);

@@ -316,6 +316,7 @@ void mhc_cases(suite& s) {
   chain(2, 4, 300, 20, " ragged");
   chain(2, 8, 100, 20, " hc_max ragged");
   chain(3, 3, 7, 1, " tiny, one iteration");
+  chain(2, 2, 64, 20, " hc 2 (the subgroup Sinkhorn where hc·hc fits the smallest subgroup, also on lavapipe)");
   chain(1, 4, 1000, 0, " iters 0 = 1");
   for (auto [tokens, hc, d] : {std::array<uint32_t, 3>{1, 4, 4096}, {3, 4, 257}, {2, 8, 64}})
     s.run("hc_head", "-", std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d),

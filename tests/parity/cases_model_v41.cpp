@@ -242,6 +242,8 @@ void model_v41_cases(suite& s) {
   run("cmf f32 toy, 6+34 tokens", "cmf", "f32", r);
   r.prompt = 1, r.decode = 39, r.traced = false;
   run("cmf f32 toy, 1+39 tokens, pipelined (logits only)", "cmf", "f32", r);
+  r.quant = false;
+  run("cmf f32 toy, unquantised cache, 1+39 tokens, pipelined (logits only)", "cmf", "f32", r);
   r = toy_run{};
   run("cmf q4tp toy, 4+20 tokens", "cmf", "q4tp", r);
   r.quant = false;
