@@ -119,27 +119,33 @@ void main() {
   ACC v = ACC(0);
   if (own) v = m[2u * hc + lid] * rs * s2 + ACC(base[pc.boff + 2u * hc + lid]);
 #if HC_SG
-  // The Sinkhorn in subgroup 0 (hc·hc ≤ the subgroup size): each lane reads its row's / column's values through
-  // shuffles and adds them in the serial order (q = 0 … hc−1), so the result is the shared-memory version's bit for
-  // bit, without its ~4·iters workgroup barriers. Lanes past hc·hc follow lane 0's row (their results are unused).
+  // The Sinkhorn in subgroup 0 (hc·hc ≤ the subgroup size): lane sl of it owns C entry sl, reads its row's /
+  // column's values through shuffles and adds them in the serial order (q = 0 … hc−1), so the result is the
+  // shared-memory version's bit for bit, without its ~4·iters workgroup barriers. Everything is indexed by the
+  // subgroup invocation id (no assumption on how local ids map to subgroups); lanes past hc·hc follow lane 0's row
+  // and store nothing.
   if (gl_SubgroupID == 0u) {
-    const uint rb = j * hc;
+    const uint sl = gl_SubgroupInvocationID;
+    const bool sown = sl < hc * hc;
+    const uint sj = sown ? sl / hc : 0u, sk = sown ? sl % hc : 0u, rb = sj * hc;
+    ACC w = m[2u * hc + (sown ? sl : 0u)] * rs * s2 + ACC(base[pc.boff + 2u * hc + (sown ? sl : 0u)]);
     ACC mx = ACC(-F32_INF);
-    for (uint q = 0u; q < HC_N; ++q) mx = max(mx, shf(v, rb + q));
-    v = EXP(v - mx);
+    for (uint q = 0u; q < HC_N; ++q) mx = max(mx, shf(w, rb + q));
+    w = EXP(w - mx);
     ACC sum = ACC(0);
-    for (uint q = 0u; q < HC_N; ++q) sum += shf(v, rb + q);
-    v = v / sum + eps;
+    for (uint q = 0u; q < HC_N; ++q) sum += shf(w, rb + q);
+    w = w / sum + eps;
     for (uint it = 0u; it < max(pc.iters, 1u); ++it) {
       if (it > 0u) {  // row pass (not before the first column pass)
         ACC sr = ACC(0);
-        for (uint q = 0u; q < HC_N; ++q) sr += shf(v, rb + q);
-        v /= sr + eps;
+        for (uint q = 0u; q < HC_N; ++q) sr += shf(w, rb + q);
+        w /= sr + eps;
       }
       ACC sc = ACC(0);
-      for (uint q = 0u; q < HC_N; ++q) sc += shf(v, q * hc + k);
-      v /= sc + eps;
+      for (uint q = 0u; q < HC_N; ++q) sc += shf(w, q * hc + sk);
+      w /= sc + eps;
     }
+    if (sown) coeff[cb + 2u * hc + sl] = float(w);
   }
 #else
   // row softmax + eps
@@ -178,8 +184,8 @@ void main() {
       v /= sc + eps;
     }
   }
-#endif
   if (own) coeff[cb + 2u * hc + lid] = float(v);
+#endif
 #endif
 #endif  // HC_FOLD == 2
   barrier();

@@ -268,7 +268,7 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
   return rec;
 }
 
-void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv41_trace* trace) {
+void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv41_trace* trace, int next_mode) {
   const dsv41_config& cf = cfg;
   if (tok >= cf.vocab) throw usage_error("gpu model: token id " + std::to_string(tok) + " >= vocab " + std::to_string(cf.vocab));
   if (pos >= opt.max_ctx)
@@ -279,8 +279,18 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
   // The token's own inputs: its embedding in every hc copy of X and its Engram rows (gathered and decoded here).
   gpu::commands pre = dev.begin();
   pre.barrier();
-  if (!cf.engram_layers.empty()) cids.push_back(uint32_t(engram.map(tok)));
-  try {
+  // The id joins the Engram history for this step; on any failure before the step completes it leaves again.
+  struct cid_guard {
+    std::vector<uint32_t>* v = nullptr;
+    ~cid_guard() {
+      if (v) v->pop_back();
+    }
+  } guard;
+  if (!cf.engram_layers.empty()) {
+    cids.push_back(uint32_t(engram.map(tok)));
+    guard.v = &cids;
+  }
+  {
     std::vector<float> x(d);
     visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, tok, x.data()); });
     for (uint64_t j = 0; j < hc; ++j) pre.update(view(X, j * d * 4, d * 4), x.data(), d * 4);
@@ -296,16 +306,16 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
         }
       }
     }
-  } catch (...) {
-    if (!cf.engram_layers.empty()) cids.pop_back();
-    throw;
   }
   std::shared_ptr<gpu_recording> rec;
+  bool reused_next = false;
   if (next && next->pos == pos && next->mode == logits_mode && next->profiled == opt.profile &&
-      next->profile_layers == opt.profile_layers && next->variant == variant_of(prefill, prev_owner))
+      next->profile_layers == opt.profile_layers && next->variant == variant_of(prefill, prev_owner)) {
     rec = std::move(next);
-  else
+    reused_next = true;
+  } else {
     rec = record(pos, logits_mode, prefill, prev_owner);
+  }
   next.reset();
   dispatches = rec->dispatches;
   record_s = rec->record_s;
@@ -316,24 +326,26 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
   } else if (const int pub = dsv41_decode_publisher(cf, pos); pub >= 0) {
     owner_after = pub;
   }
-  try {
-    if (experts->active()) {
-      experts->run_token(pre, rec->c, rec->segs);
-    } else {
-      dev.submit_async(pre);
-      dev.submit_async(rec->c);
-      // While the device runs this token, record the next position (not when tracing: per-token downloads).
-      if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) {
-        const bool next_prefill = pos + 1 < prefill_end;
-        next = record(pos + 1, logits_mode, next_prefill, next_prefill ? -1 : owner_after);
+  if (experts->active()) {
+    experts->run_token(pre, rec->c, rec->segs);
+  } else {
+    dev.submit_async(pre);
+    dev.submit_async(rec->c);
+    // While the device runs this token, record the next position (not when tracing: per-token downloads). A
+    // failure there only drops the speculative recording: this token is already submitted.
+    if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) {
+      const bool next_prefill = pos + 1 < prefill_end;
+      try {
+        next = record(pos + 1, next_mode < 0 ? logits_mode : next_mode, next_prefill, next_prefill ? -1 : owner_after);
+      } catch (...) {
+        next.reset();
       }
-      dev.wait(pre);
-      dev.wait(rec->c);
     }
-  } catch (...) {
-    if (!cf.engram_layers.empty()) cids.pop_back();
-    throw;
+    dev.wait(pre);
+    dev.wait(rec->c);
   }
+  guard.v = nullptr;  // the step ran: the id stays in the history
+  if (reused_next) ++pipelined;
   if (opt.profile) gpu_fold_profile(*rec, prof);
   if (trace) {
     trace->topk.resize(cf.layers);
@@ -444,12 +456,24 @@ void dsv41_gpu_model::bench_seek(uint64_t pos) {
   if (!m.cfg.engram_layers.empty()) m.cids.assign(pos, uint32_t(m.engram.map.pad()));
 }
 
+void dsv41_gpu_model::impl::check_chunk(std::span<const uint32_t> ids) const {
+  // The whole chunk is checked before any token runs (a refused chunk leaves the state as it was, as on the CPU).
+  for (uint32_t id : ids)
+    if (id >= cfg.vocab) throw usage_error("gpu model: token id " + std::to_string(id) + " >= vocab " + std::to_string(cfg.vocab));
+  if (pos + ids.size() > opt.max_ctx)
+    throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + ids.size() - 1) +
+                      " reach the device context of " + std::to_string(opt.max_ctx) + " positions (--ctx)");
+}
+
 std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace) {
   impl& m = *p_;
   if (ids.empty()) return {};
+  m.check_chunk(ids);
   if (m.pos == 0) m.prefill_end = ids.size();  // a chunk at position 0 is a prefill
+  // The mode the next step will have (its recording is made ahead): the chunk's last token's, then the same.
+  auto mode_at = [&](size_t i) { return last && i + 1 == ids.size() ? 1 : 0; };
   for (size_t i = 0; i < ids.size(); ++i)
-    m.run(ids[i], last && i + 1 == ids.size() ? 1 : 0, m.pos < m.prefill_end, trace);
+    m.run(ids[i], mode_at(i), m.pos < m.prefill_end, trace, i + 1 < ids.size() ? mode_at(i + 1) : -1);
   if (!last) return {};
   std::vector<float> out(m.cfg.vocab);
   m.dev.download(m.logits, out.data(), out.size() * 4);
@@ -458,6 +482,7 @@ std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last
 
 uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {
   impl& m = *p_;
+  m.check_chunk(std::span<const uint32_t>(&token, 1));
   if (m.pos == 0) m.prefill_end = 1;
   m.run(token, 2, m.pos < m.prefill_end, nullptr);
   uint32_t id = 0;
@@ -476,6 +501,7 @@ std::vector<float> dsv41_gpu_model::state_rows(uint32_t l, int what, uint64_t fi
   return out;
 }
 
+uint64_t dsv41_gpu_model::pipelined_steps() const noexcept { return p_->pipelined; }
 uint64_t dsv41_gpu_model::weight_bytes() const noexcept { return p_->weight_bytes; }
 uint64_t dsv41_gpu_model::state_bytes() const noexcept { return p_->state_bytes; }
 uint64_t dsv41_gpu_model::bytes_per_token() const noexcept { return p_->token_bytes; }

@@ -79,6 +79,8 @@ class dsv41_gpu_model final : public gpu_graph {
   /// Tests: rows [first, first + count) of layer l's device state — what 0: window ring (by slot), 1: compressed
   /// entries, 2: index keys (KV sources) — as f32.
   std::vector<float> state_rows(uint32_t l, int what, uint64_t first, uint64_t count) const;
+  /// Tests: steps that ran the recording made ahead while the previous step ran (pipeline).
+  uint64_t pipelined_steps() const noexcept;
 
   uint64_t weight_bytes() const noexcept override;
   uint64_t state_bytes() const noexcept override;

@@ -2,6 +2,7 @@
 // Device-side pieces of the V4.1 GPU graph (not a public interface): the uploaded weights of every layer, the
 // per-sequence device state and the scratch one token needs. dsv41_gpu_weights.cpp uploads, dsv41_gpu.cpp records.
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "cmfx/vk/kernels.hpp"
@@ -79,12 +80,16 @@ struct dsv41_gpu_model::impl {
   int snap_owner = -1;
   bool has_snap = false;
   std::shared_ptr<gpu_recording> next;
+  uint64_t pipelined = 0;  // steps that ran a recording made while the previous step ran
+  /// Every id < vocab and the chunk within max_ctx (usage_error otherwise).
+  void check_chunk(std::span<const uint32_t> ids) const;
 
   impl(const dsv41_weights& w, gpu::device& d, gpu::kernels& kk, const dsv41_gpu_options& o);
   void upload_weights(const dsv41_weights& w);  // dsv41_gpu_weights.cpp
   void alloc_state();                           // dsv41_gpu_weights.cpp
-  /// Runs one token (prefill: part of the chunk that started at position 0); logits_mode 0 none, 1 logits, 2 argmax.
-  void run(uint32_t token, int logits_mode, bool prefill, dsv41_trace* trace);
+  /// Runs one token (prefill: part of the chunk that started at position 0); logits_mode 0 none, 1 logits, 2 argmax;
+  /// next_mode: the next step's mode for its recording made ahead (−1: the same).
+  void run(uint32_t token, int logits_mode, bool prefill, dsv41_trace* trace, int next_mode = -1);
   /// The token-independent work of position t (keys layers from prefill / prev_owner).
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool prefill, int prev_owner);
 };

@@ -27,9 +27,17 @@ dsv41_gpu_model::impl::impl(const dsv41_weights& w, gpu::device& d, gpu::kernels
   if (cfg.head_dim % dsv41_kv_fp4_block || cfg.head_dim % dsv41_act_block ||
       (cfg.index_head_dim && cfg.index_head_dim % dsv41_index_fp4_block))
     throw usage_error("gpu model: V4.1 KV quantisation needs head dims divisible by 32");
-  for (const dsv41_layer_plan& p : cfg.plan)
+  for (uint32_t l = 0; l < cfg.layers; ++l) {
+    const dsv41_layer_plan& p = cfg.plan[l];
     if (p.mode == dsv41_mode::full && p.ratio > 2)
       throw usage_error("gpu model: KV source with ratio " + std::to_string(p.ratio) + " (V4.1 has 1 and 2)");
+    // A consumer of the candidate pool with another ratio than its source could see fewer pool entries than
+    // index_topk among its own (t+1)/ratio; the CPU then drops the −inf picks, the GPU top-k would keep them.
+    if (p.uses_candidates && p.ratio != cfg.plan[size_t(cfg.candidate_source)].ratio)
+      throw usage_error("gpu model: index layer " + std::to_string(l) + " (ratio " + std::to_string(p.ratio) +
+                        ") uses the candidate pool of layer " + std::to_string(cfg.candidate_source) +
+                        " with another ratio: not supported on the GPU");
+  }
   for (const dsv41_layer_w& L : w.layers) host_layers.push_back(&L);
   experts = std::make_unique<gpu_expert_cache>(dev, cfg.experts, cfg.top_k);
   upload_weights(w);

@@ -56,23 +56,23 @@ uint64_t gpu_expert_cache::place(uint64_t used, uint64_t budget, uint32_t copy_t
   const uint32_t E = experts_, K = top_k_, nl = uint32_t(layers_.size());
   if (nl == 0) return 0;
   const uint64_t one = expert_bytes(layers_[0].host.at(0));  // host bytes of one routed expert
-  uint64_t all = 0, shared_one = 0;
+  uint64_t all = 0, shared_all = 0;  // every layer's routed experts; every layer's stacked shared expert
   for (const layer& L : layers_) {
-    shared_one = L.moe->shared ? expert_bytes(L.shared) : 0;
-    all += uint64_t(E) * one + shared_one;
+    const uint64_t sh = L.moe->shared ? expert_bytes(L.shared) : 0;
+    shared_all += sh;
+    all += uint64_t(E) * one + sh;
   }
   const bool fits = budget == 0 || used + all <= budget;
   uint64_t slots = E, taken = 0;
   if (!fits) {
     auto gib = [](uint64_t b) { return std::to_string(double(b) / double(1ull << 30)).substr(0, 6) + " GiB"; };
-    const uint64_t per_layer_min = uint64_t(K) * one + shared_one;
-    if (used + per_layer_min * nl > budget)
+    const uint64_t min_need = uint64_t(K) * one * nl + shared_all;
+    if (used + min_need > budget)
       throw usage_error("gpu model: --vram-budget " + gib(budget) + " is below the " + gib(used) +
                         " of non-expert weights, state and scratch plus top_k = " + std::to_string(K) +
-                        " experts per layer (" + gib(per_layer_min * nl) + "); at least " +
-                        std::to_string(used + per_layer_min * nl) + " bytes (" + gib(used + per_layer_min * nl) +
-                        ") are needed");
-    slots = std::min<uint64_t>(E, ((budget - used) / nl - shared_one) / one);
+                        " experts per layer (" + gib(min_need) + "); at least " + std::to_string(used + min_need) +
+                        " bytes (" + gib(used + min_need) + ") are needed");
+    slots = std::min<uint64_t>(E, (budget - used - shared_all) / nl / one);
   }
   for (layer& L : layers_) {
     const expert_view* sh = L.moe->shared ? &L.shared : nullptr;
@@ -126,16 +126,16 @@ void gpu_expert_cache::invalidate() {
   }
 }
 
-bool gpu_expert_cache::fill(uint32_t l, const uint32_t* ids, gpu::commands& c) {
+uint32_t gpu_expert_cache::fill(uint32_t l, const uint32_t* ids, std::vector<gpu::commands>& out) {
   layer& C = layers_.at(l);
   const uint32_t K = top_k_, E = experts_;
   const uint64_t tick = ++tick_;
   uint8_t* const staged = dev_.mapped(ring_);
   uint32_t moved = 0;
-  chunks_.clear();
   constexpr uint64_t piece = 1ull << 20;
   // First every selected expert that is resident is marked used by this token (so that no miss evicts it), then
-  // the misses take the least recently used other slots.
+  // the misses take the least recently used other slots. Each miss is packed into the ring by the copy threads and
+  // its device copy submitted at once, so the copy engine moves one expert while the host packs the next.
   for (uint32_t j = 0; j < K; ++j)
     if (ids[j] < E && C.slot_of[ids[j]] != 0xFFFFFFFFu) C.last_use[C.slot_of[ids[j]]] = tick;
   for (uint32_t j = 0; j < K; ++j) {
@@ -152,35 +152,39 @@ bool gpu_expert_cache::fill(uint32_t l, const uint32_t* ids, gpu::commands& c) {
     for (uint32_t s = 0; s < C.expert_in.size(); ++s)
       if (C.last_use[s] != tick && C.last_use[s] < oldest) oldest = C.last_use[s], victim = s;
     if (C.expert_in[victim] >= 0) C.slot_of[size_t(C.expert_in[victim])] = 0xFFFFFFFFu;
-    // The packed image goes to the ring (the previous layer's copies have run: run_token waited for its part),
-    // the device copies it into the slot before this layer's MoE (submission order).
+    // The packed image goes to its own part of the ring (the previous layer's copies have run: run_token waited
+    // for its part); the device copies it into the slot before this layer's MoE (submission order).
     const uint64_t off = uint64_t(moved) * stats_.slot_bytes;
-    if (!moved) {
-      c.barrier();
-      if (dev_.info().timestamps) (void)c.timestamp();  // stamp 0; stamp 1 after the copies (run_token reads them)
-    }
+    chunks_.clear();
     uint8_t* to = staged + off;
     for (const auto& [from, bytes] : gpu::moe_slot_sources(*C.moe, C.host[e]))
       for (uint64_t at = 0; at < bytes; at += piece) {
         chunks_.push_back({to, from + at, std::min(piece, bytes - at)});
         to += chunks_.back().bytes;
       }
+    const auto t0 = std::chrono::steady_clock::now();
+    copiers_->run(chunks_.size(), [&](uint64_t b, uint64_t en, unsigned) {
+      for (uint64_t i = b; i < en; ++i) std::memcpy(chunks_[i].to, chunks_[i].from, chunks_[i].bytes);
+    });
+    stats_.move_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out.push_back(dev_.begin());
+    gpu::commands& c = out.back();
+    c.barrier();
+    if (dev_.info().timestamps) (void)c.timestamp();  // stamp 0; stamp 1 after the copy (run_token reads them)
     gpu::record_moe_slot(c, *C.moe, victim, gpu::view(ring_, off, stats_.slot_bytes));
     stats_.bytes_moved += stats_.slot_bytes;
     ++moved;
     C.expert_in[victim] = int64_t(e);
     C.slot_of[e] = victim;
     C.last_use[victim] = tick;
+    bool last_miss = true;  // the slot map's update rides with the last copy
+    for (uint32_t q = j + 1; q < K; ++q)
+      if (ids[q] < E && C.slot_of[ids[q]] == 0xFFFFFFFFu) last_miss = false;
+    if (last_miss) c.update(C.map, C.slot_of.data(), uint64_t(E) * 4);
+    if (dev_.info().timestamps) (void)c.timestamp();
+    dev_.submit_async(c);
   }
-  if (!moved) return false;
-  const auto t0 = std::chrono::steady_clock::now();
-  copiers_->run(chunks_.size(), [&](uint64_t b, uint64_t e, unsigned) {
-    for (uint64_t i = b; i < e; ++i) std::memcpy(chunks_[i].to, chunks_[i].from, chunks_[i].bytes);
-  });
-  stats_.move_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  c.update(C.map, C.slot_of.data(), uint64_t(E) * 4);
-  if (dev_.info().timestamps) (void)c.timestamp();
-  return true;
+  return moved;
 }
 
 void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs) {
@@ -189,8 +193,8 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
   dev_.submit_async(pre);
   dev_.submit_async(first);
   std::vector<uint32_t> ids(K);
-  std::vector<gpu::commands> fills;  // this token's expert copies, one recording per layer with a miss
-  fills.reserve(nl);
+  std::vector<gpu::commands> fills;  // this token's expert copies, one recording per missing expert
+  fills.reserve(size_t(nl) * K);
   try {
     const uint8_t* sel = dev_.mapped(readback_);
     dev_.wait(pre);
@@ -203,11 +207,7 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
     for (uint32_t l = 0; l < nl; ++l) {
       tw(*prev);
       std::memcpy(ids.data(), sel + uint64_t(l) * K * 4, uint64_t(K) * 4);
-      fills.push_back(dev_.begin());
-      if (fill(l, ids.data(), fills.back()))
-        dev_.submit_async(fills.back());
-      else
-        fills.pop_back();
+      (void)fill(l, ids.data(), fills);  // submits one copy per missing expert
       dev_.submit_async(segs[l]);
       prev = &segs[l];
     }
@@ -222,7 +222,10 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
     dev_.wait(pre);
     dev_.wait(first);
     for (gpu::commands& sc : segs) dev_.wait(sc);
-    invalidate();
+    try {
+      invalidate();
+    } catch (...) {  // the original error matters more; the cache is then unusable anyway
+    }
     throw;
   }
   ++stats_.tokens;

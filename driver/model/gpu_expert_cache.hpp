@@ -73,9 +73,10 @@ class gpu_expert_cache {
     const uint8_t* from;
     uint64_t bytes;
   };
-  /// Records into c the copies that make layer l's selected experts resident and the map's update; false when
-  /// they all were resident already (nothing recorded).
-  bool fill(uint32_t l, const uint32_t* ids, gpu::commands& c);
+  /// Makes layer l's selected experts resident: per missing expert, packs its image into the ring and submits a
+  /// recording of its copy into a slot (appended to `out`; the last one also updates the slot map). Returns the
+  /// number of experts moved.
+  uint32_t fill(uint32_t l, const uint32_t* ids, std::vector<gpu::commands>& out);
   void invalidate();
 
   gpu::device& dev_;

@@ -49,8 +49,8 @@ struct gpu_recording {
   gpu_stamps ts;
   uint64_t pos = 0;
   int mode = 0;
-  int64_t variant = 0;
-  std::vector<int> keys_from;  // V4.1: per layer, whose index keys an index source scored (−1: none)  // model-specific inputs of the recording besides pos and mode (V4.1: prefill, keys owner)
+  int64_t variant = 0;         // model-specific inputs of the recording besides pos and mode (V4.1: prefill, keys owner)
+  std::vector<int> keys_from;  // V4.1: per layer, whose index keys an index source scored (−1: none)
   bool profiled = false;
   std::vector<uint32_t> profile_layers;
   uint32_t dispatches = 0;

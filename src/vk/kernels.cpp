@@ -54,6 +54,7 @@ struct kernels::impl {
   static constexpr uint32_t x_tile_floats = 4096;
   buffer tables;                            // exp2 of every f16, E2M1 / E4M3 code values (formats_gpu.cpp)
   buffer argmax_part;                       // topk with k = 1 on long rows: the per-workgroup composites
+  std::vector<buffer> retired;              // replaced scratch that recorded work may still use
   uint64_t binding_limit = 0;               // tests: cap below maxStorageBufferRange
   matvec_tuning tune;                       // 0 fields: automatic
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
@@ -460,10 +461,14 @@ void kernels::topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t
   const bound ob = bind_range(p_->info, idx, 0, uint64_t(rows) * k * 4);
   if (k == 1 && n >= argmax_min_n) {
     // Top-1 of long rows (the head's greedy token): the row split over workgroups, then one per row combines.
+    if (c.in_concurrent()) throw usage_error("topk with k = 1 on long rows is two dispatches: not inside begin_concurrent");
     const uint32_t groups = uint32_t(std::min<uint64_t>(ceil_div(n, 4 * impl::wg_rows), 128));
     const uint32_t chunk = uint32_t(ceil_div(n, groups));
     const uint64_t pbytes = uint64_t(rows) * groups * 8;
-    if (p_->argmax_part.size() < pbytes) p_->argmax_part = p_->dev.alloc(std::max<uint64_t>(pbytes, 4096));
+    if (p_->argmax_part.size() < pbytes) {  // grows with rows only; a replaced buffer may still be in flight: kept
+      if (p_->argmax_part) p_->retired.push_back(std::move(p_->argmax_part));
+      p_->argmax_part = p_->dev.alloc(std::max<uint64_t>(uint64_t(rows) * 128 * 8, 4096));
+    }
     const bound pb = bind_range(p_->info, p_->argmax_part, 0, pbytes);
     const uint32_t apc[8] = {rows, n, groups, chunk, sb.residual / 4, ob.residual / 4, n, k};
     const binding ab[3] = {sb.b, pb.b, ob.b};

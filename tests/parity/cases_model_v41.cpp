@@ -10,6 +10,7 @@
 //     from the CPU chaotic, so only gross errors fail and the flips are reported;
 //   expert cache: the cached graph's logits equal the resident graph's bit for bit at every call.
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "cmfx/core/error.hpp"
@@ -42,6 +43,7 @@ constexpr double kQuantMaxAbsRel = 1e-2;
 // kGrossNmse (unrelated logits give NMSE of order 1). Exactness is the unquantised cases' job (strict bounds, exact
 // selections); the quantisation kernels themselves are bit-exact against the CPU (cases_quant.cpp, cases_v41.cpp).
 constexpr double kGrossNmse = 0.5;
+constexpr double kMaxStateFlips = 5e-3;  // of the cache values compared before the first flipped call (measured ≤ 8e-4)
 constexpr double kTieMargin = 1e-4;  // relative to max |logit|
 
 /// One call's logits against the CPU's. Strict (unquantised cache): NMSE and max |Δ| within the strict bounds and
@@ -100,6 +102,31 @@ struct toy_run {
                              // must then equal a resident graph's bit for bit
 };
 
+/// The quantised cache state, GPU against CPU (f32 rows after the same quantisation: packed_kv off), after the step
+/// at position t: every layer's window KV of the last min(t+1, W) positions and every KV source's compressed
+/// entries and index keys. Adds the values compared and those not bit-equal.
+void compare_state(const dsv41_gpu_model& gpu, const dsv41_state& st, const dsv41_config& cf, uint64_t t,
+                   uint64_t& compared, uint64_t& differ) {
+  const uint32_t hd = cf.head_dim, ihd = cf.index_head_dim, W = cf.window;
+  auto cmp = [&](const float* a, const float* b, uint64_t n) {
+    compared += n;
+    for (uint64_t i = 0; i < n; ++i) differ += std::memcmp(a + i, b + i, 4) != 0;
+  };
+  for (uint32_t l = 0; l < cf.layers; ++l) {
+    const std::vector<float> ring = gpu.state_rows(l, 0, 0, W);
+    for (uint64_t p = t + 1 > W ? t + 1 - W : 0; p <= t; ++p) cmp(ring.data() + (p % W) * hd, st.ring_row(l, p), hd);
+    const dsv41_layer_plan& P = cf.plan[l];
+    if (P.mode != dsv41_mode::full) continue;
+    const uint64_t ne = (t + 1) / P.ratio;
+    if (ne == 0) continue;
+    const std::vector<float> ent = gpu.state_rows(l, 1, 0, ne), key = gpu.state_rows(l, 2, 0, ne);
+    for (uint64_t j = 0; j < ne; ++j) {
+      cmp(ent.data() + j * hd, st.entry(l, j), hd);
+      cmp(key.data() + j * ihd, st.key(l, j), ihd);
+    }
+  }
+}
+
 /// A prompt of r.prompt tokens then r.decode one-token steps, CPU and GPU side by side.
 std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_t seed, std::string& info) {
   const uint64_t prompt = r.prompt, decode = r.decode;
@@ -109,6 +136,7 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   co.threads = 1;
   co.stale_index_k = r.stale;
   co.qat_kv = r.quant;
+  co.packed_kv = false;  // f32 rows after the quantisation (bit-identical to the packed ones): compared with the GPU's
   auto cpu = dsv41_model::open(path, co);
   const dsv41_config& cf = cpu->config();
   dsv41_gpu_options go;
@@ -137,7 +165,18 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   dsv41_state st = cpu->new_state();
   dsv41_trace tc, tg;
   double worst_nmse = 0, worst_rel = 0;
-  uint64_t ties = 0, flipped = 0;
+  uint64_t ties = 0, flipped = 0, st_compared = 0, st_differ = 0;
+  // Quantised cache: until the first call whose logits moved beyond kQuantNmse (an FP4 flip upstream), the cache
+  // values must be the CPU's bit for bit but for rare one-code flips (≤ kMaxStateFlips of them) — this is what holds
+  // the quantisation's wiring (formats, blocks, order against the rope) to the CPU's.
+  auto check_state = [&](uint64_t t) -> std::string {
+    if (!r.quant || flipped) return {};
+    compare_state(*gpu, st, cf, t, st_compared, st_differ);
+    if (double(st_differ) > kMaxStateFlips * double(st_compared))
+      return "position " + std::to_string(t) + ": " + std::to_string(st_differ) + " of " + std::to_string(st_compared) +
+             " cache values differ from the CPU's (quantisation wiring?)";
+    return {};
+  };
   {
     const std::span<const uint32_t> p(ids.data(), prompt);
     const std::vector<float> lc = cpu->forward(p, st, dsv41_logits::last, &tc);
@@ -145,6 +184,7 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     if (resident && resident->run(p, true, nullptr) != lg) return "prompt: cached logits differ from the resident graph's";
     if (auto w = check_logits(lg, lc, prompt - 1, r.quant, worst_nmse, worst_rel, ties, flipped); !w.empty()) return "prompt: " + w;
     if (r.greedy && decode) ids[prompt] = uint32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
+    if (auto w = check_state(prompt - 1); !w.empty()) return w;
   }
   for (uint64_t t = prompt; t < prompt + decode; ++t) {
     const std::span<const uint32_t> one(ids.data() + t, 1);
@@ -160,6 +200,8 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
       }
       return w;
     }
+    if ((t - prompt) % 4 == 3 || t + 1 == prompt + decode)
+      if (auto w = check_state(t); !w.empty()) return w;
     if (r.greedy && t + 1 < prompt + decode) ids[t + 1] = uint32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
   }
   uint64_t pick_bad = 0, picks = 0;
@@ -174,6 +216,13 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     pick_bad = eb + ib, picks = en + in;
     if (picks == 0) return "no selections traced";
   }
+  std::string pipe_note;
+  if (!traced) {  // the recording made ahead must actually have been used (prefill steps and decode steps)
+    const uint64_t steps = gpu->pipelined_steps(), want = prompt + decode - 1;
+    if (steps != want)
+      return "pipelined steps " + std::to_string(steps) + " of " + std::to_string(want) + " (a recording key mismatch?)";
+    pipe_note = std::to_string(steps) + " pipelined steps, ";
+  }
   const gpu_expert_cache_stats& cs = gpu->cache_stats();
   if (budget_slots) {
     if (cs.lookups != (prompt + decode) * cf.layers * cf.top_k) return "expert cache: lookups do not add up";
@@ -183,10 +232,11 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   char b[320];
   std::snprintf(b, sizeof b,
                 "%s%s%llu+%llu tokens: worst nmse %.2e, max_abs/max %.2e, near-ties %llu, FP4-flipped calls %llu, "
-                "selections differing %llu/%llu, %u dispatches/token",
+                "selections differing %llu/%llu, cache values != CPU %llu/%llu, %s%u dispatches/token",
                 traced ? "" : "pipelined, ", budget_slots ? "cached == resident, " : "", (unsigned long long)prompt,
                 (unsigned long long)decode, worst_nmse, worst_rel, (unsigned long long)ties, (unsigned long long)flipped,
-                (unsigned long long)pick_bad, (unsigned long long)picks, gpu->last_dispatches());
+                (unsigned long long)pick_bad, (unsigned long long)picks, (unsigned long long)st_differ,
+                (unsigned long long)st_compared, pipe_note.c_str(), gpu->last_dispatches());
   info = b;
   return {};
 }
@@ -217,7 +267,8 @@ std::string snapshot_case(suite& s, const std::string& path, uint64_t seed, std:
   if (run(b) != lb) return "after restore_snapshot the same tokens give other logits";
   gpu.reset();
   if (run(a) != la) return "after reset the same tokens give other logits";
-  info = "21 + 9 tokens, restored and reset runs bit-identical";
+  info = "21 + 9 tokens, restored and reset runs bit-identical (device state, Engram ids; the index-key owner is the "
+         "same layer throughout on this toy)";
   return {};
 }
 
@@ -242,8 +293,8 @@ void model_v41_cases(suite& s) {
   run("cmf f32 toy, 6+34 tokens", "cmf", "f32", r);
   r.prompt = 1, r.decode = 39, r.traced = false;
   run("cmf f32 toy, 1+39 tokens, pipelined (logits only)", "cmf", "f32", r);
-  r.quant = false;
-  run("cmf f32 toy, unquantised cache, 1+39 tokens, pipelined (logits only)", "cmf", "f32", r);
+  r.quant = false, r.prompt = 6, r.decode = 34;
+  run("cmf f32 toy, unquantised cache, 6+34 tokens, pipelined (logits only)", "cmf", "f32", r);
   r = toy_run{};
   run("cmf q4tp toy, 4+20 tokens", "cmf", "q4tp", r);
   r.quant = false;

@@ -87,9 +87,9 @@ check "... naming it" grep -q "v5-huge" "$T/b3.err"
 
 # V4.1 on the GPU (the f32 V4.1 toy: Engram, CSA2 sources, candidate pool). Its cache is quantised (FP8 window KV,
 # FP4 compressed KV and index keys), where an f32 rounding difference can move a value one FP4 step and change a
-# later pick (cases_model_v41.cpp): the greedy ids are compared with the CPU's over the first 8 (the greedy path of
-# this prompt diverges at its 10th id on lavapipe), the expert cache's ids with the resident GPU graph's (equal by
-# construction), and -p / -i must run; bench --synthetic v41-tiny runs.
+# later pick (cases_model_v41.cpp): the greedy ids are compared with the CPU's over a prefix (the greedy path of
+# this --raw-ids prompt diverges at its 10th id on lavapipe), the expert cache's ids with the resident GPU graph's
+# (equal by construction); bench --synthetic v41-tiny runs.
 "$CMFX" make-toy --arch v41 --out "$T/toy41.cmf" --quant f32 --tokenizer "$TJ" >/dev/null 2>&1 || { echo "FAIL: make-toy v41"; exit 1; }
 CPU41=("$CMFX" run "$T/toy41.cmf" --threads 2)
 GPU41=("$CMFX" run "$T/toy41.cmf" --backend vulkan)
@@ -101,11 +101,14 @@ check "V4.1 --raw-ids: the first 8 GPU ids == CPU ids" test "$(head -n 1 "$T/r41
 "${CPU41[@]}" -p "Hello there" --temp 0 -n 16 --print-ids >/dev/null 2>"$T/p41.cpu"
 "${GPU41[@]}" -p "Hello there" --temp 0 -n 16 --print-ids >/dev/null 2>"$T/p41.gpu"
 check "V4.1 -p: exit 0" test $? -eq 0
-check "V4.1 -p: 16 generated ids" test "$(grep '^generated ids' "$T/p41.gpu" | wc -w)" -ge 16
+gen41() { grep '^generated ids' "$1" | head -n 1 | sed 's/^generated ids: *//'; }
+check "V4.1 -p: 16 generated ids" test "$(gen41 "$T/p41.gpu" | wc -w)" -eq 16
+check "V4.1 -p: the first 8 generated ids as the CPU's" test "$(gen41 "$T/p41.gpu" | cut -d' ' -f1-8)" = "$(gen41 "$T/p41.cpu" | cut -d' ' -f1-8)"
 printf 'hi\nhow are you\n' | "${CPU41[@]}" -i --temp 0 -n 6 --print-ids -v >/dev/null 2>"$T/i41.cpu"
 printf 'hi\nhow are you\n' | "${GPU41[@]}" -i --temp 0 -n 6 --print-ids -v >/dev/null 2>"$T/i41.gpu"
 check "V4.1 -i: exit 0" test $? -eq 0
 check "V4.1 -i: two turns" test "$(grep -c '^generated ids' "$T/i41.gpu")" -eq 2
+check "V4.1 -i: turn 1's first 4 ids as the CPU's" test "$(gen41 "$T/i41.gpu" | cut -d' ' -f1-4)" = "$(gen41 "$T/i41.cpu" | cut -d' ' -f1-4)"
 "${GPU41[@]}" --raw-ids "1 2" --vram-budget 1 >/dev/null 2>"$T/v41.err"
 MIN41=$(grep -oE 'at least [0-9]+ bytes' "$T/v41.err" | grep -oE '[0-9]+')
 check "V4.1 --vram-budget 1: refused naming the minimum" test -n "$MIN41"
