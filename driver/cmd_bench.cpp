@@ -114,11 +114,11 @@ int run_bench(const bench_args& a) {
   std::unique_ptr<gpu_graph> mp;
   if (v41) {
     dsv41_gpu_options go;
-    go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget;
+    go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
-    go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget;
+    go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
   gpu_graph& m = *mp;

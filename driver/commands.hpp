@@ -51,6 +51,7 @@ struct bench_args {
   std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act)
   bool profile = false;           // per-phase device time of 16 decode steps
   std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)
+  uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)
   bool shuffle = true;            // --no-shuffle: f64 subgroup sums through subgroupAdd (comparisons)
   bool json = false;              // one JSON line at the end
 };

@@ -128,6 +128,9 @@ int main(int argc, char** argv) {
   cb->add_flag("!--no-shuffle", bench.shuffle, "Diagnostics: no subgroup shuffles (f64 sums through subgroupAdd)");
   cb->add_option("--vram-budget", bench.vram_budget,
                  "Device memory the model may take (e.g. 40G); experts that do not fit are cached (default: no limit)");
+  cb->add_option("--copy-threads", bench.copy_threads, "Host threads packing streamed experts (with --vram-budget)")
+      ->default_val(bench.copy_threads)
+      ->check(CLI::Range(1u, 256u));
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
 
   tokenize_args tk;
