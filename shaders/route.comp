@@ -5,7 +5,7 @@
 //           (common/f64math.glsl) when ACC_DOUBLE — then s equals the CPU's bit for bit — else in f32;
 //   score mode: idx = top-k of s + bias (f32 sum) with the tie rule of ops/topk.hpp (larger first, equal → lower
 //           index, NaN = −inf, −0 = +0): k rounds of a workgroup max over the 64-bit key (order-preserving
-//           value, ~index), each round below the previous winner;
+//           value, ~index), each round below the previous winner (subgroup maxima, then across the subgroups);
 //   hash mode: idx = tid2eid[min(token, V−1)] (entries checked on the host; an id ≥ n gives 0xFFFFFFFF, w NaN);
 //   w[j]  = s[idx[j]] · (route_scale / (Σ_j s[idx[j]] + norm_eps)), in ACC, sum in j order.
 // Defines: ROUTE_MAX (scores per row held in shared memory), ROUTE_HASH (0 / 1).
@@ -88,6 +88,22 @@ void main() {
         any = true;
       }
     }
+#if REDUCE_SUBGROUP
+    // The subgroup's largest composite (hi first, then lo among the lanes holding that hi), one per subgroup in
+    // shared memory, then every invocation takes the largest of those: 2 barriers per round instead of log2(WG)+2.
+    const uint mh = subgroupMax(bh), ml = subgroupMax(bh == mh ? bl : 0u);
+    if (subgroupElect()) {
+      best_hi[gl_SubgroupID] = mh;
+      best_lo[gl_SubgroupID] = ml;
+    }
+    barrier();
+    ph = best_hi[0];
+    pl = best_lo[0];
+    for (uint i = 1u; i < gl_NumSubgroups; ++i)
+      if (key_less(ph, pl, best_hi[i], best_lo[i])) ph = best_hi[i], pl = best_lo[i];
+    if (lid == 0u) win[j] = ~pl;
+    barrier();
+#else
     best_hi[lid] = bh;
     best_lo[lid] = bl;
     barrier();
@@ -102,6 +118,7 @@ void main() {
     pl = best_lo[0];
     if (lid == 0u) win[j] = ~pl;
     barrier();
+#endif
   }
 #endif
   barrier();

@@ -5,11 +5,12 @@
 // 1. radix select over the 64-bit composite, 8 bits per pass: the kk-th largest composite T (kk = min(k, n));
 // 2. exactly kk elements have a composite ≥ T (indices make composites unique): collect them in shared memory;
 // 3. bitonic sort of the candidates, descending; write their indices (slots past kk get 0xFFFFFFFF).
+// by_position != 0 and k >= n: every index in ascending order (the same set; no passes, no sort).
 // Defines: TOPK_MAX (shared capacity, a power of two).
 #include "common/base.glsl"
 
 layout(push_constant) uniform tk_pc {
-  uint rows, n, k, xoff, ooff, x_stride, o_stride, pad;
+  uint rows, n, k, xoff, ooff, x_stride, o_stride, by_position;
 } pc;
 layout(std430, binding = 0) readonly buffer S { float sc[]; };
 layout(std430, binding = 1) writeonly buffer O { uint oi[]; };
@@ -29,6 +30,11 @@ void main() {
   if (row >= pc.rows) return;  // uniform over the workgroup
   const uint lid = gl_LocalInvocationID.x, base = pc.xoff + row * pc.x_stride, ob = pc.ooff + row * pc.o_stride;
   const uint kk = min(pc.k, pc.n);
+  if (pc.by_position != 0u && kk == pc.n) {
+    // Every entry is selected and the caller takes them in index order: no selection, no sort.
+    for (uint i = lid; i < pc.k; i += WG_SIZE) oi[ob + i] = i < kk ? i : 0xFFFFFFFFu;
+    return;  // uniform over the workgroup
+  }
   if (lid == 0u) {
     sel_hi = 0u;
     sel_lo = 0u;

@@ -175,12 +175,12 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
         if (P.candidate_source) {  // the pool for the later index layers; its own top-k is not confined
           const uint32_t bs = cf.candidate_block_size, nb = uint32_t((ne + bs - 1) / bs);
           k.block_max(*cur, score, 1, uint32_t(ne), bs, cand_blk);
-          k.topk(*cur, cand_blk, 1, nb, cf.candidate_topk_blocks, cand_idx);
+          k.topk(*cur, cand_blk, 1, nb, cf.candidate_topk_blocks, cand_idx, true);
         }
         if (P.uses_candidates)
           k.mask_scores(*cur, score, 1, uint32_t(ne), cf.candidate_block_size, cand_blk, cand_idx,
                         cf.candidate_topk_blocks);
-        k.topk(*cur, score, 1, uint32_t(ne), TK, picks);
+        k.topk(*cur, score, 1, uint32_t(ne), TK, picks, true);  // the set matters, not its order
         ts.op("candidates + topk");
       } else {
         cur->fill(picks, uint64_t(TK) * 4, 0xFFFFFFFFu);

@@ -176,7 +176,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       is.rows = 1, is.heads = IH, is.head_dim = IHD, is.n = uint32_t(ne);
       k.index_score(*cur, is, iq, G.ix.entries, iw, view(), score);
       ts.op("index_score");
-      k.topk(*cur, score, 1, uint32_t(ne), cf.index_topk, view(G.idx, W * 4, uint64_t(cf.index_topk) * 4));
+      k.topk(*cur, score, 1, uint32_t(ne), cf.index_topk, view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), true);
       ts.op("topk");
       ts.mark(&dsv4_gpu_profile::index);
     }

@@ -452,7 +452,7 @@ void kernels::softmax_sink(commands& c, view logits, view sinks, uint32_t sink_c
   detail::dispatch(c.impl(), p_->pipe("softmax_sink.comp", "", impl::wg_rows, 3, sizeof pc), b, pc, sizeof pc, gx, gy);
 }
 
-void kernels::topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t k, view idx) {
+void kernels::topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t k, view idx, bool by_position) {
   if (k > topk_max_k) throw usage_error("topk: k > " + std::to_string(topk_max_k));
   if (rows == 0 || k == 0) return;
   need(scores, uint64_t(rows) * n * 4, "topk", "scores");
@@ -481,7 +481,7 @@ void kernels::topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t
                      sizeof apc, gx, gy);
     return;
   }
-  const uint32_t pc[8] = {rows, n, k, sb.residual / 4, ob.residual / 4, n, k, 0};
+  const uint32_t pc[8] = {rows, n, k, sb.residual / 4, ob.residual / 4, n, k, by_position ? 1u : 0u};
   const binding b[2] = {sb.b, ob.b};
   uint32_t gx, gy;
   p_->grid(rows, gx, gy);

@@ -105,7 +105,7 @@ std::string softmax_case(suite& s, uint64_t seed, uint32_t rows, uint32_t n, sin
 enum class topk_values { normal, ties_specials, all_equal };
 
 std::string topk_case(suite& s, uint64_t seed, uint32_t rows, uint32_t n, uint32_t k, topk_values kind,
-                      std::string& info) {
+                      std::string& info, bool by_position = false) {
   rng r(seed);
   std::vector<float> v = r.normal(uint64_t(rows) * n);
   if (kind == topk_values::ties_specials)
@@ -121,15 +121,16 @@ std::string topk_case(suite& s, uint64_t seed, uint32_t rows, uint32_t n, uint32
   const gpu::buffer vb = upload(s.dev, v);
   guarded out(s.dev, uint64_t(rows) * k * 4, 0xDEADBEEFu);
   gpu::commands c = s.dev.begin();
-  s.kern.topk(c, vb, rows, n, k, out.payload());
+  s.kern.topk(c, vb, rows, n, k, out.payload(), by_position);
   s.submit(c);
   std::vector<uint32_t> got(uint64_t(rows) * k);
   std::string why;
   if (!out.read(got.data(), why)) return why;
-  info = "k=" + std::to_string(k) + " of " + std::to_string(n) + ", exact order";
+  info = "k=" + std::to_string(k) + " of " + std::to_string(n) + (by_position && k >= n ? ", every index in order" : ", exact order");
   for (uint32_t i = 0; i < rows; ++i) {
     const std::vector<float> row(v.begin() + std::ptrdiff_t(i) * n, v.begin() + std::ptrdiff_t(i + 1) * n);
-    const std::vector<uint32_t> want = ref::topk(row, k);
+    std::vector<uint32_t> want = ref::topk(row, k);
+    if (by_position && k >= n) std::sort(want.begin(), want.end());  // the same set, ascending
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t w = j < want.size() ? want[j] : 0xFFFFFFFFu, g = got[uint64_t(i) * k + j];
       if (g != w)
@@ -203,9 +204,9 @@ void op_cases(suite& s) {
   sm(3, 64, sink_mode::none, 0, false, " no sink, masked row");
   sm(5, 300, sink_mode::per_row, 0.1f, true, " in place");
 
-  auto tk = [&](uint32_t rows, uint32_t n, uint32_t k, topk_values kind, const R& note) {
+  auto tk = [&](uint32_t rows, uint32_t n, uint32_t k, topk_values kind, const R& note, bool by_position = false) {
     s.run("topk", "-", std::to_string(rows) + "x" + std::to_string(n) + " k=" + std::to_string(k) + note,
-          [=, &s](uint64_t seed, R& info) { return topk_case(s, seed, rows, n, k, kind, info); });
+          [=, &s](uint64_t seed, R& info) { return topk_case(s, seed, rows, n, k, kind, info, by_position); });
   };
   tk(4, 256, 6, topk_values::normal, " experts");
   tk(4, 384, 6, topk_values::normal, " experts");
@@ -218,6 +219,10 @@ void op_cases(suite& s) {
   tk(1, 129280, 1, topk_values::normal, " argmax vocabulary");
   tk(3, 8193, 1, topk_values::ties_specials, " argmax ties NaN inf ±0");
   tk(2, 20000, 1, topk_values::all_equal, " argmax all equal");
+  // by_position (the indexers): k >= n gives every index ascending without a selection; k < n the usual order.
+  tk(3, 100, 512, topk_values::ties_specials, " by position, k>n", true);
+  tk(2, 512, 512, topk_values::normal, " by position, k=n", true);
+  tk(2, 4096, 512, topk_values::normal, " by position, k<n (score order)", true);
 
   s.run("swiglu_clamp", "-", "6144 limit 10 w 0.7", [&](uint64_t seed, R& info) {
     return swiglu_case(s, seed, 6144, 10.0f, 0.7f, 4.0f, false, info);
