@@ -21,6 +21,7 @@
 #include "cmfx/vk/device.hpp"
 #include "dsv41_gpu_internal.hpp"
 #include "gpu_recording.hpp"
+#include "gpu_upload.hpp"
 
 namespace cmfx::driver {
 
@@ -353,18 +354,9 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
     trace->keys_from.resize(cf.layers);
     for (uint32_t l = 0; l < cf.layers; ++l) {
       const dsv41_gpu_layer& G = layers[l];
-      std::vector<uint32_t> ex(cf.top_k);
-      dev.download(G.route_idx, ex.data(), cf.top_k * 4ull);
-      std::sort(ex.begin(), ex.end());
-      trace->experts[l].push_back(std::move(ex));
+      trace->experts[l].push_back(gpu_sorted_ids(dev, G.route_idx, cf.top_k));
       if (rec->keys_from[l] >= 0) {
-        std::vector<int32_t> pk(cf.index_topk);
-        dev.download(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), pk.data(), uint64_t(cf.index_topk) * 4);
-        std::vector<uint32_t> sel;
-        for (int32_t v : pk)
-          if (v >= 0) sel.push_back(uint32_t(v));
-        std::sort(sel.begin(), sel.end());
-        trace->topk[l].push_back(std::move(sel));
+        trace->topk[l].push_back(gpu_sorted_ids(dev, view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), cf.index_topk));
         trace->keys_from[l].push_back(rec->keys_from[l]);
       }
     }
@@ -416,13 +408,7 @@ std::vector<const gpu::buffer*> dsv41_gpu_model::impl::state_buffers() {
 
 void dsv41_gpu_model::save_snapshot() {
   impl& m = *p_;
-  const std::vector<const gpu::buffer*> bs = m.state_buffers();
-  if (m.snap.empty())
-    for (const gpu::buffer* b : bs) m.snap.push_back(m.dev.alloc(b->size()));
-  gpu::commands c = m.dev.begin();
-  c.barrier();
-  for (size_t i = 0; i < bs.size(); ++i) c.copy(*bs[i], m.snap[i], bs[i]->size());
-  m.dev.submit(c);
+  gpu_state_save(m.dev, m.state_buffers(), m.snap);
   m.snap_pos = m.pos, m.snap_cids = m.cids, m.snap_prefill_end = m.prefill_end, m.snap_owner = m.last_owner;
   m.has_snap = true;
 }
@@ -434,21 +420,14 @@ void dsv41_gpu_model::restore_snapshot() {
     reset();
     return;
   }
-  const std::vector<const gpu::buffer*> bs = m.state_buffers();
-  gpu::commands c = m.dev.begin();
-  c.barrier();
-  for (size_t i = 0; i < bs.size(); ++i) c.copy(m.snap[i], *bs[i], bs[i]->size());
-  m.dev.submit(c);
+  gpu_state_restore(m.dev, m.state_buffers(), m.snap);
   m.pos = m.snap_pos, m.cids = m.snap_cids, m.prefill_end = m.snap_prefill_end, m.last_owner = m.snap_owner;
 }
 
 void dsv41_gpu_model::bench_seek(uint64_t pos) {
   impl& m = *p_;
   if (pos >= m.opt.max_ctx) throw usage_error("bench_seek: position beyond max_ctx");
-  gpu::commands c = m.dev.begin();
-  c.barrier();
-  for (const gpu::buffer* b : m.state_buffers()) c.fill(*b, b->size() / 4 * 4, 0u);
-  m.dev.submit(c);
+  gpu_state_zero(m.dev, m.state_buffers());
   m.pos = pos;
   m.next.reset();
   m.prefill_end = 0;

@@ -1,5 +1,6 @@
 #include "gpu_upload.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "cmfx/formats/format_list.hpp"
@@ -31,6 +32,39 @@ gpu::buffer upload_rope_table(gpu::device& dev, const rope_config& rc, uint64_t 
   gpu::buffer b = dev.alloc(tab.size() * 4);
   dev.upload(b, tab);
   return b;
+}
+
+void gpu_state_save(gpu::device& dev, const std::vector<const gpu::buffer*>& state, std::vector<gpu::buffer>& snap) {
+  if (snap.empty())
+    for (const gpu::buffer* b : state) snap.push_back(dev.alloc(b->size()));
+  gpu::commands c = dev.begin();
+  c.barrier();
+  for (size_t i = 0; i < state.size(); ++i) c.copy(*state[i], snap[i], state[i]->size());
+  dev.submit(c);
+}
+
+void gpu_state_restore(gpu::device& dev, const std::vector<const gpu::buffer*>& state,
+                       const std::vector<gpu::buffer>& snap) {
+  gpu::commands c = dev.begin();
+  c.barrier();
+  for (size_t i = 0; i < state.size(); ++i) c.copy(snap.at(i), *state[i], state[i]->size());
+  dev.submit(c);
+}
+
+void gpu_state_zero(gpu::device& dev, const std::vector<const gpu::buffer*>& state) {
+  gpu::commands c = dev.begin();
+  c.barrier();
+  for (const gpu::buffer* b : state) c.fill(*b, b->size() / 4 * 4, 0u);
+  dev.submit(c);
+}
+
+std::vector<uint32_t> gpu_sorted_ids(gpu::device& dev, const gpu::view& v, uint64_t n) {
+  std::vector<uint32_t> raw(n), out;
+  dev.download(v, raw.data(), n * 4);
+  for (uint32_t x : raw)
+    if (x != 0xFFFFFFFFu) out.push_back(x);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace cmfx::driver

@@ -1,6 +1,7 @@
 #pragma once
 // Upload helpers shared by the V4 and V4.1 GPU graphs (dsv4_gpu_weights.cpp, dsv41_gpu_weights.cpp).
 #include <cstdint>
+#include <vector>
 
 #include "cmfx/ops/rope.hpp"
 #include "cmfx/vk/kernels.hpp"
@@ -19,5 +20,15 @@ gpu::gpu_matrix upload_row_groups(gpu::device& dev, const dsv4_matrix& m, uint64
 
 /// cos/sin [max_ctx, rope_dim] (f32) of every position < max_ctx of rope table `rc`.
 gpu::buffer upload_rope_table(gpu::device& dev, const rope_config& rc, uint64_t max_ctx);
+
+/// A sequence's device state (the graphs' state_buffers()): copied into `snap` (allocated on first use, one buffer
+/// each), copied back, or zeroed — one submission each, waited for.
+void gpu_state_save(gpu::device& dev, const std::vector<const gpu::buffer*>& state, std::vector<gpu::buffer>& snap);
+void gpu_state_restore(gpu::device& dev, const std::vector<const gpu::buffer*>& state,
+                       const std::vector<gpu::buffer>& snap);
+void gpu_state_zero(gpu::device& dev, const std::vector<const gpu::buffer*>& state);
+
+/// Traces: the n uint32 ids at v, negative (0xFFFFFFFF) ones dropped, sorted ascending.
+std::vector<uint32_t> gpu_sorted_ids(gpu::device& dev, const gpu::view& v, uint64_t n);
 
 }  // namespace cmfx::driver
