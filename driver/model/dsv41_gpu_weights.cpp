@@ -92,19 +92,9 @@ void dsv41_gpu_model::impl::upload_weights(const dsv41_weights& w) {
     G.gate = mat(L.gate);
     G.gate_bias = vec(L.gate_bias);
     // Routed experts stacked (and the shared one with them when its formats match); top_k of them per token.
-    const expert_view& e0 = L.experts.at(0);
-    const uint64_t expert_read = view_bytes(e0.gate) + view_bytes(e0.up) + view_bytes(e0.down);
-    const bool stack_shared = L.shared.gate_fmt == e0.gate_fmt && L.shared.up_fmt == e0.up_fmt &&
-                              L.shared.down_fmt == e0.down_fmt && L.shared.gate.rows == e0.gate.rows &&
-                              L.shared.gate.cols == e0.gate.cols;
-    G.moe.experts = cfg.experts, G.moe.shared = stack_shared;
-    G.moe.dim = e0.down.rows, G.moe.inter = e0.down.cols;
-    experts->add_layer(L.experts, L.shared, &G.moe);  // placed once the budget left by everything else is known
-    token_bytes += expert_read * cfg.top_k;
-    G.shared_apart = !stack_shared;
-    if (stack_shared) {
-      token_bytes += expert_read;
-    } else {
+    token_bytes += experts->add_layer(L.experts, L.shared, &G.moe);  // placed once the budget is known
+    G.shared_apart = !G.moe.shared;
+    if (G.shared_apart) {
       G.sh_gate = mat({L.shared.gate, L.shared.gate_fmt});
       G.sh_up = mat({L.shared.up, L.shared.up_fmt});
       G.sh_down = mat({L.shared.down, L.shared.down_fmt});

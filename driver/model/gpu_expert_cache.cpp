@@ -35,15 +35,22 @@ std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t expe
 gpu_expert_cache::gpu_expert_cache(gpu::device& dev, uint32_t experts, uint32_t top_k)
     : dev_(dev), experts_(experts), top_k_(top_k) {}
 
-void gpu_expert_cache::add_layer(const std::vector<expert_view>& experts, const expert_view& shared, gpu::gpu_moe* moe) {
+uint64_t gpu_expert_cache::add_layer(const std::vector<expert_view>& experts, const expert_view& shared,
+                                     gpu::gpu_moe* moe) {
   if (experts.size() != experts_)
     throw usage_error("gpu model: layer " + std::to_string(layers_.size()) + " has " + std::to_string(experts.size()) +
                       " routed experts, the config " + std::to_string(experts_));
+  const expert_view& e0 = experts.at(0);
+  moe->experts = experts_;
+  moe->shared = shared.gate_fmt == e0.gate_fmt && shared.up_fmt == e0.up_fmt && shared.down_fmt == e0.down_fmt &&
+                shared.gate.rows == e0.gate.rows && shared.gate.cols == e0.gate.cols;
+  moe->dim = e0.down.rows, moe->inter = e0.down.cols;
   layer L;
   L.host = experts;
   L.shared = shared;
   L.moe = moe;
   layers_.push_back(std::move(L));
+  return expert_bytes(e0) * top_k_ + (moe->shared ? expert_bytes(shared) : 0);
 }
 
 gpu::view gpu_expert_cache::slot_map(uint32_t l) const { return stats_.active ? gpu::view(layers_.at(l).map) : gpu::view(); }

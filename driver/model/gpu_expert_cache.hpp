@@ -38,9 +38,11 @@ class gpu_expert_cache {
  public:
   gpu_expert_cache(gpu::device& dev, uint32_t experts, uint32_t top_k);
 
-  /// Layer l's (= the count so far) host experts and shared expert; `moe` has its shape set (experts, shared,
-  /// dim, inter); place() fills it. The views must stay valid while the model lives (mapped weights).
-  void add_layer(const std::vector<expert_view>& experts, const expert_view& shared, gpu::gpu_moe* moe);
+  /// Layer l's (= the count so far) host experts and shared expert; sets moe's shape (experts, dim, inter) and
+  /// whether the shared expert is stacked with the routed ones (same formats and shape; else the graph runs it
+  /// apart); place() fills it. The views must stay valid while the model lives (mapped weights). Returns the weight
+  /// bytes one token reads from the layer's stacked experts (top_k routed + the stacked shared one).
+  uint64_t add_layer(const std::vector<expert_view>& experts, const expert_view& shared, gpu::gpu_moe* moe);
   /// After every other allocation (`used` device bytes): uploads every layer's experts when they fit `budget`
   /// (0 = no limit), else allocates the same number of slots per layer (what the budget leaves, ≥ top_k, else a
   /// usage_error naming the minimum). Returns the device bytes it took.
