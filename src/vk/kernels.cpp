@@ -135,8 +135,8 @@ struct kernels::impl {
     // where that leaves fewer workgroups than the GPU has SMs (1024 rows: 64 workgroups). Unroll 2, except q2tp
     // with int8 activations: 1 (0.41 / 0.51 / 0.63 vs 0.40 / 0.50 / 0.56 of the roofline on 1024x4096 /
     // 4096x2048 / 4096x8192).
-    (void)rows;
-    if (!c.rows_per_team) c.rows_per_team = 4;
+    // Short matrices (the routers: 256 / 384 rows) get 1 row per subgroup instead: 4 left them 16–24 workgroups.
+    if (!c.rows_per_team) c.rows_per_team = rows <= 512 ? 1 : 4;
     if (!c.unroll) c.unroll = (i8 && f == format::q2tp) ? 1 : 2;
     c.unroll = std::min<uint32_t>(c.unroll, 4);
     // f32 activations read by every lane from the buffer, not staged in shared memory: FP8 0.25 → 0.64-0.69 of
