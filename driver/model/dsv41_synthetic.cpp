@@ -110,69 +110,28 @@ std::vector<uint32_t> below(const std::vector<uint32_t>& v, uint32_t n) {
   return out;
 }
 
-std::string shape_str(uint64_t rows, uint64_t cols) {
-  std::string s = "[";
-  s += std::to_string(rows);
-  s += ", ";
-  s += std::to_string(cols);
-  s += "]";
-  return s;
-}
-
 // ---- the model ---------------------------------------------------------------------------------------------------
 
 /// Everything the views point into.
 struct synth_store {
-  std::map<std::string, std::unique_ptr<encoded_matrix>> seeds;  // by value key + format
-  std::vector<std::vector<float>> gates;                         // per-layer f32 router weights
-  std::vector<std::unique_ptr<encoded_matrix>> engram_tables;    // one per Engram-table variant (FP8 rows)
+  synth_seeds seeds;                                           // the big matrices (keys prefixed "v41.")
+  std::vector<std::vector<float>> gates;                       // per-layer f32 router weights
+  std::vector<std::unique_ptr<encoded_matrix>> engram_tables;  // one per Engram-table variant (FP8 rows)
+  synth_store(const dsv41_synth_options& o, uint32_t variants)
+      : seeds(o.seed, o.threads, variants, "v41.", "synthetic V4.1 model") {}
 };
 
 class synth_builder {
  public:
-  synth_builder(const dsv41_synth_options& o, synth_store& st, uint32_t variants)
-      : o_(o), st_(st), variants_(variants) {}
+  synth_builder(const dsv41_synth_options& o, synth_store& st) : o_(o), st_(st) {}
 
-  uint32_t variants() const noexcept { return variants_; }
+  uint32_t variants() const noexcept { return st_.seeds.variants(); }
 
-  /// The seed of `role` for matrix number k of that role (variant k mod variants), encoded in f.
   dsv4_matrix seed(const std::string& role, format f, uint64_t rows, uint64_t cols, uint64_t k, bool qat = false) {
-    bool fits = false;
-    visit_format(f, [&]<class F>() { fits = F::shape_ok(rows, cols); });
-    if (!fits) {
-      std::string m = "synthetic V4.1 model: format ";
-      m += format_name(f);
-      m += " cannot hold ";
-      m += role;
-      m += " ";
-      m += shape_str(rows, cols);
-      throw usage_error(m);
-    }
-    std::string key = "v41.";
-    key += role;
-    key += shape_str(rows, cols);
-    key += "#";
-    key += std::to_string(k % variants_);
-    std::string slot = key;
-    slot += "/";
-    slot += format_name(f);
-    std::unique_ptr<encoded_matrix>& e = st_.seeds[slot];
-    if (!e)
-      e = std::make_unique<encoded_matrix>(
-          dsv4_synth_matrix(f, rows, cols, o_.seed, key, 1.0f / std::sqrt(float(cols)), o_.threads));
-    dsv4_matrix m;
-    m.fmt = f;
-    m.qat_input = qat;
-    m.v = matrix_view{e->data.data(), e->data.size(), e->scale.empty() ? nullptr : e->scale.data(), e->scale.size(),
-                      e->scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
-    return m;
+    return st_.seeds.seed(role, f, rows, cols, k, qat);
   }
-
   expert_view expert(const std::string& role, format gate_up, format down, uint64_t inter, uint64_t dim, uint64_t k) {
-    const dsv4_matrix g = seed(role + ".w1", gate_up, inter, dim, k, true),
-                      u = seed(role + ".w3", gate_up, inter, dim, k, true),
-                      d = seed(role + ".w2", down, dim, inter, k, true);
-    return expert_view{g.v, u.v, d.v, g.fmt, u.fmt, d.fmt};
+    return st_.seeds.expert(role, gate_up, down, inter, dim, k);
   }
 
   /// An Engram table [rows, cols] N(0, 1/cols) in the release's FP8 row format, rows drawn and encoded in chunks on
@@ -220,7 +179,6 @@ class synth_builder {
  private:
   const dsv41_synth_options& o_;
   synth_store& st_;
-  uint32_t variants_;
 };
 
 void check_format(format f, const char* what) {
@@ -296,8 +254,8 @@ dsv41_weights dsv41_synthetic(const dsv41_synth_options& o) {
   const uint32_t variants = o.variants ? o.variants
                             : o.preset == "tiny" ? std::numeric_limits<uint32_t>::max()
                                                  : 1u;
-  auto store = std::make_shared<synth_store>();
-  synth_builder b(o, *store, variants);
+  auto store = std::make_shared<synth_store>(o, variants);
+  synth_builder b(o, *store);
   const uint64_t d = c.dim, H = c.heads, hd = c.head_dim, q = c.q_lora, G = c.o_groups, ol = c.o_lora;
   const uint64_t E = c.experts, I = c.moe_inter, hcd = uint64_t(2 + c.hc) * c.hc;
   const uint64_t IH = c.index_heads, IHD = c.index_head_dim;

@@ -258,49 +258,20 @@ dsv4_config tiny_config() {
 
 /// Everything the views point into.
 struct synth_store {
-  std::map<std::string, std::unique_ptr<encoded_matrix>> seeds;  // by value key + format
-  std::vector<std::vector<float>> gates;                         // per-layer f32 router weights
+  synth_seeds seeds;                      // the big matrices
+  std::vector<std::vector<float>> gates;  // per-layer f32 router weights
+  synth_store(const dsv4_synth_options& o, uint32_t variants) : seeds(o.seed, o.threads, variants, "", "synthetic model") {}
 };
 
 class synth_builder {
  public:
-  synth_builder(const dsv4_synth_options& o, synth_store& st, uint32_t variants)
-      : o_(o), st_(st), variants_(variants) {}
+  synth_builder(const dsv4_synth_options& o, synth_store& st) : o_(o), st_(st) {}
 
-  /// The seed of `role` for matrix number k of that role (variant k mod variants), encoded in f.
   dsv4_matrix seed(const std::string& role, format f, uint64_t rows, uint64_t cols, uint64_t k, bool qat = false) {
-    if (!shape_fits(f, rows, cols)) {
-      std::string m = "synthetic model: format ";
-      m += format_name(f);
-      m += " cannot hold ";
-      m += role;
-      m += " ";
-      m += shape_str(rows, cols);
-      throw usage_error(m);
-    }
-    std::string key = role;
-    key += shape_str(rows, cols);
-    key += "#";
-    key += std::to_string(k % variants_);
-    std::string slot = key;
-    slot += "/";
-    slot += format_name(f);
-    std::unique_ptr<encoded_matrix>& e = st_.seeds[slot];
-    if (!e)
-      e = std::make_unique<encoded_matrix>(
-          dsv4_synth_matrix(f, rows, cols, o_.seed, key, 1.0f / std::sqrt(float(cols)), o_.threads));
-    dsv4_matrix m;
-    m.fmt = f;
-    m.qat_input = qat;
-    m.v = matrix_view{e->data.data(), e->data.size(), e->scale.empty() ? nullptr : e->scale.data(), e->scale.size(),
-                      e->scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
-    return m;
+    return st_.seeds.seed(role, f, rows, cols, k, qat);
   }
-
   expert_view expert(const std::string& role, format gate_up, format down, uint64_t inter, uint64_t dim, uint64_t k) {
-    const dsv4_matrix g = seed(role + ".w1", gate_up, inter, dim, k, true), u = seed(role + ".w3", gate_up, inter, dim, k, true),
-                      d = seed(role + ".w2", down, dim, inter, k, true);
-    return expert_view{g.v, u.v, d.v, g.fmt, u.fmt, d.fmt};
+    return st_.seeds.expert(role, gate_up, down, inter, dim, k);
   }
 
   /// Per-tensor values mean + sd·N(0, 1) of the named tensor [rows, cols] (row-major).
@@ -336,7 +307,6 @@ class synth_builder {
  private:
   const dsv4_synth_options& o_;
   synth_store& st_;
-  uint32_t variants_;
 };
 
 dsv4_compressor_w compressor(synth_builder& b, const std::string& role, uint32_t ratio, uint32_t width, uint32_t dim,
@@ -404,6 +374,47 @@ void dsv4_synth_rows(float* out, uint64_t row0, uint64_t n, uint64_t cols, uint6
   for (uint64_t r = 0; r < n; ++r) fill_row(out + r * cols, cols, row_stream(base, row0 + r), mean, sd);
 }
 
+synth_seeds::synth_seeds(uint64_t seed, unsigned threads, uint32_t variants, std::string prefix, std::string what)
+    : seed_(seed), threads_(threads), variants_(std::max(variants, 1u)), prefix_(std::move(prefix)), what_(std::move(what)) {}
+
+dsv4_matrix synth_seeds::seed(const std::string& role, format f, uint64_t rows, uint64_t cols, uint64_t k, bool qat) {
+  if (!shape_fits(f, rows, cols)) {
+    std::string m = what_;
+    m += ": format ";
+    m += format_name(f);
+    m += " cannot hold ";
+    m += role;
+    m += " ";
+    m += shape_str(rows, cols);
+    throw usage_error(m);
+  }
+  std::string key = prefix_;
+  key += role;
+  key += shape_str(rows, cols);
+  key += "#";
+  key += std::to_string(k % variants_);
+  std::string slot = key;
+  slot += "/";
+  slot += format_name(f);
+  std::unique_ptr<encoded_matrix>& e = seeds_[slot];
+  if (!e)
+    e = std::make_unique<encoded_matrix>(
+        dsv4_synth_matrix(f, rows, cols, seed_, key, 1.0f / std::sqrt(float(cols)), threads_));
+  dsv4_matrix m;
+  m.fmt = f;
+  m.qat_input = qat;
+  m.v = matrix_view{e->data.data(), e->data.size(), e->scale.empty() ? nullptr : e->scale.data(), e->scale.size(),
+                    e->scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  return m;
+}
+
+expert_view synth_seeds::expert(const std::string& role, format gate_up, format down, uint64_t inter, uint64_t dim,
+                                uint64_t k) {
+  const dsv4_matrix g = seed(role + ".w1", gate_up, inter, dim, k, true), u = seed(role + ".w3", gate_up, inter, dim, k, true),
+                    d = seed(role + ".w2", down, dim, inter, k, true);
+  return expert_view{g.v, u.v, d.v, g.fmt, u.fmt, d.fmt};
+}
+
 void dsv4_synth_parallel_for(uint64_t n, unsigned threads, const std::function<void(uint64_t, uint64_t)>& fn) {
   parallel_for(n, threads, fn);
 }
@@ -435,8 +446,8 @@ dsv4_weights dsv4_synthetic(const dsv4_synth_options& o) {
   const uint32_t variants = o.variants ? o.variants
                             : o.preset == "tiny" ? std::numeric_limits<uint32_t>::max()
                                                  : 1u;
-  auto store = std::make_shared<synth_store>();
-  synth_builder b(o, *store, variants);
+  auto store = std::make_shared<synth_store>(o, variants);
+  synth_builder b(o, *store);
   const uint64_t d = c.dim, H = c.heads, hd = c.head_dim, q = c.q_lora, G = c.o_groups, ol = c.o_lora;
   const uint64_t E = c.experts, I = c.moe_inter, hcd = uint64_t(2 + c.hc) * c.hc;
   const format dn = o.dense, down = o.expert_down.value_or(o.experts);

@@ -11,6 +11,8 @@
 // Magnitudes follow the toy (toy_v4.cpp toy_v4_values): matrices N(0, 1/cols); RMSNorm gains 1 ± 0.1; attn_sink
 // N(0, 0.5²); hc_* scales 0.5 ± 0.05; hc_* bases and gate bias small; hc_*_fn and ape N(0, 1/cols).
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <functional>
 #include <optional>
 #include <string>
@@ -75,5 +77,27 @@ void dsv4_synth_rows(float* out, uint64_t row0, uint64_t n, uint64_t cols, uint6
 /// dynamically, worker in [0, dsv4_synth_workers(n, threads)); the first exception is rethrown after all stopped.
 void dsv4_synth_parallel_for(uint64_t n, unsigned threads, const std::function<void(uint64_t, uint64_t)>& fn);
 uint64_t dsv4_synth_workers(uint64_t n, unsigned threads);
+
+/// The shared big matrices of a synthetic model (V4 and V4.1): one random matrix N(0, 1/cols) per (key prefix,
+/// role, shape, variant, format), made by dsv4_synth_matrix on first use; every matrix of a role that maps to the
+/// same variant views the same bytes. The store must outlive the views (the models keep it in keep_alive).
+class synth_seeds {
+ public:
+  /// prefix: prepended to every value key ("" for V4, "v41." for V4.1); what: the model's name in errors.
+  synth_seeds(uint64_t seed, unsigned threads, uint32_t variants, std::string prefix, std::string what);
+  uint32_t variants() const noexcept { return variants_; }
+  /// The matrix of `role` number k (variant k mod variants) [rows, cols] in format f; usage_error when f cannot
+  /// hold the shape.
+  dsv4_matrix seed(const std::string& role, format f, uint64_t rows, uint64_t cols, uint64_t k, bool qat = false);
+  /// An expert's w1 / w3 [inter, dim] in gate_up and w2 [dim, inter] in down (roles role.w1, .w3, .w2).
+  expert_view expert(const std::string& role, format gate_up, format down, uint64_t inter, uint64_t dim, uint64_t k);
+
+ private:
+  uint64_t seed_;
+  unsigned threads_;
+  uint32_t variants_;
+  std::string prefix_, what_;
+  std::map<std::string, std::unique_ptr<encoded_matrix>> seeds_;  // by value key + format
+};
 
 }  // namespace cmfx::driver
