@@ -369,6 +369,27 @@ std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t r
          format_defines(w.fmt, w.scale_enc);
 }
 
+/// out [n, d] = Σ of y [n·S, d] over each token's routed slots in ascending expert id, then the shared slot
+/// (shaders/moe_sum.comp); a bad id (or, cached, an expert outside the slots) makes the token's row NaN.
+void moe_sum(const detail::op_env& e, commands& c, const gpu_moe& m, uint32_t n, uint32_t top_k, view y, view ids,
+             view out, view slot_map) {
+  const uint64_t d = m.dim, S = top_k + (m.shared ? 1 : 0);
+  const detail::bound yb = e.bind(y, n * S * d * 4), ib = e.bind(ids, uint64_t(n) * top_k * 4),
+                      ob = e.bind(out, n * d * 4);
+  detail::bound sb{};
+  if (m.slots) sb = e.bind(slot_map, uint64_t(m.experts) * 4);
+  const uint32_t pc[6] = {uint32_t(d), yb.residual / 4, ob.residual / 4, ib.residual / 4, n, sb.residual / 4};
+  const detail::binding b[4] = {yb.b, ib.b, ob.b, sb.b};
+  const uint32_t nb = m.slots ? 4 : 3, pcb = m.slots ? 24 : 20;  // moe_sum's ms_pc with / without smoff
+  uint32_t gx, gy;
+  e.grid(ceil_div(n * d, detail::op_env::wg), gx, gy);
+  const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" +
+                           detail::def_u("MOE_E", m.experts) +
+                           (m.slots ? "#define MOE_SLOTS " + std::to_string(m.slots) + "\n" : std::string());
+  detail::dispatch(c.impl(), e.pipe("moe_sum.comp", defs, detail::op_env::wg, nb, pcb),
+                   std::span<const detail::binding>(b, nb), pc, pcb, gx, gy);
+}
+
 /// Batch 1 with int8 activations through the row kernel (shaders/matvec_rows.comp in its MOE_ROWS mode): quantise
 /// x → gate/up rows of the selected experts → moe_act (SwiGLU · weight) → quantise h → down rows → moe_sum. h is
 /// [h: S·I | gate/up: S·2I | down: S·d | xq | hq] (S = slots). Returns false, recording nothing, where this path
@@ -397,7 +418,7 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
              xqv = part(o_xq, xq_bytes), hqv = part(o_hq, hq_bytes);
   const detail::bound hb = e.bind(hv, hv.bytes), gub = e.bind(guv, guv.bytes), yb = e.bind(yv, yv.bytes),
                       xqb = e.bind(xqv, xq_bytes), hqb = e.bind(hqv, hq_bytes), ib = e.bind(ids, top_k * 4),
-                      wb = e.bind(weights, top_k * 4), ob = e.bind(out, d * 4), tb = e.bind(e.tables, e.tables.size());
+                      wb = e.bind(weights, top_k * 4), tb = e.bind(e.tables, e.tables.size());
   if (xqb.residual % 16 || hqb.residual % 16) return false;
   // the slot map (cached layers): binding 7 of the row kernel, binding 3 of moe_sum; its offset in x_stride
   const uint32_t nb_rows = m.slots ? 8 : 7;
@@ -440,21 +461,88 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
                    e.pipe("matvec_rows.comp", ddn + moe_defs(d, kernels::act_q8_bytes(I) / 4), e.lanes * e.teams,
                           nb_rows, sizeof pd),
                    std::span<const detail::binding>(bd, nb_rows), &pd, sizeof pd, gx, gy);
-  // out = Σ in ascending expert id, then the shared expert
-  {
-    const uint32_t pc[5] = {uint32_t(d), yb.residual / 4, ob.residual / 4, ib.residual / 4, sb.residual / 4};
-    const detail::binding b[4] = {yb.b, ib.b, ob.b, sb.b};
-    const uint32_t nb = m.slots ? 4 : 3, pcb = m.slots ? 20 : 16;  // moe_sum's ms_pc with / without smoff
-    e.grid(ceil_div(d, detail::op_env::wg), gx, gy);
-    const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") +
-                             "\n" + detail::def_u("MOE_E", m.experts) +
-                             (m.slots ? "#define MOE_SLOTS " + std::to_string(m.slots) + "\n" : std::string());
-    detail::dispatch(c.impl(), e.pipe("moe_sum.comp", defs, detail::op_env::wg, nb, pcb),
-                     std::span<const detail::binding>(b, nb), pc, pcb, gx, gy);
-  }
+  moe_sum(e, c, m, 1, top_k, yv, ids, out, slot_map);
   return true;
 }
 
+
+/// The uint32 words of the expert-grouped path's pair lists: counts [E + shared], lists [E + shared][n · top_k].
+uint64_t grouped_list_words(const gpu_moe& m, uint32_t n, uint32_t top_k) {
+  return (m.experts + (m.shared ? 1ull : 0ull)) * (uint64_t(n) * top_k + 1);
+}
+
+/// n >= 2: the expert-grouped path (scratch h: [h [n·S, I] | y [n·S, d] | the pair lists]) (shaders/moe_group.comp, moe_up_g.comp, moe_down_g.comp, moe_sum.comp): the
+/// (token, slot) pairs listed per expert, then one workgroup per (expert, row block) runs its pairs in tiles of
+/// MOE_NB, so each expert's weights are read once per tile rather than once per pair (prefill). Returns false,
+/// recording nothing, where the scratch is too short or the layout does not allow it; kernels::moe then takes
+/// the per-pair path.
+bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights,
+                 uint32_t top_k, float limit, view h, view out, view slot_map) {
+  const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), ne = E + (m.shared ? 1 : 0);
+  const uint64_t o_y = (n * S * I * 4 + 15) / 16 * 16, o_l = (o_y + n * S * d * 4 + 15) / 16 * 16;
+  const uint64_t l_bytes = grouped_list_words(m, n, top_k) * 4;
+  if (o_l + l_bytes > h.bytes) return false;
+  const view hv(*h.buf, h.offset, n * S * I * 4), yv(*h.buf, h.offset + o_y, n * S * d * 4),
+      lv(*h.buf, h.offset + o_l, l_bytes);
+  const detail::bound ib = e.bind(ids, uint64_t(n) * top_k * 4), wb = e.bind(weights, uint64_t(n) * top_k * 4),
+                      tb = e.bind(e.tables, e.tables.size()), lb = e.bind(lv, l_bytes), xb = e.bind(x, n * d * 4),
+                      hb = e.bind(hv, hv.bytes), yb = e.bind(yv, yv.bytes);
+  const detail::bound sb = m.slots ? e.bind(slot_map, E * 4) : detail::bound{};
+  const std::string nb_def = "#define MOE_NB 8\n";
+  uint32_t gx, gy;
+  // 1. the pairs of every expert
+  {
+    const uint32_t pc[4] = {n, ib.residual / 4, lb.residual / 4, uint32_t(E)};
+    const detail::binding b[2] = {ib.b, lb.b};
+    const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n";
+    e.grid(ne, gx, gy);
+    detail::dispatch(c.impl(), e.pipe("moe_group.comp", defs, detail::op_env::wg, 2, sizeof pc), b, pc, sizeof pc, gx,
+                     gy);
+  }
+  const uint32_t nb = m.slots ? 9 : 8;
+  // 2. gate/up + SwiGLU · weight → h
+  {
+    const gpu_matrix& w = m.gate_up.w;
+    detail::binding b[9];
+    mat_pc pc{};
+    bind_planes(e, w, b, pc);
+    const uint32_t rpw = rows_per_wg(I, e.teams);
+    b[3] = xb.b, b[4] = hb.b, b[5] = tb.b, b[6] = lb.b, b[7] = wb.b;
+    pc.n = n, pc.xoff = xb.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = hb.residual / 4,
+    pc.y_stride = wb.residual / 4, pc.pad = uint32_t(E);
+    if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;
+    const bool fast = pc.fast && pc.xoff % 4 == 0 && d % 4 == 0;
+    e.grid(ne * (I / rpw), gx, gy);
+    detail::dispatch(c.impl(),
+                     e.pipe("moe_up_g.comp",
+                            moe_defines(e, w, rpw, top_k, m, limit) + nb_def + "#define MOE_FAST " +
+                                (fast ? "1" : "0") + "\n",
+                            e.lanes * e.teams, nb, sizeof pc),
+                     std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
+  }
+  // 3. down → y [n·S, d]
+  {
+    const gpu_matrix& w = m.down.w;
+    detail::binding b[9];
+    mat_pc pc{};
+    bind_planes(e, w, b, pc);
+    const uint32_t rpw = rows_per_wg(d, e.teams);
+    b[3] = hb.b, b[4] = yb.b, b[5] = tb.b, b[6] = lb.b, b[7] = tb.b;
+    pc.n = n, pc.xoff = hb.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = yb.residual / 4, pc.pad = uint32_t(E);
+    if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;
+    const bool fast = pc.fast && pc.xoff % 4 == 0 && I % 4 == 0;
+    e.grid(ne * (d / rpw), gx, gy);
+    detail::dispatch(c.impl(),
+                     e.pipe("moe_down_g.comp",
+                            moe_defines(e, w, rpw, top_k, m, limit) + nb_def + "#define MOE_FAST " +
+                                (fast ? "1" : "0") + "\n",
+                            e.lanes * e.teams, nb, sizeof pc),
+                     std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
+  }
+  // 4. each token's slots in ascending expert id → out
+  moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
+  return true;
+}
 }  // namespace
 
 void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k,
@@ -483,6 +571,7 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
   if (act == act_precision::i8 && n == 1 &&
       moe_rows_i8(*this, *p_, e, c, m, x, ids, weights, top_k, limit, h, out, slot_map))
     return;
+  if (n >= 2 && moe_grouped(e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map)) return;
   const detail::bound ib = e.bind(ids, pairs * 4), wb = e.bind(weights, pairs * 4),
                       tb = e.bind(e.tables, e.tables.size());
   // cached layers: the slot map at binding 8, its offset in pc.pad (the routed count becomes the define MOE_E)

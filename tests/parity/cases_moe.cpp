@@ -368,9 +368,10 @@ std::string moe_slots_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint
   why = run_moe(s, gc, xb, n, ib, wb, k, act, mv, got, dc);
   if (!why.empty()) return "cached: " + why;
   const bool i8_path = act == act_precision::i8 && n == 1 && I % 64 == 0 && d % 32 == 0;
-  if (dr != dc || dr != (i8_path ? 6u : 2u))
+  const uint32_t want_disp = i8_path ? 6u : n > 1 ? 4u : 2u;  // int8 rows / expert-grouped / per pair
+  if (dr != dc || dr != want_disp)
     return "dispatches: resident " + std::to_string(dr) + ", cached " + std::to_string(dc) + " (want " +
-           (i8_path ? "6" : "2") + ")";
+           std::to_string(want_disp) + ")";
   // the resident layer is right (CPU kernel, the activation precision that ran: I % 64 falls back to f32)
   const act_precision ran = i8_path ? act_precision::i8 : act_precision::f32;
   thread_pool tp(2);
@@ -489,6 +490,9 @@ void moe_cases(suite& s) {
       {5, 96, 40, 2, 2, 1.0f, id_kind::distinct, false, " ragged"},
       {3, 160, 96, 2, 3, 1.0f, id_kind::distinct, true, " odd sizes + shared"},
       {16, 128, 256, 6, 2, 1.0f, id_kind::routed, true, " route_score -> moe + shared"},
+      // expert-grouped path with several tiles of 8 pairs per expert (~22 pairs each) and a ragged last tile
+      {16, 256, 128, 6, 59, 1.0f, id_kind::routed, true, " prefill chunk: grouped tiles + shared"},
+      {6, 96, 40, 3, 21, 1.0f, id_kind::duplicates, false, " grouped, repeated ids, ragged"},
   };
   s.run("moe_upload", "-", "bad expert id -> NaN token",
         [&](uint64_t seed, R& info) { return bad_id_case(s, seed, info); });

@@ -285,6 +285,10 @@ class kernels {
   /// of gate/up and of down are rounded to int8 per 32 values as in matmul(..., i8), and the selected experts' rows
   /// run on the batch-1 row kernel — six dispatches (quantise x, gate/up rows, SwiGLU · weight, quantise h, down
   /// rows, the sum in ascending expert id).
+  /// n >= 2 (prefill): expert-grouped — the (token, slot) pairs are listed per expert on the device and one
+  /// workgroup per (expert, row block) runs its pairs in tiles of 8, so each selected expert's weights are read
+  /// once per 8 of its pairs instead of once per pair (four dispatches: lists, gate/up, down, the sum in ascending
+  /// expert id); needs the scratch of moe_scratch_floats (a shorter h takes the per-pair two-dispatch path).
   /// slot_map (uint32 [m.experts]; required iff m.slots > 0, usage_error otherwise): routed expert e's weights are
   /// read at stacked index slot_map[e]. ids stay expert ids and the sums stay in ascending expert id, so the output
   /// is bit-identical to that of the resident layer for the same experts; a selected expert whose entry is
@@ -292,8 +296,9 @@ class kernels {
   void moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k, float limit,
            view h, view out, act_precision act = act_precision::f32, view slot_map = view());
   static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k) {
-    const uint64_t slots = top_k + (m.shared ? 1 : 0);
-    return uint64_t(n) * slots * (3 * m.inter + m.dim) + act_q8_bytes(m.dim) / 4 + act_q8_bytes(m.inter, uint32_t(slots)) / 4 + 8;
+    const uint64_t slots = top_k + (m.shared ? 1 : 0), lists = (m.experts + 1ull) * (uint64_t(n) * top_k + 1);  // grouped path
+    return uint64_t(n) * slots * (3 * m.inter + m.dim) + act_q8_bytes(m.dim) / 4 + act_q8_bytes(m.inter, uint32_t(slots)) / 4 +
+           lists + 8;
   }
 
   // ---- attention (kernels_attn.cpp; docs/VULKAN.md "Attention kernels")
