@@ -171,7 +171,8 @@ struct kernels::impl {
   /// matvec / GEMM (nb accumulators, nt <= nb batch rows starting at t0) or dequant, sliced by rows so that
   /// every binding stays within maxStorageBufferRange (P14).
   void run_matrix(commands& c, const gpu_matrix& w, view x, uint32_t t0, uint32_t nt, uint32_t nb, view y,
-                  bool dequant, bool generic, bool i8 = false, uint64_t R0 = 0, uint64_t R1 = ~uint64_t(0)) {
+                  bool dequant, bool generic, bool i8 = false, uint64_t R0 = 0, uint64_t R1 = ~uint64_t(0),
+                  uint64_t xs = 0, uint64_t ys = 0) {
     const detail::format_gpu g = detail::gpu_traits(w.fmt);
     const matvec_tuning t = dequant ? matvec_tuning{1, 1} : choose(w.rows, w.cols, nb, w.fmt);
     const detail::pipeline* p = matrix_pipe(dequant, w.fmt, w.scale_enc, nb, t);
@@ -183,7 +184,8 @@ struct kernels::impl {
     const bool use_i8 = i8;
     const matvec_tuning rt = try_rows ? choose_rows(w.rows, w.fmt, use_i8) : matvec_tuning{};
     const detail::pipeline* rp = try_rows ? rows_pipe(w.fmt, w.scale_enc, rt, use_i8) : nullptr;
-    const uint64_t R = std::min(R1, w.rows), C = w.cols, RY = R - R0;  // rows [R0, R); y holds RY per token
+    const uint64_t R = std::min(R1, w.rows), C = w.cols;  // rows [R0, R)
+    const uint64_t XS = xs ? xs : C, RY = ys ? ys : R - R0;  // floats between the batch rows of x and of y
     const uint64_t out_row = dequant ? C * 4 : 4;
     const uint64_t per_row = std::max(detail::row_bytes(w), out_row);
     const uint64_t limit = binding_limit ? std::min(binding_limit, info.max_storage_range) : info.max_storage_range;
@@ -226,12 +228,12 @@ struct kernels::impl {
         pc.y_stride = 0;
       } else {
         const bound xb = i8 ? bind_range(info, x, 0, kernels::act_q8_bytes(C))
-                            : bind_range(info, x, uint64_t(t0) * C * 4, uint64_t(nt) * C * 4);
+                            : bind_range(info, x, uint64_t(t0) * XS * 4, (uint64_t(nt - 1) * XS + C) * 4);
         if (i8 && xb.residual % 16) throw usage_error("matvec_q8: xq must start on a 16-byte boundary");
         const bound yb =
             bind_range(info, y, (uint64_t(t0) * RY + (r0 - R0)) * 4, ((uint64_t(nt) - 1) * RY + (r1 - r0)) * 4);
         b[3] = xb.b, b[4] = yb.b;
-        pc.xoff = xb.residual / 4, pc.x_stride = pc.cols;
+        pc.xoff = xb.residual / 4, pc.x_stride = u32(XS, "x stride");
         pc.yoff = yb.residual / 4, pc.y_stride = u32(RY, "rows");
       }
       b[5] = bind_range(info, tables, 0, tables.size()).b;
@@ -357,6 +359,30 @@ void kernels::matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_
   need(x, w.cols * 4, "matmul_rows", "x");
   need(y, (r1 - r0) * 4, "matmul_rows", "y");
   p_->run_matrix(c, w, x, 0, 1, 1, y, false, false, false, r0, r1);
+}
+
+void kernels::matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, uint32_t n,
+                          uint64_t x_stride, view y, uint64_t y_stride) {
+  if (n <= 1) {
+    if (n == 1) matmul_rows(c, w, r0, r1, x, y);
+    return;
+  }
+  p_->check_matrix(w, "matmul_rows");
+  if (r0 >= r1 || r1 > w.rows)
+    throw usage_error("matmul_rows: rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ") outside the " +
+                      std::to_string(w.rows) + "-row matrix");
+  uint32_t block_rows = 1;
+  visit_format(w.fmt, [&]<class F>() { block_rows = F::block_rows; });
+  if (r0 % block_rows)
+    throw usage_error("matmul_rows: row " + std::to_string(r0) + " does not start a " + std::to_string(block_rows) +
+                      "-row scale tile of " + std::string(format_name(w.fmt)));
+  if (x_stride < w.cols || x_stride % 4 || y_stride < r1 - r0)
+    throw usage_error("matmul_rows: x stride must be >= cols and a multiple of 4, y stride >= the rows");
+  need(x, ((n - 1) * x_stride + w.cols) * 4, "matmul_rows", "x");
+  need(y, ((n - 1) * y_stride + (r1 - r0)) * 4, "matmul_rows", "y");
+  for (uint32_t t0 = 0; t0 < n; t0 += gemm_tile)
+    p_->run_matrix(c, w, x, t0, std::min(gemm_tile, n - t0), gemm_tile, y, false, false, false, r0, r1, x_stride,
+                   y_stride);
 }
 
 void kernels::quantize_act(commands& c, format f, view x, uint32_t n, uint64_t cols, view out) {

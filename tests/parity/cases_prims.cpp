@@ -1,6 +1,7 @@
 // Cases of the small primitives: add and scale (bit-exact vs the CPU's float add / multiply), matmul_rows of every
 // format (bit-identical to the same rows of the full matmul, and vs ref::gemm in float64), and the recorded
 // transfers update / copy / fill ordered with dispatches (every byte checked, guards intact), with their error paths.
+#include <array>
 #include <bit>
 #include <random>
 
@@ -105,6 +106,53 @@ std::string rows_case(suite& s, uint64_t seed, uint64_t R, uint64_t C, uint64_t 
   const std::string v = verdict(compare(gp.data(), ref.data() + r0, n), kNmse, info);
   info += "; bit-identical to matmul";
   return v;
+}
+
+/// Batched matmul_rows over n tokens read from rows of x_stride floats and written into rows of y_stride floats (a
+/// prefill chunk's grouped wo_a): bit-identical to the same rows of the full batched matmul in the same recording,
+/// the padding between rows untouched, and every output within the per-output bound of ref::gemm.
+template <class F>
+std::string rows_batch_case(suite& s, uint64_t seed, uint64_t R, uint64_t C, uint64_t r0, uint64_t r1, uint32_t n,
+                            std::string& info) {
+  rng r(seed);
+  const host_matrix<F> m(r, R, C);
+  const uint64_t XS = C + 12, RN = r1 - r0, YS = RN + 3;
+  const std::vector<float> x = r.normal(uint64_t(n) * C);
+  std::vector<float> xs(uint64_t(n) * XS, 1e30f);
+  for (uint32_t t = 0; t < n; ++t) std::copy(x.begin() + t * C, x.begin() + (t + 1) * C, xs.begin() + t * XS);
+  const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, m.v);
+  const gpu::buffer xb = upload(s.dev, x), xsb = upload(s.dev, xs);
+  const std::vector<float> y0 = r.normal(uint64_t(n) * YS);
+  guarded full(s.dev, uint64_t(n) * R * 4), part(s.dev, uint64_t(n) * YS * 4);
+  s.dev.upload(part.payload(), y0);
+  gpu::commands c = s.dev.begin();
+  s.kern.matmul(c, gm, xb, n, full.payload());
+  s.kern.matmul_rows(c, gm, r0, r1, xsb, n, XS, part.payload(), YS);
+  s.submit(c);
+  std::vector<float> gf(uint64_t(n) * R), gp(uint64_t(n) * YS);
+  std::string why;
+  if (!full.read(gf.data(), why) || !part.read(gp.data(), why)) return why;
+  const std::vector<double> ref = ref::gemm(F::id, m.v, x.data(), n);
+  std::vector<float> row(C);
+  for (uint32_t t = 0; t < n; ++t) {
+    const size_t d = first_diff(gp.data() + t * YS, gf.data() + t * R + r0, RN);
+    if (d != RN) return "token " + std::to_string(t) + ": " + diff_msg("not bit-identical to the full matmul", d, gp[t * YS + d], gf[t * R + r0 + d]);
+    for (uint64_t p = RN; p < YS; ++p)
+      if (std::bit_cast<uint32_t>(gp[t * YS + p]) != std::bit_cast<uint32_t>(y0[t * YS + p]))
+        return "token " + std::to_string(t) + ": padding float " + std::to_string(p) + " of the y row was written";
+    for (uint64_t i = 0; i < RN; ++i) {
+      F::decode_row(m.v, r0 + i, row.data());
+      double wx = 0;
+      for (uint64_t k = 0; k < C; ++k) wx += std::fabs(double(row[k]) * x[t * C + k]);
+      const double want = ref[uint64_t(t) * R + r0 + i];
+      if (!(std::fabs(gp[t * YS + i] - want) <= kMaxAbsRel * wx))
+        return "token " + std::to_string(t) + " row " + std::to_string(r0 + i) + ": " + std::to_string(gp[t * YS + i]) +
+               " vs reference " + std::to_string(want);
+    }
+  }
+  info = std::to_string(n) + " tokens, strides " + std::to_string(XS) + "/" + std::to_string(YS) +
+         ": bit-identical to the batched matmul, padding intact, per-output bound vs float64";
+  return {};
 }
 
 /// Calls fn(); "" when it threw usage_error, else a failure naming `what`.
@@ -263,7 +311,71 @@ std::string long_recording(suite& s, uint64_t seed, uint32_t count, std::string&
 
 }  // namespace
 
+/// add_tiled: y[t] += x[(first + t) % period] bit-exactly (float adds), the floats past rows·n untouched.
+std::string add_tiled_case(suite& s, uint64_t seed, uint32_t rows, uint32_t n, uint32_t period, uint32_t first,
+                           std::string& info) {
+  rng r(seed);
+  const std::vector<float> x = r.normal(uint64_t(period) * n), y0 = r.normal(uint64_t(rows) * n + 7);
+  const gpu::buffer xb = upload(s.dev, x);
+  guarded y(s.dev, y0.size() * 4);
+  s.dev.upload(y.payload(), y0);
+  gpu::commands c = s.dev.begin();
+  s.kern.add_tiled(c, xb, period, first, y.payload(), rows, n);
+  s.submit(c);
+  std::vector<float> got(y0.size()), want(y0);
+  std::string why;
+  if (!y.read(got.data(), why)) return why;
+  for (uint64_t t = 0; t < rows; ++t)
+    for (uint64_t k = 0; k < n; ++k) want[t * n + k] = x[((first + t) % period) * n + k] + y0[t * n + k];
+  const size_t d = first_diff(got.data(), want.data(), want.size());
+  if (d != want.size()) return diff_msg(d < uint64_t(rows) * n ? "result" : "element past the rows changed", d, got[d], want[d]);
+  info = "bit-exact";
+  return {};
+}
+
+/// pick_keys: every slot of every row exact (kept picks, −1 for picks at or past the row's count and for
+/// 0xFFFFFFFF), the other slots of each key-list row untouched.
+std::string pick_keys_case(suite& s, uint64_t seed, uint32_t rows, uint32_t k, uint32_t stride, uint32_t offset,
+                           std::string& info) {
+  rng r(seed);
+  const uint32_t n = 3 * k;
+  std::vector<uint32_t> picks(uint64_t(rows) * k), counts(rows), idx0(uint64_t(rows) * stride);
+  for (auto& p : picks) p = r.below(8) == 0 ? 0xFFFFFFFFu : uint32_t(r.below(n));
+  for (auto& c : counts) c = uint32_t(r.below(n + 1));
+  for (auto& v : idx0) v = uint32_t(r.below(1u << 30));
+  const gpu::buffer pb = upload(s.dev, picks), cb = upload(s.dev, counts);
+  guarded ib(s.dev, idx0.size() * 4);
+  s.dev.upload(ib.payload(), idx0);
+  gpu::commands c = s.dev.begin();
+  s.kern.pick_keys(c, pb, cb, rows, k, ib.payload(), stride, offset);
+  s.submit(c);
+  std::vector<uint32_t> got(idx0.size()), want(idx0);
+  std::string why;
+  if (!ib.read(got.data(), why)) return why;
+  uint64_t dropped = 0;
+  for (uint64_t t = 0; t < rows; ++t)
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint32_t p = picks[t * k + j];
+      want[t * stride + offset + j] = p < counts[t] ? p : 0xFFFFFFFFu;
+      dropped += p >= counts[t];
+    }
+  for (size_t i = 0; i < want.size(); ++i)
+    if (got[i] != want[i])
+      return "slot " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " + std::to_string(want[i]);
+  info = "exact (" + std::to_string(dropped) + " picks dropped)";
+  return {};
+}
+
 void prim_cases(suite& s) {
+  for (const auto& [rows, n, period, first] : {std::array<uint32_t, 4>{5, 96, 4, 2}, {37, 256, 128, 127},
+                                               {130, 64, 4, 0}, {1, 1000, 3, 7}})
+    s.run("add_tiled", "-", std::to_string(rows) + "x" + std::to_string(n) + " period " + std::to_string(period) +
+                                " first " + std::to_string(first),
+          [&](uint64_t seed, std::string& info) { return add_tiled_case(s, seed, rows, n, period, first, info); });
+  for (const auto& [rows, k, stride, offset] : {std::array<uint32_t, 4>{1, 8, 24, 16}, {37, 64, 200, 128},
+                                                {130, 5, 5, 0}})
+    s.run("pick_keys", "-", std::to_string(rows) + " rows k " + std::to_string(k) + " stride " + std::to_string(stride),
+          [&](uint64_t seed, std::string& info) { return pick_keys_case(s, seed, rows, k, stride, offset, info); });
   for (uint64_t n : {1, 7, 1000, 65537}) {
     s.run("add", "-", "n=" + std::to_string(n),
           [&](uint64_t seed, std::string& info) { return add_scale_case(s, seed, n, true, info); });
@@ -295,6 +407,10 @@ void prim_cases(suite& s) {
             return why;
           });
     s.run("matmul_rows", fn, "bad ranges", [&](uint64_t seed, std::string& info) { return rows_errors<F>(s, seed, info); });
+    for (const uint32_t n : {2u, 19u})
+      if (F::shape_ok(300, 512))
+        s.run("matmul_rows", fn, "300x512 rows [" + std::to_string(a0) + ",299) x " + std::to_string(n) + " strided tokens",
+              [&](uint64_t seed, std::string& info) { return rows_batch_case<F>(s, seed, 300, 512, a0, 299, n, info); });
   });
   for (uint64_t n : {1, 7, 1000, 16384, 65537})  // 16384 floats = one update of exactly update_max bytes
     s.run("transfer", "-", "n=" + std::to_string(n),

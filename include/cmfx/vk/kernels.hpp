@@ -145,6 +145,11 @@ class kernels {
   /// y[r − r0] = Σ_c W[r, c] · x[c] for rows r in [r0, r1) of w (batch 1): one row block of a matrix, e.g. one
   /// group of V4's grouped output projection wo_a. r0 must be a multiple of the format's block_rows.
   void matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, view y);
+  /// Batched: y[t·y_stride + r − r0] = Σ_c W[r, c] · x[t·x_stride + c] for t < n (strides in floats, ≥ cols and
+  /// ≥ r1 − r0; x_stride a multiple of 4) — e.g. one group of wo_a over a prefill chunk, reading its columns out of
+  /// each row of the attention output and writing its rows into each row of z. n == 1: as above.
+  void matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, uint32_t n, uint64_t x_stride,
+                   view y, uint64_t y_stride);
   /// Whether matmul(..., act_precision::i8) of a batch-1 product of format f takes the int8 path here.
   bool has_i8(format f) const;
   /// Bytes of the int8 activations of n tokens of `cols` values (shaders/common/act_q8.glsl: 40 per 32 values).
@@ -202,6 +207,15 @@ class kernels {
                        float clamp, view image = {}, view gates = {});
   /// out[i] = silu(min(g, limit)) · clamp(v, −limit, limit) · weight (limit <= 0: no clamp). out may alias.
   void swiglu_clamp(commands& c, view g, view v, view out, uint64_t n, float limit, float weight = 1.0f);
+  // ---- prefill chunks (kernels_chunk.cpp)
+  /// y[t, c] += x[(first + t) % period, c] for t < rows, c < n (x [period, n]; exact f32 adds): a per-position
+  /// table such as a compressor's ape added to `rows` consecutive positions starting at one with index `first`.
+  void add_tiled(commands& c, view x, uint32_t period, uint32_t first, view y, uint32_t rows, uint32_t n);
+  /// idx[t·stride + offset + j] = picks[t, j] if picks[t, j] < counts[t], else −1 (int32), for t < rows, j < k:
+  /// a chunk's indexer top-k (picks [rows, k] over the entries finished at the chunk's end) turned into each row's
+  /// compressed key slots, dropping the entries not yet finished at that row's position (and 0xFFFFFFFF picks).
+  void pick_keys(commands& c, view picks, view counts, uint32_t rows, uint32_t k, view idx, uint32_t stride,
+                 uint32_t offset);
   /// y[i] += x[i] for i < n (f32, exact sums; x and y must not overlap).
   void add(commands& c, view x, view y, uint64_t n);
   /// y[i] *= a for i < n, in place.
