@@ -35,7 +35,7 @@ view row(const gpu::buffer& b, uint64_t r, uint64_t floats) { return view(b, r *
 std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logits_mode) {
   const dsv4_config& cf = cfg;
   const auto t_rec = std::chrono::steady_clock::now();
-  const uint64_t d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
+  const uint64_t d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window, R = ring_rows;
   const uint32_t H = cf.heads, IH = cf.index_heads, IHD = cf.index_head_dim, E = cf.experts, K = cf.top_k;
   const float eps = float(cf.norm_eps);
   gpu::kernels::hc_shape sh;
@@ -61,7 +61,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
   // ---- position parameters (inside the command buffer)
   {
     std::vector<int32_t> win(W, -1);
-    for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s) win[s - (t + 1 > W ? t + 1 - W : 0)] = int32_t(s % W);
+    for (uint64_t s = t + 1 > W ? t + 1 - W : 0; s <= t; ++s) win[s - (t + 1 > W ? t + 1 - W : 0)] = int32_t(s % R);
     cur->update(swa_idx, win.data(), W * 4);
     // A closing window of a compressor kind: its first row in the pending-window ring and, with overlap, the
     // previous window's (ring shape from the first layer that has that kind; upload_weights admits V4's two).
@@ -106,7 +106,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     }
     const gpu::buffer& cs_tab = kind.ratio ? cs_comp : cs_swa;
     const view cs_t = row(cs_tab, t, rd);
-    const uint64_t slot = t % W;
+    const uint64_t slot = t % R;
     const view kv_row = row(G.ring, slot, hd);
     // ---- attention sublayer
     k.hc_pre_finish(*cur, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u, G.attn_norm);  // + attn_norm
@@ -186,10 +186,10 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
     if (kind.ratio) {
       as.keys = uint32_t(W + (kind.indexer ? cf.index_topk : ne));
-      as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(W);
+      as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(R);
       k.sparse_attention(*cur, as, q, G.comp.entries, G.ring, G.idx, G.sink, o, attn_x);
     } else {
-      as.keys = uint32_t(W), as.kv_a_rows = uint32_t(W), as.kv_b_rows = 0;
+      as.keys = uint32_t(W), as.kv_a_rows = uint32_t(R), as.kv_b_rows = 0;
       k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x);
     }
     ts.op("sparse_attention");
@@ -388,9 +388,29 @@ std::vector<float> dsv4_gpu_model::step(uint32_t token, bool want_logits, dsv4_t
 }
 
 std::vector<float> dsv4_gpu_model::forward(std::span<const uint32_t> ids, bool last) {
-  std::vector<float> logits;
-  for (size_t i = 0; i < ids.size(); ++i) logits = step(ids[i], last && i + 1 == ids.size());
-  return logits;
+  impl& m = *p_;
+  if (ids.size() < 2 || m.opt.prefill_chunk < 2 || m.experts->active()) {
+    std::vector<float> logits;
+    for (size_t i = 0; i < ids.size(); ++i) logits = step(ids[i], last && i + 1 == ids.size());
+    return logits;
+  }
+  m.prefill(ids, last);
+  if (!last) return {};
+  std::vector<float> out(m.cfg.vocab);
+  m.dev.download(m.logits, out.data(), out.size() * 4);
+  return out;
+}
+
+std::vector<float> dsv4_gpu_model::forward_chunk_rows(std::span<const uint32_t> ids) {
+  impl& m = *p_;
+  if (m.opt.prefill_chunk < 2 || ids.size() > m.opt.prefill_chunk || m.experts->active())
+    throw usage_error("forward_chunk_rows: needs prefill chunks (and at most prefill_chunk ids, no expert cache)");
+  const uint64_t n = ids.size(), V = m.cfg.vocab;
+  gpu::buffer all = m.dev.alloc(std::max<uint64_t>(n * V * 4, 16));
+  m.run_chunk(ids, false, &all);
+  std::vector<float> out(n * V);
+  if (n) m.dev.download(all, out.data(), out.size() * 4);
+  return out;
 }
 
 std::vector<uint32_t> dsv4_gpu_model::kind_layers() const {

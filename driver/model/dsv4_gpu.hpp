@@ -4,8 +4,8 @@
 // host reads back only the logits (or the greedy token id). The math is the CPU graph's (dsv4_forward.hpp) with the
 // kernels of include/cmfx/vk/kernels.hpp; tests/parity/cases_model.cpp compares the two on the toy.
 //
-// Scope of this version: one sequence, one token per submission (a prompt runs token by token), QAT options off,
-// f32 activations. The per-sequence state (window rings, compressor windows, compressed entries, indexer keys)
+// Scope of this version: one sequence; a prompt runs in chunks of positions (dsv4_gpu_chunk.cpp), decode one token
+// per submission; QAT options off; f32 activations (int8 for the experts at decode). The per-sequence state (window rings, compressor windows, compressed entries, indexer keys)
 // lives on the device for up to `max_ctx` positions.
 #include <cstdint>
 #include <memory>
@@ -39,6 +39,10 @@ struct dsv4_gpu_options {
   uint64_t vram_budget = 0;
   /// Host threads that copy streamed experts into the upload ring (expert cache only; at most the cores).
   uint32_t copy_threads = 8;
+  /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
+  /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
+  /// compressor rings ≥ chunk + 2·ratio, so the state grows with it. Not with the expert cache (token by token).
+  uint32_t prefill_chunk = 256;
   bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
   std::vector<uint32_t> profile_layers;  ///< with profile: also a timestamp after every op of these layers
@@ -81,8 +85,11 @@ class dsv4_gpu_model final : public gpu_graph {
   std::vector<float> step(uint32_t token, bool want_logits, dsv4_trace* trace = nullptr);
   /// Runs `token` and returns the argmax of its logits, computed on the device (4 bytes read back).
   uint32_t step_greedy(uint32_t token) override;
-  /// Token by token (V4 has no prefill-specific behaviour).
+  /// Several positions: in chunks of prefill_chunk (one recording each), or token by token (chunk 0/1, the expert
+  /// cache, a single id). last: the logits of the last id.
   std::vector<float> forward(std::span<const uint32_t> ids, bool last) override;
+  /// Tests: the chunked path on ids (≤ prefill_chunk of them, one chunk) with the logits of every row [n, vocab].
+  std::vector<float> forward_chunk_rows(std::span<const uint32_t> ids);
   uint32_t vocab() const noexcept override { return config().vocab; }
   uint32_t experts() const noexcept override { return config().experts; }
   uint32_t layer_count() const noexcept override { return config().layers; }

@@ -43,6 +43,15 @@ struct dsv4_gpu_layer {
 };
 
 struct gpu_recording;  // gpu_recording.hpp: one token's command buffer, recorded ahead
+/// The scratch of one chunk of up to C positions (allocated on the first chunk).
+struct dsv4_gpu_chunk_bufs {
+  uint32_t C = 0;
+  gpu::buffer X, Xn, partials, coeff, u, qr, q, o, z, attn_out, kvc, ckv, csc, ikv, isc, iq, iw, score, picks,
+      rlogits, ridx, rw, moe_h, moe_out, sh_g, sh_u, sh_out, attn_x;
+  gpu::buffer tokens, counts, idx_swa, idx_csa, idx_hca, win4, win128;
+  uint64_t hca_keys_cap = 0;
+};
+
 
 struct dsv4_gpu_model::impl {
   dsv4_config cfg;
@@ -59,8 +68,10 @@ struct dsv4_gpu_model::impl {
   float hc_head_scale = 1.0f;
   uint64_t weight_bytes = 0, token_bytes = 0, state_bytes = 0;
 
-  // position tables: cos/sin [max_ctx, rope_dim] of the two rope tables (f32)
-  gpu::buffer cs_swa, cs_comp;
+  // position tables: cos/sin [max_ctx, rope_dim] of the two rope tables (f32); the compressed entries' (entry j
+  // of ratio r at position j·r: [max_ctx / r, rope_dim]) for the prefill chunks
+  gpu::buffer cs_swa, cs_comp, cs_ent4, cs_ent128;
+  uint64_t ring_rows = 0;  // window ring rows: window + prefill_chunk (positions p at row p % ring_rows)
   // per-token parameters
   gpu::buffer swa_idx, token, win4, win128;
   // scratch
@@ -83,6 +94,8 @@ struct dsv4_gpu_model::impl {
   /// The next position's recording, made while the device ran the current one (pipelined decode).
   std::shared_ptr<gpu_recording> next;
 
+  std::unique_ptr<dsv4_gpu_chunk_bufs> ch;  // allocated by the first chunk
+
   impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);
   void upload_weights(const dsv4_weights& w);  // dsv4_gpu_weights.cpp
   void alloc_state();                          // dsv4_gpu_weights.cpp
@@ -90,6 +103,12 @@ struct dsv4_gpu_model::impl {
   void run(uint32_t token, int logits_mode, dsv4_trace* trace);
   /// The token-independent work of position t (everything but the embedding and the token id).
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode);
+  // dsv4_gpu_chunk.cpp
+  void alloc_chunk();
+  /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk); want_logits: the last row's into
+  /// `logits`; all_logits (optional): every row's [n, vocab]. Returns after it ran.
+  void run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits);
+  void prefill(std::span<const uint32_t> ids, bool want_logits);
 };
 
 }  // namespace cmfx::driver

@@ -47,7 +47,10 @@ void dsv4_gpu_model::impl::upload_weights(const dsv4_weights& w) {
       throw usage_error("gpu model: compressor ratio " + std::to_string(c.ratio) +
                         (c.overlap ? " with" : " without") + " overlap is not a V4 compressor (4 with, 128 without)");
     g.ratio = c.ratio, g.width = c.width, g.overlap = c.overlap, g.cw = c.coff() * c.width;
-    g.cap = c.coff() * c.ratio;
+    // pending-window ring: whole windows (a multiple of the ratio); with prefill chunks ≥ chunk + 2·ratio rows so a
+    // chunk never overwrites a row its own pools still read (dsv4_gpu_chunk.cpp)
+    g.cap = opt.prefill_chunk > 1 ? uint32_t((opt.prefill_chunk + c.ratio - 1) / c.ratio * c.ratio + 2 * c.ratio)
+                                  : c.coff() * c.ratio;
     g.wkv = mat(c.wkv);
     g.wgate = mat(c.wgate);
     g.ape = vec(c.ape);
@@ -108,10 +111,16 @@ void dsv4_gpu_model::impl::alloc_state() {
   cs_swa = upload_rope_table(dev, dsv4_rope_config(c, false), ctx);
   cs_comp = upload_rope_table(dev, dsv4_rope_config(c, true), ctx);
   state_bytes += cs_swa.size() + cs_comp.size();
+  if (opt.prefill_chunk > 1) {  // entry j of ratio r ropes at its window's first position j·r
+    cs_ent4 = upload_rope_table(dev, dsv4_rope_config(c, true), std::max<uint64_t>(ctx / 4, 1), 4);
+    cs_ent128 = upload_rope_table(dev, dsv4_rope_config(c, true), std::max<uint64_t>(ctx / 128, 1), 128);
+    state_bytes += cs_ent4.size() + cs_ent128.size();
+  }
+  ring_rows = W + (opt.prefill_chunk > 1 ? opt.prefill_chunk : 0);
   uint64_t max_score = 1;
   for (uint32_t l = 0; l < c.layers; ++l) {
     dsv4_gpu_layer& G = layers[l];
-    G.ring = buf(W * hd * f);
+    G.ring = buf(ring_rows * hd * f);
     auto comp_state = [&](dsv4_gpu_comp& g) {
       g.max_entries = std::max<uint64_t>(ctx / g.ratio, 1);
       g.kv = buf(uint64_t(g.cap) * g.cw * f);

@@ -21,12 +21,12 @@ gpu::gpu_matrix upload_row_groups(gpu::device& dev, const dsv4_matrix& m, uint64
   return gpu::upload_matrix(dev, format::f32, v);
 }
 
-gpu::buffer upload_rope_table(gpu::device& dev, const rope_config& rc, uint64_t max_ctx) {
+gpu::buffer upload_rope_table(gpu::device& dev, const rope_config& rc, uint64_t count, uint64_t stride) {
   const rope_table rt(rc);
   std::vector<double> cs(rc.dim);
-  std::vector<float> tab(max_ctx * rc.dim);
-  for (uint64_t p = 0; p < max_ctx; ++p) {
-    rt.rotation(int64_t(p), cs);
+  std::vector<float> tab(count * rc.dim);
+  for (uint64_t p = 0; p < count; ++p) {
+    rt.rotation(int64_t(p * stride), cs);
     for (uint32_t i = 0; i < rc.dim; ++i) tab[p * rc.dim + i] = float(cs[i]);
   }
   gpu::buffer b = dev.alloc(tab.size() * 4);

@@ -18,8 +18,9 @@ inline uint64_t view_bytes(const matrix_view& v) { return v.data_bytes + v.scale
 /// o_lora < 128) — then decoded to f32 (the same values).
 gpu::gpu_matrix upload_row_groups(gpu::device& dev, const dsv4_matrix& m, uint64_t group_rows);
 
-/// cos/sin [max_ctx, rope_dim] (f32) of every position < max_ctx of rope table `rc`.
-gpu::buffer upload_rope_table(gpu::device& dev, const rope_config& rc, uint64_t max_ctx);
+/// cos/sin [count, rope_dim] (f32) of positions 0, stride, 2·stride, … of rope table `rc` (stride 1: every
+/// position < count; stride r: the compressed entries of ratio r, each at its window's first position).
+gpu::buffer upload_rope_table(gpu::device& dev, const rope_config& rc, uint64_t count, uint64_t stride = 1);
 
 /// A sequence's device state (the graphs' state_buffers()): copied into `snap` (allocated on first use, one buffer
 /// each), copied back, or zeroed — one submission each, waited for.

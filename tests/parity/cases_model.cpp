@@ -82,6 +82,73 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
   return {};
 }
 
+/// Prefill chunks (dsv4_gpu_options::prefill_chunk, dsv4_gpu_chunk.cpp): the first `prompt` positions run as
+/// chunks of `chunk` rows (the last one ragged) with the logits of every row compared with the CPU's token-by-token
+/// logits (bounds as run_toy); then `decode` single steps continue from the state the chunks left, with their
+/// logits, routed experts and indexer picks compared — a chunk that wrote a ring row, an entry or a pending window
+/// wrongly shows up there.
+std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t decode,
+                       uint64_t seed, std::string& info) {
+  dsv4_options co;
+  co.threads = 1;
+  auto cpu = dsv4_model::open(path, co);
+  dsv4_gpu_options go;
+  go.max_ctx = prompt + decode;
+  go.prefill_chunk = chunk;
+  dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
+  const dsv4_config& cf = cpu->config();
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
+  std::vector<uint32_t> ids(prompt + decode);
+  for (auto& id : ids) id = pick(g);
+  dsv4_state st = cpu->new_state();
+  dsv4_trace tc, tg;
+  double worst_nmse = 0, worst_rel = 0;
+  uint64_t ties = 0, chunks = 0;
+  auto check = [&](uint64_t t, const float* lg, const std::vector<float>& lc) -> std::string {
+    const stats m = compare(lg, lc.data(), lc.size());
+    const double rel = m.max_abs / std::max(1.0, m.ref_max);
+    worst_nmse = std::max(worst_nmse, m.nmse);
+    worst_rel = std::max(worst_rel, rel);
+    if (m.nonfinite_mismatch || !(m.nmse <= kModelNmse) || !(rel <= kModelMaxAbsRel)) {
+      std::string i;
+      return "position " + std::to_string(t) + ": " + verdict(m, kModelNmse, i, kModelMaxAbsRel) + " (" + i + ")";
+    }
+    const auto ac = std::max_element(lc.begin(), lc.end()) - lc.begin();
+    const auto ag = std::max_element(lg, lg + lc.size()) - lg;
+    if (ac != ag) {
+      std::vector<float> srt(lc);
+      std::partial_sort(srt.begin(), srt.begin() + 2, srt.end(), std::greater<float>());
+      if (srt[0] - srt[1] >= kTieMargin * std::max(1.0, m.ref_max))
+        return "position " + std::to_string(t) + ": argmax " + std::to_string(ag) + " vs CPU " + std::to_string(ac);
+      ++ties;
+    }
+    return {};
+  };
+  for (uint64_t b = 0; b < prompt; b += chunk, ++chunks) {
+    const uint64_t e = std::min<uint64_t>(prompt, b + chunk);
+    const std::vector<float> lg = gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b));
+    if (gpu.pos() != e) return "position after the chunk " + std::to_string(gpu.pos()) + ", expected " + std::to_string(e);
+    for (uint64_t t = b; t < e; ++t) {
+      const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last);
+      if (auto w = check(t, lg.data() + (t - b) * cf.vocab, lc); !w.empty()) return "chunk row, " + w;
+    }
+  }
+  for (uint64_t t = prompt; t < prompt + decode; ++t) {
+    const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
+    const std::vector<float> lg = gpu.step(ids[t], true, &tg);
+    if (auto w = check(t, lg.data(), lc); !w.empty()) return "decode after the chunks, " + w;
+  }
+  if (auto w = first_diff(tc.experts, tg.experts, "routed experts (decode after the chunks)"); !w.empty()) return w;
+  if (auto w = first_diff(tc.topk, tg.topk, "indexer picks (decode after the chunks)"); !w.empty()) return w;
+  char b[220];
+  std::snprintf(b, sizeof b, "%llu chunks of <= %u rows + %llu steps: worst nmse %.2e, max_abs/max %.2e, near-ties %llu",
+                (unsigned long long)chunks, chunk, (unsigned long long)decode, worst_nmse, worst_rel,
+                (unsigned long long)ties);
+  info = b;
+  return {};
+}
+
 /// Snapshots and resets of the device state (what `cmfx run -i` relies on): after save_snapshot at position 24,
 /// 12 more tokens, restore_snapshot and the same 12 tokens again give bit-identical logits; a reset and the first
 /// 24 tokens again reproduce the first logits bit for bit (the GPU graph is deterministic).
@@ -183,6 +250,17 @@ void model_cases(suite& s) {
   });
   s.run("model_v4", "-", "release toy (FP8 dense, MXFP4 experts), 40 tokens", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("release", "native"), 40, seed, info);
+  });
+  // chunk 37: ragged chunks, ring wraps (window 16 + 37 rows), entries closing mid-chunk, the first ratio-128
+  // entry (position 127) inside a chunk; chunk 1 = every position its own chunk path (the state layout of decode)
+  s.run("model_v4", "-", "prefill chunks of 37, cmf f32 toy, 140 + 12 positions", [&](uint64_t seed, std::string& info) {
+    return chunk_case(s, files.make("cmf", "f32"), 37, 140, 12, seed, info);
+  });
+  s.run("model_v4", "-", "prefill chunks of 16, cmf q4tp toy, 40 + 8 positions", [&](uint64_t seed, std::string& info) {
+    return chunk_case(s, files.make("cmf", "q4tp"), 16, 40, 8, seed, info);
+  });
+  s.run("model_v4", "-", "prefill chunks of 24, release toy, 50 + 6 positions", [&](uint64_t seed, std::string& info) {
+    return chunk_case(s, files.make("release", "native"), 24, 50, 6, seed, info);
   });
   s.run("model_v4", "-", "expert cache (--vram-budget), cmf q4tp toy, 48 tokens", [&](uint64_t seed, std::string& info) {
     return cache_case(s, files.make("cmf", "q4tp"), 48, seed, info);

@@ -1,0 +1,317 @@
+// A prefill chunk of the V4 graph: T consecutive positions recorded as one command buffer, every op batched over
+// the T rows (dsv4-architecture.md §3; the CPU twin is dsv4_forward.cpp's token loop). Weights are read once per
+// chunk (GEMM tiles of 8 rows for the dense projections, kernels::moe's expert-grouped path for the experts)
+// instead of once per token, and the ~1900 dependent dispatches of a step are paid once per chunk.
+//
+// What makes a chunk equal to T single steps:
+// - the window ring holds W + C rows (C = dsv4_gpu_options::prefill_chunk) and the compressor rings a multiple of
+//   the ratio ≥ C + 2·ratio, so a chunk's rows never overwrite a row one of its positions still reads;
+// - each row's key list is its own (window slots of its position, the HCA entries finished at its position), and
+//   the indexer's top-k over the entries finished at the chunk's end drops, per row, the entries not yet finished
+//   at that row's position (index_score counts, kernels::pick_keys);
+// - the entries closing inside the chunk are pooled together, each roped at its window's first position (the
+//   per-ratio entry rope tables).
+// Per-chunk parameters (embeddings, key lists, window rows) are uploaded before the recording runs.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/formats/format_list.hpp"
+#include "cmfx/vk/device.hpp"
+#include "dsv4_gpu_internal.hpp"
+#include "gpu_upload.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+
+using gpu::view;
+
+view rows(const gpu::buffer& b, uint64_t r0, uint64_t n, uint64_t floats) {
+  return view(b, r0 * floats * 4, n * floats * 4);
+}
+
+}  // namespace
+
+void dsv4_gpu_model::impl::alloc_chunk() {
+  const dsv4_config& c = cfg;
+  const uint64_t C = opt.prefill_chunk, d = c.dim, hd = c.head_dim, W = c.window, f = 4;
+  auto cb = std::make_unique<dsv4_gpu_chunk_bufs>();
+  cb->C = uint32_t(C);
+  auto buf = [&](uint64_t bytes) { return dev.alloc(std::max<uint64_t>(bytes, 16)); };
+  gpu::kernels::hc_shape sh;
+  sh.hc = c.hc, sh.d = c.dim;
+  const uint64_t hcd = uint64_t(c.hc) * d, mix_rows = uint64_t(2 + c.hc) * c.hc;
+  cb->X = buf(C * hcd * f), cb->Xn = buf(C * hcd * f);
+  cb->partials = buf(k.hc_partials_bytes(sh, uint32_t(C), uint32_t(mix_rows)));
+  cb->coeff = buf(C * gpu::kernels::hc_coeff_floats(c.hc) * f);
+  cb->u = buf(C * d * f), cb->attn_out = buf(C * d * f), cb->moe_out = buf(C * d * f), cb->sh_out = buf(C * d * f);
+  cb->qr = buf(C * c.q_lora * f);
+  cb->q = buf(C * c.heads * hd * f), cb->o = buf(C * c.heads * hd * f);
+  cb->z = buf(C * c.o_groups * c.o_lora * f);
+  cb->kvc = buf(C * hd * f);
+  uint64_t cw = 1, icw = 1, ne4 = 1, ne128 = 1;
+  for (const dsv4_gpu_layer& G : layers) {
+    if (G.kind.ratio) {
+      cw = std::max<uint64_t>(cw, G.comp.cw);
+      (G.comp.ratio == 4 ? ne4 : ne128) = std::max<uint64_t>(G.comp.ratio == 4 ? ne4 : ne128, G.comp.max_entries);
+    }
+    if (G.kind.indexer) icw = std::max<uint64_t>(icw, G.ix.cw), ne4 = std::max<uint64_t>(ne4, G.ix.max_entries);
+  }
+  cb->ckv = buf(C * cw * f), cb->csc = buf(C * cw * f), cb->ikv = buf(C * icw * f), cb->isc = buf(C * icw * f);
+  cb->iq = buf(C * c.index_heads * c.index_head_dim * f), cb->iw = buf(C * c.index_heads * f);
+  cb->score = buf(C * ne4 * f);
+  cb->picks = buf(C * c.index_topk * f);
+  cb->rlogits = buf(C * c.experts * f);
+  cb->ridx = buf(C * c.top_k * f), cb->rw = buf(C * c.top_k * f);
+  uint64_t moe_floats = 0;
+  for (const dsv4_gpu_layer& G : layers)
+    moe_floats = std::max(moe_floats, gpu::kernels::moe_scratch_floats(G.moe, uint32_t(C), c.top_k));
+  cb->moe_h = buf(moe_floats * f);
+  cb->sh_g = buf(C * c.moe_inter * f), cb->sh_u = buf(C * c.moe_inter * f);
+  {  // split scratch of every row count a chunk can have
+    gpu::kernels::attn_shape as;
+    as.heads = c.heads, as.head_dim = uint32_t(hd);
+    uint64_t mx = 0;
+    for (uint32_t r = 1; r <= C; ++r) as.rows = r, mx = std::max(mx, gpu::kernels::attn_scratch_floats(as));
+    cb->attn_x = buf(mx * f);
+  }
+  cb->tokens = buf(C * 4), cb->counts = buf(C * 4);
+  cb->idx_swa = buf(C * W * 4);
+  cb->idx_csa = buf(C * (W + c.index_topk) * 4);
+  cb->hca_keys_cap = W + ne128;
+  cb->idx_hca = buf(C * cb->hca_keys_cap * 4);
+  cb->win4 = buf((C / 4 + 2) * 8), cb->win128 = buf((C / 128 + 2) * 8);
+  ch = std::move(cb);
+}
+
+void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits) {
+  const dsv4_config& cf = cfg;
+  const uint32_t T = uint32_t(toks.size());
+  if (T == 0) return;
+  if (!ch) alloc_chunk();
+  dsv4_gpu_chunk_bufs& B = *ch;
+  if (T > B.C) throw std::logic_error("gpu model: chunk longer than prefill_chunk");
+  if (pos + T > opt.max_ctx)
+    throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + T - 1) +
+                      " reach beyond the device context of " + std::to_string(opt.max_ctx) + " positions (--ctx)");
+  for (uint32_t tok : toks)
+    if (tok >= cf.vocab) throw usage_error("gpu model: token id " + std::to_string(tok) + " >= vocab " + std::to_string(cf.vocab));
+  next.reset();
+  const uint64_t P = pos, d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window, R = ring_rows;
+  const uint32_t H = cf.heads, IH = cf.index_heads, IHD = cf.index_head_dim, E = cf.experts, K = cf.top_k,
+                 TK = cf.index_topk;
+  const float eps = float(cf.norm_eps);
+  gpu::kernels::hc_shape sh;
+  sh.hc = uint32_t(hc), sh.d = uint32_t(d), sh.norm_eps = eps, sh.hc_eps = float(cf.hc_eps), sh.iters = cf.hc_iters;
+  const uint32_t mix_rows = uint32_t((2 + hc) * hc);
+
+  // ---- per-chunk parameters (host → device before the recording runs)
+  uint32_t off4 = 0, off128 = 0, cap4 = 0, cap128 = 0;  // entry offsets in the key lists, ring rows per ratio
+  for (const dsv4_gpu_layer& G : layers)
+    if (G.kind.ratio) (G.comp.ratio == 4 ? off4 : off128) = uint32_t(G.comp.max_entries),
+                      (G.comp.ratio == 4 ? cap4 : cap128) = G.comp.cap;
+  const uint64_t ne128_end = (P + T) / 128, hca_keys = W + std::max<uint64_t>(ne128_end, 1);
+  {
+    std::vector<float> xe(uint64_t(T) * hc * d);
+    std::vector<float> row(d);
+    for (uint32_t t = 0; t < T; ++t) {
+      visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, toks[t], row.data()); });
+      for (uint64_t j = 0; j < hc; ++j) std::memcpy(xe.data() + (t * hc + j) * d, row.data(), d * 4);
+    }
+    dev.upload(rows(B.X, 0, T, hc * d), xe.data(), xe.size() * 4);
+    dev.upload(view(B.tokens, 0, T * 4), toks.data(), T * 4);
+    std::vector<uint32_t> counts(T);
+    std::vector<int32_t> iswa(uint64_t(T) * W, -1), icsa(uint64_t(T) * (W + TK), -1), ihca(uint64_t(T) * hca_keys, -1);
+    for (uint32_t t = 0; t < T; ++t) {
+      const uint64_t p = P + t, s0 = p + 1 > W ? p + 1 - W : 0;
+      counts[t] = uint32_t((p + 1) / 4);
+      for (uint64_t s = s0; s <= p; ++s) {
+        const int32_t slot = int32_t(s % R);
+        iswa[t * W + (s - s0)] = slot;
+        icsa[t * (W + TK) + (s - s0)] = slot + int32_t(off4);
+        ihca[t * hca_keys + (s - s0)] = slot + int32_t(off128);
+      }
+      for (uint64_t j = 0; j < (p + 1) / 128; ++j) ihca[t * hca_keys + W + j] = int32_t(j);
+    }
+    dev.upload(view(B.counts, 0, T * 4), counts.data(), T * 4);
+    dev.upload(view(B.idx_swa, 0, iswa.size() * 4), iswa.data(), iswa.size() * 4);
+    dev.upload(view(B.idx_csa, 0, icsa.size() * 4), icsa.data(), icsa.size() * 4);
+    dev.upload(view(B.idx_hca, 0, ihca.size() * 4), ihca.data(), ihca.size() * 4);
+    // closing windows per ratio: their first ring row and (overlap) the previous window's
+    for (const uint32_t r : {4u, 128u}) {
+      const uint32_t cap = r == 4 ? cap4 : cap128;
+      if (!cap) continue;
+      std::vector<uint32_t> w2;
+      for (uint64_t j = P / r; j < (P + T) / r; ++j) {
+        const uint64_t ws = j * r;
+        w2.push_back(uint32_t(ws % cap));
+        w2.push_back(r == 4 && ws >= r ? uint32_t((ws - r) % cap) : 0xFFFFFFFFu);  // V4: ratio 4 overlaps
+      }
+      if (!w2.empty()) dev.upload(view(r == 4 ? B.win4 : B.win128, 0, w2.size() * 4), w2.data(), w2.size() * 4);
+    }
+  }
+
+  // ---- the recording
+  gpu::commands c = dev.begin();
+  c.barrier();
+  // T rows of a ring of `cap` rows starting at position P: at most two copies (the wrap).
+  auto to_ring = [&](const gpu::buffer& src, const gpu::buffer& ring, uint64_t cap, uint64_t floats) {
+    const uint64_t s0 = P % cap, n0 = std::min<uint64_t>(T, cap - s0);
+    c.copy(rows(src, 0, n0, floats), rows(ring, s0, n0, floats), n0 * floats * 4);
+    if (n0 < T) c.copy(rows(src, n0, T - n0, floats), rows(ring, 0, T - n0, floats), (T - n0) * floats * 4);
+  };
+  const view cs_swa_t = rows(cs_swa, P, T, rd), cs_comp_t = rows(cs_comp, P, T, rd);
+  gpu::buffer* Xc = &B.X;
+  gpu::buffer* Xcn = &B.Xn;
+  k.hc_mix(c, sh, *Xc, layers.at(0).hc_attn_fn, mix_rows, T, B.partials);
+  for (uint32_t l = 0; l < cf.layers; ++l) {
+    dsv4_gpu_layer& G = layers[l];
+    const dsv4_layer_kind& kind = G.kind;
+    const view cs_t = kind.ratio ? cs_comp_t : cs_swa_t;
+    // ---- attention sublayer
+    k.hc_pre_finish(c, sh, B.partials, *Xc, G.hc_attn_base, G.hc_attn_scale, T, B.coeff, B.u, G.attn_norm);
+    c.begin_concurrent();
+    k.matmul(c, G.wq_a, B.u, T, B.qr);
+    k.matmul(c, G.wkv, B.u, T, B.kvc);
+    if (kind.ratio) {
+      k.matmul(c, G.comp.wkv, B.u, T, B.ckv);
+      k.matmul(c, G.comp.wgate, B.u, T, B.csc);
+    }
+    if (kind.indexer) {
+      k.matmul(c, G.ix.wkv, B.u, T, B.ikv);
+      k.matmul(c, G.ix.wgate, B.u, T, B.isc);
+      k.matmul(c, G.ix_wp, B.u, T, B.iw);
+    }
+    c.end_concurrent();
+    c.begin_concurrent();
+    k.rmsnorm(c, B.qr, G.q_norm, B.qr, T, cf.q_lora, eps);
+    k.rmsnorm(c, B.kvc, G.kv_norm, B.kvc, T, uint32_t(hd), eps);
+    if (kind.ratio) k.add_tiled(c, G.comp.ape, kind.ratio, uint32_t(P % kind.ratio), B.csc, T, G.comp.cw);
+    if (kind.indexer) {
+      k.add_tiled(c, G.ix.ape, G.ix.ratio, uint32_t(P % G.ix.ratio), B.isc, T, G.ix.cw);
+      k.scale(c, B.iw, uint64_t(T) * IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
+    }
+    c.end_concurrent();
+    c.begin_concurrent();
+    k.matmul(c, G.wq_b, B.qr, T, B.q);
+    if (kind.indexer) k.matmul(c, G.ix_wq_b, B.qr, T, B.iq);
+    k.rope(c, B.kvc, cs_t, T, 1, uint32_t(hd), uint32_t(rd), false);
+    c.end_concurrent();
+    // this chunk's rows into the rings (window KV, the compressors' pending windows)
+    to_ring(B.kvc, G.ring, R, hd);
+    if (kind.ratio) {
+      to_ring(B.ckv, G.comp.kv, G.comp.cap, G.comp.cw);
+      to_ring(B.csc, G.comp.score, G.comp.cap, G.comp.cw);
+    }
+    if (kind.indexer) {
+      to_ring(B.ikv, G.ix.kv, G.ix.cap, G.ix.cw);
+      to_ring(B.isc, G.ix.score, G.ix.cap, G.ix.cw);
+    }
+    // the entries closing inside the chunk: pooled, then roped at their windows' first positions
+    const uint64_t ne0 = kind.ratio ? P / kind.ratio : 0, ne1 = kind.ratio ? (P + T) / kind.ratio : 0;
+    auto pool = [&](dsv4_gpu_comp& g) {
+      gpu::kernels::pool_shape ps;
+      ps.entries = uint32_t(ne1 - ne0), ps.ratio = g.ratio, ps.width = g.width, ps.row_floats = g.cw,
+      ps.overlap = g.overlap, ps.eps = eps;
+      if (ne1 > g.max_entries) throw std::logic_error("gpu model: compressed entries beyond max_ctx");
+      k.compress_pool(c, ps, g.kv, g.score, g.ratio == 4 ? B.win4 : B.win128, g.norm, rows(g.entries, ne0, ne1 - ne0, g.width));
+    };
+    c.begin_concurrent();
+    if (cf.per_head_q_norm) k.rmsnorm(c, B.q, view(), B.q, T * H, uint32_t(hd), eps);
+    if (kind.indexer) k.rope(c, B.iq, cs_t, T, IH, IHD, uint32_t(rd), false);
+    if (ne1 > ne0) {
+      pool(G.comp);
+      if (kind.indexer) pool(G.ix);
+    }
+    c.end_concurrent();
+    c.begin_concurrent();
+    k.rope(c, B.q, cs_t, T, H, uint32_t(hd), uint32_t(rd), false);
+    if (ne1 > ne0) {
+      const gpu::buffer& cs_e = kind.ratio == 4 ? cs_ent4 : cs_ent128;
+      k.rope(c, rows(G.comp.entries, ne0, ne1 - ne0, G.comp.width), rows(cs_e, ne0, ne1 - ne0, rd),
+             uint32_t(ne1 - ne0), 1, G.comp.width, uint32_t(rd), false);
+      if (kind.indexer)
+        k.rope(c, rows(G.ix.entries, ne0, ne1 - ne0, G.ix.width), rows(cs_e, ne0, ne1 - ne0, rd), uint32_t(ne1 - ne0),
+               1, G.ix.width, uint32_t(rd), false);
+    }
+    c.end_concurrent();
+    // indexer: scores of the entries finished at each row's position, top-k, into the rows' key lists
+    if (kind.indexer && ne1 > 0) {
+      gpu::kernels::index_shape is;
+      is.rows = T, is.heads = IH, is.head_dim = IHD, is.n = uint32_t(ne1);
+      k.index_score(c, is, B.iq, G.ix.entries, B.iw, B.counts, B.score);
+      k.topk(c, B.score, T, uint32_t(ne1), TK, B.picks, true);
+      k.pick_keys(c, B.picks, B.counts, T, TK, B.idx_csa, uint32_t(W + TK), uint32_t(W));
+    }
+    // sparse attention with sink over each row's [window | compressed] keys, inverse rope of the output's tail
+    gpu::kernels::attn_shape as;
+    as.rows = T, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
+    if (kind.ratio) {
+      as.keys = uint32_t(kind.indexer ? W + TK : hca_keys);
+      as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(R);
+      k.sparse_attention(c, as, B.q, G.comp.entries, G.ring, kind.indexer ? B.idx_csa : view(B.idx_hca, 0, uint64_t(T) * hca_keys * 4),
+                         G.sink, B.o, B.attn_x);
+    } else {
+      as.keys = uint32_t(W), as.kv_a_rows = uint32_t(R), as.kv_b_rows = 0;
+      k.sparse_attention(c, as, B.q, G.ring, view(), B.idx_swa, G.sink, B.o, B.attn_x);
+    }
+    k.rope(c, B.o, cs_t, T, H, uint32_t(hd), uint32_t(rd), true);
+    // grouped output projection over the chunk: z[t, g] = wo_a[g] · o[t, g], then wo_b · z
+    const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
+    c.begin_concurrent();
+    for (uint64_t g = 0; g < Gs; ++g)
+      k.matmul_rows(c, G.wo_a, g * ol, (g + 1) * ol, view(B.o, g * gcols * 4, (uint64_t(T - 1) * H * hd + gcols) * 4), T,
+                    uint64_t(H) * hd, view(B.z, g * ol * 4, (uint64_t(T - 1) * Gs * ol + ol) * 4), Gs * ol);
+    c.end_concurrent();
+    k.matmul(c, G.wo_b, B.z, T, B.attn_out);
+    k.hc_post(c, sh, B.attn_out, *Xc, B.coeff, T, *Xcn, G.hc_ffn_fn, mix_rows, B.partials);
+    std::swap(Xc, Xcn);
+    // ---- MoE sublayer
+    k.hc_pre_finish(c, sh, B.partials, *Xc, G.hc_ffn_base, G.hc_ffn_scale, T, B.coeff, B.u, G.ffn_norm);
+    route_config rc;
+    rc.top_k = K;
+    rc.route_scale = float(cf.route_scale);
+    c.begin_concurrent();
+    k.matmul(c, G.gate, B.u, T, B.rlogits);
+    if (G.shared_apart) {
+      k.matmul(c, G.sh_gate, B.u, T, B.sh_g);
+      k.matmul(c, G.sh_up, B.u, T, B.sh_u);
+    }
+    c.end_concurrent();
+    if (kind.hash)
+      k.route_hash(c, B.rlogits, G.tid2eid, cf.vocab, B.tokens, T, E, rc, view(), B.ridx, B.rw);
+    else
+      k.route_score(c, B.rlogits, G.gate_bias, T, E, rc, view(), B.ridx, B.rw);
+    k.moe(c, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h, B.moe_out);
+    if (G.shared_apart) {
+      k.swiglu_clamp(c, B.sh_g, B.sh_u, B.sh_g, uint64_t(T) * cf.moe_inter, float(cf.swiglu_limit));
+      k.matmul(c, G.sh_down, B.sh_g, T, B.sh_out);
+      k.add(c, B.sh_out, B.moe_out, uint64_t(T) * d);
+    }
+    const bool last = l + 1 == cf.layers;
+    k.hc_post(c, sh, B.moe_out, *Xc, B.coeff, T, *Xcn, last ? view(hc_head_fn) : view(layers[l + 1].hc_attn_fn),
+              last ? uint32_t(hc) : mix_rows, B.partials);
+    std::swap(Xc, Xcn);
+  }
+  if (want_logits || all_logits) {
+    k.hc_head_finish(c, sh, B.partials, *Xc, hc_head_base, hc_head_scale, T, B.coeff, B.u, norm);
+    if (all_logits) k.matmul(c, head, B.u, T, *all_logits);
+    else k.matmul(c, head, rows(B.u, T - 1, 1, d), 1, logits);
+  }
+  dispatches = c.dispatch_count();
+  dev.submit(c);
+  pos += T;
+}
+
+void dsv4_gpu_model::impl::prefill(std::span<const uint32_t> ids, bool want_logits) {
+  const uint32_t C = opt.prefill_chunk;
+  for (size_t b = 0; b < ids.size(); b += C) {
+    const size_t e = std::min(ids.size(), b + C);
+    run_chunk(ids.subspan(b, e - b), want_logits && e == ids.size(), nullptr);
+  }
+}
+
+}  // namespace cmfx::driver
