@@ -96,6 +96,10 @@ int main(int argc, char** argv) {
         "--vram-budget", [&](const std::string& v) { run.model_opts.vram_budget = byte_size_flag(v); },
         "--backend vulkan: device memory the model may take (e.g. 96G); experts that do not fit are cached and "
         "copied in per token (default: no limit)");
+  cr->add_option("--prefill-chunk", run.model_opts.prefill_chunk,
+                 "--backend vulkan, V4: prompt positions per device recording (0 or 1: token by token)")
+      ->default_val(run.model_opts.prefill_chunk)
+      ->check(CLI::Range(0u, 4096u));
   cr->add_flag("--stats", run.stats, "--backend vulkan: print the expert-cache statistics at the end");
   cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);
   cr->add_flag("--print-ids", run.print_ids, "Print the prompt and generated token ids on stderr");
@@ -131,6 +135,9 @@ int main(int argc, char** argv) {
   cb->add_option("--copy-threads", bench.copy_threads, "Host threads packing streamed experts (with --vram-budget)")
       ->default_val(bench.copy_threads)
       ->check(CLI::Range(1u, 256u));
+  cb->add_option("--prefill-chunk", bench.prefill_chunk, "V4: prompt positions per device recording (0 or 1: token by token)")
+      ->default_val(bench.prefill_chunk)
+      ->check(CLI::Range(0u, 4096u));
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
 
   tokenize_args tk;
