@@ -191,6 +191,14 @@ int run_bench(const bench_args& a) {
                 far_tps, (unsigned long long)(a.ctx - a.tokens - 1), (unsigned long long)(a.ctx - 1),
                 100.0 * far_tps / std::max(dec_tps, 1e-30));
   }
+  if (a.profile && a.prompt > 1) {  // the prompt again, with a timestamp after every op group of each chunk
+    m.reset();
+    m.set_profile(true, {});
+    (void)m.forward(prompt, true);
+    m.set_profile(false);
+    const std::string pp = m.prefill_profile();
+    if (!pp.empty()) std::printf("prefill device time per op (all layers, all chunks):\n%s", pp.c_str());
+  }
   if (a.profile && a.tokens) {
     m.bench_seek(a.prompt);
     m.set_profile(true, m.kind_layers());  // per-op detail of the first layer of each kind

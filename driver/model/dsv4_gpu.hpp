@@ -94,6 +94,7 @@ class dsv4_gpu_model final : public gpu_graph {
   uint32_t experts() const noexcept override { return config().experts; }
   uint32_t layer_count() const noexcept override { return config().layers; }
   std::vector<uint32_t> kind_layers() const override;
+  std::string prefill_profile() const override;
 
   uint64_t weight_bytes() const noexcept override;     ///< device bytes of the weights
   uint64_t state_bytes() const noexcept override;      ///< device bytes of the sequence state and scratch

@@ -157,6 +157,13 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   // ---- the recording
   gpu::commands c = dev.begin();
   c.barrier();
+  // profiling: a timestamp after each op group, summed per name after the run (≤ 1024 per recording)
+  std::vector<std::pair<const char*, uint32_t>> marks;
+  const bool profiling = opt.profile;
+  uint32_t t_start = profiling ? c.timestamp() : 0;
+  auto stamp = [&](const char* name) {
+    if (profiling) marks.emplace_back(name, c.timestamp());
+  };
   // T rows of a ring of `cap` rows starting at position P: at most two copies (the wrap).
   auto to_ring = [&](const gpu::buffer& src, const gpu::buffer& ring, uint64_t cap, uint64_t floats) {
     const uint64_t s0 = P % cap, n0 = std::min<uint64_t>(T, cap - s0);
@@ -167,12 +174,14 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   gpu::buffer* Xc = &B.X;
   gpu::buffer* Xcn = &B.Xn;
   k.hc_mix(c, sh, *Xc, layers.at(0).hc_attn_fn, mix_rows, T, B.partials);
+  stamp("mhc");
   for (uint32_t l = 0; l < cf.layers; ++l) {
     dsv4_gpu_layer& G = layers[l];
     const dsv4_layer_kind& kind = G.kind;
     const view cs_t = kind.ratio ? cs_comp_t : cs_swa_t;
     // ---- attention sublayer
     k.hc_pre_finish(c, sh, B.partials, *Xc, G.hc_attn_base, G.hc_attn_scale, T, B.coeff, B.u, G.attn_norm);
+    stamp("mhc");
     c.begin_concurrent();
     k.matmul(c, G.wq_a, B.u, T, B.qr);
     k.matmul(c, G.wkv, B.u, T, B.kvc);
@@ -186,6 +195,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       k.matmul(c, G.ix_wp, B.u, T, B.iw);
     }
     c.end_concurrent();
+    stamp("projections of u (wq_a, wkv, compressors, indexer)");
     c.begin_concurrent();
     k.rmsnorm(c, B.qr, G.q_norm, B.qr, T, cf.q_lora, eps);
     k.rmsnorm(c, B.kvc, G.kv_norm, B.kvc, T, uint32_t(hd), eps);
@@ -200,6 +210,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     if (kind.indexer) k.matmul(c, G.ix_wq_b, B.qr, T, B.iq);
     k.rope(c, B.kvc, cs_t, T, 1, uint32_t(hd), uint32_t(rd), false);
     c.end_concurrent();
+    stamp("norms, ape, wq_b, ix_wq_b, kv rope");
     // this chunk's rows into the rings (window KV, the compressors' pending windows)
     to_ring(B.kvc, G.ring, R, hd);
     if (kind.ratio) {
@@ -210,6 +221,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       to_ring(B.ikv, G.ix.kv, G.ix.cap, G.ix.cw);
       to_ring(B.isc, G.ix.score, G.ix.cap, G.ix.cw);
     }
+    stamp("ring copies");
     // the entries closing inside the chunk: pooled, then roped at their windows' first positions
     const uint64_t ne0 = kind.ratio ? P / kind.ratio : 0, ne1 = kind.ratio ? (P + T) / kind.ratio : 0;
     auto pool = [&](dsv4_gpu_comp& g) {
@@ -238,13 +250,16 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
                1, G.ix.width, uint32_t(rd), false);
     }
     c.end_concurrent();
+    stamp("q norm, ropes, pooling");
     // indexer: scores of the entries finished at each row's position, top-k, into the rows' key lists
     if (kind.indexer && ne1 > 0) {
       gpu::kernels::index_shape is;
       is.rows = T, is.heads = IH, is.head_dim = IHD, is.n = uint32_t(ne1);
       k.index_score(c, is, B.iq, G.ix.entries, B.iw, B.counts, B.score);
+      stamp("index_score");
       k.topk(c, B.score, T, uint32_t(ne1), TK, B.picks, true);
       k.pick_keys(c, B.picks, B.counts, T, TK, B.idx_csa, uint32_t(W + TK), uint32_t(W));
+      stamp("topk + pick_keys");
     }
     // sparse attention with sink over each row's [window | compressed] keys, inverse rope of the output's tail
     gpu::kernels::attn_shape as;
@@ -258,6 +273,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(R), as.kv_b_rows = 0;
       k.sparse_attention(c, as, B.q, G.ring, view(), B.idx_swa, G.sink, B.o, B.attn_x);
     }
+    stamp("sparse_attention");
     k.rope(c, B.o, cs_t, T, H, uint32_t(hd), uint32_t(rd), true);
     // grouped output projection over the chunk: z[t, g] = wo_a[g] · o[t, g], then wo_b · z
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
@@ -266,11 +282,15 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       k.matmul_rows(c, G.wo_a, g * ol, (g + 1) * ol, view(B.o, g * gcols * 4, (uint64_t(T - 1) * H * hd + gcols) * 4), T,
                     uint64_t(H) * hd, view(B.z, g * ol * 4, (uint64_t(T - 1) * Gs * ol + ol) * 4), Gs * ol);
     c.end_concurrent();
+    stamp("o inverse rope + wo_a groups");
     k.matmul(c, G.wo_b, B.z, T, B.attn_out);
+    stamp("wo_b");
     k.hc_post(c, sh, B.attn_out, *Xc, B.coeff, T, *Xcn, G.hc_ffn_fn, mix_rows, B.partials);
     std::swap(Xc, Xcn);
+    stamp("mhc");
     // ---- MoE sublayer
     k.hc_pre_finish(c, sh, B.partials, *Xc, G.hc_ffn_base, G.hc_ffn_scale, T, B.coeff, B.u, G.ffn_norm);
+    stamp("mhc");
     route_config rc;
     rc.top_k = K;
     rc.route_scale = float(cf.route_scale);
@@ -285,25 +305,58 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       k.route_hash(c, B.rlogits, G.tid2eid, cf.vocab, B.tokens, T, E, rc, view(), B.ridx, B.rw);
     else
       k.route_score(c, B.rlogits, G.gate_bias, T, E, rc, view(), B.ridx, B.rw);
+    stamp("router + routing");
     k.moe(c, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h, B.moe_out);
     if (G.shared_apart) {
       k.swiglu_clamp(c, B.sh_g, B.sh_u, B.sh_g, uint64_t(T) * cf.moe_inter, float(cf.swiglu_limit));
       k.matmul(c, G.sh_down, B.sh_g, T, B.sh_out);
       k.add(c, B.sh_out, B.moe_out, uint64_t(T) * d);
     }
+    stamp("moe (grouped) + shared");
     const bool last = l + 1 == cf.layers;
     k.hc_post(c, sh, B.moe_out, *Xc, B.coeff, T, *Xcn, last ? view(hc_head_fn) : view(layers[l + 1].hc_attn_fn),
               last ? uint32_t(hc) : mix_rows, B.partials);
     std::swap(Xc, Xcn);
+    stamp("mhc");
   }
   if (want_logits || all_logits) {
     k.hc_head_finish(c, sh, B.partials, *Xc, hc_head_base, hc_head_scale, T, B.coeff, B.u, norm);
     if (all_logits) k.matmul(c, head, B.u, T, *all_logits);
     else k.matmul(c, head, rows(B.u, T - 1, 1, d), 1, logits);
+    stamp("head");
   }
   dispatches = c.dispatch_count();
   dev.submit(c);
   pos += T;
+  if (profiling) {
+    uint32_t prev = t_start;
+    for (const auto& [name, slot] : marks) {
+      auto it = std::find_if(chunk_prof.begin(), chunk_prof.end(), [&](const auto& e) { return e.first == name; });
+      if (it == chunk_prof.end()) it = chunk_prof.insert(chunk_prof.end(), {name, 0.0});
+      it->second += c.seconds(prev, slot);
+      prev = slot;
+    }
+    chunk_prof_rows += T;
+  }
+}
+
+std::string dsv4_gpu_model::prefill_profile() const {
+  const impl& m = *p_;
+  double total = 0;
+  for (const auto& e : m.chunk_prof) total += e.second;
+  std::string out;
+  char b[200];
+  for (const auto& [name, s] : m.chunk_prof) {
+    std::snprintf(b, sizeof b, "  %-52s %9.3f ms  %5.1f %%  (%.3f ms per position)\n", name.c_str(), s * 1e3,
+                  total > 0 ? 100 * s / total : 0.0, m.chunk_prof_rows ? s * 1e3 / double(m.chunk_prof_rows) : 0.0);
+    out += b;
+  }
+  if (!out.empty()) {
+    std::snprintf(b, sizeof b, "  %-52s %9.3f ms over %llu positions\n", "total", total * 1e3,
+                  (unsigned long long)m.chunk_prof_rows);
+    out += b;
+  }
+  return out;
 }
 
 void dsv4_gpu_model::impl::prefill(std::span<const uint32_t> ids, bool want_logits) {

@@ -95,6 +95,8 @@ struct dsv4_gpu_model::impl {
   std::shared_ptr<gpu_recording> next;
 
   std::unique_ptr<dsv4_gpu_chunk_bufs> ch;  // allocated by the first chunk
+  std::vector<std::pair<std::string, double>> chunk_prof;  // profiling: device seconds per chunk op
+  uint64_t chunk_prof_rows = 0;
 
   impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);
   void upload_weights(const dsv4_weights& w);  // dsv4_gpu_weights.cpp

@@ -38,6 +38,9 @@ class gpu_graph {
   virtual void set_profile(bool on, std::vector<uint32_t> layers = {}) = 0;
   /// The first layer of each attention kind (the per-op profile's default selection).
   virtual std::vector<uint32_t> kind_layers() const = 0;
+  /// Device time of the prefill chunks run while profiling was on, per op summed over layers and chunks, one line
+  /// per op ("" where prompts run token by token).
+  virtual std::string prefill_profile() const { return {}; }
   /// Runs ids at positions pos()…; returns the last token's logits [vocab] when `last`, else nothing.
   virtual std::vector<float> forward(std::span<const uint32_t> ids, bool last) = 0;
   /// Runs `token` and returns the argmax of its logits, computed on the device.
