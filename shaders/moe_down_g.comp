@@ -46,18 +46,10 @@ void main() {
   tables_init(r0 / ROWS_PER_WG);
   const row_t R = row_begin(r0 + qi, team);
   for (uint i0 = 0u; i0 < cnt; i0 += MOE_NB) {  // uniform
-    uint xb[MOE_NB];
-    float acc[MOE_NB];
-    [[unroll]] for (uint t = 0u; t < MOE_NB; ++t) {
-      xb[t] = pc.xoff + lists[lb + min(i0 + t, cnt - 1u)] * I;
-      acc[t] = 0.0;
-    }
-    rows_dot_part(R, r0 + qi, xb, MOE_FAST != 0, lane, acc);
-    [[unroll]] for (uint t = 0u; t < MOE_NB; ++t) acc[t] = team_sum(acc[t]);
+#define G_XB(t) pc.xoff + lists[lb + min(i0 + t, cnt - 1u)] * I
+    G_TILE_DOT(R, r0 + qi, MOE_FAST != 0, lane)
     if (team >= ROWS_PER_WG || lane != 0u) continue;
-    [[unroll]] for (uint t = 0u; t < MOE_NB; ++t) {
-      if (i0 + t >= cnt) break;
-      ys[pc.yoff + lists[lb + i0 + t] * d + q] = acc[t];
-    }
+#define G_OUT(t) if (i0 + t < cnt) ys[pc.yoff + lists[lb + i0 + t] * d + q] = acc##t;
+    G_REP(G_OUT)
   }
 }

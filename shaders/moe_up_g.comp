@@ -54,29 +54,24 @@ void main() {
     tables_init(r0 / ROWS_PER_WG);
     const row_t R = row_begin(r0 + qi, team);
     for (uint i0 = 0u; i0 < cnt; i0 += MOE_NB) {  // uniform
-      uint xb[MOE_NB];
-      float acc[MOE_NB];
-      [[unroll]] for (uint t = 0u; t < MOE_NB; ++t) {
-        xb[t] = pc.xoff + (lists[lb + min(i0 + t, cnt - 1u)] / KS) * d;
-        acc[t] = 0.0;
-      }
-      rows_dot_part(R, r0 + qi, xb, MOE_FAST != 0, lane, acc);
-      [[unroll]] for (uint t = 0u; t < MOE_NB; ++t) acc[t] = team_sum(acc[t]);
+#define G_XB(t) pc.xoff + (lists[lb + min(i0 + t, cnt - 1u)] / KS) * d
+      G_TILE_DOT(R, r0 + qi, MOE_FAST != 0, lane)
       if (!writer) continue;
-      [[unroll]] for (uint t = 0u; t < MOE_NB; ++t) {
-        if (i0 + t >= cnt) break;
-        const uint p = lists[lb + i0 + t], hi = pc.yoff + p * I + q;
-        if (pass == 0u) {
-          hs[hi] = acc[t];  // g, read back by this invocation in pass 1
-        } else {
-          const float gv = hs[hi], uv = acc[t];
-          const uint j = p % KS;
-          const float gc = L < gv ? L : gv;                   // std::min(g, limit)
-          const float vc = uv < -L ? -L : (L < uv ? L : uv);  // std::clamp(u, −limit, limit)
-          const float silu = gc / (1.0 + exp(-gc));
-          hs[hi] = silu * vc * (j < MOE_TOPK ? wr[pc.y_stride + (p / KS) * MOE_TOPK + j] : 1.0);
-        }
-      }
+#define G_OUT(t)                                                                          \
+  if (i0 + t < cnt) {                                                                     \
+    const uint p = lists[lb + i0 + t], hi = pc.yoff + p * I + q;                          \
+    if (pass == 0u) {                                                                     \
+      hs[hi] = acc##t; /* g, read back by this invocation in pass 1 */                    \
+    } else {                                                                              \
+      const float gv = hs[hi], uv = acc##t;                                               \
+      const uint j = p % KS;                                                              \
+      const float gc = L < gv ? L : gv;                  /* std::min(g, limit) */         \
+      const float vc = uv < -L ? -L : (L < uv ? L : uv); /* std::clamp(u, −limit, limit) */ \
+      const float silu = gc / (1.0 + exp(-gc));                                           \
+      hs[hi] = silu * vc * (j < MOE_TOPK ? wr[pc.y_stride + (p / KS) * MOE_TOPK + j] : 1.0); \
+    }                                                                                     \
+  }
+      G_REP(G_OUT)
     }
   }
 }

@@ -111,6 +111,24 @@ struct kernels::impl {
     return p;
   }
 
+  /// The tiled GEMM (shaders/gemm.comp) of format f, or nullptr where the device's shared memory cannot hold its
+  /// tiles (64 rows × 64 batch rows × TK columns of f32, plus the format's tables).
+  static constexpr uint32_t gemm_rows = 64, gemm_batch = 64;
+  uint32_t gemm_tk(format f) const { return std::max<uint32_t>(32, detail::gpu_traits(f).chunk); }
+  const detail::pipeline* gemm_pipe(format f, scale_encoding enc) {
+    const uint32_t tk = gemm_tk(f);
+    const uint64_t need = uint64_t(tk) * (gemm_rows + gemm_batch) * 4 + gemm_rows * 32 * 4 + 1024 + 256;
+    if (need > info.max_shared_memory || tk % detail::gpu_traits(f).chunk) return nullptr;
+    const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, 0, 0};
+    if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
+    std::ostringstream d;
+    d << "#define ROWS_PER_WG " << gemm_rows << "\n#define GEMM_TK " << tk << "\n" << detail::tab_defines()
+      << format_defines(f, enc);
+    const detail::pipeline* p = pipe("gemm.comp", d.str(), 256, 6, sizeof(mat_pc));
+    matrix_pipes.emplace(key, p);
+    return p;
+  }
+
   /// Formats the batch-1 row kernel (shaders/matvec_rows.comp) handles: every one whose decode is a value
   /// times one scale per chunk — not q8_2f (a scale per column).
   bool rows_kernel(format f) const { return info.subgroup_arithmetic && !tune.legacy && f != format::q8_2f; }
@@ -174,8 +192,11 @@ struct kernels::impl {
                   bool dequant, bool generic, bool i8 = false, uint64_t R0 = 0, uint64_t R1 = ~uint64_t(0),
                   uint64_t xs = 0, uint64_t ys = 0) {
     const detail::format_gpu g = detail::gpu_traits(w.fmt);
-    const matvec_tuning t = dequant ? matvec_tuning{1, 1} : choose(w.rows, w.cols, nb, w.fmt);
-    const detail::pipeline* p = matrix_pipe(dequant, w.fmt, w.scale_enc, nb, t);
+    // nb == 0: the tiled GEMM for all nt batch rows at once (callers check gemm_ok first)
+    const bool tiled = nb == 0;
+    const matvec_tuning t = dequant ? matvec_tuning{1, 1} : choose(w.rows, w.cols, tiled ? gemm_tile : nb, w.fmt);
+    const detail::pipeline* p = tiled ? gemm_pipe(w.fmt, w.scale_enc) : matrix_pipe(dequant, w.fmt, w.scale_enc, nb, t);
+    if (!p) throw std::logic_error("run_matrix: no tiled GEMM for this format on this device");
     const uint32_t rows_per_wg = dequant ? teams : teams / t.split;
     // i8: x holds activations from quantize_act (common/act_q8.glsl), only the row kernel reads them
     if (i8 && (dequant || generic || nb != 1 || !i8_kernel(w.fmt)))
@@ -193,6 +214,7 @@ struct kernels::impl {
     if (per_row > room) throw usage_error("matrix rows too long for one storage binding on this device");
     uint64_t step = std::min<uint64_t>(RY, room / per_row);
     if (step >= 256) step -= step % 256;
+    if (tiled && step >= gemm_rows) step -= step % gemm_rows;
     // Slices start on a multiple of 4 rows (the row kernel's largest rows per subgroup) past R0, so that a
     // subgroup's rows never straddle an FP8 scale tile (matvec_rows.comp takes row 0's scale for all of them).
     if (step >= 4) step -= step % 4;
@@ -241,10 +263,25 @@ struct kernels::impl {
       pc.fast = !generic && C % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0 && aligned_io;
       const bool rows = rp && pc.fast && tile_safe;
       if (i8 && !rows) throw gpu_error("matvec_q8: this matrix slice cannot take the row kernel");
+      if (tiled && !pc.fast) throw std::logic_error("run_matrix: the tiled GEMM needs the fast layout");
       uint32_t gx, gy;
-      grid(ceil_div(r1 - r0, rows ? teams * rt.rows_per_team : rows_per_wg), gx, gy);
+      if (tiled)
+        grid(ceil_div(r1 - r0, gemm_rows) * ceil_div(nt, gemm_batch), gx, gy);
+      else
+        grid(ceil_div(r1 - r0, rows ? teams * rt.rows_per_team : rows_per_wg), gx, gy);
       detail::dispatch(c.impl(), rows ? rp : p, b, &pc, sizeof pc, gx, gy);
     }
+  }
+
+  /// Whether the tiled GEMM takes an n-row product of w (x rows of x_stride floats at x's offset): n above one
+  /// GEMM tile of matvec.comp, the fast layout (whole chunks, aligned planes and rows), a kernel for the format.
+  bool gemm_ok(const gpu_matrix& w, uint32_t n, const view& x, uint64_t x_stride, uint64_t r0) {
+    if (n <= gemm_tile || tune.legacy || w.cols % gemm_tk(w.fmt) || x_stride % 4 || x.offset % 16) return false;
+    const detail::format_gpu g = detail::gpu_traits(w.fmt);
+    if (w.cols % g.chunk) return false;
+    const detail::slice sl = detail::slice_of(w, r0, std::min<uint64_t>(w.rows, r0 + 1));
+    if (sl.e_off != 0) return false;
+    return gemm_pipe(w.fmt, w.scale_enc) != nullptr;
   }
 
   void check_matrix(const gpu_matrix& w, const char* op) const {
@@ -340,6 +377,10 @@ void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view 
     matvec_q8(c, w, s, y);
     return;
   }
+  if (p_->gemm_ok(w, n, x, w.cols, 0)) {
+    p_->run_matrix(c, w, x, 0, n, 0, y, false, false);
+    return;
+  }
   for (uint32_t t0 = 0; t0 < n; t0 += gemm_tile) {
     const uint32_t nt = std::min(gemm_tile, n - t0);
     p_->run_matrix(c, w, x, t0, nt, n == 1 ? 1 : gemm_tile, y, false, false);
@@ -380,6 +421,10 @@ void kernels::matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_
     throw usage_error("matmul_rows: x stride must be >= cols and a multiple of 4, y stride >= the rows");
   need(x, ((n - 1) * x_stride + w.cols) * 4, "matmul_rows", "x");
   need(y, ((n - 1) * y_stride + (r1 - r0)) * 4, "matmul_rows", "y");
+  if (p_->gemm_ok(w, n, x, x_stride, r0)) {
+    p_->run_matrix(c, w, x, 0, n, 0, y, false, false, false, r0, r1, x_stride, y_stride);
+    return;
+  }
   for (uint32_t t0 = 0; t0 < n; t0 += gemm_tile)
     p_->run_matrix(c, w, x, t0, std::min(gemm_tile, n - t0), gemm_tile, y, false, false, false, r0, r1, x_stride,
                    y_stride);

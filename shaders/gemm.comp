@@ -1,0 +1,100 @@
+#version 460
+#extension GL_GOOGLE_include_directive : require
+// Y[t, r] = Σ_c W[r, c] · X[t, c] for many batch rows (prefill chunks): a tiled GEMM. A workgroup of 256
+// invocations owns a tile of GM = 64 matrix rows × GN = 64 batch rows and walks the columns in steps of TK: the
+// weight tile is fetched and decoded once per step (common/formats.glsl: fetch / chunk_scale / decode4, the same
+// f32 values as F::decode_row) into shared memory, the activation tile copied next to it, and every invocation
+// accumulates a 4 × 4 block of outputs from the two tiles (8 FMAs per shared-memory load), in column order.
+// matvec.comp with NB = 8 reads and decodes every weight once per 8 batch rows; this once per 64.
+// Fast path only (kernels.cpp picks it): cols a multiple of TK, chunks aligned, X rows 16-byte aligned.
+// Push constants: common/formats.glsl's mat_pc (n = batch rows of this dispatch, x_stride / y_stride in floats).
+// Defines: ROWS_PER_WG (= GM, the ladder tables' rows), GEMM_TK, the format's.
+#include "common/base.glsl"
+#include "common/formats.glsl"
+
+layout(std430, binding = 3) readonly buffer X4 { vec4 xv[]; };
+layout(std430, binding = 4) writeonly buffer Y { float ys[]; };
+
+#define GM 64
+#define GN 64
+#define TK GEMM_TK  // columns per step: a multiple of CHUNK (host: max(CHUNK, 32))
+#define KCH (TK / CHUNK)  // chunks of a row per step
+#define XQ (CHUNK / 4)
+#if XQ == 1
+#define REP_J(M) M(0)
+#elif XQ == 2
+#define REP_J(M) M(0) M(1)
+#elif XQ == 4
+#define REP_J(M) M(0) M(1) M(2) M(3)
+#elif XQ == 8
+#define REP_J(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#elif XQ == 16
+#define REP_J(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
+#endif
+#if ROWS_PER_WG != GM
+#error "gemm.comp: ROWS_PER_WG must be GM (the ladder tables cover the tile's rows)"
+#endif
+
+shared vec4 ws[TK * GM / 4];  // ws[k · GM/4 + r/4]: column k of the tile's rows, 4 rows per vec4
+shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's batch rows
+
+#define WST(j)                                                                                  \
+  {                                                                                             \
+    const vec4 v = decode4(R, q, s, k, j);                                                      \
+    const uint c0 = kc * CHUNK + 4u * j;                                                        \
+    wsf_store(c0, rr, v);                                                                       \
+  }
+
+// scalar stores into the vec4 tiles (transposed: consecutive rows of one column are consecutive floats)
+void wsf_store(uint c0, uint rr, vec4 v) {
+  [[unroll]] for (uint i = 0u; i < 4u; ++i) ws[(c0 + i) * (GM / 4) + rr / 4u][rr % 4u] = v[i];
+}
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x;
+  const uint nrb = (pc.rows + GM - 1u) / GM;
+  const uint g = wg_index(), rb = g % nrb, tb = g / nrb;
+  tables_init(rb);
+  const uint tx = lid % 16u, ty = lid / 16u;  // outputs: rows 4ty .. 4ty+3, batch rows 4tx .. 4tx+3
+  vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);  // acc_i[j]: row 4ty+i, batch 4tx+j
+  const uint t_base = tb * GN;
+  for (uint c0 = 0u; c0 < pc.cols; c0 += TK) {
+    barrier();  // the previous step's tiles are consumed
+    // weight tile: GM rows × KCH chunks, decoded
+    for (uint f = lid; f < GM * KCH; f += WG_SIZE) {
+      const uint rr = f / KCH, kc = f % KCH, r = rb * GM + rr;
+      if (r < pc.rows) {
+        const row_t R = row_begin(r, rr);
+        const uint k = c0 / CHUNK + kc;
+        const raw_t q = fetch(R, r, k);
+        const float s = chunk_scale(R, q);
+        REP_J(WST)
+      } else {
+        for (uint i = 0u; i < CHUNK; ++i) ws[(kc * CHUNK + i) * (GM / 4) + rr / 4u][rr % 4u] = 0.0;
+      }
+    }
+    // activation tile: GN batch rows × TK columns (16-byte loads along the columns)
+    for (uint f = lid; f < GN * (TK / 4); f += WG_SIZE) {
+      const uint tt = f / (TK / 4), c4 = f % (TK / 4), t = t_base + tt;
+      const vec4 v = t < pc.n ? xv[((pc.xoff + t * pc.x_stride + c0) >> 2) + c4] : vec4(0.0);
+      [[unroll]] for (uint i = 0u; i < 4u; ++i) xsm[(4u * c4 + i) * (GN / 4) + tt / 4u][tt % 4u] = v[i];
+    }
+    barrier();
+    for (uint kk = 0u; kk < TK; ++kk) {
+      const vec4 a = ws[kk * (GM / 4) + ty], b = xsm[kk * (GN / 4) + tx];
+      acc0 += a.x * b;
+      acc1 += a.y * b;
+      acc2 += a.z * b;
+      acc3 += a.w * b;
+    }
+  }
+  const uint r0 = rb * GM + 4u * ty;
+#define OUT_ROW(i)                                                                              \
+  if (r0 + i < pc.rows) {                                                                       \
+    [[unroll]] for (uint j = 0u; j < 4u; ++j) {                                                 \
+      const uint t = t_base + 4u * tx + j;                                                      \
+      if (t < pc.n) ys[pc.yoff + t * pc.y_stride + r0 + i] = acc##i[j];                         \
+    }                                                                                           \
+  }
+  OUT_ROW(0) OUT_ROW(1) OUT_ROW(2) OUT_ROW(3)
+}
