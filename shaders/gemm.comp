@@ -1,7 +1,7 @@
 #version 460
 #extension GL_GOOGLE_include_directive : require
 // Y[t, r] = Σ_c W[r, c] · X[t, c] for many batch rows (prefill chunks): a tiled GEMM. A workgroup of 256
-// invocations owns a tile of GM = 64 matrix rows × GN = 64 batch rows and walks the columns in steps of TK: the
+// invocations owns a tile of GM = 64 matrix rows × GN = 64 batch rows (GEMM_GN) and walks the columns in steps of TK: the
 // weight tile is fetched and decoded once per step (common/formats.glsl: fetch / chunk_scale / decode4, the same
 // f32 values as F::decode_row) into shared memory, the activation tile copied next to it, and every invocation
 // accumulates a 4 × 4 block of outputs from the two tiles (8 FMAs per shared-memory load), in column order.
@@ -36,7 +36,10 @@ layout(std430, binding = 8) readonly buffer SlotMap { uint slot_map[]; };
 #endif
 
 #define GM 64
-#define GN 64
+#ifndef GEMM_GN
+#define GEMM_GN 64
+#endif
+#define GN GEMM_GN  // batch rows per tile (64, or 16 for the MoE's few pairs per expert); WG_SIZE = GM/4 · GN/4
 #define TK GEMM_TK  // columns per step: a multiple of CHUNK (host: max(CHUNK, 32))
 #define KCH (TK / CHUNK)  // chunks of a row per step
 #define XQ (CHUNK / 4)
@@ -105,7 +108,7 @@ void main() {
 #define YIDX(i, r) (pc.yoff + (i) * pc.y_stride + (r))
 #endif
   tables_init(row0 / GM);
-  const uint tx = lid % 16u, ty = lid / 16u;  // outputs: rows 4ty .. 4ty+3, batch rows 4tx .. 4tx+3
+  const uint tx = lid % (GN / 4u), ty = lid / (GN / 4u);  // outputs: rows 4ty .. 4ty+3, batch rows 4tx .. 4tx+3
   for (uint tb = tb_first; tb * GN < count; tb += tb_step) {  // uniform
     const uint t_base = tb * GN;
     vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);  // acc_i[j]: row 4ty+i, batch 4tx+j
