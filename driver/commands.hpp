@@ -52,7 +52,7 @@ struct bench_args {
   bool profile = false;           // per-phase device time of 16 decode steps
   std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)
   uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)
-  uint32_t prefill_chunk = 256;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
+  uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   bool shuffle = true;            // --no-shuffle: f64 subgroup sums through subgroupAdd (comparisons)
   bool json = false;              // one JSON line at the end
 };
@@ -65,7 +65,7 @@ struct model_run_options {
   int device = -1;          // --device: Vulkan device index (-1 = the best)
   uint64_t max_ctx = 4096;  // positions the device state holds (run: --ctx)
   uint64_t vram_budget = 0; // --vram-budget: device bytes the model may take (0 = no limit: every expert resident)
-  uint32_t prefill_chunk = 256;  // --prefill-chunk: V4 prompt positions per device recording (0/1: token by token)
+  uint32_t prefill_chunk = 512;  // --prefill-chunk: V4 prompt positions per device recording (0/1: token by token)
 };
 
 struct ppl_args {

@@ -27,7 +27,7 @@ struct gpu_run_options {
   /// the CPU graph's i8 covers every projection); f32 = the parity reference.
   act_precision expert_act = act_precision::f32;
   uint64_t vram_budget = 0;  ///< the graphs' vram_budget (0: every expert resident)
-  uint32_t prefill_chunk = 256;  ///< dsv4_gpu_options::prefill_chunk (V4 graphs; V4.1 runs prompts token by token)
+  uint32_t prefill_chunk = 512;  ///< dsv4_gpu_options::prefill_chunk (V4 graphs; V4.1 runs prompts token by token)
 };
 
 class gpu_runner {
