@@ -387,8 +387,9 @@ void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view 
   }
 }
 
-void kernels::matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, view y) {
-  p_->check_matrix(w, "matmul_rows");
+namespace {
+/// matmul_rows' checks of the row range: inside the matrix, starting on a scale tile of its format.
+void check_row_range(const gpu_matrix& w, uint64_t r0, uint64_t r1) {
   if (r0 >= r1 || r1 > w.rows)
     throw usage_error("matmul_rows: rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ") outside the " +
                       std::to_string(w.rows) + "-row matrix");
@@ -397,6 +398,12 @@ void kernels::matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_
   if (r0 % block_rows)
     throw usage_error("matmul_rows: row " + std::to_string(r0) + " does not start a " + std::to_string(block_rows) +
                       "-row scale tile of " + std::string(format_name(w.fmt)));
+}
+}  // namespace
+
+void kernels::matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, view y) {
+  p_->check_matrix(w, "matmul_rows");
+  check_row_range(w, r0, r1);
   need(x, w.cols * 4, "matmul_rows", "x");
   need(y, (r1 - r0) * 4, "matmul_rows", "y");
   p_->run_matrix(c, w, x, 0, 1, 1, y, false, false, false, r0, r1);
@@ -409,14 +416,7 @@ void kernels::matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_
     return;
   }
   p_->check_matrix(w, "matmul_rows");
-  if (r0 >= r1 || r1 > w.rows)
-    throw usage_error("matmul_rows: rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ") outside the " +
-                      std::to_string(w.rows) + "-row matrix");
-  uint32_t block_rows = 1;
-  visit_format(w.fmt, [&]<class F>() { block_rows = F::block_rows; });
-  if (r0 % block_rows)
-    throw usage_error("matmul_rows: row " + std::to_string(r0) + " does not start a " + std::to_string(block_rows) +
-                      "-row scale tile of " + std::string(format_name(w.fmt)));
+  check_row_range(w, r0, r1);
   if (x_stride < w.cols || x_stride % 4 || y_stride < r1 - r0)
     throw usage_error("matmul_rows: x stride must be >= cols and a multiple of 4, y stride >= the rows");
   need(x, ((n - 1) * x_stride + w.cols) * 4, "matmul_rows", "x");

@@ -554,45 +554,28 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
       return true;
     }
   }
-  // 2. gate/up + SwiGLU · weight → h
-  {
-    const gpu_matrix& w = m.gate_up.w;
+  // 2. gate/up + SwiGLU · weight → h, 3. down → y [n·S, d]: one row per team, the pairs in tiles of 8
+  auto run_rows = [&](const gpu_matrix& w, const char* shader, uint64_t rows_e, const detail::bound& in,
+                      const detail::bound& outb, const detail::binding& b7, uint32_t y_stride, uint64_t x_len) {
     detail::binding b[9];
     mat_pc pc{};
     bind_planes(e, w, b, pc);
-    const uint32_t rpw = rows_per_wg(I, e.teams);
-    b[3] = xb.b, b[4] = hb.b, b[5] = tb.b, b[6] = lb.b, b[7] = wb.b;
-    pc.n = n, pc.xoff = xb.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = hb.residual / 4,
-    pc.y_stride = wb.residual / 4, pc.pad = uint32_t(E);
+    const uint32_t rpw = rows_per_wg(rows_e, e.teams);
+    b[3] = in.b, b[4] = outb.b, b[5] = tb.b, b[6] = lb.b, b[7] = b7;
+    pc.n = n, pc.xoff = in.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = outb.residual / 4,
+    pc.y_stride = y_stride, pc.pad = uint32_t(E);
     if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;
-    const bool fast = pc.fast && pc.xoff % 4 == 0 && d % 4 == 0;
-    e.grid(ne * (I / rpw), gx, gy);
+    const bool fast = pc.fast && pc.xoff % 4 == 0 && x_len % 4 == 0;
+    e.grid(ne * (rows_e / rpw), gx, gy);
     detail::dispatch(c.impl(),
-                     e.pipe("moe_up_g.comp",
+                     e.pipe(shader,
                             moe_defines(e, w, rpw, top_k, m, limit) + nb_def + "#define MOE_FAST " +
                                 (fast ? "1" : "0") + "\n",
                             e.lanes * e.teams, nb, sizeof pc),
                      std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
-  }
-  // 3. down → y [n·S, d]
-  {
-    const gpu_matrix& w = m.down.w;
-    detail::binding b[9];
-    mat_pc pc{};
-    bind_planes(e, w, b, pc);
-    const uint32_t rpw = rows_per_wg(d, e.teams);
-    b[3] = hb.b, b[4] = yb.b, b[5] = tb.b, b[6] = lb.b, b[7] = tb.b;
-    pc.n = n, pc.xoff = hb.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = yb.residual / 4, pc.pad = uint32_t(E);
-    if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;
-    const bool fast = pc.fast && pc.xoff % 4 == 0 && I % 4 == 0;
-    e.grid(ne * (d / rpw), gx, gy);
-    detail::dispatch(c.impl(),
-                     e.pipe("moe_down_g.comp",
-                            moe_defines(e, w, rpw, top_k, m, limit) + nb_def + "#define MOE_FAST " +
-                                (fast ? "1" : "0") + "\n",
-                            e.lanes * e.teams, nb, sizeof pc),
-                     std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
-  }
+  };
+  run_rows(m.gate_up.w, "moe_up_g.comp", I, xb, hb, wb.b, wb.residual / 4, d);
+  run_rows(m.down.w, "moe_down_g.comp", d, hb, yb, tb.b, 0, I);
   // 4. each token's slots in ascending expert id → out
   moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
   return true;

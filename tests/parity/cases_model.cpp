@@ -32,6 +32,33 @@ constexpr double kModelNmse = 1e-8;
 constexpr double kModelMaxAbsRel = 1e-4;
 constexpr double kTieMargin = 1e-4;  // relative to max |logit|
 
+/// Per-position logits check shared by the cases: NMSE and max-abs bounds, argmax identical unless the CPU's
+/// top-2 margin is a near-tie (counted); keeps the worst figures for the info column.
+struct logit_check {
+  double worst_nmse = 0, worst_rel = 0;
+  uint64_t ties = 0;
+  std::string operator()(uint64_t t, const float* lg, const std::vector<float>& lc) {
+    const stats m = compare(lg, lc.data(), lc.size());
+    const double rel = m.max_abs / std::max(1.0, m.ref_max);
+    worst_nmse = std::max(worst_nmse, m.nmse);
+    worst_rel = std::max(worst_rel, rel);
+    if (m.nonfinite_mismatch || !(m.nmse <= kModelNmse) || !(rel <= kModelMaxAbsRel)) {
+      std::string i;
+      return "position " + std::to_string(t) + ": " + verdict(m, kModelNmse, i, kModelMaxAbsRel) + " (" + i + ")";
+    }
+    const auto ac = std::max_element(lc.begin(), lc.end()) - lc.begin();
+    const auto ag = std::max_element(lg, lg + lc.size()) - lg;
+    if (ac != ag) {
+      std::vector<float> srt(lc);
+      std::partial_sort(srt.begin(), srt.begin() + 2, srt.end(), std::greater<float>());
+      if (srt[0] - srt[1] >= kTieMargin * std::max(1.0, m.ref_max))
+        return "position " + std::to_string(t) + ": argmax " + std::to_string(ag) + " vs CPU " + std::to_string(ac);
+      ++ties;
+    }
+    return {};
+  }
+};
+
 /// traced = false: the GPU model runs pipelined (the next position recorded while the device runs this one, see
 /// dsv4_gpu_options::pipeline); its decisions are then not read back, logits only.
 std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, std::string& info,
@@ -47,29 +74,12 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
   std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tg;
-  double worst_nmse = 0, worst_rel = 0;
-  uint64_t ties = 0;
+  logit_check chk;
   for (uint64_t t = 0; t < tokens; ++t) {
     const uint32_t id = pick(g);
     const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&id, 1), st, dsv4_logits::last, &tc);
     const std::vector<float> lg = gpu.step(id, true, traced ? &tg : nullptr);
-    const stats m = compare(lg.data(), lc.data(), lc.size());
-    const double rel = m.max_abs / std::max(1.0, m.ref_max);
-    worst_nmse = std::max(worst_nmse, m.nmse);
-    worst_rel = std::max(worst_rel, rel);
-    if (m.nonfinite_mismatch || !(m.nmse <= kModelNmse) || !(rel <= kModelMaxAbsRel)) {
-      std::string i;
-      return "position " + std::to_string(t) + ": " + verdict(m, kModelNmse, i, kModelMaxAbsRel) + " (" + i + ")";
-    }
-    const auto ac = std::max_element(lc.begin(), lc.end()) - lc.begin();
-    const auto ag = std::max_element(lg.begin(), lg.end()) - lg.begin();
-    if (ac != ag) {
-      std::vector<float> srt(lc);
-      std::partial_sort(srt.begin(), srt.begin() + 2, srt.end(), std::greater<float>());
-      if (srt[0] - srt[1] >= kTieMargin * std::max(1.0, m.ref_max))
-        return "position " + std::to_string(t) + ": argmax " + std::to_string(ag) + " vs CPU " + std::to_string(ac);
-      ++ties;
-    }
+    if (auto w = chk(t, lg.data(), lc); !w.empty()) return w;
   }
   if (traced) {
     if (auto w = first_diff(tc.experts, tg.experts, "routed experts"); !w.empty()) return w;
@@ -77,7 +87,8 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
   }
   char b[200];
   std::snprintf(b, sizeof b, "%s%llu tokens: worst nmse %.2e, max_abs/max %.2e, argmax near-ties %llu, %u dispatches/token",
-                traced ? "" : "pipelined, ", (unsigned long long)tokens, worst_nmse, worst_rel, (unsigned long long)ties, gpu.last_dispatches());
+                traced ? "" : "pipelined, ", (unsigned long long)tokens, chk.worst_nmse, chk.worst_rel,
+                (unsigned long long)chk.ties, gpu.last_dispatches());
   info = b;
   return {};
 }
@@ -103,28 +114,8 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
   for (auto& id : ids) id = pick(g);
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tg;
-  double worst_nmse = 0, worst_rel = 0;
-  uint64_t ties = 0, chunks = 0;
-  auto check = [&](uint64_t t, const float* lg, const std::vector<float>& lc) -> std::string {
-    const stats m = compare(lg, lc.data(), lc.size());
-    const double rel = m.max_abs / std::max(1.0, m.ref_max);
-    worst_nmse = std::max(worst_nmse, m.nmse);
-    worst_rel = std::max(worst_rel, rel);
-    if (m.nonfinite_mismatch || !(m.nmse <= kModelNmse) || !(rel <= kModelMaxAbsRel)) {
-      std::string i;
-      return "position " + std::to_string(t) + ": " + verdict(m, kModelNmse, i, kModelMaxAbsRel) + " (" + i + ")";
-    }
-    const auto ac = std::max_element(lc.begin(), lc.end()) - lc.begin();
-    const auto ag = std::max_element(lg, lg + lc.size()) - lg;
-    if (ac != ag) {
-      std::vector<float> srt(lc);
-      std::partial_sort(srt.begin(), srt.begin() + 2, srt.end(), std::greater<float>());
-      if (srt[0] - srt[1] >= kTieMargin * std::max(1.0, m.ref_max))
-        return "position " + std::to_string(t) + ": argmax " + std::to_string(ag) + " vs CPU " + std::to_string(ac);
-      ++ties;
-    }
-    return {};
-  };
+  logit_check check;
+  uint64_t chunks = 0;
   for (uint64_t b = 0; b < prompt; b += chunk, ++chunks) {
     const uint64_t e = std::min<uint64_t>(prompt, b + chunk);
     const std::vector<float> lg = gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b));
@@ -143,8 +134,8 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
   if (auto w = first_diff(tc.topk, tg.topk, "indexer picks (decode after the chunks)"); !w.empty()) return w;
   char b[220];
   std::snprintf(b, sizeof b, "%llu chunks of <= %u rows + %llu steps: worst nmse %.2e, max_abs/max %.2e, near-ties %llu",
-                (unsigned long long)chunks, chunk, (unsigned long long)decode, worst_nmse, worst_rel,
-                (unsigned long long)ties);
+                (unsigned long long)chunks, chunk, (unsigned long long)decode, check.worst_nmse, check.worst_rel,
+                (unsigned long long)check.ties);
   info = b;
   return {};
 }
