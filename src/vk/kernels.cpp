@@ -114,18 +114,11 @@ struct kernels::impl {
   /// The tiled GEMM (shaders/gemm.comp) of format f, or nullptr where the device's shared memory cannot hold its
   /// tiles (64 rows × 64 batch rows × TK columns of f32, plus the format's tables).
   static constexpr uint32_t gemm_rows = 64, gemm_batch = 64;
-  /// Columns per step: 64 where the tiles fit the shared memory (half the barriers of 32), else 32; at least one
-  /// chunk of the format.
-  uint32_t gemm_tk(format f) const {
-    const uint32_t chunk = detail::gpu_traits(f).chunk;
-    for (uint32_t tk : {64u, 32u})
-      if (tk >= chunk && gemm_shared(tk) <= info.max_shared_memory) return tk;
-    return std::max<uint32_t>(32, chunk);
-  }
-  static uint64_t gemm_shared(uint32_t tk) { return uint64_t(tk) * (gemm_rows + gemm_batch) * 4 + gemm_rows * 32 * 4 + 1280; }
+  uint32_t gemm_tk(format f) const { return std::max<uint32_t>(32, detail::gpu_traits(f).chunk); }
   const detail::pipeline* gemm_pipe(format f, scale_encoding enc) {
     const uint32_t tk = gemm_tk(f);
-    if (gemm_shared(tk) > info.max_shared_memory || tk % detail::gpu_traits(f).chunk) return nullptr;
+    const uint64_t need = uint64_t(tk) * (gemm_rows + gemm_batch) * 4 + gemm_rows * 32 * 4 + 1024 + 256;
+    if (need > info.max_shared_memory || tk % detail::gpu_traits(f).chunk) return nullptr;
     const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, 0, 0};
     if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
     std::ostringstream d;

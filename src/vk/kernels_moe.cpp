@@ -505,11 +505,9 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
   // tile into shared memory. Where a layout does not allow it (rows per expert not a multiple of 64, columns not a
   // multiple of the step, too little shared memory): the row-per-team kernels below.
   auto gemm_defs = [&](const gpu_matrix& w, uint64_t rows_e, bool x_token, std::string& defs) {
-    // 64 columns per step where they fit (half the barriers of 32), else 32
-    const uint32_t chunk = detail::gpu_traits(w.fmt).chunk;
-    auto need = [](uint32_t tk) { return uint64_t(tk) * (64 + 16) * 4 + 64 * 32 * 4 + 1280; };
-    const uint32_t tk = chunk <= 64 && need(64) <= e.info.max_shared_memory ? 64 : std::max<uint32_t>(32, chunk);
-    if (rows_e % 64 || w.cols % tk || tk % chunk || need(tk) > e.info.max_shared_memory || o_gu % 16) return false;
+    const uint32_t chunk = detail::gpu_traits(w.fmt).chunk, tk = std::max<uint32_t>(32, chunk);
+    const uint64_t need = uint64_t(tk) * (64 + 16) * 4 + 64 * 32 * 4 + 1024 + 256;
+    if (rows_e % 64 || w.cols % tk || tk % chunk || need > e.info.max_shared_memory || o_gu % 16) return false;
     // 16 pairs per tile (64 invocations): an expert has ~n·top_k/E pairs (6 at 256 tokens of V4-Flash)
     defs = "#define ROWS_PER_WG 64\n#define GEMM_GN 16\n#define GEMM_TK " + std::to_string(tk) + "\n#define MOE_GEMM 1\n" +
            detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" +
