@@ -15,7 +15,7 @@
 // go to y[p·MOE_ROWS + row]. pad = E (or the slot map's offset with MOE_SLOTS; E = MOE_E); an expert not in a slot
 // is skipped (moe_sum.comp writes NaN for its tokens). MOE_ROWS is a multiple of 64.
 // Push constants: common/formats.glsl's mat_pc (n = batch rows of this dispatch, x_stride / y_stride in floats).
-// Defines: ROWS_PER_WG (= GM, the ladder tables' rows), GEMM_TK, the format's.
+// Defines: ROWS_PER_WG (= GM, the ladder tables' rows), GEMM_TK, GEMM_GN, GEMM_WG (= WG_SIZE), the format's.
 #include "common/base.glsl"
 #include "common/formats.glsl"
 
@@ -68,6 +68,64 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
     wsf_store(c0, rr, v);                                                                       \
   }
 
+// Per-invocation shares of a step's loads (GEMM_WG = WG_SIZE as a define): weight chunks and activation vec4.
+#define GEMM_WF ((GM * KCH + GEMM_WG - 1) / GEMM_WG)
+#define GEMM_XF ((GN * TK / 4 + GEMM_WG - 1) / GEMM_WG)
+#if GEMM_WF == 1
+#define REP_F(M) M(0)
+#elif GEMM_WF == 2
+#define REP_F(M) M(0) M(1)
+#elif GEMM_WF == 4
+#define REP_F(M) M(0) M(1) M(2) M(3)
+#elif GEMM_WF == 8
+#define REP_F(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#elif GEMM_WF == 16
+#define REP_F(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
+#else
+#error "gemm.comp: unsupported weight chunks per invocation"
+#endif
+#if GEMM_XF == 1
+#define REP_X(M) M(0)
+#elif GEMM_XF == 2
+#define REP_X(M) M(0) M(1)
+#elif GEMM_XF == 4
+#define REP_X(M) M(0) M(1) M(2) M(3)
+#else
+#error "gemm.comp: unsupported activation loads per invocation"
+#endif
+#define WDECL(u) raw_t wq##u; bool wv##u = false;
+#define WLOAD(u)                                                                                \
+  {                                                                                             \
+    const uint f = lid + u * GEMM_WG, rr = f / KCH, kc = f % KCH, r = row0 + rr;                \
+    wv##u = f < GM * KCH && r < row_end;                                                        \
+    if (wv##u) wq##u = fetch(row_begin(r, rr), r, cn / CHUNK + kc);                             \
+  }
+#define WSTORE(u)                                                                               \
+  {                                                                                             \
+    const uint f = lid + u * GEMM_WG, rr = f / KCH, kc = f % KCH, r = row0 + rr;                \
+    if (wv##u) {                                                                                \
+      const row_t R = row_begin(r, rr);                                                         \
+      const raw_t q = wq##u;                                                                    \
+      const uint k = c0 / CHUNK + kc;                                                           \
+      const float s = chunk_scale(R, q);                                                        \
+      REP_J(WST)                                                                                \
+    } else if (f < GM * KCH) {                                                                  \
+      for (uint i = 0u; i < CHUNK; ++i) ws[(kc * CHUNK + i) * (GM / 4) + rr / 4u][rr % 4u] = 0.0; \
+    }                                                                                           \
+  }
+#define XDECL(u) vec4 xq##u = vec4(0.0);
+#define XLOAD(u)                                                                                \
+  {                                                                                             \
+    const uint f = lid + u * GEMM_WG, tt = f / (TK / 4), c4 = f % (TK / 4), t = t_base + tt;    \
+    xq##u = f < GN * (TK / 4) && t < count ? xv[((XOFF(t) + cn) >> 2) + c4] : vec4(0.0);         \
+  }
+#define XSTORE(u)                                                                               \
+  {                                                                                             \
+    const uint f = lid + u * GEMM_WG, tt = f / (TK / 4), c4 = f % (TK / 4);                     \
+    if (f < GN * (TK / 4))                                                                      \
+      [[unroll]] for (uint i = 0u; i < 4u; ++i) xsm[(4u * c4 + i) * (GN / 4) + tt / 4u][tt % 4u] = xq##u[i]; \
+  }
+
 // scalar stores into the vec4 tiles (transposed: consecutive rows of one column are consecutive floats)
 void wsf_store(uint c0, uint rr, vec4 v) {
   [[unroll]] for (uint i = 0u; i < 4u; ++i) ws[(c0 + i) * (GM / 4) + rr / 4u][rr % 4u] = v[i];
@@ -112,28 +170,23 @@ void main() {
   for (uint tb = tb_first; tb * GN < count; tb += tb_step) {  // uniform
     const uint t_base = tb * GN;
     vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);  // acc_i[j]: row 4ty+i, batch 4tx+j
+    // The next step's weight chunks and activations are loaded into registers before this step's FMAs, so their
+    // latency overlaps the arithmetic (each invocation: GEMM_WF chunks, GEMM_XF vec4).
+    uint cn = 0u;  // columns of the loads in flight
+    REP_F(WDECL)
+    REP_X(XDECL)
+    REP_F(WLOAD)
+    REP_X(XLOAD)
     for (uint c0 = 0u; c0 < pc.cols; c0 += TK) {
       barrier();  // the previous step's tiles are consumed
-      // weight tile: GM rows × KCH chunks, decoded
-      for (uint f = lid; f < GM * KCH; f += WG_SIZE) {
-        const uint rr = f / KCH, kc = f % KCH, r = row0 + rr;
-        if (r < row_end) {
-          const row_t R = row_begin(r, rr);
-          const uint k = c0 / CHUNK + kc;
-          const raw_t q = fetch(R, r, k);
-          const float s = chunk_scale(R, q);
-          REP_J(WST)
-        } else {
-          for (uint i = 0u; i < CHUNK; ++i) ws[(kc * CHUNK + i) * (GM / 4) + rr / 4u][rr % 4u] = 0.0;
-        }
-      }
-      // activation tile: GN batch rows × TK columns (16-byte loads along the columns)
-      for (uint f = lid; f < GN * (TK / 4); f += WG_SIZE) {
-        const uint tt = f / (TK / 4), c4 = f % (TK / 4), t = t_base + tt;
-        const vec4 v = t < count ? xv[((XOFF(t) + c0) >> 2) + c4] : vec4(0.0);
-        [[unroll]] for (uint i = 0u; i < 4u; ++i) xsm[(4u * c4 + i) * (GN / 4) + tt / 4u][tt % 4u] = v[i];
-      }
+      REP_F(WSTORE)  // weight tile: GM rows × KCH chunks, decoded
+      REP_X(XSTORE)  // activation tile: GN batch rows × TK columns
       barrier();
+      if (c0 + TK < pc.cols) {  // uniform
+        cn = c0 + TK;
+        REP_F(WLOAD)
+        REP_X(XLOAD)
+      }
       for (uint kk = 0u; kk < TK; ++kk) {
         const vec4 a = ws[kk * (GM / 4) + ty], b = xsm[kk * (GN / 4) + tx];
         acc0 += a.x * b;

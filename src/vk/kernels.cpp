@@ -122,7 +122,7 @@ struct kernels::impl {
     const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, 0, 0};
     if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
     std::ostringstream d;
-    d << "#define ROWS_PER_WG " << gemm_rows << "\n#define GEMM_TK " << tk << "\n" << detail::tab_defines()
+    d << "#define ROWS_PER_WG " << gemm_rows << "\n#define GEMM_TK " << tk << "\n#define GEMM_WG 256\n" << detail::tab_defines()
       << format_defines(f, enc);
     const detail::pipeline* p = pipe("gemm.comp", d.str(), 256, 6, sizeof(mat_pc));
     matrix_pipes.emplace(key, p);

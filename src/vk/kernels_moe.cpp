@@ -509,7 +509,7 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
     const uint64_t need = uint64_t(tk) * (64 + 16) * 4 + 64 * 32 * 4 + 1024 + 256;
     if (rows_e % 64 || w.cols % tk || tk % chunk || need > e.info.max_shared_memory || o_gu % 16) return false;
     // 16 pairs per tile (64 invocations): an expert has ~n·top_k/E pairs (6 at 256 tokens of V4-Flash)
-    defs = "#define ROWS_PER_WG 64\n#define GEMM_GN 16\n#define GEMM_TK " + std::to_string(tk) + "\n#define MOE_GEMM 1\n" +
+    defs = "#define ROWS_PER_WG 64\n#define GEMM_GN 16\n#define GEMM_WG 64\n#define GEMM_TK " + std::to_string(tk) + "\n#define MOE_GEMM 1\n" +
            detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" +
            detail::def_u("MOE_ROWS", rows_e) + "#define MOE_X_TOKEN " + (x_token ? "1" : "0") + "\n" +
            slot_defines(m) + detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
