@@ -138,8 +138,10 @@ int run_bench(const bench_args& a) {
     const uint32_t w0 = pick(g);
     (void)m.forward(std::span<const uint32_t>(&w0, 1), true);
     (void)m.step_greedy(pick(g));
-    const uint32_t w2[2] = {pick(g), pick(g)};  // a prefill chunk's pipelines (V4)
-    (void)m.forward(std::span<const uint32_t>(w2, 2), true);
+    // a prefill chunk's pipelines (V4): more rows than one 8-row GEMM tile, so the tiled GEMMs are built too
+    std::vector<uint32_t> w16(16);
+    for (uint32_t& x : w16) x = pick(g);
+    (void)m.forward(w16, true);
   }
   m.reset();
   std::printf("warm-up (pipeline builds): %.2f s\n", since(t));
