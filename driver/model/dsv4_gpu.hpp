@@ -41,7 +41,8 @@ struct dsv4_gpu_options {
   uint32_t copy_threads = 8;
   /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
   /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
-  /// compressor rings ≥ chunk + 2·ratio, so the state grows with it. Not with the expert cache (token by token).
+  /// compressor rings ≥ chunk + 2·ratio, so the state grows with it; the chunk's scratch is allocated by the first
+  /// chunk (at construction under a vram_budget, which then counts it). Not with the expert cache (token by token).
   uint32_t prefill_chunk = 512;
   bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)

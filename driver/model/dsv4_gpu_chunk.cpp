@@ -40,7 +40,11 @@ void dsv4_gpu_model::impl::alloc_chunk() {
   const uint64_t C = opt.prefill_chunk, d = c.dim, hd = c.head_dim, W = c.window, f = 4;
   auto cb = std::make_unique<dsv4_gpu_chunk_bufs>();
   cb->C = uint32_t(C);
-  auto buf = [&](uint64_t bytes) { return dev.alloc(std::max<uint64_t>(bytes, 16)); };
+  auto buf = [&](uint64_t bytes) {
+    gpu::buffer b = dev.alloc(std::max<uint64_t>(bytes, 16));
+    state_bytes += b.size();  // part of the model's device bytes (and of a --vram-budget)
+    return b;
+  };
   gpu::kernels::hc_shape sh;
   sh.hc = c.hc, sh.d = c.dim;
   const uint64_t hcd = uint64_t(c.hc) * d, mix_rows = uint64_t(2 + c.hc) * c.hc;

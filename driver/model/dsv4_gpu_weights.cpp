@@ -24,6 +24,8 @@ dsv4_gpu_model::impl::impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& 
   experts = std::make_unique<gpu_expert_cache>(dev, cfg.experts, cfg.top_k);
   upload_weights(w);
   alloc_state();
+  // Under a budget the prefill chunk's scratch is allocated now, so that the expert placement counts it.
+  if (opt.vram_budget && opt.prefill_chunk > 1) alloc_chunk();
   weight_bytes += experts->place(weight_bytes + state_bytes, opt.vram_budget, opt.copy_threads);
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
 }

@@ -180,6 +180,7 @@ std::string cache_case(suite& s, const std::string& path, uint64_t tokens, uint6
   const dsv4_config& cf = w.cfg;
   dsv4_gpu_options go;
   go.max_ctx = tokens;
+  go.prefill_chunk = 0;  // the budget below is the resident model's bytes without a chunk scratch
   dsv4_gpu_model full(w, s.dev, s.kern, go);
   const expert_view& e0 = w.layers.at(0).experts.at(0);
   auto vb = [](const matrix_view& v) { return v.data_bytes + v.scale_bytes; };
