@@ -15,7 +15,8 @@
 // go to y[p·MOE_ROWS + row]. pad = E (or the slot map's offset with MOE_SLOTS; E = MOE_E); an expert not in a slot
 // is skipped (moe_sum.comp writes NaN for its tokens). MOE_ROWS is a multiple of 64.
 // Push constants: common/formats.glsl's mat_pc (n = batch rows of this dispatch, x_stride / y_stride in floats).
-// Defines: ROWS_PER_WG (= GM, the ladder tables' rows), GEMM_TK, GEMM_GN, GEMM_WG (= WG_SIZE), the format's.
+// Defines: ROWS_PER_WG (= GM, the ladder tables' rows), GEMM_GM, GEMM_TK, GEMM_GN, GEMM_WG (= WG_SIZE = GM/4 · GN/4),
+// the format's.
 #include "common/base.glsl"
 #include "common/formats.glsl"
 
@@ -35,7 +36,10 @@ layout(std430, binding = 8) readonly buffer SlotMap { uint slot_map[]; };
 #define KS (MOE_TOPK + MOE_SHARED)
 #endif
 
-#define GM 64
+#ifndef GEMM_GM
+#define GEMM_GM 64
+#endif
+#define GM GEMM_GM  // matrix rows per tile (64; 128 for the MoE where the shared memory allows)
 #ifndef GEMM_GN
 #define GEMM_GN 64
 #endif

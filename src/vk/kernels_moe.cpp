@@ -501,18 +501,22 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
                      gy);
   }
   const uint32_t nb = m.slots ? 9 : 8;
-  // The tiled GEMM per expert (gemm.comp's MOE_GEMM mode): 64 rows × 16 pairs per tile, weights decoded once per
-  // tile into shared memory. Where a layout does not allow it (rows per expert not a multiple of 64, columns not a
+  // The tiled GEMM per expert (gemm.comp's MOE_GEMM mode): 64 or 128 rows × 16 pairs per tile, weights decoded
+  // once per tile into shared memory. Where a layout does not allow it (rows per expert not a multiple of 64, columns not a
   // multiple of the step, too little shared memory): the row-per-team kernels below.
+  // Tile rows: 128 (128 invocations) where the shared memory holds it (the H200's 48 KiB; the activation tile then
+  // serves twice the rows), else 64 (64 invocations; lavapipe's 32 KiB). 16 pairs per tile: an expert has
+  // ~n·top_k/E pairs (6 at 256 tokens of V4-Flash, 12 at 512).
+  auto need = [](uint32_t gm, uint32_t tk) { return uint64_t(tk) * (gm + 16) * 4 + uint64_t(gm) * 32 * 4 + 1280; };
+  const uint32_t gm = need(128, 32) <= e.info.max_shared_memory && (2 * I) % 128 == 0 && d % 128 == 0 ? 128 : 64;
   auto gemm_defs = [&](const gpu_matrix& w, uint64_t rows_e, bool x_token, std::string& defs) {
     const uint32_t chunk = detail::gpu_traits(w.fmt).chunk, tk = std::max<uint32_t>(32, chunk);
-    const uint64_t need = uint64_t(tk) * (64 + 16) * 4 + 64 * 32 * 4 + 1024 + 256;
-    if (rows_e % 64 || w.cols % tk || tk % chunk || need > e.info.max_shared_memory || o_gu % 16) return false;
-    // 16 pairs per tile (64 invocations): an expert has ~n·top_k/E pairs (6 at 256 tokens of V4-Flash)
-    defs = "#define ROWS_PER_WG 64\n#define GEMM_GN 16\n#define GEMM_WG 64\n#define GEMM_TK " + std::to_string(tk) + "\n#define MOE_GEMM 1\n" +
-           detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" +
-           detail::def_u("MOE_ROWS", rows_e) + "#define MOE_X_TOKEN " + (x_token ? "1" : "0") + "\n" +
-           slot_defines(m) + detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
+    if (rows_e % gm || w.cols % tk || tk % chunk || need(gm, tk) > e.info.max_shared_memory || o_gu % 16) return false;
+    defs = "#define ROWS_PER_WG " + std::to_string(gm) + "\n#define GEMM_GM " + std::to_string(gm) +
+           "\n#define GEMM_GN 16\n#define GEMM_WG " + std::to_string(gm) + "\n#define GEMM_TK " + std::to_string(tk) +
+           "\n#define MOE_GEMM 1\n" + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+           (m.shared ? "1" : "0") + "\n" + detail::def_u("MOE_ROWS", rows_e) + "#define MOE_X_TOKEN " +
+           (x_token ? "1" : "0") + "\n" + slot_defines(m) + detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
     return true;
   };
   std::string dgu, ddn;
@@ -535,8 +539,8 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
         pc.n = n, pc.xoff = in.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = outb.residual / 4,
         pc.pad = uint32_t(E);
         if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;
-        e.grid(ne * (rows_e / 64), gx, gy);
-        detail::dispatch(c.impl(), e.pipe("gemm.comp", defs, 64, nbg, sizeof pc),
+        e.grid(ne * (rows_e / gm), gx, gy);
+        detail::dispatch(c.impl(), e.pipe("gemm.comp", defs, gm, nbg, sizeof pc),
                          std::span<const detail::binding>(b, nbg), &pc, sizeof pc, gx, gy);
       };
       run_gemm(m.gate_up.w, dgu, xb, gb, 2 * I);  // gu [n·S, 2I]
