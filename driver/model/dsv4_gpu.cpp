@@ -401,13 +401,13 @@ std::vector<float> dsv4_gpu_model::forward(std::span<const uint32_t> ids, bool l
   return out;
 }
 
-std::vector<float> dsv4_gpu_model::forward_chunk_rows(std::span<const uint32_t> ids) {
+std::vector<float> dsv4_gpu_model::forward_chunk_rows(std::span<const uint32_t> ids, dsv4_trace* trace) {
   impl& m = *p_;
   if (m.opt.prefill_chunk < 2 || ids.size() > m.opt.prefill_chunk || m.experts->active())
     throw usage_error("forward_chunk_rows: needs prefill chunks (and at most prefill_chunk ids, no expert cache)");
   const uint64_t n = ids.size(), V = m.cfg.vocab;
   gpu::buffer all = m.dev.alloc(std::max<uint64_t>(n * V * 4, 16));
-  m.run_chunk(ids, false, &all);
+  m.run_chunk(ids, false, &all, trace);
   std::vector<float> out(n * V);
   if (n) m.dev.download(all, out.data(), out.size() * 4);
   return out;

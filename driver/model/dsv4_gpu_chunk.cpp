@@ -91,7 +91,8 @@ void dsv4_gpu_model::impl::alloc_chunk() {
   ch = std::move(cb);
 }
 
-void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits) {
+void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits,
+                                     dsv4_trace* trace) {
   const dsv4_config& cf = cfg;
   const uint32_t T = uint32_t(toks.size());
   if (T == 0) return;
@@ -161,6 +162,12 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   // ---- the recording
   gpu::commands c = dev.begin();
   c.barrier();
+  // tracing: each layer's routed experts [T, K] and (indexer layers) key lists [T, W + TK], read after the run
+  gpu::buffer tr_experts, tr_keys;
+  if (trace) {
+    tr_experts = dev.alloc(uint64_t(cf.layers) * T * K * 4);
+    tr_keys = dev.alloc(std::max<uint64_t>(uint64_t(cf.layers) * T * (W + TK) * 4, 16));
+  }
   // profiling: a timestamp after each op group, summed per name after the run (≤ 1024 per recording)
   std::vector<std::pair<const char*, uint32_t>> marks;
   const bool profiling = opt.profile;
@@ -265,6 +272,10 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       k.pick_keys(c, B.picks, B.counts, T, TK, B.idx_csa, uint32_t(W + TK), uint32_t(W));
       stamp("topk + pick_keys");
     }
+    if (trace && kind.indexer) {
+      const uint64_t kb = uint64_t(T) * (W + TK) * 4;
+      c.copy(view(B.idx_csa, 0, kb), view(tr_keys, uint64_t(l) * kb, kb), kb);
+    }
     // sparse attention with sink over each row's [window | compressed] keys, inverse rope of the output's tail
     gpu::kernels::attn_shape as;
     as.rows = T, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
@@ -310,6 +321,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     else
       k.route_score(c, B.rlogits, G.gate_bias, T, E, rc, view(), B.ridx, B.rw);
     stamp("router + routing");
+    if (trace) c.copy(view(B.ridx, 0, uint64_t(T) * K * 4), view(tr_experts, uint64_t(l) * T * K * 4, uint64_t(T) * K * 4), uint64_t(T) * K * 4);
     k.moe(c, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h, B.moe_out);
     if (G.shared_apart) {
       k.swiglu_clamp(c, B.sh_g, B.sh_u, B.sh_g, uint64_t(T) * cf.moe_inter, float(cf.swiglu_limit));
@@ -341,6 +353,26 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       prev = slot;
     }
     chunk_prof_rows += T;
+  }
+  if (trace) {  // as run() traces a step: sorted ids, −1 dropped; picks only for indexer layers
+    std::vector<uint32_t> ex(uint64_t(cf.layers) * T * K), keys(uint64_t(cf.layers) * T * (W + TK));
+    dev.download(tr_experts, ex.data(), ex.size() * 4);
+    dev.download(view(tr_keys, 0, keys.size() * 4), keys.data(), keys.size() * 4);
+    trace->topk.resize(cf.layers);
+    trace->experts.resize(cf.layers);
+    auto sorted = [](const uint32_t* p, uint64_t n) {
+      std::vector<uint32_t> out;
+      for (uint64_t i = 0; i < n; ++i)
+        if (p[i] != 0xFFFFFFFFu) out.push_back(p[i]);
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+    for (uint32_t l = 0; l < cf.layers; ++l)
+      for (uint32_t t = 0; t < T; ++t) {
+        trace->experts[l].push_back(sorted(ex.data() + (uint64_t(l) * T + t) * K, K));
+        if (layers[l].kind.indexer)
+          trace->topk[l].push_back(sorted(keys.data() + (uint64_t(l) * T + t) * (W + TK) + W, TK));
+      }
   }
 }
 

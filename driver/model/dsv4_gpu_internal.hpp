@@ -109,7 +109,9 @@ struct dsv4_gpu_model::impl {
   void alloc_chunk();
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk); want_logits: the last row's into
   /// `logits`; all_logits (optional): every row's [n, vocab]. Returns after it ran.
-  void run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits);
+  /// trace (optional): every row's routed experts and indexer picks appended (copied per layer, read after).
+  void run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits,
+                 dsv4_trace* trace = nullptr);
   void prefill(std::span<const uint32_t> ids, bool want_logits);
 };
 

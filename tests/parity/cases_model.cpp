@@ -95,9 +95,9 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
 
 /// Prefill chunks (dsv4_gpu_options::prefill_chunk, dsv4_gpu_chunk.cpp): the first `prompt` positions run as
 /// chunks of `chunk` rows (the last one ragged) with the logits of every row compared with the CPU's token-by-token
-/// logits (bounds as run_toy); then `decode` single steps continue from the state the chunks left, with their
-/// logits, routed experts and indexer picks compared — a chunk that wrote a ring row, an entry or a pending window
-/// wrongly shows up there.
+/// logits (bounds as run_toy) and every row's routed experts and indexer picks identical to the CPU's; then `decode`
+/// single steps continue from the state the chunks left, compared the same way — a chunk that wrote a ring row, an
+/// entry or a pending window wrongly shows up there.
 std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t decode,
                        uint64_t seed, std::string& info) {
   dsv4_options co;
@@ -118,10 +118,10 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
   uint64_t chunks = 0;
   for (uint64_t b = 0; b < prompt; b += chunk, ++chunks) {
     const uint64_t e = std::min<uint64_t>(prompt, b + chunk);
-    const std::vector<float> lg = gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b));
+    const std::vector<float> lg = gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b), &tg);
     if (gpu.pos() != e) return "position after the chunk " + std::to_string(gpu.pos()) + ", expected " + std::to_string(e);
     for (uint64_t t = b; t < e; ++t) {
-      const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last);
+      const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
       if (auto w = check(t, lg.data() + (t - b) * cf.vocab, lc); !w.empty()) return "chunk row, " + w;
     }
   }
@@ -130,8 +130,9 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
     const std::vector<float> lg = gpu.step(ids[t], true, &tg);
     if (auto w = check(t, lg.data(), lc); !w.empty()) return "decode after the chunks, " + w;
   }
-  if (auto w = first_diff(tc.experts, tg.experts, "routed experts (decode after the chunks)"); !w.empty()) return w;
-  if (auto w = first_diff(tc.topk, tg.topk, "indexer picks (decode after the chunks)"); !w.empty()) return w;
+  // every position, chunk rows and the steps after them
+  if (auto w = first_diff(tc.experts, tg.experts, "routed experts"); !w.empty()) return w;
+  if (auto w = first_diff(tc.topk, tg.topk, "indexer picks"); !w.empty()) return w;
   char b[220];
   std::snprintf(b, sizeof b, "%llu chunks of <= %u rows + %llu steps: worst nmse %.2e, max_abs/max %.2e, near-ties %llu",
                 (unsigned long long)chunks, chunk, (unsigned long long)decode, check.worst_nmse, check.worst_rel,
