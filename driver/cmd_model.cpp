@@ -86,19 +86,24 @@ struct gpu_adapter {
   const dsv4_config& config() const { return r->config(); }
   const file_info& weights() const { return info; }
   int new_state() const { return 0; }
-  std::vector<float> forward(std::span<const uint32_t> ids, int&, bool last) { return r->forward(ids, last); }
+  /// want: gpu_logits::last (the last id's logits) or ::all (every id's, [n, vocab]).
+  enum class gpu_logits { last, all };
+  std::vector<float> forward(std::span<const uint32_t> ids, int&, gpu_logits want) {
+    return want == gpu_logits::all ? r->forward_all(ids) : r->forward(ids, true);
+  }
   std::string cache_line() const { return r->cache_line(); }
 };
 struct gpu_graph_of_file {
   using model = gpu_adapter;
-  static constexpr bool last = true;
+  static constexpr gpu_adapter::gpu_logits all = gpu_adapter::gpu_logits::all, last = gpu_adapter::gpu_logits::last;
   static std::unique_ptr<model> open(const std::string& p, const model_run_options& m, bool qat) {
     if (qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
     auto g = std::make_unique<gpu_adapter>();
-    g->r = gpu_runner::open(p, gpu_run_options{m.device, m.max_ctx, m.matmul_act, m.vram_budget});
+    g->r = gpu_runner::open(p, gpu_run_options{m.device, m.max_ctx, m.matmul_act, m.vram_budget, m.prefill_chunk});
     g->info.source = g->r->source();
     return g;
   }
+  static dsv4_config tokenizer_config(const model& m) { return m.config(); }
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -143,6 +148,9 @@ int ppl_with(const ppl_args& a) {
   const uint64_t V = model->config().vocab;
   if (!a.text_file.empty()) ids = text_file_ids(a, G::tokenizer_config(*model));
   if (ids.size() < 2) throw usage_error(input + ": needs at least 2 tokens");
+  if (a.backend == "vulkan" && ids.size() > a.model_opts.max_ctx)
+    throw usage_error(input + ": " + std::to_string(ids.size()) + " tokens exceed the device context of " +
+                      std::to_string(a.model_opts.max_ctx) + " positions (--ctx)");
   std::fprintf(stderr, "loaded %s (%s layout, %u layers) in %.2f s\n", a.model.c_str(), model->weights().source.c_str(),
                model->config().layers, seconds_since(t0));
   auto st = model->new_state();
@@ -219,7 +227,10 @@ int raw_ids_with(const run_args& a) {
 
 }  // namespace
 
-int run_ppl(const ppl_args& a) { return dsv41_is_model(a.model) ? ppl_with<v41_graph>(a) : ppl_with<v4_graph>(a); }
+int run_ppl(const ppl_args& a) {
+  if (a.backend == "vulkan") return ppl_with<gpu_graph_of_file>(a);
+  return dsv41_is_model(a.model) ? ppl_with<v41_graph>(a) : ppl_with<v4_graph>(a);
+}
 
 int run_raw_ids(const run_args& a) {
   if (a.backend == "vulkan") {

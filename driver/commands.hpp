@@ -76,6 +76,7 @@ struct ppl_args {
   uint64_t chunk = 512;   // tokens per forward call (bounds the [chunk, vocab] logits); 0 = all at once
   bool json = false;      // the result as one JSON object {"ppl", "tokens"} instead of the last line
   bool qat = false;       // QAT fake-quant steps on
+  std::string backend = "cpu";  // cpu | vulkan (the whole graph on the GPU; model_opts.max_ctx = --ctx)
   model_run_options model_opts;
 };
 /// Prints progress on stderr and, as the last stdout line, `ppl <value> tokens <n>` (n = predicted tokens).

@@ -60,6 +60,16 @@ int main(int argc, char** argv) {
   cp->add_option("--chunk", ppl.chunk, "Tokens per forward call (0 = the whole file at once; bounds the [chunk, vocab] logits)")->default_val(ppl.chunk);
   cp->add_option("--threads", ppl.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
   add_act_flag(cp, ppl.model_opts.matmul_act);
+  cp->add_option("--backend", ppl.backend, "cpu | vulkan (V4 / V4.1: the whole graph on the GPU; V4 in prefill chunks)")
+      ->check(CLI::IsMember({"cpu", "vulkan"}))->default_val(ppl.backend);
+  cp->add_option("--device", ppl.model_opts.device, "Vulkan device index for --backend vulkan (-1 = best)")
+      ->default_val(ppl.model_opts.device);
+  cp->add_option("--ctx", ppl.model_opts.max_ctx, "--backend vulkan: positions the device state holds (>= the tokens)")
+      ->default_val(ppl.model_opts.max_ctx);
+  cp->add_option("--prefill-chunk", ppl.model_opts.prefill_chunk,
+                 "--backend vulkan, V4: positions per device recording (0 or 1: token by token)")
+      ->default_val(ppl.model_opts.prefill_chunk)
+      ->check(CLI::Range(0u, 4096u));
   cp->add_flag("--json", ppl.json, "Print the result as one JSON object {\"ppl\": value, \"tokens\": n}");
   cp->add_flag("--qat", ppl.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
 

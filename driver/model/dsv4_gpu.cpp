@@ -401,6 +401,18 @@ std::vector<float> dsv4_gpu_model::forward(std::span<const uint32_t> ids, bool l
   return out;
 }
 
+std::vector<float> dsv4_gpu_model::forward_all(std::span<const uint32_t> ids) {
+  const impl& m = *p_;
+  if (m.opt.prefill_chunk < 2 || m.experts->active()) return gpu_graph::forward_all(ids);
+  std::vector<float> out;
+  out.reserve(ids.size() * m.cfg.vocab);
+  for (size_t b = 0; b < ids.size(); b += m.opt.prefill_chunk) {
+    const std::vector<float> l = forward_chunk_rows(ids.subspan(b, std::min<size_t>(ids.size() - b, m.opt.prefill_chunk)));
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
 std::vector<float> dsv4_gpu_model::forward_chunk_rows(std::span<const uint32_t> ids, dsv4_trace* trace) {
   impl& m = *p_;
   if (m.opt.prefill_chunk < 2 || ids.size() > m.opt.prefill_chunk || m.experts->active())

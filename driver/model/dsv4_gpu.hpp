@@ -89,6 +89,8 @@ class dsv4_gpu_model final : public gpu_graph {
   /// Several positions: in chunks of prefill_chunk (one recording each), or token by token (chunk 0/1, the expert
   /// cache, a single id). last: the logits of the last id.
   std::vector<float> forward(std::span<const uint32_t> ids, bool last) override;
+  /// Every id's logits: in prefill chunks with every row's logits (forward_chunk_rows), or token by token.
+  std::vector<float> forward_all(std::span<const uint32_t> ids) override;
   /// Tests: the chunked path on ids (≤ prefill_chunk of them, one chunk) with the logits of every row [n, vocab];
   /// trace (optional): appends every row's routed experts and indexer picks, as step() does.
   std::vector<float> forward_chunk_rows(std::span<const uint32_t> ids, dsv4_trace* trace = nullptr);

@@ -43,6 +43,16 @@ class gpu_graph {
   virtual std::string prefill_profile() const { return {}; }
   /// Runs ids at positions pos()…; returns the last token's logits [vocab] when `last`, else nothing.
   virtual std::vector<float> forward(std::span<const uint32_t> ids, bool last) = 0;
+  /// Runs ids at positions pos()… and returns the logits of every one [n, vocab] (teacher-forced perplexity). Here
+  /// one token at a time; a graph with batched prefill overrides it.
+  virtual std::vector<float> forward_all(std::span<const uint32_t> ids) {
+    std::vector<float> out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::vector<float> l = forward(ids.subspan(i, 1), true);
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  }
   /// Runs `token` and returns the argmax of its logits, computed on the device.
   virtual uint32_t step_greedy(uint32_t token) = 0;
 

@@ -49,6 +49,8 @@ class gpu_runner {
   /// Runs ids at positions model().pos()… (a chunk at position 0 is a prefill); the last token's logits when
   /// `last`, else nothing.
   std::vector<float> forward(std::span<const uint32_t> ids, bool last) { return m_->forward(ids, last); }
+  /// Every id's logits [n, vocab] (gpu_graph::forward_all).
+  std::vector<float> forward_all(std::span<const uint32_t> ids) { return m_->forward_all(ids); }
 
  private:
   gpu_runner() = default;
