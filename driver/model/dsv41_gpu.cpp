@@ -459,6 +459,19 @@ std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last
   return out;
 }
 
+std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
+  impl& m = *p_;
+  if (ids.empty()) return {};
+  m.check_chunk(ids);
+  if (m.pos == 0) m.prefill_end = ids.size();  // a chunk at position 0 is a prefill
+  std::vector<float> out(ids.size() * m.cfg.vocab);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    m.run(ids[i], 1, m.pos < m.prefill_end, nullptr, i + 1 < ids.size() ? 1 : -1);
+    m.dev.download(m.logits, out.data() + i * m.cfg.vocab, uint64_t(m.cfg.vocab) * 4);
+  }
+  return out;
+}
+
 uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {
   impl& m = *p_;
   m.check_chunk(std::span<const uint32_t>(&token, 1));

@@ -73,6 +73,8 @@ class dsv41_gpu_model final : public gpu_graph {
   /// ids at positions pos()…: a chunk at position 0 is a prefill (as dsv41_model::forward), later tokens decode
   /// steps. The last token's logits when `last`. trace: per token, as dsv41_model::forward's.
   std::vector<float> forward(std::span<const uint32_t> ids, bool last) override { return run(ids, last, nullptr); }
+  /// As forward (a chunk at position 0 is a prefill), with every token's logits [n, vocab].
+  std::vector<float> forward_all(std::span<const uint32_t> ids) override;
   std::vector<float> run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
   uint32_t step_greedy(uint32_t token) override;
 
