@@ -170,7 +170,7 @@ int run_bench(const bench_args& a) {
   cd.wait_seconds -= c0.wait_seconds;
   const double pre_tps = a.prompt ? double(a.prompt) / pre_s : 0, dec_tps = a.tokens ? double(a.tokens) / dec_s : 0;
   const double bpt = double(m.bytes_per_token());
-  const bool chunked = !v41 && a.prefill_chunk > 1 && !m.cache_stats().active;
+  const bool chunked = m.prefill_chunked();
   std::printf("prefill: %llu tokens in %.2f s = %.1f tok/s (%s)\n", (unsigned long long)a.prompt, pre_s, pre_tps,
               chunked ? ("chunks of " + std::to_string(a.prefill_chunk) + " positions").c_str() : "token by token");
   std::printf("decode : %llu tokens in %.2f s = %.2f tok/s at positions %llu..%llu (batch 1, greedy on the device)\n",

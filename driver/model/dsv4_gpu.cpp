@@ -389,7 +389,8 @@ std::vector<float> dsv4_gpu_model::step(uint32_t token, bool want_logits, dsv4_t
 
 std::vector<float> dsv4_gpu_model::forward(std::span<const uint32_t> ids, bool last) {
   impl& m = *p_;
-  if (ids.size() < 2 || m.opt.prefill_chunk < 2 || m.experts->active()) {
+  m.check_ids(ids);  // the whole input before any position runs
+  if (ids.size() < 2 || !m.chunkable()) {
     std::vector<float> logits;
     for (size_t i = 0; i < ids.size(); ++i) logits = step(ids[i], last && i + 1 == ids.size());
     return logits;
@@ -402,8 +403,9 @@ std::vector<float> dsv4_gpu_model::forward(std::span<const uint32_t> ids, bool l
 }
 
 std::vector<float> dsv4_gpu_model::forward_all(std::span<const uint32_t> ids) {
-  const impl& m = *p_;
-  if (m.opt.prefill_chunk < 2 || m.experts->active()) return gpu_graph::forward_all(ids);
+  impl& m = *p_;
+  m.check_ids(ids);
+  if (!m.chunkable()) return gpu_graph::forward_all(ids);
   std::vector<float> out;
   out.reserve(ids.size() * m.cfg.vocab);
   for (size_t b = 0; b < ids.size(); b += m.opt.prefill_chunk) {
@@ -415,8 +417,8 @@ std::vector<float> dsv4_gpu_model::forward_all(std::span<const uint32_t> ids) {
 
 std::vector<float> dsv4_gpu_model::forward_chunk_rows(std::span<const uint32_t> ids, dsv4_trace* trace) {
   impl& m = *p_;
-  if (m.opt.prefill_chunk < 2 || ids.size() > m.opt.prefill_chunk || m.experts->active())
-    throw usage_error("forward_chunk_rows: needs prefill chunks (and at most prefill_chunk ids, no expert cache)");
+  if (!m.chunkable() || ids.size() > m.opt.prefill_chunk)
+    throw usage_error("forward_chunk_rows: needs prefill chunks (at most prefill_chunk ids, no expert cache, V4 layer kinds)");
   const uint64_t n = ids.size(), V = m.cfg.vocab;
   gpu::buffer all = m.dev.alloc(std::max<uint64_t>(n * V * 4, 16));
   m.run_chunk(ids, false, &all, trace);

@@ -42,7 +42,8 @@ struct dsv4_gpu_options {
   /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
   /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
   /// compressor rings ≥ chunk + 2·ratio, so the state grows with it; the chunk's scratch is allocated by the first
-  /// chunk (at construction under a vram_budget, which then counts it). Not with the expert cache (token by token).
+  /// chunk — under a vram_budget at construction, counted, when every expert still fits beside it; otherwise (and
+  /// with the expert cache) prompts run token by token.
   uint32_t prefill_chunk = 512;
   bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
@@ -99,6 +100,7 @@ class dsv4_gpu_model final : public gpu_graph {
   uint32_t layer_count() const noexcept override { return config().layers; }
   std::vector<uint32_t> kind_layers() const override;
   std::string prefill_profile() const override;
+  bool prefill_chunked() const override;
 
   uint64_t weight_bytes() const noexcept override;     ///< device bytes of the weights
   uint64_t state_bytes() const noexcept override;      ///< device bytes of the sequence state and scratch

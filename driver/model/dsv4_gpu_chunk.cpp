@@ -43,6 +43,7 @@ void dsv4_gpu_model::impl::alloc_chunk() {
   auto buf = [&](uint64_t bytes) {
     gpu::buffer b = dev.alloc(std::max<uint64_t>(bytes, 16));
     state_bytes += b.size();  // part of the model's device bytes (and of a --vram-budget)
+    cb->bytes += b.size();
     return b;
   };
   gpu::kernels::hc_shape sh;
@@ -85,7 +86,7 @@ void dsv4_gpu_model::impl::alloc_chunk() {
   cb->tokens = buf(C * 4), cb->counts = buf(C * 4);
   cb->idx_swa = buf(C * W * 4);
   cb->idx_csa = buf(C * (W + c.index_topk) * 4);
-  cb->hca_keys_cap = W + ne128;
+  cb->hca_keys_cap = W + std::max<uint64_t>(opt.max_ctx / 128, 1);  // the HCA lists are built whatever the kinds
   cb->idx_hca = buf(C * cb->hca_keys_cap * 4);
   cb->win4 = buf((C / 4 + 2) * 8), cb->win128 = buf((C / 128 + 2) * 8);
   ch = std::move(cb);
@@ -376,6 +377,8 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   }
 }
 
+bool dsv4_gpu_model::prefill_chunked() const { return p_->chunkable(); }
+
 std::string dsv4_gpu_model::prefill_profile() const {
   const impl& m = *p_;
   double total = 0;
@@ -393,6 +396,22 @@ std::string dsv4_gpu_model::prefill_profile() const {
     out += b;
   }
   return out;
+}
+
+void dsv4_gpu_model::impl::check_ids(std::span<const uint32_t> ids) const {
+  for (uint32_t id : ids)
+    if (id >= cfg.vocab) throw usage_error("gpu model: token id " + std::to_string(id) + " >= vocab " + std::to_string(cfg.vocab));
+  if (pos + ids.size() > opt.max_ctx)
+    throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + ids.size() - 1) +
+                      " reach beyond the device context of " + std::to_string(opt.max_ctx) + " positions (--ctx)");
+}
+
+bool dsv4_gpu_model::impl::chunkable() const {
+  if (opt.prefill_chunk < 2 || experts->active() || chunks_off) return false;
+  for (const dsv4_gpu_layer& G : layers)
+    if (!(G.kind.ratio == 0 || (G.kind.ratio == 4 && G.kind.indexer) || (G.kind.ratio == 128 && !G.kind.indexer)))
+      return false;
+  return true;
 }
 
 void dsv4_gpu_model::impl::prefill(std::span<const uint32_t> ids, bool want_logits) {

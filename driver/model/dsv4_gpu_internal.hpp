@@ -50,6 +50,7 @@ struct dsv4_gpu_chunk_bufs {
       rlogits, ridx, rw, moe_h, moe_out, sh_g, sh_u, sh_out, attn_x;
   gpu::buffer tokens, counts, idx_swa, idx_csa, idx_hca, win4, win128;
   uint64_t hca_keys_cap = 0;
+  uint64_t bytes = 0;  // device bytes of these buffers
 };
 
 
@@ -95,6 +96,7 @@ struct dsv4_gpu_model::impl {
   std::shared_ptr<gpu_recording> next;
 
   std::unique_ptr<dsv4_gpu_chunk_bufs> ch;  // allocated by the first chunk
+  bool chunks_off = false;                   // a vram_budget left no room for the chunk scratch
   std::vector<std::pair<std::string, double>> chunk_prof;  // profiling: device seconds per chunk op
   uint64_t chunk_prof_rows = 0;
 
@@ -113,6 +115,11 @@ struct dsv4_gpu_model::impl {
   void run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits,
                  dsv4_trace* trace = nullptr);
   void prefill(std::span<const uint32_t> ids, bool want_logits);
+  /// Whether prompts can run in chunks: prefill_chunk > 1, no active expert cache, and every layer one of V4's
+  /// kinds (window only, ratio 4 with the indexer, ratio 128 without) — the shapes the chunk recording handles.
+  bool chunkable() const;
+  /// Every id < vocab and pos + n within max_ctx, checked before any position of a multi-position call runs.
+  void check_ids(std::span<const uint32_t> ids) const;
 };
 
 }  // namespace cmfx::driver

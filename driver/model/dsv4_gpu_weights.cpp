@@ -24,8 +24,17 @@ dsv4_gpu_model::impl::impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& 
   experts = std::make_unique<gpu_expert_cache>(dev, cfg.experts, cfg.top_k);
   upload_weights(w);
   alloc_state();
-  // Under a budget the prefill chunk's scratch is allocated now, so that the expert placement counts it.
-  if (opt.vram_budget && opt.prefill_chunk > 1) alloc_chunk();
+  // Under a budget the prefill chunk's scratch is allocated now, so that the expert placement counts it — when
+  // every expert still fits beside it (chunks need them resident); otherwise prompts run token by token and the
+  // budget goes to the expert cache.
+  if (opt.vram_budget && opt.prefill_chunk > 1) {
+    alloc_chunk();
+    if (weight_bytes + state_bytes + experts->resident_bytes() > opt.vram_budget) {
+      state_bytes -= ch->bytes;
+      ch.reset();
+      chunks_off = true;
+    }
+  }
   weight_bytes += experts->place(weight_bytes + state_bytes, opt.vram_budget, opt.copy_threads);
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
 }

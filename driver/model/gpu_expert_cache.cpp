@@ -59,16 +59,21 @@ gpu::view gpu_expert_cache::ids_slot(uint32_t l) const {
   return gpu::view(readback_, uint64_t(l) * top_k_ * 4, uint64_t(top_k_) * 4);
 }
 
+uint64_t gpu_expert_cache::resident_bytes() const {
+  if (layers_.empty()) return 0;
+  const uint64_t one = expert_bytes(layers_[0].host.at(0));
+  uint64_t all = 0;
+  for (const layer& L : layers_) all += uint64_t(experts_) * one + (L.moe->shared ? expert_bytes(L.shared) : 0);
+  return all;
+}
+
 uint64_t gpu_expert_cache::place(uint64_t used, uint64_t budget, uint32_t copy_threads) {
   const uint32_t E = experts_, K = top_k_, nl = uint32_t(layers_.size());
   if (nl == 0) return 0;
   const uint64_t one = expert_bytes(layers_[0].host.at(0));  // host bytes of one routed expert
-  uint64_t all = 0, shared_all = 0;  // every layer's routed experts; every layer's stacked shared expert
-  for (const layer& L : layers_) {
-    const uint64_t sh = L.moe->shared ? expert_bytes(L.shared) : 0;
-    shared_all += sh;
-    all += uint64_t(E) * one + sh;
-  }
+  uint64_t shared_all = 0;  // every layer's stacked shared expert
+  for (const layer& L : layers_) shared_all += L.moe->shared ? expert_bytes(L.shared) : 0;
+  const uint64_t all = resident_bytes();  // every layer's routed experts (+ shared)
   const bool fits = budget == 0 || used + all <= budget;
   uint64_t slots = E, taken = 0;
   if (!fits) {

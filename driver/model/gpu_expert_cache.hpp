@@ -46,6 +46,9 @@ class gpu_expert_cache {
   /// After every other allocation (`used` device bytes): uploads every layer's experts when they fit `budget`
   /// (0 = no limit), else allocates the same number of slots per layer (what the budget leaves, ≥ top_k, else a
   /// usage_error naming the minimum). Returns the device bytes it took.
+  /// Bytes every layer's routed (and stacked shared) experts take when all are resident — what place() compares
+  /// with the budget.
+  uint64_t resident_bytes() const;
   uint64_t place(uint64_t used, uint64_t budget, uint32_t copy_threads);
 
   bool active() const noexcept { return stats_.active; }

@@ -41,6 +41,8 @@ class gpu_graph {
   /// Device time of the prefill chunks run while profiling was on, per op summed over layers and chunks, one line
   /// per op ("" where prompts run token by token).
   virtual std::string prefill_profile() const { return {}; }
+  /// Whether forward() of several ids runs them in prefill chunks (else token by token).
+  virtual bool prefill_chunked() const { return false; }
   /// Runs ids at positions pos()…; returns the last token's logits [vocab] when `last`, else nothing.
   virtual std::vector<float> forward(std::span<const uint32_t> ids, bool last) = 0;
   /// Runs ids at positions pos()… and returns the logits of every one [n, vocab] (teacher-forced perplexity). Here

@@ -61,13 +61,15 @@ struct logit_check {
 
 /// traced = false: the GPU model runs pipelined (the next position recorded while the device runs this one, see
 /// dsv4_gpu_options::pipeline); its decisions are then not read back, logits only.
+/// prefill_chunk: the graph's option (0: rings of `window` rows, as decode needs; > 1: window + chunk rows).
 std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, std::string& info,
-                    bool traced = true) {
+                    bool traced = true, uint32_t prefill_chunk = 0) {
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
   dsv4_gpu_options go;
   go.max_ctx = tokens;
+  go.prefill_chunk = prefill_chunk;
   dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
   const dsv4_config& cf = cpu->config();
   std::mt19937_64 g(seed);
@@ -235,8 +237,9 @@ void model_cases(suite& s) {
   s.run("model_v4", "-", "cmf q4tp toy, 40 tokens", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("cmf", "q4tp"), 40, seed, info);
   });
-  s.run("model_v4", "-", "cmf f32 toy, 140 tokens, pipelined (logits only)", [&](uint64_t seed, std::string& info) {
-    return run_toy(s, files.make("cmf", "f32"), 140, seed, info, false);
+  // pipelined with the rings of 37-position prefill chunks (window ring 16 + 37 rows: wraps at 53)
+  s.run("model_v4", "-", "cmf f32 toy, 140 tokens, pipelined (logits only), chunk-sized rings", [&](uint64_t seed, std::string& info) {
+    return run_toy(s, files.make("cmf", "f32"), 140, seed, info, false, 37);
   });
   s.run("model_v4", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp"), seed, info);
@@ -244,10 +247,10 @@ void model_cases(suite& s) {
   s.run("model_v4", "-", "release toy (FP8 dense, MXFP4 experts), 40 tokens", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("release", "native"), 40, seed, info);
   });
-  // chunk 37: ragged chunks, ring wraps (window 16 + 37 rows), entries closing mid-chunk, the first ratio-128
-  // entry (position 127) inside a chunk; chunk 1 = every position its own chunk path (the state layout of decode)
-  s.run("model_v4", "-", "prefill chunks of 37, cmf f32 toy, 140 + 12 positions", [&](uint64_t seed, std::string& info) {
-    return chunk_case(s, files.make("cmf", "f32"), 37, 140, 12, seed, info);
+  // chunk 37: ragged chunks, ring wraps (window 16 + 37 rows; ratio-4 ring 48, ratio-128 ring 384 rows: 400
+  // positions wrap it), entries closing mid-chunk, ratio-128 entries (positions 127, 255, 383) inside chunks
+  s.run("model_v4", "-", "prefill chunks of 37, cmf f32 toy, 400 + 12 positions", [&](uint64_t seed, std::string& info) {
+    return chunk_case(s, files.make("cmf", "f32"), 37, 400, 12, seed, info);
   });
   s.run("model_v4", "-", "prefill chunks of 16, cmf q4tp toy, 40 + 8 positions", [&](uint64_t seed, std::string& info) {
     return chunk_case(s, files.make("cmf", "q4tp"), 16, 40, 8, seed, info);

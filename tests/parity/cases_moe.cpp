@@ -368,8 +368,11 @@ std::string moe_slots_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint
   why = run_moe(s, gc, xb, n, ib, wb, k, act, mv, got, dc);
   if (!why.empty()) return "cached: " + why;
   const bool i8_path = act == act_precision::i8 && n == 1 && I % 64 == 0 && d % 32 == 0;
-  // int8 rows / expert-grouped (tiled GEMM per expert: 5, row-per-team kernels: 4) / per pair
-  const uint32_t want_disp = i8_path ? 6u : n > 1 ? (dr == 5 ? 5u : 4u) : 2u;
+  // int8 rows (6) / expert-grouped: the tiled GEMM per expert (5) where the expert's rows are whole 64-row tiles
+  // and the columns whole steps of max(32, chunk) values, else the row-per-team kernels (4) / per pair (2)
+  constexpr uint64_t chunk = F::elem_bits >= 8 ? 128 / F::elem_bits : F::block_elems, tk = chunk > 32 ? chunk : 32;
+  const bool gemm_path = (2 * I) % 64 == 0 && d % 64 == 0 && d % tk == 0 && I % tk == 0;
+  const uint32_t want_disp = i8_path ? 6u : n > 1 ? (gemm_path ? 5u : 4u) : 2u;
   if (dr != dc || dr != want_disp)
     return "dispatches: resident " + std::to_string(dr) + ", cached " + std::to_string(dc) + " (want " +
            std::to_string(want_disp) + ")";
