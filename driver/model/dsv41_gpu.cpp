@@ -437,11 +437,7 @@ void dsv41_gpu_model::bench_seek(uint64_t pos) {
 
 void dsv41_gpu_model::impl::check_chunk(std::span<const uint32_t> ids) const {
   // The whole chunk is checked before any token runs (a refused chunk leaves the state as it was, as on the CPU).
-  for (uint32_t id : ids)
-    if (id >= cfg.vocab) throw usage_error("gpu model: token id " + std::to_string(id) + " >= vocab " + std::to_string(cfg.vocab));
-  if (pos + ids.size() > opt.max_ctx)
-    throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + ids.size() - 1) +
-                      " reach the device context of " + std::to_string(opt.max_ctx) + " positions (--ctx)");
+  gpu_graph::check_ids(ids, cfg.vocab, pos, opt.max_ctx);
 }
 
 std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace) {

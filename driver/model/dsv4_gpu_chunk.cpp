@@ -399,11 +399,7 @@ std::string dsv4_gpu_model::prefill_profile() const {
 }
 
 void dsv4_gpu_model::impl::check_ids(std::span<const uint32_t> ids) const {
-  for (uint32_t id : ids)
-    if (id >= cfg.vocab) throw usage_error("gpu model: token id " + std::to_string(id) + " >= vocab " + std::to_string(cfg.vocab));
-  if (pos + ids.size() > opt.max_ctx)
-    throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + ids.size() - 1) +
-                      " reach beyond the device context of " + std::to_string(opt.max_ctx) + " positions (--ctx)");
+  gpu_graph::check_ids(ids, cfg.vocab, pos, opt.max_ctx);
 }
 
 bool dsv4_gpu_model::impl::chunkable() const {

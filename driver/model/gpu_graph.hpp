@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "cmfx/core/error.hpp"
 #include "gpu_expert_cache.hpp"
 
 namespace cmfx::driver {
@@ -45,6 +46,15 @@ class gpu_graph {
   virtual bool prefill_chunked() const { return false; }
   /// Runs ids at positions pos()…; returns the last token's logits [vocab] when `last`, else nothing.
   virtual std::vector<float> forward(std::span<const uint32_t> ids, bool last) = 0;
+  /// The checks of a multi-position call, before any position runs (a refused call leaves the state as it was):
+  /// every id < vocab, positions pos … pos + n − 1 within max_ctx. usage_error otherwise.
+  static void check_ids(std::span<const uint32_t> ids, uint32_t vocab, uint64_t pos, uint64_t max_ctx) {
+    for (uint32_t id : ids)
+      if (id >= vocab) throw usage_error("gpu model: token id " + std::to_string(id) + " >= vocab " + std::to_string(vocab));
+    if (pos + ids.size() > max_ctx)
+      throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + ids.size() - 1) +
+                        " reach beyond the device context of " + std::to_string(max_ctx) + " positions (--ctx)");
+  }
   /// Runs ids at positions pos()… and returns the logits of every one [n, vocab] (teacher-forced perplexity). Here
   /// one token at a time; a graph with batched prefill overrides it.
   virtual std::vector<float> forward_all(std::span<const uint32_t> ids) {
