@@ -2,6 +2,7 @@
 // 32 values (bounded below), and it must match the strict path's selection of rows/tokens exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -17,10 +18,14 @@ namespace {
 
 // Rounding x to int8 per 32 (step <= absmax/127) gives an output NMSE near 1e-5 on Gaussian data; the bound
 // leaves room for outlier-heavy blocks.
-// Only over >= 64 outputs: a single dot can cancel to a tiny value, so each output is also held to a bound
-// relative to its Cauchy-Schwarz magnitude ||w_r|| * ||x_t||, which the 8-bit rounding of x cannot exceed.
+// Only over >= 64 outputs: a single dot can cancel to a tiny value, so each output is also held to the bound the
+// 8-bit rounding of x cannot exceed: |x − x̃| <= absmax_b / 254 in block b (act_q8.hpp: sx = absmax/127, round to
+// nearest), so |Δy| <= Σ_b absmax_b / 254 · Σ_{c in b} |w_c| — with kBoundSlack for the division x · (1/sx) and
+// the f32 sums, plus kSumSlack · Σ|w·x| for the accumulation order. (A Cauchy-Schwarz bound of 0.5 % · ||w||·||x||,
+// used before, is not a bound: one 32-value block failed it by 20 %.)
 constexpr double kNmseI8 = 2e-4;
-constexpr double kRelToNorms = 5e-3;
+constexpr double kBoundSlack = 1.01;
+constexpr double kSumSlack = 1e-5;
 
 template <class F>
 void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch::avx2) {
@@ -50,12 +55,19 @@ void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch
   std::vector<float> row(cols);
   for (uint64_t r = 0; r < rows; ++r) {
     F::decode_row(v, r, row.data());
-    double wn = 0;
-    for (float x : row) wn += double(x) * x;
     for (uint64_t t = 0; t < n; ++t) {
-      double xn = 0;
-      for (uint64_t c = 0; c < cols; ++c) xn += double(X[t * cols + c]) * X[t * cols + c];
-      ASSERT_LE(std::fabs(Y[t * rows + r] - want[t * rows + r]), kRelToNorms * std::sqrt(wn * xn))
+      const float* x = X.data() + t * cols;
+      double bound = 0, wx = 0;
+      for (uint64_t b0 = 0; b0 < cols; b0 += 32) {
+        double amax = 0, wabs = 0;
+        for (uint64_t c = b0; c < std::min<uint64_t>(cols, b0 + 32); ++c) {
+          amax = std::max(amax, std::fabs(double(x[c])));
+          wabs += std::fabs(double(row[c]));
+          wx += std::fabs(double(row[c]) * x[c]);
+        }
+        bound += amax / 254.0 * wabs;
+      }
+      ASSERT_LE(std::fabs(Y[t * rows + r] - want[t * rows + r]), kBoundSlack * bound + kSumSlack * wx)
           << F::name << " r=" << r << " t=" << t << " seed " << seed;
     }
   }

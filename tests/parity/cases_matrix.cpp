@@ -102,9 +102,10 @@ std::string matmul_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, u
 ///    summation order, except where its sx = absmax / 127 or 1 / sx differs in the last ulp from the CPU's (GPU
 ///    division need not be correctly rounded) and moves an x value across a rounding boundary — each such flip
 ///    moves an output by at most |w|·sx. Per output: |gpu − ref| <= 1e-5·Σ|w·x̃| + 2·max|w|·max sx.
-///  - W · x in float64: the documented error of the int8 path (the CPU's per-output bound of
-///    tests/kernels/gemm_i8_test.cpp, <= 5e-3·‖w‖·‖x‖; NMSE <= 5e-4 over >= 64 outputs — looser than the CPU
-///    test's 2e-4 because one x value in 97 is an 8x outlier here, which coarsens its block's int8 step).
+///  - W · x in float64: the documented error of the int8 path — per output the rounding bound of
+///    tests/kernels/gemm_i8_test.cpp (Σ_b absmax_b / 254 · Σ_{c in b} |w_c|, × 1.01) plus the flip allowance
+///    above; NMSE <= 5e-4 over >= 64 outputs — looser than the CPU test's 2e-4 because one x value in 97 is an 8x
+///    outlier here, which coarsens its block's int8 step.
 template <class F>
 std::string matvec_i8_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, std::string& info) {
   rng r(seed);
@@ -130,23 +131,26 @@ std::string matvec_i8_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols
   }
   const std::vector<double> ref_q = ref::gemm(F::id, m.v, xt.data(), 1);
   const std::vector<double> ref_x = ref::gemm(F::id, m.v, X.data(), 1);
-  double xn = 0;
-  for (float v : X) xn += double(v) * v;
   std::vector<float> row(cols);
   for (uint64_t i = 0; i < rows; ++i) {
     F::decode_row(m.v, i, row.data());
-    double wabs_x = 0, wmax = 0, wn = 0;
-    for (uint64_t k = 0; k < cols; ++k) {
-      wabs_x += std::fabs(double(row[k]) * xt[k]);
-      wmax = std::max(wmax, std::fabs(double(row[k])));
-      wn += double(row[k]) * row[k];
+    double wabs_x = 0, wmax = 0, round_bound = 0;
+    for (uint64_t b0 = 0; b0 < cols; b0 += act_block) {
+      double amax = 0, wabs = 0;
+      for (uint64_t k = b0; k < std::min<uint64_t>(cols, b0 + act_block); ++k) {
+        wabs_x += std::fabs(double(row[k]) * xt[k]);
+        wmax = std::max(wmax, std::fabs(double(row[k])));
+        amax = std::max(amax, std::fabs(double(X[k])));
+        wabs += std::fabs(double(row[k]));
+      }
+      round_bound += amax / 254.0 * wabs;
     }
     const double e_q = std::fabs(got[i] - ref_q[i]), e_x = std::fabs(got[i] - ref_x[i]);
     if (!(e_q <= 1e-5 * wabs_x + 2 * wmax * sx_max))
       return "row " + std::to_string(i) + ": " + std::to_string(got[i]) + " vs int8-rounded reference " +
              std::to_string(ref_q[i]);
-    if (!(e_x <= 5e-3 * std::sqrt(wn * xn)))
-      return "row " + std::to_string(i) + ": error vs exact reference above the int8 bound";
+    if (!(e_x <= 1.01 * round_bound + 1e-5 * wabs_x + 2 * wmax * sx_max))
+      return "row " + std::to_string(i) + ": error vs exact reference above the int8 rounding bound";
   }
   const stats sx_ = compare(got.data(), ref_x.data(), rows), sq = compare(got.data(), ref_q.data(), rows);
   char b[160];
