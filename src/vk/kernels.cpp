@@ -117,8 +117,7 @@ struct kernels::impl {
   uint32_t gemm_tk(format f) const { return std::max<uint32_t>(32, detail::gpu_traits(f).chunk); }
   const detail::pipeline* gemm_pipe(format f, scale_encoding enc) {
     const uint32_t tk = gemm_tk(f);
-    const uint64_t need = uint64_t(tk) * (gemm_rows + gemm_batch) * 4 + gemm_rows * 32 * 4 + 1024 + 256;
-    if (need > info.max_shared_memory || tk % detail::gpu_traits(f).chunk) return nullptr;
+    if (detail::gemm_shared_bytes(gemm_rows, gemm_batch, tk) > info.max_shared_memory || tk % detail::gpu_traits(f).chunk) return nullptr;
     const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, 0, 0};
     if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
     std::ostringstream d;

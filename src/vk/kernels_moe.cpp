@@ -507,7 +507,7 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
   // Tile rows: 128 (128 invocations) where the shared memory holds it (the H200's 48 KiB; the activation tile then
   // serves twice the rows), else 64 (64 invocations; lavapipe's 32 KiB). 16 pairs per tile: an expert has
   // ~n·top_k/E pairs (6 at 256 tokens of V4-Flash, 12 at 512).
-  auto need = [](uint32_t gm, uint32_t tk) { return uint64_t(tk) * (gm + 16) * 4 + uint64_t(gm) * 32 * 4 + 1280; };
+  auto need = [](uint32_t gm, uint32_t tk) { return detail::gemm_shared_bytes(gm, 16, tk); };
   const uint32_t gm = need(128, 32) <= e.info.max_shared_memory && (2 * I) % 128 == 0 && d % 128 == 0 ? 128 : 64;
   auto gemm_defs = [&](const gpu_matrix& w, uint64_t rows_e, bool x_token, std::string& defs) {
     const uint32_t chunk = detail::gpu_traits(w.fmt).chunk, tk = std::max<uint32_t>(32, chunk);

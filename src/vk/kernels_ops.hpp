@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cmfx/core/error.hpp"
+#include "cmfx/formats/ladder.hpp"
 #include "cmfx/vk/kernels.hpp"
 #include "internal.hpp"
 
@@ -55,6 +56,12 @@ op_env op_env_of(kernels::impl& p);
 /// of format f, and its rows per workgroup; false when the device has no such kernel for f (kernels.cpp).
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, bool i8, std::string& defs,
                          uint32_t& rows_per_wg);
+
+/// Shared memory of one shaders/gemm.comp workgroup: the f32 weight tile (gm rows × tk columns) and activation
+/// tile (gn batch rows × tk), the ladder tables of gm rows (the largest format table), and 1.25 KiB for the LUTs.
+inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk) {
+  return uint64_t(tk) * (gm + gn) * 4 + uint64_t(gm) * ladder::rungs * 4 + 1280;
+}
 
 /// Throws usage_error unless v holds `bytes` bytes at a 4-byte aligned offset.
 inline void need_view(const view& v, uint64_t bytes, const char* op, const char* arg) {
