@@ -41,14 +41,17 @@ void dsv41_fp4_e4m3_quant(std::span<float> x, uint32_t block) {
   }
 }
 
-void dsv41_candidate_blocks(std::span<const float> score, uint32_t topk_blocks, uint32_t bs, std::vector<uint8_t>& mask) {
+void dsv41_candidate_blocks(std::span<const float> score, uint32_t topk_blocks, uint32_t bs, std::vector<uint8_t>& mask,
+                            float* margin) {
   const size_t ne = score.size(), nb = (ne + bs - 1) / bs;
   mask.assign(ne, 0);
+  if (margin) *margin = std::numeric_limits<float>::infinity();
   if (ne == 0) return;
   std::vector<float> blk(nb, neg_inf);
   for (size_t j = 0; j < ne; ++j) blk[j / bs] = std::max(blk[j / bs], score[j]);
   blk[(ne - 1) / bs] = std::numeric_limits<float>::infinity();  // the newest entry's (partial) block is pinned
   std::vector<topk_entry> scratch(nb);
+  if (margin && topk_blocks > 0) *margin = selection_margin(blk, topk_blocks - 1, scratch);  // the pin is not finite
   std::vector<uint32_t> pick(std::min<size_t>(topk_blocks, nb));
   const size_t k = topk(blk, pick.size(), scratch, pick);
   for (size_t q = 0; q < k; ++q) {
@@ -169,6 +172,7 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
     if (pl.candidate_source) sh.candidates.assign(n, {});
     std::vector<int> kfrom(n);
     for (uint64_t i = 0; i < n; ++i) kfrom[i] = keys_layer(l, i, tc);
+    std::vector<float> margin(trace ? n : 0);
     pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
       std::vector<float> scores, ktile;
       std::vector<topk_entry> scratch;
@@ -209,7 +213,10 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
         for (uint64_t i = g0; i < g1; ++i) {
           const uint64_t ne = (tc.pos[i] + 1) / r;
           const std::span<float> score(scores.data() + (i - g0) * nmax, ne);
-          if (pl.candidate_source) dsv41_candidate_blocks(score, cf.candidate_topk_blocks, cf.candidate_block_size, sh.candidates[i]);
+          float block_margin = std::numeric_limits<float>::infinity();
+          if (pl.candidate_source)
+            dsv41_candidate_blocks(score, cf.candidate_topk_blocks, cf.candidate_block_size, sh.candidates[i],
+                                   trace ? &block_margin : nullptr);
           if (pl.uses_candidates) {
             const std::vector<uint8_t>& cand = sh.candidates.at(i);
             for (uint64_t j = 0; j < ne; ++j)
@@ -220,6 +227,7 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
           std::vector<uint32_t>& pk = picks[i];
           pk.resize(kk);
           topk(score, kk, scratch, pk);
+          if (trace) margin[i] = std::min(block_margin, selection_margin(score, kk, scratch));
           // A −inf pick (outside the candidate pool) cannot occur when the pool holds ≥ index_topk entries
           // (checked by dsv41_make_plan); drop it defensively rather than attend to a masked entry.
           pk.erase(std::remove_if(pk.begin(), pk.end(), [&](uint32_t j) { return score[j] == neg_inf; }), pk.end());
@@ -232,6 +240,7 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
       for (uint64_t i = 0; i < n; ++i) {
         trace->topk[l].push_back(picks[i]);
         trace->keys_from[l].push_back(kfrom[i]);
+        trace->topk_margin[l].push_back(margin[i]);
       }
   }
 

@@ -120,6 +120,7 @@ void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* o
   std::vector<uint32_t> idx(n * K);
   std::vector<float> wts(n * K), s(E);
   std::vector<topk_entry> scratch(E);
+  std::vector<float> biased(trace ? E : 0);
   route_config rc;
   rc.top_k = K;
   rc.route_scale = float(cf.route_scale);
@@ -133,6 +134,7 @@ void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* o
       std::vector<uint32_t> sorted(id.begin(), id.end());
       std::sort(sorted.begin(), sorted.end());
       trace->experts[l].push_back(std::move(sorted));
+      trace->experts_margin[l].push_back(float(route_score_margin(s, L.gate_bias.data(), K, biased, scratch)));
     }
   }
   const float* x = u;
@@ -271,7 +273,9 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   if (trace) {
     trace->topk.resize(cf.layers);
     trace->experts.resize(cf.layers);
+    trace->experts_margin.resize(cf.layers);
     trace->keys_from.resize(cf.layers);
+    trace->topk_margin.resize(cf.layers);
   }
   // Embedding → hc identical copies; the first pre-mix takes copy 0.
   std::vector<float> X(n * hd_), Xn(n * hd_);

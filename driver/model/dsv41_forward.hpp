@@ -26,6 +26,12 @@ struct dsv41_trace {
   std::vector<std::vector<std::vector<uint32_t>>> topk;     // index-source layers: compressed entries picked
   std::vector<std::vector<std::vector<uint32_t>>> experts;  // routed experts
   std::vector<std::vector<int>> keys_from;                  // index-source layers: whose index keys were scored
+  // index-source layers: how close each token's selections came to a tie — the smallest gap, over the top-k pick
+  // and (candidate source) the block pick, between the last score kept and the first left out, divided by the
+  // largest |score| of the row; +inf when nothing was left out. A consumer comparing another backend's picks
+  // (tests/parity) accepts a different pick only where this is within that backend's rounding.
+  std::vector<std::vector<float>> topk_margin;
+  std::vector<std::vector<float>> experts_margin;  // the same for the routed experts (route_score_margin)
 };
 
 enum class dsv41_logits { none, last, all };

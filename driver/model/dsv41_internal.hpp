@@ -79,6 +79,9 @@ dsv41_engram dsv41_make_engram(const dsv41_weights& w);
 void dsv41_fp4_e4m3_quant(std::span<float> x, uint32_t block);
 /// Two-level top-k, level one (official select_candidate_blocks): blocks of `bs` scores (ne entries), block score =
 /// max, the block of the newest entry pinned, the best `topk_blocks` kept (−inf blocks dropped) → mask[ne].
-void dsv41_candidate_blocks(std::span<const float> score, uint32_t topk_blocks, uint32_t bs, std::vector<uint8_t>& mask);
+/// The candidate pool's block pick; `margin` (optional) gets the selection_margin (ops/topk.hpp) of the blocks
+/// competing beside the pinned newest one.
+void dsv41_candidate_blocks(std::span<const float> score, uint32_t topk_blocks, uint32_t bs, std::vector<uint8_t>& mask,
+                            float* margin = nullptr);
 
 }  // namespace cmfx::driver

@@ -113,12 +113,14 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, con
 
   // Compressed entries each token attends to.
   std::vector<std::vector<uint32_t>> picks(n);
+  std::vector<float> margin;  // trace: how close each row's pick came to a tie
   if (kind.ratio && !kind.indexer) {
     for (uint64_t i = 0; i < n; ++i) {
       picks[i].resize(n_entries[i]);
       for (uint32_t j = 0; j < n_entries[i]; ++j) picks[i][j] = j;
     }
   } else if (kind.indexer) {
+    if (trace) margin.resize(n);
     pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
       std::vector<float> score;
       std::vector<topk_entry> scratch;
@@ -139,6 +141,7 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, con
         scratch.resize(ne);
         picks[i].resize(kk);
         topk(score, kk, scratch, picks[i]);
+        if (trace) margin[i] = selection_margin(score, kk, scratch);
       }
     });
   }
@@ -147,6 +150,7 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, con
       auto sorted = picks[i];
       std::sort(sorted.begin(), sorted.end());
       trace->topk[layer].push_back(std::move(sorted));
+      trace->topk_margin[layer].push_back(margin[i]);
     }
 
   // Sparse attention with sink, per (token, head).

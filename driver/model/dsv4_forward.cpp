@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -58,6 +59,7 @@ void dsv4_model::impl::moe_ffn(uint32_t layer, const float* u, const uint32_t* i
   std::vector<uint32_t> idx(n * K);
   std::vector<float> wts(n * K), s(E);
   std::vector<topk_entry> scratch(E);
+  std::vector<float> biased(trace ? E : 0);
   route_config rc;
   rc.top_k = K;
   rc.route_scale = float(cf.route_scale);
@@ -73,6 +75,8 @@ void dsv4_model::impl::moe_ffn(uint32_t layer, const float* u, const uint32_t* i
       std::vector<uint32_t> sorted(id.begin(), id.end());
       std::sort(sorted.begin(), sorted.end());
       trace->experts[layer].push_back(std::move(sorted));
+      trace->experts_margin[layer].push_back(
+          L.kind.hash ? std::numeric_limits<float>::infinity() : route_score_margin(s, L.gate_bias.data(), K, biased, scratch));
     }
   }
   const float* x = u;
@@ -127,6 +131,8 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   if (trace) {
     trace->topk.resize(cf.layers);
     trace->experts.resize(cf.layers);
+    trace->experts_margin.resize(cf.layers);
+    trace->topk_margin.resize(cf.layers);
   }
   // Embedding → hc identical copies.
   std::vector<float> X(n * hd_), Xn(n * hd_);

@@ -24,6 +24,10 @@ namespace cmfx::driver {
 struct dsv4_trace {
   std::vector<std::vector<std::vector<uint32_t>>> topk;     // indexer picks (ratio-4 layers; empty elsewhere)
   std::vector<std::vector<std::vector<uint32_t>>> experts;  // routed experts
+  // How close each selection came to a tie (selection_margin of ops/topk.hpp: the gap between the last score kept
+  // and the first left out over the row's largest |score|; +inf for hash routing or when nothing was left out). A
+  // consumer comparing another backend's picks (tests/parity) accepts a different pick only within its rounding.
+  std::vector<std::vector<float>> topk_margin, experts_margin;
 };
 
 enum class dsv4_logits { none, last, all };

@@ -2,7 +2,9 @@
 // full of ties, −inf and NaN, at the real sizes (experts 256/384, index top-512, vocabulary 129280).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -61,6 +63,38 @@ TEST(TopK, TieRuleByHand) {
   EXPECT_EQ(run_topk({-0.0f, 0.0f}, 1), (std::vector<uint32_t>{0}));
   // k > n returns n.
   EXPECT_EQ(run_topk({5, 6}, 10), (std::vector<uint32_t>{1, 0}));
+}
+
+TEST(TopK, SelectionMarginByHand) {
+  std::vector<topk_entry> sc(8);
+  // the 2nd largest (3) against the 3rd (2.5), over max |s| = 4 (the -inf mask and +inf pin left out)
+  const std::vector<float> s{1, 4, kNegInf, 2.5f, 3, std::numeric_limits<float>::infinity(), -4};
+  EXPECT_FLOAT_EQ(selection_margin(s, 2, sc), 0.5f / 4.0f);
+  EXPECT_FLOAT_EQ(selection_margin(s, 1, sc), 1.0f / 4.0f);
+  EXPECT_EQ(selection_margin(s, 2, std::span<topk_entry>(sc).first(7)), 0.125f);
+  EXPECT_EQ(selection_margin(std::vector<float>{3, 3, 1}, 1, sc), 0.0f);                         // an exact tie
+  EXPECT_TRUE(std::isinf(selection_margin(s, 5, sc)));                       // 5 finite values: nothing left out
+  EXPECT_TRUE(std::isinf(selection_margin(s, 0, sc)));
+  EXPECT_EQ(selection_margin(std::vector<float>{0, 0, 0}, 1, sc), 0.0f);
+  EXPECT_THROW(selection_margin(s, 2, std::span<topk_entry>(sc).first(3)), std::invalid_argument);
+}
+
+TEST(TopK, SelectionMarginMatchesSortedGap) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d;
+  for (size_t n : {2u, 7u, 256u, 1000u})
+    for (size_t k : {1u, 6u, 512u}) {
+      std::vector<float> s(n);
+      for (auto& x : s) x = d(g);
+      std::vector<topk_entry> sc(n);
+      std::vector<float> srt(s);
+      std::sort(srt.begin(), srt.end(), std::greater<float>());
+      float amax = 0;
+      for (float x : s) amax = std::max(amax, std::fabs(x));
+      const float want = k < n ? (srt[k - 1] - srt[k]) / amax : std::numeric_limits<float>::infinity();
+      EXPECT_EQ(selection_margin(s, k, sc), want) << "n " << n << " k " << k << " seed " << seed;
+    }
 }
 
 TEST(TopK, RejectsShortBuffers) {

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "commands.hpp"
@@ -49,6 +52,60 @@ inline std::string first_diff(const std::vector<std::vector<std::vector<uint32_t
   for (size_t l = 0; l < std::min(a.size(), b.size()); ++l)
     if (a[l].size() != b[l].size()) return std::string(what) + ": trace lengths differ at layer " + std::to_string(l);
   return {};
+}
+
+// A selection (routed experts, indexer picks) whose CPU scores at the top-k boundary are closer than this, relative
+// to the row's largest |score| (the traces' *_margin, ops/topk.hpp selection_margin), may go the other way on the GPU:
+// f32 sums in another order differ from the CPU's double sums by ~1e-6 of the scores (measured: a V4.1 indexer pick
+// at margin 7.5e-7 flipped on lavapipe). Such a pick ends the selection comparison there (stop_at_near_tie).
+constexpr double kSelectionTieMargin = 1e-5;
+
+enum class selection_verdict { same, near_tie, differ };
+
+/// The earliest selection in the graph's order (position, layer, indexer picks before routed experts) where the GPU
+/// trace's selections differ from the CPU trace's. When the CPU's margin there is below kSelectionTieMargin, both traces are
+/// cut to the positions before it (what follows depends on the pick) and `what` names it: near_tie; otherwise
+/// `what` names the difference: differ. Traces: [layer][position] → sorted ids, plus the CPU's topk_margin and
+/// experts_margin.
+template <class Trace>
+selection_verdict compare_selections(Trace& cpu, Trace& gpu, std::string& what) {
+  struct hit {
+    bool experts;
+    size_t layer, pos;
+  };
+  bool found = false;
+  hit best{};
+  auto scan = [&](const auto& a, const auto& b, bool experts) {
+    for (size_t l = 0; l < std::min(a.size(), b.size()); ++l)
+      for (size_t t = 0; t < std::min(a[l].size(), b[l].size()); ++t)
+        if (a[l][t] != b[l][t]) {
+          // the graph's order: position, then layer, then attention (picks) before the MoE (experts)
+          const auto key = std::make_tuple(t, l, experts), have = std::make_tuple(best.pos, best.layer, best.experts);
+          if (!found || key < have) best = {experts, l, t}, found = true;
+          break;
+        }
+  };
+  scan(cpu.experts, gpu.experts, true);
+  scan(cpu.topk, gpu.topk, false);
+  if (!found) return selection_verdict::same;
+  const auto& margins = best.experts ? cpu.experts_margin : cpu.topk_margin;
+  const float m = best.layer < margins.size() && best.pos < margins[best.layer].size()
+                      ? margins[best.layer][best.pos]
+                      : std::numeric_limits<float>::quiet_NaN();
+  char b[200];
+  std::snprintf(b, sizeof b, "%s differ at layer %zu, position %zu (CPU margin %.2e)",
+                best.experts ? "routed experts" : "indexer picks", best.layer, best.pos, double(m));
+  what = b;
+  if (!(m < kSelectionTieMargin)) return selection_verdict::differ;
+  auto cut = [&](Trace& t) {
+    auto cut1 = [&](auto& v) {
+      for (auto& row : v) row.resize(std::min(row.size(), best.pos));
+    };
+    cut1(t.experts), cut1(t.topk), cut1(t.experts_margin), cut1(t.topk_margin);
+    if constexpr (requires { t.keys_from; }) cut1(t.keys_from);
+  };
+  cut(cpu), cut(gpu);
+  return selection_verdict::near_tie;
 }
 
 }  // namespace cmfx::parity

@@ -66,6 +66,15 @@ inline void route_score(std::span<const float> logits, const float* bias, const 
   ops_detail::route_weights(s, idx, c, w);
 }
 
+/// How close route_score's pick came to a tie: selection_margin (topk.hpp) over the biased scores s + bias, with s
+/// as route_score left it. `biased` is caller scratch of s.size() floats, scratch of s.size() entries.
+inline float route_score_margin(std::span<const float> s, const float* bias, size_t top_k, std::span<float> biased,
+                                std::span<topk_entry> scratch) {
+  if (biased.size() < s.size()) throw std::invalid_argument("route_score_margin: biased smaller than expert count");
+  for (size_t e = 0; e < s.size(); ++e) biased[e] = bias ? s[e] + bias[e] : s[e];
+  return selection_margin(biased.first(s.size()), top_k, scratch);
+}
+
 namespace ops_detail {
 template <class T>
 inline void route_hash_impl(std::span<const float> logits, std::span<const T> tid2eid, uint64_t token,

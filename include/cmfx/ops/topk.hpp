@@ -61,4 +61,19 @@ inline size_t topk(std::span<const float> scores, size_t k, std::span<topk_entry
   return kk;
 }
 
+/// How close a top-k selection came to a tie: (k-th largest − (k+1)-th largest) / max |s|, over the finite values
+/// of s only (±inf and NaN are masks and pins, never near anything). +inf when k = 0 or at most k values are
+/// finite (nothing competed), 0 when they are all zero. A diagnostic for comparing backends: a selection whose
+/// margin is within the other backend's rounding may legitimately differ there. scratch.size() >= s.size().
+inline float selection_margin(std::span<const float> s, size_t k, std::span<topk_entry> scratch) {
+  if (scratch.size() < s.size()) throw std::invalid_argument("selection_margin: scratch smaller than the score count");
+  size_t n = 0;
+  float amax = 0.0f;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (std::isfinite(s[i])) scratch[n++] = topk_entry{s[i], uint32_t(i)}, amax = std::max(amax, std::fabs(s[i]));
+  if (k == 0 || n <= k) return std::numeric_limits<float>::infinity();
+  topk_entries(scratch.first(n), k + 1);
+  return amax > 0.0f ? (scratch[k - 1].value - scratch[k].value) / amax : 0.0f;
+}
+
 }  // namespace cmfx
