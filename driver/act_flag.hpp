@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cmfx/kernels/act_precision.hpp"
+#include "cmfx/vk/gemm_precision.hpp"
 
 namespace cmfx::driver {
 
@@ -18,6 +19,19 @@ inline CLI::Option* add_act_flag(CLI::App* c, act_precision& v) {
       ->check(CLI::IsMember({"f32", "i8"}).description(""))
       ->option_text("f32|i8")
       ->default_str("f32");
+}
+
+/// The `--gemm f16|f32` flag of `cmfx run`, `cmfx ppl` and `cmfx bench` (Vulkan): dsv4_gpu_options::gemm.
+inline CLI::Option* add_gemm_flag(CLI::App* c, gpu::gemm_precision& v) {
+  return c
+      ->add_option_function<std::string>(
+          "--gemm", [&v](const std::string& s) { v = s == "f32" ? gpu::gemm_precision::f32 : gpu::gemm_precision::f16; },
+          "--backend vulkan: the prefill chunks' tiled GEMMs: f16 (default; tiles rounded to f16, f32 sums, tensor "
+          "cores where the device has cooperative matrices, else f32) | f32 (the CPU's results up to summation "
+          "order)")
+      ->check(CLI::IsMember({"f16", "f32"}).description(""))
+      ->option_text("f16|f32")
+      ->default_str("f16");
 }
 
 }  // namespace cmfx::driver

@@ -119,7 +119,7 @@ int run_bench(const bench_args& a) {
   } else {
     dsv4_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
-    go.prefill_chunk = a.prefill_chunk;
+    go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm;
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
   gpu_graph& m = *mp;
@@ -171,8 +171,14 @@ int run_bench(const bench_args& a) {
   const double pre_tps = a.prompt ? double(a.prompt) / pre_s : 0, dec_tps = a.tokens ? double(a.tokens) / dec_s : 0;
   const double bpt = double(m.bytes_per_token());
   const bool chunked = m.prefill_chunked();
+  std::string pre_how = "token by token";
+  if (chunked) {
+    const gpu::gemm_precision_scope gs(k, a.gemm);
+    pre_how = "chunks of " + std::to_string(a.prefill_chunk) + " positions, tiled GEMMs " +
+              (k.gemm_precision_used() == gpu::gemm_precision::f16 ? "f16 on the tensor cores" : "f32");
+  }
   std::printf("prefill: %llu tokens in %.2f s = %.1f tok/s (%s)\n", (unsigned long long)a.prompt, pre_s, pre_tps,
-              chunked ? ("chunks of " + std::to_string(a.prefill_chunk) + " positions").c_str() : "token by token");
+              pre_how.c_str());
   std::printf("decode : %llu tokens in %.2f s = %.2f tok/s at positions %llu..%llu (batch 1, greedy on the device)\n",
               (unsigned long long)a.tokens, dec_s, dec_tps, (unsigned long long)a.prompt,
               (unsigned long long)(a.prompt + a.tokens));

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
                  "--backend vulkan, V4: positions per device recording (0 or 1: token by token)")
       ->default_val(ppl.model_opts.prefill_chunk)
       ->check(CLI::Range(0u, 4096u));
+  add_gemm_flag(cp, ppl.model_opts.gemm);
   cp->add_flag("--json", ppl.json, "Print the result as one JSON object {\"ppl\": value, \"tokens\": n}");
   cp->add_flag("--qat", ppl.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
 
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
                  "--backend vulkan, V4: prompt positions per device recording (0 or 1: token by token)")
       ->default_val(run.model_opts.prefill_chunk)
       ->check(CLI::Range(0u, 4096u));
+  add_gemm_flag(cr, run.model_opts.gemm);
   cr->add_flag("--stats", run.stats, "--backend vulkan: print the expert-cache statistics at the end");
   cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);
   cr->add_flag("--print-ids", run.print_ids, "Print the prompt and generated token ids on stderr");
@@ -148,6 +150,7 @@ int main(int argc, char** argv) {
   cb->add_option("--prefill-chunk", bench.prefill_chunk, "V4: prompt positions per device recording (0 or 1: token by token)")
       ->default_val(bench.prefill_chunk)
       ->check(CLI::Range(0u, 4096u));
+  add_gemm_flag(cb, bench.gemm);
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
 
   tokenize_args tk;

@@ -17,6 +17,23 @@
 // Push constants: common/formats.glsl's mat_pc (n = batch rows of this dispatch, x_stride / y_stride in floats).
 // Defines: ROWS_PER_WG (= GM, the ladder tables' rows), GEMM_GM, GEMM_TK, GEMM_GN, GEMM_WG (= WG_SIZE = GM/4 · GN/4),
 // the format's.
+//
+// GEMM_COOP (kernels::set_gemm_precision(f16)): the tiles are held in shared memory as f16 (weights decoded to f32
+// then rounded once, activations rounded once) and the products summed in f32: 1 = the tensor cores through
+// VK_NV_cooperative_matrix (each subgroup owns GEMM_BPS 16 × 16 output blocks and issues 16 × 16 × 16 f16
+// multiply-adds; the accumulators go through a shared f32 tile to the guarded stores); 2 = the same tiles and
+// numerics in plain GLSL (every invocation sums GM·GN/GEMM_WG outputs in column order) so that devices without
+// cooperative matrices (lavapipe in CI) run this mode's loads, layout and stores. Defines: GEMM_SG (subgroup size).
+#ifndef GEMM_COOP
+#define GEMM_COOP 0
+#endif
+#if GEMM_COOP
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
+#if GEMM_COOP == 1
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#endif
 #include "common/base.glsl"
 #include "common/formats.glsl"
 
@@ -62,8 +79,21 @@ layout(std430, binding = 8) readonly buffer SlotMap { uint slot_map[]; };
 #error "gemm.comp: ROWS_PER_WG must be GM (the ladder tables cover the tile's rows)"
 #endif
 
+#if GEMM_COOP
+#define TKP (TK + 8)  // row stride of the f16 tiles in halves (16-byte multiple; rows shifted across banks)
+shared float16_t wh[GM * TKP];  // wh[r · TKP + k]: the tile's weight rows
+shared float16_t xh[GN * TKP];  // xh[t · TKP + k]: the tile's batch rows
+#if GEMM_COOP == 1
+shared float cts[GM * GN];      // cts[t · GM + r]: the accumulators on their way to y
+#endif
+#define WZERO(rr, k) wh[(rr) * TKP + (k)] = float16_t(0.0)
+#define XPUT(tt, k, v) xh[(tt) * TKP + (k)] = float16_t(v)
+#else
 shared vec4 ws[TK * GM / 4];  // ws[k · GM/4 + r/4]: column k of the tile's rows, 4 rows per vec4
 shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's batch rows
+#define WZERO(rr, k) ws[(k) * (GM / 4) + (rr) / 4u][(rr) % 4u] = 0.0
+#define XPUT(tt, k, v) xsm[(k) * (GN / 4) + (tt) / 4u][(tt) % 4u] = (v)
+#endif
 
 #define WST(j)                                                                                  \
   {                                                                                             \
@@ -114,7 +144,7 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
       const float s = chunk_scale(R, q);                                                        \
       REP_J(WST)                                                                                \
     } else if (f < GM * KCH) {                                                                  \
-      for (uint i = 0u; i < CHUNK; ++i) ws[(kc * CHUNK + i) * (GM / 4) + rr / 4u][rr % 4u] = 0.0; \
+      for (uint i = 0u; i < CHUNK; ++i) WZERO(rr, kc * CHUNK + i);                              \
     }                                                                                           \
   }
 #define XDECL(u) vec4 xq##u = vec4(0.0);
@@ -127,13 +157,47 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
   {                                                                                             \
     const uint f = lid + u * GEMM_WG, tt = f / (TK / 4), c4 = f % (TK / 4);                     \
     if (f < GN * (TK / 4))                                                                      \
-      [[unroll]] for (uint i = 0u; i < 4u; ++i) xsm[(4u * c4 + i) * (GN / 4) + tt / 4u][tt % 4u] = xq##u[i]; \
+      [[unroll]] for (uint i = 0u; i < 4u; ++i) XPUT(tt, 4u * c4 + i, xq##u[i]);                \
   }
 
 // scalar stores into the vec4 tiles (transposed: consecutive rows of one column are consecutive floats)
 void wsf_store(uint c0, uint rr, vec4 v) {
+#if GEMM_COOP
+  [[unroll]] for (uint i = 0u; i < 4u; ++i) wh[rr * TKP + c0 + i] = float16_t(v[i]);
+#else
   [[unroll]] for (uint i = 0u; i < 4u; ++i) ws[(c0 + i) * (GM / 4) + rr / 4u][rr % 4u] = v[i];
+#endif
 }
+
+#if GEMM_COOP == 1
+#define GEMM_BLOCKS ((GM / 16) * (GN / 16))  // 16 × 16 output blocks of a tile
+#define GEMM_BPS (GEMM_BLOCKS / (GEMM_WG / GEMM_SG))  // blocks per subgroup (host: 1, 2 or 4)
+#define ACC_T fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define HALF_T fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#if GEMM_BPS == 1
+#define REP_B(M) M(0)
+#elif GEMM_BPS == 2
+#define REP_B(M) M(0) M(1)
+#elif GEMM_BPS == 4
+#define REP_B(M) M(0) M(1) M(2) M(3)
+#else
+#error "gemm.comp: unsupported output blocks per subgroup"
+#endif
+// block b = subgroup · BPS + j: rows 16·(b / (GN/16)), batch rows 16·(b % (GN/16))
+#define BLK_M(j) (16u * ((gl_SubgroupID * GEMM_BPS + j) / (GN / 16)))
+#define BLK_N(j) (16u * ((gl_SubgroupID * GEMM_BPS + j) % (GN / 16)))
+#define ACC_DECL(j) ACC_T cacc##j = ACC_T(0.0);
+#define ACC_MMA(j)                                                                              \
+  {                                                                                             \
+    HALF_T a, b;                                                                                \
+    coopMatLoadNV(a, wh, BLK_M(j) * TKP + kk, TKP, false);                                      \
+    coopMatLoadNV(b, xh, BLK_N(j) * TKP + kk, TKP, true);                                       \
+    cacc##j = coopMatMulAddNV(a, b, cacc##j);                                                   \
+  }
+#define ACC_STORE(j) coopMatStoreNV(cacc##j, cts, BLK_N(j) * GM + BLK_M(j), GM, true);
+#elif GEMM_COOP == 2
+#define GEMM_EPI (GM * GN / GEMM_WG)  // outputs per invocation: lid + i·WG → batch row / GM, row % GM
+#endif
 
 void main() {
   const uint lid = gl_LocalInvocationID.x, g = wg_index();
@@ -170,10 +234,19 @@ void main() {
 #define YIDX(i, r) (pc.yoff + (i) * pc.y_stride + (r))
 #endif
   tables_init(row0 / GM);
+#if !GEMM_COOP
   const uint tx = lid % (GN / 4u), ty = lid / (GN / 4u);  // outputs: rows 4ty .. 4ty+3, batch rows 4tx .. 4tx+3
+#endif
   for (uint tb = tb_first; tb * GN < count; tb += tb_step) {  // uniform
     const uint t_base = tb * GN;
+#if GEMM_COOP == 1
+    REP_B(ACC_DECL)
+#elif GEMM_COOP == 2
+    float eacc[GEMM_EPI];
+    [[unroll]] for (uint i = 0u; i < GEMM_EPI; ++i) eacc[i] = 0.0;
+#else
     vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);  // acc_i[j]: row 4ty+i, batch 4tx+j
+#endif
     // The next step's weight chunks and activations are loaded into registers before this step's FMAs, so their
     // latency overlaps the arithmetic (each invocation: GEMM_WF chunks, GEMM_XF vec4).
     uint cn = 0u;  // columns of the loads in flight
@@ -191,6 +264,16 @@ void main() {
         REP_F(WLOAD)
         REP_X(XLOAD)
       }
+#if GEMM_COOP == 1
+      [[unroll]] for (uint kk = 0u; kk < TK; kk += 16u) { REP_B(ACC_MMA) }
+#elif GEMM_COOP == 2
+      [[unroll]] for (uint i = 0u; i < GEMM_EPI; ++i) {
+        const uint o = lid + i * GEMM_WG, r = o % GM, t = o / GM;
+        float a = eacc[i];
+        for (uint kk = 0u; kk < TK; ++kk) a += float(wh[r * TKP + kk]) * float(xh[t * TKP + kk]);
+        eacc[i] = a;
+      }
+#else
       for (uint kk = 0u; kk < TK; ++kk) {
         const vec4 a = ws[kk * (GM / 4) + ty], b = xsm[kk * (GN / 4) + tx];
         acc0 += a.x * b;
@@ -198,7 +281,23 @@ void main() {
         acc2 += a.z * b;
         acc3 += a.w * b;
       }
+#endif
     }
+#if GEMM_COOP
+#if GEMM_COOP == 1
+    REP_B(ACC_STORE)
+    barrier();  // the whole tile in cts
+#endif
+    [[unroll]] for (uint i = 0u; i < GM * GN / GEMM_WG; ++i) {
+      const uint o = lid + i * GEMM_WG, r = o % GM, t = t_base + o / GM;  // consecutive invocations: consecutive rows
+#if GEMM_COOP == 1
+      const float v = cts[o];
+#else
+      const float v = eacc[i];
+#endif
+      if (row0 + r < row_end && t < count) ys[YIDX(t, row0 + r)] = v;
+    }
+#else
     const uint r0 = row0 + 4u * ty;
 #define OUT_ROW(i)                                                                              \
   if (r0 + i < row_end) {                                                                       \
@@ -208,5 +307,6 @@ void main() {
     }                                                                                           \
   }
     OUT_ROW(0) OUT_ROW(1) OUT_ROW(2) OUT_ROW(3)
+#endif
   }
 }

@@ -106,6 +106,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   for (uint32_t tok : toks)
     if (tok >= cf.vocab) throw usage_error("gpu model: token id " + std::to_string(tok) + " >= vocab " + std::to_string(cf.vocab));
   next.reset();
+  const gpu::gemm_precision_scope gemm_mode(k, opt.gemm);  // pipelines are picked as the chunk is recorded
   const uint64_t P = pos, d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window, R = ring_rows;
   const uint32_t H = cf.heads, IH = cf.index_heads, IHD = cf.index_head_dim, E = cf.experts, K = cf.top_k,
                  TK = cf.index_topk;

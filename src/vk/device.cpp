@@ -27,7 +27,8 @@ std::string device_info::describe() const {
     << (subgroup_arithmetic ? " +arith" : "") << (subgroup_shuffle ? " +shuffle" : "")
     << (subgroup_size_control ? " +size-control" : "")
     << ", storage8 " << storage8 << ", storage16 " << storage16 << ", f64 " << float64 << ", int-dot "
-    << (int_dot ? (int_dot_fast ? "accelerated" : "emulated") : "no") << ", memory "
+    << (int_dot ? (int_dot_fast ? "accelerated" : "emulated") : "no") << ", f16 " << float16
+    << ", coop-matrix " << (coop_matrix ? "16x16x16 f16" : "no") << ", memory "
     << (device_local_bytes >> 20) << " MiB" << (host_visible ? " host-visible" : "") << ", max binding "
     << (max_storage_range >> 20) << " MiB";
   return s.str();
@@ -65,6 +66,29 @@ int compute_family(const vk::raii::PhysicalDevice& pd) {
   for (uint32_t i = 0; i < fams.size(); ++i)
     if (fams[i].queueFlags & vk::QueueFlagBits::eCompute) return int(i);
   return -1;
+}
+
+bool has_extension(const vk::raii::PhysicalDevice& pd, const char* name) {
+  for (const auto& e : pd.enumerateDeviceExtensionProperties())
+    if (std::string(e.extensionName.data()) == name) return true;
+  return false;
+}
+
+/// VK_NV_cooperative_matrix present, its feature on, and the subgroup-scope shape gemm.comp uses listed:
+/// M = N = K = 16, A and B f16, C and D f32.
+bool coop_matrix_16x16x16(const vk::raii::PhysicalDevice& pd) {
+  if (!has_extension(pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) return false;
+  vk::PhysicalDeviceFeatures2 f2;
+  vk::PhysicalDeviceCooperativeMatrixFeaturesNV cm;
+  f2.pNext = &cm;
+  pd.getDispatcher()->vkGetPhysicalDeviceFeatures2(*pd, reinterpret_cast<VkPhysicalDeviceFeatures2*>(&f2));
+  if (!cm.cooperativeMatrix) return false;
+  for (const vk::CooperativeMatrixPropertiesNV& p : pd.getCooperativeMatrixPropertiesNV())
+    if (p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == vk::ComponentTypeNV::eFloat16 &&
+        p.BType == vk::ComponentTypeNV::eFloat16 && p.CType == vk::ComponentTypeNV::eFloat32 &&
+        p.DType == vk::ComponentTypeNV::eFloat32 && p.scope == vk::ScopeNV::eSubgroup)
+      return true;
+  return false;
 }
 
 device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
@@ -126,6 +150,8 @@ device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
       in.int_dot = true;
       in.int_dot_fast = p13.integerDotProduct4x8BitPackedMixedSignednessAccelerated;
     }
+    in.float16 = f.f12.shaderFloat16;
+    in.coop_matrix = in.float16 && coop_matrix_16x16x16(pd);
   }
   if (in.max_buffer_size == 0) in.max_buffer_size = in.max_allocation;
   const vk::PhysicalDeviceMemoryProperties mp = pd.getMemoryProperties();
@@ -214,6 +240,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   if (!opt.allow_int_dot) info.int_dot = info.int_dot_fast = false;
   if (!opt.allow_subgroup_ops) info.subgroup_arithmetic = info.subgroup_shuffle = false;
   if (!opt.allow_shuffle) info.subgroup_shuffle = false;
+  if (!opt.allow_coop_matrix) info.coop_matrix = false;
   if (opt.max_binding_bytes) info.max_storage_range = std::min(info.max_storage_range, opt.max_binding_bytes);
 
   // Enable exactly what the shaders may use.
@@ -228,10 +255,19 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   en.f13.subgroupSizeControl = info.subgroup_size_control;
   en.f13.computeFullSubgroups = info.subgroup_size_control;
   en.f13.shaderIntegerDotProduct = info.int_dot;
+  en.f12.shaderFloat16 = info.float16;
+  vk::PhysicalDeviceCooperativeMatrixFeaturesNV cm;
+  std::vector<const char*> exts;
+  if (info.coop_matrix) {
+    cm.cooperativeMatrix = VK_TRUE;
+    cm.pNext = en.f2.pNext;
+    en.f2.pNext = &cm;
+    exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  }
   queue_family = uint32_t(compute_family(phys));
   const float prio = 1.0f;
   const vk::DeviceQueueCreateInfo qci({}, queue_family, 1, &prio);
-  vk::DeviceCreateInfo dci({}, qci, {}, {});
+  vk::DeviceCreateInfo dci({}, qci, {}, exts);
   dci.pNext = &en.f2;
   dev = vk::raii::Device(phys, dci);
   queue = vk::raii::Queue(dev, queue_family, 0);

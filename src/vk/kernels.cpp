@@ -57,6 +57,12 @@ struct kernels::impl {
   std::vector<buffer> retired;              // replaced scratch that recorded work may still use
   uint64_t binding_limit = 0;               // tests: cap below maxStorageBufferRange
   matvec_tuning tune;                       // 0 fields: automatic
+  gemm_precision gemm_prec = gemm_precision::f32;
+  /// gemm.comp's GEMM_COOP for the requested precision on this device: 0 f32, 1 tensor cores, 2 emulated.
+  uint32_t gemm_coop() const {
+    if (gemm_prec == gemm_precision::f16) return info.coop_matrix ? 1 : 0;
+    return gemm_prec == gemm_precision::f16_emulated ? 2 : 0;
+  }
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> rows_pipes;    // (format, enc, rpt, unroll, i8, x)
 
@@ -113,17 +119,28 @@ struct kernels::impl {
 
   /// The tiled GEMM (shaders/gemm.comp) of format f, or nullptr where the device's shared memory cannot hold its
   /// tiles (64 rows × 64 batch rows × TK columns of f32, plus the format's tables).
+  /// In the f16 modes (gemm_coop): f16 tiles, 64 columns per step; where the device cannot hold or split those
+  /// tiles, the f32 ones.
   static constexpr uint32_t gemm_rows = 64, gemm_batch = 64;
-  uint32_t gemm_tk(format f) const { return std::max<uint32_t>(32, detail::gpu_traits(f).chunk); }
+  uint32_t gemm_mode(format f) const {
+    const uint32_t coop = gemm_coop(), tk = detail::gemm_step(detail::gpu_traits(f).chunk, coop);
+    std::string defs;
+    if (coop && (detail::gemm_shared_bytes(gemm_rows, gemm_batch, tk, coop) > info.max_shared_memory ||
+                 !detail::gemm_coop_defines(coop, gemm_rows, gemm_batch, 256, info.subgroup_size, defs)))
+      return 0;
+    return coop;
+  }
+  uint32_t gemm_tk(format f) const { return detail::gemm_step(detail::gpu_traits(f).chunk, gemm_mode(f)); }
   const detail::pipeline* gemm_pipe(format f, scale_encoding enc) {
-    const uint32_t tk = gemm_tk(f);
-    if (detail::gemm_shared_bytes(gemm_rows, gemm_batch, tk) > info.max_shared_memory || tk % detail::gpu_traits(f).chunk) return nullptr;
-    const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, 0, 0};
+    const uint32_t coop = gemm_mode(f), tk = gemm_tk(f);
+    if (detail::gemm_shared_bytes(gemm_rows, gemm_batch, tk, coop) > info.max_shared_memory ||
+        tk % detail::gpu_traits(f).chunk)
+      return nullptr;
+    const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, coop, 0};
     if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
-    std::ostringstream d;
-    d << "#define ROWS_PER_WG " << gemm_rows << "\n#define GEMM_TK " << tk << "\n#define GEMM_WG 256\n" << detail::tab_defines()
-      << format_defines(f, enc);
-    const detail::pipeline* p = pipe("gemm.comp", d.str(), 256, 6, sizeof(mat_pc));
+    std::string cdefs;
+    detail::gemm_coop_defines(coop, gemm_rows, gemm_batch, 256, info.subgroup_size, cdefs);
+    const detail::pipeline* p = pipe("gemm.comp", detail::gemm_defines(f, enc, tk, cdefs), 256, 6, sizeof(mat_pc));
     matrix_pipes.emplace(key, p);
     return p;
   }
@@ -333,7 +350,8 @@ std::string kernels::describe() const {
                          : "no")
     << ", batch-1 row kernel "
     << (p_->info.subgroup_arithmetic && !p_->tune.legacy ? "yes" : "no") << ", int8 dot products "
-    << (p_->info.int_dot ? (p_->info.int_dot_fast ? "accelerated" : "emulated") : "no");
+    << (p_->info.int_dot ? (p_->info.int_dot_fast ? "accelerated" : "emulated") : "no") << ", tiled GEMMs "
+    << (p_->gemm_coop() == 1 ? "f16 tensor cores" : p_->gemm_coop() == 2 ? "f16 emulated" : "f32");
   return s.str();
 }
 
@@ -343,6 +361,52 @@ pipeline_stats kernels::stats() const {
 }
 
 void kernels::set_binding_limit(uint64_t bytes) { p_->binding_limit = bytes; }
+
+void kernels::set_gemm_precision(gemm_precision p) {
+  if (p == gemm_precision::f16_emulated && !p_->info.float16)
+    throw usage_error("gemm precision f16_emulated: the device has no shaderFloat16");
+  p_->gemm_prec = p;
+}
+
+uint32_t kernels::compile_gemm_variants(gemm_precision p, uint32_t subgroup) const {
+  const uint32_t coop = p == gemm_precision::f16 ? 1 : p == gemm_precision::f16_emulated ? 2 : 0;
+  const device_options& o = p_->dev.options();
+  uint32_t n = 0;
+  for_each_type(all_formats{}, [&]<class F>() {
+    const uint32_t tk = detail::gemm_step(detail::gpu_traits(F::id).chunk, coop);
+    scale_encoding enc = scale_encoding::none;
+    if constexpr (requires { typename F::scale_elem; }) enc = scale_encoding::e8m0;
+    std::string cd;
+    if (!detail::gemm_coop_defines(coop, impl::gemm_rows, 64, 256, subgroup, cd))
+      throw gpu_error("compile_gemm_variants: no dense GEMM tile split for subgroup " + std::to_string(subgroup));
+    (void)detail::compile_glsl(o.shader_dir, "gemm.comp", p_->common + detail::gemm_defines(F::id, enc, tk, cd),
+                               o.optimize_spirv);
+    ++n;
+    const uint32_t gm = 128, wg = coop == 1 ? gm / 16 * subgroup : coop == 2 ? 256 : gm;
+    if (!detail::gemm_coop_defines(coop, gm, 16, wg, subgroup, cd))
+      throw gpu_error("compile_gemm_variants: no expert GEMM tile split for subgroup " + std::to_string(subgroup));
+    for (const bool x_token : {true, false})
+      for (const bool slots : {false, true}) {
+        const std::string sd = slots ? std::string("#define MOE_SLOTS 12\n") + detail::def_u("MOE_E", 256) : "";
+        (void)detail::compile_glsl(o.shader_dir, "gemm.comp",
+                                   p_->common + detail::moe_gemm_defines(F::id, enc, gm, wg, tk, cd, 6,
+                                                                         true, x_token ? 4096 : 2048, x_token, sd),
+                                   o.optimize_spirv);
+        ++n;
+      }
+  });
+  return n;
+}
+
+gemm_precision kernels::gemm_precision_requested() const { return p_->gemm_prec; }
+
+gemm_precision kernels::gemm_precision_used() const {
+  switch (p_->gemm_coop()) {
+    case 1: return gemm_precision::f16;
+    case 2: return gemm_precision::f16_emulated;
+    default: return gemm_precision::f32;
+  }
+}
 
 void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
@@ -615,7 +679,9 @@ void kernels::stream_read(commands& c, view src, view sink) {
 // The layer-primitive kernels (kernels_route.cpp, kernels_mhc.cpp, kernels_quant.cpp, kernels_moe.cpp) reach the
 // device, the variant preamble and the tables through this (kernels_ops.hpp).
 namespace cmfx::gpu::detail {
-op_env op_env_of(kernels::impl& p) { return op_env{p.dev, p.info, p.common, p.lanes, p.teams, p.tables}; }
+op_env op_env_of(kernels::impl& p) {
+  return op_env{p.dev, p.info, p.common, p.lanes, p.teams, p.tables, p.gemm_coop()};
+}
 
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, bool i8, std::string& defs,
                          uint32_t& rows_per_wg) {

@@ -354,6 +354,22 @@ void bind_planes(const detail::op_env& e, const gpu_matrix& w, detail::binding* 
   pc.fast = w.cols % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0;
 }
 
+}  // namespace
+
+namespace detail {
+std::string moe_gemm_defines(format f, scale_encoding enc, uint32_t gm, uint32_t wg, uint32_t tk,
+                             const std::string& coop_defs, uint32_t top_k, bool shared, uint64_t rows_e, bool x_token,
+                             const std::string& slot_defs) {
+  return "#define ROWS_PER_WG " + std::to_string(gm) + "\n#define GEMM_GM " + std::to_string(gm) +
+         "\n#define GEMM_GN 16\n#define GEMM_WG " + std::to_string(wg) + "\n#define GEMM_TK " + std::to_string(tk) +
+         "\n" + coop_defs + "#define MOE_GEMM 1\n" + def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+         (shared ? "1" : "0") + "\n" + def_u("MOE_ROWS", rows_e) + "#define MOE_X_TOKEN " + (x_token ? "1" : "0") +
+         "\n" + slot_defs + tab_defines() + format_defines(f, enc);
+}
+}  // namespace detail
+
+namespace {
+
 /// The expert-cache defines (MOE_SLOTS, MOE_E) of a cached layer; empty for a resident one, whose shaders compile
 /// as without a cache.
 std::string slot_defines(const gpu_moe& m) {
@@ -507,16 +523,27 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
   // Tile rows: 128 (128 invocations) where the shared memory holds it (the H200's 48 KiB; the activation tile then
   // serves twice the rows), else 64 (64 invocations; lavapipe's 32 KiB). 16 pairs per tile: an expert has
   // ~n·top_k/E pairs (6 at 256 tokens of V4-Flash, 12 at 512).
-  auto need = [](uint32_t gm, uint32_t tk) { return detail::gemm_shared_bytes(gm, 16, tk); };
-  const uint32_t gm = need(128, 32) <= e.info.max_shared_memory && (2 * I) % 128 == 0 && d % 128 == 0 ? 128 : 64;
+  // f16 modes (kernels::set_gemm_precision): f16 tiles, 64 columns per step; with cooperative matrices one 16 × 16
+  // block per subgroup (gm/16 subgroups), emulated 256 invocations. A layout either cannot take: the f32 tiles.
+  uint32_t coop = e.gemm_coop;
+  auto need = [&](uint32_t gm, uint32_t tk) { return detail::gemm_shared_bytes(gm, 16, tk, coop); };
+  auto wg_of = [&](uint32_t gm) { return coop == 1 ? gm / 16 * e.info.subgroup_size : coop == 2 ? 256 : gm; };
+  auto pick_gm = [&] {
+    return need(128, detail::gemm_step(32, coop)) <= e.info.max_shared_memory && (2 * I) % 128 == 0 && d % 128 == 0
+               ? 128u
+               : 64u;
+  };
+  uint32_t gm = pick_gm();
+  std::string cdefs;
+  if (coop && !detail::gemm_coop_defines(coop, gm, 16, wg_of(gm), e.info.subgroup_size, cdefs)) {
+    coop = 0;
+    gm = pick_gm();
+  }
   auto gemm_defs = [&](const gpu_matrix& w, uint64_t rows_e, bool x_token, std::string& defs) {
-    const uint32_t chunk = detail::gpu_traits(w.fmt).chunk, tk = std::max<uint32_t>(32, chunk);
+    const uint32_t chunk = detail::gpu_traits(w.fmt).chunk, tk = detail::gemm_step(chunk, coop);
     if (rows_e % gm || w.cols % tk || tk % chunk || need(gm, tk) > e.info.max_shared_memory || o_gu % 16) return false;
-    defs = "#define ROWS_PER_WG " + std::to_string(gm) + "\n#define GEMM_GM " + std::to_string(gm) +
-           "\n#define GEMM_GN 16\n#define GEMM_WG " + std::to_string(gm) + "\n#define GEMM_TK " + std::to_string(tk) +
-           "\n#define MOE_GEMM 1\n" + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
-           (m.shared ? "1" : "0") + "\n" + detail::def_u("MOE_ROWS", rows_e) + "#define MOE_X_TOKEN " +
-           (x_token ? "1" : "0") + "\n" + slot_defines(m) + detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
+    defs = detail::moe_gemm_defines(w.fmt, w.scale_enc, gm, wg_of(gm), tk, cdefs, top_k, m.shared, rows_e, x_token,
+                                    slot_defines(m));
     return true;
   };
   std::string dgu, ddn;
@@ -540,7 +567,7 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
         pc.pad = uint32_t(E);
         if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;
         e.grid(ne * (rows_e / gm), gx, gy);
-        detail::dispatch(c.impl(), e.pipe("gemm.comp", defs, gm, nbg, sizeof pc),
+        detail::dispatch(c.impl(), e.pipe("gemm.comp", defs, wg_of(gm), nbg, sizeof pc),
                          std::span<const detail::binding>(b, nbg), &pc, sizeof pc, gx, gy);
       };
       run_gemm(m.gate_up.w, dgu, xb, gb, 2 * I);  // gu [n·S, 2I]

@@ -11,6 +11,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/ladder.hpp"
 #include "cmfx/vk/kernels.hpp"
+#include "formats_gpu.hpp"
 #include "internal.hpp"
 
 namespace cmfx::gpu::detail {
@@ -21,6 +22,7 @@ struct op_env {
   const std::string& common;  ///< the variant #defines every shader gets (LANES, REDUCE_SUBGROUP, ...)
   uint32_t lanes, teams;      ///< subgroup lanes; teams of `lanes` per 128-invocation matrix workgroup
   const buffer& tables;       ///< exp2 of every f16, E2M1 / E4M3 code values (formats_gpu.cpp)
+  uint32_t gemm_coop = 0;     ///< gemm.comp's GEMM_COOP for the tiled GEMMs (kernels::set_gemm_precision)
 
   static constexpr uint32_t wg = 256;  ///< workgroup size of the row kernels
 
@@ -59,8 +61,32 @@ bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_
 
 /// Shared memory of one shaders/gemm.comp workgroup: the f32 weight tile (gm rows × tk columns) and activation
 /// tile (gn batch rows × tk), the ladder tables of gm rows (the largest format table), and 1.25 KiB for the LUTs.
-inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk) {
-  return uint64_t(tk) * (gm + gn) * 4 + uint64_t(gm) * ladder::rungs * 4 + 1280;
+/// coop (gemm.comp's GEMM_COOP, 1 or 2): f16 tiles of rows padded to tk + 8 halves, and for 1 the f32 tile the
+/// cooperative-matrix accumulators go through.
+inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk, uint32_t coop = 0) {
+  const uint64_t tables = uint64_t(gm) * ladder::rungs * 4 + 1280;
+  if (coop == 0) return uint64_t(tk) * (gm + gn) * 4 + tables;
+  return uint64_t(tk + 8) * (gm + gn) * 2 + (coop == 1 ? uint64_t(gm) * gn * 4 : 0) + tables;
+}
+
+/// Columns per step of gemm.comp for chunk size `chunk`: 64 in the f16 modes (four 16-deep multiply-adds per
+/// barrier pair), 32 otherwise; at least one chunk.
+inline uint32_t gemm_step(uint32_t chunk, uint32_t coop) { return std::max<uint32_t>(coop ? 64 : 32, chunk); }
+
+/// gemm.comp's mode defines; empty for f32. Cooperative matrices (1) need the workgroup's subgroups to split its
+/// 16 × 16 output blocks evenly, 1, 2 or 4 each: false where they do not (the caller then takes the f32 tiles).
+inline bool gemm_coop_defines(uint32_t coop, uint32_t gm, uint32_t gn, uint32_t wg, uint32_t subgroup,
+                              std::string& defs) {
+  defs.clear();
+  if (coop == 0) return true;
+  if (coop == 1) {
+    if (subgroup == 0 || wg % subgroup || gm % 16 || gn % 16) return false;
+    const uint32_t blocks = (gm / 16) * (gn / 16), sgs = wg / subgroup;
+    if (blocks % sgs || (blocks / sgs != 1 && blocks / sgs != 2 && blocks / sgs != 4)) return false;
+  }
+  if ((uint64_t(gm) * gn) % wg) return false;
+  defs = "#define GEMM_COOP " + std::to_string(coop) + "\n#define GEMM_SG " + std::to_string(subgroup) + "\n";
+  return true;
 }
 
 /// Throws usage_error unless v holds `bytes` bytes at a 4-byte aligned offset.
@@ -82,5 +108,19 @@ inline std::string def_f(const char* name, float v) {
   std::snprintf(b, sizeof b, "#define %s uintBitsToFloat(0x%08Xu)\n", name, u);
   return b;
 }
+
+/// gemm.comp's defines for the dense tiled GEMM (64 × 64 tiles, 256 invocations) of format f with tk columns per
+/// step; coop_defs from gemm_coop_defines.
+inline std::string gemm_defines(format f, scale_encoding enc, uint32_t tk, const std::string& coop_defs) {
+  return "#define ROWS_PER_WG 64\n#define GEMM_TK " + std::to_string(tk) + "\n#define GEMM_WG 256\n" + coop_defs +
+         tab_defines() + format_defines(f, enc);
+}
+
+/// gemm.comp's defines for the expert-grouped GEMM (MOE_GEMM, kernels_moe.cpp): gm rows × 16 pairs per tile, wg
+/// invocations, rows_e rows per expert, x_token: the pairs read their token's input (gate/up) rather than their
+/// own h (down); slot_defs: MOE_SLOTS / MOE_E of an expert cache.
+std::string moe_gemm_defines(format f, scale_encoding enc, uint32_t gm, uint32_t wg, uint32_t tk,
+                             const std::string& coop_defs, uint32_t top_k, bool shared, uint64_t rows_e, bool x_token,
+                             const std::string& slot_defs);
 
 }  // namespace cmfx::gpu::detail

@@ -75,6 +75,34 @@ std::string dequant_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, 
   return {};
 }
 
+/// The tiled GEMM in an f16 mode (kernels::set_gemm_precision) against float64 (kF16Nmse, kF16MaxAbsRel), and
+/// proof that the mode ran: the result differs from the f32 tiles' on the same inputs.
+template <class F>
+std::string gemm_f16_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, uint32_t n, std::string& info) {
+  const gpu::gemm_precision mode = f16_gemm_mode(s.dev);
+  rng r(seed);
+  const host_matrix m = make_matrix<F>(r, rows, cols, false);
+  const std::vector<float> X = r.normal(uint64_t(n) * cols);
+  const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, m.v);
+  const gpu::buffer xb = upload(s.dev, X);
+  std::vector<float> got(uint64_t(n) * rows), f32(got.size());
+  for (const bool half : {true, false}) {
+    gemm_precision_scope ps(s.kern, half ? mode : gpu::gemm_precision::f32);
+    if (half && s.kern.gemm_precision_used() != mode) return "the kernels do not run the requested f16 mode";
+    guarded y(s.dev, uint64_t(n) * rows * 4);
+    gpu::commands c = s.dev.begin();
+    s.kern.matmul(c, gm, xb, n, y.payload());
+    s.submit(c);
+    std::string why;
+    if (!y.read(half ? got.data() : f32.data(), why)) return why;
+  }
+  if (std::memcmp(got.data(), f32.data(), got.size() * 4) == 0) return "bit-identical to the f32 tiles: the f16 mode did not run";
+  const std::vector<double> ref = ref::gemm(F::id, m.v, X.data(), n);
+  const std::string v = verdict(compare(got.data(), ref.data(), got.size()), kF16Nmse, info, kF16MaxAbsRel);
+  info = std::string(mode == gpu::gemm_precision::f16 ? "tensor cores, " : "emulated, ") + info;
+  return v;
+}
+
 template <class F>
 std::string matmul_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, uint32_t n, bool generic,
                         bool f32_scales, std::string& info) {
@@ -211,6 +239,14 @@ void matrix_cases(suite& s) {
                       {130, 256, 1}, {33, 4096, 1}, {1024, 4096, 1}};
   // n > 8 with whole 32-column steps: the tiled GEMM (gemm.comp; ragged rows and batch rows past its 64 x 64 tiles)
   const shape gm[] = {{7, 96, 2}, {5, 33, 3}, {64, 1024, 8}, {130, 256, 11}, {256, 2048, 4}, {130, 256, 70}, {200, 512, 129}};
+  // The tensor-core variants compile for a 32-wide subgroup on any device (a device without cooperative matrices
+  // cannot run them; the gemm_f16 / moe_f16 cases run them where it can).
+  s.run("gemm_f16", "-", "cooperative-matrix shaders compile (every format, dense + expert, subgroup 32)",
+        [&](uint64_t, std::string& info) -> std::string {
+          const uint32_t n = s.kern.compile_gemm_variants(gpu::gemm_precision::f16, 32);
+          info = std::to_string(n) + " variants compiled";
+          return n == 5 * all_formats::size ? "" : "expected 5 variants per format";
+        });
   for_each_type(all_formats{}, [&]<class F>() {
     const std::string fn(F::name);
     for (const shape& sh : dq) {
@@ -255,6 +291,17 @@ void matrix_cases(suite& s) {
       if (!F::shape_ok(sh.rows, sh.cols)) continue;
       s.run("gemm", fn, shape_name(sh.rows, sh.cols, sh.n), [&](uint64_t seed, std::string& info) {
         return matmul_case<F>(s, seed, sh.rows, sh.cols, sh.n, false, false, info);
+      });
+    }
+    // the f16 modes: 64-column steps, aligned and ragged rows and batch rows
+    for (const shape& sh : {shape{64, 1024, 9}, shape{130, 256, 70}, shape{200, 512, 129}}) {
+      if (!F::shape_ok(sh.rows, sh.cols)) continue;
+      if (f16_gemm_mode(s.dev) == gpu::gemm_precision::f32) {
+        s.unsupported("gemm_f16", fn);
+        break;
+      }
+      s.run("gemm_f16", fn, shape_name(sh.rows, sh.cols, sh.n), [&](uint64_t seed, std::string& info) {
+        return gemm_f16_case<F>(s, seed, sh.rows, sh.cols, sh.n, info);
       });
     }
     s.run("gemm", fn, "64x1024 n=3 element-path", [&](uint64_t seed, std::string& info) {

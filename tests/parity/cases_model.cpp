@@ -82,6 +82,7 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
   dsv4_gpu_options go;
+  go.gemm = gpu::gemm_precision::f32;  // the strict bounds below; f16 chunks: f16_chunk_case
   go.max_ctx = tokens;
   go.prefill_chunk = prefill_chunk;
   dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
@@ -121,6 +122,7 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
   dsv4_gpu_options go;
+  go.gemm = gpu::gemm_precision::f32;  // the strict bounds below; f16 chunks: f16_chunk_case
   go.max_ctx = prompt + decode;
   go.prefill_chunk = chunk;
   dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
@@ -164,12 +166,72 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
   return {};
 }
 
+/// Prefill chunks with the f16 tiled GEMMs (dsv4_gpu_options::gemm; tensor cores where the device has them, the
+/// emulated mode elsewhere): the logits of every chunk row against the CPU's token-by-token f32 logits, NMSE ≤
+/// kF16ModelNmse, and every routed-expert and indexer selection identical — except that the f16 rounding moves the
+/// scores by ~1e-3 of their size, so a pick whose CPU margin is below kF16TieMargin may go the other way: the
+/// comparison then stops at that row (the toy's random weights make everything after it diverge). A wiring error
+/// (a wrong mode, tile or store) gives unrelated logits or picks at wide margins.
+std::string f16_chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t seed,
+                           std::string& info) {
+  constexpr double kF16ModelNmse = 1e-4, kF16TieMargin = 1e-2;
+  dsv4_options co;
+  co.threads = 1;
+  auto cpu = dsv4_model::open(path, co);
+  dsv4_gpu_options go;
+  go.max_ctx = prompt;
+  go.prefill_chunk = chunk;
+  go.gemm = f16_gemm_mode(s.dev);
+  dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
+  const dsv4_config& cf = cpu->config();
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
+  std::vector<uint32_t> ids(prompt);
+  for (auto& id : ids) id = pick(g);
+  dsv4_state st = cpu->new_state();
+  dsv4_trace tc, tg;
+  double worst = 0;
+  uint64_t rows = 0;
+  std::string stop;
+  for (uint64_t b = 0; b < prompt && stop.empty(); b += chunk) {
+    const uint64_t e = std::min<uint64_t>(prompt, b + chunk);
+    const std::vector<float> lg = gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b), &tg);
+    for (uint64_t t = b; t < e; ++t) {
+      const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
+      std::string what;
+      const selection_verdict v = compare_selections(tc, tg, what, kF16TieMargin);
+      if (v == selection_verdict::differ) return what + " (wider than the f16 tie margin)";
+      if (v == selection_verdict::near_tie) {
+        stop = "; stopped at " + what;
+        break;
+      }
+      const stats m = compare(lg.data() + (t - b) * cf.vocab, lc.data(), lc.size());
+      worst = std::max(worst, m.nmse);
+      if (m.nonfinite_mismatch || !(m.nmse <= kF16ModelNmse)) {
+        char b2[160];
+        std::snprintf(b2, sizeof b2, "row %llu: nmse %.2e > %.0e (selections identical so far)", (unsigned long long)t,
+                      m.nmse, kF16ModelNmse);
+        return b2;
+      }
+      ++rows;
+    }
+  }
+  if (rows && worst < 1e-12) return "the logits equal the CPU's f32 ones: did the f16 GEMMs run?";
+  char b[320];
+  std::snprintf(b, sizeof b, "%s, chunks of %u: %llu of %llu rows compared, worst nmse %.2e%s",
+                go.gemm == gpu::gemm_precision::f16 ? "tensor cores" : "emulated", chunk, (unsigned long long)rows,
+                (unsigned long long)prompt, worst, stop.c_str());
+  info = b;
+  return {};
+}
+
 /// Snapshots and resets of the device state (what `cmfx run -i` relies on): after save_snapshot at position 24,
 /// 12 more tokens, restore_snapshot and the same 12 tokens again give bit-identical logits; a reset and the first
 /// 24 tokens again reproduce the first logits bit for bit (the GPU graph is deterministic).
 std::string snapshot_case(suite& s, const std::string& path, uint64_t seed, std::string& info) {
   const dsv4_weights w = dsv4_load(path);
   dsv4_gpu_options go;
+  go.gemm = gpu::gemm_precision::f32;  // the strict bounds below; f16 chunks: f16_chunk_case
   go.max_ctx = 64;
   dsv4_gpu_model gpu(w, s.dev, s.kern, go);
   std::mt19937_64 g(seed);
@@ -203,6 +265,7 @@ std::string cache_case(suite& s, const std::string& path, uint64_t tokens, uint6
   const dsv4_weights w = dsv4_load(path);
   const dsv4_config& cf = w.cfg;
   dsv4_gpu_options go;
+  go.gemm = gpu::gemm_precision::f32;  // the strict bounds below; f16 chunks: f16_chunk_case
   go.max_ctx = tokens;
   go.prefill_chunk = 0;  // the budget below is the resident model's bytes without a chunk scratch
   dsv4_gpu_model full(w, s.dev, s.kern, go);
@@ -278,6 +341,10 @@ void model_cases(suite& s) {
   });
   s.run("model_v4", "-", "prefill chunks of 24, release toy, 50 + 6 positions", [&](uint64_t seed, std::string& info) {
     return chunk_case(s, files.make("release", "native"), 24, 50, 6, seed, info);
+  });
+  s.run("model_v4", "-", "prefill chunks of 32 with f16 GEMMs, cmf q4tp toy, 96 positions", [&](uint64_t seed, std::string& info) {
+    if (f16_gemm_mode(s.dev) == gpu::gemm_precision::f32) return std::string("no f16 GEMM mode on this device");
+    return f16_chunk_case(s, files.make("cmf", "q4tp"), 32, 96, seed, info);
   });
   s.run("model_v4", "-", "expert cache (--vram-budget), cmf q4tp toy, 48 tokens", [&](uint64_t seed, std::string& info) {
     return cache_case(s, files.make("cmf", "q4tp"), 48, seed, info);

@@ -26,6 +26,15 @@ constexpr double kNmse = 1e-7;
 /// would average away still fails. Measured worst: 3e-7 (matvec), 5e-8 (softmax).
 constexpr double kMaxAbsRel = 1e-5;
 
+/// The f16 GEMM modes (kernels::set_gemm_precision): weight and activation tiles rounded to f16 (unit roundoff
+/// 2^-11), products summed in f32. Each output's relative error is then of order 2^-11 · sqrt(2/3) per term, NMSE
+/// ~2e-7 on random data (measured on lavapipe, emulated: 1.5–2.5e-7); the bound leaves 5×. Max-abs: a few
+/// roundings of the largest terms, 1e-2 of the largest output.
+constexpr double kF16Nmse = 1e-6;
+constexpr double kF16MaxAbsRel = 1e-2;
+/// The expert-grouped MoE in an f16 mode: two rounded GEMMs in series (gate/up, then down over the rounded h).
+constexpr double kF16MoeNmse = 3e-6;
+
 struct options {
   uint64_t seed = 0;
   std::string filter;  // run only cases whose name contains this
@@ -162,6 +171,15 @@ class suite {
 std::string verdict(const stats& s, double nmse_max, std::string& info, double max_abs_rel = kMaxAbsRel);
 
 // Case groups (cases_matrix.cpp, cases_ops.cpp, cases_route.cpp, cases_mhc.cpp, cases_quant.cpp, cases_moe.cpp).
+/// The f16 GEMM mode this device runs: f16 on the tensor cores where it has cooperative matrices, else the
+/// emulated one (shaderFloat16), else f32 (none: the caller marks the cases unsupported).
+inline gpu::gemm_precision f16_gemm_mode(const gpu::device& d) {
+  if (d.info().coop_matrix) return gpu::gemm_precision::f16;
+  return d.info().float16 ? gpu::gemm_precision::f16_emulated : gpu::gemm_precision::f32;
+}
+
+using gpu::gemm_precision_scope;
+
 void matrix_cases(suite& s);
 void op_cases(suite& s);
 void route_cases(suite& s);

@@ -68,7 +68,8 @@ enum class selection_verdict { same, near_tie, differ };
 /// `what` names the difference: differ. Traces: [layer][position] → sorted ids, plus the CPU's topk_margin and
 /// experts_margin.
 template <class Trace>
-selection_verdict compare_selections(Trace& cpu, Trace& gpu, std::string& what) {
+selection_verdict compare_selections(Trace& cpu, Trace& gpu, std::string& what,
+                                     double tie_margin = kSelectionTieMargin) {
   struct hit {
     bool experts;
     size_t layer, pos;
@@ -96,7 +97,7 @@ selection_verdict compare_selections(Trace& cpu, Trace& gpu, std::string& what) 
   std::snprintf(b, sizeof b, "%s differ at layer %zu, position %zu (CPU margin %.2e)",
                 best.experts ? "routed experts" : "indexer picks", best.layer, best.pos, double(m));
   what = b;
-  if (!(m < kSelectionTieMargin)) return selection_verdict::differ;
+  if (!(m < tie_margin)) return selection_verdict::differ;
   auto cut = [&](Trace& t) {
     auto cut1 = [&](auto& v) {
       for (auto& row : v) row.resize(std::min(row.size(), best.pos));

@@ -42,6 +42,7 @@ struct device_options {
   bool allow_float64 = true;          ///< false: f32 accumulators in rmsnorm / softmax even if f64 exists
   bool allow_int_dot = true;          ///< false: never use packed integer dot products (int8-activation matvec)
   bool allow_shuffle = true;          ///< false: no subgroup shuffles (f64 subgroup sums through subgroupAdd)
+  bool allow_coop_matrix = true;      ///< false: never enable VK_NV_cooperative_matrix (tensor-core GEMM tiles)
   /// true: buffers in memory the host does not map even where it could (unified memory, lavapipe), so that
   /// uploads, downloads and alloc_upload take a discrete GPU's staged paths; tests only.
   bool force_staging = false;
@@ -63,6 +64,10 @@ struct device_info {
   bool storage8 = false, storage16 = false, float64 = false, int64 = false;
   bool int_dot = false;        ///< shaderIntegerDotProduct (packed 4x8-bit dot products in shaders)
   bool int_dot_fast = false;   ///< the packed 4x8 mixed-signedness dot product is hardware-accelerated
+  bool float16 = false;        ///< shaderFloat16 (f16 arithmetic and f16 shared-memory tiles)
+  /// VK_NV_cooperative_matrix with the subgroup-scope 16×16×16 shape of f16 A, B and f32 C, D (tensor cores):
+  /// gemm.comp's cooperative-matrix tiles (kernels::set_gemm_precision).
+  bool coop_matrix = false;
   bool timestamps = false;
   double timestamp_period_ns = 1.0;
   uint64_t max_allocation = 0, max_storage_range = 0, min_storage_align = 16, max_buffer_size = 0;

@@ -18,6 +18,7 @@
 #include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/ops/routing.hpp"
 #include "cmfx/vk/device.hpp"
+#include "cmfx/vk/gemm_precision.hpp"
 
 namespace cmfx {
 struct expert_view;  // kernels/moe.hpp
@@ -382,6 +383,18 @@ class kernels {
 
   /// Overrides the automatic matvec work split (benchmarks and tuning; all zero = automatic).
   void set_tuning(const matvec_tuning& t);
+  /// The tiled GEMMs' arithmetic from now on (default f32); f16_emulated needs shaderFloat16 (usage_error).
+  void set_gemm_precision(gemm_precision p);
+  /// What the tiled GEMMs run: f32, f16 (tensor cores) or f16_emulated — f16 requested on a device without
+  /// cooperative matrices gives f32.
+  gemm_precision gemm_precision_used() const;
+  /// The precision last set (what set_gemm_precision was given).
+  gemm_precision gemm_precision_requested() const;
+  /// Compiles (GLSL → SPIR-V, no pipeline) every tiled-GEMM variant of mode p — the dense GEMM and the
+  /// expert-grouped gate/up and down GEMMs, resident and with an expert cache, for every format — as they would
+  /// be built on a device of the given subgroup size, so that a device without cooperative matrices (CI) still
+  /// checks the tensor-core shaders. Returns the variants compiled; throws gpu_error with glslang's log.
+  uint32_t compile_gemm_variants(gemm_precision p, uint32_t subgroup) const;
 
   /// Builds the pipelines of format f for matrices of rows x cols now (matvec, GEMM, dequant), so that the first
   /// call does not pay for them.
@@ -394,6 +407,22 @@ class kernels {
 
  private:
   std::unique_ptr<impl> p_;
+};
+
+/// Sets a kernels object's tiled-GEMM precision for a scope (e.g. one prefill chunk's recording: pipelines are
+/// chosen when work is recorded) and restores the previous setting after.
+class gemm_precision_scope {
+ public:
+  gemm_precision_scope(kernels& k, gemm_precision p) : k_(k), old_(k.gemm_precision_requested()) {
+    k_.set_gemm_precision(p);
+  }
+  ~gemm_precision_scope() { k_.set_gemm_precision(old_); }
+  gemm_precision_scope(const gemm_precision_scope&) = delete;
+  gemm_precision_scope& operator=(const gemm_precision_scope&) = delete;
+
+ private:
+  kernels& k_;
+  gemm_precision old_;
 };
 
 }  // namespace cmfx::gpu
