@@ -26,7 +26,7 @@ inline CLI::Option* add_gemm_flag(CLI::App* c, gpu::gemm_precision& v) {
   return c
       ->add_option_function<std::string>(
           "--gemm", [&v](const std::string& s) { v = s == "f32" ? gpu::gemm_precision::f32 : gpu::gemm_precision::f16; },
-          "--backend vulkan: the prefill chunks' tiled GEMMs: f32 (default; the CPU's results up to summation order) "
+          "--backend vulkan: the V4 prefill chunks' tiled GEMMs: f32 (default; the CPU's results up to summation order) "
           "| f16 (tiles rounded to f16, f32 sums, on the tensor cores where the device has cooperative matrices, "
           "else f32; experimental: not yet run on such hardware, see docs/VULKAN.md)")
       ->check(CLI::IsMember({"f32", "f16"}).description(""))

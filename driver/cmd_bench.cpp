@@ -175,7 +175,8 @@ int run_bench(const bench_args& a) {
   if (chunked) {
     const gpu::gemm_precision_scope gs(k, a.gemm);
     pre_how = "chunks of " + std::to_string(a.prefill_chunk) + " positions, tiled GEMMs " +
-              (k.gemm_precision_used() == gpu::gemm_precision::f16 ? "f16 on the tensor cores" : "f32");
+              (k.gemm_precision_used() == gpu::gemm_precision::f16 ? "f16 on the tensor cores where a tile's layout allows"
+                                                                   : "f32");
   }
   std::printf("prefill: %llu tokens in %.2f s = %.1f tok/s (%s)\n", (unsigned long long)a.prompt, pre_s, pre_tps,
               pre_how.c_str());

@@ -33,6 +33,7 @@
 #if GEMM_COOP == 1
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require  // gl_SubgroupID (base.glsl enables it only with REDUCE_SUBGROUP)
 #endif
 #include "common/base.glsl"
 #include "common/formats.glsl"

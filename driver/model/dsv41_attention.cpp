@@ -169,7 +169,7 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
     for (float& x : iw) x *= wscale;
     auto& picks = sh.picks[l];
     picks.assign(n, {});
-    if (pl.candidate_source) sh.candidates.assign(n, {});
+    if (pl.candidate_source) sh.candidates.assign(n, {}), sh.candidate_margin.assign(trace ? n : 0, 0.0f);
     std::vector<int> kfrom(n);
     for (uint64_t i = 0; i < n; ++i) kfrom[i] = keys_layer(l, i, tc);
     std::vector<float> margin(trace ? n : 0);
@@ -213,10 +213,13 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
         for (uint64_t i = g0; i < g1; ++i) {
           const uint64_t ne = (tc.pos[i] + 1) / r;
           const std::span<float> score(scores.data() + (i - g0) * nmax, ne);
-          float block_margin = std::numeric_limits<float>::infinity();
+          // traced: the block pick's margin belongs to the layers the pool confines (not the source's own top-k)
           if (pl.candidate_source)
             dsv41_candidate_blocks(score, cf.candidate_topk_blocks, cf.candidate_block_size, sh.candidates[i],
-                                   trace ? &block_margin : nullptr);
+                                   trace ? &sh.candidate_margin[i] : nullptr);
+          const float block_margin = pl.uses_candidates && trace && i < sh.candidate_margin.size()
+                                         ? sh.candidate_margin[i]
+                                         : std::numeric_limits<float>::infinity();
           if (pl.uses_candidates) {
             const std::vector<uint8_t>& cand = sh.candidates.at(i);
             for (uint64_t j = 0; j < ne; ++j)

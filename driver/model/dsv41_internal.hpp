@@ -33,6 +33,7 @@ struct dsv41_token_ctx {
 struct dsv41_shared {
   std::vector<std::vector<std::vector<uint32_t>>> picks;  // [layer][token]
   std::vector<std::vector<uint8_t>> candidates;           // [token] mask over the candidate source's entries
+  std::vector<float> candidate_margin;  // [token] (traced) selection_margin of the candidate block pick
 };
 
 struct dsv41_model::impl {

@@ -174,7 +174,8 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
 /// (a wrong mode, tile or store) gives unrelated logits or picks at wide margins.
 std::string f16_chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t seed,
                            std::string& info) {
-  constexpr double kF16ModelNmse = 3e-4, kF16TieMargin = 1e-2;
+  constexpr double kF16ModelNmse = 3e-4, kF16ModelMaxAbsRel = 5e-2, kF16TieMargin = 1e-2;
+  constexpr uint64_t kMinRows = 16;
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
@@ -190,7 +191,7 @@ std::string f16_chunk_case(suite& s, const std::string& path, uint32_t chunk, ui
   for (auto& id : ids) id = pick(g);
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tg;
-  double worst = 0;
+  double worst = 0, worst_rel = 0;
   uint64_t rows = 0;
   std::string stop;
   for (uint64_t b = 0; b < prompt && stop.empty(); b += chunk) {
@@ -206,21 +207,25 @@ std::string f16_chunk_case(suite& s, const std::string& path, uint32_t chunk, ui
         break;
       }
       const stats m = compare(lg.data() + (t - b) * cf.vocab, lc.data(), lc.size());
-      worst = std::max(worst, m.nmse);
-      if (m.nonfinite_mismatch || !(m.nmse <= kF16ModelNmse)) {
-        char b2[160];
-        std::snprintf(b2, sizeof b2, "row %llu: nmse %.2e > %.0e (selections identical so far)", (unsigned long long)t,
-                      m.nmse, kF16ModelNmse);
+      const double rel = m.max_abs / std::max(1.0, m.ref_max);
+      worst = std::max(worst, m.nmse), worst_rel = std::max(worst_rel, rel);
+      if (m.nonfinite_mismatch || !(m.nmse <= kF16ModelNmse) || !(rel <= kF16ModelMaxAbsRel)) {
+        char b2[200];
+        std::snprintf(b2, sizeof b2, "row %llu: nmse %.2e (bound %.0e), max_abs/max %.2e (bound %.0e); selections "
+                      "identical so far", (unsigned long long)t, m.nmse, kF16ModelNmse, rel, kF16ModelMaxAbsRel);
         return b2;
       }
       ++rows;
     }
   }
-  if (rows && worst < 1e-12) return "the logits equal the CPU's f32 ones: did the f16 GEMMs run?";
+  // first flips came at rows 38–92 over 15 lavapipe runs: a flip within the first half chunk means scores moved by
+  // far more than f16 rounding
+  if (rows < kMinRows) return "only " + std::to_string(rows) + " rows compared before a differing selection" + stop;
+  if (worst < 1e-12) return "the logits equal the CPU's f32 ones: did the f16 GEMMs run?";
   char b[320];
-  std::snprintf(b, sizeof b, "%s, chunks of %u: %llu of %llu rows compared, worst nmse %.2e%s",
+  std::snprintf(b, sizeof b, "%s, chunks of %u: %llu of %llu rows compared, worst nmse %.2e, max_abs/max %.2e%s",
                 go.gemm == gpu::gemm_precision::f16 ? "tensor cores" : "emulated", chunk, (unsigned long long)rows,
-                (unsigned long long)prompt, worst, stop.c_str());
+                (unsigned long long)prompt, worst, worst_rel, stop.c_str());
   info = b;
   return {};
 }

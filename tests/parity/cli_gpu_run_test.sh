@@ -57,12 +57,14 @@ check "ppl --backend vulkan: 133 tokens" grep -q "tokens 133" "$T/ppl.gpu"
 check "ppl --backend vulkan == CPU (relative 1e-5)" awk -v a="$(awk '{print $2}' "$T/ppl.cpu")" \
   -v b="$(awk '{print $2}' "$T/ppl.gpu")" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-5 * a) }'
 "$CMFX" ppl "$T/toy.cmf" --ids-file "$T/ppl.ids" --backend vulkan --ctx 64 >/dev/null 2>"$T/ppl2.err"
+check "ppl --backend vulkan past --ctx exits 2" test $? -eq 2
+# --gemm: the flag's plumbing (on lavapipe, without cooperative matrices, f16 runs the f32 tiles; the f16 modes
+# themselves are the parity suite's gemm_f16 / moe_f16 / "f16 GEMMs" cases)
 "$CMFX" ppl "$T/toy.cmf" --ids-file "$T/ppl.ids" --backend vulkan --chunk 50 --gemm f16 >"$T/ppl.f16" 2>/dev/null
 check "ppl --backend vulkan --gemm f16 == CPU (relative 1e-3)" awk -v a="$(awk '{print $2}' "$T/ppl.cpu")" \
   -v b="$(awk '{print $2}' "$T/ppl.f16")" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-3 * a) }'
 "$CMFX" ppl "$T/toy.cmf" --ids-file "$T/ppl.ids" --backend vulkan --gemm f64 >/dev/null 2>"$T/ppl3.err"
 check "ppl --gemm f64 is refused (exit 2)" test $? -eq 2
-check "ppl --backend vulkan past --ctx exits 2" test $? -eq 2
 
 "${GPU[@]}" --raw-ids "1 2" --qat >/dev/null 2>"$T/e1.err"
 check "--qat refused (exit 2)" test $? -eq 2
