@@ -382,7 +382,7 @@ uint32_t kernels::compile_gemm_variants(gemm_precision p, uint32_t subgroup) con
     (void)detail::compile_glsl(o.shader_dir, "gemm.comp", p_->common + detail::gemm_defines(F::id, enc, tk, cd),
                                o.optimize_spirv);
     ++n;
-    const uint32_t gm = 128, wg = coop == 1 ? gm / 16 * subgroup : coop == 2 ? 256 : gm;
+    const uint32_t gm = 128, wg = detail::moe_gemm_wg(coop, gm, subgroup);
     if (!detail::gemm_coop_defines(coop, gm, 16, wg, subgroup, cd))
       throw gpu_error("compile_gemm_variants: no expert GEMM tile split for subgroup " + std::to_string(subgroup));
     for (const bool x_token : {true, false})

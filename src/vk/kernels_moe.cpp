@@ -527,7 +527,7 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
   // block per subgroup (gm/16 subgroups), emulated 256 invocations. A layout either cannot take: the f32 tiles.
   uint32_t coop = e.gemm_coop;
   auto need = [&](uint32_t gm, uint32_t tk) { return detail::gemm_shared_bytes(gm, 16, tk, coop); };
-  auto wg_of = [&](uint32_t gm) { return coop == 1 ? gm / 16 * e.info.subgroup_size : coop == 2 ? 256 : gm; };
+  auto wg_of = [&](uint32_t gm) { return detail::moe_gemm_wg(coop, gm, e.info.subgroup_size); };
   auto pick_gm = [&] {
     return need(128, detail::gemm_step(32, coop)) <= e.info.max_shared_memory && (2 * I) % 128 == 0 && d % 128 == 0
                ? 128u

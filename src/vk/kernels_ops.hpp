@@ -73,6 +73,12 @@ inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk, uint32_
 /// barrier pair), 32 otherwise; at least one chunk.
 inline uint32_t gemm_step(uint32_t chunk, uint32_t coop) { return std::max<uint32_t>(coop ? 64 : 32, chunk); }
 
+/// Invocations of an expert-grouped gemm.comp workgroup of gm rows × 16 pairs: one subgroup per 16 × 16 block with
+/// cooperative matrices (coop 1), 256 emulated (2), gm / 4 · 16 / 4 = gm in the f32 mode (4 × 4 outputs each).
+inline uint32_t moe_gemm_wg(uint32_t coop, uint32_t gm, uint32_t subgroup) {
+  return coop == 1 ? gm / 16 * subgroup : coop == 2 ? 256 : gm;
+}
+
 /// gemm.comp's mode defines; empty for f32. Cooperative matrices (1) need the workgroup's subgroups to split its
 /// 16 × 16 output blocks evenly, 1, 2 or 4 each: false where they do not (the caller then takes the f32 tiles).
 inline bool gemm_coop_defines(uint32_t coop, uint32_t gm, uint32_t gn, uint32_t wg, uint32_t subgroup,

@@ -1,8 +1,6 @@
 #pragma once
 /// @file gemm_precision.hpp
 /// @brief The arithmetic of the Vulkan backend's tiled GEMMs (kernels::set_gemm_precision; the driver's --gemm).
-#include <string_view>
-
 namespace cmfx::gpu {
 
 /// Arithmetic of the tiled GEMMs (shaders/gemm.comp: matmul with n > kernels::gemm_tile, batched matmul_rows, the
@@ -15,10 +13,5 @@ enum class gemm_precision {
   f16_emulated,  ///< the f16 mode's tiles, rounding and stores in plain GLSL (devices with shaderFloat16, no
                  ///< cooperative matrices needed): the parity suite's way to run that mode on lavapipe
 };
-
-/// "f32", "f16", "f16-emulated".
-constexpr std::string_view gemm_precision_name(gemm_precision p) noexcept {
-  return p == gemm_precision::f16 ? "f16" : p == gemm_precision::f16_emulated ? "f16-emulated" : "f32";
-}
 
 }  // namespace cmfx::gpu
