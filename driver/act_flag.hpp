@@ -26,12 +26,12 @@ inline CLI::Option* add_gemm_flag(CLI::App* c, gpu::gemm_precision& v) {
   return c
       ->add_option_function<std::string>(
           "--gemm", [&v](const std::string& s) { v = s == "f32" ? gpu::gemm_precision::f32 : gpu::gemm_precision::f16; },
-          "--backend vulkan: the V4 prefill chunks' tiled GEMMs: f32 (default; the CPU's results up to summation order) "
-          "| f16 (tiles rounded to f16, f32 sums, on the tensor cores where the device has cooperative matrices, "
-          "else f32; experimental: not yet run on such hardware, see docs/VULKAN.md)")
+          "--backend vulkan: the V4 prefill chunks' tiled GEMMs: f16 (default; tiles rounded to f16 with "
+          "saturation, f32 sums, on the tensor cores where the device has cooperative matrices, else the f32 tiles; "
+          "see docs/VULKAN.md) | f32 (strict: the CPU's results up to summation order)")
       ->check(CLI::IsMember({"f32", "f16"}).description(""))
-      ->option_text("f32|f16")
-      ->default_str("f32");
+      ->option_text("f16|f32")
+      ->default_str("f16");
 }
 
 }  // namespace cmfx::driver

@@ -54,7 +54,7 @@ struct bench_args {
   std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)
   uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
-  gpu::gemm_precision gemm = gpu::gemm_precision::f32;  // --gemm: the prefill chunks' tiled GEMMs (f32 | f16)
+  gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
   bool shuffle = true;            // --no-shuffle: f64 subgroup sums through subgroupAdd (comparisons)
   bool json = false;              // one JSON line at the end
 };
@@ -68,7 +68,7 @@ struct model_run_options {
   uint64_t max_ctx = 4096;  // positions the device state holds (run: --ctx)
   uint64_t vram_budget = 0; // --vram-budget: device bytes the model may take (0 = no limit: every expert resident)
   uint32_t prefill_chunk = 512;  // --prefill-chunk: V4 prompt positions per device recording (0/1: token by token)
-  gpu::gemm_precision gemm = gpu::gemm_precision::f32;  // --gemm: the prefill chunks' tiled GEMMs (f32 | f16)
+  gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
 };
 
 struct ppl_args {

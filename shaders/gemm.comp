@@ -87,8 +87,11 @@ shared float16_t xh[GN * TKP];  // xh[t · TKP + k]: the tile's batch rows
 #if GEMM_COOP == 1
 shared float cts[GM * GN];      // cts[t · GM + r]: the accumulators on their way to y
 #endif
+// Rounded to f16 with saturation: a value beyond the f16 range becomes ±65504, never ±inf (an inf product would
+// turn a whole output row into NaN through inf − inf).
+#define F16SAT(v) float16_t(clamp((v), -65504.0, 65504.0))
 #define WZERO(rr, k) wh[(rr) * TKP + (k)] = float16_t(0.0)
-#define XPUT(tt, k, v) xh[(tt) * TKP + (k)] = float16_t(v)
+#define XPUT(tt, k, v) xh[(tt) * TKP + (k)] = F16SAT(v)
 #else
 shared vec4 ws[TK * GM / 4];  // ws[k · GM/4 + r/4]: column k of the tile's rows, 4 rows per vec4
 shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's batch rows
@@ -164,7 +167,7 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
 // scalar stores into the vec4 tiles (transposed: consecutive rows of one column are consecutive floats)
 void wsf_store(uint c0, uint rr, vec4 v) {
 #if GEMM_COOP
-  [[unroll]] for (uint i = 0u; i < 4u; ++i) wh[rr * TKP + c0 + i] = float16_t(v[i]);
+  [[unroll]] for (uint i = 0u; i < 4u; ++i) wh[rr * TKP + c0 + i] = F16SAT(v[i]);
 #else
   [[unroll]] for (uint i = 0u; i < 4u; ++i) ws[(c0 + i) * (GM / 4) + rr / 4u][rr % 4u] = v[i];
 #endif

@@ -46,11 +46,11 @@ struct dsv4_gpu_options {
   /// chunk — under a vram_budget at construction, counted, when every expert still fits beside it; otherwise (and
   /// with the expert cache) prompts run token by token.
   uint32_t prefill_chunk = 512;
-  /// The prefill chunks' tiled GEMMs (dense products, grouped experts, the head of forward_all): f32 (default: the
-  /// CPU's results up to summation order) or f16 (tiles rounded to f16, f32 sums, on the tensor cores where the
-  /// device has cooperative matrices, else f32). Decode steps are not affected. f16 stays opt-in until it has run
-  /// on hardware with cooperative matrices (docs/VULKAN.md "f16 tiled GEMMs": verified emulated on lavapipe only).
-  gpu::gemm_precision gemm = gpu::gemm_precision::f32;
+  /// The prefill chunks' tiled GEMMs (dense products, grouped experts, the head of forward_all): f16 (default: tiles
+  /// rounded to f16 with saturation, f32 sums, on the tensor cores where the device has cooperative matrices, else
+  /// the f32 tiles; 1.6x the prefill of f32 on the H200, docs/PERF.md) or f32 (the CPU's results up to summation
+  /// order: the parity reference). Decode steps are not affected.
+  gpu::gemm_precision gemm = gpu::gemm_precision::f16;
   bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
   std::vector<uint32_t> profile_layers;  ///< with profile: also a timestamp after every op of these layers

@@ -28,7 +28,7 @@ struct gpu_run_options {
   act_precision expert_act = act_precision::f32;
   uint64_t vram_budget = 0;  ///< the graphs' vram_budget (0: every expert resident)
   uint32_t prefill_chunk = 512;  ///< dsv4_gpu_options::prefill_chunk (V4 graphs; V4.1 runs prompts token by token)
-  gpu::gemm_precision gemm = gpu::gemm_precision::f32;  ///< dsv4_gpu_options::gemm (--gemm)
+  gpu::gemm_precision gemm = gpu::gemm_precision::f16;  ///< dsv4_gpu_options::gemm (--gemm)
 };
 
 class gpu_runner {

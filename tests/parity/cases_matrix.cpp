@@ -103,6 +103,48 @@ std::string gemm_f16_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols,
   return v;
 }
 
+/// The f16 modes saturate: one batch row scaled past the f16 range (|x| up to ~4e6) must give finite outputs (no
+/// inf − inf NaNs), and the other batch rows must keep the f16 accuracy (kF16Nmse against float64).
+std::string gemm_f16_saturation_case(suite& s, uint64_t seed, std::string& info) {
+  using F = fmt_f32;
+  const uint64_t rows = 130, cols = 256;
+  const uint32_t n = 20, big = 3;
+  const gpu::gemm_precision mode = f16_gemm_mode(s.dev);
+  rng r(seed);
+  const host_matrix m = make_matrix<F>(r, rows, cols, false);
+  std::vector<float> X = r.normal(uint64_t(n) * cols);
+  for (uint64_t c = 0; c < cols; ++c) X[big * cols + c] *= 1e6f;
+  const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, m.v);
+  const gpu::buffer xb = upload(s.dev, X);
+  std::vector<float> got(uint64_t(n) * rows);
+  {
+    gemm_precision_scope ps(s.kern, mode);
+    if (s.kern.gemm_precision_used() != mode) return "the kernels do not run the requested f16 mode";
+    guarded y(s.dev, got.size() * 4);
+    gpu::commands c = s.dev.begin();
+    s.kern.matmul(c, gm, xb, n, y.payload());
+    s.submit(c);
+    std::string why;
+    if (!y.read(got.data(), why)) return why;
+  }
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!std::isfinite(got[i]))
+      return "output " + std::to_string(i) + " (batch row " + std::to_string(i / rows) + ") is " +
+             std::to_string(got[i]) + ": the f16 tiles did not saturate";
+  const std::vector<double> ref = ref::gemm(F::id, m.v, X.data(), n);
+  std::vector<float> g2;
+  std::vector<double> r2;
+  for (uint32_t t = 0; t < n; ++t)
+    if (t != big) {
+      g2.insert(g2.end(), got.begin() + t * rows, got.begin() + (t + 1) * rows);
+      r2.insert(r2.end(), ref.begin() + t * rows, ref.begin() + (t + 1) * rows);
+    }
+  const std::string v = verdict(compare(g2.data(), r2.data(), g2.size()), kF16Nmse, info, kF16MaxAbsRel);
+  info = std::string(mode == gpu::gemm_precision::f16 ? "tensor cores" : "emulated") +
+         ", batch row 3 x 1e6 finite; other rows " + info;
+  return v;
+}
+
 template <class F>
 std::string matmul_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, uint32_t n, bool generic,
                         bool f32_scales, std::string& info) {
@@ -247,6 +289,9 @@ void matrix_cases(suite& s) {
           info = std::to_string(n) + " variants compiled";
           return n == 5 * all_formats::size ? "" : "expected 5 variants per format";
         });
+  if (f16_gemm_mode(s.dev) != gpu::gemm_precision::f32)
+    s.run("gemm_f16", "f32", "130x256 n=20, one batch row beyond the f16 range",
+          [&](uint64_t seed, std::string& info) { return gemm_f16_saturation_case(s, seed, info); });
   for_each_type(all_formats{}, [&]<class F>() {
     const std::string fn(F::name);
     for (const shape& sh : dq) {
