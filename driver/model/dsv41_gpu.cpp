@@ -376,7 +376,6 @@ uint64_t dsv41_gpu_model::pos() const noexcept { return p_->pos; }
 void dsv41_gpu_model::reset() noexcept {
   p_->pos = 0;
   p_->next.reset();
-  p_->has_snap = false;
   p_->cids.clear();
   p_->prefill_end = 0;
   p_->last_owner = -1;

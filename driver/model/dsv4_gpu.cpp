@@ -329,7 +329,6 @@ uint64_t dsv4_gpu_model::pos() const noexcept { return p_->pos; }
 void dsv4_gpu_model::reset() noexcept {
   p_->pos = 0;
   p_->next.reset();
-  p_->has_snap = false;
 }
 void dsv4_gpu_model::set_profile(bool on, std::vector<uint32_t> layers) {
   if (on && p_->experts->active()) throw usage_error("gpu model: profiling is not available with the expert cache");

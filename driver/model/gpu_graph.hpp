@@ -28,7 +28,7 @@ class gpu_graph {
   virtual uint32_t experts() const noexcept = 0;
   virtual uint32_t layer_count() const noexcept = 0;
   virtual uint64_t pos() const noexcept = 0;
-  /// Back to position 0.
+  /// Back to position 0. A snapshot stays (restore_snapshot returns to it).
   virtual void reset() noexcept = 0;
   /// A copy of the sequence state (and position) and back: what a prompt cache keeps of the last prompt.
   virtual void save_snapshot() = 0;

@@ -43,6 +43,7 @@ class gpu_runner {
   const std::string& source() const noexcept { return source_; }
   bool is_v41() const noexcept { return v41_; }
   gpu_graph& model() noexcept { return *m_; }
+  const gpu_graph& model() const noexcept { return *m_; }
   std::string device_name() const;
   /// One line of expert-cache statistics (hit rate, bytes moved per token), or that every expert is resident.
   std::string cache_line() const;

@@ -5,8 +5,16 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 namespace cmfx::driver::serve {
+
+/// Prometheus text exposition helpers: "# HELP / # TYPE" lines, one sample line (labels: "{k=\"v\"}" or ""), both,
+/// and a label value escaped (backslash, double quote, newline).
+void prom_head(std::string& o, const char* name, const char* type, const char* help);
+void prom_value(std::string& o, const char* name, double v, const char* labels = "");
+void prom_metric(std::string& o, const char* name, const char* type, const char* help, double v);
+std::string prom_label(std::string_view v);
 
 class metrics {
  public:
@@ -41,6 +49,11 @@ class metrics {
     stream_chunks_ += chunks;
     stream_write_s_ += seconds;
   }
+  /// The engine's own metrics (serve::engine::metrics_text), appended to the rendering as they are.
+  void set_engine_text(std::string t) {
+    std::lock_guard lk(m_);
+    engine_text_ = std::move(t);
+  }
   uint64_t requests_with_status(int status) const {
     std::lock_guard lk(m_);
     const auto it = by_status_.find(status);
@@ -61,6 +74,7 @@ class metrics {
   uint64_t prefill_tokens_ = 0, decode_tokens_ = 0;
   double prefill_s_ = 0.0, decode_s_ = 0.0;
   uint64_t steps_ = 0, stream_chunks_ = 0;
+  std::string engine_text_;
   double forward_s_ = 0.0, decode_forward_s_ = 0.0, sample_s_ = 0.0, step_s_ = 0.0, stream_write_s_ = 0.0;
 };
 

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+
+#include "cmfx/core/error.hpp"
 
 namespace cmfx::driver::serve {
 
@@ -13,16 +16,6 @@ using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-uint64_t vec_bytes(const std::vector<float>& v) { return v.capacity() * sizeof(float); }
-
-uint64_t state_bytes(const dsv4_state& st) {
-  uint64_t b = 0;
-  for (const auto& l : st.layers())
-    b += vec_bytes(l.ring) + vec_bytes(l.comp.kv) + vec_bytes(l.comp.score) + vec_bytes(l.comp.entries) +
-         vec_bytes(l.ix.kv) + vec_bytes(l.ix.score) + vec_bytes(l.ix.entries);
-  return b;
 }
 
 template <class A, class B>
@@ -44,9 +37,14 @@ gen_result error_result(int status, const std::string& message, const std::strin
 
 }  // namespace
 
-scheduler::scheduler(dsv4_model& model, const tokenizer& tok, scheduler_options o, metrics& m)
-    : model_(model), tok_(tok), o_(o), m_(m), vocab_(model.config().vocab), slots_(o.parallel) {
+scheduler::scheduler(engine& model, const tokenizer& tok, scheduler_options o, metrics& m)
+    : model_(model), tok_(tok), o_(o), m_(m), vocab_(model.vocab()), slots_(o.parallel) {
+  if (o_.parallel > model_.max_slots())
+    throw usage_error("--parallel " + std::to_string(o_.parallel) + ": this backend holds at most " +
+                      std::to_string(model_.max_slots()) + " sequence(s) at once");
+  for (unsigned i = 0; i < o_.parallel; ++i) slots_[i].id = i;
   m_.slots = o_.parallel;
+  m_.set_engine_text(model_.metrics_text());
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -138,12 +136,12 @@ void scheduler::expire_waiting() {
 
 // Tokens of `prompt` a slot can keep: the common prefix with its live state or its snapshot, at most
 // prompt.size() − 1 (the last prompt token must run to give logits), and only where the state can be rolled back
-// to it (within dsv4_rollback_tokens of its end, or no roll-back at all).
+// to it (within engine::rollback_tokens of its end, or no roll-back at all).
 uint64_t scheduler::usable_prefix(const slot& s, const std::vector<int32_t>& prompt, bool& from_snap) const {
   const uint64_t limit = prompt.empty() ? 0 : prompt.size() - 1;
   auto usable = [&](const std::vector<uint32_t>& held) -> uint64_t {
     const uint64_t l = std::min<uint64_t>(common_prefix(held, prompt), limit);
-    return held.size() - l <= dsv4_rollback_tokens ? l : 0;
+    return held.size() - l <= model_.rollback_tokens() ? l : 0;
   };
   from_snap = false;
   const uint64_t live = usable(s.tokens);
@@ -175,21 +173,20 @@ void scheduler::assign(std::shared_ptr<job> j) {
   slot& s = *best;  // a free slot exists: busy_ counted this job
   s.j = std::move(j);
   try {
-    if (s.state.layers().empty()) s.state = model_.new_state();
     if (best_snap) {
-      s.state = s.snap;
+      model_.restore_snapshot(s.id);
       s.tokens = s.snap_tokens;
     }
     if (best_n == 0) {
-      s.state.reset();
+      model_.reset(s.id);
       s.tokens.clear();
     } else if (best_n < s.tokens.size()) {
-      s.state.truncate(best_n);
+      model_.truncate(s.id, best_n);
       s.tokens.resize(best_n);
     }
     sampling_params sp = s.j->req.sp;
     sp.stop_tokens.clear();
-    if (!s.j->req.ignore_eos) sp.stop_tokens.push_back(static_cast<int32_t>(model_.config().eos));
+    if (!s.j->req.ignore_eos) sp.stop_tokens.push_back(static_cast<int32_t>(model_.eos()));
     if (!s.smp) s.smp = std::make_unique<sampler>(vocab_, sp);
     s.smp->set_params(std::move(sp));
     s.smp->reset();
@@ -225,7 +222,7 @@ void scheduler::step_all() {
   const auto t_step = clock_type::now();
   std::vector<slot*> act;
   std::vector<uint32_t> ids;
-  std::vector<dsv4_segment> segs;
+  std::vector<engine_segment> segs;
   std::vector<uint8_t> finishing;  // the segment ends the prompt, or is a decode token: sample after it
   uint64_t prefill_tokens = 0, decode_tokens = 0;
   for (slot& s : slots_) {
@@ -243,14 +240,14 @@ void scheduler::step_all() {
       finishing.push_back(1);
       ++decode_tokens;
     }
-    segs.push_back({&s.state, first, ids.size() - first});
+    segs.push_back({s.id, first, ids.size() - first});
     act.push_back(&s);
   }
   if (act.empty()) return;
   const auto t0 = clock_type::now();
   std::vector<float> logits;
   try {
-    logits = model_.forward_batch(ids, segs, dsv4_logits::last);
+    logits = model_.forward(ids, segs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cmfx serve: generation failed: %s\n", e.what());
     for (slot* s : act) fail(*s, 500, std::string("generation failed: ") + e.what(), "server_error", "internal_error");
@@ -260,7 +257,7 @@ void scheduler::step_all() {
   // Time is shared between the step's prefill and decode tokens in proportion to their counts.
   const double per_token = secs / double(prefill_tokens + decode_tokens);
   if (prefill_tokens) m_.add_prefill(prefill_tokens, per_token * double(prefill_tokens));
-  const uint64_t V = model_.config().vocab;
+  const uint64_t V = vocab_;
   // Bookkeeping, then the sampling of every slot that reached a token, spread over the model's worker threads
   // (each slot has its own sampler; nothing else is touched), then, in slot order, the output pipeline and the
   // events. The pool is idle between forward calls, so this adds no threads.
@@ -268,7 +265,7 @@ void scheduler::step_all() {
   std::vector<uint8_t> decode;
   for (size_t k = 0; k < act.size(); ++k) {
     slot& s = *act[k];
-    const dsv4_segment& sg = segs[k];
+    const engine_segment& sg = segs[k];
     s.tokens.insert(s.tokens.end(), ids.begin() + static_cast<std::ptrdiff_t>(sg.first),
                     ids.begin() + static_cast<std::ptrdiff_t>(sg.first + sg.count));
     const bool was_prefill = s.prefill_pos < s.j->req.prompt.size();
@@ -278,7 +275,7 @@ void scheduler::step_all() {
       continue;
     }
     if (was_prefill && o_.snapshot) {
-      s.snap = s.state;
+      model_.save_snapshot(s.id);
       s.snap_tokens = s.tokens;
       s.has_snap = true;
     }
@@ -288,14 +285,12 @@ void scheduler::step_all() {
   const auto t_sample = clock_type::now();
   std::vector<sample_result> picked(fin.size());
   std::vector<std::string> errors(fin.size());
-  model_.pool().run(fin.size(), [&](uint64_t b, uint64_t e, unsigned) {
-    for (uint64_t i = b; i < e; ++i) {
-      const size_t k = fin[i];
-      try {
-        picked[i] = act[k]->smp->sample(std::span<const float>(logits.data() + k * V, V));
-      } catch (const std::exception& ex) {
-        errors[i] = ex.what();
-      }
+  model_.parallel(fin.size(), [&](size_t i) {
+    const size_t k = fin[i];
+    try {
+      picked[i] = act[k]->smp->sample(std::span<const float>(logits.data() + k * V, V));
+    } catch (const std::exception& ex) {
+      errors[i] = ex.what();
     }
   });
   for (size_t i = 0; i < fin.size(); ++i) {
@@ -313,6 +308,7 @@ void scheduler::step_all() {
   for (size_t i = 0; i < fin.size(); ++i)
     if (decode[i]) m_.add_decode(1, per_token + sample_per_token);
   m_.add_step(secs, per_token * double(decode_tokens), sample_s, seconds_since(t_step));
+  m_.set_engine_text(model_.metrics_text());
 }
 
 void scheduler::emit(slot& s, const sample_result& r) {
@@ -368,16 +364,20 @@ void scheduler::end(slot& s, gen_result r) {
 void scheduler::fail(slot& s, int status, const std::string& message, const std::string& type,
                      const std::string& code) {
   ++m_.failed;
-  s.state.reset();
+  try {
+    model_.reset(s.id);
+    model_.drop_snapshot(s.id);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cmfx serve: could not reset slot %u: %s\n", s.id, e.what());
+  }
   s.tokens.clear();
   s.has_snap = false;
-  s.snap = dsv4_state();
   s.snap_tokens.clear();
   end(s, error_result(status, message, type, code));
 }
 
 void scheduler::update_bytes(slot& s) {
-  s.bytes = state_bytes(s.state) + (s.has_snap ? state_bytes(s.snap) : 0);
+  s.bytes = model_.state_bytes(s.id);
   uint64_t total = 0;
   for (const slot& x : slots_) total += x.bytes;
   m_.state_bytes = total;

@@ -7,8 +7,11 @@
 //
 // Prefix reuse: a free slot keeps its token vector and state (and, with the snapshot option, a copy of the state
 // at the end of its last prompt). A new request goes to the free slot that shares the longest usable prefix with
-// its prompt; the state is rolled back to that prefix (dsv4_state::truncate, within dsv4_rollback_tokens of the
+// its prompt; the state is rolled back to that prefix (engine::truncate, within engine::rollback_tokens of the
 // end) or reset, and only the rest of the prompt is prefilled.
+//
+// The model is a serve::engine (engine.hpp): the V4 CPU graph (many slots, one forward_batch per step) or a model on
+// a Vulkan device (one slot).
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -18,7 +21,7 @@
 #include <vector>
 
 #include "cmfx/text/tokenizer.hpp"
-#include "model/dsv4_forward.hpp"
+#include "serve/engine.hpp"
 #include "serve/job.hpp"
 #include "serve/metrics.hpp"
 #include "serve/output.hpp"
@@ -37,7 +40,8 @@ enum class submit_status { ok, queue_full, shutting_down };
 
 class scheduler {
  public:
-  scheduler(dsv4_model& model, const tokenizer& tok, scheduler_options o, metrics& m);
+  /// o.parallel must not exceed model.max_slots().
+  scheduler(engine& model, const tokenizer& tok, scheduler_options o, metrics& m);
   ~scheduler();
   scheduler(const scheduler&) = delete;
   scheduler& operator=(const scheduler&) = delete;
@@ -53,10 +57,9 @@ class scheduler {
 
  private:
   struct slot {
-    dsv4_state state;  // holds exactly `tokens`
-    std::vector<uint32_t> tokens;
-    dsv4_state snap;  // state at the end of the last prompt (snapshot option)
-    std::vector<uint32_t> snap_tokens;
+    unsigned id = 0;                    // the engine's slot index
+    std::vector<uint32_t> tokens;       // what the slot's live state in the engine holds
+    std::vector<uint32_t> snap_tokens;  // what its snapshot holds (snapshot option)
     bool has_snap = false;
     std::unique_ptr<sampler> smp;
     std::shared_ptr<job> j;  // the request it serves, or null (free)
@@ -74,7 +77,7 @@ class scheduler {
   void assign(std::shared_ptr<job> j);
   uint64_t usable_prefix(const slot& s, const std::vector<int32_t>& prompt, bool& from_snap) const;
   /// One continuous-batching step: every active slot contributes its next prefill chunk or its pending token to
-  /// one forward_batch call; then the slots that reached a token sample it (in parallel) and emit it.
+  /// one engine::forward call; then the slots that reached a token sample it (in parallel) and emit it.
   void step_all();
   /// Cancellation and deadline checks before a step; false when the slot was ended.
   bool still_running(slot& s);
@@ -84,7 +87,7 @@ class scheduler {
   void fail(slot& s, int status, const std::string& message, const std::string& type, const std::string& code);
   void update_bytes(slot& s);
 
-  dsv4_model& model_;
+  engine& model_;
   const tokenizer& tok_;
   scheduler_options o_;
   metrics& m_;

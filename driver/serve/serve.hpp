@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cmfx/kernels/act_precision.hpp"
+#include "cmfx/vk/gemm_precision.hpp"
 
 namespace CLI {
 class App;
@@ -34,6 +35,11 @@ struct serve_args {
   unsigned http_threads = 0;           // HTTP worker threads (0 = parallel + queue + 4)
   bool qat = false;                    // QAT fake-quant steps (as `cmfx run --qat`)
   act_precision matmul_act = act_precision::f32;  // --act (as `cmfx run --act`): f32 | i8
+  // --backend vulkan: the whole graph on a GPU (V4 and V4.1), one slot (--parallel 1)
+  std::string backend = "cpu";         // cpu | vulkan
+  int device = -1;                     // Vulkan device index (-1 = the best)
+  uint64_t vram_budget = 0;            // device bytes the model may take (0 = no limit: every expert resident)
+  gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm (as `cmfx run --gemm`)
 };
 
 /// Declares the `serve` subcommand and its flags (defaults from serve_args) on app.

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "act_flag.hpp"
+#include "byte_size.hpp"
 #include "serve/serve.hpp"
 
 namespace cmfx::driver {
@@ -23,7 +24,8 @@ CLI::App* register_serve(CLI::App& app, serve_args& a) {
   c->add_option("--ctx", a.ctx, "Context length per slot (prompt + completion tokens)")
       ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 24))
       ->default_val(a.ctx);
-  c->add_option("--prefill-chunk", a.prefill_chunk, "Prompt tokens per scheduler step")
+  c->add_option("--prefill-chunk", a.prefill_chunk,
+                "Prompt tokens per scheduler step (--backend vulkan, V4: also the device's prefill chunk)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
       ->default_val(a.prefill_chunk);
   c->add_option("--timeout-s", a.timeout_s, "Per-request time limit in seconds, queueing included")
@@ -45,6 +47,23 @@ CLI::App* register_serve(CLI::App& app, serve_args& a) {
       ->default_val(a.http_threads);
   c->add_flag("--qat", a.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
   add_act_flag(c, a.matmul_act);
+  c->add_option("--backend", a.backend,
+                "cpu | vulkan (V4 and V4.1: the whole graph on the GPU; one sequence at a time, --parallel 1)")
+      ->check(CLI::IsMember({"cpu", "vulkan"}))
+      ->default_val(a.backend);
+  c->add_option("--device", a.device, "Vulkan device index for --backend vulkan (-1 = best)")->default_val(a.device);
+  c->add_option_function<std::string>(
+      "--vram-budget",
+      [&a](const std::string& v) {
+        try {
+          a.vram_budget = parse_byte_size(v, "--vram-budget");
+        } catch (const std::exception& e) {
+          throw CLI::ValidationError(e.what());
+        }
+      },
+      "--backend vulkan: device memory the model may take (e.g. 96G); experts that do not fit are cached and copied "
+      "in per token, with their hit rate and bytes moved on /metrics (default: no limit)");
+  add_gemm_flag(c, a.gemm);
   return c;
 }
 

@@ -15,7 +15,9 @@
 
 #include "cmfx/core/error.hpp"
 #include "model/dsv4_forward.hpp"
+#include "model/gpu_runner.hpp"
 #include "model_tokenizer.hpp"
+#include "serve/engine.hpp"
 #include "serve/http_server.hpp"
 #include "serve/serve.hpp"
 
@@ -63,15 +65,36 @@ int run_serve(const serve_args& a) {
   const model_tokenizer mt = load_model_tokenizer(a.model, a.tokenizer);
   const tokenizer& tok = mt.tok;
   const auto t0 = std::chrono::steady_clock::now();
-  dsv4_options o;
-  o.threads = a.threads;
-  o.qat_kv_fp8 = o.qat_indexer_fp4 = o.qat_act_fp8 = a.qat;
-  o.matmul_act = a.matmul_act;
-  auto model = dsv4_model::open(a.model, o);
-  const dsv4_config& cfg = model->config();
-  std::fprintf(stderr, "cmfx serve: loaded %s (%s layout, %u layers, vocab %u) in %.2f s; tokenizer %s\n",
-               a.model.c_str(), model->weights().source.c_str(), cfg.layers, cfg.vocab,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), mt.source.c_str());
+  std::unique_ptr<dsv4_model> cpu_model;
+  std::unique_ptr<gpu_runner> gpu_model;
+  std::unique_ptr<serve::engine> eng;
+  dsv4_config cfg;  // V4.1 on the GPU: the fields the tokenizer check and the requests need (vocab, bos, eos, layers)
+  std::string source;
+  if (a.backend == "vulkan") {
+    if (a.qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
+    if (a.parallel != 1)
+      throw usage_error("--backend vulkan holds one sequence on the device: --parallel must be 1 (requests queue)");
+    if (a.prefill_chunk > 4096) throw usage_error("--backend vulkan: --prefill-chunk must be at most 4096");
+    gpu_model = gpu_runner::open(a.model, gpu_run_options{a.device, a.ctx, a.matmul_act, a.vram_budget,
+                                                          uint32_t(a.prefill_chunk), a.gemm});
+    cfg = gpu_model->config();
+    source = gpu_model->source();
+    eng = serve::make_gpu_engine(*gpu_model);
+  } else {
+    if (a.vram_budget) throw usage_error("--vram-budget is for --backend vulkan (the GPU graph's expert cache)");
+    dsv4_options o;
+    o.threads = a.threads;
+    o.qat_kv_fp8 = o.qat_indexer_fp4 = o.qat_act_fp8 = a.qat;
+    o.matmul_act = a.matmul_act;
+    cpu_model = dsv4_model::open(a.model, o);
+    cfg = cpu_model->config();
+    source = cpu_model->weights().source;
+    eng = serve::make_cpu_engine(*cpu_model, a.parallel);
+  }
+  std::fprintf(stderr, "cmfx serve: loaded %s (%s layout, %u layers, vocab %u) in %.2f s on %s; tokenizer %s\n",
+               a.model.c_str(), source.c_str(), cfg.layers, cfg.vocab,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), eng->describe().c_str(),
+               mt.source.c_str());
   if (const auto warn = check_model_tokenizer(mt, cfg); !warn.empty())
     std::fprintf(stderr,
                  "cmfx serve: note: %zu chat marker(s) missing from the tokenizer (e.g. %s); they are "
@@ -93,7 +116,7 @@ int run_serve(const serve_args& a) {
   so.ctx = a.ctx;
   so.prefill_chunk = a.prefill_chunk;
   so.snapshot = a.prompt_snapshot;
-  scheduler sched(*model, tok, so, m);
+  scheduler sched(*eng, tok, so, m);
   http_server http(a, std::move(key), rc, sched, m);
   const int port = http.bind();
   if (port < 0) {

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""`cmfx serve --backend vulkan` on the f32 toy (CTest `vk_serve`, label parity, lavapipe in CI).
+
+usage: serve_gpu_test.py CMFX TOKENIZER_JSON TMPDIR
+
+The GPU server must answer the same greedy requests with the same text as the CPU server (the f32 toy's logits
+agree to NMSE ~1e-11, tests/parity/cases_model.cpp), reuse a prompt prefix on the device (the snapshot of the last
+prompt), report its backend and expert cache on /metrics — with --vram-budget just above the minimum the cache is
+active, counts hits and bytes, and the text stays the CPU's — and refuse --parallel 2. Exit 0 pass, 1 fail, 77 skip
+(no tokenizer or no Vulkan device, except under CI=true where both fail).
+"""
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402
+
+CMFX, TOKENIZER, TMP = sys.argv[1], sys.argv[2], sys.argv[3]
+serve_util.require_tokenizer(TOKENIZER, "serve_gpu_test")
+CI = os.environ.get("CI", "").lower() == "true"
+os.makedirs(TMP, exist_ok=True)
+MODEL = os.path.join(TMP, "toy-f32.cmf")
+subprocess.run([CMFX, "make-toy", "--out", MODEL, "--quant", "f32", "--tokenizer", TOKENIZER], check=True,
+               stdout=subprocess.DEVNULL, timeout=60)
+
+failures = []
+servers = []
+
+
+def check(name, cond, detail=""):
+    print(("ok   " if cond else "FAIL ") + name + ("" if cond else f"  [{detail}]"), flush=True)
+    if not cond:
+        failures.append(name)
+
+
+def finish():
+    for s in servers:
+        s.kill()
+    if failures:
+        print(f"{len(failures)} check(s) failed: {failures}")
+        sys.exit(1)
+    print("all checks passed")
+    sys.exit(0)
+
+
+def start(name, *flags):
+    s = serve_util.Server(CMFX, MODEL, TMP, name, *flags)
+    servers.append(s)
+    return s
+
+
+def post(server, path, body, timeout=120):
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    payload = r.read()
+    c.close()
+    return r.status, json.loads(payload)
+
+
+def metrics(server):
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    return text
+
+
+def metric(text, name):
+    m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+# A device first: without one the test is skipped (failed under CI), never passed.
+probe = subprocess.run([CMFX, "run", MODEL, "--backend", "vulkan", "--raw-ids", "1 2", "-n", "1"],
+                       capture_output=True, text=True, timeout=300)
+if probe.returncode != 0:
+    print(probe.stderr)
+    print("serve_gpu_test: no usable Vulkan device" + ("; failing because CI=true" if CI else "; skipping"))
+    sys.exit(1 if CI else 77)
+
+try:
+    cpu = start("cpu", "--threads", "2")
+    gpu = start("gpu", "--backend", "vulkan")
+except RuntimeError as e:
+    check("servers start", False, str(e))
+    finish()
+check("gpu server logs its device", "on vulkan:" in gpu.text(), gpu.text()[-300:])
+
+PROMPT = "The quick brown fox jumps over the lazy dog and"
+REQS = [
+    ("/v1/chat/completions", {"model": "toy-f32", "messages": [{"role": "user", "content": "Hello there"}],
+                              "max_tokens": 10, "temperature": 0, "thinking": {"type": "disabled"}}),
+    ("/v1/completions", {"model": "toy-f32", "prompt": PROMPT, "max_tokens": 12, "temperature": 0}),
+    # extends PROMPT: the GPU slot's snapshot (the previous request's prompt) is a prefix of it
+    ("/v1/completions", {"model": "toy-f32", "prompt": PROMPT + " then runs away", "max_tokens": 8,
+                         "temperature": 0}),
+]
+
+
+def text_of(j):
+    c = j["choices"][0]
+    return c["text"] if "text" in c else c["message"].get("content")
+
+
+outs = {}
+for name, srv in (("cpu", cpu), ("gpu", gpu)):
+    outs[name] = []
+    for path, body in REQS:
+        st, j = post(srv, path, body)
+        check(f"{name} {path}: 200", st == 200, j)
+        outs[name].append(j)
+for i, (path, _) in enumerate(REQS):
+    a, b = outs["cpu"][i], outs["gpu"][i]
+    check(f"request {i} ({path}): GPU text == CPU text", text_of(a) == text_of(b), f"{text_of(a)!r} vs {text_of(b)!r}")
+    check(f"request {i}: same usage token counts",
+          a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"] and
+          a["usage"]["completion_tokens"] == b["usage"]["completion_tokens"], (a["usage"], b["usage"]))
+cached = outs["gpu"][2]["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+check("gpu: the extended prompt reused the first prompt's tokens on the device", cached > 0, outs["gpu"][2]["usage"])
+
+m = metrics(gpu)
+check("gpu /metrics: backend vulkan", re.search(r'^cmfx_backend_info\{backend="vulkan",device="[^"]*"\} 1$', m, re.M)
+      is not None, m[-600:])
+check("gpu /metrics: every expert resident", metric(m, "cmfx_expert_cache_active") == 0.0)
+check("gpu /metrics: device weight bytes", (metric(m, "cmfx_device_weight_bytes") or 0) > 0)
+check("gpu /metrics: cached prompt tokens counted", (metric(m, "cmfx_prompt_tokens_cached_total") or 0) >= cached)
+check("cpu /metrics: backend cpu", 'cmfx_backend_info{backend="cpu"' in metrics(cpu))
+gpu.kill()
+
+# The expert cache: the smallest budget `cmfx run` accepts, plus a little.
+r = subprocess.run([CMFX, "run", MODEL, "--backend", "vulkan", "--raw-ids", "1 2", "--vram-budget", "1"],
+                   capture_output=True, text=True, timeout=300)
+mn = re.search(r"at least (\d+) bytes", r.stderr)
+check("--vram-budget 1 names the minimum", mn is not None, r.stderr[-300:])
+if mn:
+    # --prefill-chunk 512 as `cmfx run` (the chunk's scratch counts against the budget)
+    cache = start("gpu-cache", "--backend", "vulkan", "--prefill-chunk", "512", "--vram-budget",
+                  str(int(mn.group(1)) + 4096))
+    check("cache server logs its expert cache", "slots per layer" in cache.text(), cache.text()[:400])
+    st, j = post(cache, REQS[1][0], REQS[1][1])
+    check("cache server: 200", st == 200, j)
+    check("cache server: text == CPU text", st == 200 and text_of(j) == text_of(outs["cpu"][1]))
+    m = metrics(cache)
+    look, hits, moved = (metric(m, "cmfx_expert_cache_" + k) for k in ("lookups_total", "hits_total",
+                                                                        "bytes_moved_total"))
+    check("cache /metrics: active", metric(m, "cmfx_expert_cache_active") == 1.0, m[-800:])
+    check("cache /metrics: lookups > 0, hits <= lookups", look and hits is not None and 0 < look and hits <= look,
+          (look, hits))
+    check("cache /metrics: bytes moved > 0", (moved or 0) > 0, moved)
+    cache.kill()
+
+bad = subprocess.run([CMFX, "serve", MODEL, "--backend", "vulkan", "--parallel", "2", "--port", "0"],
+                     capture_output=True, text=True, timeout=120)
+check("--backend vulkan --parallel 2: exit 2", bad.returncode == 2, bad.returncode)
+check("... naming --parallel", "--parallel" in bad.stderr, bad.stderr[-300:])
+bad = subprocess.run([CMFX, "serve", MODEL, "--vram-budget", "1G", "--port", "0"], capture_output=True, text=True,
+                     timeout=120)
+check("--vram-budget on the CPU backend: exit 2", bad.returncode == 2, bad.returncode)
+finish()
