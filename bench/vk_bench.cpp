@@ -9,9 +9,11 @@
 // 512 MiB >> the 60 MB L2 of an H200), all dispatched in one recording between two timestamps, repeated until
 // the recording holds >= --submit-ms of GPU work. The recording is made once and submitted again and again: the
 // GPU is kept busy for >= --warmup-ms before timing (clocks ramp up) and the host adds no gaps while timing.
-// usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 200]
+// vk_moe_f16|f32/<format>/<experts>x4096x2048/n<tokens> — the expert-grouped MoE of a prefill chunk (bm_moe).
+// usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
-//                      [google-benchmark flags]
+//                      [--shader-dir D] [--moe-tokens 512] [--moe-experts 256] [google-benchmark flags]
+//                      (--shader-dir: read shaders/*.comp from D instead of the built-in copies: variants)
 //                      (S, U, R: override the automatic work split; --legacy: never the batch-1 row kernel)
 // On lavapipe (CPU emulation) it runs, slowly: use --working-set 64 and --benchmark_filter to shorten it.
 #include <benchmark/benchmark.h>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "cmfx/formats/format_list.hpp"
+#include "cmfx/kernels/moe.hpp"
 #include "cmfx/vk/kernels.hpp"
 
 namespace {
@@ -35,8 +38,10 @@ std::unique_ptr<gpu::device> g_dev;
 std::unique_ptr<gpu::kernels> g_kern;
 uint64_t g_working_set = 512ull << 20;
 double g_roofline = 0;  // bytes/s of stream_read
-double g_submit_s = 0.005, g_warmup_s = 0.2;
+double g_submit_s = 0.005, g_warmup_s = 1.0;  // an idle H200 idles at 345 MHz: 0.2 s of warm-up left 3x noise
 gpu::matvec_tuning g_tune;
+uint32_t g_moe_tokens = 512;   // --moe-tokens: the vk_moe benchmarks' chunk
+uint32_t g_moe_experts = 256;  // --moe-experts: their routed experts (fewer: devices with small bindings)
 
 /// The weights of the benchmark that runs now: one (format, shape) at a time, freed when the next one starts.
 struct weights {
@@ -142,6 +147,72 @@ void bm_dispatch(benchmark::State& st, bool chain) {
   st.counters["us_per_dispatch"] = iters ? secs / double(iters) / n * 1e6 : 0.0;
 }
 
+/// The expert-grouped MoE of a prefill chunk (kernels::moe with n tokens: gate/up tiles + SwiGLU + down tiles + the
+/// weighted sum) at V4-Flash's shape: E experts of [I, d] gate/up and [d, I] down in format F, top-k routes per
+/// token drawn uniformly (distinct per token), no shared expert (V4-Flash's is FP8: a dense GEMM). Every expert is
+/// its own device copy of one encoded matrix triple. Counters: ms per call, TFLOPS (2·n·k·3·d·I useful FLOPs per
+/// call), Gw_per_s (weights of the experts that got a token, decoded per second), precision (1: f16 tiles on the
+/// tensor cores, 2: f16 emulated, 0: f32 tiles — what gemm_precision_used reports).
+template <class F>
+void bm_moe(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t n, uint32_t k, gpu::gemm_precision p) {
+  const gpu::gemm_precision_scope ps(*g_kern, p);
+  std::mt19937_64 g(E * 7 + n);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  auto enc = [&](uint64_t rows, uint64_t cols) {
+    std::vector<float> v(rows * cols);
+    for (auto& f : v) f = nd(g);
+    return F::encode(v.data(), rows, cols);
+  };
+  const encoded_matrix eg = enc(I, d), eu = enc(I, d), ed = enc(d, I);
+  auto view_of = [](const encoded_matrix& e, uint64_t rows, uint64_t cols) {
+    return matrix_view{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                       e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  };
+  const expert_view one{view_of(eg, I, d), view_of(eu, I, d), view_of(ed, d, I), F::id, F::id, F::id};
+  const std::vector<expert_view> experts(E, one);
+  const gpu::gpu_moe m = gpu::upload_moe(*g_dev, experts);
+  std::vector<float> x(uint64_t(n) * d), w(uint64_t(n) * k);
+  for (auto& f : x) f = nd(g) * 50.0f;
+  std::vector<uint32_t> ids(uint64_t(n) * k);
+  std::vector<uint8_t> used(E, 0);
+  for (uint32_t t = 0; t < n; ++t) {
+    std::vector<uint32_t> perm(E);
+    for (uint32_t e = 0; e < E; ++e) perm[e] = e;
+    for (uint32_t j = 0; j < k; ++j) {
+      std::swap(perm[j], perm[j + g() % (E - j)]);
+      ids[uint64_t(t) * k + j] = perm[j];
+      used[perm[j]] = 1;
+      w[uint64_t(t) * k + j] = 1.0f / float(k);
+    }
+  }
+  uint64_t active = 0;
+  for (uint8_t u : used) active += u;
+  gpu::buffer xb = g_dev->alloc(x.size() * 4), ib = g_dev->alloc(ids.size() * 4), wb = g_dev->alloc(w.size() * 4),
+              hb = g_dev->alloc(gpu::kernels::moe_scratch_floats(m, n, k) * 4), ob = g_dev->alloc(uint64_t(n) * d * 4);
+  g_dev->upload(xb, x);
+  g_dev->upload(ib, ids.data(), ids.size() * 4);
+  g_dev->upload(wb, w);
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  g_kern->moe(c, m, xb, n, ib, wb, k, 10.0f, hb, ob);
+  const uint32_t t1 = c.timestamp();
+  warm_up(c, g_warmup_s);
+  double secs = 0;
+  int64_t iters = 0;
+  while (st.KeepRunning()) {
+    g_dev->submit(c);
+    const double s = c.seconds(t0, t1);
+    st.SetIterationTime(s);
+    secs += s;
+    ++iters;
+  }
+  const double per = iters ? secs / double(iters) : 0.0;
+  st.counters["ms"] = per * 1e3;
+  st.counters["TFLOPS"] = per > 0 ? 2.0 * n * k * 3.0 * double(d) * double(I) / per / 1e12 : 0.0;
+  st.counters["Gw_per_s"] = per > 0 ? double(active) * 3.0 * double(d) * double(I) / per / 1e9 : 0.0;
+  st.counters["precision"] = double(int(g_kern->gemm_precision_used()));
+}
+
 /// Best of 5 streaming reads of a buffer of max(1 GiB, ...) capped by a quarter of the device heap.
 double measure_roofline(uint64_t& bytes_out) {
   const uint64_t bytes = std::min<uint64_t>(1ull << 30, g_dev->info().device_local_bytes / 4) / 16 * 16;
@@ -185,6 +256,9 @@ int main(int argc, char** argv) {
     else if (a == "--rows-per-team" && i + 1 < argc) g_tune.rows_per_team = uint32_t(std::stoul(argv[++i]));
     else if (a == "--x-source" && i + 1 < argc) g_tune.x_source = uint32_t(std::stoul(argv[++i]));
     else if (a == "--legacy") g_tune.legacy = true;
+    else if (a == "--shader-dir" && i + 1 < argc) opt.shader_dir = argv[++i];
+    else if (a == "--moe-tokens" && i + 1 < argc) g_moe_tokens = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-experts" && i + 1 < argc) g_moe_experts = uint32_t(std::stoul(argv[++i]));
     else rest.push_back(argv[i]);
   }
   try {
@@ -218,6 +292,14 @@ int main(int argc, char** argv) {
         bm_matvec<F>(st, r, c, g_kern->has_i8(F::id) ? act_precision::i8 : act_precision::f32, true);
       });
     }
+  });
+  // The expert-grouped MoE of a prefill chunk at V4-Flash's shape (256 experts, d 4096, I 2048, top 6)
+  for_each_type(all_formats{}, [&]<class F>() {
+    if (F::id != format::q2tp && F::id != format::q4tp && F::id != format::mxfp4) return;
+    for (const auto& [pname, p] : {std::pair{"f16", gpu::gemm_precision::f16}, std::pair{"f32", gpu::gemm_precision::f32}})
+      add(std::string("vk_moe_") + pname + "/" + std::string(F::name) + "/" + std::to_string(g_moe_experts) +
+              "x4096x2048/n" + std::to_string(g_moe_tokens),
+          [p = p](benchmark::State& st) { bm_moe<F>(st, g_moe_experts, 4096, 2048, g_moe_tokens, 6, p); });
   });
   int ac = int(rest.size());
   benchmark::Initialize(&ac, rest.data());

@@ -91,6 +91,7 @@ int run_bench(const bench_args& a) {
 
   gpu::device_options dopt;
   dopt.index = a.device;
+  dopt.shader_dir = a.shader_dir;
   dopt.allow_shuffle = a.shuffle;
   gpu::device dev(dopt);
   gpu::kernels k(dev);

@@ -56,6 +56,7 @@ struct bench_args {
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
   bool shuffle = true;            // --no-shuffle: f64 subgroup sums through subgroupAdd (comparisons)
+  std::string shader_dir;         // --shader-dir: shaders read from this directory (kernel variants), not the built-in copies
   bool json = false;              // one JSON line at the end
 };
 int run_bench(const bench_args& a);

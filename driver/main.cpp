@@ -152,6 +152,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 4096u));
   add_gemm_flag(cb, bench.gemm);
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
+  cb->add_option("--shader-dir", bench.shader_dir,
+                 "Read the shaders (*.comp, common/*.glsl) from this directory instead of the built-in copies "
+                 "(to time a kernel variant)");
 
   tokenize_args tk;
   auto* ctk = app.add_subcommand("tokenize", "Print the token ids of TEXT as a JSON array");

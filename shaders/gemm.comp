@@ -82,16 +82,27 @@ layout(std430, binding = 8) readonly buffer SlotMap { uint slot_map[]; };
 
 #if GEMM_COOP
 #define TKP (TK + 8)  // row stride of the f16 tiles in halves (16-byte multiple; rows shifted across banks)
-shared float16_t wh[GM * TKP];  // wh[r · TKP + k]: the tile's weight rows
-shared float16_t xh[GN * TKP];  // xh[t · TKP + k]: the tile's batch rows
+// The f16 tiles as packed words, written 4 or 8 halves per store (the stores of single halves conflicted on the
+// shared-memory banks): wh4[(r · TKP + k) / 8] holds weight row r, columns k .. k + 7 (k % 8 == 0); xh2[(t · TKP +
+// k) / 4] batch row t, columns k .. k + 3. The cooperative-matrix loads count in these units.
+shared uvec4 wh4[GM * TKP / 8];
+shared uvec2 xh2[GN * TKP / 4];
 #if GEMM_COOP == 1
 shared float cts[GM * GN];      // cts[t · GM + r]: the accumulators on their way to y
 #endif
 // Rounded to f16 with saturation: a value beyond the f16 range becomes ±65504, never ±inf (an inf product would
-// turn a whole output row into NaN through inf − inf).
-#define F16SAT(v) float16_t(clamp((v), -65504.0, 65504.0))
-#define WZERO(rr, k) wh[(rr) * TKP + (k)] = float16_t(0.0)
-#define XPUT(tt, k, v) xh[(tt) * TKP + (k)] = F16SAT(v)
+// turn a whole output row into NaN through inf − inf). Each pair is rounded (RTE) then clamped in f16, which maps an
+// overflow's ±inf to ±65504.
+uint h2sat(float a, float b) { return packFloat2x16(clamp(f16vec2(a, b), f16vec2(-65504.0), f16vec2(65504.0))); }
+uvec2 h4sat(vec4 v) { return uvec2(h2sat(v.x, v.y), h2sat(v.z, v.w)); }
+// one half of the tiles (the emulated mode's reads)
+float wh_at(uint i) { return float(unpackFloat2x16(wh4[i >> 3u][(i >> 1u) & 3u])[i & 1u]); }
+float xh_at(uint i) { return float(unpackFloat2x16(xh2[i >> 2u][(i >> 1u) & 1u])[i & 1u]); }
+// 4 halves at a multiple of 4 of the weight tile: the .xy or .zw half of a uvec4
+void wh_put4(uint i, uvec2 v) {
+  if ((i & 4u) == 0u) wh4[i >> 3u].xy = v;
+  else wh4[i >> 3u].zw = v;
+}
 #else
 shared vec4 ws[TK * GM / 4];  // ws[k · GM/4 + r/4]: column k of the tile's rows, 4 rows per vec4
 shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's batch rows
@@ -99,12 +110,38 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
 #define XPUT(tt, k, v) xsm[(k) * (GN / 4) + (tt) / 4u][(tt) % 4u] = (v)
 #endif
 
+#if GEMM_COOP
+// The decoded chunk into the f16 tile: 8 halves per store (chunks of 4: 4).
+#if XQ == 1
+#define WST_CHUNK() wh_put4(rr * TKP + kc * CHUNK, h4sat(decode4(R, q, s, k, 0)));
+#define WZERO_CHUNK() wh_put4(rr * TKP + kc * CHUNK, uvec2(0u));
+#else
+#define WST8(m)                                                                                 \
+  wh4[(rr * TKP + kc * CHUNK) / 8u + m] =                                                       \
+      uvec4(h4sat(decode4(R, q, s, k, 2u * m)), h4sat(decode4(R, q, s, k, 2u * m + 1u)));
+#if XQ == 2
+#define WST_CHUNK() WST8(0)
+#elif XQ == 4
+#define WST_CHUNK() WST8(0) WST8(1)
+#elif XQ == 8
+#define WST_CHUNK() WST8(0) WST8(1) WST8(2) WST8(3)
+#elif XQ == 16
+#define WST_CHUNK() WST8(0) WST8(1) WST8(2) WST8(3) WST8(4) WST8(5) WST8(6) WST8(7)
+#endif
+#define WZERO_CHUNK() for (uint i = 0u; i < CHUNK / 8u; ++i) wh4[(rr * TKP + kc * CHUNK) / 8u + i] = uvec4(0u);
+#endif
+#define XST_VEC4(tt, c4, v) xh2[((tt) * TKP + 4u * (c4)) / 4u] = h4sat(v)
+#else
 #define WST(j)                                                                                  \
   {                                                                                             \
     const vec4 v = decode4(R, q, s, k, j);                                                      \
     const uint c0 = kc * CHUNK + 4u * j;                                                        \
     wsf_store(c0, rr, v);                                                                       \
   }
+#define WST_CHUNK() REP_J(WST)
+#define WZERO_CHUNK() for (uint i = 0u; i < CHUNK; ++i) WZERO(rr, kc * CHUNK + i);
+#define XST_VEC4(tt, c4, v) [[unroll]] for (uint i = 0u; i < 4u; ++i) XPUT(tt, 4u * (c4) + i, (v)[i]);
+#endif
 
 // Per-invocation shares of a step's loads (GEMM_WG = WG_SIZE as a define): weight chunks and activation vec4.
 #define GEMM_WF ((GM * KCH + GEMM_WG - 1) / GEMM_WG)
@@ -131,47 +168,60 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
 #else
 #error "gemm.comp: unsupported activation loads per invocation"
 #endif
-#define WDECL(u) raw_t wq##u; bool wv##u = false;
-#define WLOAD(u)                                                                                \
+// Load / store macros of a register set S (one set, a: the next step's loads; cn##S: the columns it holds or is
+// loading). Tried on the H200: a second set (two steps in flight) gained nothing on the expert GEMMs.
+#define WDECL_(u, S) raw_t wq##S##u; bool wv##S##u = false;
+#define WLOAD_(u, S)                                                                            \
   {                                                                                             \
     const uint f = lid + u * GEMM_WG, rr = f / KCH, kc = f % KCH, r = row0 + rr;                \
-    wv##u = f < GM * KCH && r < row_end;                                                        \
-    if (wv##u) wq##u = fetch(row_begin(r, rr), r, cn / CHUNK + kc);                             \
+    wv##S##u = f < GM * KCH && r < row_end;                                                     \
+    if (wv##S##u) wq##S##u = fetch(row_begin(r, rr), r, cn##S / CHUNK + kc);                    \
   }
-#define WSTORE(u)                                                                               \
+#define WSTORE_(u, S)                                                                           \
   {                                                                                             \
     const uint f = lid + u * GEMM_WG, rr = f / KCH, kc = f % KCH, r = row0 + rr;                \
-    if (wv##u) {                                                                                \
+    if (wv##S##u) {                                                                             \
       const row_t R = row_begin(r, rr);                                                         \
-      const raw_t q = wq##u;                                                                    \
-      const uint k = c0 / CHUNK + kc;                                                           \
+      const raw_t q = wq##S##u;                                                                 \
+      const uint k = cn##S / CHUNK + kc;                                                        \
       const float s = chunk_scale(R, q);                                                        \
-      REP_J(WST)                                                                                \
+      WST_CHUNK()                                                                               \
     } else if (f < GM * KCH) {                                                                  \
-      for (uint i = 0u; i < CHUNK; ++i) WZERO(rr, kc * CHUNK + i);                              \
+      WZERO_CHUNK()                                                                             \
     }                                                                                           \
   }
-#define XDECL(u) vec4 xq##u = vec4(0.0);
-#define XLOAD(u)                                                                                \
+// Each invocation loads the same batch row at every step: its offset in x (XOFF: for the MoE a lookup in the
+// expert's pair list) is computed once per tile of batch rows (XROW), so a step's loads never wait on another load.
+#define XROW(u)                                                                                 \
+  uint xr##u = 0xFFFFFFFFu;                                                                     \
   {                                                                                             \
-    const uint f = lid + u * GEMM_WG, tt = f / (TK / 4), c4 = f % (TK / 4), t = t_base + tt;    \
-    xq##u = f < GN * (TK / 4) && t < count ? xv[((XOFF(t) + cn) >> 2) + c4] : vec4(0.0);         \
+    const uint f = lid + u * GEMM_WG, t = t_base + f / (TK / 4);                                \
+    if (f < GN * (TK / 4) && t < count) xr##u = XOFF(t);                                        \
   }
-#define XSTORE(u)                                                                               \
+#define XDECL_(u, S) vec4 xq##S##u = vec4(0.0);
+#define XLOAD_(u, S)                                                                            \
+  {                                                                                             \
+    const uint c4 = (lid + u * GEMM_WG) % (TK / 4);                                             \
+    xq##S##u = xr##u != 0xFFFFFFFFu ? xv[((xr##u + cn##S) >> 2) + c4] : vec4(0.0);               \
+  }
+#define XSTORE_(u, S)                                                                           \
   {                                                                                             \
     const uint f = lid + u * GEMM_WG, tt = f / (TK / 4), c4 = f % (TK / 4);                     \
-    if (f < GN * (TK / 4))                                                                      \
-      [[unroll]] for (uint i = 0u; i < 4u; ++i) XPUT(tt, 4u * c4 + i, xq##u[i]);                \
+    if (f < GN * (TK / 4)) XST_VEC4(tt, c4, xq##S##u);                                          \
   }
+#define WDECL_A(u) WDECL_(u, a)
+#define WLOAD_A(u) WLOAD_(u, a)
+#define WSTORE_A(u) WSTORE_(u, a)
+#define XDECL_A(u) XDECL_(u, a)
+#define XLOAD_A(u) XLOAD_(u, a)
+#define XSTORE_A(u) XSTORE_(u, a)
 
+#if !GEMM_COOP
 // scalar stores into the vec4 tiles (transposed: consecutive rows of one column are consecutive floats)
 void wsf_store(uint c0, uint rr, vec4 v) {
-#if GEMM_COOP
-  [[unroll]] for (uint i = 0u; i < 4u; ++i) wh[rr * TKP + c0 + i] = F16SAT(v[i]);
-#else
   [[unroll]] for (uint i = 0u; i < 4u; ++i) ws[(c0 + i) * (GM / 4) + rr / 4u][rr % 4u] = v[i];
-#endif
 }
+#endif
 
 #if GEMM_COOP == 1
 #define GEMM_BLOCKS ((GM / 16) * (GN / 16))  // 16 × 16 output blocks of a tile
@@ -194,13 +244,35 @@ void wsf_store(uint c0, uint rr, vec4 v) {
 #define ACC_MMA(j)                                                                              \
   {                                                                                             \
     HALF_T a, b;                                                                                \
-    coopMatLoadNV(a, wh, BLK_M(j) * TKP + kk, TKP, false);                                      \
-    coopMatLoadNV(b, xh, BLK_N(j) * TKP + kk, TKP, true);                                       \
+    coopMatLoadNV(a, wh4, (BLK_M(j) * TKP + kk) / 8u, TKP / 8u, false);                          \
+    coopMatLoadNV(b, xh2, (BLK_N(j) * TKP + kk) / 4u, TKP / 4u, true);                           \
     cacc##j = coopMatMulAddNV(a, b, cacc##j);                                                   \
   }
 #define ACC_STORE(j) coopMatStoreNV(cacc##j, cts, BLK_N(j) * GM + BLK_M(j), GM, true);
 #elif GEMM_COOP == 2
 #define GEMM_EPI (GM * GN / GEMM_WG)  // outputs per invocation: lid + i·WG → batch row / GM, row % GM
+#endif
+
+// One step's products from the shared tiles into the accumulators.
+#if GEMM_COOP == 1
+#define GEMM_COMPUTE() [[unroll]] for (uint kk = 0u; kk < TK; kk += 16u) { REP_B(ACC_MMA) }
+#elif GEMM_COOP == 2
+#define GEMM_COMPUTE()                                                                          \
+  [[unroll]] for (uint i = 0u; i < GEMM_EPI; ++i) {                                             \
+    const uint o = lid + i * GEMM_WG, r = o % GM, t = o / GM;                                   \
+    float a = eacc[i];                                                                          \
+    for (uint kk = 0u; kk < TK; ++kk) a += wh_at(r * TKP + kk) * xh_at(t * TKP + kk);          \
+    eacc[i] = a;                                                                                \
+  }
+#else
+#define GEMM_COMPUTE()                                                                          \
+  for (uint kk = 0u; kk < TK; ++kk) {                                                           \
+    const vec4 a = ws[kk * (GM / 4) + ty], b = xsm[kk * (GN / 4) + tx];                         \
+    acc0 += a.x * b;                                                                            \
+    acc1 += a.y * b;                                                                            \
+    acc2 += a.z * b;                                                                            \
+    acc3 += a.w * b;                                                                            \
+  }
 #endif
 
 void main() {
@@ -253,39 +325,23 @@ void main() {
 #endif
     // The next step's weight chunks and activations are loaded into registers before this step's FMAs, so their
     // latency overlaps the arithmetic (each invocation: GEMM_WF chunks, GEMM_XF vec4).
-    uint cn = 0u;  // columns of the loads in flight
-    REP_F(WDECL)
-    REP_X(XDECL)
-    REP_F(WLOAD)
-    REP_X(XLOAD)
+    REP_X(XROW)
+    uint cna = 0u;
+    REP_F(WDECL_A)
+    REP_X(XDECL_A)
+    REP_F(WLOAD_A)
+    REP_X(XLOAD_A)
     for (uint c0 = 0u; c0 < pc.cols; c0 += TK) {
       barrier();  // the previous step's tiles are consumed
-      REP_F(WSTORE)  // weight tile: GM rows × KCH chunks, decoded
-      REP_X(XSTORE)  // activation tile: GN batch rows × TK columns
+      REP_F(WSTORE_A)  // weight tile: GM rows × KCH chunks, decoded
+      REP_X(XSTORE_A)  // activation tile: GN batch rows × TK columns
       barrier();
       if (c0 + TK < pc.cols) {  // uniform
-        cn = c0 + TK;
-        REP_F(WLOAD)
-        REP_X(XLOAD)
+        cna = c0 + TK;
+        REP_F(WLOAD_A)
+        REP_X(XLOAD_A)
       }
-#if GEMM_COOP == 1
-      [[unroll]] for (uint kk = 0u; kk < TK; kk += 16u) { REP_B(ACC_MMA) }
-#elif GEMM_COOP == 2
-      [[unroll]] for (uint i = 0u; i < GEMM_EPI; ++i) {
-        const uint o = lid + i * GEMM_WG, r = o % GM, t = o / GM;
-        float a = eacc[i];
-        for (uint kk = 0u; kk < TK; ++kk) a += float(wh[r * TKP + kk]) * float(xh[t * TKP + kk]);
-        eacc[i] = a;
-      }
-#else
-      for (uint kk = 0u; kk < TK; ++kk) {
-        const vec4 a = ws[kk * (GM / 4) + ty], b = xsm[kk * (GN / 4) + tx];
-        acc0 += a.x * b;
-        acc1 += a.y * b;
-        acc2 += a.z * b;
-        acc3 += a.w * b;
-      }
-#endif
+      GEMM_COMPUTE()
     }
 #if GEMM_COOP
 #if GEMM_COOP == 1
