@@ -120,13 +120,26 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
   wh4[(rr * TKP + kc * CHUNK) / 8u + m] =                                                       \
       uvec4(h4sat(decode4(R, q, s, k, 2u * m)), h4sat(decode4(R, q, s, k, 2u * m + 1u)));
 #if XQ == 2
-#define WST_CHUNK() WST8(0)
+#define WST_F32() WST8(0)
 #elif XQ == 4
-#define WST_CHUNK() WST8(0) WST8(1)
+#define WST_F32() WST8(0) WST8(1)
 #elif XQ == 8
-#define WST_CHUNK() WST8(0) WST8(1) WST8(2) WST8(3)
+#define WST_F32() WST8(0) WST8(1) WST8(2) WST8(3)
 #elif XQ == 16
-#define WST_CHUNK() WST8(0) WST8(1) WST8(2) WST8(3) WST8(4) WST8(5) WST8(6) WST8(7)
+#define WST_F32() WST8(0) WST8(1) WST8(2) WST8(3) WST8(4) WST8(5) WST8(6) WST8(7)
+#endif
+#if HAS_DECODE8_H && XQ == 8
+// formats with an f16 decode (formats.glsl decode8_h): packed f16 arithmetic where the chunk's scale allows it
+#define WSTH8(m) wh4[(rr * TKP + kc * CHUNK) / 8u + m] = decode8_h(q, s2, m);
+#define WST_CHUNK()                                                                             \
+  if (decode8_h_ok(s)) {                                                                        \
+    const f16vec2 s2 = f16vec2(float16_t(s));                                                   \
+    WSTH8(0) WSTH8(1) WSTH8(2) WSTH8(3)                                                         \
+  } else {                                                                                      \
+    WST_F32()                                                                                   \
+  }
+#else
+#define WST_CHUNK() WST_F32()
 #endif
 #define WZERO_CHUNK() for (uint i = 0u; i < CHUNK / 8u; ++i) wh4[(rr * TKP + kc * CHUNK) / 8u + i] = uvec4(0u);
 #endif

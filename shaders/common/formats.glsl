@@ -292,6 +292,29 @@ vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
   const uint i = 4u * j;
   return (vec4(lad_value(q, i), lad_value(q, i + 1u), lad_value(q, i + 2u), lad_value(q, i + 3u)) - LADDER_OFFSET) * s;
 }
+// The f16 tiles' decode (gemm.comp with GEMM_COOP, which enables f16 arithmetic): values 8m .. 8m+7 of the chunk
+// as 8 packed halves, (code − offset) · s16, s16 = the chunk's scale rounded to f16 — where decode8_h_ok(s): s16
+// normal (or 0) and no value past the f16 range; otherwise the caller rounds decode4's f32 values. code − offset is
+// exact: the bits 0x6000 | code << 1 are the half 512 + code (its ulp is 0.5), minus the half 512 + offset (the
+// offset is a multiple of 0.5). So each value is rounded once, in the multiply; decode4 rounds the f32 product, so
+// the two differ by an f16 rounding of the scale (≤ 2^-11 relative).
+#if GEMM_COOP
+#define HAS_DECODE8_H 1
+uint lad_code(raw_t q, uint i) {
+  return ladder_elem((q.q[i / ELEMS_PER_BYTE / 4u] >> (8u * ((i / ELEMS_PER_BYTE) & 3u))) & 0xFFu, i);
+}
+uint lad_h2(raw_t q, uint i, f16vec2 s2) {
+  const uint w = 0x60006000u | (lad_code(q, i) << 1) | (lad_code(q, i + 1u) << 17);
+  return packFloat2x16((unpackFloat2x16(w) - f16vec2(float16_t(512.0 + LADDER_OFFSET))) * s2);
+}
+uvec4 decode8_h(raw_t q, f16vec2 s2, uint m) {
+  const uint i = 8u * m;
+  return uvec4(lad_h2(q, i, s2), lad_h2(q, i + 2u, s2), lad_h2(q, i + 4u, s2), lad_h2(q, i + 6u, s2));
+}
+// largest |code − offset|, and the largest scale whose values all stay within the f16 range
+#define LADDER_MAX_ABS max(LADDER_OFFSET, float(ELEM_MASK) - LADDER_OFFSET)
+bool decode8_h_ok(float s) { return s == 0.0 || (abs(s) >= 6.103515625e-05 && abs(s) <= 65504.0 / LADDER_MAX_ABS); }
+#endif
 float decode_elem(row_t R, uint r, uint c) {
   const uint g = c / LADDER_GROUP, i = c % LADDER_GROUP;
   const uint byte = ld8_w0(pc.res0 + (r * pc.aux0 + g) * LADDER_VALUE_BYTES + i / ELEMS_PER_BYTE);
