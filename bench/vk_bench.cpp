@@ -120,6 +120,22 @@ void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols, act_precision
   st.counters["MB"] = double(w.bytes) / 1e6;
 }
 
+/// Warms the GPU up on recording c, then submits it once per benchmark iteration, timing [t0, t1] with its
+/// timestamps; returns the mean seconds per iteration.
+double time_recording(benchmark::State& st, gpu::commands& c, uint32_t t0, uint32_t t1) {
+  warm_up(c, g_warmup_s);
+  double secs = 0;
+  int64_t iters = 0;
+  while (st.KeepRunning()) {
+    g_dev->submit(c);
+    const double s = c.seconds(t0, t1);
+    st.SetIterationTime(s);
+    secs += s;
+    ++iters;
+  }
+  return iters ? secs / double(iters) : 0.0;
+}
+
 /// The per-dispatch floor: 256 dispatches of a tiny kernel (RMSNorm of one 4096-vector), with a barrier before
 /// each (chain) or none (concurrent). Counter us_per_dispatch = GPU time / 256.
 void bm_dispatch(benchmark::State& st, bool chain) {
@@ -134,17 +150,8 @@ void bm_dispatch(benchmark::State& st, bool chain) {
   for (uint32_t i = 0; i < n; ++i) g_kern->rmsnorm(c, x, w, gpu::view(y, uint64_t(i) * dim * 4, dim * 4), 1, dim, 1e-6f);
   if (!chain) c.end_concurrent();
   const uint32_t t1 = c.timestamp();
-  warm_up(c, g_warmup_s);
-  double secs = 0;
-  int64_t iters = 0;
-  while (st.KeepRunning()) {
-    g_dev->submit(c);
-    const double s = c.seconds(t0, t1);
-    st.SetIterationTime(s);
-    secs += s;
-    ++iters;
-  }
-  st.counters["us_per_dispatch"] = iters ? secs / double(iters) / n * 1e6 : 0.0;
+  const double per = time_recording(st, c, t0, t1);
+  st.counters["us_per_dispatch"] = per / n * 1e6;
 }
 
 /// The expert-grouped MoE of a prefill chunk (kernels::moe with n tokens: gate/up tiles + SwiGLU + down tiles + the
@@ -152,9 +159,14 @@ void bm_dispatch(benchmark::State& st, bool chain) {
 /// token drawn uniformly (distinct per token), no shared expert (V4-Flash's is FP8: a dense GEMM). Every expert is
 /// its own device copy of one encoded matrix triple. Counters: ms per call, TFLOPS (2·n·k·3·d·I useful FLOPs per
 /// call), Gw_per_s (weights of the experts that got a token, decoded per second), precision (1: f16 tiles on the
-/// tensor cores, 2: f16 emulated, 0: f32 tiles — what gemm_precision_used reports).
+/// tensor cores, 2: f16 emulated, 0: f32 tiles — the mode gemm_precision_used reports; a layout the mode cannot take
+/// still falls back to the f32 tiles inside kernels::moe).
 template <class F>
 void bm_moe(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t n, uint32_t k, gpu::gemm_precision p) {
+  if (E < k || n == 0) {
+    st.SkipWithError("vk_moe: needs --moe-experts >= 6 and --moe-tokens >= 1");
+    return;
+  }
   const gpu::gemm_precision_scope ps(*g_kern, p);
   std::mt19937_64 g(E * 7 + n);
   std::normal_distribution<float> nd(0.0f, 0.02f);
@@ -196,17 +208,7 @@ void bm_moe(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t n
   const uint32_t t0 = c.timestamp();
   g_kern->moe(c, m, xb, n, ib, wb, k, 10.0f, hb, ob);
   const uint32_t t1 = c.timestamp();
-  warm_up(c, g_warmup_s);
-  double secs = 0;
-  int64_t iters = 0;
-  while (st.KeepRunning()) {
-    g_dev->submit(c);
-    const double s = c.seconds(t0, t1);
-    st.SetIterationTime(s);
-    secs += s;
-    ++iters;
-  }
-  const double per = iters ? secs / double(iters) : 0.0;
+  const double per = time_recording(st, c, t0, t1);
   st.counters["ms"] = per * 1e3;
   st.counters["TFLOPS"] = per > 0 ? 2.0 * n * k * 3.0 * double(d) * double(I) / per / 1e12 : 0.0;
   st.counters["Gw_per_s"] = per > 0 ? double(active) * 3.0 * double(d) * double(I) / per / 1e9 : 0.0;

@@ -297,9 +297,23 @@ void main() {
   const uint E = pc.pad, NS = E;
 #endif
   const uint ne = E + MOE_SHARED, nrb = MOE_ROWS / GM;
-  if (g >= ne * nrb) return;  // uniform over the workgroup
-  const uint e = g / nrb, rb = g % nrb, count = lists[pc.x_stride + e];
-  if (count == 0u) return;  // uniform
+  // Workgroups: E · nrb routed tiles (each loops over its expert's pairs, ~n·top_k/E of them), then — the shared
+  // expert sees every token — nrb · ceil(n / GN) shared tiles, one tile of pairs each (a loop over all n would
+  // leave nrb workgroups running long after the rest).
+  uint e, rb, tb_first = 0u, tb_step = 1u;
+  if (g < E * nrb) {  // uniform over the workgroup
+    e = g / nrb, rb = g % nrb;
+  } else {
+#if MOE_SHARED
+    const uint gs = g - E * nrb;
+    e = E, rb = gs % nrb, tb_first = gs / nrb, tb_step = 0xFFFFu;
+    if (tb_first * GN >= pc.n) return;
+#else
+    return;
+#endif
+  }
+  const uint count = lists[pc.x_stride + e];
+  if (count <= tb_first * GN) return;  // uniform
 #if MOE_SLOTS
   const uint si = e < E ? slot_map[pc.pad + e] : NS;
   if (e < E && si >= NS) return;  // not in a slot
@@ -308,7 +322,6 @@ void main() {
 #endif
   const uint lb = pc.x_stride + ne + e * pc.n * MOE_TOPK;
   const uint row0 = si * MOE_ROWS + rb * GM, row_end = row0 + GM;
-  const uint tb_first = 0u, tb_step = 1u;
 #if MOE_X_TOKEN
 #define XOFF(i) (pc.xoff + (lists[lb + (i)] / KS) * pc.cols)
 #else

@@ -251,6 +251,7 @@ void scheduler::step_all() {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cmfx serve: generation failed: %s\n", e.what());
     for (slot* s : act) fail(*s, 500, std::string("generation failed: ") + e.what(), "server_error", "internal_error");
+    m_.set_engine_text(model_.metrics_text());
     return;
   }
   const double secs = seconds_since(t0);
@@ -275,9 +276,15 @@ void scheduler::step_all() {
       continue;
     }
     if (was_prefill && o_.snapshot) {
-      model_.save_snapshot(s.id);
-      s.snap_tokens = s.tokens;
-      s.has_snap = true;
+      try {  // a snapshot is an optimisation: without one the request goes on (the GPU's first one allocates)
+        model_.save_snapshot(s.id);
+        s.snap_tokens = s.tokens;
+        s.has_snap = true;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "cmfx serve: no prompt snapshot for slot %u: %s\n", s.id, e.what());
+        s.has_snap = false;
+        s.snap_tokens.clear();
+      }
     }
     fin.push_back(k);
     decode.push_back(!was_prefill);

@@ -313,7 +313,10 @@ uvec4 decode8_h(raw_t q, f16vec2 s2, uint m) {
 }
 // largest |code − offset|, and the largest scale whose values all stay within the f16 range
 #define LADDER_MAX_ABS max(LADDER_OFFSET, float(ELEM_MASK) - LADDER_OFFSET)
-bool decode8_h_ok(float s) { return s == 0.0 || (abs(s) >= 6.103515625e-05 && abs(s) <= 65504.0 / LADDER_MAX_ABS); }
+bool decode8_h_ok(float s) {
+  const float h = abs(float(float16_t(s)));  // the scale as the multiply sees it (rounded; inf past 65504)
+  return s == 0.0 || (h >= 6.103515625e-05 && h * LADDER_MAX_ABS <= 65504.0);
+}
 #endif
 float decode_elem(row_t R, uint r, uint c) {
   const uint g = c / LADDER_GROUP, i = c % LADDER_GROUP;

@@ -75,6 +75,10 @@ void emit(defines& d, scale_encoding enc) {
     d.def("LADDER_VALUE_BYTES", F::value_bytes);
     d.def("LADDER_ELEM_BITS", F::elem_bits);
     d.def_f("LADDER_OFFSET", F::value_offset);
+    // formats.glsl decode8_h builds code − offset as (512 + code) − (512 + offset) in f16 (ulp 0.5 at 512)
+    static_assert(F::value_offset * 2.0f == float(int(F::value_offset * 2.0f)) && F::value_offset >= 0.0f &&
+                      F::value_offset < 512.0f && (1u << F::elem_bits) <= 512u,
+                  "ladder f16 decode: the offset must be a multiple of 0.5 and the codes below 512");
     d.def("LADDER_CODE0_ZERO", F::code0_zero ? 1 : 0);
     d.def("LADDER_LOW_FIRST", F::low_bits_first ? 1 : 0);
   }

@@ -383,7 +383,7 @@ uint32_t kernels::compile_gemm_variants(gemm_precision p, uint32_t subgroup) con
                                o.optimize_spirv);
     ++n;
     const uint32_t gm = 128, wg = detail::moe_gemm_wg(coop, gm, subgroup);
-    if (!detail::gemm_coop_defines(coop, gm, 16, wg, subgroup, cd))
+    if (!detail::gemm_coop_defines(coop, gm, detail::moe_gemm_pairs, wg, subgroup, cd))
       throw gpu_error("compile_gemm_variants: no expert GEMM tile split for subgroup " + std::to_string(subgroup));
     for (const bool x_token : {true, false})
       for (const bool slots : {false, true}) {

@@ -361,8 +361,8 @@ std::string moe_gemm_defines(format f, scale_encoding enc, uint32_t gm, uint32_t
                              const std::string& coop_defs, uint32_t top_k, bool shared, uint64_t rows_e, bool x_token,
                              const std::string& slot_defs) {
   return "#define ROWS_PER_WG " + std::to_string(gm) + "\n#define GEMM_GM " + std::to_string(gm) +
-         "\n#define GEMM_GN 16\n#define GEMM_WG " + std::to_string(wg) + "\n#define GEMM_TK " + std::to_string(tk) +
-         "\n" + coop_defs + "#define MOE_GEMM 1\n" + def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+         "\n#define GEMM_GN " + std::to_string(moe_gemm_pairs) + "\n#define GEMM_WG " + std::to_string(wg) +
+         "\n#define GEMM_TK " + std::to_string(tk) + "\n" + coop_defs + "#define MOE_GEMM 1\n" + def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
          (shared ? "1" : "0") + "\n" + def_u("MOE_ROWS", rows_e) + "#define MOE_X_TOKEN " + (x_token ? "1" : "0") +
          "\n" + slot_defs + tab_defines() + format_defines(f, enc);
 }
@@ -526,7 +526,9 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
   // f16 modes (kernels::set_gemm_precision): f16 tiles, 64 columns per step; with cooperative matrices one 16 × 16
   // block per subgroup (gm/16 subgroups), emulated 256 invocations. A layout either cannot take: the f32 tiles.
   uint32_t coop = e.gemm_coop;
-  auto need = [&](uint32_t gm, uint32_t tk) { return detail::gemm_shared_bytes(gm, 16, tk, coop); };
+  auto need = [&](uint32_t gm, uint32_t tk) {
+    return detail::gemm_shared_bytes(gm, detail::moe_gemm_pairs, tk, coop);
+  };
   auto wg_of = [&](uint32_t gm) { return detail::moe_gemm_wg(coop, gm, e.info.subgroup_size); };
   auto pick_gm = [&] {
     return need(128, detail::gemm_step(32, coop)) <= e.info.max_shared_memory && (2 * I) % 128 == 0 && d % 128 == 0
@@ -535,7 +537,8 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
   };
   uint32_t gm = pick_gm();
   std::string cdefs;
-  if (coop && !detail::gemm_coop_defines(coop, gm, 16, wg_of(gm), e.info.subgroup_size, cdefs)) {
+  if (coop &&
+      !detail::gemm_coop_defines(coop, gm, detail::moe_gemm_pairs, wg_of(gm), e.info.subgroup_size, cdefs)) {
     coop = 0;
     gm = pick_gm();
   }
@@ -566,7 +569,9 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
         pc.n = n, pc.xoff = in.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = outb.residual / 4,
         pc.pad = uint32_t(E);
         if (m.slots) b[8] = sb.b, pc.pad = sb.residual / 4;
-        e.grid(ne * (rows_e / gm), gx, gy);
+        // routed tiles, then the shared expert's tiles of 16 pairs (gemm.comp's MOE_GEMM grid)
+        const uint64_t nrb = rows_e / gm;
+        e.grid(uint64_t(E) * nrb + (m.shared ? nrb * ceil_div(uint64_t(n), detail::moe_gemm_pairs) : 0), gx, gy);
         detail::dispatch(c.impl(), e.pipe("gemm.comp", defs, wg_of(gm), nbg, sizeof pc),
                          std::span<const detail::binding>(b, nbg), &pc, sizeof pc, gx, gy);
       };

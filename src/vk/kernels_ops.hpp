@@ -69,6 +69,10 @@ inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk, uint32_
   return uint64_t(tk + 8) * (gm + gn) * 2 + (coop == 1 ? uint64_t(gm) * gn * 4 : 0) + tables;
 }
 
+/// Pairs (batch rows) per tile of the expert-grouped GEMM (gemm.comp's MOE_GEMM mode: GEMM_GN): an expert sees
+/// ~n·top_k/E pairs of a chunk (~12 of 512 tokens for V4-Flash).
+inline constexpr uint32_t moe_gemm_pairs = 16;
+
 /// Columns per step of gemm.comp for chunk size `chunk`: 64 in the f16 modes (four 16-deep multiply-adds per
 /// barrier pair), 32 otherwise; at least one chunk.
 inline uint32_t gemm_step(uint32_t chunk, uint32_t coop) { return std::max<uint32_t>(coop ? 64 : 32, chunk); }

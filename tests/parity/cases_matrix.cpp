@@ -103,15 +103,22 @@ std::string gemm_f16_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols,
   return v;
 }
 
-/// The f16 modes saturate: one batch row scaled past the f16 range (|x| up to ~4e6) must give finite outputs (no
-/// inf − inf NaNs), and the other batch rows must keep the f16 accuracy (kF16Nmse against float64).
+/// The f16 modes saturate: one batch row and one weight row scaled past the f16 range (|x| up to ~4e6, |w| up to
+/// ~2e5) must give finite outputs (no inf − inf NaNs), and the other outputs must keep the f16 accuracy (kF16Nmse
+/// against float64).
 std::string gemm_f16_saturation_case(suite& s, uint64_t seed, std::string& info) {
   using F = fmt_f32;
-  const uint64_t rows = 130, cols = 256;
+  const uint64_t rows = 130, cols = 256, wbig = 5;
   const uint32_t n = 20, big = 3;
   const gpu::gemm_precision mode = f16_gemm_mode(s.dev);
   rng r(seed);
-  const host_matrix m = make_matrix<F>(r, rows, cols, false);
+  host_matrix m = make_matrix<F>(r, rows, cols, false);
+  for (uint64_t c = 0; c < cols; ++c) {  // f32 weights are stored as they are: scale row wbig in place
+    float w;
+    std::memcpy(&w, m.e.data.data() + (wbig * cols + c) * 4, 4);
+    w *= 1e6f;
+    std::memcpy(m.e.data.data() + (wbig * cols + c) * 4, &w, 4);
+  }
   std::vector<float> X = r.normal(uint64_t(n) * cols);
   for (uint64_t c = 0; c < cols; ++c) X[big * cols + c] *= 1e6f;
   const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, m.v);
@@ -135,13 +142,14 @@ std::string gemm_f16_saturation_case(suite& s, uint64_t seed, std::string& info)
   std::vector<float> g2;
   std::vector<double> r2;
   for (uint32_t t = 0; t < n; ++t)
-    if (t != big) {
-      g2.insert(g2.end(), got.begin() + t * rows, got.begin() + (t + 1) * rows);
-      r2.insert(r2.end(), ref.begin() + t * rows, ref.begin() + (t + 1) * rows);
-    }
+    for (uint64_t o = 0; o < rows; ++o)
+      if (t != big && o != wbig) {
+        g2.push_back(got[t * rows + o]);
+        r2.push_back(ref[t * rows + o]);
+      }
   const std::string v = verdict(compare(g2.data(), r2.data(), g2.size()), kF16Nmse, info, kF16MaxAbsRel);
   info = std::string(mode == gpu::gemm_precision::f16 ? "tensor cores" : "emulated") +
-         ", batch row 3 x 1e6 finite; other rows " + info;
+         ", batch row 3 and weight row 5 x 1e6 finite; the other outputs " + info;
   return v;
 }
 
@@ -290,7 +298,7 @@ void matrix_cases(suite& s) {
           return n == 5 * all_formats::size ? "" : "expected 5 variants per format";
         });
   if (f16_gemm_mode(s.dev) != gpu::gemm_precision::f32)
-    s.run("gemm_f16", "f32", "130x256 n=20, one batch row beyond the f16 range",
+    s.run("gemm_f16", "f32", "130x256 n=20, a batch row and a weight row beyond the f16 range",
           [&](uint64_t seed, std::string& info) { return gemm_f16_saturation_case(s, seed, info); });
   for_each_type(all_formats{}, [&]<class F>() {
     const std::string fn(F::name);

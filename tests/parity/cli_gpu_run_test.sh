@@ -23,7 +23,7 @@ check() {
 }
 "$CMFX" make-toy --out "$T/toy.cmf" --quant f32 --tokenizer "$TJ" >/dev/null 2>&1 || { echo "FAIL: make-toy"; exit 1; }
 CPU=("$CMFX" run "$T/toy.cmf" --threads 2)
-GPU=("$CMFX" run "$T/toy.cmf" --backend vulkan)
+GPU=("$CMFX" run "$T/toy.cmf" --backend vulkan --gemm f32)  # f32 tiles: the checks compare ids exactly
 if ! "${GPU[@]}" --raw-ids "1 2" -n 1 >"$T/probe.out" 2>"$T/probe.err"; then
   cat "$T/probe.err"
   skip "no usable Vulkan device for cmfx run --backend vulkan"

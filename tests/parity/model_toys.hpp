@@ -109,4 +109,19 @@ selection_verdict compare_selections(Trace& cpu, Trace& gpu, std::string& what,
   return selection_verdict::near_tie;
 }
 
+/// What cmfx serve's one device slot relies on: after a save_snapshot at position a_len whose continuation b gave
+/// logits lb, a reset and a run of other tokens, restore_snapshot must bring back position a_len and the same
+/// logits for b. run(ids) runs ids from the current position and returns their logits; other: tokens to run after
+/// the reset. "" when it holds, else what went wrong.
+template <class Graph, class Run, class Ids, class Logits>
+std::string snapshot_survives_reset(Graph& gpu, Run run, uint64_t a_len, const Ids& b, const Logits& lb,
+                                    const Ids& other) {
+  gpu.reset();
+  (void)run(other);
+  gpu.restore_snapshot();
+  if (gpu.pos() != a_len) return "restore_snapshot after reset: position " + std::to_string(gpu.pos());
+  if (run(b) != lb) return "restore_snapshot after a reset and another run: other logits";
+  return {};
+}
+
 }  // namespace cmfx::parity

@@ -85,7 +85,8 @@ if probe.returncode != 0:
 
 try:
     cpu = start("cpu", "--threads", "2")
-    gpu = start("gpu", "--backend", "vulkan")
+    # --gemm f32: the exact-text checks need the f32 tiles (f16 tiles, the default on tensor-core devices, round)
+    gpu = start("gpu", "--backend", "vulkan", "--gemm", "f32")
 except RuntimeError as e:
     check("servers start", False, str(e))
     finish()
@@ -139,7 +140,7 @@ mn = re.search(r"at least (\d+) bytes", r.stderr)
 check("--vram-budget 1 names the minimum", mn is not None, r.stderr[-300:])
 if mn:
     # --prefill-chunk 512 as `cmfx run` (the chunk's scratch counts against the budget)
-    cache = start("gpu-cache", "--backend", "vulkan", "--prefill-chunk", "512", "--vram-budget",
+    cache = start("gpu-cache", "--backend", "vulkan", "--gemm", "f32", "--prefill-chunk", "512", "--vram-budget",
                   str(int(mn.group(1)) + 4096))
     check("cache server logs its expert cache", "slots per layer" in cache.text(), cache.text()[:400])
     st, j = post(cache, REQS[1][0], REQS[1][1])
