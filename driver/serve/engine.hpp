@@ -2,7 +2,8 @@
 // What the scheduler needs of a model (`cmfx serve --backend cpu|vulkan`): sequences in numbered slots, each with a
 // live state and a snapshot of the state at the end of its last prompt, and one forward call over segments of
 // several slots (continuous batching).
-//   engine_cpu.cpp — the V4 graph on the CPU: any number of slots, every step one forward_batch over all of them.
+//   engine_cpu.cpp — the V4 or V4.1 graph on the CPU: any number of slots, every step one forward_batch over all
+//                    of them.
 //   engine_gpu.cpp — the V4 / V4.1 graph on a Vulkan device: one slot (the device holds one sequence), states and
 //                    snapshots on the device, the expert cache's counters on /metrics.
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 namespace cmfx::driver {
 class dsv4_model;
+class dsv41_model;
 class gpu_runner;
 }  // namespace cmfx::driver
 
@@ -56,8 +58,9 @@ class engine {
   virtual std::string describe() const = 0;
 };
 
-/// The V4 CPU graph with `slots` sequences (each a dsv4_state, copies as snapshots).
+/// A CPU graph with `slots` sequences (each a dsv4_state / dsv41_state, copies as snapshots).
 std::unique_ptr<engine> make_cpu_engine(dsv4_model& m, unsigned slots);
+std::unique_ptr<engine> make_cpu_engine(dsv41_model& m, unsigned slots);
 /// A model on a Vulkan device (gpu_runner: V4 or V4.1), one sequence.
 std::unique_ptr<engine> make_gpu_engine(gpu_runner& r);
 

@@ -10,8 +10,8 @@
 // its prompt; the state is rolled back to that prefix (engine::truncate, within engine::rollback_tokens of the
 // end) or reset, and only the rest of the prompt is prefilled.
 //
-// The model is a serve::engine (engine.hpp): the V4 CPU graph (many slots, one forward_batch per step) or a model on
-// a Vulkan device (one slot).
+// The model is a serve::engine (engine.hpp): a V4 / V4.1 CPU graph (many slots, one forward_batch per step) or a
+// model on a Vulkan device (one slot).
 #include <condition_variable>
 #include <cstdint>
 #include <deque>

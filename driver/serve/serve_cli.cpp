@@ -8,7 +8,7 @@
 namespace cmfx::driver {
 
 CLI::App* register_serve(CLI::App& app, serve_args& a) {
-  auto* c = app.add_subcommand("serve", "OpenAI-compatible HTTP server for a DeepSeek-V4 model (docs/SERVING.md)");
+  auto* c = app.add_subcommand("serve", "OpenAI-compatible HTTP server for a DeepSeek-V4 or V4.1 model (docs/SERVING.md)");
   c->add_option("model", a.model, "CMF file or release-layout directory")->required();
   c->add_option("--tokenizer", a.tokenizer,
                 "tokenizer.json (default: the CMF vocab section, else tokenizer.json next to the model)");

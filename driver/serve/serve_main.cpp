@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "cmfx/core/error.hpp"
+#include "model/dsv41_forward.hpp"
+#include "model/dsv41_weights.hpp"
 #include "model/dsv4_forward.hpp"
 #include "model/gpu_runner.hpp"
 #include "model_tokenizer.hpp"
@@ -66,6 +68,7 @@ int run_serve(const serve_args& a) {
   const tokenizer& tok = mt.tok;
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<dsv4_model> cpu_model;
+  std::unique_ptr<dsv41_model> cpu_model41;
   std::unique_ptr<gpu_runner> gpu_model;
   std::unique_ptr<serve::engine> eng;
   dsv4_config cfg;  // V4.1 on the GPU: the fields the tokenizer check and the requests need (vocab, bos, eos, layers)
@@ -80,6 +83,17 @@ int run_serve(const serve_args& a) {
     cfg = gpu_model->config();
     source = gpu_model->source();
     eng = serve::make_gpu_engine(*gpu_model);
+  } else if (dsv41_is_model(a.model)) {
+    if (a.vram_budget) throw usage_error("--vram-budget is for --backend vulkan (the GPU graph's expert cache)");
+    dsv41_options o;
+    o.threads = a.threads;
+    o.matmul_act = a.matmul_act;
+    o.qat_act = a.qat;
+    cpu_model41 = dsv41_model::open(a.model, o);
+    const dsv41_config& c = cpu_model41->config();
+    cfg.vocab = c.vocab, cfg.bos = c.bos, cfg.eos = c.eos, cfg.layers = c.layers;
+    source = cpu_model41->weights().source;
+    eng = serve::make_cpu_engine(*cpu_model41, a.parallel);
   } else {
     if (a.vram_budget) throw usage_error("--vram-budget is for --backend vulkan (the GPU graph's expert cache)");
     dsv4_options o;

@@ -406,6 +406,24 @@ try:
     check("timeout -> 504", s == 504 and is_error(j, "timeout") and time.time() - t < 5, (s, j))
     C.proc.send_signal(signal.SIGINT)
     check("SIGINT: exit 0", C.proc.wait(timeout=10) == 0)
+
+    # ------------------------------------------------------------------ server D: a V4.1 model on the CPU
+    V41 = os.path.join(TMP, "toy-v41.cmf")
+    subprocess.run([CMFX, "make-toy", "--arch", "v41", "--out", V41, "--tokenizer", TOKENIZER], check=True,
+                   stdout=subprocess.DEVNULL, timeout=120)
+    D = Server("d", "--parallel", "2", model=V41)
+    p41 = "The quick brown fox jumps over the lazy dog"
+    s, h, j, _ = D.request("POST", "/v1/completions", {"prompt": p41, "max_tokens": 6, "temperature": 0})
+    check("V4.1: completion 200, 6 tokens", s == 200 and j["usage"]["completion_tokens"] == 6, (s, j))
+    first = j["choices"][0]["text"] if s == 200 else None
+    s, h, j, _ = D.request("POST", "/v1/completions", {"prompt": p41 + " again", "max_tokens": 6, "temperature": 0})
+    check("V4.1: an extended prompt reuses the previous one's tokens",
+          s == 200 and j["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, (s, j))
+    s, h, j, _ = D.request("POST", "/v1/completions", {"prompt": p41, "max_tokens": 6, "temperature": 0})
+    check("V4.1: the same greedy request gives the same text after prefix reuse",
+          s == 200 and j["choices"][0]["text"] == first, (s, j, first))
+    check("V4.1: /metrics names the cpu backend", 'cmfx_backend_info{backend="cpu"' in D.request("GET", "/metrics")[3].decode())
+    D.kill()
 except Exception as e:  # a crash of the test itself is a failure, with the server logs for diagnosis
     import traceback
     traceback.print_exc()
