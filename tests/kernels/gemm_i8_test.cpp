@@ -92,8 +92,10 @@ TEST(GemmI8Avx512, Q4tp) {
   for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull}})
     check_i8<fmt_q4tp>(r, c, n, cpu_arch::avx512);
 }
+// q2tp on AVX-512 VBMI CPUs: blocks of 16 groups, then pairs, then an odd group (608 columns = 16 + 2 + 1 groups).
 TEST(GemmI8Avx512, Q2tp) {
-  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull}})
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull},
+                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}})
     check_i8<fmt_q2tp>(r, c, n, cpu_arch::avx512);
 }
 TEST(GemmI8Avx512, Mxfp4) {

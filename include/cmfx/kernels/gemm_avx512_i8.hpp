@@ -11,6 +11,7 @@
 /// of one copy can never put AVX-512 instructions on a path an AVX2-only CPU runs.
 #include <immintrin.h>
 
+#include <array>
 #include <cstring>
 
 #include "cmfx/kernels/gemm_avx2_i8.hpp"
@@ -174,17 +175,108 @@ CMFX_AVX512_TARGET inline void row_tile_vnni(const avx2::i8_row<F>& d, uint64_t 
   for (int t = 0; t < NT; ++t) out[t] -= corr[t];
 }
 
+// ---- q2tp with AVX-512 VBMI: sixteen groups per int32 vector
+// The pair kernel above spends ~11 instructions per 64 q2tp weights (16 bytes): the plane unpack, and per token a
+// dot, two scale broadcasts, a blend, a conversion and an fma. Here every int32 lane of the dot belongs to ONE
+// group: lane i of block B accumulates group 16B + i over eight vpdpbusd (4 weights each), so a block of 16 groups
+// (512 weights) needs per token 8 vpdpbusd + one conversion and one fma with the 16 contiguous scales sc[g .. g+15]
+// — and per block 8 × (vpermt2b: byte j of each group, four times; vpmultishiftqb: its four crumbs; and). The
+// activations are rearranged once per call to match (q2tp_vbmi_acts). Same int32 dots as the pair kernel, so the
+// same error bound; the float sums are in another order.
+#define CMFX_AVX512VBMI_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+
+inline bool has_vbmi() noexcept { return __builtin_cpu_supports("avx512vbmi"); }
+
+/// The activations of tokens [0, n) for row_tile_vbmi_q2tp: per token, per block of 16 groups, per j < 8, 64
+/// bytes whose int32 lane i holds elements 4j .. 4j+3 of group 16B + i (read from the crumb layout: element 4j + k
+/// of a block sits at k·8 + j). Groups past the last whole block are not rearranged (the pair kernel reads them).
+inline void q2tp_vbmi_acts(const act_q8& a, std::vector<int8_t>& xt) {
+  const uint64_t blocks16 = a.blocks / 16, per_token = blocks16 * 512;
+  if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
+  for (uint64_t t = 0; t < a.n; ++t)
+    for (uint64_t b = 0; b < blocks16; ++b) {
+      const int8_t* q = a.q.data() + t * a.cols + b * 512;
+      int8_t* o = xt.data() + t * per_token + b * 512;
+      for (uint32_t j = 0; j < 8; ++j)
+        for (uint32_t i = 0; i < 16; ++i)
+          for (uint32_t k = 0; k < 4; ++k) o[j * 64 + i * 4 + k] = q[i * 32 + k * 8 + j];
+    }
+}
+
+template <int NT>
+CMFX_AVX512VBMI_TARGET inline void row_tile_vbmi_q2tp(const avx2::i8_row<fmt_q2tp>& d, uint64_t groups,
+                                                      const act_q8& a, const int8_t* xt, uint64_t t0, float* sc,
+                                                      float out[NT]) noexcept {
+  float corr[NT];
+  token_scales16<fmt_q2tp, NT>(d, groups, a, t0, sc, corr);
+  const uint64_t per_token = groups / 16 * 512;
+  // vpermt2b index of step j: output byte 4i + k <- byte 8i + j of the 16 groups' 128 bytes
+  alignas(64) static constexpr auto idx = [] {
+    std::array<std::array<uint8_t, 64>, 8> v{};
+    for (uint32_t j = 0; j < 8; ++j)
+      for (uint32_t o = 0; o < 64; ++o) v[j][o] = uint8_t(8 * (o / 4) + j);
+    return v;
+  }();
+  // vpmultishiftqb: output byte p of a qword takes the 8 bits from bit 8p + 2(p % 4): crumb p % 4 of its byte
+  const __m512i ctrl = _mm512_set1_epi64(0x3E342A201E140A00LL), three = _mm512_set1_epi8(3);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  uint64_t g = 0;
+  for (; g + 16 <= groups; g += 16) {
+    const __m512i w0 = _mm512_loadu_si512(d.values + 8 * g), w1 = _mm512_loadu_si512(d.values + 8 * g + 64);
+    __m512i dot[NT];
+    for (int t = 0; t < NT; ++t) dot[t] = _mm512_setzero_si512();
+    const uint64_t xo = g / 16 * 512;
+    for (uint32_t j = 0; j < 8; ++j) {
+      const __m512i b = _mm512_permutex2var_epi8(w0, _mm512_load_si512(idx[j].data()), w1);
+      const __m512i wc = _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, b), three);
+      for (int t = 0; t < NT; ++t)
+        dot[t] = _mm512_dpbusd_epi32(dot[t], wc,
+                                     _mm512_loadu_si512(xt + (t0 + uint64_t(t)) * per_token + xo + 64 * j));
+    }
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_loadu_ps(sc + uint64_t(t) * groups + g), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+  if (g + 2 <= groups) {  // the last groups: pairs, then an odd one, as row_tile_vnni
+    __m512 accp[NT];
+    for (int t = 0; t < NT; ++t) accp[t] = _mm512_setzero_ps();
+    for (; g + 2 <= groups; g += 2) vnni_pair<fmt_q2tp, NT>(d, groups, a, t0, sc, g, accp);
+    for (int t = 0; t < NT; ++t) out[t] += _mm512_reduce_add_ps(accp[t]);
+  }
+  if (g < groups)
+    for (int t = 0; t < NT; ++t) {
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
+      out[t] += avx2::hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(d.dot(g, xq)), _mm256_set1_ps(sc[uint64_t(t) * groups + g])));
+    }
+  for (int t = 0; t < NT; ++t) out[t] -= corr[t];
+}
+
 template <class F>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
   avx2::i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
   std::vector<float> sc(avx2::token_tile * groups);  // per call, not per row
+  std::vector<int8_t> xt;
+  bool vbmi = false;
+  if constexpr (F::id == format::q2tp) {
+    vbmi = groups >= 16 && has_vbmi();
+    if (vbmi) q2tp_vbmi_acts(a, xt);
+  }
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);
     for (uint64_t t0 = 0; t0 < n; t0 += avx2::token_tile) {
       const uint64_t nt = std::min(avx2::token_tile, n - t0);
       float y[avx2::token_tile];
-      avx2::with_tile(nt, [&](auto NT) { row_tile_vnni<F, NT()>(d, groups, a, t0, sc.data(), y); });
+      if constexpr (F::id == format::q2tp) {
+        if (vbmi)
+          avx2::with_tile(nt, [&](auto NT) { row_tile_vbmi_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
+        else
+          avx2::with_tile(nt, [&](auto NT) { row_tile_vnni<F, NT()>(d, groups, a, t0, sc.data(), y); });
+      } else {
+        avx2::with_tile(nt, [&](auto NT) { row_tile_vnni<F, NT()>(d, groups, a, t0, sc.data(), y); });
+      }
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
     }
   }
