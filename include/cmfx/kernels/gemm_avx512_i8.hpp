@@ -52,10 +52,12 @@ CMFX_AVX512_TARGET inline __m512i pair_u8(const uint8_t* values, uint64_t g, __m
   }
 }
 
-/// Codes g .. g + 15 of a ladder row as sixteen int32 lanes (p: the 10 bytes of the 16 codes, g % 16 == 0; a
-/// masked load reads nothing past them). Each 128-bit lane holds all 10 bytes, so one vpshufb gives every int32
-/// lane the two bytes of its code; then shift and mask (ladder_codes8 for 16 codes).
-CMFX_AVX512_TARGET inline __m512i ladder_codes16(const uint8_t* p) noexcept {
+/// Codes g .. g + 15 of a ladder row as sixteen int32 lanes (p: the 10 bytes of the 16 codes, g % 16 == 0). With
+/// `more` (more codes of the row follow: 16 bytes from p are inside the row) a plain 16-byte load, else a masked
+/// load that reads nothing past them (masked byte loads cost a fifth of the q2tp kernel's time on dev when used
+/// for every chunk). Each 128-bit lane holds all 10 bytes, so one vpshufb gives every int32 lane the two bytes of
+/// its code; then shift and mask (ladder_codes8 for 16 codes).
+CMFX_AVX512_TARGET inline __m512i ladder_codes16(const uint8_t* p, bool more) noexcept {
   static_assert(ladder::code_bits == 5, "the byte picks below are those of 5-bit codes");
   constexpr auto pick = [](int k) {  // bytes 5k/8 and 5k/8 + 1 into an int32 lane, its upper two bytes zeroed
     const int byte = 5 * k / 8;
@@ -64,7 +66,8 @@ CMFX_AVX512_TARGET inline __m512i ladder_codes16(const uint8_t* p) noexcept {
   const __m512i idx = _mm512_setr_epi32(pick(0), pick(1), pick(2), pick(3), pick(4), pick(5), pick(6), pick(7), pick(8),
                                         pick(9), pick(10), pick(11), pick(12), pick(13), pick(14), pick(15));
   const __m512i sh = _mm512_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3, 0, 5, 2, 7, 4, 1, 6, 3);
-  const __m512i b = _mm512_broadcast_i32x4(_mm_maskz_loadu_epi8(__mmask16(0x3FF), p));
+  const __m128i c = more ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(__mmask16(0x3FF), p);
+  const __m512i b = _mm512_broadcast_i32x4(c);
   return _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(b, idx), sh), _mm512_set1_epi32(int(ladder::rungs - 1)));
 }
 
@@ -100,7 +103,7 @@ CMFX_AVX512_TARGET inline void token_scales16(const avx2::i8_row<F>& d, uint64_t
   for (; g + 16 <= groups; g += 16) {
     __m512 s;
     if constexpr (avx2::i8_row<F>::is_ladder)
-      s = _mm512_permutex2var_ps(tlo, ladder_codes16(d.ls.codes + g / 8 * ladder::code_bits), thi);
+      s = _mm512_permutex2var_ps(tlo, ladder_codes16(d.ls.codes + g / 8 * ladder::code_bits, g + 32 <= groups), thi);
     else
       s = f32_scales ? _mm512_loadu_ps(d.scales.data() + g) : mxfp4_scales16(d.e8m0 + g);
     for (int t = 0; t < NT; ++t) {
