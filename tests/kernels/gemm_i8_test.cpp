@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <random>
 
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/ref/gemm_ref.hpp"
@@ -70,6 +71,21 @@ void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch
       ASSERT_LE(std::fabs(Y[t * rows + r] - want[t * rows + r]), kBoundSlack * bound + kSumSlack * wx)
           << F::name << " r=" << r << " t=" << t << " seed " << seed;
     }
+  }
+}
+
+// act_q8's inline rounding is std::nearbyint's (round half to even) over the range it is used on: every multiple
+// of 1/8 in [-130, 130] (the ties x.5 included) and random values.
+TEST(ActQ8, RoundHalfEvenMatchesNearbyint) {
+  for (int i = -1040; i <= 1040; ++i) {
+    const float v = float(i) / 8.0f;
+    ASSERT_EQ(round_half_even(v), std::nearbyint(v)) << v;
+  }
+  std::mt19937 g(7);
+  std::uniform_real_distribution<float> u(-130.0f, 130.0f);
+  for (int i = 0; i < 100000; ++i) {
+    const float v = u(g);
+    ASSERT_EQ(round_half_even(v), std::nearbyint(v)) << v;
   }
 }
 

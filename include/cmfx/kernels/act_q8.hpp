@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cmfx/formats/scale.hpp"
+
 namespace cmfx {
 
 /// How the 32 bytes of a block are ordered.
@@ -61,7 +63,7 @@ inline void quantize_act_q8(const float* X, uint64_t n, uint64_t cols, act_layou
       int8_t* q = out.q.data() + t * cols + b * act_block;
       int32_t s = 0;
       for (uint32_t j = 0; j < act_block; ++j) {
-        const int v = int(std::clamp(std::nearbyint(x[j] * inv), -127.0f, 127.0f));
+        const int v = int(std::clamp(round_half_even(x[j] * inv), -127.0f, 127.0f));
         q[pos[j]] = int8_t(v);
         s += v;
       }
