@@ -181,22 +181,22 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
 #else
 #error "gemm.comp: unsupported activation loads per invocation"
 #endif
-// Load / store macros of a register set S (one set, a: the next step's loads; cn##S: the columns it holds or is
-// loading). Tried on the H200: a second set (two steps in flight) gained nothing on the expert GEMMs.
-#define WDECL_(u, S) raw_t wq##S##u; bool wv##S##u = false;
-#define WLOAD_(u, S)                                                                            \
+// The next step's loads in registers (cn: the columns they hold). Tried on the H200: a second register set (two
+// steps in flight) gained nothing on the expert GEMMs.
+#define WDECL(u) raw_t wq##u; bool wv##u = false;
+#define WLOAD(u)                                                                                \
   {                                                                                             \
     const uint f = lid + u * GEMM_WG, rr = f / KCH, kc = f % KCH, r = row0 + rr;                \
-    wv##S##u = f < GM * KCH && r < row_end;                                                     \
-    if (wv##S##u) wq##S##u = fetch(row_begin(r, rr), r, cn##S / CHUNK + kc);                    \
+    wv##u = f < GM * KCH && r < row_end;                                                        \
+    if (wv##u) wq##u = fetch(row_begin(r, rr), r, cn / CHUNK + kc);                             \
   }
-#define WSTORE_(u, S)                                                                           \
+#define WSTORE(u)                                                                               \
   {                                                                                             \
     const uint f = lid + u * GEMM_WG, rr = f / KCH, kc = f % KCH, r = row0 + rr;                \
-    if (wv##S##u) {                                                                             \
+    if (wv##u) {                                                                                \
       const row_t R = row_begin(r, rr);                                                         \
-      const raw_t q = wq##S##u;                                                                 \
-      const uint k = cn##S / CHUNK + kc;                                                        \
+      const raw_t q = wq##u;                                                                    \
+      const uint k = cn / CHUNK + kc;                                                           \
       const float s = chunk_scale(R, q);                                                        \
       WST_CHUNK()                                                                               \
     } else if (f < GM * KCH) {                                                                  \
@@ -211,23 +211,17 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
     const uint f = lid + u * GEMM_WG, t = t_base + f / (TK / 4);                                \
     if (f < GN * (TK / 4) && t < count) xr##u = XOFF(t);                                        \
   }
-#define XDECL_(u, S) vec4 xq##S##u = vec4(0.0);
-#define XLOAD_(u, S)                                                                            \
+#define XDECL(u) vec4 xq##u = vec4(0.0);
+#define XLOAD(u)                                                                                \
   {                                                                                             \
     const uint c4 = (lid + u * GEMM_WG) % (TK / 4);                                             \
-    xq##S##u = xr##u != 0xFFFFFFFFu ? xv[((xr##u + cn##S) >> 2) + c4] : vec4(0.0);               \
+    xq##u = xr##u != 0xFFFFFFFFu ? xv[((xr##u + cn) >> 2) + c4] : vec4(0.0);                     \
   }
-#define XSTORE_(u, S)                                                                           \
+#define XSTORE(u)                                                                               \
   {                                                                                             \
     const uint f = lid + u * GEMM_WG, tt = f / (TK / 4), c4 = f % (TK / 4);                     \
-    if (f < GN * (TK / 4)) XST_VEC4(tt, c4, xq##S##u);                                          \
+    if (f < GN * (TK / 4)) XST_VEC4(tt, c4, xq##u);                                             \
   }
-#define WDECL_A(u) WDECL_(u, a)
-#define WLOAD_A(u) WLOAD_(u, a)
-#define WSTORE_A(u) WSTORE_(u, a)
-#define XDECL_A(u) XDECL_(u, a)
-#define XLOAD_A(u) XLOAD_(u, a)
-#define XSTORE_A(u) XSTORE_(u, a)
 
 #if !GEMM_COOP
 // scalar stores into the vec4 tiles (transposed: consecutive rows of one column are consecutive floats)
@@ -306,8 +300,7 @@ void main() {
   } else {
 #if MOE_SHARED
     const uint gs = g - E * nrb;
-    e = E, rb = gs % nrb, tb_first = gs / nrb, tb_step = 0xFFFFu;
-    if (tb_first * GN >= pc.n) return;
+    e = E, rb = gs % nrb, tb_first = gs / nrb, tb_step = 0xFFFFu;  // its count is n: past it, the check below
 #else
     return;
 #endif
@@ -352,20 +345,20 @@ void main() {
     // The next step's weight chunks and activations are loaded into registers before this step's FMAs, so their
     // latency overlaps the arithmetic (each invocation: GEMM_WF chunks, GEMM_XF vec4).
     REP_X(XROW)
-    uint cna = 0u;
-    REP_F(WDECL_A)
-    REP_X(XDECL_A)
-    REP_F(WLOAD_A)
-    REP_X(XLOAD_A)
+    uint cn = 0u;
+    REP_F(WDECL)
+    REP_X(XDECL)
+    REP_F(WLOAD)
+    REP_X(XLOAD)
     for (uint c0 = 0u; c0 < pc.cols; c0 += TK) {
       barrier();  // the previous step's tiles are consumed
-      REP_F(WSTORE_A)  // weight tile: GM rows × KCH chunks, decoded
-      REP_X(XSTORE_A)  // activation tile: GN batch rows × TK columns
+      REP_F(WSTORE)  // weight tile: GM rows × KCH chunks, decoded
+      REP_X(XSTORE)  // activation tile: GN batch rows × TK columns
       barrier();
       if (c0 + TK < pc.cols) {  // uniform
-        cna = c0 + TK;
-        REP_F(WLOAD_A)
-        REP_X(XLOAD_A)
+        cn = c0 + TK;
+        REP_F(WLOAD)
+        REP_X(XLOAD)
       }
       GEMM_COMPUTE()
     }

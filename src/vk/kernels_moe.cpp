@@ -362,7 +362,8 @@ std::string moe_gemm_defines(format f, scale_encoding enc, uint32_t gm, uint32_t
                              const std::string& slot_defs) {
   return "#define ROWS_PER_WG " + std::to_string(gm) + "\n#define GEMM_GM " + std::to_string(gm) +
          "\n#define GEMM_GN " + std::to_string(moe_gemm_pairs) + "\n#define GEMM_WG " + std::to_string(wg) +
-         "\n#define GEMM_TK " + std::to_string(tk) + "\n" + coop_defs + "#define MOE_GEMM 1\n" + def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+         "\n#define GEMM_TK " + std::to_string(tk) + "\n" + coop_defs + "#define MOE_GEMM 1\n" +
+         def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
          (shared ? "1" : "0") + "\n" + def_u("MOE_ROWS", rows_e) + "#define MOE_X_TOKEN " + (x_token ? "1" : "0") +
          "\n" + slot_defs + tab_defines() + format_defines(f, enc);
 }

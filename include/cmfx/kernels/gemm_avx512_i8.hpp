@@ -150,6 +150,16 @@ CMFX_AVX512_TARGET inline void vnni_pair(const avx2::i8_row<F>& d, uint64_t grou
   }
 }
 
+/// An odd last group g of a row for NT tokens (the AVX2 dot): out[t] += s_g · sx_tg · dot.
+template <class F, int NT>
+CMFX_AVX512_TARGET inline void add_odd_group(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0,
+                                             const float* sc, uint64_t g, float out[NT]) noexcept {
+  for (int t = 0; t < NT; ++t) {
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
+    out[t] += avx2::hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(d.dot(g, xq)), _mm256_set1_ps(sc[uint64_t(t) * groups + g])));
+  }
+}
+
 template <class F, int NT>
 CMFX_AVX512_TARGET inline void row_tile_vnni(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float* sc,
                         float out[NT]) noexcept {
@@ -170,11 +180,7 @@ CMFX_AVX512_TARGET inline void row_tile_vnni(const avx2::i8_row<F>& d, uint64_t 
   }
   for (int t = 0; t < NT; ++t) acc[0][t] = _mm512_add_ps(acc[0][t], acc[1][t]);
   for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[0][t]);
-  if (g < groups)  // an odd last group: the AVX2 dot
-    for (int t = 0; t < NT; ++t) {
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
-      out[t] += avx2::hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(d.dot(g, xq)), _mm256_set1_ps(sc[uint64_t(t) * groups + g])));
-    }
+  if (g < groups) add_odd_group<F, NT>(d, groups, a, t0, sc, g, out);
   for (int t = 0; t < NT; ++t) out[t] -= corr[t];
 }
 
@@ -189,6 +195,7 @@ CMFX_AVX512_TARGET inline void row_tile_vnni(const avx2::i8_row<F>& d, uint64_t 
 #define CMFX_AVX512VBMI_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
 
+/// Whether this CPU has AVX-512 VBMI (make_cpu_kernel_table then picks gemm_rows_i8<fmt_q2tp, true>).
 inline bool has_vbmi() noexcept { return __builtin_cpu_supports("avx512vbmi"); }
 
 /// The activations of tokens [0, n) for row_tile_vbmi_q2tp: per token, per block of 16 groups, per j < 8, 64
@@ -248,38 +255,29 @@ CMFX_AVX512VBMI_TARGET inline void row_tile_vbmi_q2tp(const avx2::i8_row<fmt_q2t
     for (; g + 2 <= groups; g += 2) vnni_pair<fmt_q2tp, NT>(d, groups, a, t0, sc, g, accp);
     for (int t = 0; t < NT; ++t) out[t] += _mm512_reduce_add_ps(accp[t]);
   }
-  if (g < groups)
-    for (int t = 0; t < NT; ++t) {
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
-      out[t] += avx2::hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(d.dot(g, xq)), _mm256_set1_ps(sc[uint64_t(t) * groups + g])));
-    }
+  if (g < groups) add_odd_group<fmt_q2tp, NT>(d, groups, a, t0, sc, g, out);
   for (int t = 0; t < NT; ++t) out[t] -= corr[t];
 }
 
-template <class F>
+/// Rows [r0, r1) of Y = X · W^T with int8 activations. Vbmi (q2tp on CPUs with AVX-512 VBMI: the kernel table's
+/// choice): blocks of 16 groups through row_tile_vbmi_q2tp.
+template <class F, bool Vbmi = false>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
+  static_assert(!Vbmi || F::id == format::q2tp, "the VBMI kernel is q2tp's");
   avx2::i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
   std::vector<float> sc(avx2::token_tile * groups);  // per call, not per row
   std::vector<int8_t> xt;
-  bool vbmi = false;
-  if constexpr (F::id == format::q2tp) {
-    vbmi = groups >= 16 && has_vbmi();
-    if (vbmi) q2tp_vbmi_acts(a, xt);
-  }
+  if constexpr (Vbmi) q2tp_vbmi_acts(a, xt);
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);
     for (uint64_t t0 = 0; t0 < n; t0 += avx2::token_tile) {
       const uint64_t nt = std::min(avx2::token_tile, n - t0);
       float y[avx2::token_tile];
-      if constexpr (F::id == format::q2tp) {
-        if (vbmi)
-          avx2::with_tile(nt, [&](auto NT) { row_tile_vbmi_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
-        else
-          avx2::with_tile(nt, [&](auto NT) { row_tile_vnni<F, NT()>(d, groups, a, t0, sc.data(), y); });
-      } else {
+      if constexpr (Vbmi)
+        avx2::with_tile(nt, [&](auto NT) { row_tile_vbmi_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
+      else
         avx2::with_tile(nt, [&](auto NT) { row_tile_vnni<F, NT()>(d, groups, a, t0, sc.data(), y); });
-      }
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
     }
   }
