@@ -10,6 +10,8 @@
 // the recording holds >= --submit-ms of GPU work. The recording is made once and submitted again and again: the
 // GPU is kept busy for >= --warmup-ms before timing (clocks ramp up) and the host adds no gaps while timing.
 // vk_moe_f16|f32/<format>/<experts>x4096x2048/n<tokens> — the expert-grouped MoE of a prefill chunk (bm_moe).
+// vk_mhc/post_pre[_cold]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64 in a
+// chain (cold: each its own weights, read from DRAM).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
 //                      [--shader-dir D] [--moe-tokens 512] [--moe-experts 256] [google-benchmark flags]
@@ -154,6 +156,50 @@ void bm_dispatch(benchmark::State& st, bool chain) {
   st.counters["us_per_dispatch"] = per / n * 1e6;
 }
 
+/// One mHC sublayer boundary of a decode step at V4-Flash's shape (hc 4, d 4096, 24 mix rows): hc_post (+ the next
+/// mix's partials) then hc_pre_finish (+ its RMSNorm), 64 boundaries in a dependent chain (as in a decode step).
+/// cold: every boundary its own mixing matrix, norm and base (96 MB in all, beyond the L2, as in the model, where
+/// each sublayer's are read once per token); else one set for all. Counter us_per_boundary = GPU time / 64.
+void bm_mhc(benchmark::State& st, bool cold) {
+  constexpr uint32_t n = 64, hc = 4, d = 4096, rows = (2 + hc) * hc;
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d;
+  std::mt19937_64 g(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto rnd = [&](uint64_t count, float scale, float bias) {
+    std::vector<float> v(count);
+    for (auto& f : v) f = bias + scale * nd(g);
+    return v;
+  };
+  auto up = [&](const std::vector<float>& v) {
+    gpu::buffer b = g_dev->alloc(v.size() * 4);
+    g_dev->upload(b, v);
+    return b;
+  };
+  gpu::buffer X = up(rnd(uint64_t(hc) * d, 1.0f, 0.0f)), Xn = up(rnd(uint64_t(hc) * d, 1.0f, 0.0f)),
+              o = up(rnd(d, 1.0f, 0.0f)), scale = up(rnd(3, 0.1f, 1.0f)),
+              coeff = up(rnd(gpu::kernels::hc_coeff_floats(hc), 0.1f, 0.5f)), u = g_dev->alloc(uint64_t(d) * 4),
+              part = g_dev->alloc(g_kern->hc_partials_bytes(sh, 1, rows));
+  std::vector<gpu::buffer> fn, base, norm;
+  for (uint32_t i = 0; i < (cold ? n : 1); ++i) {
+    fn.push_back(up(rnd(uint64_t(rows) * hc * d, 0.01f, 0.0f)));
+    base.push_back(up(rnd(rows, 0.1f, 0.0f)));
+    norm.push_back(up(rnd(d, 0.1f, 1.0f)));
+  }
+  gpu::commands c = g_dev->begin();
+  g_kern->hc_mix(c, sh, X, fn[0], rows, 1, part);
+  const uint32_t t0 = c.timestamp();
+  for (uint32_t i = 0; i < n; ++i) {
+    const size_t j = cold ? i : 0, jn = cold ? (i + 1) % n : 0;
+    g_kern->hc_post(c, sh, o, X, coeff, 1, Xn, fn[jn], rows, part);
+    g_kern->hc_pre_finish(c, sh, part, Xn, base[j], scale, 1, coeff, u, norm[j]);
+    std::swap(X, Xn);
+  }
+  const uint32_t t1 = c.timestamp();
+  const double per = time_recording(st, c, t0, t1);
+  st.counters["us_per_boundary"] = per / n * 1e6;
+}
+
 /// The expert-grouped MoE of a prefill chunk (kernels::moe with n tokens: gate/up tiles + SwiGLU + down tiles + the
 /// weighted sum) at V4-Flash's shape: E experts of [I, d] gate/up and [d, I] down in format F, top-k routes per
 /// token drawn uniformly (distinct per token), no shared expert (V4-Flash's is FP8: a dense GEMM). Every expert is
@@ -283,6 +329,8 @@ int main(int argc, char** argv) {
   };
   add("vk_dispatch/chain", [](benchmark::State& st) { bm_dispatch(st, true); });
   add("vk_dispatch/concurrent", [](benchmark::State& st) { bm_dispatch(st, false); });
+  add("vk_mhc/post_pre/4x4096", [](benchmark::State& st) { bm_mhc(st, false); });
+  add("vk_mhc/post_pre_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true); });
   for_each_type(all_formats{}, [&]<class F>() {
     for (const auto& [r, c] : shapes) {
       if (!F::shape_ok(r, c)) continue;

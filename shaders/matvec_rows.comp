@@ -20,13 +20,30 @@
 //   MXFP4:   e2m1(q) · s · x    →  s · (sx / 2) · Σ (2·e2m1(q)) · xq              (2·e2m1 is an integer)
 // The error is that of the CPU's int8-activation path (docs/FORMATS.md); the f32 path stays the reference.
 //
-// Defines: TEAMS, RPT (1, 2, 4), ROWS_PER_WG (= TEAMS * RPT), UNROLL (1, 2, 4), X_TILE (f32), X_GLOBAL (f32:
-// 1 = activations read from the buffer, 0 = staged in shared memory), ACT_I8, the format's.
+// KSPLIT > 1 (X_GLOBAL or ACT_I8): KSPLIT consecutive subgroups share a team's RPT rows, subgroup p taking chunks
+// p·LANES + lane, p·LANES + lane + KSPLIT·LANES, ...; their sums meet in shared memory (one barrier) and are added
+// in subgroup order. Decode runs every matvec as a dependent dispatch: more subgroups per row put more of a
+// matrix's loads in flight at once (the latency of one dispatch, not the throughput of many, sets its time).
+//
+// Defines: TEAMS, KSPLIT (1, 2, 4, 8; divides TEAMS), RPT (1, 2, 4), ROWS_PER_WG (= TEAMS / KSPLIT * RPT), UNROLL
+// (1, 2, 4), X_TILE (f32), X_GLOBAL (f32: 1 = activations read from the buffer, 0 = staged in shared memory),
+// ACT_I8, the format's.
 #include "common/base.glsl"
 #include "common/formats.glsl"
 #if ACT_I8
 #extension GL_EXT_spirv_intrinsics : require
 #endif
+#ifndef KSPLIT
+#define KSPLIT 1
+#endif
+#if KSPLIT > 1 && !X_GLOBAL && !ACT_I8
+#error "KSPLIT needs activations read from the buffer (X_GLOBAL) or int8 activations"
+#endif
+#if TEAMS % KSPLIT != 0 || ROWS_PER_WG != TEAMS / KSPLIT * RPT
+#error "KSPLIT must divide TEAMS and ROWS_PER_WG = TEAMS / KSPLIT * RPT"
+#endif
+// Chunks between a lane's consecutive chunks of a row.
+#define KSTRIDE (LANES * KSPLIT)
 
 layout(std430, binding = 4) writeonly buffer Y { float ys[]; };
 #ifndef MOE_ROWS
@@ -160,8 +177,8 @@ int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
 #endif
 
 // ------------------------------------------------------------------------------------------ hot loop
-// FR(u, i): the loads of chunk k + u·LANES of row i (clamped into range; a clamped chunk is not consumed).
-#define FR(u, i) const raw_t q##u##_##i = fetch(R##i, row##i, k0 + min(k + u * LANES, nct - 1u));
+// FR(u, i): the loads of chunk k + u·KSTRIDE of row i (clamped into range; a clamped chunk is not consumed).
+#define FR(u, i) const raw_t q##u##_##i = fetch(R##i, row##i, k0 + min(k + u * KSTRIDE, nct - 1u));
 #define FETCH(u) ROWS(FR, u)
 #if !ACT_I8
 #if defined(FMT_FP8_B128) || defined(FMT_FP8_B32)
@@ -191,16 +208,16 @@ vec4 fp8_dec4(raw_t q, float s, uint j) {
 #endif
 #define DOTJ(j) { const vec4 X = XLD(KT, j); ROWS(RD, j) }
 #define CONSUME(u)                                          \
-  if (k + u * LANES < nct) {                                \
-    const uint KT = k + u * LANES, K = k0 + KT;             \
+  if (k + u * KSTRIDE < nct) {                              \
+    const uint KT = k + u * KSTRIDE, K = k0 + KT;           \
     ROWS(BIND, u)                                           \
     REP_J(DOTJ)                                             \
   }
 #else
 #define RI(u, i) acc##i += chunk_scale(R##i, q##u##_##i) * (XS * float(chunk_idot(q##u##_##i, XA, XB) - XB2));
 #define CONSUME(u)                                                          \
-  if (k + u * LANES < nct) {                                                \
-    const uint K = k + u * LANES;                                           \
+  if (k + u * KSTRIDE < nct) {                                              \
+    const uint K = k + u * KSTRIDE;                                         \
     const uvec4 XA = xq4[(xo >> 2) + 2u * K], XB = xq4[(xo >> 2) + 2u * K + 1u]; \
     const float XS = xqf[xo + ACT_SCALE_WORD(nct) + K];                \
     const int XB2 = xqi[xo + ACT_BSUM_WORD(nct) + K];                  \
@@ -209,13 +226,21 @@ vec4 fp8_dec4(raw_t q, float s, uint j) {
 #endif
 #define ROW_DECL(i)                                                  \
   const uint row##i = min(rbase + i, pc.rows - 1u);                 \
-  const row_t R##i = row_begin(row##i, team * RPT + i);             \
+  const row_t R##i = row_begin(row##i, rteam * RPT + i);            \
   float acc##i = 0.0;
 #define REDUCE(i) acc##i = subgroupAdd(acc##i);
 #define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + obase + i] = acc##i;
+#if KSPLIT > 1
+shared float ksum[TEAMS * RPT];  // [subgroup][row of its team]
+#define KPUT(i) ksum[team * RPT + i] = acc##i;
+#define KADD(i)                                                                    \
+  acc##i = ksum[rteam * KSPLIT * RPT + i];                                         \
+  for (uint p = 1u; p < KSPLIT; ++p) acc##i += ksum[(rteam * KSPLIT + p) * RPT + i];
+#endif
 
 void main() {
   const uint team = gl_LocalInvocationID.x / LANES, lane = gl_LocalInvocationID.x % LANES;
+  const uint rteam = team / KSPLIT, part = team % KSPLIT;  // the team's rows, its share of their chunks
 #if MOE_ROWS
   const uint bpe = MOE_RPE / ROWS_PER_WG, vwg = wg_index(), mslot = vwg / bpe, mblk = vwg % bpe;
   if (mslot >= MOE_TOPK + MOE_SHARED) return;  // uniform over the workgroup
@@ -232,32 +257,32 @@ void main() {
 #endif
   const uint wg = me * bpe + mblk;  // the row block read
   const uint xo = pc.xoff + mslot * MOE_XSTRIDE;
-  const uint obase = mslot * MOE_RPE + mblk * ROWS_PER_WG + team * RPT;
+  const uint obase = mslot * MOE_RPE + mblk * ROWS_PER_WG + rteam * RPT;
 #else
   const uint wg = wg_index(), xo = pc.xoff;
-  const uint obase = wg * ROWS_PER_WG + team * RPT;
+  const uint obase = wg * ROWS_PER_WG + rteam * RPT;
 #endif
   // rows past the end are computed on the last row (uniform control flow for the barriers) and not written
-  const uint rbase = wg * ROWS_PER_WG + team * RPT;
+  const uint rbase = wg * ROWS_PER_WG + rteam * RPT;
   ROWS1(ROW_DECL)
 #if ACT_I8
   const uint nct = pc.cols / CHUNK, k0 = 0u;
-  uint k = lane;
+  uint k = part * LANES + lane;
   REP_U(FETCH)  // in flight while the tables are built
   i8_tables();
   tables_init(wg);  // its barrier (every format here has one) also covers i8_tables
   REP_U(CONSUME)
-  for (k += UNROLL * LANES; k < nct; k += UNROLL * LANES) {
+  for (k += UNROLL * KSTRIDE; k < nct; k += UNROLL * KSTRIDE) {
     REP_U(FETCH)
     REP_U(CONSUME)
   }
 #elif X_GLOBAL
   const uint nct = pc.cols / CHUNK, k0 = 0u;
-  uint k = lane;
+  uint k = part * LANES + lane;
   REP_U(FETCH)  // in flight while the tables are built
   tables_init(wg);
   REP_U(CONSUME)
-  for (k += UNROLL * LANES; k < nct; k += UNROLL * LANES) {
+  for (k += UNROLL * KSTRIDE; k < nct; k += UNROLL * KSTRIDE) {
     REP_U(FETCH)
     REP_U(CONSUME)
   }
@@ -285,7 +310,19 @@ void main() {
   }
 #endif
   ROWS1(REDUCE)
+#if KSPLIT > 1
+  if (lane == 0u) {
+    ROWS1(KPUT)
+  }
+  barrier();
+  if (part != 0u) return;
+  if (lane == 0u) {
+    ROWS1(KADD)
+    ROWS1(WRITE)
+  }
+#else
   if (lane == 0u) {
     ROWS1(WRITE)
   }
+#endif
 }

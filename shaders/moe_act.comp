@@ -5,6 +5,7 @@
 // p = t·KS + s: h[p, i] = silu(min(g, L)) · clamp(u, −L, L) · w with g = gu[p, i], u = gu[p, I + i] and w the
 // routing weight w[t, s] (1 for the shared expert) — moe_up.comp's arithmetic, in its order.
 #include "common/base.glsl"
+#include "common/swiglu.glsl"
 
 layout(push_constant) uniform ma_pc {
   uint inter, guoff, hoff, woff, n;
@@ -19,9 +20,5 @@ void main() {
   if (i >= total) return;
   const uint p = i / I, c = i % I, s = p % KS, t = p / KS;
   const float gv = gu[pc.guoff + p * 2u * I + c], uv = gu[pc.guoff + p * 2u * I + I + c];
-  const float L = MOE_LIMIT;
-  const float gc = L < gv ? L : gv;                   // std::min(g, limit)
-  const float vc = uv < -L ? -L : (L < uv ? L : uv);  // std::clamp(u, −limit, limit)
-  const float silu = gc / (1.0 + exp(-gc));
-  hs[pc.hoff + i] = silu * vc * (s < MOE_TOPK ? wr[pc.woff + t * MOE_TOPK + s] : 1.0);
+  hs[pc.hoff + i] = swiglu_clamped(gv, uv, MOE_LIMIT, s < MOE_TOPK ? wr[pc.woff + t * MOE_TOPK + s] : 1.0);
 }

@@ -5,22 +5,26 @@
 // shared expert — moe_down.comp's order. A routed id ≥ MOE_E makes token t's output NaN (the contract of
 // kernels::moe). Expert cache (MOE_SLOTS > 0): so does a routed expert whose slot_map entry (binding 3, first word
 // pc.smoff) is ≥ MOE_SLOTS (its y was not written, or the row kernel read slot 0 for it).
+// MOE_ADD = 1: out[t, r] = that sum + add[t, r] (binding 4 at pc.aoff; kernels::moe_extras::add).
 #ifndef MOE_SLOTS
 #define MOE_SLOTS 0
+#endif
+#ifndef MOE_ADD
+#define MOE_ADD 0
 #endif
 #include "common/base.glsl"
 
 layout(push_constant) uniform ms_pc {
-  uint d, yoff, ooff, idoff, n;
-#if MOE_SLOTS
-  uint smoff;
-#endif
+  uint d, yoff, ooff, idoff, n, smoff, aoff, pad;
 } pc;
 layout(std430, binding = 0) readonly buffer Yd { float ys[]; };
 layout(std430, binding = 1) readonly buffer Ids { uint ids[]; };
 layout(std430, binding = 2) writeonly buffer O { float outs[]; };
 #if MOE_SLOTS
 layout(std430, binding = 3) readonly buffer SlotMap { uint slot_map[]; };
+#endif
+#if MOE_ADD
+layout(std430, binding = 4) readonly buffer Add { float adds[]; };
 #endif
 
 #define KS (MOE_TOPK + MOE_SHARED)
@@ -45,6 +49,9 @@ void main() {
   for (uint j = 1u; j < MOE_TOPK; ++j) total += ys[yo + order[j] * pc.d];
 #if MOE_SHARED
   total += ys[yo + MOE_TOPK * pc.d];
+#endif
+#if MOE_ADD
+  total += adds[pc.aoff + t * pc.d + r];
 #endif
   outs[pc.ooff + t * pc.d + r] = bad ? uintBitsToFloat(0x7FC00000u) : total;
 }

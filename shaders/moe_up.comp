@@ -15,6 +15,7 @@
 #include "common/base.glsl"
 #include "common/formats.glsl"
 #include "common/moe.glsl"
+#include "common/swiglu.glsl"
 
 layout(std430, binding = 4) writeonly buffer H { float hs[]; };
 layout(std430, binding = 6) readonly buffer Ids { uint ids[]; };
@@ -60,9 +61,5 @@ void main() {
   tables_init(u0 / ROWS_PER_WG);
   const float uv = team_sum(row_dot_part(row_begin(u0 + qi, team), u0 + qi, xb, lane));
   if (team >= ROWS_PER_WG || lane != 0u) return;
-  const float L = MOE_LIMIT;
-  const float gc = L < gv ? L : gv;                               // std::min(g, limit)
-  const float vc = uv < -L ? -L : (L < uv ? L : uv);              // std::clamp(u, −limit, limit)
-  const float silu = gc / (1.0 + exp(-gc));
-  hs[pc.yoff + p * I + q] = silu * vc * (routed ? wr[pc.y_stride + t * MOE_TOPK + j] : 1.0);
+  hs[pc.yoff + p * I + q] = swiglu_clamped(gv, uv, MOE_LIMIT, routed ? wr[pc.y_stride + t * MOE_TOPK + j] : 1.0);
 }

@@ -11,6 +11,7 @@
 #include "common/base.glsl"
 #include "common/formats.glsl"
 #include "common/moe.glsl"
+#include "common/swiglu.glsl"
 #include "common/moe_grouped.glsl"
 
 layout(std430, binding = 4) buffer H { float hs[]; };
@@ -65,10 +66,7 @@ void main() {
     } else {                                                                              \
       const float gv = hs[hi], uv = acc##t;                                               \
       const uint j = p % KS;                                                              \
-      const float gc = L < gv ? L : gv;                  /* std::min(g, limit) */         \
-      const float vc = uv < -L ? -L : (L < uv ? L : uv); /* std::clamp(u, −limit, limit) */ \
-      const float silu = gc / (1.0 + exp(-gc));                                           \
-      hs[hi] = silu * vc * (j < MOE_TOPK ? wr[pc.y_stride + (p / KS) * MOE_TOPK + j] : 1.0); \
+      hs[hi] = swiglu_clamped(gv, uv, L, j < MOE_TOPK ? wr[pc.y_stride + (p / KS) * MOE_TOPK + j] : 1.0); \
     }                                                                                     \
   }
       G_REP(G_OUT)

@@ -3,6 +3,7 @@
 // Clamped SwiGLU (ops/routing.hpp swiglu_clamp): out = silu(min(g, L)) · clamp(v, −L, L) · weight in f32, in
 // that order; L <= 0 disables the clamp. Comparisons written as the CPU's std::min / std::clamp (NaN passes).
 #include "common/base.glsl"
+#include "common/swiglu.glsl"
 
 layout(push_constant) uniform sw_pc {
   uint n, goff, voff, ooff;
@@ -16,12 +17,7 @@ layout(std430, binding = 2) writeonly buffer O { float os[]; };
 void main() {
   const uint total = gl_NumWorkGroups.x * gl_NumWorkGroups.y * WG_SIZE;
   for (uint i = wg_index() * WG_SIZE + gl_LocalInvocationID.x; i < pc.n; i += total) {
-    float g = gs[pc.goff + i], v = vs[pc.voff + i];
-    if (pc.limit > 0.0) {
-      g = pc.limit < g ? pc.limit : g;
-      v = v < -pc.limit ? -pc.limit : (pc.limit < v ? pc.limit : v);
-    }
-    const float silu = g / (1.0 + exp(-g));
-    os[pc.ooff + i] = silu * v * pc.weight;
+    const float g = gs[pc.goff + i], v = vs[pc.voff + i];
+    os[pc.ooff + i] = pc.limit > 0.0 ? swiglu_clamped(g, v, pc.limit, pc.weight) : g / (1.0 + exp(-g)) * v * pc.weight;
   }
 }

@@ -20,6 +20,7 @@
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/device.hpp"
 #include "dsv41_gpu_internal.hpp"
+#include "gpu_moe_step.hpp"
 #include "gpu_recording.hpp"
 #include "gpu_upload.hpp"
 
@@ -229,6 +230,7 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
       k.matmul(*cur, G.sh_gate, u, 1, sh_g);
       k.matmul(*cur, G.sh_up, u, 1, sh_u);
     }
+    const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
     cur->end_concurrent();
     k.route_score(*cur, rlogits, G.gate_bias, 1, cf.experts, rc, view(), G.route_idx, G.route_w);
     ts.op("router + route");
@@ -237,16 +239,10 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
       cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);
       cut();
     }
-    const view slot_map = experts->slot_map(l);
-    if (G.shared_apart) {
-      k.swiglu_clamp(*cur, sh_g, sh_u, sh_g, cf.moe_inter, float(cf.swiglu_limit));
-      k.matmul(*cur, G.sh_down, sh_g, 1, sh_out);
-      k.moe(*cur, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act, slot_map);
-      k.add(*cur, sh_out, moe_out, d);
-    } else {
-      k.moe(*cur, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act, slot_map);
-    }
-    ts.op("moe");
+    const gpu_shared_apart sha{G.shared_apart ? &G.sh_down : nullptr, sh_g, sh_u, sh_out, cf.moe_inter};
+    record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out,
+                   opt.expert_act, experts->slot_map(l), prepared);
+    ts.op("moe (+ shared expert apart, concurrent)");
     ts.mark(&gpu_graph_profile::experts);
     // The next attention's mixes come with this hc_post unless an Engram add changes X first.
     const bool mix_next = l + 1 < cf.layers && cf.plan[l + 1].engram < 0;

@@ -19,6 +19,7 @@
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/device.hpp"
 #include "dsv4_gpu_internal.hpp"
+#include "gpu_moe_step.hpp"
 #include "gpu_recording.hpp"
 #include "gpu_upload.hpp"
 
@@ -222,8 +223,9 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       k.matmul(*cur, G.sh_gate, u, 1, sh_g);
       k.matmul(*cur, G.sh_up, u, 1, sh_u);
     }
+    const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
     cur->end_concurrent();
-    ts.op("router (+ shared gate/up) (concurrent)");
+    ts.op("router (+ shared gate/up, x int8) (concurrent)");
     if (kind.hash)
       k.route_hash(*cur, rlogits, G.tid2eid, cf.vocab, token, 1, E, rc, view(), G.route_idx, G.route_w);
     else
@@ -234,21 +236,10 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);
       cut();
     }
-    const view slot_map = experts->slot_map(l);
-    if (G.shared_apart) {
-      // moe is two dependent dispatches: never inside a concurrent group.
-      k.swiglu_clamp(*cur, sh_g, sh_u, sh_g, cf.moe_inter, float(cf.swiglu_limit));
-      ts.op("shared swiglu");
-      k.matmul(*cur, G.sh_down, sh_g, 1, sh_out);
-      ts.op("shared down");
-      k.moe(*cur, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act, slot_map);
-      ts.op("moe");
-      k.add(*cur, sh_out, moe_out, d);
-      ts.op("add shared");
-    } else {
-      k.moe(*cur, G.moe, u, 1, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out, opt.expert_act, slot_map);
-      ts.op("moe");
-    }
+    const gpu_shared_apart sha{G.shared_apart ? &G.sh_down : nullptr, sh_g, sh_u, sh_out, cf.moe_inter};
+    record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out,
+                   opt.expert_act, experts->slot_map(l), prepared);
+    ts.op("moe (+ shared expert apart, concurrent)");
     ts.mark(&dsv4_gpu_profile::experts);
     const bool last = l + 1 == cf.layers;
     k.hc_post(*cur, sh, moe_out, X, coeff, 1, Xn, last ? view(hc_head_fn) : view(layers[l + 1].hc_attn_fn),

@@ -64,7 +64,7 @@ struct kernels::impl {
     return gemm_prec == gemm_precision::f16_emulated ? 2 : 0;
   }
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
-  std::map<std::array<uint32_t, 6>, const detail::pipeline*> rows_pipes;    // (format, enc, rpt, unroll, i8, x)
+  std::map<std::array<uint32_t, 7>, const detail::pipeline*> rows_pipes;  // (format, enc, rpt, unroll, i8, x, split)
 
   explicit impl(device& d) : dev(d), info(d.info()) {
     lanes = std::clamp<uint32_t>(info.subgroup_size, 4, 64);
@@ -163,31 +163,45 @@ struct kernels::impl {
     if (act_scratch.empty() || act_scratch.back().size() < bytes) act_scratch.push_back(dev.alloc(std::max<uint64_t>(bytes, 64 << 10)));
     return act_scratch.back();
   }
-  matvec_tuning choose_rows(uint64_t rows, format f, bool i8) const {
+  /// The row kernel's work split for a matrix of `rows` rows of `cols` columns. Decode runs every matvec as a
+  /// dependent dispatch, so what sets its time is how much of the matrix is in flight at once, not the throughput
+  /// of many independent products (H200 sweeps of dependent matvecs, docs/VULKAN.md "Dependent matvecs": 4 rows
+  /// per subgroup, the best for independent products, was 1.3-2x slower in a chain). So: 2 rows per subgroup (1
+  /// for the routers' ≤ 512 rows), then the columns split over up to `teams` subgroups (KSPLIT) until the matrix
+  /// has 4096 subgroups, while every lane keeps at least one chunk of each row (FP8 4096x8192 25.9 → 15.9 µs,
+  /// 2048x4096 14.7 → 6.7, q2tp 1024x4096 9.4 → 4.6 per dependent product).
+  /// Unroll 2, except q2tp with int8 activations: 1 (0.41 / 0.51 / 0.63 vs 0.40 / 0.50 / 0.56 of the roofline on
+  /// 1024x4096 / 4096x2048 / 4096x8192, independent products).
+  matvec_tuning choose_rows(uint64_t rows, uint64_t cols, format f, bool i8) const {
     matvec_tuning c = tune;
-    // H200 sweep (docs/VULKAN.md): 4 rows per subgroup beat 1 and 2 at every shape and format measured, even
-    // where that leaves fewer workgroups than the GPU has SMs (1024 rows: 64 workgroups). Unroll 2, except q2tp
-    // with int8 activations: 1 (0.41 / 0.51 / 0.63 vs 0.40 / 0.50 / 0.56 of the roofline on 1024x4096 /
-    // 4096x2048 / 4096x8192).
-    // Short matrices (the routers: 256 / 384 rows) get 1 row per subgroup instead: 4 left them 16–24 workgroups.
-    if (!c.rows_per_team) c.rows_per_team = rows <= 512 ? 1 : 4;
+    if (!c.rows_per_team) c.rows_per_team = rows <= 512 ? 1 : 2;
     if (!c.unroll) c.unroll = (i8 && f == format::q2tp) ? 1 : 2;
     c.unroll = std::min<uint32_t>(c.unroll, 4);
     // f32 activations read by every lane from the buffer, not staged in shared memory: FP8 0.25 → 0.64-0.69 of
     // the roofline, q4tp 0.15 → 0.34, MXFP4 0.19 → 0.29 (H200, docs/VULKAN.md "Activation source").
     if (!c.x_source) c.x_source = 2;
+    const bool can_split = i8 || c.x_source == 2;
+    if (!c.split && can_split) {
+      constexpr uint64_t want_subgroups = 4096;
+      const uint64_t chunks = cols / std::max<uint32_t>(1, detail::gpu_traits(f).chunk);
+      const uint64_t teams_rows = (rows + c.rows_per_team - 1) / c.rows_per_team;
+      c.split = 1;
+      while (c.split < teams && teams_rows * c.split < want_subgroups && chunks >= uint64_t(lanes) * c.split * 2)
+        c.split *= 2;
+    }
+    c.split = can_split ? std::min(std::max<uint32_t>(c.split, 1), teams) : 1;
     return c;
   }
   /// The #defines of shaders/matvec_rows.comp for one variant (also the base of the MoE mode, kernels_moe.cpp).
   std::string rows_defs(format f, scale_encoding enc, const matvec_tuning& t, bool i8) const {
     std::ostringstream d;
-    d << "#define TEAMS " << teams << "\n#define RPT " << t.rows_per_team << "\n#define ROWS_PER_WG "
-      << teams * t.rows_per_team << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
+    d << "#define TEAMS " << teams << "\n#define KSPLIT " << t.split << "\n#define RPT " << t.rows_per_team
+      << "\n#define ROWS_PER_WG " << teams / t.split * t.rows_per_team << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
       << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n#define X_GLOBAL " << (t.x_source == 2 ? 1 : 0) << "\n" << detail::tab_defines() << format_defines(f, enc);
     return d.str();
   }
   const detail::pipeline* rows_pipe(format f, scale_encoding enc, const matvec_tuning& t, bool i8) {
-    const std::array<uint32_t, 6> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8, t.x_source};
+    const std::array<uint32_t, 7> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8, t.x_source, t.split};
     if (auto it = rows_pipes.find(key); it != rows_pipes.end()) return it->second;
     const detail::pipeline* p = pipe("matvec_rows.comp", rows_defs(f, enc, t, i8), lanes * teams, 6, sizeof(mat_pc));
     rows_pipes.emplace(key, p);
@@ -219,7 +233,8 @@ struct kernels::impl {
       throw usage_error("matvec_q8: no int8-activation kernel for this format or device");
     const bool try_rows = !dequant && !generic && nb == 1 && rows_kernel(w.fmt);
     const bool use_i8 = i8;
-    const matvec_tuning rt = try_rows ? choose_rows(w.rows, w.fmt, use_i8) : matvec_tuning{};
+    // the split of the whole matrix, also for a slice of its rows (wo_a's groups: 8 slices recorded concurrently)
+    const matvec_tuning rt = try_rows ? choose_rows(w.rows, w.cols, w.fmt, use_i8) : matvec_tuning{};
     const detail::pipeline* rp = try_rows ? rows_pipe(w.fmt, w.scale_enc, rt, use_i8) : nullptr;
     const uint64_t R = std::min(R1, w.rows), C = w.cols;  // rows [R0, R)
     const uint64_t XS = xs ? xs : C, RY = ys ? ys : R - R0;  // floats between the batch rows of x and of y
@@ -284,7 +299,7 @@ struct kernels::impl {
       if (tiled)
         grid(ceil_div(r1 - r0, gemm_rows) * ceil_div(nt, gemm_batch), gx, gy);
       else
-        grid(ceil_div(r1 - r0, rows ? teams * rt.rows_per_team : rows_per_wg), gx, gy);
+        grid(ceil_div(r1 - r0, rows ? teams / rt.split * rt.rows_per_team : rows_per_wg), gx, gy);
       detail::dispatch(c.impl(), rows ? rp : p, b, &pc, sizeof pc, gx, gy);
     }
   }
@@ -422,8 +437,8 @@ void kernels::prepare(format f, uint64_t rows, uint64_t cols) {
   p_->matrix_pipe(false, f, enc, 1, p_->choose(rows, cols, 1, f));
   p_->matrix_pipe(false, f, enc, gemm_tile, p_->choose(rows, cols, gemm_tile, f));
   p_->matrix_pipe(true, f, enc, 1, matvec_tuning{1, 1});
-  if (p_->rows_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows, f, false), false);
-  if (p_->i8_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows, f, true), true);
+  if (p_->rows_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows, cols, f, false), false);
+  if (p_->i8_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows, cols, f, true), true);
 }
 
 void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act) {
@@ -683,12 +698,12 @@ op_env op_env_of(kernels::impl& p) {
   return op_env{p.dev, p.info, p.common, p.lanes, p.teams, p.tables, p.gemm_coop()};
 }
 
-bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, bool i8, std::string& defs,
-                         uint32_t& rows_per_wg) {
+bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,
+                         std::string& defs, uint32_t& rows_per_wg) {
   if (i8 ? !p.i8_kernel(f) : !p.rows_kernel(f)) return false;
-  const matvec_tuning t = p.choose_rows(rows, f, i8);
+  const matvec_tuning t = p.choose_rows(rows, cols, f, i8);
   defs = p.rows_defs(f, enc, t, i8);
-  rows_per_wg = p.teams * t.rows_per_team;
+  rows_per_wg = p.teams / t.split * t.rows_per_team;
   return true;
 }
 }  // namespace cmfx::gpu::detail

@@ -386,57 +386,87 @@ std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t r
          format_defines(w.fmt, w.scale_enc);
 }
 
-/// out [n, d] = Σ of y [n·S, d] over each token's routed slots in ascending expert id, then the shared slot
-/// (shaders/moe_sum.comp); a bad id (or, cached, an expert outside the slots) makes the token's row NaN.
+/// out [n, d] = Σ of y [n·S, d] over each token's routed slots in ascending expert id, then the shared slot, then
+/// `add` where given (shaders/moe_sum.comp); a bad id (or, cached, an expert outside the slots) makes the token's
+/// row NaN.
 void moe_sum(const detail::op_env& e, commands& c, const gpu_moe& m, uint32_t n, uint32_t top_k, view y, view ids,
-             view out, view slot_map) {
+             view out, view slot_map, view add = {}) {
   const uint64_t d = m.dim, S = top_k + (m.shared ? 1 : 0);
   const detail::bound yb = e.bind(y, n * S * d * 4), ib = e.bind(ids, uint64_t(n) * top_k * 4),
                       ob = e.bind(out, n * d * 4);
-  detail::bound sb{};
+  detail::bound sb{}, ab{};
   if (m.slots) sb = e.bind(slot_map, uint64_t(m.experts) * 4);
-  const uint32_t pc[6] = {uint32_t(d), yb.residual / 4, ob.residual / 4, ib.residual / 4, n, sb.residual / 4};
-  const detail::binding b[4] = {yb.b, ib.b, ob.b, sb.b};
-  const uint32_t nb = m.slots ? 4 : 3, pcb = m.slots ? 24 : 20;  // moe_sum's ms_pc with / without smoff
+  if (add) ab = e.bind(add, n * d * 4);
+  const uint32_t pc[8] = {uint32_t(d), yb.residual / 4, ob.residual / 4, ib.residual / 4, n, sb.residual / 4,
+                          ab.residual / 4, 0};
+  // binding 3 (the slot map) is declared only for a cached layer: any binding fills its place before `add`
+  const detail::binding b[5] = {yb.b, ib.b, ob.b, m.slots ? sb.b : yb.b, ab.b};
+  const uint32_t nb = add ? 5 : m.slots ? 4 : 3;
   uint32_t gx, gy;
   e.grid(ceil_div(n * d, detail::op_env::wg), gx, gy);
   const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" +
                            detail::def_u("MOE_E", m.experts) +
-                           (m.slots ? "#define MOE_SLOTS " + std::to_string(m.slots) + "\n" : std::string());
-  detail::dispatch(c.impl(), e.pipe("moe_sum.comp", defs, detail::op_env::wg, nb, pcb),
-                   std::span<const detail::binding>(b, nb), pc, pcb, gx, gy);
+                           (m.slots ? "#define MOE_SLOTS " + std::to_string(m.slots) + "\n" : std::string()) +
+                           "#define MOE_ADD " + (add ? "1" : "0") + "\n";
+  detail::dispatch(c.impl(), e.pipe("moe_sum.comp", defs, detail::op_env::wg, nb, sizeof pc),
+                   std::span<const detail::binding>(b, nb), pc, sizeof pc, gx, gy);
 }
 
-/// Batch 1 with int8 activations through the row kernel (shaders/matvec_rows.comp in its MOE_ROWS mode): quantise
-/// x → gate/up rows of the selected experts → moe_act (SwiGLU · weight) → quantise h → down rows → moe_sum. h is
-/// [h: S·I | gate/up: S·2I | down: S·d | xq | hq] (S = slots). Returns false, recording nothing, where this path
-/// does not apply (no int8 kernel for a format, a row block that would straddle two experts, a short or unaligned
-/// scratch); kernels::moe then takes its two-pass f32 path.
-bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
-                 view ids, view weights, uint32_t top_k, float limit, view h, view out, view slot_map) {
+/// The batch-1 int8 path of one layer (shaders/matvec_rows.comp in its MOE_ROWS mode): its kernels' defines and
+/// the parts of the scratch h = [h: S·I (unused here) | gate/up: S·2I | down: S·d | xq | hq] (S = slots); ok =
+/// false where the path does not apply (no int8 kernel for a format, a row block that would straddle two experts,
+/// a short or unaligned scratch, planes off the fast layout).
+struct rows_i8_plan {
+  bool ok = false;
+  std::string dgu, ddn;  // row-kernel defines of gate/up and down
+  uint32_t rgu = 0, rdn = 0;  // their rows per workgroup
+  view guv, yv, xqv, hqv;
+};
+
+rows_i8_plan plan_rows_i8(kernels::impl& p, const detail::op_env& e, const gpu_moe& m, uint32_t top_k, view h) {
+  rows_i8_plan r;
   const uint64_t d = m.dim, I = m.inter, S = top_k + (m.shared ? 1 : 0);
-  std::string dgu, ddn;
-  uint32_t rgu = 0, rdn = 0;
-  if (!detail::rows_kernel_defines(p, m.gate_up.w.fmt, m.gate_up.w.scale_enc, m.gate_up.w.rows, true, dgu, rgu) ||
-      !detail::rows_kernel_defines(p, m.down.w.fmt, m.down.w.scale_enc, m.down.w.rows, true, ddn, rdn))
-    return false;
+  // the work split for the rows of one dispatch: every slot's expert at once
+  if (!detail::rows_kernel_defines(p, m.gate_up.w.fmt, m.gate_up.w.scale_enc, S * 2 * I, d, true, r.dgu, r.rgu) ||
+      !detail::rows_kernel_defines(p, m.down.w.fmt, m.down.w.scale_enc, S * d, I, true, r.ddn, r.rdn))
+    return r;
   const uint64_t xq_bytes = kernels::act_q8_bytes(d), hq_bytes = kernels::act_q8_bytes(I, uint32_t(S));
   const uint64_t o_gu = S * I * 4, o_y = o_gu + S * 2 * I * 4, o_xq = (o_y + S * d * 4 + 15) / 16 * 16,
                  o_hq = (o_xq + xq_bytes + 15) / 16 * 16;
   // Each slot's quantised h must start on 16 bytes (the kernel reads it as uvec4): I a multiple of 64.
-  if ((2 * I) % rgu || d % rdn || I % 64 || d % 32 || h.bytes < o_hq + hq_bytes || h.offset % 16) return false;
+  if ((2 * I) % r.rgu || d % r.rdn || I % 64 || d % 32 || h.bytes < o_hq + hq_bytes || h.offset % 16) return r;
+  detail::binding b[3];
+  mat_pc pg{}, pd{};
+  bind_planes(e, m.gate_up.w, b, pg);
+  bind_planes(e, m.down.w, b, pd);
+  if (!pg.fast || !pd.fast) return r;
+  auto part = [&](uint64_t off, uint64_t bytes) { return view(*h.buf, h.offset + off, bytes); };
+  r.guv = part(o_gu, S * 2 * I * 4), r.yv = part(o_y, S * d * 4), r.xqv = part(o_xq, xq_bytes),
+  r.hqv = part(o_hq, hq_bytes);
+  if (e.bind(r.xqv, xq_bytes).residual % 16 || e.bind(r.hqv, hq_bytes).residual % 16) return r;
+  r.ok = true;
+  return r;
+}
+
+/// Batch 1 with int8 activations through the row kernel: quantise x (unless moe_prepare did) → gate/up rows of the
+/// selected experts → SwiGLU · weight quantised to h (one dispatch: quantize_act.comp's ACT_SWIGLU mode) → down
+/// rows → moe_sum (+ extras.add). extras.side is recorded inside a concurrent group with each of the last four.
+/// Returns false, recording nothing, where plan_rows_i8 says the path does not apply; kernels::moe then takes its
+/// two-pass f32 path.
+bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
+                 view ids, view weights, uint32_t top_k, float limit, view h, view out, view slot_map,
+                 const moe_extras& ex) {
+  const rows_i8_plan pl = plan_rows_i8(p, e, m, top_k, h);
+  if (!pl.ok) return false;
+  const uint64_t d = m.dim, I = m.inter, S = top_k + (m.shared ? 1 : 0);
   detail::binding bg[8], bd[8];
   mat_pc pg{}, pd{};
   bind_planes(e, m.gate_up.w, bg, pg);
   bind_planes(e, m.down.w, bd, pd);
-  if (!pg.fast || !pd.fast) return false;
-  auto part = [&](uint64_t off, uint64_t bytes) { return view(*h.buf, h.offset + off, bytes); };
-  const view hv = part(0, S * I * 4), guv = part(o_gu, S * 2 * I * 4), yv = part(o_y, S * d * 4),
-             xqv = part(o_xq, xq_bytes), hqv = part(o_hq, hq_bytes);
-  const detail::bound hb = e.bind(hv, hv.bytes), gub = e.bind(guv, guv.bytes), yb = e.bind(yv, yv.bytes),
-                      xqb = e.bind(xqv, xq_bytes), hqb = e.bind(hqv, hq_bytes), ib = e.bind(ids, top_k * 4),
+  const uint64_t xq_bytes = pl.xqv.bytes, hq_bytes = pl.hqv.bytes;
+  const detail::bound gub = e.bind(pl.guv, pl.guv.bytes), yb = e.bind(pl.yv, pl.yv.bytes),
+                      xqb = e.bind(pl.xqv, xq_bytes), hqb = e.bind(pl.hqv, hq_bytes), ib = e.bind(ids, top_k * 4),
                       wb = e.bind(weights, top_k * 4), tb = e.bind(e.tables, e.tables.size());
-  if (xqb.residual % 16 || hqb.residual % 16) return false;
   // the slot map (cached layers): binding 7 of the row kernel, binding 3 of moe_sum; its offset in x_stride
   const uint32_t nb_rows = m.slots ? 8 : 7;
   detail::bound sb{};
@@ -447,41 +477,51 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
            detail::def_u("MOE_XSTRIDE", xstride) +
            (m.slots ? "#define MOE_SLOTS " + std::to_string(m.slots) + "\n" : std::string());
   };
+  // stage s of the MoE with the caller's side work, without a barrier between them
+  auto stage = [&](uint32_t s, auto&& record) {
+    if (!ex.side) return record();
+    c.begin_concurrent();
+    record();
+    ex.side(s);
+    c.end_concurrent();
+  };
   uint32_t gx, gy;
-  k.quantize_act(c, m.gate_up.w.fmt, x, 1, d, xqv);
-  // gate/up rows of every slot's expert → gu [S, 2I]
-  pg.rows = uint32_t(m.gate_up.w.rows), pg.cols = uint32_t(d), pg.n = 1, pg.r0 = 0;
-  pg.xoff = xqb.residual / 4, pg.yoff = gub.residual / 4, pg.pad = ib.residual / 4;
-  bg[3] = xqb.b, bg[4] = gub.b, bg[5] = tb.b, bg[6] = ib.b, bg[7] = sb.b;
-  pg.x_stride = sb.residual / 4;
-  e.grid(S * (2 * I / rgu), gx, gy);
-  detail::dispatch(c.impl(),
-                   e.pipe("matvec_rows.comp", dgu + moe_defs(2 * I, 0), e.lanes * e.teams, nb_rows, sizeof pg),
-                   std::span<const detail::binding>(bg, nb_rows), &pg, sizeof pg, gx, gy);
-  // h = silu(min(g, L)) · clamp(u) · w
-  {
-    const uint32_t pc[5] = {uint32_t(I), gub.residual / 4, hb.residual / 4, wb.residual / 4, 1};
-    const detail::binding b[3] = {gub.b, wb.b, hb.b};
-    e.grid(ceil_div(S * I, detail::op_env::wg), gx, gy);
-    const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") +
-                             "\n" + detail::def_f("MOE_LIMIT", limit);
-    detail::dispatch(c.impl(), e.pipe("moe_act.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc, gx, gy);
-  }
-  k.quantize_act(c, m.down.w.fmt, hv, uint32_t(S), I, hqv);
-  // down rows of every slot's expert on its quantised h → y [S, d]
-  pd.rows = uint32_t(m.down.w.rows), pd.cols = uint32_t(I), pd.n = 1, pd.r0 = 0;
-  pd.xoff = hqb.residual / 4, pd.yoff = yb.residual / 4, pd.pad = ib.residual / 4;
-  bd[3] = hqb.b, bd[4] = yb.b, bd[5] = tb.b, bd[6] = ib.b, bd[7] = sb.b;
-  pd.x_stride = sb.residual / 4;
-  e.grid(S * (d / rdn), gx, gy);
-  detail::dispatch(c.impl(),
-                   e.pipe("matvec_rows.comp", ddn + moe_defs(d, kernels::act_q8_bytes(I) / 4), e.lanes * e.teams,
-                          nb_rows, sizeof pd),
-                   std::span<const detail::binding>(bd, nb_rows), &pd, sizeof pd, gx, gy);
-  moe_sum(e, c, m, 1, top_k, yv, ids, out, slot_map);
+  if (!ex.prepared) k.quantize_act(c, m.gate_up.w.fmt, x, 1, d, pl.xqv);
+  stage(0, [&] {  // gate/up rows of every slot's expert → gu [S, 2I]
+    pg.rows = uint32_t(m.gate_up.w.rows), pg.cols = uint32_t(d), pg.n = 1, pg.r0 = 0;
+    pg.xoff = xqb.residual / 4, pg.yoff = gub.residual / 4, pg.pad = ib.residual / 4;
+    bg[3] = xqb.b, bg[4] = gub.b, bg[5] = tb.b, bg[6] = ib.b, bg[7] = sb.b;
+    pg.x_stride = sb.residual / 4;
+    e.grid(S * (2 * I / pl.rgu), gx, gy);
+    detail::dispatch(c.impl(),
+                     e.pipe("matvec_rows.comp", pl.dgu + moe_defs(2 * I, 0), e.lanes * e.teams, nb_rows, sizeof pg),
+                     std::span<const detail::binding>(bg, nb_rows), &pg, sizeof pg, gx, gy);
+  });
+  stage(1, [&] {  // hq = int8(silu(min(g, L)) · clamp(u) · w), per slot
+    const uint32_t pc[5] = {uint32_t(S), uint32_t(I / 32), gub.residual / 4, hqb.residual / 4, wb.residual / 4};
+    const detail::binding b[3] = {gub.b, hqb.b, wb.b};
+    e.grid(ceil_div(S * (I / 32), detail::op_env::wg), gx, gy);
+    const scale_encoding enc = m.down.w.fmt == format::mxfp4 ? scale_encoding::e8m0 : scale_encoding::none;
+    const std::string defs = "#define ACT_SWIGLU 1\n" + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+                             (m.shared ? "1" : "0") + "\n" + detail::def_f("MOE_LIMIT", limit) +
+                             format_defines(m.down.w.fmt, enc);
+    detail::dispatch(c.impl(), e.pipe("quantize_act.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc,
+                     gx, gy);
+  });
+  stage(2, [&] {  // down rows of every slot's expert on its quantised h → y [S, d]
+    pd.rows = uint32_t(m.down.w.rows), pd.cols = uint32_t(I), pd.n = 1, pd.r0 = 0;
+    pd.xoff = hqb.residual / 4, pd.yoff = yb.residual / 4, pd.pad = ib.residual / 4;
+    bd[3] = hqb.b, bd[4] = yb.b, bd[5] = tb.b, bd[6] = ib.b, bd[7] = sb.b;
+    pd.x_stride = sb.residual / 4;
+    e.grid(S * (d / pl.rdn), gx, gy);
+    detail::dispatch(c.impl(),
+                     e.pipe("matvec_rows.comp", pl.ddn + moe_defs(d, kernels::act_q8_bytes(I) / 4), e.lanes * e.teams,
+                            nb_rows, sizeof pd),
+                     std::span<const detail::binding>(bd, nb_rows), &pd, sizeof pd, gx, gy);
+  });
+  stage(3, [&] { moe_sum(e, c, m, 1, top_k, pl.yv, ids, out, slot_map, ex.add); });
   return true;
 }
-
 
 /// The uint32 words of the expert-grouped path's pair lists: counts [E + shared], lists [E + shared][n · top_k].
 uint64_t grouped_list_words(const gpu_moe& m, uint32_t n, uint32_t top_k) {
@@ -619,8 +659,19 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
 }
 }  // namespace
 
+bool kernels::moe_prepare(commands& c, const gpu_moe& m, view x, uint32_t top_k, view h) {
+  if (m.experts == 0 || !m.gate_up.w.data || !m.down.w.data) throw usage_error("moe_prepare: empty layer");
+  if (top_k == 0 || top_k > route_max_k)
+    throw usage_error("moe_prepare: top_k must be in [1, " + std::to_string(route_max_k) + "]");
+  const rows_i8_plan pl = plan_rows_i8(*p_, detail::op_env_of(*p_), m, top_k, h);
+  if (!pl.ok) return false;
+  detail::need_view(x, m.dim * 4, "moe_prepare", "x");
+  quantize_act(c, m.gate_up.w.fmt, x, 1, m.dim, pl.xqv);
+  return true;
+}
+
 void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k,
-                  float limit, view h, view out, act_precision act, view slot_map) {
+                  float limit, view h, view out, act_precision act, view slot_map, const moe_extras& ex) {
   if (m.experts == 0 || !m.gate_up.w.data || !m.down.w.data) throw usage_error("moe: empty layer");
   if (m.slots > 0 && !slot_map)
     throw usage_error("moe: the layer is an expert cache of " + std::to_string(m.slots) + " slots: pass its slot_map");
@@ -642,10 +693,18 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
   detail::need_view(weights, pairs * 4, "moe", "weights");
   detail::need_view(h, slots * I * 4, "moe", "h");
   detail::need_view(out, n * d * 4, "moe", "out");
+  if (ex.add) detail::need_view(ex.add, n * d * 4, "moe", "extras.add");
   if (act == act_precision::i8 && n == 1 &&
-      moe_rows_i8(*this, *p_, e, c, m, x, ids, weights, top_k, limit, h, out, slot_map))
+      moe_rows_i8(*this, *p_, e, c, m, x, ids, weights, top_k, limit, h, out, slot_map, ex))
     return;
-  if (n >= 2 && moe_grouped(e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map)) return;
+  if (ex.prepared) throw usage_error("moe: extras.prepared, but this call does not take the batch-1 int8 path");
+  // Other paths: the side work first (its stages separated by barriers), the added vector last.
+  if (ex.side)
+    for (uint32_t s = 0; s < moe_stages; ++s) ex.side(s);
+  if (n >= 2 && moe_grouped(e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map)) {
+    if (ex.add) add(c, ex.add, out, n * d);
+    return;
+  }
   const detail::bound ib = e.bind(ids, pairs * 4), wb = e.bind(weights, pairs * 4),
                       tb = e.bind(e.tables, e.tables.size());
   // cached layers: the slot map at binding 8, its offset in pc.pad (the routed count becomes the define MOE_E)
@@ -686,6 +745,7 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
         c.impl(), e.pipe("moe_down.comp", moe_defines(e, w, rpw, top_k, m, limit), e.lanes * e.teams, nb, sizeof pc),
         std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
   }
+  if (ex.add) add(c, ex.add, out, n * d);
 }
 
 }  // namespace cmfx::gpu

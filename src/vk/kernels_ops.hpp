@@ -54,10 +54,11 @@ struct op_env {
 
 op_env op_env_of(kernels::impl& p);
 
-/// The batch-1 row kernel's defines (shaders/matvec_rows.comp; i8: int8 activations) for a matrix of `rows` rows
-/// of format f, and its rows per workgroup; false when the device has no such kernel for f (kernels.cpp).
-bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, bool i8, std::string& defs,
-                         uint32_t& rows_per_wg);
+/// The batch-1 row kernel's defines (shaders/matvec_rows.comp; i8: int8 activations) for a dispatch of `rows` rows
+/// of `cols` columns in format f, and its rows per workgroup; false when the device has no such kernel for f
+/// (kernels.cpp).
+bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,
+                         std::string& defs, uint32_t& rows_per_wg);
 
 /// Shared memory of one shaders/gemm.comp workgroup: the f32 weight tile (gm rows × tk columns) and activation
 /// tile (gn batch rows × tk), the ladder tables of gm rows (the largest format table), and 1.25 KiB for the LUTs.

@@ -386,6 +386,23 @@ void matrix_cases(suite& s) {
                 s.kern.set_tuning({});
                 return why;
               });
+    // Columns split over 2, 4 or 8 subgroups per row (KSPLIT; the automatic choice splits only where a row has
+    // many chunks and the dispatch few rows): ragged rows, a row whose chunks do not fill every subgroup's lanes.
+    for (const shape& sh : {shape{37, 512, 1}, shape{64, 16384, 1}})
+      for (const auto& [rpt, split] : {std::pair{1u, 8u}, std::pair{2u, 4u}, std::pair{4u, 2u}})
+        s.run("matvec", fn,
+              shape_name(sh.rows, sh.cols) + " x from buffer, rows/team " + std::to_string(rpt) + " split " +
+                  std::to_string(split),
+              [&](uint64_t seed, std::string& info) {
+                gpu::matvec_tuning t;
+                t.rows_per_team = rpt;
+                t.split = split;
+                t.x_source = 2;
+                s.kern.set_tuning(t);
+                const std::string why = matmul_case<F>(s, seed, sh.rows, sh.cols, 1, false, false, info);
+                s.kern.set_tuning({});
+                return why;
+              });
     s.run("matvec", fn, "4x96x256 concurrent + dependent", [&](uint64_t seed, std::string& info) {
       return concurrent_case<F>(s, seed, info);
     });
@@ -402,6 +419,17 @@ void matrix_cases(suite& s) {
       s.run("matvec_i8", fn, "64x16384", [&](uint64_t seed, std::string& info) {
         return matvec_i8_case<F>(s, seed, 64, 16384, info);
       });
+      for (const auto& [rpt, split] : {std::pair{1u, 8u}, std::pair{2u, 4u}, std::pair{4u, 2u}})
+        s.run("matvec_i8", fn, "300x2048 rows/team " + std::to_string(rpt) + " split " + std::to_string(split),
+              [&](uint64_t seed, std::string& info) {
+                gpu::matvec_tuning t;
+                t.rows_per_team = rpt;
+                t.split = split;
+                s.kern.set_tuning(t);
+                const std::string why = matvec_i8_case<F>(s, seed, 300, 2048, info);
+                s.kern.set_tuning({});
+                return why;
+              });
     }
   });
 }

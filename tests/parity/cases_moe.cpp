@@ -201,7 +201,7 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
   return v;
 }
 
-/// kernels::moe(..., act_precision::i8) at batch 1: six dispatches (the int8 row-kernel path ran), against the CPU
+/// kernels::moe(..., act_precision::i8) at batch 1: five dispatches (the int8 row-kernel path ran), against the CPU
 /// kernel with the same int8 activations (moe_forward(..., i8): the same per-32 rounding rule, but the GPU's
 /// division need not be correctly rounded, so an x or h value can land on the other side of a rounding step — one
 /// int8 step of its block, carried through SwiGLU and down) with NMSE ≤ kI8CpuNmse and max-abs ≤ kI8CpuMaxAbsRel ·
@@ -238,7 +238,7 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
   s.kern.moe(c, gm, xb, 1, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8);
   const uint32_t disp = c.dispatch_count();
   s.submit(c);
-  if (disp != 6) return "the int8 path did not run (" + std::to_string(disp) + " dispatches)";
+  if (disp != 5) return "the int8 path did not run (" + std::to_string(disp) + " dispatches)";
   std::vector<float> got(d), h(hn);
   std::string why;
   if (!og.read(got.data(), why) || !hg.read(h.data(), why)) return why;
@@ -255,6 +255,90 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
   if (!v1.empty() || !v2.empty())
     return (v1.empty() ? "" : "vs CPU i8: " + v1 + "; ") + (v2.empty() ? "" : "vs float64: " + v2);
   info = "cpu i8: " + i1 + "; f64: " + i2;
+  return {};
+}
+
+/// kernels::moe with moe_extras (n tokens, act): side work at every stage — a SwiGLU at stage 0 and, reading it, a
+/// product with an F matrix at stage 1 that writes `add` (V4's shared expert kept apart) — and `add` summed into
+/// the output; with i8 at batch 1 also x quantised ahead by moe_prepare, in a concurrent group with another
+/// dispatch. Checks, bit for bit: the output is the plain moe's output + add (exact f32), and the side results equal
+/// the same ops recorded on their own; on the int8 path the MoE itself is four dispatches (side work concurrent).
+template <class F>
+std::string moe_extras_case(suite& s, uint64_t seed, uint32_t n, act_precision act, std::string& info) {
+  constexpr uint32_t E = 8, k = 3;
+  constexpr uint64_t d = 256, I = 128;
+  rng r(seed);
+  const std::vector<host_expert> ex = make_experts<F>(r, E + 1, d, I);
+  std::vector<expert_view> views;
+  for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
+  const std::vector<float> X = r.normal(n * d), G = r.normal(I, 3.0f), U = r.normal(I, 3.0f);
+  std::vector<uint32_t> ids(n * k);
+  std::vector<float> w(n * k);
+  for (uint32_t t = 0; t < n; ++t) {
+    std::vector<uint32_t> pool(E);
+    for (uint32_t e = 0; e < E; ++e) pool[e] = e;
+    for (uint32_t j = 0; j < k; ++j) {
+      std::swap(pool[j], pool[j + r.below(E - j)]);
+      ids[t * k + j] = pool[j];
+      w[t * k + j] = r.uniform(0.1f, 1.5f);
+    }
+  }
+  const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views, &ex[E].v);
+  const gpu::gpu_matrix down = gpu::upload_matrix(s.dev, F::id, ex[E].v.down);  // [d, I]: the side product
+  const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w), gb = upload(s.dev, G),
+                    ub = upload(s.dev, U), other = upload(s.dev, r.normal(d));
+  const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, n, k);
+  guarded hg(s.dev, hn * 4), og(s.dev, n * d * 4), og2(s.dev, n * d * 4), sg(s.dev, I * 4), sg2(s.dev, I * 4),
+      add(s.dev, n * d * 4), add2(s.dev, n * d * 4), junk(s.dev, d * 4);
+  // the add vector: the side product for token 0, the other tokens' rows a copy of it
+  auto side_ops = [&](gpu::commands& c, uint32_t stage, const gpu::view& sgv, const gpu::view& addv) {
+    if (stage == 0) s.kern.swiglu_clamp(c, gb, ub, sgv, I, kLimit);
+    if (stage == 1)
+      for (uint32_t t = 0; t < n; ++t) s.kern.matmul(c, down, sgv, 1, gpu::view(*addv.buf, addv.offset + t * d * 4, d * 4));
+  };
+  // reference: the plain moe, the side ops recorded alone
+  {
+    gpu::commands c = s.dev.begin();
+    s.kern.moe(c, gm, xb, n, ib, wb, k, kLimit, hg.payload(), og2.payload(), act);
+    side_ops(c, 0, sg2.payload(), add2.payload());
+    side_ops(c, 1, sg2.payload(), add2.payload());
+    s.submit(c);
+  }
+  gpu::commands c = s.dev.begin();
+  gpu::moe_extras mx;
+  mx.add = add.payload();
+  uint32_t calls = 0;
+  mx.side = [&](uint32_t stage) {
+    if (stage != calls++) throw std::logic_error("moe_extras: stages out of order");
+    side_ops(c, stage, sg.payload(), add.payload());
+  };
+  const bool i8 = act == act_precision::i8 && n == 1;
+  if (i8) {
+    c.begin_concurrent();
+    s.kern.scale(c, other, d, 0.5f);  // unrelated work next to the quantisation of x
+    mx.prepared = s.kern.moe_prepare(c, gm, xb, k, hg.payload());
+    c.end_concurrent();
+    if (!mx.prepared) return "moe_prepare did not take the int8 path";
+  }
+  const uint32_t before = c.dispatch_count();
+  s.kern.moe(c, gm, xb, n, ib, wb, k, kLimit, hg.payload(), og.payload(), act, gpu::view(), mx);
+  const uint32_t disp = c.dispatch_count() - before, side_disp = 1 + n;
+  s.submit(c);
+  if (calls != gpu::kernels::moe_stages) return "side called " + std::to_string(calls) + " times";
+  if (i8 && disp != 4 + side_disp)
+    return "int8 path with extras: " + std::to_string(disp) + " dispatches, want 4 + " + std::to_string(side_disp);
+  std::vector<float> got(n * d), plain(n * d), a(n * d), a2(n * d), s1(I), s2(I);
+  std::string why;
+  if (!og.read(got.data(), why) || !og2.read(plain.data(), why) || !add.read(a.data(), why) ||
+      !add2.read(a2.data(), why) || !sg.read(s1.data(), why) || !sg2.read(s2.data(), why))
+    return why;
+  if (std::memcmp(s1.data(), s2.data(), I * 4) || std::memcmp(a.data(), a2.data(), n * d * 4))
+    return "the side work's results differ from the same ops recorded alone";
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < n * d; ++i)
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(plain[i] + a[i])) ++bad;
+  if (bad) return std::to_string(bad) + " outputs differ from the plain moe + add";
+  info = std::to_string(disp) + " dispatches with the side work, output = moe + add bit for bit";
   return {};
 }
 
@@ -376,11 +460,11 @@ std::string moe_slots_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint
   why = run_moe(s, gc, xb, n, ib, wb, k, act, mv, got, dc);
   if (!why.empty()) return "cached: " + why;
   const bool i8_path = act == act_precision::i8 && n == 1 && I % 64 == 0 && d % 32 == 0;
-  // int8 rows (6) / expert-grouped: the tiled GEMM per expert (5) where the expert's rows are whole 64-row tiles
+  // int8 rows (5) / expert-grouped: the tiled GEMM per expert (5) where the expert's rows are whole 64-row tiles
   // and the columns whole steps of max(32, chunk) values, else the row-per-team kernels (4) / per pair (2)
   constexpr uint64_t chunk = F::elem_bits >= 8 ? 128 / F::elem_bits : F::block_elems, tk = chunk > 32 ? chunk : 32;
   const bool gemm_path = (2 * I) % 64 == 0 && d % 64 == 0 && d % tk == 0 && I % tk == 0;
-  const uint32_t want_disp = i8_path ? 6u : n > 1 ? (gemm_path ? 5u : 4u) : 2u;
+  const uint32_t want_disp = i8_path ? 5u : n > 1 ? (gemm_path ? 5u : 4u) : 2u;
   if (dr != dc || dr != want_disp)
     return "dispatches: resident " + std::to_string(dr) + ", cached " + std::to_string(dc) + " (want " +
            std::to_string(want_disp) + ")";
@@ -546,6 +630,10 @@ void moe_cases(suite& s) {
       });
       return;
     }
+    if (F::shape_ok(128, 256) && F::shape_ok(256, 128) && 128 % F::block_rows == 0)
+      for (uint32_t n : {1u, 5u})
+        s.run("moe", fn, "8x[128x256] k=3 n=" + std::to_string(n) + " + shared, extras (side work, add)",
+              [&](uint64_t seed, R& info) { return moe_extras_case<F>(s, seed, n, act_precision::f32, info); });
     for (const shape& sh : shapes) {
       if (!F::shape_ok(sh.I, sh.d) || !F::shape_ok(sh.d, sh.I) || sh.I % F::block_rows || sh.d % F::block_rows ||
           (F::block_elems > 1 && (sh.I * sh.d) % F::block_elems))
@@ -573,6 +661,9 @@ void moe_cases(suite& s) {
       });
       s.run("moe_i8", fn, "3x[2048x4096] k=2 + shared, model shape", [&](uint64_t seed, R& info) {
         return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info);
+      });
+      s.run("moe_i8", fn, "8x[128x256] k=3 + shared, extras (prepared, side work, add)", [&](uint64_t seed, R& info) {
+        return moe_extras_case<F>(s, seed, 1, act_precision::i8, info);
       });
     } else {
       s.unsupported("moe_i8", fn);

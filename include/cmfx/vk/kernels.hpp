@@ -8,6 +8,7 @@
 /// #defines generated from its C++ trait. Pipelines are built on first use (or by prepare()) and cached.
 /// Every call records into `commands`; nothing runs until device::submit.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -109,6 +110,22 @@ struct pipeline_stats {
   uint32_t compiled = 0;         ///< GLSL → SPIR-V compilations run
   uint32_t spirv_disk_hits = 0;  ///< SPIR-V read from the cache directory instead
   double compile_seconds = 0;
+};
+
+/// Optional parts of kernels::moe (default: none).
+struct moe_extras {
+  /// [n, d]: added to each token's output after the routed experts and the shared slot (y = out + add, exact f32)
+  /// — e.g. a shared expert kept apart in another format. Must not overlap out.
+  view add;
+  /// Called once per stage s = 0 … kernels::moe_stages − 1, in order, to record work that neither reads h or out
+  /// nor writes anything the MoE reads. On the batch-1 int8 path each call is inside a concurrent group with that
+  /// stage's dispatch (0: gate/up rows, 1: SwiGLU + quantised h, 2: down rows, 3: the sum), so the side work costs
+  /// no dependent step of its own; elsewhere the calls come before the MoE's dispatches. The work of stage s may
+  /// read what stage s − 1's side work wrote (a barrier separates the stages); `add` may be written by a stage
+  /// < 3's side work.
+  std::function<void(uint32_t stage)> side;
+  /// x is already quantised into h (kernels::moe_prepare returned true for the same m, x, top_k and h).
+  bool prepared = false;
 };
 
 /// Work split of one matmul dispatch (shaders/matvec.comp). 0 = chosen by the kernels from the shape.
@@ -298,8 +315,8 @@ class kernels {
   /// sum). limit > 0.
   /// act = i8 (batch 1, both expert formats with an int8 kernel — has_i8; otherwise the f32 path runs): the inputs
   /// of gate/up and of down are rounded to int8 per 32 values as in matmul(..., i8), and the selected experts' rows
-  /// run on the batch-1 row kernel — six dispatches (quantise x, gate/up rows, SwiGLU · weight, quantise h, down
-  /// rows, the sum in ascending expert id).
+  /// run on the batch-1 row kernel — five dependent dispatches (quantise x, gate/up rows, SwiGLU · weight
+  /// quantised, down rows, the sum in ascending expert id).
   /// n >= 2 (prefill): expert-grouped — the (token, slot) pairs are listed per expert on the device and one
   /// workgroup per (expert, row block) runs its pairs in tiles of 8, so each selected expert's weights are read
   /// once per 8 of its pairs instead of once per pair (four dispatches: lists, gate/up, down, the sum in ascending
@@ -308,8 +325,18 @@ class kernels {
   /// read at stacked index slot_map[e]. ids stay expert ids and the sums stay in ascending expert id, so the output
   /// is bit-identical to that of the resident layer for the same experts; a selected expert whose entry is
   /// ≥ m.slots makes that token's output NaN (nothing is read out of range).
+  ///
+  /// extras (moe_extras): a vector added to every token's output, work recorded next to the MoE's stages, and x
+  /// quantised ahead by moe_prepare (then the int8 path is four dependent dispatches).
   void moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k, float limit,
-           view h, view out, act_precision act = act_precision::f32, view slot_map = view());
+           view h, view out, act_precision act = act_precision::f32, view slot_map = view(),
+           const moe_extras& extras = {});
+  /// Stages of kernels::moe at which moe_extras::side is called.
+  static constexpr uint32_t moe_stages = 4;
+  /// Records the int8 quantisation of x into h where moe(c, m, x, 1, ..., h, ..., act_precision::i8, ...) takes
+  /// the batch-1 int8 path (the same m, x, h and top_k), so that it can run next to other work (e.g. in the
+  /// router's concurrent group); returns whether it recorded — then pass moe_extras::prepared = true to that moe.
+  bool moe_prepare(commands& c, const gpu_moe& m, view x, uint32_t top_k, view h);
   static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k) {
     const uint64_t slots = top_k + (m.shared ? 1 : 0), lists = (m.experts + 1ull) * (uint64_t(n) * top_k + 1);  // grouped path
     return uint64_t(n) * slots * (3 * m.inter + m.dim) + act_q8_bytes(m.dim) / 4 + act_q8_bytes(m.inter, uint32_t(slots)) / 4 +
