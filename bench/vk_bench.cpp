@@ -10,8 +10,8 @@
 // the recording holds >= --submit-ms of GPU work. The recording is made once and submitted again and again: the
 // GPU is kept busy for >= --warmup-ms before timing (clocks ramp up) and the host adds no gaps while timing.
 // vk_moe_f16|f32/<format>/<experts>x4096x2048/n<tokens> — the expert-grouped MoE of a prefill chunk (bm_moe).
-// vk_mhc/post_pre[_cold]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64 in a
-// chain (cold: each its own weights, read from DRAM).
+// vk_mhc/post_pre[_cold|_thrash]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64
+// in a chain (cold: each its own weights, read from DRAM; thrash: + a 256 MiB read between boundaries, not timed).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
 //                      [--shader-dir D] [--moe-tokens 512] [--moe-experts 256] [google-benchmark flags]
@@ -159,8 +159,10 @@ void bm_dispatch(benchmark::State& st, bool chain) {
 /// One mHC sublayer boundary of a decode step at V4-Flash's shape (hc 4, d 4096, 24 mix rows): hc_post (+ the next
 /// mix's partials) then hc_pre_finish (+ its RMSNorm), 64 boundaries in a dependent chain (as in a decode step).
 /// cold: every boundary its own mixing matrix, norm and base (96 MB in all, beyond the L2, as in the model, where
-/// each sublayer's are read once per token); else one set for all. Counter us_per_boundary = GPU time / 64.
-void bm_mhc(benchmark::State& st, bool cold) {
+/// each sublayer's are read once per token); else one set for all. thrash (with cold): a 256 MiB streaming read
+/// before every boundary, as the model's weights stream through the L2 between two mHC steps, and the boundaries
+/// timed alone (timestamps around each). Counter us_per_boundary = GPU time of the boundaries / 64.
+void bm_mhc(benchmark::State& st, bool cold, bool thrash = false) {
   constexpr uint32_t n = 64, hc = 4, d = 4096, rows = (2 + hc) * hc;
   gpu::kernels::hc_shape sh;
   sh.hc = hc, sh.d = d;
@@ -186,18 +188,37 @@ void bm_mhc(benchmark::State& st, bool cold) {
     base.push_back(up(rnd(rows, 0.1f, 0.0f)));
     norm.push_back(up(rnd(d, 0.1f, 1.0f)));
   }
+  gpu::buffer big = thrash ? g_dev->alloc(256ull << 20) : gpu::buffer{}, sink = g_dev->alloc(256);
   gpu::commands c = g_dev->begin();
   g_kern->hc_mix(c, sh, X, fn[0], rows, 1, part);
+  std::vector<std::pair<uint32_t, uint32_t>> spans;
   const uint32_t t0 = c.timestamp();
   for (uint32_t i = 0; i < n; ++i) {
     const size_t j = cold ? i : 0, jn = cold ? (i + 1) % n : 0;
+    if (thrash) g_kern->stream_read(c, big, sink);
+    const uint32_t ta = thrash ? c.timestamp() : 0;
     g_kern->hc_post(c, sh, o, X, coeff, 1, Xn, fn[jn], rows, part);
     g_kern->hc_pre_finish(c, sh, part, Xn, base[j], scale, 1, coeff, u, norm[j]);
+    if (thrash) spans.push_back({ta, c.timestamp()});
     std::swap(X, Xn);
   }
   const uint32_t t1 = c.timestamp();
-  const double per = time_recording(st, c, t0, t1);
-  st.counters["us_per_boundary"] = per / n * 1e6;
+  if (!thrash) {
+    st.counters["us_per_boundary"] = time_recording(st, c, t0, t1) / n * 1e6;
+    return;
+  }
+  warm_up(c, g_warmup_s);
+  double secs = 0;
+  int64_t iters = 0;
+  while (st.KeepRunning()) {
+    g_dev->submit(c);
+    double s = 0;
+    for (const auto& [a, b] : spans) s += c.seconds(a, b);
+    st.SetIterationTime(s);
+    secs += s;
+    ++iters;
+  }
+  st.counters["us_per_boundary"] = iters ? secs / double(iters) / n * 1e6 : 0.0;
 }
 
 /// The expert-grouped MoE of a prefill chunk (kernels::moe with n tokens: gate/up tiles + SwiGLU + down tiles + the
@@ -331,6 +352,7 @@ int main(int argc, char** argv) {
   add("vk_dispatch/concurrent", [](benchmark::State& st) { bm_dispatch(st, false); });
   add("vk_mhc/post_pre/4x4096", [](benchmark::State& st) { bm_mhc(st, false); });
   add("vk_mhc/post_pre_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true); });
+  add("vk_mhc/post_pre_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true); });
   for_each_type(all_formats{}, [&]<class F>() {
     for (const auto& [r, c] : shapes) {
       if (!F::shape_ok(r, c)) continue;

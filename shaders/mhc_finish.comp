@@ -11,8 +11,19 @@
 // 1 = the collapse uses the weights fold[foldoff + t·fstride + j] instead of this sublayer's pre (the coefficients
 // are still computed and written); 2 = the collapse (and norm) alone, no coefficients (V4.1's final collapse).
 // HC_SG = 1: the Sinkhorn through subgroup shuffles (hc·hc ≤ the subgroup size).
-// Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)).
+// HC_PART (not with HC_HEAD / HC_FOLD 2): 0 = everything; 1 = all but the Sinkhorn (C is not written); 2 = the
+// Sinkhorn alone (only C is written) — kernels::hc_pre_finish(..., false) + hc_sinkhorn, so that the C the collapse
+// does not need is computed off the decode's critical path.
+// Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_PART, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)).
 #include "common/base.glsl"
+#ifndef HC_PART
+#define HC_PART 0
+#endif
+#if HC_PART != 0 && (HC_HEAD || HC_FOLD == 2)
+#error "HC_PART splits hc_pre_finish's coefficients: not with HC_HEAD or HC_FOLD 2"
+#endif
+#define HC_COLLAPSE (HC_PART != 2)
+#define HC_SINKHORN (HC_PART != 1)
 #if ACC_DOUBLE
 #include "common/f64math.glsl"
 #define EXP(x) exp_f64(x)
@@ -69,12 +80,14 @@ void main() {
   const uint xrow = pc.xoff + t * hc * d;
   // This invocation's columns of X (and of the norm weight), requested now so that their latency overlaps the
   // coefficient computation below (HC_N = hc and HC_COLS = ceil(d / WG_SIZE) are compile-time: registers).
+#if HC_COLLAPSE
   float xr[HC_N * HC_COLS];
   [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
     const uint c = lid + i * WG_SIZE;
     [[unroll]] for (uint j = 0u; j < HC_N; ++j) xr[j * HC_COLS + i] = c < d ? xs[xrow + j * d + c] : 0.0;
   }
-#if HC_NORM
+#endif
+#if HC_NORM && HC_COLLAPSE
   float nwr[HC_COLS];
   [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
     const uint c = lid + i * WG_SIZE;
@@ -104,7 +117,7 @@ void main() {
   }
 #else
   const ACC s0 = ACC(scale[pc.soff]), s1 = ACC(scale[pc.soff + 1u]), s2 = ACC(scale[pc.soff + 2u]);
-  if (lid < hc) {
+  if (HC_COLLAPSE && lid < hc) {
     const float p = float(sigm(m[lid] * rs * s0 + ACC(base[pc.boff + lid])) + eps);
 #if HC_FOLD
     pre_s[lid] = fold[pc.foldoff + t * pc.fstride + lid];
@@ -114,6 +127,7 @@ void main() {
     coeff[cb + lid] = p;
     coeff[cb + hc + lid] = float(ACC(2) * sigm(m[hc + lid] * rs * s1 + ACC(base[pc.boff + hc + lid])));
   }
+#if HC_SINKHORN
   const bool own = lid < hc * hc;
   const uint j = own ? lid / hc : 0u, k = own ? lid % hc : 0u;
   ACC v = ACC(0);
@@ -186,8 +200,10 @@ void main() {
   }
   if (own) coeff[cb + 2u * hc + lid] = float(v);
 #endif
+#endif  // HC_SINKHORN
 #endif
 #endif  // HC_FOLD == 2
+#if HC_COLLAPSE
   barrier();
   ACC ss = ACC(0);
   float yv[HC_COLS];
@@ -214,4 +230,5 @@ void main() {
     if (c < d) ys[pc.yoff + t * d + c] = float(ACC(yv[i]) * r * ACC(nwr[i]));
   }
 #endif
+#endif  // HC_COLLAPSE
 }

@@ -3,17 +3,29 @@
 // y[row] = x[row] · 1/sqrt(mean(x[row]²) + eps) [· w] — ops/rmsnorm.hpp. One workgroup per row; the sum of
 // squares and the scale in ACC (f64 when the device has it, as the CPU does, so eps down to 1e-20 and inputs
 // whose squares underflow f32 behave alike; f32 otherwise).
+// RMS_ROPE = 1 (kernels::rmsnorm_rope): then the RoPE of the row's last rope_dim channels (common/rope.glsl) with
+// the cos/sin row cs[row / heads] (rows are the heads of tokens), each pair by the invocation of its first channel.
 #include "common/base.glsl"
 #include "common/reduce.glsl"
+#ifndef RMS_ROPE
+#define RMS_ROPE 0
+#endif
 
 layout(push_constant) uniform rms_pc {
   uint rows, dim, xoff, woff, yoff, has_w;
   float eps;
   uint pad;
+#if RMS_ROPE
+  uint heads, rope_dim, csoff, pad1;
+#endif
 } pc;
 layout(std430, binding = 0) readonly buffer X { float xs[]; };
 layout(std430, binding = 1) readonly buffer Wt { float ws[]; };
 layout(std430, binding = 2) writeonly buffer Y { float ys[]; };
+#if RMS_ROPE
+#include "common/rope.glsl"
+layout(std430, binding = 3) readonly buffer CS { float cs[]; };
+#endif
 
 void main() {
   const uint row = wg_index();
@@ -26,8 +38,23 @@ void main() {
   }
   ss = wg_sum(ss);
   const ACC r = ACC(1) / sqrt(ss / ACC(pc.dim) + ACC(pc.eps));
+#if RMS_ROPE
+  const uint t0 = pc.dim - pc.rope_dim, cb = pc.csoff + (row / pc.heads) * pc.rope_dim;
+#endif
   for (uint i = lid; i < pc.dim; i += WG_SIZE) {
     const ACC v = ACC(xs[xb + i]) * r;
-    ys[yb + i] = pc.has_w != 0u ? float(v * ACC(ws[pc.woff + i])) : float(v);
+    const float y = pc.has_w != 0u ? float(v * ACC(ws[pc.woff + i])) : float(v);
+#if RMS_ROPE
+    if (i >= t0) {
+      if (((i - t0) & 1u) != 0u) continue;  // the pair's second channel: written with the first
+      const ACC v1 = ACC(xs[xb + i + 1u]) * r;
+      const float y1 = pc.has_w != 0u ? float(v1 * ACC(ws[pc.woff + i + 1u])) : float(v1);
+      const vec2 p = rope_pair(y, y1, cs[cb + i - t0], cs[cb + i - t0 + 1u]);
+      ys[yb + i] = p.x;
+      ys[yb + i + 1u] = p.y;
+      continue;
+    }
+#endif
+    ys[yb + i] = y;
   }
 }

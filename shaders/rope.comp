@@ -4,6 +4,7 @@
 // rotated by the precomputed cos/sin of the row's position: cs[row][2i] = cos, cs[row][2i+1] = sin
 // (rope_table::rotation). inverse = conjugate rotation. One invocation per pair.
 #include "common/base.glsl"
+#include "common/rope.glsl"
 
 layout(push_constant) uniform rope_pc {
   uint rows, heads, head_dim, rope_dim, xoff, csoff, inverse, pad;
@@ -20,7 +21,7 @@ void main() {
   const float c = cs[pc.csoff + row * pc.rope_dim + 2u * i];
   const float s0 = cs[pc.csoff + row * pc.rope_dim + 2u * i + 1u];
   const float s = pc.inverse != 0u ? -s0 : s0;
-  const float a = xs[b], bb = xs[b + 1u];
-  xs[b] = a * c - bb * s;
-  xs[b + 1u] = a * s + bb * c;
+  const vec2 r = rope_pair(xs[b], xs[b + 1u], c, s);
+  xs[b] = r.x;
+  xs[b + 1u] = r.y;
 }

@@ -95,8 +95,9 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
     }
     if (P.engram >= 0 || l == 0) k.hc_mix(*cur, sh, X, G.hc_attn_fn, mix_rows, 1, partials);
     // ---- attention sublayer: the collapse with the previous FFN's pre (one-hot before layer 0)
+    // the Sinkhorn C (first read by hc_post) runs apart, next to the projections
     k.hc_pre_finish_fold(*cur, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff_a, l ? view(coeff_f) : view(fold0),
-                         cstride, u, G.attn_norm);
+                         cstride, u, G.attn_norm, false);
     ts.op("hc_pre_finish + attn_norm");
     ts.mark(&gpu_graph_profile::hc);
     const uint32_t r = P.ratio;
@@ -109,6 +110,7 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
     const view ent_row = closes ? row(G.entries, ne_own - 1, hd) : view();
     const view key_row = closes ? row(G.keys, ne_own - 1, IHD) : view();
     cur->begin_concurrent();
+    k.hc_sinkhorn(*cur, sh, partials, G.hc_attn_base, G.hc_attn_scale, 1, coeff_a);
     k.matmul(*cur, G.wq_a, u, 1, qr);
     k.matmul(*cur, G.wkv, u, 1, kv_row);
     if (full && r > 1) {
@@ -216,7 +218,7 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
     ts.mark(&gpu_graph_profile::attn_out);
     // ---- MoE sublayer: the collapse with the attention's pre
     k.hc_pre_finish_fold(*cur, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff_f, coeff_a, cstride, u,
-                         G.ffn_norm);
+                         G.ffn_norm, false);
     ts.op("hc_pre_finish + ffn_norm");
     ts.mark(&gpu_graph_profile::hc);
     route_config rc;
@@ -225,6 +227,7 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
     rc.norm_eps = float(dsv41_route_norm_eps);
     rc.temp = float(cf.gate_temp);
     cur->begin_concurrent();
+    k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff_f);
     k.matmul(*cur, G.gate, u, 1, rlogits);
     if (G.shared_apart) {
       k.matmul(*cur, G.sh_gate, u, 1, sh_g);

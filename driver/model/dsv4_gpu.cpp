@@ -110,12 +110,14 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     const uint64_t slot = t % R;
     const view kv_row = row(G.ring, slot, hd);
     // ---- attention sublayer
-    k.hc_pre_finish(*cur, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u, G.attn_norm);  // + attn_norm
+    // + attn_norm; the Sinkhorn C (first read by hc_post) runs apart, next to the projections
+    k.hc_pre_finish(*cur, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u, G.attn_norm, false);
     ts.op("hc_pre_finish + attn_norm");
     ts.mark(&dsv4_gpu_profile::hc);
     const bool closes = kind.ratio && (t + 1) % kind.ratio == 0;
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
     cur->begin_concurrent();
+    k.hc_sinkhorn(*cur, sh, partials, G.hc_attn_base, G.hc_attn_scale, 1, coeff);
     k.matmul(*cur, G.wq_a, u, 1, qr);
     k.matmul(*cur, G.wkv, u, 1, kv_row);
     if (kind.ratio) {
@@ -160,7 +162,10 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     cur->end_concurrent();
     ts.op("wq_b, ix_wq_b, kv rope, pool (concurrent)");
     cur->begin_concurrent();
-    if (cf.per_head_q_norm) k.rmsnorm(*cur, q, view(), q, H, uint32_t(hd), eps);
+    if (cf.per_head_q_norm)  // the per-head norm and the rope of q in one dispatch
+      k.rmsnorm_rope(*cur, q, view(), q, H, uint32_t(hd), eps, cs_t, H, uint32_t(rd));
+    else
+      k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
     if (kind.indexer) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
     if (closes) {
       const view cs_ws = row(cs_comp, t + 1 - kind.ratio, rd);
@@ -168,9 +173,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       if (kind.indexer) k.rope(*cur, row(G.ix.entries, ne - 1, G.ix.width), cs_ws, 1, 1, G.ix.width, uint32_t(rd), false);
     }
     cur->end_concurrent();
-    ts.op("q head norm, ropes (concurrent)");
-    k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
-    ts.op("q rope");
+    ts.op("q head norm + rope, ropes (concurrent)");
     ts.mark(&dsv4_gpu_profile::compress);
     // Indexer: scores of the finished entries, top-k into the compressed part of the key list.
     if (kind.indexer && ne > 0) {
@@ -211,13 +214,14 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::attn_out);
     // ---- MoE sublayer
-    k.hc_pre_finish(*cur, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff, u, G.ffn_norm);  // + ffn_norm
+    k.hc_pre_finish(*cur, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff, u, G.ffn_norm, false);  // + ffn_norm
     ts.op("hc_pre_finish + ffn_norm");
     ts.mark(&dsv4_gpu_profile::hc);
     route_config rc;
     rc.top_k = K;
     rc.route_scale = float(cf.route_scale);
     cur->begin_concurrent();
+    k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff);
     k.matmul(*cur, G.gate, u, 1, rlogits);
     if (G.shared_apart) {
       k.matmul(*cur, G.sh_gate, u, 1, sh_g);

@@ -245,7 +245,10 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       k.compress_pool(c, ps, g.kv, g.score, g.ratio == 4 ? B.win4 : B.win128, g.norm, rows(g.entries, ne0, ne1 - ne0, g.width));
     };
     c.begin_concurrent();
-    if (cf.per_head_q_norm) k.rmsnorm(c, B.q, view(), B.q, T * H, uint32_t(hd), eps);
+    if (cf.per_head_q_norm)  // the per-head norm and the rope of q in one dispatch
+      k.rmsnorm_rope(c, B.q, view(), B.q, T * H, uint32_t(hd), eps, cs_t, H, uint32_t(rd));
+    else
+      k.rope(c, B.q, cs_t, T, H, uint32_t(hd), uint32_t(rd), false);
     if (kind.indexer) k.rope(c, B.iq, cs_t, T, IH, IHD, uint32_t(rd), false);
     if (ne1 > ne0) {
       pool(G.comp);
@@ -253,7 +256,6 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     }
     c.end_concurrent();
     c.begin_concurrent();
-    k.rope(c, B.q, cs_t, T, H, uint32_t(hd), uint32_t(rd), false);
     if (ne1 > ne0) {
       const gpu::buffer& cs_e = kind.ratio == 4 ? cs_ent4 : cs_ent128;
       k.rope(c, rows(G.comp.entries, ne0, ne1 - ne0, G.comp.width), rows(cs_e, ne0, ne1 - ne0, rd),

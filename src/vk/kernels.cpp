@@ -569,6 +569,32 @@ void kernels::rmsnorm(commands& c, view x, view weight, view y, uint32_t rows, u
   detail::dispatch(c.impl(), p_->pipe("rmsnorm.comp", "", impl::wg_rows, 3, sizeof pc), b, &pc, sizeof pc, gx, gy);
 }
 
+void kernels::rmsnorm_rope(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps, view cs,
+                           uint32_t heads, uint32_t rope_dim) {
+  if (rope_dim == 0 || rope_dim % 2 || rope_dim > dim) throw usage_error("rmsnorm_rope: rope_dim must be even, <= dim");
+  if (heads == 0 || rows % heads) throw usage_error("rmsnorm_rope: rows must be a multiple of heads");
+  if (rows == 0) return;
+  const uint64_t bytes = uint64_t(rows) * dim * 4, cbytes = uint64_t(rows / heads) * rope_dim * 4;
+  need(x, bytes, "rmsnorm_rope", "x");
+  need(y, bytes, "rmsnorm_rope", "y");
+  need(cs, cbytes, "rmsnorm_rope", "cs");
+  if (weight) need(weight, uint64_t(dim) * 4, "rmsnorm_rope", "weight");
+  const bound xb = bind_range(p_->info, x, 0, bytes), yb = bind_range(p_->info, y, 0, bytes),
+              cb = bind_range(p_->info, cs, 0, cbytes);
+  const bound wb = weight ? bind_range(p_->info, weight, 0, uint64_t(dim) * 4) : bound{p_->dummy(), 0};
+  struct {
+    uint32_t rows, dim, xoff, woff, yoff, has_w;
+    float eps;
+    uint32_t pad, heads, rope_dim, csoff, pad1;
+  } pc{rows, dim, xb.residual / 4, wb.residual / 4, yb.residual / 4, weight ? 1u : 0u, eps, 0, heads, rope_dim,
+       cb.residual / 4, 0};
+  const binding b[4] = {xb.b, wb.b, yb.b, cb.b};
+  uint32_t gx, gy;
+  p_->grid(rows, gx, gy);
+  detail::dispatch(c.impl(), p_->pipe("rmsnorm.comp", "#define RMS_ROPE 1\n", impl::wg_rows, 4, sizeof pc), b, &pc,
+                   sizeof pc, gx, gy);
+}
+
 void kernels::rope(commands& c, view x, view cs, uint32_t rows, uint32_t heads, uint32_t head_dim, uint32_t rope_dim,
                    bool inverse) {
   if (rope_dim == 0 || rope_dim % 2 || rope_dim > head_dim) throw usage_error("rope: rope_dim must be even, <= head_dim");

@@ -98,10 +98,11 @@ bool sinkhorn_in_subgroup(const detail::op_env& e, const kernels::hc_shape& sh) 
 }
 
 /// fold_mode: 0 none, 1 the collapse with the weights of `fold` (coefficients as usual), 2 the collapse alone.
+/// part (mhc_finish.comp HC_PART): 0 everything, 1 all but the Sinkhorn, 2 the Sinkhorn alone (X, y unused).
 void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool head, view partials, view X, view base,
                 view scale, float head_scale, uint32_t tokens, view coeff, view y, view norm, int fold_mode = 0,
-                view fold = {}, uint32_t fold_stride = 0) {
-  const char* op = fold_mode == 2 ? "hc_fold" : head ? "hc_head_finish" : "hc_pre_finish";
+                view fold = {}, uint32_t fold_stride = 0, int part = 0) {
+  const char* op = part == 2 ? "hc_sinkhorn" : fold_mode == 2 ? "hc_fold" : head ? "hc_head_finish" : "hc_pre_finish";
   const bool coeffs = fold_mode != 2;
   const uint32_t rows = head ? sh.hc : (2 + sh.hc) * sh.hc;
   const uint64_t xbytes = uint64_t(tokens) * sh.hc * sh.d * 4;
@@ -113,8 +114,11 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
     if (!head) detail::need_view(scale, 12, op, "scale");
     detail::need_view(coeff, cbytes, op, "coeff");
   }
-  detail::need_view(X, xbytes, op, "X");
-  detail::need_view(y, uint64_t(tokens) * sh.d * 4, op, "y");
+  if (part == 2) X = y = coeff, norm = {};  // unread: bound to a valid buffer
+  if (part != 2) {
+    detail::need_view(X, xbytes, op, "X");
+    detail::need_view(y, uint64_t(tokens) * sh.d * 4, op, "y");
+  }
   if (norm) detail::need_view(norm, uint64_t(sh.d) * 4, op, "norm");
   const uint64_t fbytes = fold_mode ? (uint64_t(tokens - 1) * fold_stride + sh.hc) * 4 : 0;
   if (fold_mode) {
@@ -122,10 +126,11 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
     detail::need_view(fold, fbytes, op, "fold");
   }
   const detail::bound nb = e.bind(norm, uint64_t(sh.d) * 4), fdb = e.bind(fold_mode ? fold : view(), fbytes);
-  const detail::bound pb = e.bind(coeffs ? partials : view(), pbytes), xb = e.bind(X, xbytes),
+  const uint64_t xb_bytes = part == 2 ? 4 : xbytes, yb_bytes = part == 2 ? 4 : uint64_t(tokens) * sh.d * 4;
+  const detail::bound pb = e.bind(coeffs ? partials : view(), pbytes), xb = e.bind(X, xb_bytes),
                       bb = e.bind(coeffs ? base : view(), uint64_t(rows) * 4),
                       sb = e.bind(head || !coeffs ? view() : scale, 12), cb = e.bind(coeffs ? coeff : view(), cbytes),
-                      yb = e.bind(y, uint64_t(tokens) * sh.d * 4);
+                      yb = e.bind(y, yb_bytes);
   if (pb.residual % acc_bytes(e)) throw usage_error(std::string(op) + ": partials offset not a multiple of 8");
   finish_pc pc{tokens,
                sh.hc,
@@ -152,7 +157,8 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
   const std::string defs = detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_N", sh.hc) +
                            detail::def_u("HC_COLS", (sh.d + wg - 1) / wg) + "#define HC_HEAD " + (head ? "1" : "0") +
                            "\n#define HC_NORM " + (norm ? "1" : "0") + "\n" + "#define HC_FOLD " +
-                           std::to_string(fold_mode) + "\n#define HC_SG " + (sinkhorn_in_subgroup(e, sh) ? "1" : "0") + "\n";
+                           std::to_string(fold_mode) + "\n#define HC_SG " + (sinkhorn_in_subgroup(e, sh) ? "1" : "0") +
+                           "\n#define HC_PART " + std::to_string(part) + "\n";
   const uint32_t nbind = fold_mode ? 8 : norm ? 7 : 6;
   uint32_t gx, gy;
   e.grid(tokens, gx, gy);
@@ -175,19 +181,29 @@ void kernels::hc_mix(commands& c, const hc_shape& sh, view X, view fn, uint32_t 
 }
 
 void kernels::hc_pre_finish(commands& c, const hc_shape& sh, view partials, view X, view base, view scale,
-                            uint32_t tokens, view coeff, view y, view norm) {
+                            uint32_t tokens, view coeff, view y, view norm, bool sinkhorn) {
   check(sh, "hc_pre_finish");
   if (tokens == 0) return;
-  run_finish(detail::op_env_of(*p_), c, sh, false, partials, X, base, scale, 0.0f, tokens, coeff, y, norm);
+  run_finish(detail::op_env_of(*p_), c, sh, false, partials, X, base, scale, 0.0f, tokens, coeff, y, norm, 0, {}, 0,
+             sinkhorn ? 0 : 1);
+}
+
+void kernels::hc_sinkhorn(commands& c, const hc_shape& sh, view partials, view base, view scale, uint32_t tokens,
+                          view coeff) {
+  check(sh, "hc_sinkhorn");
+  if (tokens == 0) return;
+  run_finish(detail::op_env_of(*p_), c, sh, false, partials, view(), base, scale, 0.0f, tokens, coeff, view(), view(),
+             0, {}, 0, 2);
 }
 
 void kernels::hc_pre_finish_fold(commands& c, const hc_shape& sh, view partials, view X, view base, view scale,
-                                 uint32_t tokens, view coeff, view fold, uint32_t fold_stride, view y, view norm) {
+                                 uint32_t tokens, view coeff, view fold, uint32_t fold_stride, view y, view norm,
+                                 bool sinkhorn) {
   check(sh, "hc_pre_finish_fold");
   if (tokens == 0) return;
   if (!fold) throw usage_error("hc_pre_finish_fold: fold missing");
   run_finish(detail::op_env_of(*p_), c, sh, false, partials, X, base, scale, 0.0f, tokens, coeff, y, norm, 1, fold,
-             fold_stride);
+             fold_stride, sinkhorn ? 0 : 1);
 }
 
 void kernels::hc_fold(commands& c, const hc_shape& sh, view X, view fold, uint32_t fold_stride, uint32_t tokens,

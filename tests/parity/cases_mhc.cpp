@@ -221,6 +221,58 @@ std::string fused_norm_case(suite& s, uint64_t seed, bool head, uint32_t tokens,
   info = "bit-identical to the unfused rmsnorm";
   return {};
 }
+/// The Sinkhorn apart: hc_pre_finish(..., false) and hc_sinkhorn recorded concurrently (fold: with
+/// hc_pre_finish_fold) write, together, the coefficients and y of the whole hc_pre_finish bit for bit; and
+/// hc_pre_finish(..., false) alone leaves C as it was (poisoned), hc_sinkhorn alone leaves pre/post and y.
+std::string sinkhorn_apart_case(suite& s, uint64_t seed, bool fold, uint32_t tokens, uint32_t hc, uint32_t d,
+                                std::string& info) {
+  rng r(seed);
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d;
+  const uint32_t rows = (2 + hc) * hc, stride = hc + 1;
+  const std::vector<float> X = r.normal(uint64_t(tokens) * hc * d), fn = r.normal(uint64_t(rows) * hc * d, 0.02f),
+                           base = r.normal(rows, 0.1f), scale = {0.5f, 0.45f, 0.55f}, nw = r.normal(d, 0.1f),
+                           fw = r.normal(tokens * stride);
+  const gpu::buffer xb = upload(s.dev, X), fb = upload(s.dev, fn), bb = upload(s.dev, base),
+                    sb = upload(s.dev, scale), nb = upload(s.dev, nw), fdb = upload(s.dev, fw),
+                    pb = s.dev.alloc(s.kern.hc_partials_bytes(sh, tokens, rows));
+  const uint32_t per = gpu::kernels::hc_coeff_floats(hc);
+  const uint64_t cf = uint64_t(tokens) * per, yn = uint64_t(tokens) * d;
+  guarded c1(s.dev, cf * 4), c2(s.dev, cf * 4), c3(s.dev, cf * 4), y1(s.dev, yn * 4), y2(s.dev, yn * 4);
+  auto pre = [&](gpu::commands& c, const gpu::view& co, const gpu::view& y, bool sinkhorn) {
+    if (fold)
+      s.kern.hc_pre_finish_fold(c, sh, pb, xb, bb, sb, tokens, co, fdb, stride, y, nb, sinkhorn);
+    else
+      s.kern.hc_pre_finish(c, sh, pb, xb, bb, sb, tokens, co, y, nb, sinkhorn);
+  };
+  gpu::commands c = s.dev.begin();
+  s.kern.hc_mix(c, sh, xb, fb, rows, tokens, pb);
+  pre(c, c1.payload(), y1.payload(), true);
+  c.begin_concurrent();
+  pre(c, c2.payload(), y2.payload(), false);
+  s.kern.hc_sinkhorn(c, sh, pb, bb, sb, tokens, c2.payload());
+  c.end_concurrent();
+  s.kern.hc_sinkhorn(c, sh, pb, bb, sb, tokens, c3.payload());  // alone: C only
+  s.submit(c);
+  std::vector<float> a(cf), b(cf), b3(cf), ya(yn), yb(yn);
+  std::string why;
+  if (!c1.read(a.data(), why) || !c2.read(b.data(), why) || !c3.read(b3.data(), why) || !y1.read(ya.data(), why) ||
+      !y2.read(yb.data(), why))
+    return why;
+  if (std::memcmp(a.data(), b.data(), cf * 4)) return "coefficients differ from the whole hc_pre_finish's";
+  if (std::memcmp(ya.data(), yb.data(), yn * 4)) return "y differs from the whole hc_pre_finish's";
+  for (uint32_t t = 0; t < tokens; ++t)
+    for (uint32_t i = 0; i < per; ++i) {
+      const bool is_c = i >= 2 * hc;
+      const float v = b3[uint64_t(t) * per + i];
+      const bool poisoned = std::isnan(v);  // guarded buffers start poisoned with NaN
+      if (is_c == poisoned || (is_c && std::memcmp(&v, &a[uint64_t(t) * per + i], 4)))
+        return "hc_sinkhorn alone: coefficient " + std::to_string(i) + " of token " + std::to_string(t) +
+               (is_c ? " not the whole call's C" : " written (only C should be)");
+    }
+  info = "pre/post/y + C apart == the whole call, bit for bit";
+  return {};
+}
 /// V4.1's lagged collapse: hc_pre_finish_fold writes the coefficients hc_pre_finish writes (bit for bit) and
 /// collapses with the given weights; hc_fold's y == hc_pre_finish_fold's y (bit for bit), and without a norm ==
 /// ops_detail::hc_fold on the CPU within f32 rounding (bit-equal unless the device contracts into FMAs); the
@@ -305,6 +357,12 @@ void mhc_cases(suite& s) {
     s.run("hc_pre/post", "-", name, [=, &s](uint64_t seed, R& info) { return fused_norm_case(s, seed, false, tokens, hc, d, info); });
     s.run("hc_head", "-", name, [=, &s](uint64_t seed, R& info) { return fused_norm_case(s, seed, true, tokens, hc, d, info); });
   }
+  for (auto [tokens, hc, d] : {std::array<uint32_t, 3>{1, 4, 4096}, {3, 4, 300}, {2, 2, 64}})
+    for (bool fold : {false, true})
+      s.run("hc_pre/post", "-",
+            std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) + " Sinkhorn apart" +
+                (fold ? " (fold)" : ""),
+            [=, &s](uint64_t seed, R& info) { return sinkhorn_apart_case(s, seed, fold, tokens, hc, d, info); });
   auto chain = [&](uint32_t tokens, uint32_t hc, uint32_t d, uint32_t iters, const R& note) {
     s.run("hc_pre/post", "-",
           std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) + " iters " +

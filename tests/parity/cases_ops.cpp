@@ -72,6 +72,51 @@ std::string rope_case(suite& s, uint64_t seed, uint32_t rows, uint32_t heads, ui
   return verdict(compare(got.data(), ref.data(), got.size()), kNmse, info);
 }
 
+/// rmsnorm_rope (per-head norm + rope in one dispatch): bit-identical to rmsnorm then rope on the device (in place
+/// and out of place), and within kNmse of the float64 composition (ref::rmsnorm per head, then ref::rope).
+std::string rmsnorm_rope_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t heads, uint32_t dim, bool weighted,
+                              bool in_place, std::string& info) {
+  rng r(seed);
+  rope_config cfg;
+  cfg.base = 160000.0;
+  cfg.yarn = true;
+  const uint32_t rows = tokens * heads;
+  const std::vector<float> x = r.normal(uint64_t(rows) * dim, 3.0f), w = r.normal(dim, 0.5f);
+  const rope_table table(cfg);
+  std::vector<int64_t> pos(tokens);
+  std::vector<float> cs(uint64_t(tokens) * cfg.dim);
+  std::vector<double> row_cs(cfg.dim);
+  for (uint32_t t = 0; t < tokens; ++t) {
+    pos[t] = int64_t(r.below(70000));
+    table.rotation(pos[t], row_cs);
+    for (uint32_t j = 0; j < cfg.dim; ++j) cs[uint64_t(t) * cfg.dim + j] = float(row_cs[j]);
+  }
+  const gpu::buffer xb = upload(s.dev, x), wb = upload(s.dev, w), cb = upload(s.dev, cs);
+  const gpu::view wv = weighted ? gpu::view(wb) : gpu::view();
+  guarded y(s.dev, x.size() * 4), y2(s.dev, x.size() * 4);
+  if (in_place) s.dev.upload(y.payload(), x);
+  gpu::commands c = s.dev.begin();
+  s.kern.rmsnorm_rope(c, in_place ? y.payload() : gpu::view(xb), wv, y.payload(), rows, dim, 1e-6f, cb, heads, cfg.dim);
+  s.kern.rmsnorm(c, xb, wv, y2.payload(), rows, dim, 1e-6f);
+  s.kern.rope(c, y2.payload(), cb, tokens, heads, dim, cfg.dim, false);
+  s.submit(c);
+  std::vector<float> got(x.size()), two(x.size());
+  if (auto why = read_floats(y, got); !why.empty()) return why;
+  if (auto why = read_floats(y2, two); !why.empty()) return why;
+  if (std::memcmp(got.data(), two.data(), got.size() * 4))
+    return "not bit-identical to rmsnorm then rope on the device";
+  std::vector<double> ref;
+  for (uint32_t i = 0; i < rows; ++i) {
+    const std::vector<float> row(x.begin() + std::ptrdiff_t(i) * dim, x.begin() + std::ptrdiff_t(i + 1) * dim);
+    const std::vector<double> o = ref::rmsnorm(row, weighted ? w.data() : nullptr, 1e-6f);
+    ref.insert(ref.end(), o.begin(), o.end());
+  }
+  const std::vector<double> f = ref::rope_freqs(cfg.dim, cfg.base, cfg.yarn, cfg.factor, cfg.original, cfg.beta_fast,
+                                                cfg.beta_slow);
+  for (uint32_t i = 0; i < rows; ++i) ref::rope(ref, uint64_t(i) * dim + (dim - cfg.dim), pos[i / heads], f, false);
+  return verdict(compare(got.data(), ref.data(), got.size()), kNmse, info);
+}
+
 enum class sink_mode { per_row, none, masked_rows };
 
 std::string softmax_case(suite& s, uint64_t seed, uint32_t rows, uint32_t n, sink_mode mode, float mask, bool in_place,
@@ -188,6 +233,12 @@ void op_cases(suite& s) {
   });
   s.run("rope", "-", "2x8x128 pos 0 (identity)", [=, &s](uint64_t seed, R& info) {
     return rope_case(s, seed, 2, 8, 128, yarn, 0, false, info);
+  });
+  s.run("rmsnorm_rope", "-", "1x64x512 rope 64, in place (V4's q heads)", [=, &s](uint64_t seed, R& info) {
+    return rmsnorm_rope_case(s, seed, 1, 64, 512, false, true, info);
+  });
+  s.run("rmsnorm_rope", "-", "3x5x200 rope 64 weight", [=, &s](uint64_t seed, R& info) {
+    return rmsnorm_rope_case(s, seed, 3, 5, 200, true, false, info);
   });
 
   auto sm = [&](uint32_t rows, uint32_t n, sink_mode m, float mask, bool inplace, const R& note) {

@@ -184,6 +184,10 @@ class kernels {
 
   /// y[r] = x[r] · rsqrt(mean(x[r]²) + eps) [· weight] for rows r of `dim` floats (rmsnorm / rmsnorm_heads).
   void rmsnorm(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps);
+  /// rmsnorm, then rope of each row's last rope_dim channels, in one dispatch with the values of the two: rows are
+  /// the heads of tokens (row r: head r % heads of token r / heads, rotated by cs [tokens, rope_dim]).
+  void rmsnorm_rope(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps, view cs,
+                    uint32_t heads, uint32_t rope_dim);
   /// In place: rotates the last rope_dim channels of every head of x [rows, heads, head_dim] by adjacent pairs
   /// with cs [rows, rope_dim] (cos, sin interleaved: rope_table::rotation of each row's position).
   void rope(commands& c, view x, view cs, uint32_t rows, uint32_t heads, uint32_t head_dim, uint32_t rope_dim,
@@ -274,14 +278,21 @@ class kernels {
   /// the collapse y [tokens, d] = Σ_j pre[j]·X[j]. base [(2+hc)·hc], scale [3]. One workgroup per token.
   /// norm [d] (optional): y ← rmsnorm(y, norm, sh.norm_eps) in the same dispatch, bit-identical to a following
   /// rmsnorm(y, norm, y, tokens, d, sh.norm_eps) (the sublayer's input norm without its own dispatch).
+  /// sinkhorn = false: C is left to hc_sinkhorn (the collapse needs only pre).
   void hc_pre_finish(commands& c, const hc_shape& sh, view partials, view X, view base, view scale, uint32_t tokens,
-                     view coeff, view y, view norm = {});
+                     view coeff, view y, view norm = {}, bool sinkhorn = true);
+  /// The Sinkhorn C of hc_pre_finish alone (the C part of coeff, bit-identical): with hc_pre_finish(..., false) on
+  /// the same partials, off the critical path — e.g. in a concurrent group with the next projections; nothing may
+  /// overwrite partials before it ran, and hc_post reads the C it writes.
+  void hc_sinkhorn(commands& c, const hc_shape& sh, view partials, view base, view scale, uint32_t tokens,
+                   view coeff);
   /// V4.1's one-sublayer lag (dsv4-architecture.md §4.1): hc_pre_finish whose collapse uses the weights fold
   /// [tokens, fold_stride] (the first hc floats of each row; the previous sublayer's pre) instead of this
   /// sublayer's own: y = Σ_j fold[j]·X[j] (+ norm). coeff is written as hc_pre_finish writes it (its pre is the
   /// next sublayer's fold). fold must not overlap coeff.
   void hc_pre_finish_fold(commands& c, const hc_shape& sh, view partials, view X, view base, view scale,
-                          uint32_t tokens, view coeff, view fold, uint32_t fold_stride, view y, view norm = {});
+                          uint32_t tokens, view coeff, view fold, uint32_t fold_stride, view y, view norm = {},
+                          bool sinkhorn = true);
   /// The collapse alone: y [tokens, d] = Σ_j fold[j]·X[j] in f32, j ascending (ops_detail::hc_fold), then the
   /// optional RMSNorm by norm (eps sh.norm_eps) — V4.1's final collapse with the last FFN's pre.
   void hc_fold(commands& c, const hc_shape& sh, view X, view fold, uint32_t fold_stride, uint32_t tokens, view y,
