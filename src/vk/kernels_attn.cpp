@@ -156,14 +156,23 @@ void kernels::index_score(commands& c, const index_shape& sh, view q, view keys,
   detail::need_view(score, ob, op, "score");
   const detail::bound b_q = e.bind(q, qb), b_k = e.bind(keys, kb), b_w = e.bind(w, wb), b_c = e.bind(counts, cb),
                       b_o = e.bind(score, ob);
-  // 16 invocations per key (heads split): a decode step's few keys and a long context's thousands both fill the GPU.
-  const uint32_t wg = detail::op_env::wg, hsplit = 16, tiles = (sh.n + wg / hsplit - 1) / (wg / hsplit);
+  // 16 invocations per key (heads split, the q rows staged IX_QB heads at a time). Up to 2048 keys (a decode
+  // step at short and middle context) up to 64 invocations per key with every head's q staged at once (where the
+  // shared memory holds it): 4x the workgroups and a quarter of each invocation's chain of dependent FMAs.
+  const uint32_t wg = detail::op_env::wg;
+  uint32_t hsplit = 16, qheads = std::max<uint32_t>(1, index_q_floats / sh.head_dim);
+  if (sh.n <= 2048) {
+    const uint64_t room = e.info.max_shared_memory > 4096 ? e.info.max_shared_memory - 4096 : 0;
+    qheads = std::max<uint32_t>(qheads, uint32_t(std::min<uint64_t>(sh.heads, room / (uint64_t(sh.head_dim) * 4))));
+    while (hsplit * 2 <= 64 && hsplit * 2 <= qheads && hsplit < sh.heads) hsplit *= 2;
+  }
+  const uint32_t tiles = (sh.n + wg / hsplit - 1) / (wg / hsplit);
   const uint32_t pc[12] = {sh.rows,          sh.heads,         sh.n,
                            tiles,            b_q.residual / 4, b_k.residual / 4,
                            b_w.residual / 4, b_c.residual / 4, counts ? 1u : 0u,
                            b_o.residual / 4, 0,                0};
   const std::string defs = detail::def_u("IX_HD", sh.head_dim) +
-                           detail::def_u("IX_QB", std::max<uint32_t>(1, index_q_floats / sh.head_dim)) +
+                           detail::def_u("IX_QB", qheads) +
                            detail::def_u("IX_HS", hsplit);
   const detail::binding b[5] = {b_q.b, b_k.b, b_w.b, b_c.b, b_o.b};
   uint32_t gx, gy;

@@ -587,6 +587,7 @@ void attn_cases(suite& s) {
     s.run("index_score", "-", name, [=, &s](uint64_t seed, R& info) { return index_case(s, seed, x, info); });
   };
   ix("V4 decode 1x64x128 n 4096 top-512", {1, 64, 128, 4096, 512, false});
+  ix("V4 decode 1x64x128 n 45 top-512 (short context: every head staged)", {1, 64, 128, 45, 512, false});
   ix("V4.1 prefill 3x32x128 n 1000 top-512 ragged counts", {3, 32, 128, 1000, 512, true});
   ix("ragged 5x3x64 n 37 top-8 counts incl. 0 and 1", {5, 3, 64, 37, 8, true});
   ix("head_dim 96 2x20x96 n 300 top-16", {2, 20, 96, 300, 16, false});
