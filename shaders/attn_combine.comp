@@ -11,11 +11,20 @@
 
 layout(push_constant) uniform combine_pc {
   uint rows, heads, splits, xoff;
-  uint soff, has_sink, ooff;
+  uint soff, has_sink, ooff, csoff;
 } pc;
 layout(std430, binding = 0) readonly buffer X { float xs[]; };
 layout(std430, binding = 1) readonly buffer S { float sinks[]; };
 layout(std430, binding = 2) writeonly buffer O { float os[]; };
+#ifndef ATT_IROPE
+#define ATT_IROPE 0
+#endif
+#if ATT_IROPE
+// ATT_IROPE: the inverse rope of the output's tail (common/att_irope.glsl), the head staged in o_s
+layout(std430, binding = 3) readonly buffer CS { float cs_rows[]; };
+#include "common/att_irope.glsl"
+shared float o_s[ATT_HD];
+#endif
 
 // max that never lets a NaN win (as the CPU's `a > m ? a : m`)
 float max_nf(float a, float b) { return a > b ? a : b; }
@@ -42,8 +51,20 @@ void main() {
   }
   const float inv = d > 0.0 ? 1.0 / d : 0.0;
   const bool bad = isnan(d);
+#if ATT_IROPE
+  [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    if (c < ATT_HD) o_s[c] = bad ? d : acc[i] * inv;
+  }
+  barrier();
+  [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    if (c < ATT_HD) os[pc.ooff + rh * ATT_HD + c] = att_irope(o_s[c], o_s[c ^ 1u], c, rh / pc.heads, pc.csoff);
+  }
+#else
   [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
     const uint c = lid + i * WG_SIZE;
     if (c < ATT_HD) os[pc.ooff + rh * ATT_HD + c] = bad ? d : acc[i] * inv;
   }
+#endif
 }

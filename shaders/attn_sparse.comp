@@ -24,7 +24,7 @@ layout(push_constant) uniform attn_pc {
   uint boff, ioff, soff, has_sink;
   uint ooff;
   float scale;
-  uint splits, split_keys, xoff;
+  uint splits, split_keys, xoff, csoff;
 } pc;
 layout(std430, binding = 0) readonly buffer Q { float qs[]; };
 layout(std430, binding = 1) readonly buffer KA { float kva[]; };
@@ -33,6 +33,13 @@ layout(std430, binding = 3) readonly buffer I { int idx[]; };
 layout(std430, binding = 4) readonly buffer S { float sinks[]; };
 layout(std430, binding = 5) writeonly buffer O { float os[]; };
 layout(std430, binding = 6) writeonly buffer X { float xs[]; };
+#ifndef ATT_IROPE
+#define ATT_IROPE 0
+#endif
+#if ATT_IROPE
+layout(std430, binding = 7) readonly buffer CS { float cs_rows[]; };
+#include "common/att_irope.glsl"
+#endif
 
 const uint G = WG_SIZE / ATT_KT;  // invocations per key in (A)
 const int MASKED = -1, INVALID = -2;
@@ -167,6 +174,11 @@ void main() {
     }
     return;
   }
+#if ATT_IROPE
+  // the output through q_s (no longer read: every invocation passed the last tile's barriers), so that the
+  // inverse rope can pair each channel with its neighbour
+  barrier();
+#endif
   [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
     if (h0 + h >= pc.heads) break;
     const float d = d_s[h];
@@ -174,8 +186,24 @@ void main() {
     const bool bad = isnan(d);
     [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
       const uint c = lid + i * WG_SIZE;
+#if ATT_IROPE
+      if (c < ATT_HD) q_s[h * ATT_HD + c] = bad ? d : acc[h][i] * inv;
+#else
       if (c < ATT_HD)
         os[pc.ooff + (row * pc.heads + h0 + h) * ATT_HD + c] = bad ? d : acc[h][i] * inv;
+#endif
     }
   }
+#if ATT_IROPE
+  barrier();
+  [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
+    if (h0 + h >= pc.heads) break;
+    [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+      const uint c = lid + i * WG_SIZE;
+      if (c < ATT_HD)
+        os[pc.ooff + (row * pc.heads + h0 + h) * ATT_HD + c] =
+            att_irope(q_s[h * ATT_HD + c], q_s[h * ATT_HD + (c ^ 1u)], c, row, pc.csoff);
+    }
+  }
+#endif
 }

@@ -118,20 +118,23 @@ void main() {
 #else
   const ACC s0 = ACC(scale[pc.soff]), s1 = ACC(scale[pc.soff + 1u]), s2 = ACC(scale[pc.soff + 2u]);
   if (HC_COLLAPSE && lid < hc) {
-    const float p = float(sigm(m[lid] * rs * s0 + ACC(base[pc.boff + lid])) + eps);
+    precise const ACC zp = m[lid] * rs * s0 + ACC(base[pc.boff + lid]);
+    precise const ACC zq = m[hc + lid] * rs * s1 + ACC(base[pc.boff + hc + lid]);
+    const float p = float(sigm(zp) + eps);
 #if HC_FOLD
     pre_s[lid] = fold[pc.foldoff + t * pc.fstride + lid];
 #else
     pre_s[lid] = p;
 #endif
     coeff[cb + lid] = p;
-    coeff[cb + hc + lid] = float(ACC(2) * sigm(m[hc + lid] * rs * s1 + ACC(base[pc.boff + hc + lid])));
+    coeff[cb + hc + lid] = float(ACC(2) * sigm(zq));
   }
 #if HC_SINKHORN
   const bool own = lid < hc * hc;
   const uint j = own ? lid / hc : 0u, k = own ? lid % hc : 0u;
-  ACC v = ACC(0);
-  if (own) v = m[2u * hc + lid] * rs * s2 + ACC(base[pc.boff + 2u * hc + lid]);
+  precise ACC v = ACC(0);
+  precise const ACC vz = m[2u * hc + (own ? lid : 0u)] * rs * s2 + ACC(base[pc.boff + 2u * hc + (own ? lid : 0u)]);
+  if (own) v = vz;
 #if HC_SG
   // The Sinkhorn in subgroup 0 (hc·hc ≤ the subgroup size): lane sl of it owns C entry sl, reads its row's /
   // column's values through shuffles and adds them in the serial order (q = 0 … hc−1), so the result is the
@@ -142,13 +145,13 @@ void main() {
     const uint sl = gl_SubgroupInvocationID;
     const bool sown = sl < hc * hc;
     const uint sj = sown ? sl / hc : 0u, sk = sown ? sl % hc : 0u, rb = sj * hc;
-    ACC w = m[2u * hc + (sown ? sl : 0u)] * rs * s2 + ACC(base[pc.boff + 2u * hc + (sown ? sl : 0u)]);
+    precise ACC w = m[2u * hc + (sown ? sl : 0u)] * rs * s2 + ACC(base[pc.boff + 2u * hc + (sown ? sl : 0u)]);
     ACC mx = ACC(-F32_INF);
     for (uint q = 0u; q < HC_N; ++q) mx = max(mx, shf(w, rb + q));
     w = EXP(w - mx);
     ACC sum = ACC(0);
     for (uint q = 0u; q < HC_N; ++q) sum += shf(w, rb + q);
-    w = w / sum + eps;
+    w = w / sum + eps;  // precise (w is)
     for (uint it = 0u; it < max(pc.iters, 1u); ++it) {
       if (it > 0u) {  // row pass (not before the first column pass)
         ACC sr = ACC(0);

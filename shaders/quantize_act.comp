@@ -7,6 +7,9 @@
 // the quantisation of h are one dispatch; the f32 h is never stored. Defines then: MOE_TOPK, MOE_SHARED, MOE_LIMIT.
 #include "common/base.glsl"
 #include "common/act_q8.glsl"
+#ifndef ACT_SWIGLU
+#define ACT_SWIGLU 0
+#endif
 
 layout(std430, binding = 0) readonly buffer X { float xs[]; };
 layout(std430, binding = 1) writeonly buffer QW { uint qw[]; };

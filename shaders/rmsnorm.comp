@@ -42,11 +42,14 @@ void main() {
   const uint t0 = pc.dim - pc.rope_dim, cb = pc.csoff + (row / pc.heads) * pc.rope_dim;
 #endif
   for (uint i = lid; i < pc.dim; i += WG_SIZE) {
+#if RMS_ROPE
+    // the pair's second channel is written with the first (and not read here: in place, the first writes it)
+    if (i >= t0 && ((i - t0) & 1u) != 0u) continue;
+#endif
     const ACC v = ACC(xs[xb + i]) * r;
     const float y = pc.has_w != 0u ? float(v * ACC(ws[pc.woff + i])) : float(v);
 #if RMS_ROPE
     if (i >= t0) {
-      if (((i - t0) & 1u) != 0u) continue;  // the pair's second channel: written with the first
       const ACC v1 = ACC(xs[xb + i + 1u]) * r;
       const float y1 = pc.has_w != 0u ? float(v1 * ACC(ws[pc.woff + i + 1u])) : float(v1);
       const vec2 p = rope_pair(y, y1, cs[cb + i - t0], cs[cb + i - t0 + 1u]);

@@ -191,19 +191,19 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
       }
       ts.mark(&gpu_graph_profile::index);
     }
-    // ---- sparse attention with sink over [KV source's entries | window], inverse rope
+    // ---- sparse attention with sink over [KV source's entries | window], the inverse rope in its write
     gpu::kernels::attn_shape as;
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
+    as.inv_rope_dim = uint32_t(rd);
     if (r) {
       as.keys = uint32_t(W + TK), as.kv_a_rows = uint32_t(ent_cap), as.kv_b_rows = uint32_t(W);
       k.sparse_attention(*cur, as, q, layers.at(size_t(P.kv_from)).entries, G.ring, layers.at(size_t(P.topk_from)).idx,
-                         G.sink, o, attn_x);
+                         G.sink, o, attn_x, cs_t);
     } else {
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(W), as.kv_b_rows = 0;
-      k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x);
+      k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x, cs_t);
     }
-    ts.op("sparse_attention");
-    k.rope(*cur, o, cs_t, 1, H, uint32_t(hd), uint32_t(rd), true);
+    ts.op("sparse_attention + o inverse rope");
     ts.mark(&gpu_graph_profile::attn_core);
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
     cur->begin_concurrent();

@@ -185,20 +185,19 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       ts.op("topk");
       ts.mark(&dsv4_gpu_profile::index);
     }
-    // Sparse attention with sink over [window | compressed], inverse rope of the output's tail.
+    // Sparse attention with sink over [window | compressed], the inverse rope of the output's tail in its write.
     gpu::kernels::attn_shape as;
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
+    as.inv_rope_dim = uint32_t(rd);
     if (kind.ratio) {
       as.keys = uint32_t(W + (kind.indexer ? cf.index_topk : ne));
       as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(R);
-      k.sparse_attention(*cur, as, q, G.comp.entries, G.ring, G.idx, G.sink, o, attn_x);
+      k.sparse_attention(*cur, as, q, G.comp.entries, G.ring, G.idx, G.sink, o, attn_x, cs_t);
     } else {
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(R), as.kv_b_rows = 0;
-      k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x);
+      k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x, cs_t);
     }
-    ts.op("sparse_attention");
-    k.rope(*cur, o, cs_t, 1, H, uint32_t(hd), uint32_t(rd), true);
-    ts.op("o inverse rope");
+    ts.op("sparse_attention + o inverse rope");
     ts.mark(&dsv4_gpu_profile::attn_core);
     // Grouped output projection: z_g = wo_a[g] · o_g, then wo_b · z.
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;

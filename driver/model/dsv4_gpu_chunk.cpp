@@ -280,20 +280,21 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       const uint64_t kb = uint64_t(T) * (W + TK) * 4;
       c.copy(view(B.idx_csa, 0, kb), view(tr_keys, uint64_t(l) * kb, kb), kb);
     }
-    // sparse attention with sink over each row's [window | compressed] keys, inverse rope of the output's tail
+    // sparse attention with sink over each row's [window | compressed] keys, the inverse rope of the output's tail
+    // in its write
     gpu::kernels::attn_shape as;
     as.rows = T, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
+    as.inv_rope_dim = uint32_t(rd);
     if (kind.ratio) {
       as.keys = uint32_t(kind.indexer ? W + TK : hca_keys);
       as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(R);
       k.sparse_attention(c, as, B.q, G.comp.entries, G.ring, kind.indexer ? B.idx_csa : view(B.idx_hca, 0, uint64_t(T) * hca_keys * 4),
-                         G.sink, B.o, B.attn_x);
+                         G.sink, B.o, B.attn_x, cs_t);
     } else {
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(R), as.kv_b_rows = 0;
-      k.sparse_attention(c, as, B.q, G.ring, view(), B.idx_swa, G.sink, B.o, B.attn_x);
+      k.sparse_attention(c, as, B.q, G.ring, view(), B.idx_swa, G.sink, B.o, B.attn_x, cs_t);
     }
     stamp("sparse_attention");
-    k.rope(c, B.o, cs_t, T, H, uint32_t(hd), uint32_t(rd), true);
     // grouped output projection over the chunk: z[t, g] = wo_a[g] · o[t, g], then wo_b · z
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
     c.begin_concurrent();

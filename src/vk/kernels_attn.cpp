@@ -51,7 +51,7 @@ uint64_t kernels::attn_scratch_floats(const attn_shape& sh) {
 }
 
 void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
-                               view o, view scratch) {
+                               view o, view scratch, view inv_rope_cs) {
   const char* op = "sparse_attention";
   if (sh.head_dim == 0 || sh.head_dim > attn_max_head_dim)
     throw usage_error(std::string(op) + ": head_dim must be in [1, " + std::to_string(attn_max_head_dim) + "]");
@@ -71,6 +71,13 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   if (sinks) detail::need_view(sinks, uint64_t(sh.heads) * 4, op, "sinks");
   detail::need_view(o, qb, op, "o");
   if (xb) detail::need_view(scratch, xb, op, "scratch");  // the shape's bound, whatever this call's split count
+  const uint32_t ir = sh.inv_rope_dim;
+  const uint64_t csb = uint64_t(sh.rows) * ir * 4;
+  if (ir) {
+    if (ir % 2 || ir > sh.head_dim) throw usage_error(std::string(op) + ": inv_rope_dim must be even, <= head_dim");
+    detail::need_view(inv_rope_cs, csb, op, "inv_rope_cs");
+  }
+  const detail::bound b_cs = e.bind(ir ? inv_rope_cs : view(), ir ? csb : 4);
   const bool split = pl.splits > 1;
   if (split && c.in_concurrent())
     throw usage_error(std::string(op) + ": a split shape is two dependent dispatches: not inside begin_concurrent");
@@ -81,28 +88,33 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   struct {
     uint32_t rows, heads, keys, ka, kb, nhb, qoff, aoff, boff, ioff, soff, has_sink, ooff;
     float scale;
-    uint32_t splits, split_keys, xoff;
+    uint32_t splits, split_keys, xoff, csoff;
   } pc{sh.rows,          sh.heads,          sh.keys,           sh.kv_a_rows,     sh.kv_b_rows,
        pl.nhb,           b_q.residual / 4,  b_a.residual / 4,  b_b.residual / 4, b_i.residual / 4,
        b_s.residual / 4, sinks ? 1u : 0u,   b_o.residual / 4,  sh.scale,         pl.splits,
-       pl.split_tiles * attn_keys_per_tile, b_x.residual / 4};
+       pl.split_tiles * attn_keys_per_tile, b_x.residual / 4,  b_cs.residual / 4};
   const uint32_t wg = detail::op_env::wg, opt = (sh.head_dim + wg - 1) / wg;
+  const std::string ir_def = "#define ATT_IROPE " + std::to_string(ir) + "\n";  // used in #if: no u suffix
   const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_HB", attn_heads_per_wg) +
-                           detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt);
-  const detail::binding b[7] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b, b_x.b};
+                           detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt) + ir_def;
+  const detail::binding b[8] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b, b_x.b, b_cs.b};
+  const uint32_t nb = ir ? 8 : 7;
   uint32_t gx, gy;
   e.grid(uint64_t(sh.rows) * pl.nhb * pl.splits, gx, gy);
-  detail::dispatch(c.impl(), e.pipe("attn_sparse.comp", defs, wg, 7, sizeof pc), b, &pc, sizeof pc, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("attn_sparse.comp", defs, wg, nb, sizeof pc),
+                   std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
   if (!split) return;
   // Combine the splits of each (row, head) with the sink (shaders/attn_combine.comp).
-  const uint32_t cpc[7] = {sh.rows, sh.heads, pl.splits, b_x.residual / 4, b_s.residual / 4, sinks ? 1u : 0u,
-                           b_o.residual / 4};
-  const detail::binding cb[3] = {b_x.b, b_s.b, b_o.b};
+  const uint32_t cpc[8] = {sh.rows,          sh.heads,        pl.splits, b_x.residual / 4, b_s.residual / 4,
+                           sinks ? 1u : 0u,  b_o.residual / 4, b_cs.residual / 4};
+  const detail::binding cb[4] = {b_x.b, b_s.b, b_o.b, b_cs.b};
+  const uint32_t ncb = ir ? 4 : 3;
   e.grid(uint64_t(sh.rows) * sh.heads, gx, gy);
   detail::dispatch(c.impl(),
-                   e.pipe("attn_combine.comp", detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_OPT", opt),
-                          wg, 3, sizeof cpc),
-                   cb, cpc, sizeof cpc, gx, gy);
+                   e.pipe("attn_combine.comp",
+                          detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_OPT", opt) + ir_def, wg, ncb,
+                          sizeof cpc),
+                   std::span<const detail::binding>(cb, ncb), cpc, sizeof cpc, gx, gy);
 }
 
 void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out) {
@@ -162,8 +174,10 @@ void kernels::index_score(commands& c, const index_shape& sh, view q, view keys,
   const uint32_t wg = detail::op_env::wg;
   uint32_t hsplit = 16, qheads = std::max<uint32_t>(1, index_q_floats / sh.head_dim);
   if (sh.n <= 2048) {
-    const uint64_t room = e.info.max_shared_memory > 4096 ? e.info.max_shared_memory - 4096 : 0;
-    qheads = std::max<uint32_t>(qheads, uint32_t(std::min<uint64_t>(sh.heads, room / (uint64_t(sh.head_dim) * 4))));
+    // attn_index.comp's shared memory: q_s [IX_QB · head_dim] and w_s [IX_QB] floats, part_s [WG] ACC
+    const uint64_t fixed = uint64_t(wg) * (e.info.float64 ? 8 : 4) + 1024;
+    const uint64_t room = e.info.max_shared_memory > fixed ? e.info.max_shared_memory - fixed : 0;
+    qheads = std::max<uint32_t>(qheads, uint32_t(std::min<uint64_t>(sh.heads, room / ((uint64_t(sh.head_dim) + 1) * 4))));
     while (hsplit * 2 <= 64 && hsplit * 2 <= qheads && hsplit < sh.heads) hsplit *= 2;
   }
   const uint32_t tiles = (sh.n + wg / hsplit - 1) / (wg / hsplit);

@@ -102,10 +102,11 @@ void attn_reference(const std::vector<float>& q, uint32_t rows, uint32_t H, uint
 /// sparse_attention with its scratch (attn_scratch_floats; a guarded buffer, poisoned: a read of an unwritten
 /// split would surface as NaN) recorded into c; returns the scratch (empty when the shape needs none).
 std::unique_ptr<guarded> attn_record(suite& s, gpu::commands& c, const gpu::kernels::attn_shape& sh, gpu::view q,
-                                     gpu::view kv_a, gpu::view kv_b, gpu::view idx, gpu::view sinks, gpu::view o) {
+                                     gpu::view kv_a, gpu::view kv_b, gpu::view idx, gpu::view sinks, gpu::view o,
+                                     gpu::view inv_rope_cs = {}) {
   const uint64_t xf = gpu::kernels::attn_scratch_floats(sh);
   std::unique_ptr<guarded> x = xf ? std::make_unique<guarded>(s.dev, xf * 4) : nullptr;
-  s.kern.sparse_attention(c, sh, q, kv_a, kv_b, idx, sinks, o, x ? x->payload() : gpu::view());
+  s.kern.sparse_attention(c, sh, q, kv_a, kv_b, idx, sinks, o, x ? x->payload() : gpu::view(), inv_rope_cs);
   return x;
 }
 
@@ -187,10 +188,20 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   const auto xg = attn_record(s, c, sh, qb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib,
                               a.sink ? gpu::view(sb) : gpu::view(), og.payload());
   s.kern.rope(c, og.payload(), cb, rows, H, hd, a.rd, true);
+  // the same with the inverse rope in the attention's write (attn_shape::inv_rope_dim): bit-identical
+  guarded og2(s.dev, q.size() * 4);
+  gpu::kernels::attn_shape sh2 = sh;
+  sh2.inv_rope_dim = a.rd;
+  const auto xg2 = attn_record(s, c, sh2, qb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib,
+                               a.sink ? gpu::view(sb) : gpu::view(), og2.payload(), cb);
   s.submit(c);
-  std::vector<float> got(q.size());
+  std::vector<float> got(q.size()), fused(q.size());
   if (auto why = read_all(og, got); !why.empty()) return why;
+  if (auto why = read_all(og2, fused); !why.empty()) return "fused inverse rope: " + why;
   if (auto why = scratch_intact(xg, gpu::kernels::attn_scratch_floats(sh)); !why.empty()) return why;
+  if (auto why = scratch_intact(xg2, gpu::kernels::attn_scratch_floats(sh2)); !why.empty()) return why;
+  if (std::memcmp(got.data(), fused.data(), got.size() * 4))
+    return "the inverse rope in the attention's write differs from attention then rope";
 
   // CPU ops (the loop of dsv4_attention.cpp) and float64, then the inverse rope of each head's tail
   std::vector<float> cpu;

@@ -238,7 +238,8 @@ std::string sinkhorn_apart_case(suite& s, uint64_t seed, bool fold, uint32_t tok
                     pb = s.dev.alloc(s.kern.hc_partials_bytes(sh, tokens, rows));
   const uint32_t per = gpu::kernels::hc_coeff_floats(hc);
   const uint64_t cf = uint64_t(tokens) * per, yn = uint64_t(tokens) * d;
-  guarded c1(s.dev, cf * 4), c2(s.dev, cf * 4), c3(s.dev, cf * 4), y1(s.dev, yn * 4), y2(s.dev, yn * 4);
+  guarded c1(s.dev, cf * 4), c2(s.dev, cf * 4), c3(s.dev, cf * 4), c4(s.dev, cf * 4), y1(s.dev, yn * 4),
+      y2(s.dev, yn * 4), y4(s.dev, yn * 4);
   auto pre = [&](gpu::commands& c, const gpu::view& co, const gpu::view& y, bool sinkhorn) {
     if (fold)
       s.kern.hc_pre_finish_fold(c, sh, pb, xb, bb, sb, tokens, co, fdb, stride, y, nb, sinkhorn);
@@ -253,22 +254,29 @@ std::string sinkhorn_apart_case(suite& s, uint64_t seed, bool fold, uint32_t tok
   s.kern.hc_sinkhorn(c, sh, pb, bb, sb, tokens, c2.payload());
   c.end_concurrent();
   s.kern.hc_sinkhorn(c, sh, pb, bb, sb, tokens, c3.payload());  // alone: C only
+  pre(c, c4.payload(), y4.payload(), false);                     // alone: all but C
   s.submit(c);
-  std::vector<float> a(cf), b(cf), b3(cf), ya(yn), yb(yn);
+  std::vector<float> a(cf), b(cf), b3(cf), b4(cf), ya(yn), yb(yn), y4v(yn);
   std::string why;
-  if (!c1.read(a.data(), why) || !c2.read(b.data(), why) || !c3.read(b3.data(), why) || !y1.read(ya.data(), why) ||
-      !y2.read(yb.data(), why))
+  if (!c1.read(a.data(), why) || !c2.read(b.data(), why) || !c3.read(b3.data(), why) || !c4.read(b4.data(), why) ||
+      !y1.read(ya.data(), why) || !y2.read(yb.data(), why) || !y4.read(y4v.data(), why))
     return why;
   if (std::memcmp(a.data(), b.data(), cf * 4)) return "coefficients differ from the whole hc_pre_finish's";
   if (std::memcmp(ya.data(), yb.data(), yn * 4)) return "y differs from the whole hc_pre_finish's";
+  if (std::memcmp(ya.data(), y4v.data(), yn * 4)) return "y of the part without the Sinkhorn differs";
+  // each half alone writes only its own coefficients (guarded buffers start poisoned with NaN): C for
+  // hc_sinkhorn, pre and post for hc_pre_finish(..., false) — so the two never write the same memory
   for (uint32_t t = 0; t < tokens; ++t)
     for (uint32_t i = 0; i < per; ++i) {
       const bool is_c = i >= 2 * hc;
-      const float v = b3[uint64_t(t) * per + i];
-      const bool poisoned = std::isnan(v);  // guarded buffers start poisoned with NaN
-      if (is_c == poisoned || (is_c && std::memcmp(&v, &a[uint64_t(t) * per + i], 4)))
+      const uint64_t at = uint64_t(t) * per + i;
+      const float v3 = b3[at], v4 = b4[at];
+      if (is_c == std::isnan(v3) || (is_c && std::memcmp(&v3, &a[at], 4)))
         return "hc_sinkhorn alone: coefficient " + std::to_string(i) + " of token " + std::to_string(t) +
                (is_c ? " not the whole call's C" : " written (only C should be)");
+      if (is_c != std::isnan(v4) || (!is_c && std::memcmp(&v4, &a[at], 4)))
+        return "hc_pre_finish without the Sinkhorn: coefficient " + std::to_string(i) + " of token " +
+               std::to_string(t) + (is_c ? " written (C is the Sinkhorn's)" : " not the whole call's");
     }
   info = "pre/post/y + C apart == the whole call, bit for bit";
   return {};

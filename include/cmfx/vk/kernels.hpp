@@ -117,7 +117,7 @@ struct moe_extras {
   /// [n, d]: added to each token's output after the routed experts and the shared slot (y = out + add, exact f32)
   /// — e.g. a shared expert kept apart in another format. Must not overlap out.
   view add;
-  /// Called once per stage s = 0 … kernels::moe_stages − 1, in order, to record work that neither reads h or out
+  /// Called once per stage s = 0 … kernels::moe_stages − 1 (not at all when n == 0), in order, to record work that neither reads h or out
   /// nor writes anything the MoE reads. On the batch-1 int8 path each call is inside a concurrent group with that
   /// stage's dispatch (0: gate/up rows, 1: SwiGLU + quantised h, 2: down rows, 3: the sum), so the side work costs
   /// no dependent step of its own; elsewhere the calls come before the MoE's dispatches. The work of stage s may
@@ -130,7 +130,9 @@ struct moe_extras {
 
 /// Work split of one matmul dispatch (shaders/matvec.comp). 0 = chosen by the kernels from the shape.
 struct matvec_tuning {
-  uint32_t split = 0;   ///< teams (subgroups) that share a row's columns, a power of two: more teams for few rows
+  /// teams (subgroups) that share a row's columns, a power of two: more teams for few rows — matvec.comp's SPLIT and
+  /// the batch-1 row kernel's KSPLIT (capped at the subgroups of a workgroup)
+  uint32_t split = 0;
   uint32_t unroll = 0;  ///< chunks whose loads a lane issues before decoding them: 1, 2, 4 or 8
   /// Batch-1 row kernel (shaders/matvec_rows.comp): rows one subgroup computes together (1, 2 or 4), so that
   /// each activation value read serves that many rows. 0: chosen from the shape.
@@ -364,6 +366,10 @@ class kernels {
     uint32_t rows = 0, heads = 0, head_dim = 0, keys = 0;
     uint32_t kv_a_rows = 0, kv_b_rows = 0;
     float scale = 0;
+    /// > 0: the output's last inv_rope_dim channels of every head get the inverse RoPE of their row (cos/sin rows
+    /// inv_rope_cs [rows, inv_rope_dim], as rope(..., inverse = true)) where they are written, bit-identical to
+    /// that separate call. Even, ≤ head_dim.
+    uint32_t inv_rope_dim = 0;
   };
   /// Largest head_dim of sparse_attention (q and the output accumulators of a head block live in shared memory).
   static constexpr uint32_t attn_max_head_dim = 512;
@@ -375,9 +381,9 @@ class kernels {
   /// are split over several workgroups that write partial (max, denominator, unnormalised o) to `scratch`, and a
   /// second dispatch combines them with the sink (flash decoding; then never inside begin_concurrent); otherwise
   /// one dispatch. scratch holds attn_scratch_floats(sh) floats (no view when that is 0). The inverse RoPE of the
-  /// output's rope tail is a separate rope(..., inverse = true) call.
+  /// output's rope tail: sh.inv_rope_dim with inv_rope_cs, or a separate rope(..., inverse = true) call.
   void sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
-                        view o, view scratch);
+                        view o, view scratch, view inv_rope_cs = {});
   /// Scratch floats of sparse_attention for sh: depends on rows, heads and head_dim only (not on keys), so one
   /// buffer serves every key count of a row/head shape; 0 when the shape never splits (many rows, e.g. prefill).
   static uint64_t attn_scratch_floats(const attn_shape& sh);
