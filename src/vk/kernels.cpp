@@ -251,7 +251,8 @@ struct kernels::impl {
     if (step >= 4) step -= step % 4;
     uint32_t block_rows = 1;
     visit_format(w.fmt, [&]<class F>() { block_rows = F::block_rows; });
-    const bool tile_safe = block_rows == 1 || step % 4 == 0;
+    // (one slice: its first row is R0, a multiple of block_rows and so of the rows per subgroup)
+    const bool tile_safe = block_rows == 1 || step % 4 == 0 || step >= R - R0;
     for (uint64_t r0 = R0; r0 < R; r0 += step) {
       const uint64_t r1 = std::min(R, r0 + step);
       const detail::slice sl = detail::slice_of(w, r0, r1);
