@@ -201,14 +201,46 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     if (auto w2 = first_int_diff(tc.keys_from, tg.keys_from); !w2.empty()) return w + sep + w2;
     return w;
   };
+  // Logits only (pipelined, unquantised cache): whether a selection at a near-tie parted the graphs is not visible.
+  // Replay the tokens traced (not pipelined) on a fresh device state, in the same calls: the graph is deterministic,
+  // so the replay's logits at position t must equal the pipelined ones bit for bit, and a near-tie pick at or before
+  // t must explain the difference from the CPU (the case then stops there, as a traced one does).
+  auto replay = [&](const std::string& w, uint64_t t, const std::vector<float>& lg) -> std::string {
+    if (traced || r.quant) return w;
+    dsv41_gpu_options ro = go;
+    ro.vram_budget = 0;
+    dsv41_gpu_model rg(cpu->weights(), s.dev, s.kern, ro);
+    dsv41_state st2 = cpu->new_state();
+    dsv41_trace tc2, tg2;
+    std::string tie2;
+    std::vector<float> lg2;
+    for (uint64_t u = prompt - 1; u <= t; ++u) {
+      const std::span<const uint32_t> part = u + 1 == prompt ? std::span<const uint32_t>(ids.data(), prompt)
+                                                             : std::span<const uint32_t>(ids.data() + u, 1);
+      (void)cpu->forward(part, st2, dsv41_logits::last, &tc2);
+      lg2 = rg.run(part, true, &tg2);
+      if (tie2.empty()) {
+        std::string what;
+        const selection_verdict v = compare_selections(tc2, tg2, what);
+        if (v == selection_verdict::differ) return w + "; traced replay: " + what;
+        if (v == selection_verdict::near_tie) tie2 = "stopped at a near-tie (traced replay): " + what + ", ";
+      }
+    }
+    if (lg2 != lg) return w + " (pipelined), and the traced replay's logits there differ from the pipelined ones";
+    if (tie2.empty()) return w + " (pipelined); the traced replay matches the pipelined logits but shows no near-tie";
+    tie_note = tie2;
+    return {};
+  };
   bool stopped = false;
+  uint64_t ran = prompt;  // positions the GPU ran (a comparison stopped at a near-tie ends early)
   {
     const std::span<const uint32_t> p(ids.data(), prompt);
     const std::vector<float> lc = cpu->forward(p, st, dsv41_logits::last, &tc);
     const std::vector<float> lg = gpu->run(p, true, traced ? &tg : nullptr);
     if (resident && resident->run(p, true, nullptr) != lg) return "prompt: cached logits differ from the resident graph's";
     if (auto w = check_logits(lg, lc, prompt - 1, r.quant, worst_nmse, worst_rel, ties, flipped); !w.empty()) {
-      if (auto w2 = explain("prompt: " + w); !w2.empty()) return w2;
+      if (auto w2 = explain("prompt: " + w); !w2.empty())
+        if (auto w3 = replay(w2, prompt - 1, lg); !w3.empty()) return w3;
       stopped = true;
     }
     if (r.greedy && decode) ids[prompt] = uint32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
@@ -218,10 +250,12 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     const std::span<const uint32_t> one(ids.data() + t, 1);
     const std::vector<float> lc = cpu->forward(one, st, dsv41_logits::last, &tc);
     const std::vector<float> lg = gpu->run(one, true, traced ? &tg : nullptr);
+    ran = t + 1;
     if (resident && resident->run(one, true, nullptr) != lg)
       return "position " + std::to_string(t) + ": cached logits differ from the resident graph's";
     if (auto w = check_logits(lg, lc, t, r.quant, worst_nmse, worst_rel, ties, flipped); !w.empty()) {
-      if (auto w2 = explain(w); !w2.empty()) return w2;
+      if (auto w2 = explain(w); !w2.empty())
+        if (auto w3 = replay(w2, t, lg); !w3.empty()) return w3;
       stopped = true;
       break;
     }
@@ -244,7 +278,7 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   }
   std::string pipe_note;
   if (!traced) {  // the recording made ahead must actually have been used (prefill steps and decode steps)
-    const uint64_t steps = gpu->pipelined_steps(), want = prompt + decode - 1;
+    const uint64_t steps = gpu->pipelined_steps(), want = ran - 1;
     if (steps != want)
       return "pipelined steps " + std::to_string(steps) + " of " + std::to_string(want) + " (a recording key mismatch?)";
     pipe_note = std::to_string(steps) + " pipelined steps, ";
