@@ -114,6 +114,8 @@ void dsv41_gpu_model::impl::alloc_state() {
   cs_comp = upload_rope_table(dev, dsv41_rope_config(c, true), ctx);
   state_bytes += cs_swa.size() + cs_comp.size();
   ent_cap = ctx;  // a ratio-1 source writes one entry per position; one capacity for all keeps one window offset
+  // the indexer's kernel variant changes with the entry count: build them all now, not mid-generation
+  k.prepare_index_score(c.index_heads, c.index_head_dim, uint32_t(std::min<uint64_t>(ent_cap, UINT32_MAX)));
   for (uint32_t l = 0; l < c.layers; ++l) {
     const dsv41_layer_plan& P = c.plan[l];
     dsv41_gpu_layer& G = layers[l];

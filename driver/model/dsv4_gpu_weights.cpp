@@ -146,6 +146,8 @@ void dsv4_gpu_model::impl::alloc_state() {
     if (G.kind.indexer) {
       comp_state(G.ix);
       max_score = std::max(max_score, G.ix.max_entries);
+      // the indexer's kernel variant changes with the entry count: build them all now, not mid-generation
+      k.prepare_index_score(c.index_heads, c.index_head_dim, uint32_t(std::min<uint64_t>(G.ix.max_entries, UINT32_MAX)));
     }
     G.route_idx = buf(c.top_k * 4);
     G.route_w = buf(c.top_k * 4);

@@ -30,6 +30,26 @@ struct attn_plan {
   uint32_t nhb = 1, max_splits = 1, splits = 1, split_tiles = 1;
 };
 
+/// attn_index.comp's variant for n keys of `heads` × head_dim: invocations per key (IX_HS) and heads of q staged at
+/// once (IX_QB). 16 invocations per key, the q rows staged index_q_floats at a time; up to 2048 keys (a decode step
+/// at short and middle context) up to 64 invocations per key with every head's q staged at once where the shared
+/// memory holds it: 4x the workgroups and a quarter of each invocation's chain of dependent FMAs.
+constexpr uint32_t index_small_n = 2048;
+constexpr uint32_t index_pc_words = 12;  // attn_index.comp's ix_pc
+std::string index_defines(const detail::op_env& e, uint32_t heads, uint32_t head_dim, uint32_t n, uint32_t& hsplit) {
+  const uint32_t wg = detail::op_env::wg;
+  hsplit = 16;
+  uint32_t qheads = std::max<uint32_t>(1, index_q_floats / head_dim);
+  if (n <= index_small_n) {
+    // attn_index.comp's shared memory: q_s [IX_QB · head_dim] and w_s [IX_QB] floats, part_s [WG] ACC
+    const uint64_t fixed = uint64_t(wg) * (e.info.float64 ? 8 : 4) + 1024;
+    const uint64_t room = e.info.max_shared_memory > fixed ? e.info.max_shared_memory - fixed : 0;
+    qheads = std::max<uint32_t>(qheads, uint32_t(std::min<uint64_t>(heads, room / ((uint64_t(head_dim) + 1) * 4))));
+    while (hsplit * 2 <= 64 && hsplit * 2 <= qheads && hsplit < heads) hsplit *= 2;
+  }
+  return detail::def_u("IX_HD", head_dim) + detail::def_u("IX_QB", qheads) + detail::def_u("IX_HS", hsplit);
+}
+
 attn_plan plan_of(const kernels::attn_shape& sh) {
   attn_plan p;
   p.nhb = (sh.heads + attn_heads_per_wg - 1) / attn_heads_per_wg;
@@ -168,30 +188,27 @@ void kernels::index_score(commands& c, const index_shape& sh, view q, view keys,
   detail::need_view(score, ob, op, "score");
   const detail::bound b_q = e.bind(q, qb), b_k = e.bind(keys, kb), b_w = e.bind(w, wb), b_c = e.bind(counts, cb),
                       b_o = e.bind(score, ob);
-  // 16 invocations per key (heads split, the q rows staged IX_QB heads at a time). Up to 2048 keys (a decode
-  // step at short and middle context) up to 64 invocations per key with every head's q staged at once (where the
-  // shared memory holds it): 4x the workgroups and a quarter of each invocation's chain of dependent FMAs.
   const uint32_t wg = detail::op_env::wg;
-  uint32_t hsplit = 16, qheads = std::max<uint32_t>(1, index_q_floats / sh.head_dim);
-  if (sh.n <= 2048) {
-    // attn_index.comp's shared memory: q_s [IX_QB · head_dim] and w_s [IX_QB] floats, part_s [WG] ACC
-    const uint64_t fixed = uint64_t(wg) * (e.info.float64 ? 8 : 4) + 1024;
-    const uint64_t room = e.info.max_shared_memory > fixed ? e.info.max_shared_memory - fixed : 0;
-    qheads = std::max<uint32_t>(qheads, uint32_t(std::min<uint64_t>(sh.heads, room / ((uint64_t(sh.head_dim) + 1) * 4))));
-    while (hsplit * 2 <= 64 && hsplit * 2 <= qheads && hsplit < sh.heads) hsplit *= 2;
-  }
+  uint32_t hsplit = 0;
+  const std::string defs = index_defines(e, sh.heads, sh.head_dim, sh.n, hsplit);
   const uint32_t tiles = (sh.n + wg / hsplit - 1) / (wg / hsplit);
-  const uint32_t pc[12] = {sh.rows,          sh.heads,         sh.n,
+  const uint32_t pc[index_pc_words] = {sh.rows,          sh.heads,         sh.n,
                            tiles,            b_q.residual / 4, b_k.residual / 4,
                            b_w.residual / 4, b_c.residual / 4, counts ? 1u : 0u,
                            b_o.residual / 4, 0,                0};
-  const std::string defs = detail::def_u("IX_HD", sh.head_dim) +
-                           detail::def_u("IX_QB", qheads) +
-                           detail::def_u("IX_HS", hsplit);
   const detail::binding b[5] = {b_q.b, b_k.b, b_w.b, b_c.b, b_o.b};
   uint32_t gx, gy;
   e.grid(uint64_t(sh.rows) * tiles, gx, gy);
   detail::dispatch(c.impl(), e.pipe("attn_index.comp", defs, wg, 5, sizeof pc), b, pc, sizeof pc, gx, gy);
+}
+
+void kernels::prepare_index_score(uint32_t heads, uint32_t head_dim, uint32_t max_n) {
+  if (head_dim == 0 || head_dim > index_max_head_dim || heads == 0) return;  // index_score refuses these
+  const detail::op_env e = detail::op_env_of(*p_);
+  uint32_t hsplit = 0;
+  for (const uint32_t n : {1u, index_small_n + 1})
+    if (n <= std::max(max_n, 1u)) (void)e.pipe("attn_index.comp", index_defines(e, heads, head_dim, n, hsplit),
+                                               detail::op_env::wg, 5, index_pc_words * 4);
 }
 
 }  // namespace cmfx::gpu

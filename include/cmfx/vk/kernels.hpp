@@ -416,6 +416,9 @@ class kernels {
   /// (then topk(score, rows, n, k) ranks the masked entries last). q [rows, heads, head_dim], w [rows, heads] (the
   /// head weights, already scaled), counts uint32 [rows] (each ≤ n; no view: n for every row).
   void index_score(commands& c, const index_shape& sh, view q, view keys, view w, view counts, view score);
+  /// Builds now the pipelines index_score takes for any key count up to max_n with this head shape (its variant
+  /// changes with the key count), so a long context does not compile one in the middle of a generation.
+  void prepare_index_score(uint32_t heads, uint32_t head_dim, uint32_t max_n);
 
   /// Reads every byte of src (a streaming-read roofline kernel); writes nothing visible unless the data is
   /// pathological. sink holds >= 16 bytes.
