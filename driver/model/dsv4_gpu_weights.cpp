@@ -146,8 +146,6 @@ void dsv4_gpu_model::impl::alloc_state() {
     if (G.kind.indexer) {
       comp_state(G.ix);
       max_score = std::max(max_score, G.ix.max_entries);
-      // the indexer's kernel variant changes with the entry count: build them all now, not mid-generation
-      k.prepare_index_score(c.index_heads, c.index_head_dim, uint32_t(std::min<uint64_t>(G.ix.max_entries, UINT32_MAX)));
     }
     G.route_idx = buf(c.top_k * 4);
     G.route_w = buf(c.top_k * 4);
@@ -173,6 +171,8 @@ void dsv4_gpu_model::impl::alloc_state() {
   z = buf(uint64_t(c.o_groups) * c.o_lora * f);
   iq = buf(uint64_t(c.index_heads) * c.index_head_dim * f), iw = buf(c.index_heads * f);
   score = buf(max_score * f);
+  // the indexer's kernel variant changes with the entry count: build them all now, not mid-generation
+  k.prepare_index_score(c.index_heads, c.index_head_dim, uint32_t(std::min<uint64_t>(max_score, UINT32_MAX)));
   rlogits = buf(c.experts * f);
   uint64_t moe_floats = 0;  // G.moe holds its shape here (experts->place uploads the matrices)
   for (const dsv4_gpu_layer& G : layers)
