@@ -2,7 +2,7 @@
 // Names: vk_matvec/<format>/<rows>x<cols> — f32 activations, the copies dispatched as independent work (no barrier
 // between them: kernel throughput); vk_matvec_i8/... — int8 activations (formats with that path on this device);
 // vk_matvec_chain/... — a barrier before every dispatch, as in a chain of dependent products (adds the GPU's
-// per-dispatch drain and launch time); vk_dispatch/{chain,concurrent} — the per-dispatch floor of a tiny kernel
+// per-dispatch drain and launch time); vk_dispatch/{chain,concurrent,chain_scale/N} — the per-dispatch floor of a tiny kernel
 // (counter us_per_dispatch). Counters: GBps (weight bytes read per second of GPU time) and roofline
 // (GBps / the bandwidth of a streaming-read kernel over a buffer much larger than the GPU's L2, measured in the
 // same run). Every benchmark rotates through copies of its weights whose total is >= --working-set (default
@@ -151,6 +151,20 @@ void bm_dispatch(benchmark::State& st, bool chain) {
   if (!chain) c.begin_concurrent();
   for (uint32_t i = 0; i < n; ++i) g_kern->rmsnorm(c, x, w, gpu::view(y, uint64_t(i) * dim * 4, dim * 4), 1, dim, 1e-6f);
   if (!chain) c.end_concurrent();
+  const uint32_t t1 = c.timestamp();
+  const double per = time_recording(st, c, t0, t1);
+  st.counters["us_per_dispatch"] = per / n * 1e6;
+}
+
+/// The bare floor of a dependent dispatch: 256 in-place scales of n floats (n = 64: one workgroup; 1 Mi: a grid of
+/// workgroups), a barrier before each. Counter us_per_dispatch = GPU time / 256.
+void bm_dispatch_scale(benchmark::State& st, uint32_t floats) {
+  constexpr uint32_t n = 256;
+  gpu::buffer x = g_dev->alloc(uint64_t(floats) * 4);
+  g_dev->upload(x, std::vector<float>(floats, 1.0f));
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  for (uint32_t i = 0; i < n; ++i) g_kern->scale(c, x, floats, 1.0f);
   const uint32_t t1 = c.timestamp();
   const double per = time_recording(st, c, t0, t1);
   st.counters["us_per_dispatch"] = per / n * 1e6;
@@ -350,6 +364,8 @@ int main(int argc, char** argv) {
   };
   add("vk_dispatch/chain", [](benchmark::State& st) { bm_dispatch(st, true); });
   add("vk_dispatch/concurrent", [](benchmark::State& st) { bm_dispatch(st, false); });
+  add("vk_dispatch/chain_scale/64", [](benchmark::State& st) { bm_dispatch_scale(st, 64); });
+  add("vk_dispatch/chain_scale/1048576", [](benchmark::State& st) { bm_dispatch_scale(st, 1u << 20); });
   add("vk_mhc/post_pre/4x4096", [](benchmark::State& st) { bm_mhc(st, false); });
   add("vk_mhc/post_pre_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true); });
   add("vk_mhc/post_pre_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true); });

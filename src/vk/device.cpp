@@ -302,10 +302,15 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
                     " workgroups exceed the device limit");
   c.ensure_recording();
   if (c.barrier_needed) {
-    const vk::MemoryBarrier mb(vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite,
+    // The transfer stage is a source only when a transfer was recorded since the last barrier: a decode step's
+    // chain of dependent dispatches then waits on the compute stage alone.
+    const bool xfer = c.xfer_since_barrier;
+    const vk::MemoryBarrier mb(vk::AccessFlagBits::eShaderWrite | (xfer ? vk::AccessFlagBits::eTransferWrite : vk::AccessFlags{}),
                                vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite);
-    c.cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
+    c.cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader |
+                             (xfer ? vk::PipelineStageFlagBits::eTransfer : vk::PipelineStageFlags{}),
                          vk::PipelineStageFlagBits::eComputeShader, {}, mb, {}, {});
+    c.xfer_since_barrier = false;
   }
   // Descriptor pools grow geometrically (64, 128, 256, then 512 sets each): a short recording (one layer's part of
   // a token with the expert cache) must not pay for creating a pool sized for a whole token (measured on the H200:
@@ -484,7 +489,7 @@ void before_xfer(detail::commands_impl& c) {
     c.work_since_xfer = false;
   }
 }
-void after_xfer(detail::commands_impl& c) { c.barrier_needed = true; }
+void after_xfer(detail::commands_impl& c) { c.barrier_needed = c.xfer_since_barrier = true; }
 }  // namespace
 
 void commands::update(const view& dst, const void* data, uint64_t bytes) {
@@ -532,7 +537,7 @@ void commands::barrier() {
     const vk::PipelineStageFlags st = vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer;
     p_->cb.pipelineBarrier(st, st, {}, mb, {}, {});
     p_->work_since_xfer = false;
-    p_->barrier_needed = false;
+    p_->barrier_needed = p_->xfer_since_barrier = false;
   });
 }
 
@@ -593,7 +598,7 @@ void commands::reset() {
     c.stamps.clear();
     c.dispatches = 0;
     c.recording = c.ran = false;
-    c.concurrent = c.barrier_needed = c.work_since_xfer = false;
+    c.concurrent = c.barrier_needed = c.work_since_xfer = c.xfer_since_barrier = false;
   });
 }
 

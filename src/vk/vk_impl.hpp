@@ -47,6 +47,7 @@ struct commands_impl {
   bool concurrent = false;      // inside begin_concurrent() / end_concurrent()
   bool barrier_needed = false;  // the next dispatch must wait for earlier work
   bool work_since_xfer = false; // a dispatch was recorded since the last transfer barrier
+  bool xfer_since_barrier = false;  // a transfer was recorded since the last barrier before a dispatch
   bool pending = false;         // submitted (submit_async), not yet waited for
   void ensure_recording();
   /// Back to the device's spare pools (reset: their sets are dead once the recording will not run again).

@@ -39,6 +39,9 @@ std::string read_all(guarded& g, std::vector<float>& out) {
 // of the reference maximum (3.5e-4 at max 23.5, NMSE 1.3e-10; the same against both references; typical 1e-6,
 // NMSE 1e-12) — above the default 1e-5, so this op's bound is 1e-4 · max(1, max|ref|); NMSE stays at kNmse.
 constexpr double kAttnMaxAbsRel = 1e-4;
+/// The attention with the inverse rope in its write against attention then rope (two pipelines): a few f32
+/// roundings of the largest output (the softmax sums in another contraction order), far below a pairing error.
+constexpr double kFusedMaxAbsRel = 1e-5;
 
 std::string both(const std::vector<float>& got, const std::vector<float>& cpu, const std::vector<double>& f64,
                  std::string& info, double max_abs_rel = kMaxAbsRel) {
@@ -188,7 +191,7 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   const auto xg = attn_record(s, c, sh, qb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib,
                               a.sink ? gpu::view(sb) : gpu::view(), og.payload());
   s.kern.rope(c, og.payload(), cb, rows, H, hd, a.rd, true);
-  // the same with the inverse rope in the attention's write (attn_shape::inv_rope_dim): bit-identical
+  // the same with the inverse rope in the attention's write (attn_shape::inv_rope_dim)
   guarded og2(s.dev, q.size() * 4);
   gpu::kernels::attn_shape sh2 = sh;
   sh2.inv_rope_dim = a.rd;
@@ -200,8 +203,14 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   if (auto why = read_all(og2, fused); !why.empty()) return "fused inverse rope: " + why;
   if (auto why = scratch_intact(xg, gpu::kernels::attn_scratch_floats(sh)); !why.empty()) return why;
   if (auto why = scratch_intact(xg2, gpu::kernels::attn_scratch_floats(sh2)); !why.empty()) return why;
-  if (std::memcmp(got.data(), fused.data(), got.size() * 4))
-    return "the inverse rope in the attention's write differs from attention then rope";
+  // Bit-identical on lavapipe; the NVIDIA compiler contracts the two pipelines' arithmetic differently (H200,
+  // 2026-11-30: 4 of 5 cases differed in a few bits), so the bound is a few f32 roundings of the output's size —
+  // a wrong partner or angle moves a value by O(|o|).
+  const stats fs = compare(fused.data(), got.data(), got.size());
+  if (fs.nonfinite_mismatch || fs.max_abs > kFusedMaxAbsRel * fs.ref_max)
+    return "the inverse rope in the attention's write differs from attention then rope: max-abs " +
+           std::to_string(fs.max_abs) + " of " + std::to_string(fs.ref_max) + ", " +
+           std::to_string(fs.nonfinite_mismatch) + " non-finite mismatches";
 
   // CPU ops (the loop of dsv4_attention.cpp) and float64, then the inverse rope of each head's tail
   std::vector<float> cpu;
