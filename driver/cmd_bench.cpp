@@ -93,8 +93,14 @@ int run_bench(const bench_args& a) {
   dopt.index = a.device;
   dopt.shader_dir = a.shader_dir;
   dopt.allow_shuffle = a.shuffle;
+  dopt.allow_float64 = a.f64;
   gpu::device dev(dopt);
   gpu::kernels k(dev);
+  if (a.mv_subgroups || a.mv_rows_per_team) {
+    gpu::matvec_tuning tu;
+    tu.target_subgroups = a.mv_subgroups, tu.rows_per_team = a.mv_rows_per_team;
+    k.set_tuning(tu);
+  }
   std::printf("device: %s\n", dev.info().describe().c_str());
   const uint64_t rbytes = std::min({a.roofline_mib << 20, std::max<uint64_t>(dev.info().device_local_bytes / 8, 64ull << 20),
                                      dev.info().max_allocation / 256 * 256});
@@ -163,12 +169,13 @@ int run_bench(const bench_args& a) {
   uint32_t tok = pick(g);
   const gpu_expert_cache_stats c0 = m.cache_stats();
   uint64_t disp = 0;
-  double rec = 0;
+  double rec = 0, busy = 0;
   t = clk::now();
   for (uint64_t i = 0; i < a.tokens; ++i) {
     tok = m.step_greedy(tok);
     disp += m.last_dispatches();
     rec += m.last_record_seconds();
+    busy += m.last_device_seconds();
   }
   const double dec_s = since(t);
   gpu_expert_cache_stats cd = m.cache_stats();  // the decode's share
@@ -194,6 +201,10 @@ int run_bench(const bench_args& a) {
               "and %.2f ms of recording per token\n",
               bpt / 1e9, bpt * dec_tps / 1e9, bpt * dec_tps / roof, a.tokens ? double(disp) / double(a.tokens) : 0.0,
               a.tokens ? rec / double(a.tokens) * 1e3 : 0.0);
+  if (busy > 0 && a.tokens)
+    std::printf("         device time %.3f ms of the %.3f ms per token (%.1f %%; the rest: submission, the argmax "
+                "read-back, the next token's parameters)\n",
+                busy / double(a.tokens) * 1e3, dec_s / double(a.tokens) * 1e3, 100.0 * busy / dec_s);
   if (cd.active) std::printf("         decode %s\n", gpu_expert_cache_line(cd, m.experts()).c_str());
   double far_tps = 0;
   if (a.far && a.ctx > a.prompt + a.tokens + 1) {

@@ -56,6 +56,9 @@ struct bench_args {
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
   bool shuffle = true;            // --no-shuffle: f64 subgroup sums through subgroupAdd (comparisons)
+  uint32_t mv_subgroups = 0;      // --mv-subgroups: batch-1 matvec target subgroups per dispatch (0: the default rule)
+  uint32_t mv_rows_per_team = 0;  // --mv-rows-per-team: batch-1 matvec rows per subgroup (0: from the shape)
+  bool f64 = true;                // --no-f64: f32 accumulators where the device has f64 (comparisons)
   std::string shader_dir;         // --shader-dir: shaders read from this directory (kernel variants), not the built-in copies
   bool json = false;              // one JSON line at the end
 };

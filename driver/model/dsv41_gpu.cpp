@@ -49,7 +49,7 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
   sh.hc = uint32_t(hc), sh.d = uint32_t(d), sh.norm_eps = eps, sh.hc_eps = float(cf.hc_eps), sh.iters = cf.hc_iters;
   const uint32_t mix_rows = uint32_t((2 + hc) * hc), cstride = gpu::kernels::hc_coeff_floats(uint32_t(hc));
 
-  auto rec = std::make_shared<gpu_recording>(dev.begin(), opt.profile);
+  auto rec = std::make_shared<gpu_recording>(dev.begin(), opt.profile, dev.info().timestamps);
   gpu::commands* cur = &rec->c;
   const bool segmented = experts->active();
   if (segmented) rec->segs.reserve(cf.layers);
@@ -261,6 +261,7 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     ts.mark(&gpu_graph_profile::head);
   }
+  rec->close();
   rec->dispatches = rec->c.dispatch_count();
   for (const gpu::commands& sc : rec->segs) rec->dispatches += sc.dispatch_count();
   rec->record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rec).count();
@@ -318,6 +319,7 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
   }
   next.reset();
   dispatches = rec->dispatches;
+  device_s = 0;
   record_s = rec->record_s;
   // The index-key owner after this step (the next decode step's prev_owner).
   int owner_after = last_owner;
@@ -346,6 +348,7 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
   }
   guard.v = nullptr;  // the step ran: the id stays in the history
   if (reused_next) ++pipelined;
+  device_s = rec->device_seconds();
   if (opt.profile) gpu_fold_profile(*rec, prof);
   if (trace) {
     trace->topk.resize(cf.layers);
@@ -493,6 +496,7 @@ uint64_t dsv41_gpu_model::state_bytes() const noexcept { return p_->state_bytes;
 uint64_t dsv41_gpu_model::bytes_per_token() const noexcept { return p_->token_bytes; }
 uint32_t dsv41_gpu_model::last_dispatches() const noexcept { return p_->dispatches; }
 double dsv41_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
+double dsv41_gpu_model::last_device_seconds() const noexcept { return p_->device_s; }
 const gpu_graph_profile& dsv41_gpu_model::profile() const noexcept { return p_->prof; }
 const gpu_expert_cache_stats& dsv41_gpu_model::cache_stats() const noexcept { return p_->experts->stats(); }
 

@@ -45,7 +45,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
 
   // The recording starts with a full barrier: it may follow the previous token's recording and the token's own
   // parameter writes (run) in submission order without waiting on the host.
-  auto rec = std::make_shared<gpu_recording>(dev.begin(), opt.profile);
+  auto rec = std::make_shared<gpu_recording>(dev.begin(), opt.profile, dev.info().timestamps);
   // With the expert cache the token is one command buffer per layer, cut after each layer's routing (run() makes
   // the selected experts resident in between); `cur` is the one being recorded.
   gpu::commands* cur = &rec->c;
@@ -257,6 +257,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     ts.mark(&dsv4_gpu_profile::head);
   }
+  rec->close();
   rec->dispatches = rec->c.dispatch_count();
   for (const gpu::commands& sc : rec->segs) rec->dispatches += sc.dispatch_count();
   rec->record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rec).count();
@@ -288,6 +289,7 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
     rec = record(pos, logits_mode);
   next.reset();
   dispatches = rec->dispatches;
+  device_s = 0;
   record_s = rec->record_s;
   if (experts->active()) {
     experts->run_token(pre, rec->c, rec->segs);  // makes each layer's experts resident after its routing
@@ -299,6 +301,7 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
     dev.wait(pre);
     dev.wait(rec->c);
   }
+  device_s = rec->device_seconds();
   if (opt.profile) gpu_fold_profile(*rec, prof);
   if (trace) {
     trace->topk.resize(cf.layers);
@@ -369,6 +372,7 @@ uint64_t dsv4_gpu_model::state_bytes() const noexcept { return p_->state_bytes; 
 uint64_t dsv4_gpu_model::bytes_per_token() const noexcept { return p_->token_bytes; }
 uint32_t dsv4_gpu_model::last_dispatches() const noexcept { return p_->dispatches; }
 double dsv4_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
+double dsv4_gpu_model::last_device_seconds() const noexcept { return p_->device_s; }
 const dsv4_gpu_profile& dsv4_gpu_model::profile() const noexcept { return p_->prof; }
 const dsv4_gpu_cache_stats& dsv4_gpu_model::cache_stats() const noexcept { return p_->experts->stats(); }
 

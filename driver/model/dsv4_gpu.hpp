@@ -114,6 +114,7 @@ class dsv4_gpu_model final : public gpu_graph {
   uint64_t bytes_per_token() const noexcept override;
   uint32_t last_dispatches() const noexcept override;  ///< dispatches recorded by the last step
   double last_record_seconds() const noexcept override;
+  double last_device_seconds() const noexcept override;
   const dsv4_gpu_profile& profile() const noexcept override;
   const dsv4_gpu_cache_stats& cache_stats() const noexcept override;
 

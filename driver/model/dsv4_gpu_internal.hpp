@@ -87,6 +87,7 @@ struct dsv4_gpu_model::impl {
   dsv4_gpu_profile prof;
   uint32_t dispatches = 0;
   double record_s = 0;
+  double device_s = 0;  // the last step's device time (gpu_recording::device_seconds)
   /// The sequence state's buffers (for snapshots and seeks), and the snapshot's copies of them.
   std::vector<const gpu::buffer*> state_buffers();
   std::vector<gpu::buffer> snap;

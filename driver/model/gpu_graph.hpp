@@ -73,6 +73,9 @@ class gpu_graph {
   virtual uint64_t bytes_per_token() const noexcept = 0;  ///< weight bytes one decode step reads
   virtual uint32_t last_dispatches() const noexcept = 0;
   virtual double last_record_seconds() const noexcept = 0;
+  /// Device time of the last step from its first to its last command (0 where not measured: no timestamps, the
+  /// expert cache's segmented steps).
+  virtual double last_device_seconds() const noexcept = 0;
   virtual const gpu_graph_profile& profile() const noexcept = 0;
   virtual const gpu_expert_cache_stats& cache_stats() const noexcept = 0;
 };

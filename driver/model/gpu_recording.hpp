@@ -55,7 +55,20 @@ struct gpu_recording {
   std::vector<uint32_t> profile_layers;
   uint32_t dispatches = 0;
   double record_s = 0;
-  gpu_recording(gpu::commands&& cc, bool prof) : c(std::move(cc)), ts(c, prof) {}
+  /// Device time of the whole step (a timestamp at each end of a one-buffer recording, where the device has them):
+  /// next to the wall time per token it shows the host's share (submission, the argmax read-back).
+  bool stamped = false;
+  uint32_t t_begin = 0, t_end = 0;
+  gpu_recording(gpu::commands&& cc, bool prof, bool stamps) : c(std::move(cc)), ts(c, prof) {
+    if (stamps) t_begin = c.timestamp(), stamped = true;
+  }
+  /// After record(): the closing timestamp (nothing for a recording cut into segments: the expert cache).
+  void close() {
+    if (stamped && segs.empty()) t_end = c.timestamp();
+    else stamped = false;
+  }
+  /// After the step ran: its device seconds (0 when not stamped).
+  double device_seconds() const { return stamped ? c.seconds(t_begin, t_end) : 0.0; }
 };
 
 /// Adds the timestamps of a profiled recording that ran to p.

@@ -174,7 +174,11 @@ struct kernels::impl {
   /// 1024x4096 / 4096x2048 / 4096x8192, independent products).
   matvec_tuning choose_rows(uint64_t rows, uint64_t cols, format f, bool i8) const {
     matvec_tuning c = tune;
-    if (!c.rows_per_team) c.rows_per_team = rows <= 512 ? 1 : 2;
+    const uint64_t want_subgroups = c.target_subgroups ? c.target_subgroups : 4096;
+    if (!c.rows_per_team) {
+      c.rows_per_team = rows <= 512 ? 1 : 2;
+      while (c.target_subgroups && c.rows_per_team < 4 && rows > want_subgroups * c.rows_per_team) c.rows_per_team *= 2;
+    }
     if (!c.unroll) c.unroll = (i8 && f == format::q2tp) ? 1 : 2;
     c.unroll = std::min<uint32_t>(c.unroll, 4);
     // f32 activations read by every lane from the buffer, not staged in shared memory: FP8 0.25 → 0.64-0.69 of
@@ -182,7 +186,6 @@ struct kernels::impl {
     if (!c.x_source) c.x_source = 2;
     const bool can_split = i8 || c.x_source == 2;
     if (!c.split && can_split) {
-      constexpr uint64_t want_subgroups = 4096;
       const uint64_t chunks = cols / std::max<uint32_t>(1, detail::gpu_traits(f).chunk);
       const uint64_t teams_rows = (rows + c.rows_per_team - 1) / c.rows_per_team;
       c.split = 1;
@@ -702,7 +705,7 @@ void axpby(kernels::impl& p, commands& c, view x, view y, uint64_t n, float alph
 void kernels::add(commands& c, view x, view y, uint64_t n) { axpby(*p_, c, x, y, n, 1.0f, 1.0f, "add"); }
 void kernels::scale(commands& c, view y, uint64_t n, float a) { axpby(*p_, c, y, y, n, 0.0f, a, "scale"); }
 
-void kernels::stream_read(commands& c, view src, view sink) {
+void kernels::stream_read(commands& c, view src, view sink, uint32_t max_groups) {
   need(sink, 16, "stream_read", "sink");
   const uint64_t piece = (p_->info.max_storage_range - 256) / 16 * 16;
   for (uint64_t off = 0; off + 16 <= src.bytes; off += piece) {
@@ -712,7 +715,7 @@ void kernels::stream_read(commands& c, view src, view sink) {
     const uint32_t pc[4] = {u32(bytes / 16, "stream words"), 0, 0, 0};
     const binding b[2] = {sb.b, bind_range(p_->info, sink, 0, 16).b};
     detail::dispatch(c.impl(), p_->pipe("stream_read.comp", "", impl::wg_rows, 2, sizeof pc), b, pc, sizeof pc,
-                     uint32_t(std::min<uint64_t>(ceil_div(bytes / 16, impl::wg_rows * 4), 4096)), 1);
+                     uint32_t(std::min<uint64_t>(ceil_div(bytes / 16, impl::wg_rows * 4), std::max(max_groups, 1u))), 1);
   }
 }
 

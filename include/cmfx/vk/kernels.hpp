@@ -140,6 +140,10 @@ struct matvec_tuning {
   /// Batch-1 row kernel with f32 activations: 1 = staged in shared memory per workgroup, 2 = read by every lane
   /// from the buffer (no staging barrier, no shared tile). 0: chosen per format.
   uint32_t x_source = 0;
+  /// Batch-1 row kernel: the subgroups a dispatch aims at. 0: 4096 (rows per subgroup 1 for ≤ 512 rows, else 2;
+  /// columns split until 4096 subgroups). N > 0: also more rows per subgroup (up to 4) while rows / RPT > N, and
+  /// the split until N — a dependent dispatch of more workgroups than the GPU holds at once runs in waves.
+  uint32_t target_subgroups = 0;
   bool legacy = false;  ///< true: never use the row kernel (comparisons in benchmarks)
 };
 
@@ -421,8 +425,9 @@ class kernels {
   void prepare_index_score(uint32_t heads, uint32_t head_dim, uint32_t max_n);
 
   /// Reads every byte of src (a streaming-read roofline kernel); writes nothing visible unless the data is
-  /// pathological. sink holds >= 16 bytes.
-  void stream_read(commands& c, view src, view sink);
+  /// pathological. sink holds >= 16 bytes. max_groups: workgroups per dispatch (a small grid reads src into the L2
+  /// beside other work without taking the GPU's workgroup slots from it).
+  void stream_read(commands& c, view src, view sink, uint32_t max_groups = 4096);
 
   /// Caps the bytes of one weight binding below the device limit (0: no cap), so that tests can exercise the
   /// row slicing that tensors larger than maxStorageBufferRange need (P14).
