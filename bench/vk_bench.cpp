@@ -14,7 +14,7 @@
 // in a chain (cold: each its own weights, read from DRAM; thrash: + a 256 MiB read between boundaries, not timed).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
-//                      [--no-f64] (f32 accumulators in norms / softmax / mHC even where the device has f64)
+//                      [--f64] (f64 accumulators in norms / softmax / mHC where the device has f64)
 //                      [--shader-dir D] [--moe-tokens 512] [--moe-experts 256] [google-benchmark flags]
 //                      (--shader-dir: read shaders/*.comp from D instead of the built-in copies: variants)
 //                      (S, U, R: override the automatic work split; --legacy: never the batch-1 row kernel)
@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
     else if (a == "--cache-dir" && i + 1 < argc) opt.cache_dir = argv[++i];
     else if (a == "--working-set" && i + 1 < argc) g_working_set = std::stoull(argv[++i]) << 20;
     else if (a == "--no-spirv-opt") opt.optimize_spirv = false;
-    else if (a == "--no-f64") opt.allow_float64 = false;
+    else if (a == "--f64") opt.float64 = true;
     else if (a == "--submit-ms" && i + 1 < argc) g_submit_s = std::stod(argv[++i]) / 1e3;
     else if (a == "--warmup-ms" && i + 1 < argc) g_warmup_s = std::stod(argv[++i]) / 1e3;
     else if (a == "--split" && i + 1 < argc) g_tune.split = uint32_t(std::stoul(argv[++i]));

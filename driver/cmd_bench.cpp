@@ -93,7 +93,7 @@ int run_bench(const bench_args& a) {
   dopt.index = a.device;
   dopt.shader_dir = a.shader_dir;
   dopt.allow_shuffle = a.shuffle;
-  dopt.allow_float64 = a.f64;
+  dopt.float64 = a.f64;
   gpu::device dev(dopt);
   gpu::kernels k(dev);
   if (a.mv_subgroups || a.mv_rows_per_team) {

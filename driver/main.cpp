@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   cb->add_option("--mv-rows-per-team", bench.mv_rows_per_team, "Diagnostics: batch-1 matvec rows per subgroup (1, 2, 4; 0 = from the shape)")
       ->default_val(bench.mv_rows_per_team)
       ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
-  cb->add_flag("!--no-f64", bench.f64, "Diagnostics: f32 accumulators (norms, softmax, mHC) even where the device has f64");
+  cb->add_flag("--f64", bench.f64, "f64 accumulators (norms, softmax, mHC) where the device has f64 (default f32)");
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
   cb->add_option("--shader-dir", bench.shader_dir,
                  "Read the shaders (*.comp, common/*.glsl) from this directory instead of the built-in copies "

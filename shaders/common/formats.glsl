@@ -5,7 +5,8 @@
 //
 // A format provides (r = row relative to the dispatch's first row, slot = its row slot in the workgroup):
 //   CHUNK (preamble)            elements decoded at once on the fast path (one 16-byte load, 8 for q2tp)
-//   tables_init(wg)             per-workgroup tables (LUTs, ladders of the workgroup's ROWS_PER_WG rows);
+//   tables_init(wg)             per-workgroup tables (LUTs, ladders of the workgroup's ROWS_PER_WG rows: row
+//                               wg·ROWS_PER_WG + j for team j, or TABLE_ROW(wg, j) where the shader defines it);
 //                               contains a barrier when it needs one: every invocation must call it
 //   row_t row_begin(r, slot)    per-row values (row scale, ladder slot, scale-tile row)
 //   raw_t fetch(R, r, k)        the loads of chunk k of row r (fast path: cols % CHUNK == 0, planes aligned)
@@ -242,7 +243,12 @@ float decode_elem(row_t R, uint r, uint c) {
 // the host table (exp2f of every f16, the table the CPU ladder kernels use).
 shared float ladder[ROWS_PER_WG * LADDER_RUNGS];
 void tables_init(uint wg) {
-  const uint j = gl_LocalInvocationID.x, r = wg * ROWS_PER_WG + j;
+  const uint j = gl_LocalInvocationID.x;
+#ifdef TABLE_ROW
+  const uint r = j < ROWS_PER_WG ? TABLE_ROW(wg, j) : pc.rows;  // the including shader's row of team j
+#else
+  const uint r = wg * ROWS_PER_WG + j;
+#endif
   if (j < ROWS_PER_WG && r < pc.rows) {
     const uint p = pc.res1 + LADDER_PARAM_BYTES * r;
     const float ratio = tabf[TAB_EXP2 + ld16_w1(p + 2u)];

@@ -236,7 +236,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   phys = std::move(pds[size_t(pick)]);
   info = infos[size_t(pick)];
   if (!opt.allow_small_storage) info.storage8 = info.storage16 = false;
-  if (!opt.allow_float64) info.float64 = false;
+  if (!opt.float64) info.float64 = false;
   if (!opt.allow_int_dot) info.int_dot = info.int_dot_fast = false;
   if (!opt.allow_subgroup_ops) info.subgroup_arithmetic = info.subgroup_shuffle = false;
   if (!opt.allow_shuffle) info.subgroup_shuffle = false;

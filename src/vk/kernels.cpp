@@ -65,6 +65,7 @@ struct kernels::impl {
   }
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
   std::map<std::array<uint32_t, 7>, const detail::pipeline*> rows_pipes;  // (format, enc, rpt, unroll, i8, x, split)
+  std::map<std::array<uint32_t, 2>, const detail::pipeline*> gather_pipes;  // embed_rows: (format, enc)
 
   explicit impl(device& d) : dev(d), info(d.info()) {
     lanes = std::clamp<uint32_t>(info.subgroup_size, 4, 64);
@@ -552,6 +553,48 @@ void kernels::dequant(commands& c, const gpu_matrix& w, view out, bool generic) 
   p_->check_matrix(w, "dequant");
   need(out, w.rows * w.cols * 4, "dequant", "out");
   p_->run_matrix(c, w, view(), 0, 1, 1, out, true, generic);
+}
+
+void kernels::embed_rows(commands& c, const gpu_matrix& w, view ids, uint32_t n, uint32_t copies, view out) {
+  p_->check_matrix(w, "embed_rows");
+  if (n == 0) return;
+  if (copies == 0) throw usage_error("embed_rows: copies must be > 0");
+  need(ids, uint64_t(n) * 4, "embed_rows", "ids");
+  need(out, uint64_t(n) * copies * w.cols * 4, "embed_rows", "out");
+  const detail::slice sl = detail::slice_of(w, 0, w.rows);
+  binding b[6];
+  uint32_t res[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    if (sl.bytes[i] == 0) {
+      b[i] = p_->dummy();
+      continue;
+    }
+    if (sl.bytes[i] > p_->info.max_storage_range)
+      throw usage_error("embed_rows: the matrix does not fit one storage binding on this device");
+    const bound bd = bind_range(p_->info, sl.in_scale[i] ? view(w.scale) : view(w.data), sl.off[i], sl.bytes[i]);
+    b[i] = bd.b;
+    res[i] = bd.residual;
+  }
+  const bound ib = bind_range(p_->info, ids, 0, uint64_t(n) * 4), ob = bind_range(p_->info, out, 0, uint64_t(n) * copies * w.cols * 4);
+  b[3] = ib.b, b[4] = ob.b, b[5] = bind_range(p_->info, p_->tables, 0, p_->tables.size()).b;
+  mat_pc pc{};
+  pc.rows = u32(w.rows, "rows"), pc.cols = u32(w.cols, "cols"), pc.n = n, pc.r0 = 0;
+  pc.res0 = res[0], pc.res1 = res[1], pc.res2 = res[2];
+  pc.e_off = sl.e_off, pc.aux0 = sl.aux0, pc.aux1 = sl.aux1;
+  pc.xoff = ib.residual / 4, pc.x_stride = copies, pc.yoff = ob.residual / 4;
+  const detail::format_gpu g = detail::gpu_traits(w.fmt);
+  pc.fast = w.cols % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0 && pc.yoff % 4 == 0;
+  const std::array<uint32_t, 2> key{uint32_t(w.fmt), uint32_t(w.scale_enc)};
+  auto it = p_->gather_pipes.find(key);
+  if (it == p_->gather_pipes.end()) {
+    std::ostringstream d;
+    d << "#define TEAMS " << p_->teams << "\n#define ROWS_PER_WG " << p_->teams << "\n#define DQ_GATHER 1\n"
+      << detail::tab_defines() << format_defines(w.fmt, w.scale_enc);
+    it = p_->gather_pipes.emplace(key, p_->pipe("dequant.comp", d.str(), p_->lanes * p_->teams, 6, sizeof(mat_pc))).first;
+  }
+  uint32_t gx, gy;
+  p_->grid(ceil_div(n, p_->teams), gx, gy);
+  detail::dispatch(c.impl(), it->second, b, &pc, sizeof pc, gx, gy);
 }
 
 void kernels::rmsnorm(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps) {

@@ -36,6 +36,42 @@ host_matrix make_matrix(rng& r, uint64_t rows, uint64_t cols, bool f32_scales = 
   return m;
 }
 
+/// kernels::embed_rows: n ids (a repeat, the last row, one id past the rows) gathered with `copies` copies each;
+/// every value bit-exact against F::decode_row, the bad id's rows NaN.
+template <class F>
+std::string embed_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, uint32_t copies, std::string& info) {
+  rng r(seed);
+  const host_matrix m = make_matrix<F>(r, rows, cols);
+  const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, m.v);
+  std::vector<uint32_t> ids = {uint32_t(r.below(uint32_t(rows))), uint32_t(rows - 1), uint32_t(r.below(uint32_t(rows))),
+                               uint32_t(rows + 3), uint32_t(r.below(uint32_t(rows)))};
+  ids.push_back(ids[0]);
+  const uint32_t n = uint32_t(ids.size());
+  const gpu::buffer ib = upload(s.dev, ids);
+  guarded out(s.dev, uint64_t(n) * copies * cols * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.embed_rows(c, gm, ib, n, copies, out.payload());
+  s.submit(c);
+  std::vector<float> got(uint64_t(n) * copies * cols), row(cols);
+  std::string why;
+  if (!out.read(got.data(), why)) return why;
+  for (uint32_t i = 0; i < n; ++i) {
+    const bool bad_id = ids[i] >= rows;
+    if (!bad_id) F::decode_row(m.v, ids[i], row.data());
+    for (uint32_t cp = 0; cp < copies; ++cp)
+      for (uint64_t j = 0; j < cols; ++j) {
+        const float g = got[(uint64_t(i) * copies + cp) * cols + j];
+        if (bad_id ? !std::isnan(g) || std::bit_cast<uint32_t>(g) == guarded::nan_word
+                   : std::bit_cast<uint32_t>(g) != std::bit_cast<uint32_t>(row[j]) && !(std::isnan(g) && std::isnan(row[j])))
+          return "token " + std::to_string(i) + " (id " + std::to_string(ids[i]) + ") copy " + std::to_string(cp) +
+                 " column " + std::to_string(j) + ": gpu " + std::to_string(g) +
+                 (bad_id ? " (an id past the rows must give NaN)" : ", cpu " + std::to_string(row[j]));
+      }
+  }
+  info = std::to_string(n) + " ids x " + std::to_string(copies) + " copies bit-exact, the bad id NaN";
+  return {};
+}
+
 std::string shape_name(uint64_t r, uint64_t c, uint32_t n = 0) {
   return std::to_string(r) + "x" + std::to_string(c) + (n ? " n=" + std::to_string(n) : "");
 }
@@ -307,6 +343,11 @@ void matrix_cases(suite& s) {
       for (bool generic : {false, true})
         s.run("dequant", fn, shape_name(sh.rows, sh.cols) + (generic ? " element-path" : ""),
               [&](uint64_t seed, std::string& info) { return dequant_case<F>(s, seed, sh.rows, sh.cols, generic, info); });
+    }
+    for (const shape& sh : {shape{300, 256, 0}, shape{37, 100, 0}}) {
+      if (!F::shape_ok(sh.rows, sh.cols)) continue;
+      s.run("embed_rows", fn, shape_name(sh.rows, sh.cols) + " x4 copies",
+            [&](uint64_t seed, std::string& info) { return embed_case<F>(s, seed, sh.rows, sh.cols, 4, info); });
     }
     for (const shape& sh : mv) {
       if (!F::shape_ok(sh.rows, sh.cols)) continue;

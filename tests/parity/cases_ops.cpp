@@ -218,7 +218,7 @@ void op_cases(suite& s) {
   if (s.dev.info().float64)
     rms(2, 4096, true, 1e-20f, 1e-25f, " x~1e-25 eps 1e-20 (f64 accumulators)");
   else
-    std::printf("[ skip ] rmsnorm with inputs whose squares underflow f32: no shaderFloat64 on this device\n");
+    std::printf("[ skip ] rmsnorm with inputs whose squares underflow f32: f32 accumulators (--f64 not given, or no shaderFloat64)\n");
 
   rope_config yarn;
   yarn.base = 160000.0;

@@ -1,6 +1,6 @@
 // cmfx-parity: every GPU kernel against the CPU float64 reference, on fresh random inputs (docs/VULKAN.md).
 // usage: cmfx-parity [--device N] [--seed S] [--filter A|B|…] [--cache-dir D] [--shader-dir D] [--validation]
-//                    [--no-subgroup-ops] [--no-small-storage] [--no-f64] [--no-shuffle] [--force-staging]
+//                    [--no-subgroup-ops] [--no-small-storage] [--f64] [--no-shuffle] [--force-staging]
 //                    [--no-spirv-opt] [--list-devices]
 // Exit: 0 all pass; 1 a failure; 77 no Vulkan device (skipped) unless CI=true, then 1.
 #include <cstdlib>
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     else if (a == "--validation") dopt.validation = true;
     else if (a == "--no-subgroup-ops") dopt.allow_subgroup_ops = false;
     else if (a == "--no-small-storage") dopt.allow_small_storage = false;
-    else if (a == "--no-f64") dopt.allow_float64 = false;
+    else if (a == "--f64") dopt.float64 = true;
     else if (a == "--no-shuffle") dopt.allow_shuffle = false;
     else if (a == "--force-staging") dopt.force_staging = true;
     else if (a == "--no-spirv-opt") dopt.optimize_spirv = false;

@@ -39,7 +39,10 @@ struct device_options {
   bool validation = false;      ///< enable VK_LAYER_KHRONOS_validation (error if it is not installed)
   bool allow_subgroup_ops = true;     ///< false: reductions through shared memory only
   bool allow_small_storage = true;    ///< false: no 8/16-bit storage access (32-bit word loads + bit extraction)
-  bool allow_float64 = true;          ///< false: f32 accumulators in rmsnorm / softmax even if f64 exists
+  /// f64 accumulators (RMSNorm, softmax, mHC coefficients, pooling, routing scores) where the device has f64: the
+  /// CPU reference's precision, at 11 % of the V4 decode time on the H200 (docs/PERF.md, tenth session). Default:
+  /// f32, within every parity bound (docs/VULKAN.md).
+  bool float64 = false;
   bool allow_int_dot = true;          ///< false: never use packed integer dot products (int8-activation matvec)
   bool allow_shuffle = true;          ///< false: no subgroup shuffles (f64 subgroup sums through subgroupAdd)
   bool allow_coop_matrix = true;      ///< false: never enable VK_NV_cooperative_matrix (tensor-core GEMM tiles)

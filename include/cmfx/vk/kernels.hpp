@@ -185,6 +185,11 @@ class kernels {
   void matvec_q8(commands& c, const gpu_matrix& w, view xq, view y);
   /// out[r*cols + c] = W[r, c] bit-exactly as F::decode_row. generic = true forces the element-wise path.
   void dequant(commands& c, const gpu_matrix& w, view out, bool generic = false);
+  /// Embedding lookup on the device: out row i·copies + j (j < copies) = row ids[i] of w decoded to f32 (bit for
+  /// bit F::decode_row), for i < n; an id ≥ w.rows gives a NaN row. The whole matrix must fit one storage binding
+  /// (usage_error otherwise). A decode step reads its token from the previous step's argmax this way, without the
+  /// host in between.
+  void embed_rows(commands& c, const gpu_matrix& w, view ids, uint32_t n, uint32_t copies, view out);
   /// Same as matmul but forces the element-wise (unaligned) path; for the parity suite.
   void matmul_generic(commands& c, const gpu_matrix& w, view x, uint32_t n, view y);
 
