@@ -33,7 +33,7 @@ view row(const gpu::buffer& b, uint64_t r, uint64_t floats) { return view(b, r *
 
 }  // namespace
 
-std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logits_mode) {
+std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logits_mode, bool fed, int ring_slot) {
   const dsv4_config& cf = cfg;
   const auto t_rec = std::chrono::steady_clock::now();
   const uint64_t d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window, R = ring_rows;
@@ -58,7 +58,12 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
   };
   gpu_stamps& ts = rec->ts;
   rec->pos = t, rec->mode = logits_mode, rec->profiled = opt.profile, rec->profile_layers = opt.profile_layers;
+  rec->variant = fed ? 1 : 0;
   cur->barrier();
+  if (fed) {  // the token is the previous step's argmax: its embedding in every hc copy of X, and its id
+    k.embed_rows(*cur, embed_dev, view(best, 0, 4), 1, uint32_t(hc), X);
+    cur->copy(view(best, 0, 4), token, 4);
+  }
   // ---- position parameters (inside the command buffer)
   {
     std::vector<int32_t> win(W, -1);
@@ -255,6 +260,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     k.hc_head_finish(*cur, sh, partials, X, hc_head_base, hc_head_scale, 1, coeff, u, norm);  // + the final norm
     k.matmul(*cur, head, u, 1, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
+    if (logits_mode == 2 && ring_slot >= 0) cur->copy(view(best, 0, 4), view(ids_ring, uint64_t(ring_slot) * 4, 4), 4);
     ts.mark(&dsv4_gpu_profile::head);
   }
   rec->close();
@@ -264,25 +270,78 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
   return rec;
 }
 
+void dsv4_gpu_model::impl::record_token(gpu::commands& pre, uint32_t tok) {
+  const uint64_t d = cfg.dim, hc = cfg.hc;
+  pre.barrier();
+  std::vector<float> x(d);
+  visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, tok, x.data()); });
+  for (uint64_t j = 0; j < hc; ++j) pre.update(view(X, j * d * 4, d * 4), x.data(), d * 4);
+  pre.update(token, &tok, 4);
+}
+
+std::vector<uint32_t> dsv4_gpu_model::impl::decode_chained(uint32_t first, uint32_t n) {
+  std::vector<uint32_t> out;
+  out.reserve(n);
+  if (n == 0) return out;
+  if (first >= cfg.vocab) throw usage_error("gpu model: token id " + std::to_string(first) + " >= vocab " + std::to_string(cfg.vocab));
+  if (pos + n > opt.max_ctx)
+    throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + n - 1) +
+                      " reach beyond the device context of " + std::to_string(opt.max_ctx) + " positions (--ctx)");
+  next.reset();
+  const uint8_t* ring = dev.mapped(ids_ring);
+  // Step i + 1 is recorded and submitted while the device runs step i, so the queue never waits for the host;
+  // the host reads step i's id from the ring after it ran (two steps in flight at most: the ring has 4 slots).
+  gpu::commands pre = dev.begin();
+  record_token(pre, first);
+  std::vector<std::shared_ptr<gpu_recording>> flight;
+  uint64_t disp = 0;
+  double rec_s = 0, dev_s = 0;
+  const uint64_t p0 = pos;
+  auto finish = [&](gpu_recording& r, uint64_t i) {
+    dev.wait(r.c);
+    dev_s += r.device_seconds();
+    uint32_t id = 0;
+    std::memcpy(&id, ring + (i % ring_slots) * 4, 4);
+    out.push_back(id);
+  };
+  try {
+    for (uint64_t i = 0; i < n; ++i) {
+      auto r = record(p0 + i, 2, i > 0, int(i % ring_slots));
+      disp += r->dispatches, rec_s += r->record_s;
+      if (i == 0) dev.submit_async(pre);
+      dev.submit_async(r->c);
+      flight.push_back(std::move(r));
+      if (flight.size() == 2) {
+        if (i == 1) dev.wait(pre);
+        finish(*flight[0], i - 1);
+        flight.erase(flight.begin());
+      }
+    }
+    if (n == 1) dev.wait(pre);
+    finish(*flight[0], n - 1);
+  } catch (...) {
+    for (auto& r : flight) dev.wait(r->c);
+    dev.wait(pre);
+    pos = p0 + out.size();
+    throw;
+  }
+  pos = p0 + n;
+  dispatches = uint32_t(disp / n), record_s = rec_s / n, device_s = dev_s / n;
+  return out;
+}
+
 void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace) {
   const dsv4_config& cf = cfg;
   if (tok >= cf.vocab) throw usage_error("gpu model: token id " + std::to_string(tok) + " >= vocab " + std::to_string(cf.vocab));
   if (pos >= opt.max_ctx)
     throw usage_error("gpu model: position " + std::to_string(pos) + " reaches the device context of " +
                       std::to_string(opt.max_ctx) + " positions (--ctx)");
-  const uint64_t d = cf.dim, hc = cf.hc, W = cf.window;
+  const uint64_t W = cf.window;
   const uint32_t K = cf.top_k;
-  // The token's own parameters: its embedding in every hc copy of X, and its id (hash routing).
   gpu::commands pre = dev.begin();
-  pre.barrier();
-  {
-    std::vector<float> x(d);
-    visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, tok, x.data()); });
-    for (uint64_t j = 0; j < hc; ++j) pre.update(view(X, j * d * 4, d * 4), x.data(), d * 4);
-    pre.update(token, &tok, 4);
-  }
+  record_token(pre, tok);
   std::shared_ptr<gpu_recording> rec;
-  if (next && next->pos == pos && next->mode == logits_mode && next->profiled == opt.profile &&
+  if (next && next->pos == pos && next->mode == logits_mode && next->variant == 0 && next->profiled == opt.profile &&
       next->profile_layers == opt.profile_layers)
     rec = std::move(next);
   else
@@ -432,6 +491,12 @@ std::vector<uint32_t> dsv4_gpu_model::kind_layers() const {
     if (!(seen & bit)) out.push_back(l), seen |= bit;
   }
   return out;
+}
+
+bool dsv4_gpu_model::chains_decode() const noexcept { return p_->embed_dev.data && !p_->opt.profile; }
+std::vector<uint32_t> dsv4_gpu_model::decode_greedy(uint32_t first, uint32_t n) {
+  if (!chains_decode()) return gpu_graph::decode_greedy(first, n);
+  return p_->decode_chained(first, n);
 }
 
 uint32_t dsv4_gpu_model::step_greedy(uint32_t token) {

@@ -57,6 +57,11 @@ struct dsv4_gpu_chunk_bufs {
 struct dsv4_gpu_model::impl {
   dsv4_config cfg;
   dsv4_matrix embed;                      // host view (decoded per token)
+  /// The embedding on the device (decode_greedy: a step reads its token from the previous step's argmax); empty
+  /// with the expert cache or where it does not fit one binding / the budget (then decode_greedy steps one by one).
+  gpu::gpu_matrix embed_dev;
+  gpu::buffer ids_ring;  // host-visible [ring_slots] u32: the chained steps' argmax ids
+  static constexpr uint32_t ring_slots = 4;
   std::shared_ptr<const void> keep_alive;
   gpu::device& dev;
   gpu::kernels& k;
@@ -106,8 +111,14 @@ struct dsv4_gpu_model::impl {
   void alloc_state();                          // dsv4_gpu_weights.cpp
   /// Runs one token; returns after it ran. logits_mode: 0 none, 1 logits, 2 argmax.
   void run(uint32_t token, int logits_mode, dsv4_trace* trace);
-  /// The token-independent work of position t (everything but the embedding and the token id).
-  std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode);
+  /// The token-independent work of position t (everything but the embedding and the token id). fed: the token is
+  /// the previous step's argmax (`best`), looked up on the device; ring_slot ≥ 0: the argmax also copied to
+  /// ids_ring[ring_slot] (logits_mode 2).
+  std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
+  /// Greedy decode of n tokens chained on the device (decode_greedy).
+  std::vector<uint32_t> decode_chained(uint32_t first, uint32_t n);
+  /// The host's part of a step: the embedding of `tok` in every hc copy of X and its id (recorded into `pre`).
+  void record_token(gpu::commands& pre, uint32_t tok);
   // dsv4_gpu_chunk.cpp
   void alloc_chunk();
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk); want_logits: the last row's into

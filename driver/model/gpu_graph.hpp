@@ -67,6 +67,17 @@ class gpu_graph {
   }
   /// Runs `token` and returns the argmax of its logits, computed on the device.
   virtual uint32_t step_greedy(uint32_t token) = 0;
+  /// Greedy decode: runs `first`, then each argmax in turn, n steps; returns the n argmax ids (the last one not
+  /// yet run). Here step by step; a graph may chain the steps on the device.
+  virtual std::vector<uint32_t> decode_greedy(uint32_t first, uint32_t n) {
+    std::vector<uint32_t> out;
+    out.reserve(n);
+    for (uint32_t i = 0; i < n; ++i) out.push_back(first = step_greedy(first));
+    return out;
+  }
+  /// Whether decode_greedy chains its steps on the device (then last_dispatches / last_record_seconds /
+  /// last_device_seconds are its per-step means).
+  virtual bool chains_decode() const noexcept { return false; }
 
   virtual uint64_t weight_bytes() const noexcept = 0;     ///< device bytes of the weights
   virtual uint64_t state_bytes() const noexcept = 0;      ///< device bytes of the sequence state and scratch

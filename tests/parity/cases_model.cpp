@@ -8,6 +8,7 @@
 //
 // Toys: CMF f32 (every matrix f32), CMF q4tp (ladder matrices, stacked shared expert) and the release layout
 // (FP8 block-128 dense, MXFP4 experts, the FP8 shared expert apart from the stacked FP4 ones).
+#include <set>
 #include <algorithm>
 #include <random>
 
@@ -136,6 +137,40 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
                 tie.c_str(), traced ? "" : "pipelined, ", (unsigned long long)tokens, chk.worst_nmse, chk.worst_rel,
                 (unsigned long long)chk.ties, gpu.last_dispatches());
   info = b;
+  return {};
+}
+
+/// Greedy decode chained on the device (decode_greedy: each step reads its token from the previous argmax through
+/// kernels::embed_rows, submitted before the previous step ends) against step_greedy one token at a time on a
+/// second model from the same prompt: the same ids, and the positions after.
+std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed, std::string& info) {
+  dsv4_options co;
+  co.threads = 1;
+  auto cpu = dsv4_model::open(path, co);
+  dsv4_gpu_options go;
+  go.max_ctx = prompt + n + 1;
+  go.prefill_chunk = 0;
+  dsv4_gpu_model chained(cpu->weights(), s.dev, s.kern, go), stepped(cpu->weights(), s.dev, s.kern, go);
+  if (!chained.chains_decode()) return "decode_greedy does not chain on this device (no embedding on the device)";
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, cpu->config().vocab - 1);
+  std::vector<uint32_t> ids(prompt);
+  for (auto& id : ids) id = pick(g);
+  (void)chained.forward(ids, false);
+  (void)stepped.forward(ids, false);
+  const uint32_t first = pick(g);
+  const std::vector<uint32_t> got = chained.decode_greedy(first, n);
+  std::vector<uint32_t> want;
+  for (uint32_t i = 0, t = first; i < n; ++i) want.push_back(t = stepped.step_greedy(t));
+  if (got.size() != n) return "decode_greedy returned " + std::to_string(got.size()) + " ids, expected " + std::to_string(n);
+  for (uint32_t i = 0; i < n; ++i)
+    if (got[i] != want[i])
+      return "step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) + ", step by step " + std::to_string(want[i]);
+  if (chained.pos() != prompt + n) return "position after decode_greedy " + std::to_string(chained.pos());
+  // one more step on each from the same token: the state the chained steps left is the stepped one's
+  if (chained.step_greedy(want.back()) != stepped.step_greedy(want.back())) return "the step after the chain differs";
+  std::set<uint32_t> distinct(got.begin(), got.end());
+  info = std::to_string(n) + " chained greedy ids == step by step (" + std::to_string(distinct.size()) + " distinct)";
   return {};
 }
 
@@ -379,6 +414,12 @@ void model_cases(suite& s) {
   // pipelined with the rings of 37-position prefill chunks (window ring 16 + 37 rows: wraps at 53)
   s.run("model_v4", "-", "cmf f32 toy, 140 tokens, pipelined (logits only), chunk-sized rings", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("cmf", "f32"), 140, seed, info, false, 37);
+  });
+  s.run("model_v4", "-", "greedy decode chained on the device, cmf q4tp toy, 12 + 30 tokens", [&](uint64_t seed, std::string& info) {
+    return chained_case(s, files.make("cmf", "q4tp"), 12, 30, seed, info);
+  });
+  s.run("model_v4", "-", "greedy decode chained on the device, release toy, 8 + 20 tokens", [&](uint64_t seed, std::string& info) {
+    return chained_case(s, files.make("release", "native"), 8, 20, seed, info);
   });
   s.run("model_v4", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp"), seed, info);
