@@ -40,7 +40,7 @@ dsv4_gpu_model::impl::impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& 
   // The embedding on the device for chained greedy decode: not with the expert cache (its steps are cut per layer),
   // nor past the budget or one storage binding.
   const uint64_t ebytes = view_bytes(embed.v);
-  if (!experts->active() && ebytes <= dev.info().max_storage_range &&
+  if (opt.device_embedding && !experts->active() && ebytes <= dev.info().max_storage_range &&
       (!opt.vram_budget || weight_bytes + state_bytes + ebytes <= opt.vram_budget)) {
     embed_dev = gpu::upload_matrix(dev, embed.fmt, embed.v);
     weight_bytes += gpu_matrix_bytes(embed_dev);

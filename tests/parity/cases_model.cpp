@@ -358,6 +358,7 @@ std::string cache_case(suite& s, const std::string& path, uint64_t tokens, uint6
   go.gemm = gpu::gemm_precision::f32;  // the strict bounds below; f16 chunks: f16_chunk_case
   go.max_ctx = tokens;
   go.prefill_chunk = 0;  // the budget below is the resident model's bytes without a chunk scratch
+  go.device_embedding = false;  // nor the embedding kept for chained decode
   dsv4_gpu_model full(w, s.dev, s.kern, go);
   const expert_view& e0 = w.layers.at(0).experts.at(0);
   auto vb = [](const matrix_view& v) { return v.data_bytes + v.scale_bytes; };
