@@ -234,11 +234,13 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
 /// kF16ModelNmse, and every routed-expert and indexer selection identical — except that the f16 rounding moves the
 /// scores by ~1e-3 of their size, so a pick whose CPU margin is below kF16TieMargin may go the other way: the
 /// comparison then stops at that row (the toy's random weights make everything after it diverge). A wiring error
-/// (a wrong mode, tile or store) gives unrelated logits or picks at wide margins.
+/// (a wrong mode, tile or store) gives unrelated logits or picks at wide margins. The errors compound through the
+/// sequence state: 1e-2 let an indexer pick of margin 1.13e-2 at position 54 fail (lavapipe, 2026-11-30), so the
+/// margin is 3e-2 — still far below a wiring error's.
 /// One token sequence of f16_chunk_case; rows: the rows compared before a near-tie flip (or all).
 std::string f16_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t seed,
                           uint64_t& rows, std::string& info) {
-  constexpr double kF16ModelNmse = 3e-4, kF16ModelMaxAbsRel = 5e-2, kF16TieMargin = 1e-2;
+  constexpr double kF16ModelNmse = 3e-4, kF16ModelMaxAbsRel = 5e-2, kF16TieMargin = 3e-2;
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
