@@ -69,6 +69,13 @@ class gpu_backend final : public cache_backend {
   void reset() override { r_->model().reset(); }
   uint64_t vocab() const override { return r_->config().vocab; }
   uint64_t rollback_tokens() const override { return 0; }
+  bool can_chain(uint64_t steps) const override {
+    const gpu_graph& m = r_->model();
+    return m.chains_decode() && m.pos() + steps <= m.max_ctx();
+  }
+  uint64_t chain_greedy(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) override {
+    return r_->model().decode_greedy_each(first, max, on_token);
+  }
 
  private:
   gpu_runner* r_;
@@ -124,6 +131,27 @@ std::vector<float> prompt_cache::step(uint32_t id) {
   std::vector<float> logits = b_->forward(one, true);
   live_ids_.push_back(id);
   return logits;
+}
+
+bool prompt_cache::chain_greedy(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
+  if (max == 0 || !b_->can_chain(max)) return false;
+  // the tokens the state runs: first, then every id handed over but the last (also when on_token throws)
+  std::vector<uint32_t> got;
+  auto keep = [&] {
+    live_ids_.push_back(first);
+    if (got.size() > 1) live_ids_.insert(live_ids_.end(), got.begin(), got.end() - 1);
+  };
+  try {
+    b_->chain_greedy(first, max, [&](uint32_t id) {
+      got.push_back(id);
+      return on_token(id);
+    });
+  } catch (...) {
+    if (!got.empty()) keep();
+    throw;
+  }
+  keep();
+  return true;
 }
 
 void prompt_cache::reset() {
@@ -204,22 +232,44 @@ turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::
   r.prefill_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   bool stopped = false;
-  for (uint64_t i = 0; i < s.max_tokens; ++i) {
-    const sample_result& x = smp.sample(logits);
-    r.ids.push_back(x.token);
-    if (x.stop) {
+  // One sampled id: whether generation goes on (the id then runs next).
+  auto take = [&](int32_t token, bool is_stop) {
+    r.ids.push_back(token);
+    if (is_stop) {
       r.finish = "eos";
-      break;
+      return false;
     }
-    const auto sr = stops.push(dec.push(x.token));
+    const auto sr = stops.push(dec.push(token));
     emit(sr.text);
     if (sr.stopped) {
       r.finish = "stop";
       stopped = true;
-      break;
+      return false;
     }
-    if (i + 1 == s.max_tokens) break;
-    logits = cache.step(static_cast<uint32_t>(x.token));
+    return r.ids.size() < s.max_tokens;
+  };
+  // Pure greedy sampling (no temperature, penalties or logprobs) is the device's argmax: after the first id the
+  // steps chain on the device where the backend can (prompt_cache::chain_greedy), without logits.
+  const sampling_params& sp = s.sampling;
+  const bool pure_greedy = sp.temperature <= 0.0f && sp.repetition_penalty == 1.0f && sp.presence_penalty == 0.0f &&
+                           sp.frequency_penalty == 0.0f && !sp.logprobs && sp.top_logprobs == 0;
+  bool go = s.max_tokens > 0;
+  if (go) {
+    const sample_result& x = smp.sample(logits);
+    go = take(x.token, x.stop);
+  }
+  if (go && pure_greedy) {
+    auto is_stop = [&](uint32_t id) {
+      return std::find(sp.stop_tokens.begin(), sp.stop_tokens.end(), int32_t(id)) != sp.stop_tokens.end();
+    };
+    if (cache.chain_greedy(uint32_t(r.ids.back()), s.max_tokens - r.ids.size(),
+                           [&](uint32_t id) { return take(int32_t(id), is_stop(id)); }))
+      go = false;  // it ran until take() said stop
+  }
+  while (go) {
+    logits = cache.step(static_cast<uint32_t>(r.ids.back()));
+    const sample_result& x = smp.sample(logits);
+    go = take(x.token, x.stop);
   }
   if (r.finish.empty()) r.finish = "length";
   if (!stopped) {

@@ -5,6 +5,7 @@
 //   text_printer   — where a turn's output goes (content on stdout, reasoning on stderr, tool calls as JSON lines);
 //   generate_turn  — prefill, then sample → stream_decoder (whole UTF-8 characters) → stop strings → chat output
 //                    parser, until EOS, a stop string or the token limit.
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -38,6 +39,12 @@ class cache_backend {
   virtual void reset() = 0;               // live and snapshot to position 0
   virtual uint64_t vocab() const = 0;
   virtual uint64_t rollback_tokens() const = 0;  // how far truncate can roll back
+  /// Greedy steps chained on the device (gpu_graph::decode_greedy_each) where the backend can run `steps` of them
+  /// from here; else chain_greedy is not called.
+  virtual bool can_chain(uint64_t /*steps*/) const { return false; }
+  virtual uint64_t chain_greedy(uint32_t /*first*/, uint64_t /*max*/, const std::function<bool(uint32_t)>& /*on_token*/) {
+    return 0;
+  }
 };
 
 class prompt_cache {
@@ -55,6 +62,10 @@ class prompt_cache {
   std::vector<float> prefill(const std::vector<uint32_t>& prompt, uint64_t& reused);
   /// Runs one more token; returns its logits.
   std::vector<float> step(uint32_t id);
+  /// Greedy decode without the logits, chained on the device where the backend can run `max` steps that way:
+  /// runs `first`, hands each argmax to on_token and runs it next, until on_token returns false or `max` ids were
+  /// handed over. Returns false, running nothing, where the backend cannot chain (the caller steps instead).
+  bool chain_greedy(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token);
   /// Forgets everything.
   void reset();
   const std::vector<uint32_t>& tokens() const noexcept { return live_ids_; }

@@ -497,6 +497,7 @@ uint64_t dsv41_gpu_model::bytes_per_token() const noexcept { return p_->token_by
 uint32_t dsv41_gpu_model::last_dispatches() const noexcept { return p_->dispatches; }
 double dsv41_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
 double dsv41_gpu_model::last_device_seconds() const noexcept { return p_->device_s; }
+uint64_t dsv41_gpu_model::max_ctx() const noexcept { return p_->opt.max_ctx; }
 const gpu_graph_profile& dsv41_gpu_model::profile() const noexcept { return p_->prof; }
 const gpu_expert_cache_stats& dsv41_gpu_model::cache_stats() const noexcept { return p_->experts->stats(); }
 

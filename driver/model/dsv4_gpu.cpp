@@ -279,13 +279,11 @@ void dsv4_gpu_model::impl::record_token(gpu::commands& pre, uint32_t tok) {
   pre.update(token, &tok, 4);
 }
 
-std::vector<uint32_t> dsv4_gpu_model::impl::decode_chained(uint32_t first, uint32_t n) {
-  std::vector<uint32_t> out;
-  out.reserve(n);
-  if (n == 0) return out;
+uint64_t dsv4_gpu_model::impl::decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
+  if (max == 0) return 0;
   if (first >= cfg.vocab) throw usage_error("gpu model: token id " + std::to_string(first) + " >= vocab " + std::to_string(cfg.vocab));
-  if (pos + n > opt.max_ctx)
-    throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + n - 1) +
+  if (pos + max > opt.max_ctx)
+    throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + max - 1) +
                       " reach beyond the device context of " + std::to_string(opt.max_ctx) + " positions (--ctx)");
   next.reset();
   const uint8_t* ring = dev.mapped(ids_ring);
@@ -293,41 +291,45 @@ std::vector<uint32_t> dsv4_gpu_model::impl::decode_chained(uint32_t first, uint3
   // the host reads step i's id from the ring after it ran (two steps in flight at most: the ring has 4 slots).
   gpu::commands pre = dev.begin();
   record_token(pre, first);
-  std::vector<std::shared_ptr<gpu_recording>> flight;
-  uint64_t disp = 0;
+  std::vector<std::pair<std::shared_ptr<gpu_recording>, uint64_t>> flight;  // (recording, step)
+  uint64_t disp = 0, recorded = 0, delivered = 0;
   double rec_s = 0, dev_s = 0;
+  bool stop = false, pre_done = false;
   const uint64_t p0 = pos;
   auto finish = [&](gpu_recording& r, uint64_t i) {
+    if (!pre_done) dev.wait(pre), pre_done = true;
     dev.wait(r.c);
+    if (stop) return;  // run ahead of a stop: dropped
     dev_s += r.device_seconds();
     uint32_t id = 0;
     std::memcpy(&id, ring + (i % ring_slots) * 4, 4);
-    out.push_back(id);
+    ++delivered;
+    pos = p0 + delivered;
+    if (!on_token(id)) stop = true;
   };
   try {
-    for (uint64_t i = 0; i < n; ++i) {
+    for (uint64_t i = 0; i < max && !stop; ++i) {
       auto r = record(p0 + i, 2, i > 0, int(i % ring_slots));
-      disp += r->dispatches, rec_s += r->record_s;
+      disp += r->dispatches, rec_s += r->record_s, ++recorded;
       if (i == 0) dev.submit_async(pre);
       dev.submit_async(r->c);
-      flight.push_back(std::move(r));
+      flight.emplace_back(std::move(r), i);
       if (flight.size() == 2) {
-        if (i == 1) dev.wait(pre);
-        finish(*flight[0], i - 1);
+        finish(*flight[0].first, flight[0].second);
         flight.erase(flight.begin());
       }
     }
-    if (n == 1) dev.wait(pre);
-    finish(*flight[0], n - 1);
+    for (auto& [r, i] : flight) finish(*r, i);
   } catch (...) {
-    for (auto& r : flight) dev.wait(r->c);
-    dev.wait(pre);
-    pos = p0 + out.size();
+    for (auto& f : flight) dev.wait(f.first->c);
+    if (!pre_done) dev.wait(pre);
+    pos = p0 + delivered;
     throw;
   }
-  pos = p0 + n;
-  dispatches = uint32_t(disp / n), record_s = rec_s / n, device_s = dev_s / n;
-  return out;
+  pos = p0 + delivered;
+  dispatches = uint32_t(disp / recorded), record_s = rec_s / double(recorded);
+  device_s = delivered ? dev_s / double(delivered) : 0.0;
+  return delivered;
 }
 
 void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace) {
@@ -494,9 +496,10 @@ std::vector<uint32_t> dsv4_gpu_model::kind_layers() const {
 }
 
 bool dsv4_gpu_model::chains_decode() const noexcept { return p_->embed_dev.data && !p_->opt.profile; }
-std::vector<uint32_t> dsv4_gpu_model::decode_greedy(uint32_t first, uint32_t n) {
-  if (!chains_decode()) return gpu_graph::decode_greedy(first, n);
-  return p_->decode_chained(first, n);
+uint64_t dsv4_gpu_model::max_ctx() const noexcept { return p_->opt.max_ctx; }
+uint64_t dsv4_gpu_model::decode_greedy_each(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
+  if (!chains_decode()) return gpu_graph::decode_greedy_each(first, max, on_token);
+  return p_->decode_chained(first, max, on_token);
 }
 
 uint32_t dsv4_gpu_model::step_greedy(uint32_t token) {

@@ -96,10 +96,11 @@ class dsv4_gpu_model final : public gpu_graph {
   std::vector<float> step(uint32_t token, bool want_logits, dsv4_trace* trace = nullptr);
   /// Runs `token` and returns the argmax of its logits, computed on the device (4 bytes read back).
   uint32_t step_greedy(uint32_t token) override;
-  /// n greedy steps chained on the device (each reads its token from the previous argmax; the host submits step
+  /// Greedy steps chained on the device (each reads its token from the previous argmax; the host submits step
   /// i + 1 before step i ends) — where the embedding is on the device, else step by step.
-  std::vector<uint32_t> decode_greedy(uint32_t first, uint32_t n) override;
+  uint64_t decode_greedy_each(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) override;
   bool chains_decode() const noexcept override;
+  uint64_t max_ctx() const noexcept override;
   /// Several positions: in chunks of prefill_chunk (one recording each), or token by token (chunk 0/1, the expert
   /// cache, a single id). last: the logits of the last id.
   std::vector<float> forward(std::span<const uint32_t> ids, bool last) override;

@@ -115,8 +115,8 @@ struct dsv4_gpu_model::impl {
   /// the previous step's argmax (`best`), looked up on the device; ring_slot ≥ 0: the argmax also copied to
   /// ids_ring[ring_slot] (logits_mode 2).
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
-  /// Greedy decode of n tokens chained on the device (decode_greedy).
-  std::vector<uint32_t> decode_chained(uint32_t first, uint32_t n);
+  /// Greedy decode chained on the device (decode_greedy_each).
+  uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token);
   /// The host's part of a step: the embedding of `tok` in every hc copy of X and its id (recorded into `pre`).
   void record_token(gpu::commands& pre, uint32_t tok);
   // dsv4_gpu_chunk.cpp

@@ -3,6 +3,7 @@
 // (dsv41_gpu.hpp): one sequence whose state lives on the device, run token by token, with its byte counts,
 // per-phase profile and expert-cache statistics.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -67,17 +68,34 @@ class gpu_graph {
   }
   /// Runs `token` and returns the argmax of its logits, computed on the device.
   virtual uint32_t step_greedy(uint32_t token) = 0;
-  /// Greedy decode: runs `first`, then each argmax in turn, n steps; returns the n argmax ids (the last one not
-  /// yet run). Here step by step; a graph may chain the steps on the device.
-  virtual std::vector<uint32_t> decode_greedy(uint32_t first, uint32_t n) {
+  /// Greedy decode with the ids as they come: runs `first`, hands each step's argmax to on_token and runs it next,
+  /// until on_token returns false or `max` ids were handed over. Returns the ids handed over; pos() advances by as
+  /// many (a step the device ran ahead of a stop is dropped: everything it wrote is keyed by its position and is
+  /// written again when that position runs). Here step by step; a graph may chain the steps on the device.
+  virtual uint64_t decode_greedy_each(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
+    uint64_t n = 0;
+    while (n < max) {
+      first = step_greedy(first);
+      ++n;
+      if (!on_token(first)) break;
+    }
+    return n;
+  }
+  /// decode_greedy_each for n steps; returns the n argmax ids (the last one not yet run).
+  std::vector<uint32_t> decode_greedy(uint32_t first, uint64_t n) {
     std::vector<uint32_t> out;
     out.reserve(n);
-    for (uint32_t i = 0; i < n; ++i) out.push_back(first = step_greedy(first));
+    decode_greedy_each(first, n, [&](uint32_t id) {
+      out.push_back(id);
+      return true;
+    });
     return out;
   }
-  /// Whether decode_greedy chains its steps on the device (then last_dispatches / last_record_seconds /
+  /// Whether decode_greedy_each chains its steps on the device (then last_dispatches / last_record_seconds /
   /// last_device_seconds are its per-step means).
   virtual bool chains_decode() const noexcept { return false; }
+  /// Positions the device state holds.
+  virtual uint64_t max_ctx() const noexcept = 0;
 
   virtual uint64_t weight_bytes() const noexcept = 0;     ///< device bytes of the weights
   virtual uint64_t state_bytes() const noexcept = 0;      ///< device bytes of the sequence state and scratch

@@ -140,37 +140,55 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
   return {};
 }
 
-/// Greedy decode chained on the device (decode_greedy: each step reads its token from the previous argmax through
-/// kernels::embed_rows, submitted before the previous step ends) against step_greedy one token at a time on a
-/// second model from the same prompt: the same ids, and the positions after.
+/// Greedy decode chained on the device (decode_greedy_each: each step reads its token from the previous argmax
+/// through kernels::embed_rows and is submitted before the previous one ends) against step_greedy one token at a
+/// time on a second model from the same prompt: stopped by its callback after k ids (the step it ran ahead is
+/// dropped), then continued from a token that is not the argmax (the dropped step's position runs again with
+/// another token) — the same ids and positions throughout, and the step after agrees.
 std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed, std::string& info) {
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
+  const uint32_t V = cpu->config().vocab, k = n / 3;
   dsv4_gpu_options go;
   go.max_ctx = prompt + n + 1;
   go.prefill_chunk = 0;
   dsv4_gpu_model chained(cpu->weights(), s.dev, s.kern, go), stepped(cpu->weights(), s.dev, s.kern, go);
   if (!chained.chains_decode()) return "decode_greedy does not chain on this device (no embedding on the device)";
   std::mt19937_64 g(seed);
-  std::uniform_int_distribution<uint32_t> pick(0, cpu->config().vocab - 1);
+  std::uniform_int_distribution<uint32_t> pick(0, V - 1);
   std::vector<uint32_t> ids(prompt);
   for (auto& id : ids) id = pick(g);
   (void)chained.forward(ids, false);
   (void)stepped.forward(ids, false);
+  auto compare = [&](const std::vector<uint32_t>& got, uint32_t first, uint64_t at, const char* part) -> std::string {
+    for (uint64_t i = 0; i < got.size(); ++i) {
+      const uint32_t want = first = stepped.step_greedy(first);
+      if (got[i] != want)
+        return std::string(part) + " step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) +
+               ", step by step " + std::to_string(want);
+    }
+    if (chained.pos() != at) return std::string(part) + ": position " + std::to_string(chained.pos()) + ", expected " + std::to_string(at);
+    return {};
+  };
   const uint32_t first = pick(g);
-  const std::vector<uint32_t> got = chained.decode_greedy(first, n);
-  std::vector<uint32_t> want;
-  for (uint32_t i = 0, t = first; i < n; ++i) want.push_back(t = stepped.step_greedy(t));
-  if (got.size() != n) return "decode_greedy returned " + std::to_string(got.size()) + " ids, expected " + std::to_string(n);
-  for (uint32_t i = 0; i < n; ++i)
-    if (got[i] != want[i])
-      return "step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) + ", step by step " + std::to_string(want[i]);
-  if (chained.pos() != prompt + n) return "position after decode_greedy " + std::to_string(chained.pos());
+  std::vector<uint32_t> got;
+  const uint64_t m = chained.decode_greedy_each(first, n, [&](uint32_t id) {
+    got.push_back(id);
+    return got.size() < k;
+  });
+  if (m != k || got.size() != k) return "the callback's stop after " + std::to_string(k) + " ids gave " + std::to_string(m);
+  if (auto why = compare(got, first, prompt + k, "stopped chain"); !why.empty()) return why;
+  const uint32_t other = (got.back() + 1) % V;  // not the argmax: the dropped step's position, another token
+  const std::vector<uint32_t> rest = chained.decode_greedy(other, n - k);
+  if (rest.size() != n - k) return "decode_greedy returned " + std::to_string(rest.size()) + " ids";
+  if (auto why = compare(rest, other, prompt + n, "continued chain"); !why.empty()) return why;
   // one more step on each from the same token: the state the chained steps left is the stepped one's
-  if (chained.step_greedy(want.back()) != stepped.step_greedy(want.back())) return "the step after the chain differs";
+  if (chained.step_greedy(rest.back()) != stepped.step_greedy(rest.back())) return "the step after the chain differs";
   std::set<uint32_t> distinct(got.begin(), got.end());
-  info = std::to_string(n) + " chained greedy ids == step by step (" + std::to_string(distinct.size()) + " distinct)";
+  distinct.insert(rest.begin(), rest.end());
+  info = std::to_string(k) + " + " + std::to_string(n - k) + " chained greedy ids == step by step (" +
+         std::to_string(distinct.size()) + " distinct)";
   return {};
 }
 
