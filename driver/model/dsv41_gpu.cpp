@@ -229,14 +229,17 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
     cur->begin_concurrent();
     k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff_f);
     k.matmul(*cur, G.gate, u, 1, rlogits);
+    const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
+    cur->end_concurrent();
+    // the FP8 shared expert's gate/up beside the routing (one workgroup): off the router's critical path
+    cur->begin_concurrent();
+    k.route_score(*cur, rlogits, G.gate_bias, 1, cf.experts, rc, view(), G.route_idx, G.route_w);
     if (G.shared_apart) {
       k.matmul(*cur, G.sh_gate, u, 1, sh_g);
       k.matmul(*cur, G.sh_up, u, 1, sh_u);
     }
-    const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
     cur->end_concurrent();
-    k.route_score(*cur, rlogits, G.gate_bias, 1, cf.experts, rc, view(), G.route_idx, G.route_w);
-    ts.op("router + route");
+    ts.op("router + route (+ shared gate/up)");
     ts.mark(&gpu_graph_profile::route);
     if (segmented) {  // the selected ids to the host; the expert cache makes those experts resident here
       cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);

@@ -227,18 +227,21 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     cur->begin_concurrent();
     k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff);
     k.matmul(*cur, G.gate, u, 1, rlogits);
-    if (G.shared_apart) {
-      k.matmul(*cur, G.sh_gate, u, 1, sh_g);
-      k.matmul(*cur, G.sh_up, u, 1, sh_u);
-    }
     const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
     cur->end_concurrent();
-    ts.op("router (+ shared gate/up, x int8) (concurrent)");
+    ts.op("router (+ x int8) (concurrent)");
+    // the FP8 shared expert's gate/up beside the routing (one workgroup): off the router's critical path
+    cur->begin_concurrent();
     if (kind.hash)
       k.route_hash(*cur, rlogits, G.tid2eid, cf.vocab, token, 1, E, rc, view(), G.route_idx, G.route_w);
     else
       k.route_score(*cur, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
-    ts.op("route");
+    if (G.shared_apart) {
+      k.matmul(*cur, G.sh_gate, u, 1, sh_g);
+      k.matmul(*cur, G.sh_up, u, 1, sh_u);
+    }
+    cur->end_concurrent();
+    ts.op("route (+ shared gate/up) (concurrent)");
     ts.mark(&dsv4_gpu_profile::route);
     if (segmented) {  // the selected ids to the host; run() makes those experts resident here
       cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);
