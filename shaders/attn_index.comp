@@ -4,7 +4,9 @@
 //   score[t, j] = Σ_h relu(q[t, h] · key[j]) · w[t, h]  for j < count[t];  −inf for count[t] ≤ j < n.
 // One workgroup per (row t, tile of WG_SIZE / IX_HS keys); the IX_HS invocations of key j (lid / IX_HS) hold it in
 // registers and split the heads (invocation hs takes heads hs, hs + IX_HS, …), whose q rows go through shared
-// memory IX_QB heads at a time (broadcast reads); their partial sums are added in hs order through shared memory.
+// memory IX_QB heads at a time (broadcast reads; every load of a block issued before its stores: H200, 8-layer
+// V4-Flash decode, 18.3 → 14.4 µs per CSA layer against the strided copy loop); their partial sums are added in hs
+// order through shared memory.
 // Dots in f32 (fma, channel order), the sums over heads in ACC. Defines: IX_HD (head_dim), IX_QB, IX_HS (a power
 // of two dividing WG_SIZE): with 16 a decode step's few keys still spread over the head count's worth of lanes.
 #include "common/base.glsl"
@@ -37,7 +39,16 @@ void main() {
   for (uint h0 = 0u; h0 < pc.heads; h0 += IX_QB) {
     const uint hn = min(IX_QB, pc.heads - h0);
     barrier();  // the previous block's readers are done
-    for (uint i = lid; i < hn * IX_HD; i += WG_SIZE) q_s[i] = qv[pc.qoff + (row * pc.heads + h0) * IX_HD + i];
+    // every load of the block first (a compile-time count: all in flight together), then the stores
+    float qt[(IX_QB * IX_HD + WG_SIZE - 1u) / WG_SIZE];
+    [[unroll]] for (uint u = 0u; u < (IX_QB * IX_HD + WG_SIZE - 1u) / WG_SIZE; ++u) {
+      const uint i = lid + u * WG_SIZE;
+      qt[u] = i < hn * IX_HD ? qv[pc.qoff + (row * pc.heads + h0) * IX_HD + i] : 0.0;
+    }
+    [[unroll]] for (uint u = 0u; u < (IX_QB * IX_HD + WG_SIZE - 1u) / WG_SIZE; ++u) {
+      const uint i = lid + u * WG_SIZE;
+      if (i < hn * IX_HD) q_s[i] = qt[u];
+    }
     if (lid < hn) w_s[lid] = wv[pc.woff + row * pc.heads + h0 + lid];
     barrier();
     if (live)
