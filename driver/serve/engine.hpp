@@ -56,6 +56,14 @@ class engine {
   virtual std::string metrics_text() const = 0;
   /// One line for the start-up log ("cpu, 16 threads" / "vulkan: <device>, <cache line>").
   virtual std::string describe() const = 0;
+  /// Greedy steps chained on the device for one slot (gpu_graph::decode_greedy_each): whether the engine can run
+  /// `steps` of them from the slot's position, and the run — `first`, then each id handed to on_token, until it
+  /// returns false or `max` ids; returns the ids handed over (the slot's position advances by as many).
+  virtual bool can_chain(unsigned /*slot*/, uint64_t /*steps*/) const { return false; }
+  virtual uint64_t chain_greedy(unsigned /*slot*/, uint32_t /*first*/, uint64_t /*max*/,
+                                const std::function<bool(uint32_t)>& /*on_token*/) {
+    return 0;
+  }
 };
 
 /// A CPU graph with `slots` sequences (each a dsv4_state / dsv41_state, copies as snapshots).

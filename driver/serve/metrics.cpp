@@ -54,13 +54,14 @@ double u(const std::atomic<uint64_t>& a) { return static_cast<double>(a.load(std
 std::string metrics::prometheus() const {
   std::string o;
   std::map<int, uint64_t> by_status;
-  uint64_t pt, dt, steps, chunks;
+  uint64_t pt, dt, ct, steps, chunks;
   double ps, ds, fs, dfs, ss, sts, ws;
   {
     std::lock_guard lk(m_);
     by_status = by_status_;
     pt = prefill_tokens_;
     dt = decode_tokens_;
+    ct = chained_tokens_;
     ps = prefill_s_;
     ds = decode_s_;
     steps = steps_;
@@ -85,6 +86,9 @@ std::string metrics::prometheus() const {
   prom_metric(o, "cmfx_prefill_seconds_total", "counter", "Seconds spent in prefill steps.", ps);
   prom_metric(o, "cmfx_decode_tokens_total", "counter", "Tokens produced by decode steps.", static_cast<double>(dt));
   prom_metric(o, "cmfx_decode_seconds_total", "counter", "Seconds spent in decode steps (forward + sampling).", ds);
+  prom_metric(o, "cmfx_decode_chained_tokens_total", "counter",
+         "Decode tokens of greedy steps chained on the device (one request decoding alone, pure greedy).",
+         static_cast<double>(ct));
   prom_metric(o, "cmfx_prompt_tokens_per_second", "gauge", "Prefill throughput since start (tokens / prefill seconds).",
          ps > 0 ? static_cast<double>(pt) / ps : 0.0);
   prom_metric(o, "cmfx_decode_tokens_per_second", "gauge",

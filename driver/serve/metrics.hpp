@@ -32,6 +32,11 @@ class metrics {
     decode_tokens_ += tokens;
     decode_s_ += seconds;
   }
+  /// Decode tokens of greedy steps chained on the device (scheduler::try_chain; also counted by add_decode).
+  void add_chained(uint64_t tokens) {
+    std::lock_guard lk(m_);
+    chained_tokens_ += tokens;
+  }
   /// One scheduler step: time in forward_batch (all of it, and the share of its decode tokens), in the sampling
   /// phase (every slot's sampler, in parallel, then the output pipelines), and the whole step (bookkeeping
   /// included).
@@ -71,7 +76,7 @@ class metrics {
  private:
   mutable std::mutex m_;
   std::map<int, uint64_t> by_status_;
-  uint64_t prefill_tokens_ = 0, decode_tokens_ = 0;
+  uint64_t prefill_tokens_ = 0, decode_tokens_ = 0, chained_tokens_ = 0;
   double prefill_s_ = 0.0, decode_s_ = 0.0;
   uint64_t steps_ = 0, stream_chunks_ = 0;
   std::string engine_text_;

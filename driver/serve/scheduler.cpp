@@ -218,7 +218,67 @@ bool scheduler::still_running(slot& s) {
   return true;
 }
 
+bool scheduler::try_chain() {
+  slot* one = nullptr;
+  for (slot& s : slots_)
+    if (s.j) {
+      if (one) return false;
+      one = &s;
+    }
+  if (!one || one->pending < 0 || one->prefill_pos < one->j->req.prompt.size()) return false;
+  slot& s = *one;
+  const gen_request& req = s.j->req;
+  const sampling_params& sp = req.sp;
+  if (req.top_logprobs >= 0 || sp.logprobs || sp.top_logprobs > 0 || sp.temperature > 0.0f ||
+      sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f)
+    return false;
+  {
+    std::lock_guard lk(mu_);
+    if (!waiting_.empty() || aborting_) return false;
+  }
+  if (!still_running(s)) return true;  // ended (cancelled, timed out): this step is done
+  const uint64_t left = req.max_tokens > s.generated ? req.max_tokens - s.generated : 0;
+  const uint64_t ctx_left = o_.ctx > s.tokens.size() + 1 ? o_.ctx - s.tokens.size() - 1 : 0;
+  const uint64_t room = std::min({chain_burst, left, ctx_left});
+  if (room < 2 || !model_.can_chain(s.id, room)) return false;
+  const bool stop_eos = !req.ignore_eos;
+  const uint32_t eos = model_.eos();
+  uint32_t prev = static_cast<uint32_t>(s.pending);
+  uint64_t n = 0;
+  const auto t0 = clock_type::now();
+  try {
+    model_.chain_greedy(s.id, prev, room, [&](uint32_t id) {
+      s.tokens.push_back(prev);  // the step that produced id ran prev
+      prev = id;
+      ++n;
+      sample_result r;
+      r.token = static_cast<int32_t>(id);
+      r.stop = stop_eos && id == eos;
+      emit(s, r);
+      if (!s.j) return false;  // the request ended (stop, length)
+      {
+        std::lock_guard lk(mu_);
+        if (!waiting_.empty() || aborting_) return false;  // let the queue in
+      }
+      return still_running(s);
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cmfx serve: generation failed: %s\n", e.what());
+    if (s.j) fail(s, 500, std::string("generation failed: ") + e.what(), "server_error", "internal_error");
+    m_.set_engine_text(model_.metrics_text());
+    return true;
+  }
+  const double secs = seconds_since(t0);
+  m_.add_decode(n, secs);
+  m_.add_chained(n);
+  m_.add_step(secs, secs, 0.0, secs);
+  if (s.j) update_bytes(s);
+  m_.set_engine_text(model_.metrics_text());
+  return true;
+}
+
 void scheduler::step_all() {
+  if (try_chain()) return;
   const auto t_step = clock_type::now();
   std::vector<slot*> act;
   std::vector<uint32_t> ids;

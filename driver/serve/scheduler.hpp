@@ -79,6 +79,11 @@ class scheduler {
   /// One continuous-batching step: every active slot contributes its next prefill chunk or its pending token to
   /// one engine::forward call; then the slots that reached a token sample it (in parallel) and emit it.
   void step_all();
+  /// One slot decoding with pure greedy sampling and no logprobs, nothing waiting, on an engine that chains greedy
+  /// steps on the device: a burst of chained steps, each id through emit() as it comes, until the request ends,
+  /// another one waits, or chain_burst ids. False (nothing run) where that does not apply: step_all then steps.
+  bool try_chain();
+  static constexpr uint64_t chain_burst = 256;
   /// Cancellation and deadline checks before a step; false when the slot was ended.
   bool still_running(slot& s);
   /// A token the slot's sampler chose: output pipeline, event to the client, end on stop / length.

@@ -130,6 +130,9 @@ check("gpu /metrics: backend vulkan", re.search(r'^cmfx_backend_info\{backend="v
 check("gpu /metrics: every expert resident", metric(m, "cmfx_expert_cache_active") == 0.0)
 check("gpu /metrics: device weight bytes", (metric(m, "cmfx_device_weight_bytes") or 0) > 0)
 check("gpu /metrics: cached prompt tokens counted", (metric(m, "cmfx_prompt_tokens_cached_total") or 0) >= cached)
+# temperature 0, one request at a time: the decode steps chained on the device (scheduler::try_chain)
+check("gpu /metrics: greedy decode chained on the device", (metric(m, "cmfx_decode_chained_tokens_total") or 0) > 0,
+      metric(m, "cmfx_decode_chained_tokens_total"))
 check("cpu /metrics: backend cpu", 'cmfx_backend_info{backend="cpu"' in metrics(cpu))
 gpu.kill()
 
