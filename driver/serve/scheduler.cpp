@@ -232,10 +232,12 @@ bool scheduler::try_chain() {
   if (req.top_logprobs >= 0 || sp.logprobs || sp.top_logprobs > 0 || sp.temperature > 0.0f ||
       sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f)
     return false;
-  {
+  // a queued request that a free slot could take ends a burst (the GPU engine has one slot: it waits anyway)
+  auto queue_can_start = [&] {
     std::lock_guard lk(mu_);
-    if (!waiting_.empty() || aborting_) return false;
-  }
+    return aborting_ || (!waiting_.empty() && busy_ < o_.parallel);
+  };
+  if (queue_can_start()) return false;
   if (!still_running(s)) return true;  // ended (cancelled, timed out): this step is done
   const uint64_t left = req.max_tokens > s.generated ? req.max_tokens - s.generated : 0;
   const uint64_t ctx_left = o_.ctx > s.tokens.size() + 1 ? o_.ctx - s.tokens.size() - 1 : 0;
@@ -256,10 +258,7 @@ bool scheduler::try_chain() {
       r.stop = stop_eos && id == eos;
       emit(s, r);
       if (!s.j) return false;  // the request ended (stop, length)
-      {
-        std::lock_guard lk(mu_);
-        if (!waiting_.empty() || aborting_) return false;  // let the queue in
-      }
+      if (queue_can_start()) return false;
       return still_running(s);
     });
   } catch (const std::exception& e) {

@@ -79,11 +79,12 @@ class scheduler {
   /// One continuous-batching step: every active slot contributes its next prefill chunk or its pending token to
   /// one engine::forward call; then the slots that reached a token sample it (in parallel) and emit it.
   void step_all();
-  /// One slot decoding with pure greedy sampling and no logprobs, nothing waiting, on an engine that chains greedy
-  /// steps on the device: a burst of chained steps, each id through emit() as it comes, until the request ends,
-  /// another one waits, or chain_burst ids. False (nothing run) where that does not apply: step_all then steps.
+  /// One slot decoding with pure greedy sampling and no logprobs on an engine that chains greedy steps on the
+  /// device: a burst of chained steps, each id through emit() as it comes, until the request ends, a queued
+  /// request could start in a free slot, or chain_burst ids (a burst drops the one step it ran ahead, and queued
+  /// requests' deadlines are checked between bursts). False (nothing run) where that does not apply.
   bool try_chain();
-  static constexpr uint64_t chain_burst = 256;
+  static constexpr uint64_t chain_burst = 64;
   /// Cancellation and deadline checks before a step; false when the slot was ended.
   bool still_running(slot& s);
   /// A token the slot's sampler chose: output pipeline, event to the client, end on stop / length.
