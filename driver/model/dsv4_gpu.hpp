@@ -52,8 +52,9 @@ struct dsv4_gpu_options {
   /// order: the parity reference). Decode steps are not affected.
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;
   bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
-  /// The embedding (vocab × dim in its format) on the device too, so that decode_greedy chains its steps without
-  /// the host (not with the expert cache, nor where it would exceed vram_budget or one storage binding).
+  /// The embedding (vocab × dim in its format) on the device too, so that decode_greedy_each chains its steps
+  /// without the host (not with the expert cache, nor where it would exceed vram_budget, one storage binding or the
+  /// device memory). The chain always records ahead (`pipeline` applies to run()'s single steps).
   bool device_embedding = true;
   bool profile = false;     ///< timestamps between the phases of every layer (see dsv4_gpu_profile)
   std::vector<uint32_t> profile_layers;  ///< with profile: also a timestamp after every op of these layers

@@ -38,13 +38,20 @@ dsv4_gpu_model::impl::impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& 
   weight_bytes += experts->place(weight_bytes + state_bytes, opt.vram_budget, opt.copy_threads);
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
   // The embedding on the device for chained greedy decode: not with the expert cache (its steps are cut per layer),
-  // nor past the budget or one storage binding.
+  // nor past the budget or one storage binding (with room for the binding's alignment slack). Optional: where the
+  // device memory runs out, decode steps one token at a time as before.
   const uint64_t ebytes = view_bytes(embed.v);
-  if (opt.device_embedding && !experts->active() && ebytes <= dev.info().max_storage_range &&
+  if (opt.device_embedding && !experts->active() && ebytes + 4096 <= dev.info().max_storage_range &&
       (!opt.vram_budget || weight_bytes + state_bytes + ebytes <= opt.vram_budget)) {
-    embed_dev = gpu::upload_matrix(dev, embed.fmt, embed.v);
-    weight_bytes += gpu_matrix_bytes(embed_dev);
-    ids_ring = dev.alloc_upload(ring_slots * 4);
+    try {
+      gpu::gpu_matrix e = gpu::upload_matrix(dev, embed.fmt, embed.v);
+      gpu::buffer ring = dev.alloc_upload(ring_slots * 4);
+      weight_bytes += gpu_matrix_bytes(e);
+      embed_dev = std::move(e);
+      ids_ring = std::move(ring);
+    } catch (const gpu::gpu_error&) {
+      embed_dev = gpu::gpu_matrix{};
+    }
   }
 }
 
