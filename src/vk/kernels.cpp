@@ -19,14 +19,9 @@ namespace cmfx::gpu {
 using detail::bind_range;
 using detail::binding;
 using detail::bound;
+using detail::mat_pc;
 
 namespace {
-
-/// Mirror of `mat_pc` in shaders/common/formats.glsl.
-struct mat_pc {
-  uint32_t rows, cols, n, r0, res0, res1, res2, e_off, xoff, x_stride, yoff, y_stride, aux0, aux1, fast, pad;
-};
-static_assert(sizeof(mat_pc) == 64);
 
 uint32_t u32(uint64_t v, const char* what) {
   if (v > 0xFFFFFFFFull) throw usage_error(std::string(what) + " does not fit 32 bits");
@@ -561,29 +556,13 @@ void kernels::embed_rows(commands& c, const gpu_matrix& w, view ids, uint32_t n,
   if (copies == 0) throw usage_error("embed_rows: copies must be > 0");
   need(ids, uint64_t(n) * 4, "embed_rows", "ids");
   need(out, uint64_t(n) * copies * w.cols * 4, "embed_rows", "out");
-  const detail::slice sl = detail::slice_of(w, 0, w.rows);
   binding b[6];
-  uint32_t res[3] = {};
-  for (int i = 0; i < 3; ++i) {
-    if (sl.bytes[i] == 0) {
-      b[i] = p_->dummy();
-      continue;
-    }
-    if (sl.bytes[i] > p_->info.max_storage_range)
-      throw usage_error("embed_rows: the matrix does not fit one storage binding on this device");
-    const bound bd = bind_range(p_->info, sl.in_scale[i] ? view(w.scale) : view(w.data), sl.off[i], sl.bytes[i]);
-    b[i] = bd.b;
-    res[i] = bd.residual;
-  }
+  mat_pc pc{};
+  detail::bind_planes(detail::op_env_of(*p_), w, b, pc, "embed_rows");
   const bound ib = bind_range(p_->info, ids, 0, uint64_t(n) * 4), ob = bind_range(p_->info, out, 0, uint64_t(n) * copies * w.cols * 4);
   b[3] = ib.b, b[4] = ob.b, b[5] = bind_range(p_->info, p_->tables, 0, p_->tables.size()).b;
-  mat_pc pc{};
-  pc.rows = u32(w.rows, "rows"), pc.cols = u32(w.cols, "cols"), pc.n = n, pc.r0 = 0;
-  pc.res0 = res[0], pc.res1 = res[1], pc.res2 = res[2];
-  pc.e_off = sl.e_off, pc.aux0 = sl.aux0, pc.aux1 = sl.aux1;
-  pc.xoff = ib.residual / 4, pc.x_stride = copies, pc.yoff = ob.residual / 4;
-  const detail::format_gpu g = detail::gpu_traits(w.fmt);
-  pc.fast = w.cols % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0 && pc.yoff % 4 == 0;
+  pc.n = n, pc.xoff = ib.residual / 4, pc.x_stride = copies, pc.yoff = ob.residual / 4;
+  pc.fast = pc.fast && pc.yoff % 4 == 0;
   const std::array<uint32_t, 2> key{uint32_t(w.fmt), uint32_t(w.scale_enc)};
   auto it = p_->gather_pipes.find(key);
   if (it == p_->gather_pipes.end()) {
@@ -748,7 +727,7 @@ void axpby(kernels::impl& p, commands& c, view x, view y, uint64_t n, float alph
 void kernels::add(commands& c, view x, view y, uint64_t n) { axpby(*p_, c, x, y, n, 1.0f, 1.0f, "add"); }
 void kernels::scale(commands& c, view y, uint64_t n, float a) { axpby(*p_, c, y, y, n, 0.0f, a, "scale"); }
 
-void kernels::stream_read(commands& c, view src, view sink, uint32_t max_groups) {
+void kernels::stream_read(commands& c, view src, view sink) {
   need(sink, 16, "stream_read", "sink");
   const uint64_t piece = (p_->info.max_storage_range - 256) / 16 * 16;
   for (uint64_t off = 0; off + 16 <= src.bytes; off += piece) {
@@ -758,7 +737,7 @@ void kernels::stream_read(commands& c, view src, view sink, uint32_t max_groups)
     const uint32_t pc[4] = {u32(bytes / 16, "stream words"), 0, 0, 0};
     const binding b[2] = {sb.b, bind_range(p_->info, sink, 0, 16).b};
     detail::dispatch(c.impl(), p_->pipe("stream_read.comp", "", impl::wg_rows, 2, sizeof pc), b, pc, sizeof pc,
-                     uint32_t(std::min<uint64_t>(ceil_div(bytes / 16, impl::wg_rows * 4), std::max(max_groups, 1u))), 1);
+                     uint32_t(std::min<uint64_t>(ceil_div(bytes / 16, impl::wg_rows * 4), 4096)), 1);
   }
 }
 

@@ -10,6 +10,9 @@
 
 namespace cmfx::gpu {
 
+using detail::bind_planes;
+using detail::mat_pc;
+
 namespace {
 
 std::string expert_name(size_t i) { return "matrix " + std::to_string(i); }
@@ -314,44 +317,11 @@ uint64_t moe_slot_bytes(const gpu_moe& m) {
 
 namespace {
 
-/// Mirror of `mat_pc` in shaders/common/formats.glsl (moe_up / moe_down reuse it, see their headers).
-struct mat_pc {
-  uint32_t rows, cols, n, r0, res0, res1, res2, e_off, xoff, x_stride, yoff, y_stride, aux0, aux1, fast, pad;
-};
-static_assert(sizeof(mat_pc) == 64);
-
 /// Rows per workgroup: the largest power of two ≤ teams dividing `rows` (a block never straddles two experts).
 uint32_t rows_per_wg(uint64_t rows, uint32_t teams) {
   uint32_t r = 1;
   while (r * 2 <= teams && rows % (r * 2) == 0) r *= 2;
   return r;
-}
-
-/// Binds the three planes of the whole stacked matrix and fills the format part of the push constants.
-void bind_planes(const detail::op_env& e, const gpu_matrix& w, detail::binding* b, mat_pc& pc) {
-  const detail::slice sl = detail::slice_of(w, 0, w.rows);
-  uint32_t res[3] = {};
-  for (int i = 0; i < 3; ++i) {
-    if (sl.bytes[i] == 0) {
-      b[i] = e.bind(view(), 16).b;
-      continue;
-    }
-    if (sl.bytes[i] > e.info.max_storage_range)
-      throw usage_error("moe: a stacked expert plane of " + std::to_string(sl.bytes[i]) +
-                        " bytes exceeds this device's storage binding limit of " +
-                        std::to_string(e.info.max_storage_range) + " bytes");
-    const detail::bound bd =
-        detail::bind_range(e.info, sl.in_scale[i] ? view(w.scale) : view(w.data), sl.off[i], sl.bytes[i]);
-    b[i] = bd.b;
-    res[i] = bd.residual;
-  }
-  const detail::format_gpu g = detail::gpu_traits(w.fmt);
-  pc.rows = uint32_t(w.rows);
-  pc.cols = uint32_t(w.cols);
-  pc.r0 = 0;
-  pc.res0 = res[0], pc.res1 = res[1], pc.res2 = res[2];
-  pc.e_off = sl.e_off, pc.aux0 = sl.aux0, pc.aux1 = sl.aux1;
-  pc.fast = w.cols % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0;
 }
 
 }  // namespace
@@ -437,8 +407,8 @@ rows_i8_plan plan_rows_i8(kernels::impl& p, const detail::op_env& e, const gpu_m
   if ((2 * I) % r.rgu || d % r.rdn || I % 64 || d % 32 || h.bytes < o_hq + hq_bytes || h.offset % 16) return r;
   detail::binding b[3];
   mat_pc pg{}, pd{};
-  bind_planes(e, m.gate_up.w, b, pg);
-  bind_planes(e, m.down.w, b, pd);
+  bind_planes(e, m.gate_up.w, b, pg, "moe");
+  bind_planes(e, m.down.w, b, pd, "moe");
   if (!pg.fast || !pd.fast) return r;
   auto part = [&](uint64_t off, uint64_t bytes) { return view(*h.buf, h.offset + off, bytes); };
   r.guv = part(o_gu, S * 2 * I * 4), r.yv = part(o_y, S * d * 4), r.xqv = part(o_xq, xq_bytes),
@@ -461,8 +431,8 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
   const uint64_t d = m.dim, I = m.inter, S = top_k + (m.shared ? 1 : 0);
   detail::binding bg[8], bd[8];
   mat_pc pg{}, pd{};
-  bind_planes(e, m.gate_up.w, bg, pg);
-  bind_planes(e, m.down.w, bd, pd);
+  bind_planes(e, m.gate_up.w, bg, pg, "moe");
+  bind_planes(e, m.down.w, bd, pd, "moe");
   const uint64_t xq_bytes = pl.xqv.bytes, hq_bytes = pl.hqv.bytes;
   const detail::bound gub = e.bind(pl.guv, pl.guv.bytes), yb = e.bind(pl.yv, pl.yv.bytes),
                       xqb = e.bind(pl.xqv, xq_bytes), hqb = e.bind(pl.hqv, hq_bytes), ib = e.bind(ids, top_k * 4),
@@ -594,8 +564,8 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
   {
     detail::binding bt[3];
     mat_pc pt{}, pd{};
-    bind_planes(e, m.gate_up.w, bt, pt);
-    bind_planes(e, m.down.w, bt, pd);
+    bind_planes(e, m.gate_up.w, bt, pt, "moe");
+    bind_planes(e, m.down.w, bt, pd, "moe");
     const bool ok = pt.fast && pd.fast && xb.residual % 16 == 0 && hb.residual % 16 == 0 && d % 4 == 0 &&
                     gemm_defs(m.gate_up.w, 2 * I, true, dgu) && gemm_defs(m.down.w, d, false, ddn);
     if (ok) {
@@ -605,7 +575,7 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
                           const detail::bound& outb, uint64_t rows_e) {
         detail::binding b[9];
         mat_pc pc{};
-        bind_planes(e, w, b, pc);
+        bind_planes(e, w, b, pc, "moe");
         b[3] = in.b, b[4] = outb.b, b[5] = tb.b, b[6] = lb.b, b[7] = tb.b;
         pc.n = n, pc.xoff = in.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = outb.residual / 4,
         pc.pad = uint32_t(E);
@@ -636,7 +606,7 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
                       const detail::bound& outb, const detail::binding& b7, uint32_t y_stride, uint64_t x_len) {
     detail::binding b[9];
     mat_pc pc{};
-    bind_planes(e, w, b, pc);
+    bind_planes(e, w, b, pc, "moe");
     const uint32_t rpw = rows_per_wg(rows_e, e.teams);
     b[3] = in.b, b[4] = outb.b, b[5] = tb.b, b[6] = lb.b, b[7] = b7;
     pc.n = n, pc.xoff = in.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = outb.residual / 4,
@@ -715,7 +685,7 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
     const gpu_matrix& w = m.gate_up.w;
     detail::binding b[9];
     mat_pc pc{};
-    bind_planes(e, w, b, pc);
+    bind_planes(e, w, b, pc, "moe");
     const uint32_t rpw = rows_per_wg(I, e.teams);
     const detail::bound xb = e.bind(x, n * d * 4), hb = e.bind(h, slots * I * 4);
     b[3] = xb.b, b[4] = hb.b, b[5] = tb.b, b[6] = ib.b, b[7] = wb.b;
@@ -733,7 +703,7 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
     const gpu_matrix& w = m.down.w;
     detail::binding b[9];
     mat_pc pc{};
-    bind_planes(e, w, b, pc);
+    bind_planes(e, w, b, pc, "moe");
     const uint32_t rpw = rows_per_wg(d, e.teams);
     const detail::bound hb = e.bind(h, slots * I * 4), ob = e.bind(out, n * d * 4);
     b[3] = hb.b, b[4] = ob.b, b[5] = tb.b, b[6] = ib.b, b[7] = wb.b;

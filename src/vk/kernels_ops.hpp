@@ -120,6 +120,40 @@ inline std::string def_f(const char* name, float v) {
   return b;
 }
 
+/// Mirror of `mat_pc` in shaders/common/formats.glsl (the matrix kernels; moe_up / moe_down reuse it).
+struct mat_pc {
+  uint32_t rows, cols, n, r0, res0, res1, res2, e_off, xoff, x_stride, yoff, y_stride, aux0, aux1, fast, pad;
+};
+static_assert(sizeof(mat_pc) == 64);
+
+/// Binds the three planes of the whole matrix w (bindings 0–2) and fills the format part of the push constants
+/// (rows, cols, r0 = 0, plane offsets, fast = the chunked path applies to the weights). usage_error naming `op`
+/// when a plane exceeds one storage binding.
+inline void bind_planes(const op_env& e, const gpu_matrix& w, binding* b, mat_pc& pc, const char* op) {
+  const slice sl = slice_of(w, 0, w.rows);
+  uint32_t res[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    if (sl.bytes[i] == 0) {
+      b[i] = e.bind(view(), 16).b;
+      continue;
+    }
+    if (sl.bytes[i] > e.info.max_storage_range)
+      throw usage_error(std::string(op) + ": a matrix plane of " + std::to_string(sl.bytes[i]) +
+                        " bytes exceeds this device's storage binding limit of " +
+                        std::to_string(e.info.max_storage_range) + " bytes");
+    const bound bd = bind_range(e.info, sl.in_scale[i] ? view(w.scale) : view(w.data), sl.off[i], sl.bytes[i]);
+    b[i] = bd.b;
+    res[i] = bd.residual;
+  }
+  const format_gpu g = gpu_traits(w.fmt);
+  pc.rows = uint32_t(w.rows);
+  pc.cols = uint32_t(w.cols);
+  pc.r0 = 0;
+  pc.res0 = res[0], pc.res1 = res[1], pc.res2 = res[2];
+  pc.e_off = sl.e_off, pc.aux0 = sl.aux0, pc.aux1 = sl.aux1;
+  pc.fast = w.cols % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0;
+}
+
 /// gemm.comp's defines for the dense tiled GEMM (64 × 64 tiles, 256 invocations) of format f with tk columns per
 /// step; coop_defs from gemm_coop_defines.
 inline std::string gemm_defines(format f, scale_encoding enc, uint32_t tk, const std::string& coop_defs) {

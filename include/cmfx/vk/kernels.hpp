@@ -430,9 +430,8 @@ class kernels {
   void prepare_index_score(uint32_t heads, uint32_t head_dim, uint32_t max_n);
 
   /// Reads every byte of src (a streaming-read roofline kernel); writes nothing visible unless the data is
-  /// pathological. sink holds >= 16 bytes. max_groups: workgroups per dispatch (a small grid reads src into the L2
-  /// beside other work without taking the GPU's workgroup slots from it).
-  void stream_read(commands& c, view src, view sink, uint32_t max_groups = 4096);
+  /// pathological. sink holds >= 16 bytes.
+  void stream_read(commands& c, view src, view sink);
 
   /// Caps the bytes of one weight binding below the device limit (0: no cap), so that tests can exercise the
   /// row slicing that tensors larger than maxStorageBufferRange need (P14).
