@@ -69,10 +69,7 @@ class gpu_backend final : public cache_backend {
   void reset() override { r_->model().reset(); }
   uint64_t vocab() const override { return r_->config().vocab; }
   uint64_t rollback_tokens() const override { return 0; }
-  bool can_chain(uint64_t steps) const override {
-    const gpu_graph& m = r_->model();
-    return m.chains_decode() && m.pos() + steps <= m.max_ctx();
-  }
+  bool can_chain(uint64_t steps) const override { return r_->model().can_chain(steps); }
   uint64_t chain_greedy(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) override {
     return r_->model().decode_greedy_each(first, max, on_token);
   }

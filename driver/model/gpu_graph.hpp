@@ -96,6 +96,8 @@ class gpu_graph {
   virtual bool chains_decode() const noexcept { return false; }
   /// Positions the device state holds.
   virtual uint64_t max_ctx() const noexcept = 0;
+  /// Whether `steps` greedy steps from here chain on the device (and fit the context).
+  bool can_chain(uint64_t steps) const noexcept { return chains_decode() && pos() + steps <= max_ctx(); }
 
   virtual uint64_t weight_bytes() const noexcept = 0;     ///< device bytes of the weights
   virtual uint64_t state_bytes() const noexcept = 0;      ///< device bytes of the sequence state and scratch

@@ -77,10 +77,7 @@ class gpu_engine final : public engine {
 
   std::string describe() const override { return "vulkan: " + r_.device_name() + ", " + r_.cache_line(); }
 
-  bool can_chain(unsigned, uint64_t steps) const override {
-    const gpu_graph& m = r_.model();
-    return m.chains_decode() && m.pos() + steps <= m.max_ctx();
-  }
+  bool can_chain(unsigned, uint64_t steps) const override { return r_.model().can_chain(steps); }
   uint64_t chain_greedy(unsigned, uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) override {
     return r_.model().decode_greedy_each(first, max, on_token);
   }
