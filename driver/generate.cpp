@@ -248,14 +248,12 @@ turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::
   // Pure greedy sampling (no temperature, penalties or logprobs) is the device's argmax: after the first id the
   // steps chain on the device where the backend can (prompt_cache::chain_greedy), without logits.
   const sampling_params& sp = s.sampling;
-  const bool pure_greedy = sp.temperature <= 0.0f && sp.repetition_penalty == 1.0f && sp.presence_penalty == 0.0f &&
-                           sp.frequency_penalty == 0.0f && !sp.logprobs && sp.top_logprobs == 0;
   bool go = s.max_tokens > 0;
   if (go) {
     const sample_result& x = smp.sample(logits);
     go = take(x.token, x.stop);
   }
-  if (go && pure_greedy) {
+  if (go && sp.pure_greedy()) {
     auto is_stop = [&](uint32_t id) {
       return std::find(sp.stop_tokens.begin(), sp.stop_tokens.end(), int32_t(id)) != sp.stop_tokens.end();
     };

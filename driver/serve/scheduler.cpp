@@ -229,9 +229,7 @@ bool scheduler::try_chain() {
   slot& s = *one;
   const gen_request& req = s.j->req;
   const sampling_params& sp = req.sp;
-  if (req.top_logprobs >= 0 || sp.logprobs || sp.top_logprobs > 0 || sp.temperature > 0.0f ||
-      sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f)
-    return false;
+  if (req.top_logprobs >= 0 || !sp.pure_greedy()) return false;
   // a queued request that a free slot could take ends a burst (the GPU engine has one slot: it waits anyway)
   auto queue_can_start = [&] {
     std::lock_guard lk(mu_);

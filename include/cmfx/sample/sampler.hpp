@@ -81,6 +81,13 @@ struct sampling_params {
   int32_t top_logprobs = 0;         // and this many alternatives (implies logprobs)
   logprob_source logprobs_from = logprob_source::raw;
   std::vector<int32_t> stop_tokens;  // sample_result::stop is set when one is chosen (e.g. EOS = 1)
+  /// The sampler's choice is then the argmax of the raw logits (lowest id on ties) and it reports nothing else:
+  /// greedy, no penalties, no logprobs (top_k / top_p / min_p cannot change an argmax). A device's own argmax may
+  /// stand in for it (greedy decode chained on a GPU).
+  bool pure_greedy() const noexcept {
+    return temperature <= 0.0f && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
+           !logprobs && top_logprobs == 0;
+  }
 };
 
 struct token_logprob {
