@@ -9,23 +9,57 @@
 // The rows of a mix are split over HC_RSPLIT workgroups per block (HC_RPG rows each; every one of them computes the
 // block's X', group 0 writes it): a row's partial is the same sum over the same columns as without the split, so
 // the partials are bit-identical — the split only shortens each invocation's chain of dependent loads.
+// HC_TAIL = 1 (with a mix): the last workgroup of each token also runs mhc_finish.comp's work on the mix
+// (kernels::hc_post_finish: a sublayer boundary in one dispatch); the finish's defines then apply too (HC_HEAD,
+// HC_NORM, HC_SG, HC_PART, HC_N, HC_COLS; common/mhc_finish.glsl).
 // Defines: HC_MAX (ops/mhc.hpp hc_max), HC_BLOCK (= the workgroup size), HC_POST, HC_ROWS (mix rows + 1, or 1
 // without a mix), HC_RSPLIT, HC_RPG (= ceil(HC_ROWS / HC_RSPLIT)).
 #include "common/base.glsl"
 #include "common/reduce.glsl"
 
+#ifndef HC_TAIL
+#define HC_TAIL 0
+#endif
+
 layout(push_constant) uniform hb_pc {
   uint tokens, hc, d, nblk;
   uint rows, has_mix, xoff, ooff;
   uint coff, outoff, fnoff, poff;
-  uint cstride, pad0, pad1, pad2;
+  uint cstride, cntoff, iters, boff;  // HC_TAIL: cntoff … rms_eps
+  uint soff, yoff, nwoff, pad0;
+  float norm_eps, hc_eps, head_scale, rms_eps;
 } pc;
 layout(std430, binding = 0) readonly buffer X { float xs[]; };
 layout(std430, binding = 1) readonly buffer O { float os[]; };      // HC_POST: the sublayer output [tokens, d]
+layout(std430, binding = 4) readonly buffer Fn { float fn[]; };     // [rows, hc·d]
+#if HC_TAIL
+// the coefficients are read (post, C) by every workgroup and rewritten by the finish of the last one
+layout(std430, binding = 2) buffer Cf { float coeff[]; };
+layout(std430, binding = 3) coherent buffer Out { float outs[]; };
+layout(std430, binding = 5) coherent buffer P { ACC part[]; };
+layout(std430, binding = 6) readonly buffer Bs { float base[]; };
+layout(std430, binding = 7) readonly buffer Sc { float scale[]; };
+layout(std430, binding = 8) buffer Y { float ys[]; };
+#if HC_NORM
+layout(std430, binding = 9) readonly buffer Nw { float nw[]; };
+#endif
+layout(std430, binding = 10) coherent buffer Cnt { uint cnt[]; };  // per-token arrival counters, 0 between uses
+#if HC_POST
+#define HCF_X(i) outs[i]
+#else
+#define HCF_X(i) xs[i]
+#endif
+#else
 layout(std430, binding = 2) readonly buffer Cf { float coeff[]; };  // HC_POST: pre, post, C per token
 layout(std430, binding = 3) writeonly buffer Out { float outs[]; }; // HC_POST: X' [tokens, hc·d]
-layout(std430, binding = 4) readonly buffer Fn { float fn[]; };     // [rows, hc·d]
 layout(std430, binding = 5) writeonly buffer P { ACC part[]; };     // [tokens, nblk, rows + 1]
+#endif
+
+#if HC_TAIL
+#define HC_FOLD 0
+#include "common/mhc_finish.glsl"
+shared bool tail_last;
+#endif
 
 #if REDUCE_SUBGROUP
 // per-subgroup sums of every row: [subgroup][row], summed in subgroup order by the first HC_ROWS invocations
@@ -89,5 +123,25 @@ void main() {
     const ACC v = wg_sum(acc[r]);
     if (lid == 0u && r0 + r < HC_ROWS) part[pb + r0 + r] = v;
   }
+#endif
+#if HC_TAIL
+  // The last of token t's nblk·HC_RSPLIT workgroups runs the finish (common/mhc_finish.glsl) on the partials and
+  // X' all of them wrote: each workgroup makes its writes visible (memoryBarrierBuffer, then the workgroup barrier)
+  // before one invocation counts it; the workgroup that counts last reads them back through the coherent bindings
+  // and returns the counter to 0 for the next dispatch that uses it (after a pipeline barrier).
+  memoryBarrierBuffer();
+  barrier();
+  if (lid == 0u) tail_last = atomicAdd(cnt[pc.cntoff + t], 1u) + 1u == pc.nblk * HC_RSPLIT;
+  barrier();
+  if (!tail_last) return;  // uniform (shared)
+  if (lid == 0u) cnt[pc.cntoff + t] = 0u;
+  memoryBarrierBuffer();
+  hcf_args a;
+  a.t = t, a.hc = hc, a.d = d, a.nblk = pc.nblk, a.rows = pc.rows, a.iters = pc.iters;
+  a.xoff = HC_POST != 0 ? pc.outoff : pc.xoff;
+  a.poff = pc.poff, a.boff = pc.boff, a.soff = pc.soff, a.coff = pc.coff, a.yoff = pc.yoff, a.cstride = pc.cstride;
+  a.nwoff = pc.nwoff, a.foldoff = 0u, a.fstride = 0u;
+  a.norm_eps = pc.norm_eps, a.hc_eps = pc.hc_eps, a.head_scale = pc.head_scale, a.rms_eps = pc.rms_eps;
+  hc_finish(a);
 #endif
 }

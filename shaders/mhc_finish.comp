@@ -1,35 +1,9 @@
 #version 460
 #extension GL_GOOGLE_include_directive : require
-// mHC coefficients and collapse of one token per workgroup (ops/mhc.hpp hc_pre / hc_head), from the block
-// partials of mhc_block.comp (added in block order):
-//   m[i]    = dot_i · 1/sqrt(Σx²/(hc·d) + norm_eps)
-//   pre[j]  = sigmoid(m[j]·s0 + base[j]) + hc_eps,  post[j] = 2·sigmoid(m[hc+j]·s1 + base[hc+j])
-//   C       = row-softmax(m[2hc + j·hc + k]·s2 + base[..]) + hc_eps; column pass; then iters−1 × {row, column}
-//   y[c]    = Σ_j pre[j]·X[j][c] in f32, j ascending
-// The coefficients in ACC with exp in double (common/f64math.glsl) when the device has f64, as the CPU.
-// HC_HEAD = 1: hc_head (pre only, scalar scale). HC_FOLD (V4.1's one-sublayer lag, dsv4-architecture.md §4.1):
-// 1 = the collapse uses the weights fold[foldoff + t·fstride + j] instead of this sublayer's pre (the coefficients
-// are still computed and written); 2 = the collapse (and norm) alone, no coefficients (V4.1's final collapse).
-// HC_SG = 1: the Sinkhorn through subgroup shuffles (hc·hc ≤ the subgroup size).
-// HC_PART (not with HC_HEAD / HC_FOLD 2): 0 = everything; 1 = all but the Sinkhorn (C is not written); 2 = the
-// Sinkhorn alone (only C is written) — kernels::hc_pre_finish(..., false) + hc_sinkhorn, so that the C the collapse
-// does not need is computed off the decode's critical path.
-// Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_PART, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)).
+// mHC coefficients and collapse, one token per workgroup (ops/mhc.hpp hc_pre / hc_head; kernels::hc_pre_finish,
+// hc_sinkhorn, hc_pre_finish_fold, hc_fold, hc_head_finish): the body is common/mhc_finish.glsl (its defines:
+// HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_PART, HC_N, HC_COLS), which mhc_block.comp's HC_TAIL mode shares.
 #include "common/base.glsl"
-#ifndef HC_PART
-#define HC_PART 0
-#endif
-#if HC_PART != 0 && (HC_HEAD || HC_FOLD == 2)
-#error "HC_PART splits hc_pre_finish's coefficients: not with HC_HEAD or HC_FOLD 2"
-#endif
-#define HC_COLLAPSE (HC_PART != 2)
-#define HC_SINKHORN (HC_PART != 1)
-#if ACC_DOUBLE
-#include "common/f64math.glsl"
-#define EXP(x) exp_f64(x)
-#else
-#define EXP(x) exp(x)
-#endif
 
 layout(push_constant) uniform hf_pc {
   uint tokens, hc, d, nblk;
@@ -47,191 +21,22 @@ layout(std430, binding = 3) readonly buffer Sc { float scale[]; };
 layout(std430, binding = 4) writeonly buffer Cf { float coeff[]; };
 layout(std430, binding = 5) buffer Y { float ys[]; };
 #if HC_NORM
-// The RMSNorm that follows the collapse, in the same dispatch: the operations of rmsnorm.comp on the stored y
-// values in its order (strided partial sums, wg_sum, r = 1 / sqrt(mean + eps), y · r · weight), so bit-identical.
 #include "common/reduce.glsl"
 layout(std430, binding = 6) readonly buffer Nw { float nw[]; };
 #endif
 #if HC_FOLD
 layout(std430, binding = 7) readonly buffer Fd { float fold[]; };
 #endif
-
-#if HC_SG
-#extension GL_KHR_shader_subgroup_shuffle : require
-ACC shf(ACC v, uint i) {
-#if ACC_DOUBLE
-  return packDouble2x32(subgroupShuffle(unpackDouble2x32(v), i));
-#else
-  return subgroupShuffle(v, i);
-#endif
-}
-#endif
-
-shared ACC m[(2 + HC_MAX) * HC_MAX + 1];
-shared float pre_s[HC_MAX];
-shared ACC cm[HC_MAX * HC_MAX];
-
-ACC sigm(ACC x) { return ACC(1) / (ACC(1) + EXP(-x)); }
+#define HCF_X(i) xs[i]
+#include "common/mhc_finish.glsl"
 
 void main() {
   const uint t = wg_index();
   if (t >= pc.tokens) return;  // uniform over the workgroup
-  const uint lid = gl_LocalInvocationID.x, hc = pc.hc, d = pc.d, R = pc.rows + 1u;
-  const uint xrow = pc.xoff + t * hc * d;
-  // This invocation's columns of X (and of the norm weight), requested now so that their latency overlaps the
-  // coefficient computation below (HC_N = hc and HC_COLS = ceil(d / WG_SIZE) are compile-time: registers).
-#if HC_COLLAPSE
-  float xr[HC_N * HC_COLS];
-  [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
-    const uint c = lid + i * WG_SIZE;
-    [[unroll]] for (uint j = 0u; j < HC_N; ++j) xr[j * HC_COLS + i] = c < d ? xs[xrow + j * d + c] : 0.0;
-  }
-#endif
-#if HC_NORM && HC_COLLAPSE
-  float nwr[HC_COLS];
-  [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
-    const uint c = lid + i * WG_SIZE;
-    nwr[i] = c < d ? nw[pc.nwoff + c] : 0.0;
-  }
-#endif
-#if HC_FOLD == 2
-  if (lid < hc) pre_s[lid] = fold[pc.foldoff + t * pc.fstride + lid];
-#else
-  for (uint r = lid; r < R; r += WG_SIZE) {
-    ACC s = ACC(0);
-    for (uint b = 0u; b < pc.nblk; ++b) s += part[pc.poff + (t * pc.nblk + b) * R + r];
-    m[r] = s;
-  }
-  barrier();
-  // Coefficients, spread over the first hc·hc invocations (lane i = j·hc + k owns C[j, k]; lanes < hc own pre[j]
-  // and post[j]). Every sum is read back from shared memory in the serial order (k = 0 … hc−1), so the result is
-  // the single-invocation computation's bit for bit; the barriers stay in uniform control flow.
-  const ACC rs = ACC(1) / sqrt(m[pc.rows] / ACC(hc * d) + ACC(pc.norm_eps));
-  const ACC eps = ACC(pc.hc_eps);
-  const uint cb = pc.coff + t * pc.cstride;
-#if HC_HEAD
-  if (lid < hc) {
-    const float p = float(sigm(m[lid] * rs * ACC(pc.head_scale) + ACC(base[pc.boff + lid])) + eps);
-    pre_s[lid] = p;
-    coeff[cb + lid] = p;
-  }
-#else
-  const ACC s0 = ACC(scale[pc.soff]), s1 = ACC(scale[pc.soff + 1u]), s2 = ACC(scale[pc.soff + 2u]);
-  if (HC_COLLAPSE && lid < hc) {
-    precise const ACC zp = m[lid] * rs * s0 + ACC(base[pc.boff + lid]);
-    precise const ACC zq = m[hc + lid] * rs * s1 + ACC(base[pc.boff + hc + lid]);
-    const float p = float(sigm(zp) + eps);
-#if HC_FOLD
-    pre_s[lid] = fold[pc.foldoff + t * pc.fstride + lid];
-#else
-    pre_s[lid] = p;
-#endif
-    coeff[cb + lid] = p;
-    coeff[cb + hc + lid] = float(ACC(2) * sigm(zq));
-  }
-#if HC_SINKHORN
-  const bool own = lid < hc * hc;
-  const uint j = own ? lid / hc : 0u, k = own ? lid % hc : 0u;
-  precise ACC v = ACC(0);
-  precise const ACC vz = m[2u * hc + (own ? lid : 0u)] * rs * s2 + ACC(base[pc.boff + 2u * hc + (own ? lid : 0u)]);
-  if (own) v = vz;
-#if HC_SG
-  // The Sinkhorn in subgroup 0 (hc·hc ≤ the subgroup size): lane sl of it owns C entry sl, reads its row's /
-  // column's values through shuffles and adds them in the serial order (q = 0 … hc−1), so the result is the
-  // shared-memory version's bit for bit, without its ~4·iters workgroup barriers. Everything is indexed by the
-  // subgroup invocation id (no assumption on how local ids map to subgroups); lanes past hc·hc follow lane 0's row
-  // and store nothing.
-  if (gl_SubgroupID == 0u) {
-    const uint sl = gl_SubgroupInvocationID;
-    const bool sown = sl < hc * hc;
-    const uint sj = sown ? sl / hc : 0u, sk = sown ? sl % hc : 0u, rb = sj * hc;
-    precise ACC w = m[2u * hc + (sown ? sl : 0u)] * rs * s2 + ACC(base[pc.boff + 2u * hc + (sown ? sl : 0u)]);
-    ACC mx = ACC(-F32_INF);
-    for (uint q = 0u; q < HC_N; ++q) mx = max(mx, shf(w, rb + q));
-    w = EXP(w - mx);
-    ACC sum = ACC(0);
-    for (uint q = 0u; q < HC_N; ++q) sum += shf(w, rb + q);
-    w = w / sum + eps;  // precise (w is)
-    for (uint it = 0u; it < max(pc.iters, 1u); ++it) {
-      if (it > 0u) {  // row pass (not before the first column pass)
-        ACC sr = ACC(0);
-        for (uint q = 0u; q < HC_N; ++q) sr += shf(w, rb + q);
-        w /= sr + eps;
-      }
-      ACC sc = ACC(0);
-      for (uint q = 0u; q < HC_N; ++q) sc += shf(w, q * hc + sk);
-      w /= sc + eps;
-    }
-    if (sown) coeff[cb + 2u * hc + sl] = float(w);
-  }
-#else
-  // row softmax + eps
-  if (own) cm[lid] = v;
-  barrier();
-  if (own) {
-    ACC mx = ACC(-F32_INF);
-    for (uint q = 0u; q < hc; ++q) mx = max(mx, cm[j * hc + q]);
-    v = EXP(v - mx);
-  }
-  barrier();
-  if (own) cm[lid] = v;
-  barrier();
-  if (own) {
-    ACC sum = ACC(0);
-    for (uint q = 0u; q < hc; ++q) sum += cm[j * hc + q];
-    v = v / sum + eps;
-  }
-  for (uint it = 0u; it < max(pc.iters, 1u); ++it) {
-    if (it > 0u) {  // row pass (not before the first column pass)
-      barrier();
-      if (own) cm[lid] = v;
-      barrier();
-      if (own) {
-        ACC sr = ACC(0);
-        for (uint q = 0u; q < hc; ++q) sr += cm[j * hc + q];
-        v /= sr + eps;
-      }
-    }
-    barrier();  // column pass
-    if (own) cm[lid] = v;
-    barrier();
-    if (own) {
-      ACC sc = ACC(0);
-      for (uint q = 0u; q < hc; ++q) sc += cm[q * hc + k];
-      v /= sc + eps;
-    }
-  }
-  if (own) coeff[cb + 2u * hc + lid] = float(v);
-#endif
-#endif  // HC_SINKHORN
-#endif
-#endif  // HC_FOLD == 2
-#if HC_COLLAPSE
-  barrier();
-  ACC ss = ACC(0);
-  float yv[HC_COLS];
-  [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
-    const uint c = lid + i * WG_SIZE;
-    yv[i] = 0.0;
-    if (c < d) {
-      precise float y = pre_s[0] * xr[i];
-      [[unroll]] for (uint j = 1u; j < HC_N; ++j) y += pre_s[j] * xr[j * HC_COLS + i];
-      yv[i] = y;
-#if HC_NORM
-      const ACC v = ACC(y);
-      ss += v * v;
-#else
-      ys[pc.yoff + t * d + c] = y;
-#endif
-    }
-  }
-#if HC_NORM
-  ss = wg_sum(ss);
-  const ACC r = ACC(1) / sqrt(ss / ACC(d) + ACC(pc.rms_eps));
-  [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
-    const uint c = lid + i * WG_SIZE;
-    if (c < d) ys[pc.yoff + t * d + c] = float(ACC(yv[i]) * r * ACC(nwr[i]));
-  }
-#endif
-#endif  // HC_COLLAPSE
+  hcf_args a;
+  a.t = t, a.hc = pc.hc, a.d = pc.d, a.nblk = pc.nblk, a.rows = pc.rows, a.iters = pc.iters, a.xoff = pc.xoff;
+  a.poff = pc.poff, a.boff = pc.boff, a.soff = pc.soff, a.coff = pc.coff, a.yoff = pc.yoff, a.cstride = pc.cstride;
+  a.nwoff = pc.nwoff, a.foldoff = pc.foldoff, a.fstride = pc.fstride;
+  a.norm_eps = pc.norm_eps, a.hc_eps = pc.hc_eps, a.head_scale = pc.head_scale, a.rms_eps = pc.rms_eps;
+  hc_finish(a);
 }

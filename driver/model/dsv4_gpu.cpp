@@ -3,10 +3,11 @@
 // (window slots, closing compressor windows, the HCA entry list, the embedding row) is known when recording and
 // travels inside the command buffer (commands::update); everything that depends on values stays on the device.
 //
-// Per layer: hc_pre_finish with its RMSNorm → [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope,
-// compressor pooling → q head norm, ropes → indexer score → top-k → sparse attention → inverse rope → wo_a groups
-// (concurrent) → wo_b → hc_post (+ next mixes) → hc_pre_finish with its RMSNorm → router → routing → experts (→ shared)
-// → hc_post (+ next mixes). Head: hc_head_finish → RMSNorm → head matmul (→ device argmax).
+// Per layer: [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope, compressor pooling → q head
+// norm, ropes → indexer score → top-k → sparse attention → inverse rope → wo_a groups (concurrent) → wo_b → hc_post
+// (+ the FFN's mixes, hc_pre_finish and ffn_norm: one dispatch) → router → routing → experts (→ shared) → hc_post
+// (+ the next layer's mixes, hc_pre_finish and attn_norm; after the last layer hc_head_finish and the final norm).
+// Before layer 0: hc_mix + hc_pre_finish + attn_norm (one dispatch). Head: head matmul (→ device argmax).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -100,7 +101,17 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
   }
   if (ts.on) ts.op_last = ts.last = cur->timestamp();
 
-  k.hc_mix(*cur, sh, X, layers.at(0).hc_attn_fn, mix_rows, 1, partials);
+  // A sublayer boundary is one dispatch (kernels::hc_post_finish): hc_post (or the first hc_mix) with the next
+  // site's mix, then — in its last workgroup — that site's hc_pre_finish and input norm (the Sinkhorn C apart).
+  auto pre_of = [&](const gpu::buffer& base, const gpu::buffer& scale, const gpu::buffer& norm_w) {
+    gpu::kernels::hc_finish_args f;
+    f.base = base, f.scale = scale, f.sinkhorn = false, f.y = u, f.norm = norm_w;
+    return f;
+  };
+  k.hc_post_finish(*cur, sh, view(), X, coeff, 1, view(), layers.at(0).hc_attn_fn, mix_rows, partials,
+                   pre_of(layers[0].hc_attn_base, layers[0].hc_attn_scale, layers[0].attn_norm));
+  ts.op("hc_mix + hc_pre_finish + attn_norm");
+  ts.mark(&dsv4_gpu_profile::hc);
   for (uint32_t l = 0; l < cf.layers; ++l) {
     dsv4_gpu_layer& G = layers[l];
     const dsv4_layer_kind& kind = G.kind;
@@ -114,11 +125,8 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     const view cs_t = row(cs_tab, t, rd);
     const uint64_t slot = t % R;
     const view kv_row = row(G.ring, slot, hd);
-    // ---- attention sublayer
-    // + attn_norm; the Sinkhorn C (first read by hc_post) runs apart, next to the projections
-    k.hc_pre_finish(*cur, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff, u, G.attn_norm, false);
-    ts.op("hc_pre_finish + attn_norm");
-    ts.mark(&dsv4_gpu_profile::hc);
+    // ---- attention sublayer (its hc_pre_finish + attn_norm ran with the previous boundary); the Sinkhorn C (first
+    // read by hc_post) runs apart, next to the projections
     const bool closes = kind.ratio && (t + 1) % kind.ratio == 0;
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
     cur->begin_concurrent();
@@ -213,14 +221,12 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     ts.op("wo_a groups (concurrent)");
     k.matmul(*cur, G.wo_b, z, 1, attn_out);
     ts.op("wo_b");
-    k.hc_post(*cur, sh, attn_out, X, coeff, 1, Xn, G.hc_ffn_fn, mix_rows, partials);
-    ts.op("hc_post + mix");
+    k.hc_post_finish(*cur, sh, attn_out, X, coeff, 1, Xn, G.hc_ffn_fn, mix_rows, partials,
+                     pre_of(G.hc_ffn_base, G.hc_ffn_scale, G.ffn_norm));
+    ts.op("hc_post + mix + hc_pre_finish + ffn_norm");
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::attn_out);
     // ---- MoE sublayer
-    k.hc_pre_finish(*cur, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff, u, G.ffn_norm, false);  // + ffn_norm
-    ts.op("hc_pre_finish + ffn_norm");
-    ts.mark(&dsv4_gpu_profile::hc);
     route_config rc;
     rc.top_k = K;
     rc.route_scale = float(cf.route_scale);
@@ -253,14 +259,24 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     ts.op("moe (+ shared expert apart, concurrent)");
     ts.mark(&dsv4_gpu_profile::experts);
     const bool last = l + 1 == cf.layers;
-    k.hc_post(*cur, sh, moe_out, X, coeff, 1, Xn, last ? view(hc_head_fn) : view(layers[l + 1].hc_attn_fn),
-              last ? uint32_t(hc) : mix_rows, partials);
-    ts.op("hc_post + mix");
+    if (!last) {
+      const dsv4_gpu_layer& N = layers[l + 1];
+      k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, N.hc_attn_fn, mix_rows, partials,
+                       pre_of(N.hc_attn_base, N.hc_attn_scale, N.attn_norm));
+      ts.op("hc_post + mix + hc_pre_finish + attn_norm");
+    } else if (logits_mode) {  // + hc_head_finish and the final norm
+      gpu::kernels::hc_finish_args f;
+      f.base = hc_head_base, f.head = true, f.head_scale = hc_head_scale, f.y = u, f.norm = norm;
+      k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, hc_head_fn, uint32_t(hc), partials, f);
+      ts.op("hc_post + hc_head_finish + norm");
+    } else {
+      k.hc_post(*cur, sh, moe_out, X, coeff, 1, Xn);
+      ts.op("hc_post");
+    }
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::hc);
   }
   if (logits_mode) {
-    k.hc_head_finish(*cur, sh, partials, X, hc_head_base, hc_head_scale, 1, coeff, u, norm);  // + the final norm
     k.matmul(*cur, head, u, 1, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     if (logits_mode == 2 && ring_slot >= 0) cur->copy(view(best, 0, 4), view(ids_ring, uint64_t(ring_slot) * 4, 4), 4);

@@ -1,3 +1,5 @@
+#ifndef CMFX_REDUCE_GLSL
+#define CMFX_REDUCE_GLSL
 // Workgroup-wide reductions (every invocation of the workgroup must call them: they contain barriers).
 // Subgroup variant: one subgroupAdd/Max per subgroup, then the per-subgroup partials in a fixed order.
 // Shared variant: a tree over WG_SIZE (a power of two) slots.
@@ -52,3 +54,4 @@ float wg_max(float v) {
   return t;
 #endif
 }
+#endif  // CMFX_REDUCE_GLSL

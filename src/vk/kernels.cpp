@@ -49,6 +49,8 @@ struct kernels::impl {
   static constexpr uint32_t x_tile_floats = 4096;
   buffer tables;                            // exp2 of every f16, E2M1 / E4M3 code values (formats_gpu.cpp)
   buffer argmax_part;                       // topk with k = 1 on long rows: the per-workgroup composites
+  buffer counters;                          // arrival counters of the last-workgroup tails (0 between uses)
+  uint32_t counter_next = 0;                // the next counter op_env::take_counters hands out
   std::vector<buffer> retired;              // replaced scratch that recorded work may still use
   uint64_t binding_limit = 0;               // tests: cap below maxStorageBufferRange
   matvec_tuning tune;                       // 0 fields: automatic
@@ -74,6 +76,9 @@ struct kernels::impl {
     const std::vector<float> t = detail::host_tables();
     tables = dev.alloc(t.size() * 4);
     dev.upload(tables, t);
+    const std::vector<uint32_t> zeros(detail::op_env::counter_slots, 0);
+    counters = dev.alloc(zeros.size() * 4);
+    dev.upload(counters, zeros.data(), zeros.size() * 4);
   }
 
   const detail::pipeline* pipe(const char* shader, const std::string& defs, uint32_t wg, uint32_t bindings,
@@ -747,7 +752,7 @@ void kernels::stream_read(commands& c, view src, view sink) {
 // device, the variant preamble and the tables through this (kernels_ops.hpp).
 namespace cmfx::gpu::detail {
 op_env op_env_of(kernels::impl& p) {
-  return op_env{p.dev, p.info, p.common, p.lanes, p.teams, p.tables, p.gemm_coop()};
+  return op_env{p.dev, p.info, p.common, p.lanes, p.teams, p.tables, p.gemm_coop(), &p.counters, &p.counter_next};
 }
 
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,

@@ -32,7 +32,9 @@ std::string defines(bool post, uint32_t hc_rows, uint32_t rsplit) {
 }
 
 struct block_pc {
-  uint32_t tokens, hc, d, nblk, rows, has_mix, xoff, ooff, coff, outoff, fnoff, poff, cstride, pad0, pad1, pad2;
+  uint32_t tokens, hc, d, nblk, rows, has_mix, xoff, ooff, coff, outoff, fnoff, poff, cstride;
+  uint32_t cntoff, iters, boff, soff, yoff, nwoff, pad0;  // the tail (HC_TAIL)
+  float norm_eps, hc_eps, head_scale, rms_eps;
 };
 struct finish_pc {
   uint32_t tokens, hc, d, nblk, rows, iters, xoff, poff, boff, soff, coff, yoff;
@@ -41,14 +43,33 @@ struct finish_pc {
   float rms_eps;  // with a norm weight: the RMSNorm of y (its eps: hc_shape::norm_eps)
   uint32_t nwoff, pad0, pad1;
 };
-static_assert(sizeof(block_pc) == 64 && sizeof(finish_pc) == 80);
+static_assert(sizeof(block_pc) == 96 && sizeof(finish_pc) == 80);
 
+/// Whether the Sinkhorn of hc_pre_finish runs in one subgroup (every lane of it a C entry: hc·hc ≤ the smallest
+/// subgroup size the device may use, with subgroup shuffles).
+bool sinkhorn_in_subgroup(const detail::op_env& e, const kernels::hc_shape& sh) {
+  const uint32_t min_sg = e.info.min_subgroup_size ? e.info.min_subgroup_size : e.info.subgroup_size;
+  return e.info.subgroup_arithmetic && e.info.subgroup_shuffle && sh.hc * sh.hc <= min_sg;
+}
+
+/// The defines of common/mhc_finish.glsl (mhc_finish.comp and mhc_block.comp's tail) for a workgroup of wg.
+std::string finish_defines(const detail::op_env& e, const kernels::hc_shape& sh, uint32_t wg, bool head, bool norm,
+                           int fold_mode, int part) {
+  return detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_N", sh.hc) + detail::def_u("HC_COLS", (sh.d + wg - 1) / wg) +
+         "#define HC_HEAD " + (head ? "1" : "0") + "\n#define HC_NORM " + (norm ? "1" : "0") + "\n#define HC_FOLD " +
+         std::to_string(fold_mode) + "\n#define HC_SG " + (sinkhorn_in_subgroup(e, sh) ? "1" : "0") +
+         "\n#define HC_PART " + std::to_string(part) + "\n";
+}
+
+/// hc_mix / hc_post (post), with a mix when fn is given; fin: + the finish of the mix in the last workgroup of each
+/// token (HC_TAIL; needs the mix).
 void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool post, view X, view o, view coeff,
-               view out, view fn, uint32_t rows, view partials, uint32_t tokens) {
+               view out, view fn, uint32_t rows, view partials, uint32_t tokens,
+               const kernels::hc_finish_args* fin = nullptr) {
   const uint64_t xbytes = uint64_t(tokens) * sh.hc * sh.d * 4;
   const uint64_t pbytes = uint64_t(tokens) * nblk(sh) * (rows + 1) * acc_bytes(e);
   const uint64_t cbytes = uint64_t(tokens) * kernels::hc_coeff_floats(sh.hc) * 4;
-  const char* op = post ? "hc_post" : "hc_mix";
+  const char* op = fin ? "hc_post_finish" : post ? "hc_post" : "hc_mix";
   detail::need_view(X, xbytes, op, "X");
   if (post) {
     detail::need_view(o, uint64_t(tokens) * sh.d * 4, op, "o");
@@ -61,40 +82,47 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
     detail::need_view(fn, uint64_t(rows) * sh.hc * sh.d * 4, op, "fn");
     detail::need_view(partials, pbytes, op, "partials");
   }
+  if (fin) {
+    if (!mix) throw usage_error("hc_post_finish: the next mix (fn) is missing");
+    const uint32_t want = fin->head ? sh.hc : (2 + sh.hc) * sh.hc;
+    if (rows != want)
+      throw usage_error("hc_post_finish: " + std::to_string(rows) + " mix rows, the finish needs " + std::to_string(want));
+    detail::need_view(coeff, cbytes, op, "coeff");
+    detail::need_view(fin->base, uint64_t(rows) * 4, op, "base");
+    if (!fin->head) detail::need_view(fin->scale, 12, op, "scale");
+    detail::need_view(fin->y, uint64_t(tokens) * sh.d * 4, op, "y");
+    if (fin->norm) detail::need_view(fin->norm, uint64_t(sh.d) * 4, op, "norm");
+  }
   const detail::bound xb = e.bind(X, xbytes), ob = e.bind(post ? o : view(), uint64_t(tokens) * sh.d * 4),
-                      cb = e.bind(post ? coeff : view(), cbytes), outb = e.bind(post ? out : view(), xbytes),
+                      cb = e.bind(post || fin ? coeff : view(), cbytes), outb = e.bind(post ? out : view(), xbytes),
                       fb = e.bind(mix ? fn : view(), uint64_t(rows) * sh.hc * sh.d * 4),
                       pb = e.bind(mix ? partials : view(), pbytes);
   if (pb.residual % acc_bytes(e)) throw usage_error(std::string(op) + ": partials offset not a multiple of 8");
-  block_pc pc{tokens,
-              sh.hc,
-              sh.d,
-              nblk(sh),
-              mix ? rows : 0,
-              mix ? 1u : 0u,
-              xb.residual / 4,
-              ob.residual / 4,
-              cb.residual / 4,
-              outb.residual / 4,
-              fb.residual / 4,
-              pb.residual / acc_bytes(e),
-              kernels::hc_coeff_floats(sh.hc),
-              0,
-              0,
-              0};
-  const detail::binding b[6] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
+  block_pc pc{};
+  pc.tokens = tokens, pc.hc = sh.hc, pc.d = sh.d, pc.nblk = nblk(sh), pc.rows = mix ? rows : 0;
+  pc.has_mix = mix ? 1u : 0u, pc.xoff = xb.residual / 4, pc.ooff = ob.residual / 4, pc.coff = cb.residual / 4;
+  pc.outoff = outb.residual / 4, pc.fnoff = fb.residual / 4, pc.poff = pb.residual / acc_bytes(e);
+  pc.cstride = kernels::hc_coeff_floats(sh.hc);
+  detail::binding b[11] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
+  uint32_t nbind = 6;
   const uint32_t rsplit = mix ? std::min(row_groups, rows + 1) : 1;
+  std::string defs = defines(post, mix ? rows + 1 : 1, rsplit);
+  if (fin) {
+    const detail::bound bb = e.bind(fin->base, uint64_t(rows) * 4), sb = e.bind(fin->head ? view() : fin->scale, 12),
+                        yb = e.bind(fin->y, uint64_t(tokens) * sh.d * 4), nb = e.bind(fin->norm, uint64_t(sh.d) * 4),
+                        kb = detail::bind_range(e.info, *e.counters, 0, detail::op_env::counter_slots * 4ull);
+    b[6] = bb.b, b[7] = sb.b, b[8] = yb.b, b[9] = nb.b, b[10] = kb.b;
+    nbind = 11;
+    pc.cntoff = e.take_counters(tokens), pc.iters = sh.iters, pc.boff = bb.residual / 4, pc.soff = sb.residual / 4;
+    pc.yoff = yb.residual / 4, pc.nwoff = nb.residual / 4;
+    pc.norm_eps = sh.norm_eps, pc.hc_eps = sh.hc_eps, pc.head_scale = fin->head_scale, pc.rms_eps = sh.norm_eps;
+    defs += "#define HC_TAIL 1\n" + finish_defines(e, sh, block, fin->head, bool(fin->norm), 0,
+                                                    fin->head || fin->sinkhorn ? 0 : 1);
+  }
   uint32_t gx, gy;
   e.grid(uint64_t(tokens) * nblk(sh) * rsplit, gx, gy);
-  detail::dispatch(c.impl(), e.pipe("mhc_block.comp", defines(post, mix ? rows + 1 : 1, rsplit), block, 6, sizeof pc), b,
-                   &pc, sizeof pc, gx, gy);
-}
-
-/// Whether the Sinkhorn of hc_pre_finish runs in one subgroup (every lane of it a C entry: hc·hc ≤ the smallest
-/// subgroup size the device may use, with subgroup shuffles).
-bool sinkhorn_in_subgroup(const detail::op_env& e, const kernels::hc_shape& sh) {
-  const uint32_t min_sg = e.info.min_subgroup_size ? e.info.min_subgroup_size : e.info.subgroup_size;
-  return e.info.subgroup_arithmetic && e.info.subgroup_shuffle && sh.hc * sh.hc <= min_sg;
+  detail::dispatch(c.impl(), e.pipe("mhc_block.comp", defs, block, nbind, sizeof pc),
+                   std::span<const detail::binding>(b, nbind), &pc, sizeof pc, gx, gy);
 }
 
 /// fold_mode: 0 none, 1 the collapse with the weights of `fold` (coefficients as usual), 2 the collapse alone.
@@ -154,11 +182,7 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
                fold_stride};
   const detail::binding b[8] = {pb.b, xb.b, bb.b, sb.b, cb.b, yb.b, nb.b, fdb.b};
   const uint32_t wg = detail::op_env::wg;
-  const std::string defs = detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_N", sh.hc) +
-                           detail::def_u("HC_COLS", (sh.d + wg - 1) / wg) + "#define HC_HEAD " + (head ? "1" : "0") +
-                           "\n#define HC_NORM " + (norm ? "1" : "0") + "\n" + "#define HC_FOLD " +
-                           std::to_string(fold_mode) + "\n#define HC_SG " + (sinkhorn_in_subgroup(e, sh) ? "1" : "0") +
-                           "\n#define HC_PART " + std::to_string(part) + "\n";
+  const std::string defs = finish_defines(e, sh, wg, head, bool(norm), fold_mode, part);
   const uint32_t nbind = fold_mode ? 8 : norm ? 7 : 6;
   uint32_t gx, gy;
   e.grid(tokens, gx, gy);
@@ -229,6 +253,24 @@ void kernels::hc_post(commands& c, const hc_shape& sh, view o, view X, view coef
   if (out.buf == X.buf && out.offset < X.offset + X.bytes && X.offset < out.offset + out.bytes)
     throw usage_error("hc_post: out overlaps X");
   run_block(detail::op_env_of(*p_), c, sh, true, X, o, coeff, out, next_fn, next_rows, next_partials, tokens);
+}
+
+void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
+                             view next_fn, uint32_t next_rows, view next_partials, const hc_finish_args& fin) {
+  check(sh, "hc_post_finish");
+  if (tokens == 0) return;
+  const bool post = bool(o);
+  if (post && out.buf == X.buf && out.offset < X.offset + X.bytes && X.offset < out.offset + out.bytes)
+    throw usage_error("hc_post_finish: out overlaps X");
+  const detail::op_env e = detail::op_env_of(*p_);
+  if (tokens > detail::op_env::counter_slots / 4) {  // more tokens than counters: the two dispatches
+    run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens);
+    c.barrier();
+    run_finish(e, c, sh, fin.head, next_partials, post ? out : X, fin.base, fin.scale, fin.head_scale, tokens, coeff,
+               fin.y, fin.norm, 0, {}, 0, fin.head || fin.sinkhorn ? 0 : 1);
+    return;
+  }
+  run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, &fin);
 }
 
 }  // namespace cmfx::gpu

@@ -23,8 +23,22 @@ struct op_env {
   uint32_t lanes, teams;      ///< subgroup lanes; teams of `lanes` per 128-invocation matrix workgroup
   const buffer& tables;       ///< exp2 of every f16, E2M1 / E4M3 code values (formats_gpu.cpp)
   uint32_t gemm_coop = 0;     ///< gemm.comp's GEMM_COOP for the tiled GEMMs (kernels::set_gemm_precision)
+  const buffer* counters = nullptr;  ///< counter_slots uint32 arrival counters, 0 between uses (kernels::impl)
+  uint32_t* counter_next = nullptr;  ///< the next free one (round robin)
 
   static constexpr uint32_t wg = 256;  ///< workgroup size of the row kernels
+  /// Arrival counters of the last-workgroup tails (e.g. mhc_block.comp HC_TAIL): each dispatch that uses them
+  /// takes its own range round robin, so that dispatches of one concurrent group never share a counter (a use
+  /// returns its counters to 0; the next use of the same counter is thousands of dispatches later, behind barriers).
+  static constexpr uint32_t counter_slots = 8192;
+  /// The first of n consecutive counters (n ≤ counter_slots / 4, else usage_error).
+  uint32_t take_counters(uint32_t n) const {
+    if (n == 0 || n > counter_slots / 4) throw usage_error("take_counters: " + std::to_string(n) + " counters");
+    if (*counter_next + n > counter_slots) *counter_next = 0;
+    const uint32_t first = *counter_next;
+    *counter_next += n;
+    return first;
+  }
 
   const pipeline* pipe(const char* shader, const std::string& defs, uint32_t wg_size, uint32_t bindings,
                        uint32_t push) const {

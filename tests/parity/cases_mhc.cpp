@@ -281,6 +281,99 @@ std::string sinkhorn_apart_case(suite& s, uint64_t seed, bool fold, uint32_t tok
   info = "pre/post/y + C apart == the whole call, bit for bit";
   return {};
 }
+/// A sublayer boundary in one dispatch (kernels::hc_post_finish: the finish in the last workgroup of each token)
+/// == hc_post (or hc_mix without o) + hc_pre_finish / hc_head_finish, bit for bit: X', the partials, the
+/// coefficients (rewritten in place, as the models do) and y. The fused call runs twice in one command buffer
+/// (the second must find its arrival counters back at 0) and once inside a concurrent group beside another one.
+std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool sinkhorn, bool norm, uint32_t tokens,
+                             uint32_t hc, uint32_t d, std::string& info) {
+  rng r(seed);
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d;
+  const uint32_t rows = head ? hc : (2 + hc) * hc, n = hc * d, per = gpu::kernels::hc_coeff_floats(hc);
+  const uint64_t cf = uint64_t(tokens) * per, xn = uint64_t(tokens) * n, yn = uint64_t(tokens) * d;
+  const std::vector<float> X = r.normal(xn), o = r.normal(yn), fn = r.normal(uint64_t(rows) * n, 0.02f),
+                           base = r.normal(rows, 0.1f), scale = {0.5f, 0.45f, 0.55f};
+  std::vector<float> nw = r.normal(d, 0.1f), c0(cf);
+  for (float& v : nw) v += 1.0f;
+  for (float& v : c0) v = r.uniform(0.05f, 1.0f);  // pre, post, C of the previous site (read by the post)
+  const gpu::buffer xb = upload(s.dev, X), ob = upload(s.dev, o), fb = upload(s.dev, fn), bb = upload(s.dev, base),
+                    sb = upload(s.dev, scale), nb = upload(s.dev, nw);
+  const uint64_t pbytes = s.kern.hc_partials_bytes(sh, tokens, rows);
+  constexpr int runs = 4;  // 0: separate calls; 1, 2: fused, one after the other; 3: fused beside run 2's twin
+  std::vector<guarded> part, co, xo, y;
+  for (int i = 0; i < runs; ++i) {
+    part.emplace_back(s.dev, pbytes), co.emplace_back(s.dev, cf * 4), xo.emplace_back(s.dev, xn * 4);
+    y.emplace_back(s.dev, yn * 4);
+    s.dev.upload(co.back().payload(), c0.data(), cf * 4);
+  }
+  gpu::kernels::hc_finish_args fin;
+  fin.base = bb, fin.scale = sb, fin.head = head, fin.head_scale = 0.7f, fin.sinkhorn = sinkhorn;
+  fin.norm = norm ? gpu::view(nb) : gpu::view();
+  const gpu::view no;
+  auto fused = [&](gpu::commands& c, int i) {
+    gpu::kernels::hc_finish_args f = fin;
+    f.y = y[i].payload();
+    s.kern.hc_post_finish(c, sh, post ? gpu::view(ob) : no, xb, co[i].payload(), tokens, post ? xo[i].payload() : no,
+                          fb, rows, part[i].payload(), f);
+  };
+  gpu::commands c = s.dev.begin();
+  const gpu::view x1 = post ? xo[0].payload() : gpu::view(xb);
+  if (post)
+    s.kern.hc_post(c, sh, ob, xb, co[0].payload(), tokens, xo[0].payload(), fb, rows, part[0].payload());
+  else
+    s.kern.hc_mix(c, sh, xb, fb, rows, tokens, part[0].payload());
+  if (head)
+    s.kern.hc_head_finish(c, sh, part[0].payload(), x1, bb, 0.7f, tokens, co[0].payload(), y[0].payload(), fin.norm);
+  else
+    s.kern.hc_pre_finish(c, sh, part[0].payload(), x1, bb, sb, tokens, co[0].payload(), y[0].payload(), fin.norm,
+                         sinkhorn);
+  fused(c, 1);
+  fused(c, 2);
+  c.begin_concurrent();
+  fused(c, 3);
+  c.end_concurrent();
+  auto compare_runs = [&]() -> std::string {
+    std::vector<std::vector<uint8_t>> gp(runs, std::vector<uint8_t>(pbytes));
+    std::vector<std::vector<float>> gc(runs, std::vector<float>(cf)), gx(runs, std::vector<float>(xn)),
+        gy(runs, std::vector<float>(yn));
+    for (int i = 0; i < runs; ++i) {
+      std::string why;
+      if (!part[i].read(gp[i].data(), why) || !co[i].read(gc[i].data(), why) || !y[i].read(gy[i].data(), why) ||
+          !xo[i].read(gx[i].data(), why))
+        return "run " + std::to_string(i) + ": " + why;
+    }
+    for (int i = 1; i < runs; ++i) {
+      const std::string at = "fused run " + std::to_string(i) + ": ";
+      if (std::memcmp(gp[i].data(), gp[0].data(), pbytes)) return at + "partials differ from hc_post's";
+      if (post && std::memcmp(gx[i].data(), gx[0].data(), xn * 4)) return at + "X' differs from hc_post's";
+      for (uint64_t k = 0; k < cf; ++k)
+        if (std::memcmp(&gc[i][k], &gc[0][k], 4))
+          return at + "coefficient " + std::to_string(k % per) + " of token " + std::to_string(k / per) + ": " +
+                 std::to_string(gc[i][k]) + " vs " + std::to_string(gc[0][k]);
+      for (uint64_t k = 0; k < yn; ++k)
+        if (std::memcmp(&gy[i][k], &gy[0][k], 4))
+          return at + "y[" + std::to_string(k) + "] " + std::to_string(gy[i][k]) + " vs " + std::to_string(gy[0][k]);
+    }
+    // the finish ran at all: y is finite and the coefficients it writes moved off their initial values
+    for (float v : gy[1])
+      if (!std::isfinite(v)) return "y not finite";
+    if (std::memcmp(gc[1].data(), c0.data(), hc * 4) == 0) return "pre left as it was: did the finish run?";
+    return {};
+  };
+  s.submit(c);
+  if (auto why = compare_runs(); !why.empty()) return why;
+  // The same recording again (as the models resubmit theirs): the counters it uses must be back at 0.
+  const std::vector<uint32_t> poison(yn, guarded::nan_word);
+  for (int i = 0; i < runs; ++i) {
+    s.dev.upload(co[i].payload(), c0.data(), cf * 4);
+    s.dev.upload(y[i].payload(), poison.data(), yn * 4);
+  }
+  s.submit(c);
+  if (auto why = compare_runs(); !why.empty()) return "resubmitted: " + why;
+  info = "bit-identical to the separate dispatches (" + std::to_string(tokens) + " token(s), 3 fused runs, twice)";
+  return {};
+}
 /// V4.1's lagged collapse: hc_pre_finish_fold writes the coefficients hc_pre_finish writes (bit for bit) and
 /// collapses with the given weights; hc_fold's y == hc_pre_finish_fold's y (bit for bit), and without a norm ==
 /// ops_detail::hc_fold on the CPU within f32 rounding (bit-equal unless the device contracts into FMAs); the
@@ -377,6 +470,19 @@ void mhc_cases(suite& s) {
               std::to_string(iters) + note,
           [=, &s](uint64_t seed, R& info) { return chain_case(s, seed, tokens, hc, d, iters, info); });
   };
+  for (auto [tokens, hc, d] : {std::array<uint32_t, 3>{1, 4, 4096}, {3, 4, 300}, {2, 8, 64}, {1, 2, 7}})
+    for (int mode = 0; mode < 5; ++mode) {
+      // post + pre (Sinkhorn apart, norm: the models' decode), post + pre (whole), mix + pre, post + head (norm),
+      // post + pre without a norm
+      const bool post = mode != 2, head = mode == 3, sinkhorn = mode == 1 || mode == 2, norm = mode != 4;
+      static const char* const names[5] = {"post + pre (Sinkhorn apart, norm)", "post + pre", "mix + pre",
+                                           "post + head (norm)", "post + pre (Sinkhorn apart, no norm)"};
+      s.run("hc_post_finish", "-",
+            std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) + " " + names[mode],
+            [=, &s](uint64_t seed, R& info) {
+              return post_finish_case(s, seed, post, head, sinkhorn, norm, tokens, hc, d, info);
+            });
+    }
   chain(1, 4, 4096, 20, " V4 decode");
   chain(3, 4, 4096, 20, " V4");
   chain(2, 4, 300, 20, " ragged");

@@ -318,6 +318,21 @@ class kernels {
   /// (hc_post + hc_pre_finish).
   void hc_post(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
                view next_fn = {}, uint32_t next_rows = 0, view next_partials = {});
+  /// The finish hc_post_finish runs on its mix: the next site's hc_pre_finish (base, scale, sinkhorn as there) or,
+  /// with head, hc_head_finish (base, head_scale); y and the optional norm as there.
+  struct hc_finish_args {
+    view base, scale;
+    bool head = false;
+    float head_scale = 0.0f;
+    bool sinkhorn = true;
+    view y, norm;
+  };
+  /// A sublayer boundary in one dispatch: hc_post (o given) or hc_mix (o empty: X' = X, out unused) with the mix
+  /// next_fn [next_rows = the finish's rows] into next_partials, then the finish of that mix on X' — bit-identical
+  /// to the separate calls; the last workgroup of each token runs the finish (arrival counters on the device).
+  /// coeff is read by the post, then rewritten by the finish.
+  void hc_post_finish(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
+                      view next_fn, uint32_t next_rows, view next_partials, const hc_finish_args& fin);
 
   /// Activation fake-quant in place (ops/fake_quant.hpp), per row of n floats in blocks of `block` (a ragged
   /// last block uses its own amax): E4M3 (act_quant_e4m3), E2M1 with power-of-two scales (act_quant_e2m1) or
