@@ -136,6 +136,8 @@ TEST(GemmScales, OneHotTokensGiveDecodedWeightsExactly) {
   check_one_hot_exact<fmt_q4tp>();
   check_one_hot_exact<fmt_q2tp>();
   check_one_hot_exact<fmt_mxfp4>();
+  check_one_hot_exact<fmt_fp8_b128>();
+  check_one_hot_exact<fmt_fp8_b32>();
 }
 
 TEST(ThreadPool, StaticPartitionCoversEveryItemOnce) {

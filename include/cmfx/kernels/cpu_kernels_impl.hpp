@@ -11,6 +11,7 @@
 #include "cmfx/kernels/gemm_avx2_i8.hpp"
 #endif
 #if defined(CMFX_KERNELS_AVX512)  // src/cpu/kernels_avx512.cpp (AVX-512 through target attributes)
+#include "cmfx/kernels/gemm_avx512_fp8.hpp"
 #include "cmfx/kernels/gemm_avx512_i8.hpp"
 #endif
 
@@ -36,6 +37,9 @@ inline cpu_kernel_table make_cpu_kernel_table(cpu_arch arch) {
     else
 #endif
       t.gemm[size_t(F::id)] = &kernels::gemm_rows_generic<F>;
+#if defined(CMFX_KERNELS_AVX512)
+    if constexpr (kernels::avx512::is_fp8_block<F>) t.gemm[size_t(F::id)] = &kernels::avx512::gemm_rows_fp8<F>;
+#endif
   });
   return t;
 }
