@@ -12,7 +12,7 @@
 // HC_TAIL = 1 (with a mix): the last workgroup of each token also runs mhc_finish.comp's work on the mix
 // (kernels::hc_post_finish: a sublayer boundary in one dispatch); the finish's defines then apply too (HC_HEAD,
 // HC_NORM, HC_SG, HC_PART, HC_N, HC_COLS; common/mhc_finish.glsl).
-// Defines: HC_MAX (ops/mhc.hpp hc_max), HC_BLOCK (= the workgroup size), HC_POST, HC_ROWS (mix rows + 1, or 1
+// Defines: HC_MAX (ops/mhc.hpp hc_max), HC_N (= hc), HC_BLOCK (= the workgroup size), HC_POST, HC_ROWS (mix rows + 1, or 1
 // without a mix), HC_RSPLIT, HC_RPG (= ceil(HC_ROWS / HC_RSPLIT)).
 #include "common/base.glsl"
 #include "common/reduce.glsl"
@@ -74,22 +74,24 @@ void main() {
   const uint c = b * HC_BLOCK + lid;
   const bool live = c < d;
   const uint xrow = pc.xoff + t * hc * d;
-  float xv[HC_MAX];  // this column of X' (registers: every index below is a compile-time constant)
-  [[unroll]] for (uint k = 0u; k < HC_MAX; ++k) {
-    float v = 0.0;
-    if (live && k < hc) {
+  // This column of X' in registers. hc = HC_N is a compile-time constant: every loop below is unrolled, so all
+  // the loads of X, o and the coefficients are in flight together (a loop over a run-time hc made each of them
+  // wait for the previous one).
+  float xv[HC_N];
 #if HC_POST
-      const uint cb = pc.coff + t * pc.cstride;
-      precise float acc = coeff[cb + hc + k] * os[pc.ooff + t * d + c];
-      for (uint j = 0u; j < hc; ++j) acc += coeff[cb + 2u * hc + j * hc + k] * xs[xrow + j * d + c];
-      v = acc;
-      if (rg == 0u) outs[pc.outoff + t * hc * d + k * d + c] = v;
-#else
-      v = xs[xrow + k * d + c];
-#endif
-    }
-    xv[k] = v;
+  float xin[HC_N];
+  [[unroll]] for (uint j = 0u; j < HC_N; ++j) xin[j] = live ? xs[xrow + j * d + c] : 0.0;
+  const float ov = live ? os[pc.ooff + t * d + c] : 0.0;
+  const uint cb = pc.coff + t * pc.cstride;
+  [[unroll]] for (uint k = 0u; k < HC_N; ++k) {
+    precise float acc = coeff[cb + HC_N + k] * ov;
+    [[unroll]] for (uint j = 0u; j < HC_N; ++j) acc += coeff[cb + 2u * HC_N + j * HC_N + k] * xin[j];
+    xv[k] = live ? acc : 0.0;
+    if (live && rg == 0u) outs[pc.outoff + t * hc * d + k * d + c] = acc;
   }
+#else
+  [[unroll]] for (uint k = 0u; k < HC_N; ++k) xv[k] = live ? xs[xrow + k * d + c] : 0.0;
+#endif
   if (pc.has_mix == 0u) return;  // uniform
   // Every row's products first (HC_ROWS = rows + 1 is a compile-time constant, so the accumulators are registers
   // and all the loads of fn are in flight together), then one reduction step for all rows: the sums are the
@@ -100,11 +102,9 @@ void main() {
     const uint rr = r0 + r;
     acc[r] = ACC(0);
     if (live && rr < HC_ROWS)
-      [[unroll]] for (uint k = 0u; k < HC_MAX; ++k) {
-        if (k < hc) {
-          const ACC x = ACC(xv[k]);
-          acc[r] += rr + 1u < HC_ROWS ? ACC(fn[pc.fnoff + rr * hc * d + k * d + c]) * x : x * x;
-        }
+      [[unroll]] for (uint k = 0u; k < HC_N; ++k) {
+        const ACC x = ACC(xv[k]);
+        acc[r] += rr + 1u < HC_ROWS ? ACC(fn[pc.fnoff + rr * hc * d + k * d + c]) * x : x * x;
       }
   }
 #if REDUCE_SUBGROUP

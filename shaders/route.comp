@@ -8,7 +8,8 @@
 //           value, ~index), each round below the previous winner (subgroup maxima, then across the subgroups);
 //   hash mode: idx = tid2eid[min(token, V−1)] (entries checked on the host; an id ≥ n gives 0xFFFFFFFF, w NaN);
 //   w[j]  = s[idx[j]] · (route_scale / (Σ_j s[idx[j]] + norm_eps)), in ACC, sum in j order.
-// Defines: ROUTE_MAX (scores per row held in shared memory), ROUTE_HASH (0 / 1).
+// Defines: ROUTE_MAX (scores per row held in shared memory), ROUTE_HASH (0 / 1), ROUTE_SG (score mode: > 0 = the
+// top-k in subgroup 0 with ROUTE_SG keys per lane; 0 = over the workgroup).
 #include "common/base.glsl"
 #if ACC_DOUBLE
 #include "common/f64math.glsl"
@@ -73,6 +74,30 @@ void main() {
   if (lid < k) {
     const uint tok = min(tokens[pc.toff + row], pc.vocab - 1u);
     win[lid] = table[pc.taboff + tok * k + lid];
+  }
+#elif ROUTE_SG
+  // All n keys in subgroup 0's registers (ROUTE_SG per lane, n ≤ ROUTE_SG · LANES): each round is a lane-local
+  // maximum below the previous winner and two subgroup maxima — no barrier, no memory traffic. The same keys and
+  // the same rule as the workgroup version below, so the same winners.
+  if (gl_SubgroupID == 0u) {
+    const uint lane = gl_SubgroupInvocationID;
+    uint kh[ROUTE_SG], kl[ROUTE_SG];
+    [[unroll]] for (uint i = 0u; i < ROUTE_SG; ++i) {
+      const uint e = lane + i * LANES;
+      const bool real = e < n;
+      const float v = real ? (pc.has_bias != 0u ? sc[e] + bias[pc.boff + e] : sc[e]) : 0.0;
+      kh[i] = real ? value_key(v) : 0u;  // (0, 0): below every real key, never picked
+      kl[i] = real ? ~e : 0u;
+    }
+    uint ph = 0xFFFFFFFFu, pl = 0xFFFFFFFFu;  // previous winner (every real key is below)
+    for (uint j = 0u; j < k; ++j) {
+      uint bh = 0u, bl = 0u;
+      [[unroll]] for (uint i = 0u; i < ROUTE_SG; ++i)
+        if (key_less(kh[i], kl[i], ph, pl) && key_less(bh, bl, kh[i], kl[i])) bh = kh[i], bl = kl[i];
+      ph = subgroupMax(bh);
+      pl = subgroupMax(bh == ph ? bl : 0u);
+      if (lane == 0u) win[j] = ~pl;
+    }
   }
 #else
   uint ph = 0xFFFFFFFFu, pl = 0xFFFFFFFFu;  // previous winner (every real key is below)

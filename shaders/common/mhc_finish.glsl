@@ -16,7 +16,8 @@
 // HC_NORM = 1: the RMSNorm that follows the collapse, in the same dispatch: the operations of rmsnorm.comp on the
 // stored y values in its order (strided partial sums, wg_sum, r = 1 / sqrt(mean + eps), y · r · weight), so
 // bit-identical.
-// Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_PART, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)).
+// Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_PART, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)),
+// HC_NBLK (= the mhc_block.comp column blocks of d: the partials per row).
 // The including shader declares the buffers part[] (ACC), base[], scale[], coeff[], ys[] (nw[] with HC_NORM,
 // fold[] with HC_FOLD), includes common/reduce.glsl with HC_NORM, and defines HCF_X(i): element i of the X whose
 // copies are collapsed. Every invocation of the workgroup calls hc_finish (it contains barriers).
@@ -81,9 +82,13 @@ void hc_finish(const hcf_args a) {
 #if HC_FOLD == 2
   if (lid < hc) pre_s[lid] = fold[a.foldoff + t * a.fstride + lid];
 #else
+  // The block partials of every row, all loads in flight together (HC_NBLK = nblk is a compile-time constant),
+  // then added in block order.
   for (uint r = lid; r < R; r += WG_SIZE) {
+    ACC pv[HC_NBLK];
+    [[unroll]] for (uint b = 0u; b < HC_NBLK; ++b) pv[b] = part[a.poff + (t * HC_NBLK + b) * R + r];
     ACC s = ACC(0);
-    for (uint b = 0u; b < a.nblk; ++b) s += part[a.poff + (t * a.nblk + b) * R + r];
+    [[unroll]] for (uint b = 0u; b < HC_NBLK; ++b) s += pv[b];
     m[r] = s;
   }
   barrier();

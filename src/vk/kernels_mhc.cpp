@@ -25,8 +25,8 @@ constexpr uint32_t row_groups = 5;
 
 /// hc_rows: the mix rows + 1 (the sum of squares), 1 without a mix — a compile-time constant of the shader, so
 /// that its per-row accumulators live in registers; rsplit: the row groups.
-std::string defines(bool post, uint32_t hc_rows, uint32_t rsplit) {
-  return detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_BLOCK", block) + detail::def_u("HC_ROWS", hc_rows) +
+std::string defines(uint32_t hc, bool post, uint32_t hc_rows, uint32_t rsplit) {
+  return detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_N", hc) + detail::def_u("HC_BLOCK", block) + detail::def_u("HC_ROWS", hc_rows) +
          detail::def_u("HC_RSPLIT", rsplit) + detail::def_u("HC_RPG", (hc_rows + rsplit - 1) / rsplit) +
          "#define HC_POST " + (post ? "1" : "0") + "\n";
 }
@@ -56,6 +56,7 @@ bool sinkhorn_in_subgroup(const detail::op_env& e, const kernels::hc_shape& sh) 
 std::string finish_defines(const detail::op_env& e, const kernels::hc_shape& sh, uint32_t wg, bool head, bool norm,
                            int fold_mode, int part) {
   return detail::def_u("HC_MAX", hc_max) + detail::def_u("HC_N", sh.hc) + detail::def_u("HC_COLS", (sh.d + wg - 1) / wg) +
+         detail::def_u("HC_NBLK", nblk(sh)) +
          "#define HC_HEAD " + (head ? "1" : "0") + "\n#define HC_NORM " + (norm ? "1" : "0") + "\n#define HC_FOLD " +
          std::to_string(fold_mode) + "\n#define HC_SG " + (sinkhorn_in_subgroup(e, sh) ? "1" : "0") +
          "\n#define HC_PART " + std::to_string(part) + "\n";
@@ -106,7 +107,7 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
   detail::binding b[11] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
   uint32_t nbind = 6;
   const uint32_t rsplit = mix ? std::min(row_groups, rows + 1) : 1;
-  std::string defs = defines(post, mix ? rows + 1 : 1, rsplit);
+  std::string defs = defines(sh.hc, post, mix ? rows + 1 : 1, rsplit);
   if (fin) {
     const detail::bound bb = e.bind(fin->base, uint64_t(rows) * 4), sb = e.bind(fin->head ? view() : fin->scale, 12),
                         yb = e.bind(fin->y, uint64_t(tokens) * sh.d * 4), nb = e.bind(fin->norm, uint64_t(sh.d) * 4),
