@@ -6,7 +6,7 @@
 //   m = max(sink, m_s ...) (NaN-free),  d = e^(sink − m) + Σ_s d_s e^(m_s − m),  o = Σ_s o_s e^(m_s − m) / d.
 // d == 0 (all slots masked, no sink) gives 0; a NaN d_s makes the (row, head) output NaN, as the single-pass kernel.
 // Scratch layout (attn_sparse.comp): acc [(row·heads + h)·splits + s][ATT_HD], then the (m, d) pairs in that order.
-// Defines: ATT_HD (head_dim), ATT_OPT (= ceil(HD / WG)).
+// Defines: ATT_HD (head_dim), ATT_OPT (= ceil(HD / WG)), ATT_MAXS (the most splits of the shape: ≥ pc.splits).
 #include "common/base.glsl"
 
 layout(push_constant) uniform combine_pc {
@@ -35,19 +35,30 @@ void main() {
   const uint lid = gl_LocalInvocationID.x, x0 = rh * pc.splits;
   const uint md = pc.xoff + pc.rows * pc.heads * pc.splits * ATT_HD + 2u * x0;
   const float sink = pc.has_sink != 0u ? sinks[pc.soff + rh % pc.heads] : -F32_INF;
+  // Every split's (m, d) and accumulators in registers first (ATT_MAXS ≥ pc.splits is a compile-time constant, so
+  // all the loads are in flight together), then combined in split order.
+  float mv[ATT_MAXS], dv[ATT_MAXS], av[ATT_MAXS][ATT_OPT];
+  [[unroll]] for (uint s = 0u; s < ATT_MAXS; ++s) {
+    const bool live = s < pc.splits;
+    mv[s] = live ? xs[md + 2u * s] : -F32_INF;
+    dv[s] = live ? xs[md + 2u * s + 1u] : 0.0;
+    [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+      const uint c = lid + i * WG_SIZE;
+      av[s][i] = live && c < ATT_HD ? xs[pc.xoff + (x0 + s) * ATT_HD + c] : 0.0;
+    }
+  }
   float m = sink;
-  for (uint s = 0u; s < pc.splits; ++s) m = max_nf(xs[md + 2u * s], m);
+  [[unroll]] for (uint s = 0u; s < ATT_MAXS; ++s)
+    if (s < pc.splits) m = max_nf(mv[s], m);
   float d = sink > -F32_INF ? exp(sink - m) : 0.0;
   float acc[ATT_OPT];
   [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) acc[i] = 0.0;
-  for (uint s = 0u; s < pc.splits; ++s) {
-    const float ms = xs[md + 2u * s], ds = xs[md + 2u * s + 1u];
+  [[unroll]] for (uint s = 0u; s < ATT_MAXS; ++s) {
+    if (s >= pc.splits) break;
+    const float ms = mv[s], ds = dv[s];
     const float w = ms > -F32_INF ? exp(ms - m) : 0.0;  // a split without a finite logit holds 0 (or NaN in d_s)
     d += isnan(ds) ? ds : ds * w;
-    [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
-      const uint c = lid + i * WG_SIZE;
-      if (c < ATT_HD) acc[i] = fma(xs[pc.xoff + (x0 + s) * ATT_HD + c], w, acc[i]);
-    }
+    [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) acc[i] = fma(av[s][i], w, acc[i]);
   }
   const float inv = d > 0.0 ? 1.0 / d : 0.0;
   const bool bad = isnan(d);

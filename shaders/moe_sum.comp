@@ -33,20 +33,33 @@ void main() {
   const uint i = wg_index() * WG_SIZE + gl_LocalInvocationID.x;
   if (i >= pc.n * pc.d) return;
   const uint t = i / pc.d, r = i % pc.d, io = pc.idoff + t * MOE_TOPK, yo = pc.yoff + t * KS * pc.d + r;
-  uint order[MOE_TOPK];
+  // The ids and every slot's value in registers first (all loads in flight together; MOE_TOPK is a compile-time
+  // constant), then the slots added in ascending expert id, ties in slot order (as moe_down.comp): slot j's rank
+  // is the number of slots before it in that order, so the sum needs no data-dependent loads.
+  uint id[MOE_TOPK];
+  float yv[MOE_TOPK];
   bool bad = false;
-  for (uint j = 0u; j < MOE_TOPK; ++j) {  // stable insertion sort by id (as moe_down.comp)
-    const uint e = ids[io + j];
-    bad = bad || e >= MOE_E;
-#if MOE_SLOTS
-    bad = bad || (e < MOE_E && slot_map[pc.smoff + e] >= MOE_SLOTS);
-#endif
-    uint k = j;
-    for (; k > 0u && ids[io + order[k - 1u]] > e; --k) order[k] = order[k - 1u];
-    order[k] = j;
+  [[unroll]] for (uint j = 0u; j < MOE_TOPK; ++j) {
+    id[j] = ids[io + j];
+    yv[j] = ys[yo + j * pc.d];
   }
-  float total = ys[yo + order[0] * pc.d];
-  for (uint j = 1u; j < MOE_TOPK; ++j) total += ys[yo + order[j] * pc.d];
+  [[unroll]] for (uint j = 0u; j < MOE_TOPK; ++j) {
+    bad = bad || id[j] >= MOE_E;
+#if MOE_SLOTS
+    bad = bad || (id[j] < MOE_E && slot_map[pc.smoff + id[j]] >= MOE_SLOTS);
+#endif
+  }
+  float total = 0.0;
+  [[unroll]] for (uint r = 0u; r < MOE_TOPK; ++r) {  // the slot of rank r, added r-th
+    float v = 0.0;
+    [[unroll]] for (uint j = 0u; j < MOE_TOPK; ++j) {
+      uint rank = 0u;
+      [[unroll]] for (uint i = 0u; i < MOE_TOPK; ++i)
+        rank += (id[i] < id[j] || (id[i] == id[j] && i < j)) ? 1u : 0u;
+      if (rank == r) v = yv[j];
+    }
+    total = r == 0u ? v : total + v;
+  }
 #if MOE_SHARED
   total += ys[yo + MOE_TOPK * pc.d];
 #endif

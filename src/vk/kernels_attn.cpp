@@ -132,7 +132,9 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   e.grid(uint64_t(sh.rows) * sh.heads, gx, gy);
   detail::dispatch(c.impl(),
                    e.pipe("attn_combine.comp",
-                          detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_OPT", opt) + ir_def, wg, ncb,
+                          detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_OPT", opt) +
+                              detail::def_u("ATT_MAXS", pl.max_splits) + ir_def,
+                          wg, ncb,
                           sizeof cpc),
                    std::span<const detail::binding>(cb, ncb), cpc, sizeof cpc, gx, gy);
 }
