@@ -96,7 +96,7 @@ void main() {
   // Every row's products first (HC_ROWS = rows + 1 is a compile-time constant, so the accumulators are registers
   // and all the loads of fn are in flight together), then one reduction step for all rows: the sums are the
   // per-row wg_sum's (subgroup sums, then the subgroups in order), with two barriers instead of two per row.
-  ACC acc[HC_RPG];
+  precise ACC acc[HC_RPG];  // precise: no FMA contraction, so every pipeline of this source (with or without HC_TAIL) sums alike
   const uint pb = pc.poff + (t * pc.nblk + b) * (pc.rows + 1u), r0 = rg * HC_RPG;
   [[unroll]] for (uint r = 0u; r < HC_RPG; ++r) {
     const uint rr = r0 + r;

@@ -34,6 +34,49 @@ shared float sc[ROUTE_MAX];
 shared uint best_hi[WG_SIZE], best_lo[WG_SIZE];
 shared uint win[ROUTE_MAX_K];
 
+#if !ACC_DOUBLE
+// a / b rounded as the CPU's IEEE quotient (|a|, |b| ≪ 2^100): a device's division may be a reciprocal and a
+// product, and a few ulp of z / temp become |z / temp| times as many of e^(z / temp). One correction by the
+// residual a − q·b, computed exactly from Veltkamp halves of q and b (Dekker's product: only IEEE multiplies and
+// adds, which every device rounds correctly, without FMA contraction — `precise`; a device's fma() need not be
+// fused).
+float div_rn(float a, float b) {
+  precise const float q = a / b;
+  precise const float cq = 4097.0 * q, qh = cq - (cq - q), ql = q - qh;
+  precise const float cb = 4097.0 * b, bh = cb - (cb - b), bl = b - bh;
+  precise const float p = q * b, e = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl;  // q·b = p + e exactly
+  precise const float r = (a - p) - e;
+  return q + r / b;
+}
+// e^r for |r| ≤ ln2/2: the Taylor polynomial of degree 8 (remainder < 2^-30 relative), Horner in f32.
+float exp_reduced(float r) {
+  precise float p = 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  return p * r + 1.0;
+}
+// log(1 + y) for y ≥ 0: for y < 1 as 2·atanh(s), s = y / (2 + y) ≤ 1/3, by the odd series 2s·(1 + s²/3 + … +
+// s¹⁴/15) (remainder < 2^-29 relative); else log(1 + y), whose absolute error is then small against the value.
+float log1p_pos(float y) {
+  if (y >= 1.0) return log(1.0 + y);
+  precise const float s = y / (2.0 + y), s2 = s * s;
+  precise float p = 1.0 / 15.0;
+  p = p * s2 + 1.0 / 13.0;
+  p = p * s2 + 1.0 / 11.0;
+  p = p * s2 + 1.0 / 9.0;
+  p = p * s2 + 1.0 / 7.0;
+  p = p * s2 + 1.0 / 5.0;
+  p = p * s2 + 1.0 / 3.0;
+  p = p * s2 + 1.0;
+  return 2.0 * s * p;
+}
+#endif
+
 float score(float z) {
 #if ACC_DOUBLE
   precise const double zd = pc.temp == 1.0 ? double(z) : double(z) / double(pc.temp);
@@ -42,14 +85,16 @@ float score(float z) {
   precise const double sp = zf > 20.0LF ? zf : log1p_f64(exp_f64(zf));
   return float(sqrt(sp));
 #else
-  const float zf = pc.temp == 1.0 ? z : z / pc.temp;
+  const float zf = pc.temp == 1.0 ? z : div_rn(z, pc.temp);
   if (zf > 20.0) return sqrt(zf);
   // e^z with the argument reduced exactly (z = n·ln2 + r, ln2 split as cephes' 0.693145751953125 +
-  // 1.428606765330187e-6, n·hi exact): exp(z) itself loses |z|·2^−24 relative in the reduction
+  // 1.428606765330187e-6, n·hi exact): exp(z) itself loses |z|·2^−24 relative in the reduction. e^r and log1p
+  // are polynomials here, not the device's exp / log: those may be approximations (NVIDIA's log has an absolute
+  // error near 2^-21, a large relative error where log(1 + y) is small: 50–70 ulp of the score, measured).
   precise const float n = round(zf * 1.44269504), r = (zf - n * 0.693145751953125) - n * 1.428606765330187e-6;
-  precise const float y = n < -126.0 ? exp(r) * exp2(n) : ldexp(exp(r), int(n)), u = 1.0 + y;
-  precise const float sp = u == 1.0 ? y : log(u) * (y / (u - 1.0));
-  return sqrt(sp);
+  precise const float er = exp_reduced(r);
+  precise const float y = n < -126.0 ? er * exp2(n) : ldexp(er, int(n));
+  return sqrt(log1p_pos(y));
 #endif
 }
 

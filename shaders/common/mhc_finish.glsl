@@ -197,7 +197,7 @@ void hc_finish(const hcf_args a) {
 #endif  // HC_FOLD == 2
 #if HC_COLLAPSE
   barrier();
-  ACC ss = ACC(0);
+  precise ACC ss = ACC(0);  // precise: the same sum in mhc_finish.comp and in mhc_block.comp's tail
   float yv[HC_COLS];
   [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
     const uint c = lid + i * WG_SIZE;
