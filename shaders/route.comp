@@ -35,19 +35,6 @@ shared uint best_hi[WG_SIZE], best_lo[WG_SIZE];
 shared uint win[ROUTE_MAX_K];
 
 #if !ACC_DOUBLE
-// a / b rounded as the CPU's IEEE quotient (|a|, |b| ≪ 2^100): a device's division may be a reciprocal and a
-// product, and a few ulp of z / temp become |z / temp| times as many of e^(z / temp). One correction by the
-// residual a − q·b, computed exactly from Veltkamp halves of q and b (Dekker's product: only IEEE multiplies and
-// adds, which every device rounds correctly, without FMA contraction — `precise`; a device's fma() need not be
-// fused).
-float div_rn(float a, float b) {
-  precise const float q = a / b;
-  precise const float cq = 4097.0 * q, qh = cq - (cq - q), ql = q - qh;
-  precise const float cb = 4097.0 * b, bh = cb - (cb - b), bl = b - bh;
-  precise const float p = q * b, e = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl;  // q·b = p + e exactly
-  precise const float r = (a - p) - e;
-  return q + r / b;
-}
 // e^r for |r| ≤ ln2/2: the Taylor polynomial of degree 8 (remainder < 2^-30 relative), Horner in f32.
 float exp_reduced(float r) {
   precise float p = 1.0 / 40320.0;
@@ -85,7 +72,14 @@ float score(float z) {
   precise const double sp = zf > 20.0LF ? zf : log1p_f64(exp_f64(zf));
   return float(sqrt(sp));
 #else
-  const float zf = pc.temp == 1.0 ? z : div_rn(z, pc.temp);
+#if HAS_F64
+  // z / temp correctly rounded, as the CPU's f32 quotient: through one f64 division (exact enough that the rounding
+  // to f32 is the correct one); a device's f32 division may be a reciprocal and a product, and a few ulp of
+  // z / temp become |z / temp| times as many of e^(z / temp)
+  const float zf = pc.temp == 1.0 ? z : float(double(z) / double(pc.temp));
+#else
+  const float zf = pc.temp == 1.0 ? z : z / pc.temp;  // (without f64: the device's division, maybe a few ulp off)
+#endif
   if (zf > 20.0) return sqrt(zf);
   // e^z with the argument reduced exactly (z = n·ln2 + r, ln2 split as cephes' 0.693145751953125 +
   // 1.428606765330187e-6, n·hi exact): exp(z) itself loses |z|·2^−24 relative in the reduction. e^r and log1p
@@ -93,7 +87,8 @@ float score(float z) {
   // error near 2^-21, a large relative error where log(1 + y) is small: 50–70 ulp of the score, measured).
   precise const float n = round(zf * 1.44269504), r = (zf - n * 0.693145751953125) - n * 1.428606765330187e-6;
   precise const float er = exp_reduced(r);
-  precise const float y = n < -126.0 ? er * exp2(n) : ldexp(er, int(n));
+  // × 2^n exactly: the power of two from its bits (a device's ldexp / exp2 may be approximate)
+  precise const float y = n < -126.0 ? er * exp2(n) : er * uintBitsToFloat(uint(int(n) + 127) << 23);
   return sqrt(log1p_pos(y));
 #endif
 }

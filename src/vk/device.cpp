@@ -137,7 +137,7 @@ device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
     pd.getDispatcher()->vkGetPhysicalDeviceFeatures2(*pd, reinterpret_cast<VkPhysicalDeviceFeatures2*>(&f.f2));
     in.storage8 = f.f12.storageBuffer8BitAccess && f.f12.shaderInt8;
     in.storage16 = f.f11.storageBuffer16BitAccess && f.f2.features.shaderInt16;
-    in.float64 = f.f2.features.shaderFloat64;
+    in.float64 = in.float64_ops = f.f2.features.shaderFloat64;
     in.int64 = f.f2.features.shaderInt64;
     if (v13 && f.f13.subgroupSizeControl && f.f13.computeFullSubgroups &&
         (p13.requiredSubgroupSizeStages & vk::ShaderStageFlagBits::eCompute)) {
@@ -247,7 +247,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   const bool v13 = info.api_version >= VK_API_VERSION_1_3;
   feature_chain en;
   en.link(v13);
-  en.f2.features.shaderFloat64 = info.float64;
+  en.f2.features.shaderFloat64 = info.float64_ops;
   en.f2.features.shaderInt16 = info.storage16;
   en.f11.storageBuffer16BitAccess = info.storage16;
   en.f12.storageBuffer8BitAccess = info.storage8;

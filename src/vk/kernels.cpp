@@ -70,7 +70,7 @@ struct kernels::impl {
     std::ostringstream s;
     s << "#define LANES " << lanes << "\n#define REDUCE_SUBGROUP " << (info.subgroup_arithmetic ? 1 : 0)
       << "\n#define HAS_STORAGE8 " << (info.storage8 ? 1 : 0) << "\n#define HAS_STORAGE16 "
-      << (info.storage16 ? 1 : 0) << "\n#define ACC_DOUBLE " << (info.float64 ? 1 : 0) << "\n#define SHUFFLE_F64 "
+      << (info.storage16 ? 1 : 0) << "\n#define ACC_DOUBLE " << (info.float64 ? 1 : 0) << "\n#define HAS_F64 " << (info.float64_ops ? 1 : 0) << "\n#define SHUFFLE_F64 "
       << (info.subgroup_arithmetic && info.subgroup_shuffle && info.float64 ? 1 : 0) << "\n";
     common = s.str();
     const std::vector<float> t = detail::host_tables();

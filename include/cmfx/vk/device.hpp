@@ -65,6 +65,9 @@ struct device_info {
   uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
   bool subgroup_arithmetic = false, subgroup_shuffle = false, subgroup_size_control = false;
   bool storage8 = false, storage16 = false, float64 = false, int64 = false;
+  /// shaderFloat64 is there and enabled, whatever device_options::float64 says: single f64 operations (the route
+  /// score's correctly rounded quotient) — `float64` above is the f64 accumulators' switch.
+  bool float64_ops = false;
   bool int_dot = false;        ///< shaderIntegerDotProduct (packed 4x8-bit dot products in shaders)
   bool int_dot_fast = false;   ///< the packed 4x8 mixed-signedness dot product is hardware-accelerated
   bool float16 = false;        ///< shaderFloat16 (f16 arithmetic and f16 shared-memory tiles)
