@@ -256,19 +256,17 @@ struct dec_fp8 {
     r = row;
     q = w.data + row * w.cols;
   }
-  static __m256 cvt8(__m128i b8) noexcept {  // low 8 bytes
-    const __m128i x = _mm_cvtepu8_epi16(b8);
-    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8),
-                                   _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7F)), 7));
-    return _mm256_cvtph_ps(h);
+  // 16 bytes at once in 16-bit lanes: the shift puts exponent|mantissa in bits 7..13 and the sign in bit 14; adding
+  // the sign bit to itself moves it to bit 15 (4 integer operations per 16 weights instead of 6 per 8).
+  static void cvt16(__m128i b16, __m256* lo, __m256* hi) noexcept {
+    const __m256i t = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b16), 7);
+    const __m256i h = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   }
   float group(uint64_t g, __m256 v[4]) const noexcept {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kgroup * g));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kgroup * g + 16));
-    v[0] = cvt8(a);
-    v[1] = cvt8(_mm_srli_si128(a, 8));
-    v[2] = cvt8(b);
-    v[3] = cvt8(_mm_srli_si128(b, 8));
+    cvt16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kgroup * g)), &v[0], &v[1]);
+    cvt16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kgroup * g + 16)), &v[2], &v[3]);
     return 256.0f * detail::scale_at(w, (r / Tile) * tpr + (kgroup * g) / Tile);
   }
   static constexpr float row_scale() noexcept { return 1.0f; }
