@@ -28,7 +28,8 @@ std::string device_info::describe() const {
     << (subgroup_size_control ? " +size-control" : "")
     << ", storage8 " << storage8 << ", storage16 " << storage16 << ", f64 " << float64 << ", int-dot "
     << (int_dot ? (int_dot_fast ? "accelerated" : "emulated") : "no") << ", f16 " << float16
-    << ", coop-matrix " << (coop_matrix ? "16x16x16 f16" : "no") << ", memory "
+    << ", coop-matrix " << (coop_matrix ? "16x16x16 f16" : "no") << ", host import " << (host_import ? "yes" : "no")
+    << ", memory "
     << (device_local_bytes >> 20) << " MiB" << (host_visible ? " host-visible" : "") << ", max binding "
     << (max_storage_range >> 20) << " MiB";
   return s.str();
@@ -152,6 +153,14 @@ device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
     }
     in.float16 = f.f12.shaderFloat16;
     in.coop_matrix = in.float16 && coop_matrix_16x16x16(pd);
+    if (has_extension(pd, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
+      vk::PhysicalDeviceExternalMemoryHostPropertiesEXT hp;
+      vk::PhysicalDeviceProperties2 hp2;
+      hp2.pNext = &hp;
+      pd.getDispatcher()->vkGetPhysicalDeviceProperties2(*pd, reinterpret_cast<VkPhysicalDeviceProperties2*>(&hp2));
+      in.host_import_align = hp.minImportedHostPointerAlignment;
+      in.host_import = in.host_import_align > 0 && (in.host_import_align & (in.host_import_align - 1)) == 0;
+    }
   }
   if (in.max_buffer_size == 0) in.max_buffer_size = in.max_allocation;
   const vk::PhysicalDeviceMemoryProperties mp = pd.getMemoryProperties();
@@ -241,6 +250,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   if (!opt.allow_subgroup_ops) info.subgroup_arithmetic = info.subgroup_shuffle = false;
   if (!opt.allow_shuffle) info.subgroup_shuffle = false;
   if (!opt.allow_coop_matrix) info.coop_matrix = false;
+  if (!opt.allow_host_import) info.host_import = false;
   if (opt.max_binding_bytes) info.max_storage_range = std::min(info.max_storage_range, opt.max_binding_bytes);
 
   // Enable exactly what the shaders may use.
@@ -264,6 +274,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
     en.f2.pNext = &cm;
     exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   }
+  if (info.host_import) exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
   queue_family = uint32_t(compute_family(phys));
   const float prio = 1.0f;
   const vk::DeviceQueueCreateInfo qci({}, queue_family, 1, &prio);

@@ -2,6 +2,7 @@
 // dedicated blocks for large requests (<= maxMemoryAllocationSize), direct mapping where the memory is
 // host-visible (lavapipe, unified memory) and a staging buffer otherwise.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "vk_impl.hpp"
@@ -144,6 +145,44 @@ buffer device_impl::adopt(std::unique_ptr<block> nb, uint64_t bytes) {
   return out;
 }
 
+uint64_t device_impl::import_copy(const upload_part& p) {
+  if (!info.host_import || p.bytes < import_min) return 0;
+  const uint64_t a = info.host_import_align;
+  uint64_t done = 0;
+  while (done < p.bytes) {
+    const uint64_t n = std::min(import_max, p.bytes - done);
+    // The whole pages around [src, src + n): the import's pointer and size are multiples of the alignment (the
+    // pages exist: a mapping or heap allocation covers every page it touches).
+    const auto addr = reinterpret_cast<uintptr_t>(p.src + done);
+    const uintptr_t lo = addr / a * a;
+    const uint64_t delta = addr - lo, size = round_up(delta + n, a);
+    void* host = reinterpret_cast<void*>(lo);
+    try {
+      const auto handle = vk::ExternalMemoryHandleTypeFlagBits::eHostAllocationEXT;
+      const vk::MemoryHostPointerPropertiesEXT hp = dev.getMemoryHostPointerPropertiesEXT(handle, host);
+      const vk::ExternalMemoryBufferCreateInfo eb(handle);
+      vk::BufferCreateInfo bi({}, size, vk::BufferUsageFlagBits::eTransferSrc);
+      bi.pNext = &eb;
+      vk::raii::Buffer buf(dev, bi);
+      const uint32_t bits = hp.memoryTypeBits & buf.getMemoryRequirements().memoryTypeBits;
+      if (!bits) break;
+      vk::ImportMemoryHostPointerInfoEXT imp(handle, host);
+      vk::MemoryAllocateInfo mi(size, uint32_t(std::countr_zero(bits)));
+      mi.pNext = &imp;
+      vk::raii::DeviceMemory mem(dev, mi);
+      buf.bindMemory(*mem, 0);
+      run_once([&](vk::raii::CommandBuffer& cb) {
+        cb.copyBuffer(*buf, *p.dst->buf, vk::BufferCopy(delta, p.base + done, n));
+      });
+    } catch (const vk::SystemError&) {
+      break;  // the device would not import these pages: the caller stages the rest
+    }
+    done += n;
+    imported_bytes += n;
+  }
+  return done;
+}
+
 void device_impl::upload_pipelined(std::span<const upload_part> parts) {
   // Two halves of a write-combined staging block: the host fills one (several parts, each one copy region) while
   // the device copies the other.
@@ -183,8 +222,9 @@ void device_impl::upload_pipelined(std::span<const upload_part> parts) {
     finish(halves[cur]);  // the other half's previous copies have read it
   };
   try {
-    for (const upload_part& p : parts)
-      for (uint64_t done = 0; done < p.bytes;) {
+    for (const upload_part& p : parts) {
+      // straight from the source's pages where the device imports them; the rest (if any) staged
+      for (uint64_t done = import_copy(p); done < p.bytes;) {
         half& x = halves[cur];
         if (x.used == upload_half_bytes) {
           flush();
@@ -197,6 +237,7 @@ void device_impl::upload_pipelined(std::span<const upload_part> parts) {
         x.used += n;
         done += n;
       }
+    }
     flush();
     finish(halves[0]);
     finish(halves[1]);
@@ -365,6 +406,7 @@ void device::download(const view& src, void* dst, uint64_t bytes) {
 
 device::memory_stats device::memory() const noexcept {
   memory_stats s;
+  s.imported_upload_bytes = p_->imported_bytes;
   for (const auto& b : p_->blocks)
     if (b) {
       s.reserved += b->size;

@@ -109,6 +109,14 @@ struct device_impl {
     uint64_t bytes;
   };
   void upload_pipelined(std::span<const upload_part> parts);
+  /// Staged uploads of at least this many bytes try VK_EXT_external_memory_host first (import_copy).
+  static constexpr uint64_t import_min = 1ull << 20;
+  static constexpr uint64_t import_max = 256ull << 20;  ///< bytes imported (pinned) at once
+  uint64_t imported_bytes = 0;
+  /// Copies p from its own pages (imported as a transfer-source buffer, import_max bytes at a time) into its
+  /// destination and waits; returns the bytes copied — a prefix of p, 0 where the device has no import or refuses
+  /// these pages (e.g. ones a driver cannot pin): the caller stages the rest.
+  uint64_t import_copy(const upload_part& p);
   void upload_batch(std::span<const upload_piece> pieces);
   /// Records fn into a one-off command buffer, submits it and waits.
   template <class Fn>

@@ -3,7 +3,12 @@
 // transfers update / copy / fill ordered with dispatches (every byte checked, guards intact), with their error paths.
 #include <array>
 #include <bit>
+#include <cstring>
 #include <random>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/ref/gemm_ref.hpp"
@@ -284,6 +289,68 @@ std::string roundtrip(suite& s, uint64_t seed, uint64_t bytes, std::string& info
   return {};
 }
 
+/// Uploads from host memory the device may import (VK_EXT_external_memory_host; the staged path of a discrete GPU,
+/// or --force-staging): an unaligned heap range and an unaligned range of a read-only file mapping, each past
+/// device_impl::import_min, land byte for byte between untouched marks. Where the device imports and uploads are
+/// staged, the heap range must have been copied from its imported pages (memory().imported_upload_bytes); a
+/// mapping the driver will not pin may be staged instead (reported).
+std::string host_import_case(suite& s, uint64_t seed, std::string& info) {
+  std::mt19937_64 g(seed);
+  const uint64_t heap_bytes = (3ull << 20) + 5, file_bytes = (2ull << 20) + 301, off = 12;
+  auto fill = [&](uint8_t* p, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) p[i] = uint8_t(g());
+  };
+  std::vector<uint8_t> heap(heap_bytes + 100);
+  fill(heap.data(), heap.size());
+  char path[] = "/tmp/cmfx-import-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return "mkstemp failed";
+  std::vector<uint8_t> file(file_bytes + 1000);
+  fill(file.data(), file.size());
+  const bool wrote = ::write(fd, file.data(), file.size()) == ssize_t(file.size());
+  void* map = wrote ? mmap(nullptr, file.size(), PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  ::close(fd);
+  ::unlink(path);
+  if (map == MAP_FAILED) return "could not write and map the temporary file";
+  struct unmap {
+    void* p;
+    size_t n;
+    ~unmap() { munmap(p, n); }
+  } um{map, file.size()};
+  const uint64_t before = s.dev.memory().imported_upload_bytes;
+  auto check = [&](const uint8_t* src, uint64_t n, const char* what, uint64_t& imported) -> std::string {
+    const uint64_t b0 = s.dev.memory().imported_upload_bytes;
+    const gpu::buffer b = s.dev.alloc(n + 2 * off);
+    const std::vector<uint8_t> marks(off, 0xA5);
+    s.dev.upload(gpu::view(b, 0, off), marks.data(), off);
+    s.dev.upload(gpu::view(b, n + off, off), marks.data(), off);
+    s.dev.upload(gpu::view(b, off, n), src, n);
+    imported = s.dev.memory().imported_upload_bytes - b0;
+    std::vector<uint8_t> back(n + 2 * off);
+    s.dev.download(b, back.data(), back.size());
+    for (uint64_t i = 0; i < off; ++i)
+      if (back[i] != 0xA5 || back[n + off + i] != 0xA5) return std::string(what) + ": a byte outside the range changed";
+    if (std::memcmp(back.data() + off, src, n) != 0) return std::string(what) + ": bytes differ after the upload";
+    return {};
+  };
+  uint64_t from_heap = 0, from_file = 0;
+  if (auto why = check(heap.data() + 37, heap_bytes, "heap range", from_heap); !why.empty()) return why;
+  if (auto why = check(static_cast<const uint8_t*>(map) + 1000, file_bytes, "file mapping", from_file); !why.empty())
+    return why;
+  const gpu::device_info& di = s.dev.info();
+  const bool staged = !di.host_visible;
+  if (di.host_import && staged && from_heap != heap_bytes)
+    return "the device imports host memory, but the heap range was staged (" + std::to_string(from_heap) + " of " +
+           std::to_string(heap_bytes) + " bytes imported)";
+  if (!(di.host_import && staged) && s.dev.memory().imported_upload_bytes != before)
+    return "bytes imported where no import should happen";
+  info = !staged          ? "mapped memory: uploads are plain copies (no staging, no import)"
+         : !di.host_import ? "staged; the device has no VK_EXT_external_memory_host"
+                           : "staged with host import: heap range imported, file mapping " +
+                                 std::string(from_file == file_bytes ? "imported" : "staged (not imported by the driver)");
+  return {};
+}
+
 /// Long recordings and commands::reset: `count` dependent scale dispatches (past the first descriptor pools, which
 /// grow 64, 128, 256, 512 sets) give x · a^count; after reset the same commands object records count + 37 more and
 /// runs them; every value exact (powers of two).
@@ -419,6 +486,8 @@ void prim_cases(suite& s) {
   s.run("transfer", "-", "upload/download 80 MiB round trip", [&](uint64_t seed, std::string& info) {
     return roundtrip(s, seed, 80ull << 20, info);
   });
+  s.run("transfer", "-", "uploads from importable host memory (heap, file mapping)",
+        [&](uint64_t seed, std::string& info) { return host_import_case(s, seed, info); });
   for (const uint32_t count : {63u, 700u})
     s.run("recording", "-", std::to_string(count) + " dispatches, reset, re-record",
           [&](uint64_t seed, std::string& info) { return long_recording(s, seed, count, info); });

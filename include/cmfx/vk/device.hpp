@@ -46,6 +46,9 @@ struct device_options {
   bool allow_int_dot = true;          ///< false: never use packed integer dot products (int8-activation matvec)
   bool allow_shuffle = true;          ///< false: no subgroup shuffles (f64 subgroup sums through subgroupAdd)
   bool allow_coop_matrix = true;      ///< false: never enable VK_NV_cooperative_matrix (tensor-core GEMM tiles)
+  /// false: never import host memory (VK_EXT_external_memory_host); staged uploads then always copy through the
+  /// staging buffer.
+  bool allow_host_import = true;
   /// true: buffers in memory the host does not map even where it could (unified memory, lavapipe), so that
   /// uploads, downloads and alloc_upload take a discrete GPU's staged paths; tests only.
   bool force_staging = false;
@@ -74,6 +77,10 @@ struct device_info {
   /// VK_NV_cooperative_matrix with the subgroup-scope 16×16×16 shape of f16 A, B and f32 C, D (tensor cores):
   /// gemm.comp's cooperative-matrix tiles (kernels::set_gemm_precision).
   bool coop_matrix = false;
+  /// VK_EXT_external_memory_host: a staged upload of ≥ device_impl::import_min bytes copies straight from the
+  /// source's pages (imported as a buffer, host_import_align-aligned) instead of through the staging buffer.
+  bool host_import = false;
+  uint64_t host_import_align = 0;
   bool timestamps = false;
   double timestamp_period_ns = 1.0;
   uint64_t max_allocation = 0, max_storage_range = 0, min_storage_align = 16, max_buffer_size = 0;
@@ -225,6 +232,7 @@ class device {
   struct memory_stats {
     uint64_t reserved = 0, in_use = 0;
     uint32_t blocks = 0;
+    uint64_t imported_upload_bytes = 0;  ///< bytes uploaded straight from imported host pages (since creation)
   };
   memory_stats memory() const noexcept;
   /// Writes the VkPipelineCache to the cache directory now (also done by the destructor).
