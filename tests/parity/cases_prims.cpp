@@ -345,7 +345,7 @@ std::string host_import_case(suite& s, uint64_t seed, std::string& info) {
   if (!(di.host_import && staged) && s.dev.memory().imported_upload_bytes != before)
     return "bytes imported where no import should happen";
   info = !staged          ? "mapped memory: uploads are plain copies (no staging, no import)"
-         : !di.host_import ? "staged; the device has no VK_EXT_external_memory_host"
+         : !di.host_import ? "staged; no host import (device_options::allow_host_import off, or no extension)"
                            : "staged with host import: heap range imported, file mapping " +
                                  std::string(from_file == file_bytes ? "imported" : "staged (not imported by the driver)");
   return {};

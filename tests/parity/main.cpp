@@ -1,5 +1,6 @@
 // cmfx-parity: every GPU kernel against the CPU float64 reference, on fresh random inputs (docs/VULKAN.md).
 // usage: cmfx-parity [--device N] [--seed S] [--filter A|B|…] [--cache-dir D] [--shader-dir D] [--validation]
+//                    [--force-staging] [--host-import] [--f64] …
 //                    [--no-subgroup-ops] [--no-small-storage] [--f64] [--no-shuffle] [--force-staging]
 //                    [--no-spirv-opt] [--list-devices]
 // Exit: 0 all pass; 1 a failure; 77 no Vulkan device (skipped) unless CI=true, then 1.
@@ -162,6 +163,7 @@ int main(int argc, char** argv) {
     else if (a == "--f64") dopt.float64 = true;
     else if (a == "--no-shuffle") dopt.allow_shuffle = false;
     else if (a == "--force-staging") dopt.force_staging = true;
+    else if (a == "--host-import") dopt.allow_host_import = true;
     else if (a == "--no-spirv-opt") dopt.optimize_spirv = false;
     else if (a == "--list-devices") list = true;
     else {

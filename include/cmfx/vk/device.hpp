@@ -46,9 +46,10 @@ struct device_options {
   bool allow_int_dot = true;          ///< false: never use packed integer dot products (int8-activation matvec)
   bool allow_shuffle = true;          ///< false: no subgroup shuffles (f64 subgroup sums through subgroupAdd)
   bool allow_coop_matrix = true;      ///< false: never enable VK_NV_cooperative_matrix (tensor-core GEMM tiles)
-  /// false: never import host memory (VK_EXT_external_memory_host); staged uploads then always copy through the
-  /// staging buffer.
-  bool allow_host_import = true;
+  /// true: staged uploads of ≥ 1 MiB import the source's pages (VK_EXT_external_memory_host, where the device has
+  /// it) instead of copying them through the staging buffer. Off by default until it is timed and checked on a
+  /// discrete GPU (checked on lavapipe with force_staging: CTest vk_parity_staging, `cmfx-parity --host-import`).
+  bool allow_host_import = false;
   /// true: buffers in memory the host does not map even where it could (unified memory, lavapipe), so that
   /// uploads, downloads and alloc_upload take a discrete GPU's staged paths; tests only.
   bool force_staging = false;
