@@ -6,7 +6,8 @@
 //   m = max(sink, m_s ...) (NaN-free),  d = e^(sink − m) + Σ_s d_s e^(m_s − m),  o = Σ_s o_s e^(m_s − m) / d.
 // d == 0 (all slots masked, no sink) gives 0; a NaN d_s makes the (row, head) output NaN, as the single-pass kernel.
 // Scratch layout (attn_sparse.comp): acc [(row·heads + h)·splits + s][ATT_HD], then the (m, d) pairs in that order.
-// Defines: ATT_HD (head_dim), ATT_OPT (= ceil(HD / WG)), ATT_MAXS (the most splits of the shape: ≥ pc.splits).
+// Defines: ATT_HD (head_dim), ATT_OPT (= ceil(HD / WG)), ATT_MAXS (the most splits of the shape: ≥ pc.splits),
+// ATT_STAGE_ALL (1 where ATT_MAXS ≤ 32: every split's state loaded at once).
 #include "common/base.glsl"
 
 layout(push_constant) uniform combine_pc {
@@ -35,8 +36,10 @@ void main() {
   const uint lid = gl_LocalInvocationID.x, x0 = rh * pc.splits;
   const uint md = pc.xoff + pc.rows * pc.heads * pc.splits * ATT_HD + 2u * x0;
   const float sink = pc.has_sink != 0u ? sinks[pc.soff + rh % pc.heads] : -F32_INF;
+#if ATT_STAGE_ALL
   // Every split's (m, d) and accumulators in registers first (ATT_MAXS ≥ pc.splits is a compile-time constant, so
-  // all the loads are in flight together), then combined in split order.
+  // all the loads are in flight together), then combined in split order — for up to 32 splits (a decode step of
+  // V4's 64 heads); more (few heads) one split at a time below, the same operations.
   float mv[ATT_MAXS], dv[ATT_MAXS], av[ATT_MAXS][ATT_OPT];
   [[unroll]] for (uint s = 0u; s < ATT_MAXS; ++s) {
     const bool live = s < pc.splits;
@@ -60,6 +63,22 @@ void main() {
     d += isnan(ds) ? ds : ds * w;
     [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) acc[i] = fma(av[s][i], w, acc[i]);
   }
+#else  // many splits (few heads): one split at a time
+  float m = sink;
+  for (uint s = 0u; s < pc.splits; ++s) m = max_nf(xs[md + 2u * s], m);
+  float d = sink > -F32_INF ? exp(sink - m) : 0.0;
+  float acc[ATT_OPT];
+  [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) acc[i] = 0.0;
+  for (uint s = 0u; s < pc.splits; ++s) {
+    const float ms = xs[md + 2u * s], ds = xs[md + 2u * s + 1u];
+    const float w = ms > -F32_INF ? exp(ms - m) : 0.0;
+    d += isnan(ds) ? ds : ds * w;
+    [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+      const uint c = lid + i * WG_SIZE;
+      if (c < ATT_HD) acc[i] = fma(xs[pc.xoff + (x0 + s) * ATT_HD + c], w, acc[i]);
+    }
+  }
+#endif
   const float inv = d > 0.0 ? 1.0 / d : 0.0;
   const bool bad = isnan(d);
 #if ATT_IROPE

@@ -131,7 +131,11 @@ void main() {
   // and returns the counter to 0 for the next dispatch that uses it (after a pipeline barrier).
   memoryBarrierBuffer();
   barrier();
-  if (lid == 0u) tail_last = atomicAdd(cnt[pc.cntoff + t], 1u) + 1u == pc.nblk * HC_RSPLIT;
+  if (lid == 0u) {  // device-scope fences on both sides of the count (release before, acquire after)
+    memoryBarrierBuffer();
+    tail_last = atomicAdd(cnt[pc.cntoff + t], 1u) + 1u == pc.nblk * HC_RSPLIT;
+    memoryBarrierBuffer();
+  }
   barrier();
   if (!tail_last) return;  // uniform (shared)
   if (lid == 0u) cnt[pc.cntoff + t] = 0u;

@@ -49,16 +49,18 @@ void main() {
     bad = bad || (id[j] < MOE_E && slot_map[pc.smoff + id[j]] >= MOE_SLOTS);
 #endif
   }
+  uint rank[MOE_TOPK];
+  [[unroll]] for (uint j = 0u; j < MOE_TOPK; ++j) {
+    uint before = 0u;
+    [[unroll]] for (uint q = 0u; q < MOE_TOPK; ++q) before += (id[q] < id[j] || (id[q] == id[j] && q < j)) ? 1u : 0u;
+    rank[j] = before;
+  }
   float total = 0.0;
-  [[unroll]] for (uint r = 0u; r < MOE_TOPK; ++r) {  // the slot of rank r, added r-th
+  [[unroll]] for (uint pos = 0u; pos < MOE_TOPK; ++pos) {  // the slot of rank pos, added pos-th
     float v = 0.0;
-    [[unroll]] for (uint j = 0u; j < MOE_TOPK; ++j) {
-      uint rank = 0u;
-      [[unroll]] for (uint i = 0u; i < MOE_TOPK; ++i)
-        rank += (id[i] < id[j] || (id[i] == id[j] && i < j)) ? 1u : 0u;
-      if (rank == r) v = yv[j];
-    }
-    total = r == 0u ? v : total + v;
+    [[unroll]] for (uint j = 0u; j < MOE_TOPK; ++j)
+      if (rank[j] == pos) v = yv[j];
+    total = pos == 0u ? v : total + v;
   }
 #if MOE_SHARED
   total += ys[yo + MOE_TOPK * pc.d];

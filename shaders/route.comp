@@ -88,7 +88,13 @@ float score(float z) {
   precise const float n = round(zf * 1.44269504), r = (zf - n * 0.693145751953125) - n * 1.428606765330187e-6;
   precise const float er = exp_reduced(r);
   // × 2^n exactly: the power of two from its bits (a device's ldexp / exp2 may be approximate)
-  precise const float y = n < -126.0 ? er * exp2(n) : er * uintBitsToFloat(uint(int(n) + 127) << 23);
+  if (n < -126.0) {  // y = er · 2^n would underflow f32 (a device may flush it to 0): log1p(y) = y there, and
+    // sqrt(y) = sqrt(er · 2^(n mod 2)) · 2^floor(n / 2), every factor normal
+    const int ni = int(n), h = (ni >> 1) + 127;  // arithmetic shift: floor(n / 2)
+    if (h < 1) return 0.0;  // a score below 2^-126 (z / temp < -174): 0, where the CPU's is subnormal or 0
+    return sqrt(er * ((ni & 1) != 0 ? 2.0 : 1.0)) * uintBitsToFloat(uint(h) << 23);
+  }
+  precise const float y = er * uintBitsToFloat(uint(int(n) + 127) << 23);
   return sqrt(log1p_pos(y));
 #endif
 }
@@ -116,14 +122,14 @@ void main() {
     win[lid] = table[pc.taboff + tok * k + lid];
   }
 #elif ROUTE_SG
-  // All n keys in subgroup 0's registers (ROUTE_SG per lane, n ≤ ROUTE_SG · LANES): each round is a lane-local
+  // All n keys in subgroup 0's registers (ROUTE_SG per lane, n ≤ ROUTE_SG · the smallest subgroup size): each round is a lane-local
   // maximum below the previous winner and two subgroup maxima — no barrier, no memory traffic. The same keys and
   // the same rule as the workgroup version below, so the same winners.
   if (gl_SubgroupID == 0u) {
     const uint lane = gl_SubgroupInvocationID;
     uint kh[ROUTE_SG], kl[ROUTE_SG];
     [[unroll]] for (uint i = 0u; i < ROUTE_SG; ++i) {
-      const uint e = lane + i * LANES;
+      const uint e = lane + i * gl_SubgroupSize;
       const bool real = e < n;
       const float v = real ? (pc.has_bias != 0u ? sc[e] + bias[pc.boff + e] : sc[e]) : 0.0;
       kh[i] = real ? value_key(v) : 0u;  // (0, 0): below every real key, never picked

@@ -100,7 +100,8 @@ void hc_finish(const hcf_args a) {
   const uint cb = a.coff + t * a.cstride;
 #if HC_HEAD
   if (lid < hc) {
-    const float p = float(sigm(m[lid] * rs * ACC(a.head_scale) + ACC(base[a.boff + lid])) + eps);
+    precise const ACC zh = m[lid] * rs * ACC(a.head_scale) + ACC(base[a.boff + lid]);
+    const float p = float(sigm(zh) + eps);
     pre_s[lid] = p;
     coeff[cb + lid] = p;
   }

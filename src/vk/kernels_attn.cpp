@@ -133,7 +133,8 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   detail::dispatch(c.impl(),
                    e.pipe("attn_combine.comp",
                           detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_OPT", opt) +
-                              detail::def_u("ATT_MAXS", pl.max_splits) + ir_def,
+                              detail::def_u("ATT_MAXS", pl.max_splits) + "#define ATT_STAGE_ALL " +
+                              (pl.max_splits <= 32 ? "1" : "0") + "\n" + ir_def,
                           wg, ncb,
                           sizeof cpc),
                    std::span<const detail::binding>(cb, ncb), cpc, sizeof cpc, gx, gy);

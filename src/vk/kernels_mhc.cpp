@@ -10,6 +10,8 @@ namespace {
 
 // Columns of d per mhc_block workgroup (HC_BLOCK, also its size).
 constexpr uint32_t block = 256;
+// mhc_block.comp's tail runs common/mhc_finish.glsl with HC_COLS and the wg_sum split of mhc_finish.comp's workgroup
+static_assert(block == detail::op_env::wg, "the fused finish must see mhc_finish.comp's workgroup shape");
 
 uint32_t nblk(const kernels::hc_shape& sh) { return (sh.d + block - 1) / block; }
 uint32_t acc_bytes(const detail::op_env& e) { return e.info.float64 ? 8 : 4; }
@@ -263,8 +265,14 @@ void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, vi
   const bool post = bool(o);
   if (post && out.buf == X.buf && out.offset < X.offset + X.bytes && X.offset < out.offset + out.bytes)
     throw usage_error("hc_post_finish: out overlaps X");
+  const uint32_t want = fin.head ? sh.hc : (2 + sh.hc) * sh.hc;
+  if (next_rows != want)
+    throw usage_error("hc_post_finish: " + std::to_string(next_rows) + " mix rows, the finish needs " + std::to_string(want));
   const detail::op_env e = detail::op_env_of(*p_);
   if (tokens > detail::op_env::counter_slots / 4) {  // more tokens than counters: the two dispatches
+    if (c.in_concurrent())
+      throw usage_error("hc_post_finish: " + std::to_string(tokens) +
+                        " tokens are two dependent dispatches: not inside begin_concurrent");
     run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens);
     c.barrier();
     run_finish(e, c, sh, fin.head, next_partials, post ? out : X, fin.base, fin.scale, fin.head_scale, tokens, coeff,

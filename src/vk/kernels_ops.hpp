@@ -31,7 +31,8 @@ struct op_env {
   /// takes its own range round robin, so that dispatches of one concurrent group never share a counter (a use
   /// returns its counters to 0; the next use of the same counter is thousands of dispatches later, behind barriers).
   static constexpr uint32_t counter_slots = 8192;
-  /// The first of n consecutive counters (n ≤ counter_slots / 4, else usage_error).
+  /// The first of n consecutive counters (n ≤ counter_slots / 4, else usage_error). Like the rest of `kernels`, not
+  /// thread-safe: one thread records with a kernels instance.
   uint32_t take_counters(uint32_t n) const {
     if (n == 0 || n > counter_slots / 4) throw usage_error("take_counters: " + std::to_string(n) + " counters");
     if (*counter_next + n > counter_slots) *counter_next = 0;

@@ -93,9 +93,11 @@ void route(detail::op_env e, commands& c, bool hash, view logits, view bias, vie
               cfg.norm_eps,
               tb.residual / 4};
   const detail::binding b[7] = {lb.b, bb.b, sb.b, ib.b, wb.b, tb.b, kb2.b};
-  // Score mode: the top-k inside one subgroup where n ≤ 32 keys per lane (256 experts: 8 per lane on the H200)
-  const uint32_t per_lane = (n + e.lanes - 1) / e.lanes;
-  const uint32_t sg = !hash && e.info.subgroup_arithmetic && per_lane <= 32 ? per_lane : 0;
+  // Score mode: the top-k inside one subgroup where n ≤ 32 keys per lane of the smallest subgroup the device may
+  // use (256 experts: 8 per lane on the H200)
+  const uint32_t min_sg = e.info.min_subgroup_size ? e.info.min_subgroup_size : e.info.subgroup_size;
+  const uint32_t per_lane = min_sg ? (n + min_sg - 1) / min_sg : 0;
+  const uint32_t sg = !hash && e.info.subgroup_arithmetic && per_lane && per_lane <= 32 ? per_lane : 0;
   const std::string defs = detail::def_u("ROUTE_MAX", kernels::route_max_experts) +
                            detail::def_u("ROUTE_MAX_K", kernels::route_max_k) + "#define ROUTE_HASH " +
                            std::string(hash ? "1" : "0") + "\n#define ROUTE_SG " + std::to_string(sg) + "\n";

@@ -2,7 +2,8 @@
 /// @file cpu_kernels_impl.hpp
 /// @brief Builds a cpu_kernel_table for the instruction set of the including translation unit: the AVX2
 ///        kernel where the format has an AVX2 decoder and the TU is compiled for AVX2, the portable one
-///        otherwise; with AVX-512 VNNI, the int8-activation kernels are the 512-bit ones (f32 paths stay AVX2).
+///        otherwise; with AVX-512 VNNI, the int8-activation kernels and the FP8 f32 kernels are the 512-bit ones
+///        (the other f32 paths stay AVX2).
 ///        Included once per arch by src/cpu/kernels_<arch>.cpp.
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/kernels/gemm_generic.hpp"

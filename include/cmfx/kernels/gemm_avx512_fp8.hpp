@@ -9,7 +9,8 @@
 ///        8 lanes, so the two round differently within the f32 bounds of tests/kernels/gemm_test.cpp).
 ///        The NaN codes (0x7F, 0xFF) become ±480, as in dec_fp8; checkpoints hold no NaN weights.
 /// Include only from a translation unit compiled with -mavx2 -mfma -mf16c: the functions carry a target
-/// attribute (see gemm_avx512_i8.hpp for why not TU-wide flags).
+/// attribute (see gemm_avx512_i8.hpp for why not TU-wide flags). Selected with the rest of the AVX-512 table
+/// (cpu_supports(avx512): F, BW, VL and VNNI), although it needs only F and BW.
 #include <immintrin.h>
 
 #include <vector>
@@ -94,7 +95,7 @@ CMFX_AVX512BW_TARGET void gemm_rows_fp8(const matrix_view& w, const float* X, ui
       const uint64_t nt = std::min(avx2::token_tile, n - t0);
       avx2::with_tile(nt, [&](auto NT) {
         const float* Xt = X + t0 * ldx;
-        if (nr == 4) {
+        if (nr == 4) {  // only where every tile has ≤ 2 tokens (fp8_rows_per_pass)
           if constexpr (NT() <= 2) fp8_rows_tile<NT(), 4>(q, w.cols, s.data(), groups, Xt, ldx, y);
         } else if (nr == 2) {
           fp8_rows_tile<NT(), 2>(q, w.cols, s.data(), groups, Xt, ldx, y);
