@@ -38,7 +38,7 @@ std::vector<float> make_logits(rng& r, size_t n, logit_kind kind) {
       if (u < 0.05f)
         v = r.uniform(18.0f, 40.0f);
       else if (u < 0.10f)
-        v = r.uniform(-80.0f, -20.0f);
+        v = r.uniform(-170.0f, -20.0f);  // down to scores near 2^-126 (e^z below the f32 range)
     }
     if (kind == logit_kind::ties) v = std::round(v * 2.0f) / 2.0f;  // few distinct values: ties everywhere
   }
