@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/ref/gemm_ref.hpp"
@@ -130,6 +131,48 @@ void check_one_hot_exact() {
       EXPECT_GT(nonzero, s.rows * s.cols / 2) << "random weights should decode mostly non-zero";
     }
   }
+}
+
+// FP8 with f32 tile scales (the DeepSeek-V3 `weight_scale_inv` layout, scale_encoding::f32): arbitrary, not
+// power-of-two scales, ragged shapes (rows across a 128-row tile, columns not a multiple of 32), every arch against
+// the float64 reference of the same view.
+template <class F>
+void check_f32_scales() {
+  thread_pool pool(2);
+  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512}) {
+    if (!cpu_supports(arch)) continue;
+    const cpu_kernel_table& k = cpu_kernels_for(arch);
+    for (const shape& s : {shape{130, 200, 3}, shape{257, 1024, 1}, shape{5, 33, 2}, shape{64, 4096, 5}}) {
+      const uint64_t seed = test::fresh_seed();
+      const auto wf = test::random_weights(s.rows * s.cols, seed);
+      const encoded_matrix e = F::encode(wf.data(), s.rows, s.cols);
+      std::vector<float> sf(e.scale.size());
+      const auto jitter = test::random_weights(sf.size(), seed + 2, 1.0f);
+      for (size_t i = 0; i < sf.size(); ++i) sf[i] = ue8m0::decode(e.scale[i]) * (1.0f + 0.4f * std::fabs(jitter[i]));
+      std::vector<uint8_t> sb(sf.size() * 4);
+      std::memcpy(sb.data(), sf.data(), sb.size());
+      const matrix_view v{e.data.data(), e.data.size(), sb.data(), sb.size(), scale_encoding::f32, s.rows, s.cols};
+      const auto X = test::random_weights(s.n * s.cols, seed + 1, 1.0f);
+      const std::vector<double> want = ref::gemm(F::id, v, X.data(), s.n);
+      std::vector<float> Y(s.n * s.rows, NAN), row(s.cols);
+      gemm(pool, k, F::id, v, X.data(), s.n, Y.data());
+      for (uint64_t r = 0; r < s.rows; ++r) {
+        F::decode_row(v, r, row.data());
+        for (uint64_t t = 0; t < s.n; ++t) {
+          double mag = 0;
+          for (uint64_t c = 0; c < s.cols; ++c) mag += std::fabs(double(row[c]) * X[t * s.cols + c]);
+          ASSERT_LE(std::fabs(double(Y[t * s.rows + r]) - want[t * s.rows + r]), kAbsSumRel * mag + 1e-30)
+              << F::name << " f32 scales " << cpu_arch_name(arch) << " " << s.rows << "x" << s.cols << " r=" << r
+              << " t=" << t << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmScales, Fp8WithF32ScalesMatchesFloat64Reference) {
+  check_f32_scales<fmt_fp8_b128>();
+  check_f32_scales<fmt_fp8_b32>();
 }
 
 TEST(GemmScales, OneHotTokensGiveDecodedWeightsExactly) {
