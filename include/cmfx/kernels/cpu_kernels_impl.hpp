@@ -2,8 +2,8 @@
 /// @file cpu_kernels_impl.hpp
 /// @brief Builds a cpu_kernel_table for the instruction set of the including translation unit: the AVX2
 ///        kernel where the format has an AVX2 decoder and the TU is compiled for AVX2, the portable one
-///        otherwise; with AVX-512 VNNI, the int8-activation kernels and the FP8 f32 kernels are the 512-bit ones
-///        (the other f32 paths stay AVX2).
+///        otherwise; with AVX-512 VNNI, the int8-activation kernels and the f32 kernels of the 8-bit weights (FP8,
+///        q8_row) are the 512-bit ones (the other f32 paths stay AVX2).
 ///        Included once per arch by src/cpu/kernels_<arch>.cpp.
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/kernels/gemm_generic.hpp"
@@ -12,7 +12,7 @@
 #include "cmfx/kernels/gemm_avx2_i8.hpp"
 #endif
 #if defined(CMFX_KERNELS_AVX512)  // src/cpu/kernels_avx512.cpp (AVX-512 through target attributes)
-#include "cmfx/kernels/gemm_avx512_fp8.hpp"
+#include "cmfx/kernels/gemm_avx512_8bit.hpp"
 #include "cmfx/kernels/gemm_avx512_i8.hpp"
 #endif
 
@@ -39,7 +39,7 @@ inline cpu_kernel_table make_cpu_kernel_table(cpu_arch arch) {
 #endif
       t.gemm[size_t(F::id)] = &kernels::gemm_rows_generic<F>;
 #if defined(CMFX_KERNELS_AVX512)
-    if constexpr (kernels::avx512::is_fp8_block<F>) t.gemm[size_t(F::id)] = &kernels::avx512::gemm_rows_fp8<F>;
+    if constexpr (kernels::avx512::is_8bit_rows<F>) t.gemm[size_t(F::id)] = &kernels::avx512::gemm_rows_8bit<F>;
 #endif
   });
   return t;

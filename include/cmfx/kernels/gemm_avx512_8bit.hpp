@@ -1,0 +1,147 @@
+#pragma once
+/// @file gemm_avx512_8bit.hpp
+/// @brief AVX-512 strict-f32 GEMM rows for the 8-bit weight formats, 32 weights per step and four rows per pass
+///        (every activation load serves four rows: one row per pass left a row of 8192 columns, whose 32 KiB of x
+///        did not stay in L1, at the AVX2 kernel's speed).
+///        FP8 E4M3 with tile scales (fp8_b128, fp8_b32): the decode of gemm_avx2.hpp's dec_fp8 (E4M3 → f16 bits,
+///        whose value is the E4M3 value times 2^-8 for every code, subnormals included; 2^8 folded into the scale)
+///        by one zero extension to 16-bit lanes, a shift and an add that moves the sign from bit 14 to bit 15, and
+///        two vcvtph2ps. The NaN codes (0x7F, 0xFF) become ±480, as in dec_fp8; checkpoints hold no NaN weights.
+///        q8_row: int8 sign-extended and converted, the row's f16 scale applied to the row's sum (as dec_dense).
+///        Per 32-element group the products are summed in f32 over 16 lanes and then scaled once (acc += s_g ·
+///        Σ v·x, the order of the exact path; the lane split differs from the AVX2 kernel's 8 lanes, so the two
+///        round differently within the f32 bounds of tests/kernels/gemm_test.cpp).
+#include <immintrin.h>
+
+#include <vector>
+
+#include "cmfx/kernels/gemm_avx2.hpp"
+
+#define CMFX_AVX512BW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+namespace cmfx::kernels::avx512 {
+
+template <class F>
+inline constexpr bool is_fp8_block = F::id == format::fp8_b128 || F::id == format::fp8_b32;
+/// The formats of this kernel.
+template <class F>
+inline constexpr bool is_8bit_rows = is_fp8_block<F> || F::id == format::q8_row;
+
+/// 32 E4M3 bytes → elements 0..15 in lo, 16..31 in hi, each times 2^-8.
+CMFX_AVX512BW_TARGET inline void fp8_decode32(const uint8_t* q, __m512& lo, __m512& hi) noexcept {
+  const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+  const __m512i t = _mm512_slli_epi16(w, 7);  // exponent|mantissa in bits 7..13, the sign in bit 14
+  const __m512i h = _mm512_add_epi16(t, _mm512_and_si512(t, _mm512_set1_epi16(0x4000)));  // sign → bit 15
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+/// 32 int8 weights (q8_row) → elements 0..15 in lo, 16..31 in hi.
+CMFX_AVX512BW_TARGET inline void q8_decode32(const uint8_t* q, __m512& lo, __m512& hi) noexcept {
+  lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+  hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16))));
+}
+
+template <bool Fp8>
+CMFX_AVX512BW_TARGET inline void decode32(const uint8_t* q, __m512& lo, __m512& hi) noexcept {
+  if constexpr (Fp8)
+    fp8_decode32(q, lo, hi);
+  else
+    q8_decode32(q, lo, hi);
+}
+
+/// NR consecutive rows (q: the first, rows `cols` bytes apart; their groups share the scales s[g]: FP8's tile scale
+/// × 2^8 — the rows lie in one tile row — or 1 for q8_row) × NT tokens over `groups` 32-element groups: every
+/// activation load serves NR rows. out[i · NT + t].
+template <bool Fp8, int NT, int NR>
+CMFX_AVX512BW_TARGET void rows_tile_8bit(const uint8_t* q, uint64_t cols, const float* s, uint64_t groups,
+                                        const float* X, uint64_t ldx, float* out) noexcept {
+  // every loop over i and t fully unrolled, so that the arrays live in registers
+  __m512 acc[NR][NT];
+#pragma GCC unroll 4
+  for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
+  for (uint64_t g = 0; g < groups; ++g) {
+    __m512 lo[NR], hi[NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i) decode32<Fp8>(q + uint64_t(i) * cols + avx2::kgroup * g, lo[i], hi[i]);
+    const __m512 sg = _mm512_set1_ps(s[g]);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      const float* x = X + uint64_t(t) * ldx + g * avx2::kgroup;
+      const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+#pragma GCC unroll 4
+      for (int i = 0; i < NR; ++i)
+        acc[i][t] = _mm512_fmadd_ps(_mm512_fmadd_ps(hi[i], x1, _mm512_mul_ps(lo[i], x0)), sg, acc[i][t]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) out[i * NT + t] = _mm512_reduce_add_ps(acc[i][t]);
+}
+
+/// Rows per pass for NT tokens (accumulators NR · NT ≤ 8, decoded rows 2 · NR registers).
+constexpr uint64_t rows_per_pass_8bit(uint64_t nt) { return nt <= 2 ? 4 : 2; }
+
+/// Rows [r0, r1) of Y[t, r] = Σ_c W[r, c] · X[t, c] for FP8 with Tile × Tile scales or q8_row; a ragged row tail
+/// (cols % 32) by the trait's element decode, as gemm_avx2.hpp, then the row scale (q8_row).
+template <class F>
+  requires is_8bit_rows<F>
+CMFX_AVX512BW_TARGET void gemm_rows_8bit(const matrix_view& w, const float* X, uint64_t n, uint64_t ldx, float* Y,
+                                         uint64_t ldy, uint64_t r0, uint64_t r1) {
+  constexpr bool fp8 = is_fp8_block<F>;
+  // q8_row with up to 4096 columns: the AVX2 kernel, one row per pass (its activations stay in L1; measured faster
+  // there on dev: 1024x4096 27 GB/s against 13–17 here, 4096x8192 11–15 against 18.5).
+  if constexpr (!fp8)
+    if (w.cols <= 4096) return avx2::gemm_rows<F>(w, X, n, ldx, Y, ldy, r0, r1);
+  constexpr uint64_t T = F::block_rows, kg = avx2::kgroup;  // q8_row: block_rows 1 (no tile), see row_end
+  const uint64_t groups = w.cols / kg, tail0 = groups * kg, tpr = (w.cols + T - 1) / T;
+  std::vector<float> s(groups + 1, 1.0f);  // q8_row: every group scale 1 (the row scale comes last)
+  uint64_t s_tile_row = ~0ull;
+  float y[4 * avx2::token_tile];
+  for (uint64_t r = r0; r < r1;) {
+    const uint64_t sbase = (r / T) * tpr;
+    if (fp8 && r / T != s_tile_row) {  // the group scales of this tile row (shared by its rows)
+      for (uint64_t g = 0; g < groups; ++g) s[g] = 256.0f * detail::scale_at(w, sbase + (kg * g) / T);
+      s_tile_row = r / T;
+    }
+    const uint64_t row_end = fp8 ? std::min(r1, (r / T + 1) * T) : r1;  // FP8: a pass stays in one tile row
+    const uint8_t* q = w.data + r * w.cols;
+    // rows of this pass, the same for every token tile (4 rows only where no tile has more than 2 tokens)
+    const uint64_t want = rows_per_pass_8bit(std::min(n, avx2::token_tile)), avail = row_end - r;
+    const uint64_t nr = avail >= want ? want : avail >= 2 ? 2 : 1;
+    for (uint64_t t0 = 0; t0 < n; t0 += avx2::token_tile) {
+      const uint64_t nt = std::min(avx2::token_tile, n - t0);
+      avx2::with_tile(nt, [&](auto NT) {
+        const float* Xt = X + t0 * ldx;
+        if (nr == 4) {  // only where every tile has ≤ 2 tokens (rows_per_pass_8bit)
+          if constexpr (NT() <= 2) rows_tile_8bit<fp8, NT(), 4>(q, w.cols, s.data(), groups, Xt, ldx, y);
+        } else if (nr == 2) {
+          rows_tile_8bit<fp8, NT(), 2>(q, w.cols, s.data(), groups, Xt, ldx, y);
+        } else {
+          rows_tile_8bit<fp8, NT(), 1>(q, w.cols, s.data(), groups, Xt, ldx, y);
+        }
+      });
+      for (uint64_t i = 0; i < nr; ++i) {
+        const uint8_t* qi = q + i * w.cols;
+        const float rs = fp8 ? 1.0f : load_f16(w.data + w.rows * w.cols + 2 * (r + i));
+        for (uint64_t t = 0; t < nt; ++t) {
+          const float* x = X + (t0 + t) * ldx;
+          float v = y[i * nt + t];
+          for (uint64_t c = tail0; c < w.cols; ++c) {
+            if constexpr (fp8)
+              v += e4m3::decode(qi[c]) * detail::scale_at(w, sbase + c / T) * x[c];
+            else
+              v += float(int8_t(qi[c])) * x[c];
+          }
+          Y[(t0 + t) * ldy + r + i] = v * rs;
+        }
+      }
+    }
+    r += nr;
+  }
+}
+
+}  // namespace cmfx::kernels::avx512
