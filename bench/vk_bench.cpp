@@ -9,11 +9,13 @@
 // 512 MiB >> the 60 MB L2 of an H200), all dispatched in one recording between two timestamps, repeated until
 // the recording holds >= --submit-ms of GPU work. The recording is made once and submitted again and again: the
 // GPU is kept busy for >= --warmup-ms before timing (clocks ramp up) and the host adds no gaps while timing.
-// vk_moe_f16|f32/<format>/<experts>x4096x2048/n<tokens> — the expert-grouped MoE of a prefill chunk (bm_moe).
+// vk_moe_f16|f32|i8/<format>/<experts>x4096x2048/n<tokens> — the expert-grouped MoE of a prefill chunk (bm_moe;
+// i8: int8 activations, moe_rows_g8.comp, where the device has integer dot products).
 // vk_mhc/post_pre[_cold|_thrash]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64
 // in a chain (cold: each its own weights, read from DRAM; thrash: + a 256 MiB read between boundaries, not timed).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
+//                      [--moe-rpt 1|2|4|8] [--moe-pairs 2|4|8|16] [--moe-unroll 1|2] (the grouped int8 MoE kernel)
 //                      [--f64] (f64 accumulators in norms / softmax / mHC where the device has f64)
 //                      [--shader-dir D] [--moe-tokens 512] [--moe-experts 256] [google-benchmark flags]
 //                      (--shader-dir: read shaders/*.comp from D instead of the built-in copies: variants)
@@ -244,7 +246,8 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false) {
 /// tensor cores, 2: f16 emulated, 0: f32 tiles — the mode gemm_precision_used reports; a layout the mode cannot take
 /// still falls back to the f32 tiles inside kernels::moe).
 template <class F>
-void bm_moe(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t n, uint32_t k, gpu::gemm_precision p) {
+void bm_moe(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t n, uint32_t k, gpu::gemm_precision p,
+            act_precision act = act_precision::f32) {
   if (E < k || n == 0) {
     st.SkipWithError("vk_moe: needs --moe-experts >= 6 and --moe-tokens >= 1");
     return;
@@ -288,7 +291,7 @@ void bm_moe(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t n
   g_dev->upload(wb, w);
   gpu::commands c = g_dev->begin();
   const uint32_t t0 = c.timestamp();
-  g_kern->moe(c, m, xb, n, ib, wb, k, 10.0f, hb, ob);
+  g_kern->moe(c, m, xb, n, ib, wb, k, 10.0f, hb, ob, act);
   const uint32_t t1 = c.timestamp();
   const double per = time_recording(st, c, t0, t1);
   st.counters["ms"] = per * 1e3;
@@ -339,6 +342,9 @@ int main(int argc, char** argv) {
     else if (a == "--split" && i + 1 < argc) g_tune.split = uint32_t(std::stoul(argv[++i]));
     else if (a == "--unroll" && i + 1 < argc) g_tune.unroll = uint32_t(std::stoul(argv[++i]));
     else if (a == "--rows-per-team" && i + 1 < argc) g_tune.rows_per_team = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-rpt" && i + 1 < argc) g_tune.moe_rows_per_team = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-pairs" && i + 1 < argc) g_tune.moe_pairs = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-unroll" && i + 1 < argc) g_tune.moe_unroll = uint32_t(std::stoul(argv[++i]));
     else if (a == "--x-source" && i + 1 < argc) g_tune.x_source = uint32_t(std::stoul(argv[++i]));
     else if (a == "--legacy") g_tune.legacy = true;
     else if (a == "--shader-dir" && i + 1 < argc) opt.shader_dir = argv[++i];
@@ -390,6 +396,12 @@ int main(int argc, char** argv) {
       add(std::string("vk_moe_") + pname + "/" + std::string(F::name) + "/" + std::to_string(g_moe_experts) +
               "x4096x2048/n" + std::to_string(g_moe_tokens),
           [p = p](benchmark::State& st) { bm_moe<F>(st, g_moe_experts, 4096, 2048, g_moe_tokens, 6, p); });
+    if (g_kern->has_i8(F::id))
+      add(std::string("vk_moe_i8/") + std::string(F::name) + "/" + std::to_string(g_moe_experts) + "x4096x2048/n" +
+              std::to_string(g_moe_tokens),
+          [](benchmark::State& st) {
+            bm_moe<F>(st, g_moe_experts, 4096, 2048, g_moe_tokens, 6, gpu::gemm_precision::f32, act_precision::i8);
+          });
   });
   int ac = int(rest.size());
   benchmark::Initialize(&ac, rest.data());

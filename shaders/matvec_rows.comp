@@ -30,9 +30,6 @@
 // ACT_I8, the format's.
 #include "common/base.glsl"
 #include "common/formats.glsl"
-#if ACT_I8
-#extension GL_EXT_spirv_intrinsics : require
-#endif
 #ifndef KSPLIT
 #define KSPLIT 1
 #endif
@@ -120,60 +117,7 @@ void stage(uint xo, uint c0, uint ncols) {
 #if CHUNK != 32
 #error "the int8 path needs 32-element chunks (one activation block per chunk)"
 #endif
-#include "common/act_q8.glsl"
-// OpSUDot / OpSDot of SPV_KHR_integer_dot_product on packed 4×8-bit operands (glslang has no GLSL built-in yet).
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
-int dot_su(int a, uint b, spirv_literal int packed_format);
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
-int dot_ss(int a, int b, spirv_literal int packed_format);
-#define PACKED_4X8 0
-// The quantised activations (planes of common/act_q8.glsl; pc.xoff = their first word inside binding 3).
-layout(std430, binding = 3) readonly buffer XQ4 { uvec4 xq4[]; };
-layout(std430, binding = 3) readonly buffer XQF { float xqf[]; };
-layout(std430, binding = 3) readonly buffer XQI { int xqi[]; };
-#if defined(FMT_MXFP4)
-// E2M1 code → int8 (2·value) in the low byte: 16 entries, one per bank, so lookups by random codes never
-// conflict (a 256-entry byte-pair table was bank-conflict-bound).
-shared uint mx_nib[16];
-void i8_tables() {
-  if (gl_LocalInvocationID.x < 16u) mx_nib[gl_LocalInvocationID.x] = uint(int(2.0 * tabf[TAB_E2M1 + gl_LocalInvocationID.x])) & 0xFFu;
-}
-// bytes k0, k0+1 of a weight word → 4 int8 weights in element order
-uint mx_word(uint v, uint k0) {
-  const uint b0 = (v >> (8u * k0)) & 0xFFu, b1 = (v >> (8u * k0 + 8u)) & 0xFFu;
-  return mx_nib[mx_nibble(b0, 0u)] | (mx_nib[mx_nibble(b0, 1u)] << 8) | (mx_nib[mx_nibble(b1, 0u)] << 16) |
-         (mx_nib[mx_nibble(b1, 1u)] << 24);
-}
-#else
-void i8_tables() {}
-#endif
-// Σ over the chunk's 32 weights of (integer weight) · xq for one row: the packed dot products.
-#if defined(FMT_MXFP4)
-int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
-  int s = 0;
-  [[unroll]] for (uint w = 0u; w < 4u; ++w) {
-    const uint v = q.q[w];
-    const uint lo = mx_word(v, 0u), hi = mx_word(v, 2u);
-    const uint x0 = w < 2u ? xa[2u * w] : xb[2u * w - 4u], x1 = w < 2u ? xa[2u * w + 1u] : xb[2u * w - 3u];
-    s += dot_ss(int(lo), int(x0), PACKED_4X8) + dot_ss(int(hi), int(x1), PACKED_4X8);
-  }
-  return s;  // Σ (2·e2m1) · xq: the combination multiplies by sx / 2
-}
-#else
-#define PLANE_MASK (((1u << LADDER_ELEM_BITS) - 1u) * 0x01010101u)
-int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
-  int s = 0;
-  [[unroll]] for (uint w = 0u; w < LADDER_VALUE_BYTES / 4u; ++w) {
-    const uint v = q.q[w];
-    [[unroll]] for (uint p = 0u; p < ELEMS_PER_BYTE; ++p) {
-      const uint slot = w * ELEMS_PER_BYTE + p;
-      const uint xw = slot < 4u ? xa[slot] : xb[slot - 4u];
-      s += dot_su(int(xw), (v >> (LADDER_ELEM_BITS * p)) & PLANE_MASK, PACKED_4X8);
-    }
-  }
-  return 2 * s;  // 2 Σ q · xq: the combination subtracts 2·off · Σ xq and multiplies by sx / 2
-}
-#endif
+#include "common/idot.glsl"
 #endif
 
 // ------------------------------------------------------------------------------------------ hot loop

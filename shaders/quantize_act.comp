@@ -47,7 +47,7 @@ void main() {
     amax = max(amax, abs(v[i]));
   }
   const float sx = amax > 0.0 ? amax / 127.0 : 1.0, inv = 1.0 / sx;
-  const uint base = pc.ooff + t * ACT_WORDS_PER_BLOCK * pc.blocks;
+  const uint base = pc.ooff + t * ACT_VEC_WORDS(pc.blocks);
   int sum = 0;
   [[unroll]] for (uint s = 0u; s < 8u; ++s) {
     uint w = 0u;

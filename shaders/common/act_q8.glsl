@@ -2,13 +2,16 @@
 // The rule is include/cmfx/kernels/act_q8.hpp's: per block of 32 values sx = absmax / 127 (1 for an all-zero
 // block), xq = round_half_even(x / sx) clamped to ±127.
 //
-// One token's activations of B = cols / 32 blocks, in 32-bit words from its first word:
+// One token's activations of B = cols / 32 blocks, in 32-bit words from its first word (the next token's start
+// ACT_VEC_WORDS(B) words later):
 //   [0, 8B)     xq, 8 packed words per block; word s of a block holds 4 int8 (byte i = act_plane_elem(s, i))
 //   [8B, 9B)    sx / 2 per block (f32)
 //   [9B, 10B)   2·off · Σ xq per block (int32; off = the ladder's value offset, 0 for MXFP4)
 // so that word s pairs with bit-plane p of weight word w (s = w·EPB + p) in one packed dot product.
 // Needs the weight format's #defines (FMT_*, LADDER_*, MX_*).
 #define ACT_WORDS_PER_BLOCK 10u
+// words from one token's vector to the next: padded to 16 bytes (kernels::act_q8_bytes)
+#define ACT_VEC_WORDS(blocks) ((ACT_WORDS_PER_BLOCK * (blocks) + 3u) & ~3u)
 #define ACT_SCALE_WORD(blocks) (8u * (blocks))
 #define ACT_BSUM_WORD(blocks) (9u * (blocks))
 #if defined(FMT_MXFP4)

@@ -431,7 +431,8 @@ gemm_precision kernels::gemm_precision_used() const {
 void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
   if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) || t.rows_per_team > 4 ||
-      t.x_source > 2)
+      t.x_source > 2 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
+      !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;
 }
@@ -754,6 +755,8 @@ namespace cmfx::gpu::detail {
 op_env op_env_of(kernels::impl& p) {
   return op_env{p.dev, p.info, p.common, p.lanes, p.teams, p.tables, p.gemm_coop(), &p.counters, &p.counter_next};
 }
+
+const matvec_tuning& tuning_of(const kernels::impl& p) { return p.tune; }
 
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,
                          std::string& defs, uint32_t& rows_per_wg) {

@@ -403,8 +403,8 @@ rows_i8_plan plan_rows_i8(kernels::impl& p, const detail::op_env& e, const gpu_m
   const uint64_t xq_bytes = kernels::act_q8_bytes(d), hq_bytes = kernels::act_q8_bytes(I, uint32_t(S));
   const uint64_t o_gu = S * I * 4, o_y = o_gu + S * 2 * I * 4, o_xq = (o_y + S * d * 4 + 15) / 16 * 16,
                  o_hq = (o_xq + xq_bytes + 15) / 16 * 16;
-  // Each slot's quantised h must start on 16 bytes (the kernel reads it as uvec4): I a multiple of 64.
-  if ((2 * I) % r.rgu || d % r.rdn || I % 64 || d % 32 || h.bytes < o_hq + hq_bytes || h.offset % 16) return r;
+  // (each slot's quantised h starts on 16 bytes: act_q8_bytes pads every vector)
+  if ((2 * I) % r.rgu || d % r.rdn || I % 32 || d % 32 || h.bytes < o_hq + hq_bytes || h.offset % 16) return r;
   detail::binding b[3];
   mat_pc pg{}, pd{};
   bind_planes(e, m.gate_up.w, b, pg, "moe");
@@ -498,6 +498,113 @@ uint64_t grouped_list_words(const gpu_moe& m, uint32_t n, uint32_t top_k) {
   return (m.experts + (m.shared ? 1ull : 0ull)) * (uint64_t(n) * top_k + 1);
 }
 
+/// The (token, slot) pairs of every expert (shaders/moe_group.comp): counts [E + shared], then the lists, at lb.
+void pair_lists(const detail::op_env& e, commands& c, const gpu_moe& m, uint32_t n, uint32_t top_k,
+                const detail::bound& ib, const detail::bound& lb) {
+  const uint32_t pc[4] = {n, ib.residual / 4, lb.residual / 4, uint32_t(m.experts)};
+  const detail::binding b[2] = {ib.b, lb.b};
+  const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n";
+  uint32_t gx, gy;
+  e.grid(m.experts + (m.shared ? 1 : 0), gx, gy);
+  detail::dispatch(c.impl(), e.pipe("moe_group.comp", defs, detail::op_env::wg, 2, sizeof pc), b, pc, sizeof pc, gx,
+                   gy);
+}
+
+/// The scratch h of the expert-grouped paths: [h [n·S, I] | gu [n·S, 2I] | y [n·S, d] | the pair lists], each part
+/// on 16 bytes. (The int8 path keeps its quantised activations in h's part: hq [n·S] then xq [n].)
+struct grouped_scratch {
+  uint64_t o_gu = 0, o_y = 0, o_l = 0, l_bytes = 0;
+};
+grouped_scratch grouped_layout(const gpu_moe& m, uint32_t n, uint32_t top_k) {
+  const uint64_t d = m.dim, I = m.inter, S = top_k + (m.shared ? 1 : 0);
+  grouped_scratch g;
+  g.o_gu = (n * S * I * 4 + 15) / 16 * 16, g.o_y = (g.o_gu + n * S * 2 * I * 4 + 15) / 16 * 16,
+  g.o_l = (g.o_y + n * S * d * 4 + 15) / 16 * 16;
+  g.l_bytes = grouped_list_words(m, n, top_k) * 4;
+  return g;
+}
+
+/// n >= 2 with int8 activations (the prefill chunks of `--act i8`): the pair lists, x quantised once per token
+/// (quantize_act.comp), the gate/up rows of each expert for its pairs (shaders/moe_rows_g8.comp) → gu [n·S, 2I],
+/// SwiGLU · weight quantised per pair (quantize_act.comp's ACT_SWIGLU mode, as at batch 1) → hq, the down rows
+/// (moe_rows_g8.comp) → y [n·S, d], moe_sum. Numerics: those of the batch-1 int8 path, pair by pair (the CPU's
+/// moe_forward with act_precision::i8). Returns false, recording nothing, where the path does not apply (no
+/// int8 kernel for a format, rows or columns the kernels cannot split, a short or unaligned scratch).
+bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
+                    uint32_t n, view ids, view weights, uint32_t top_k, float limit, view h, view out,
+                    view slot_map) {
+  const gpu_matrix &wgu = m.gate_up.w, &wdn = m.down.w;
+  if (!k.has_i8(wgu.fmt) || !k.has_i8(wdn.fmt)) return false;
+  const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), np = uint64_t(n) * S;
+  // RPT rows per subgroup (fewer where a workgroup's rows must divide 2·I and d)
+  const matvec_tuning& tu = detail::tuning_of(p);
+  uint32_t rpt = tu.moe_rows_per_team ? tu.moe_rows_per_team : 4;
+  while (rpt > 1 && ((2 * I) % (e.teams * rpt) || d % (e.teams * rpt))) rpt /= 2;
+  const uint32_t rpw = e.teams * rpt;
+  if (d % 32 || I % 32 || (2 * I) % rpw || d % rpw) return false;
+  const grouped_scratch gs = grouped_layout(m, n, top_k);
+  const uint64_t hq_bytes = kernels::act_q8_bytes(I, uint32_t(np)), o_xq = (hq_bytes + 15) / 16 * 16,
+                 xq_bytes = kernels::act_q8_bytes(d, n);
+  if (o_xq + xq_bytes > gs.o_gu || gs.o_l + gs.l_bytes > h.bytes || h.offset % 16) return false;
+  auto part = [&](uint64_t off, uint64_t bytes) { return view(*h.buf, h.offset + off, bytes); };
+  const view hqv = part(0, hq_bytes), xqv = part(o_xq, xq_bytes), guv = part(gs.o_gu, np * 2 * I * 4),
+             yv = part(gs.o_y, np * d * 4), lv = part(gs.o_l, gs.l_bytes);
+  const detail::bound ib = e.bind(ids, uint64_t(n) * top_k * 4), wb = e.bind(weights, uint64_t(n) * top_k * 4),
+                      tb = e.bind(e.tables, e.tables.size()), lb = e.bind(lv, gs.l_bytes),
+                      hqb = e.bind(hqv, hq_bytes), xqb = e.bind(xqv, xq_bytes), gub = e.bind(guv, guv.bytes),
+                      yb = e.bind(yv, yv.bytes);
+  if (hqb.residual % 16 || xqb.residual % 16) return false;
+  const detail::bound sb = m.slots ? e.bind(slot_map, E * 4) : detail::bound{};
+  {
+    detail::binding bt[3];
+    mat_pc pg{}, pd{};
+    bind_planes(e, wgu, bt, pg, "moe");
+    bind_planes(e, wdn, bt, pd, "moe");
+    if (!pg.fast || !pd.fast) return false;
+  }
+  // pairs per tile: 8 (H200, q2tp / q4tp 256 experts × 512 tokens: 5.8 / 5.2 ms per layer vs 7.8 / 7.7 with 16)
+  const uint32_t nb = tu.moe_pairs ? tu.moe_pairs : 8, unroll = tu.moe_unroll ? tu.moe_unroll : 1;
+  const uint32_t nbind = m.slots ? 8 : 7;
+  auto run = [&](const gpu_matrix& w, uint64_t rows_e, const detail::bound& in, const detail::bound& outb,
+                 bool x_token) {
+    detail::binding b[8];
+    mat_pc pc{};
+    bind_planes(e, w, b, pc, "moe");
+    b[3] = in.b, b[4] = outb.b, b[5] = tb.b, b[6] = lb.b, b[7] = sb.b;
+    pc.n = n, pc.xoff = in.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = outb.residual / 4,
+    pc.pad = m.slots ? sb.residual / 4 : uint32_t(E);
+    const std::string defs = "#define TEAMS " + std::to_string(e.teams) + "\n#define RPT " + std::to_string(rpt) +
+                             "\n#define ROWS_PER_WG " + std::to_string(rpw) + "\n#define MOE_NB " + std::to_string(nb) +
+                             "\n#define MOE_UNROLL " + std::to_string(unroll) + "\n" +
+                             detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") +
+                             "\n#define MOE_ROWS_E " + std::to_string(rows_e) + "\n#define MOE_X_TOKEN " +
+                             (x_token ? "1" : "0") + "\n" + slot_defines(m) + detail::tab_defines() +
+                             format_defines(w.fmt, w.scale_enc);
+    uint32_t gx, gy;
+    e.grid((E + (m.shared ? 1 : 0)) * (rows_e / rpw), gx, gy);
+    detail::dispatch(c.impl(), e.pipe("moe_rows_g8.comp", defs, e.lanes * e.teams, nbind, sizeof pc),
+                     std::span<const detail::binding>(b, nbind), &pc, sizeof pc, gx, gy);
+  };
+  pair_lists(e, c, m, n, top_k, ib, lb);
+  k.quantize_act(c, wgu.fmt, x, n, d, xqv);
+  run(wgu, 2 * I, xqb, gub, true);  // gu [n·S, 2I]
+  {                                 // hq = int8(silu(min(g, L)) · clamp(u) · w), per pair
+    const uint32_t pc[5] = {uint32_t(np), uint32_t(I / 32), gub.residual / 4, hqb.residual / 4, wb.residual / 4};
+    const detail::binding b[3] = {gub.b, hqb.b, wb.b};
+    uint32_t gx, gy;
+    e.grid(ceil_div(np * (I / 32), detail::op_env::wg), gx, gy);
+    const scale_encoding enc = wdn.fmt == format::mxfp4 ? scale_encoding::e8m0 : scale_encoding::none;
+    const std::string defs = "#define ACT_SWIGLU 1\n" + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+                             (m.shared ? "1" : "0") + "\n" + detail::def_f("MOE_LIMIT", limit) +
+                             format_defines(wdn.fmt, enc);
+    detail::dispatch(c.impl(), e.pipe("quantize_act.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc,
+                     gx, gy);
+  }
+  run(wdn, d, hqb, yb, false);  // y [n·S, d]
+  moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
+  return true;
+}
+
 /// n >= 2: the expert-grouped path (scratch h: [h [n·S, I] | y [n·S, d] | the pair lists]) (shaders/moe_group.comp, moe_up_g.comp, moe_down_g.comp, moe_sum.comp): the
 /// (token, slot) pairs listed per expert, then one workgroup per (expert, row block) runs its pairs in tiles of
 /// MOE_NB, so each expert's weights are read once per tile rather than once per pair (prefill). Returns false,
@@ -506,9 +613,8 @@ uint64_t grouped_list_words(const gpu_moe& m, uint32_t n, uint32_t top_k) {
 bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights,
                  uint32_t top_k, float limit, view h, view out, view slot_map) {
   const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), ne = E + (m.shared ? 1 : 0);
-  const uint64_t o_gu = (n * S * I * 4 + 15) / 16 * 16, o_y = (o_gu + n * S * 2 * I * 4 + 15) / 16 * 16,
-                 o_l = (o_y + n * S * d * 4 + 15) / 16 * 16;
-  const uint64_t l_bytes = grouped_list_words(m, n, top_k) * 4;
+  const grouped_scratch gs = grouped_layout(m, n, top_k);
+  const uint64_t o_gu = gs.o_gu, o_y = gs.o_y, o_l = gs.o_l, l_bytes = gs.l_bytes;
   if (o_l + l_bytes > h.bytes) return false;
   const view hv(*h.buf, h.offset, n * S * I * 4), guv(*h.buf, h.offset + o_gu, n * S * 2 * I * 4),
       yv(*h.buf, h.offset + o_y, n * S * d * 4), lv(*h.buf, h.offset + o_l, l_bytes);
@@ -519,14 +625,7 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
   const std::string nb_def = "#define MOE_NB 8\n";
   uint32_t gx, gy;
   // 1. the pairs of every expert
-  {
-    const uint32_t pc[4] = {n, ib.residual / 4, lb.residual / 4, uint32_t(E)};
-    const detail::binding b[2] = {ib.b, lb.b};
-    const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n";
-    e.grid(ne, gx, gy);
-    detail::dispatch(c.impl(), e.pipe("moe_group.comp", defs, detail::op_env::wg, 2, sizeof pc), b, pc, sizeof pc, gx,
-                     gy);
-  }
+  pair_lists(e, c, m, n, top_k, ib, lb);
   const uint32_t nb = m.slots ? 9 : 8;
   // The tiled GEMM per expert (gemm.comp's MOE_GEMM mode): 64 or 128 rows × 16 pairs per tile, weights decoded
   // once per tile into shared memory. Where a layout does not allow it (rows per expert not a multiple of 64, columns not a
@@ -671,7 +770,9 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
   // Other paths: the side work first (its stages separated by barriers), the added vector last.
   if (ex.side)
     for (uint32_t s = 0; s < moe_stages; ++s) ex.side(s);
-  if (n >= 2 && moe_grouped(e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map)) {
+  if (n >= 2 && ((act == act_precision::i8 &&
+                  moe_grouped_i8(*this, *p_, e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map)) ||
+                 moe_grouped(e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map))) {
     if (ex.add) add(c, ex.add, out, n * d);
     return;
   }

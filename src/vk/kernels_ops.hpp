@@ -75,6 +75,9 @@ op_env op_env_of(kernels::impl& p);
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,
                          std::string& defs, uint32_t& rows_per_wg);
 
+/// The work-split overrides of kernels::set_tuning (0 fields: automatic) (kernels.cpp).
+const matvec_tuning& tuning_of(const kernels::impl& p);
+
 /// Shared memory of one shaders/gemm.comp workgroup: the f32 weight tile (gm rows × tk columns) and activation
 /// tile (gn batch rows × tk), the ladder tables of gm rows (the largest format table), and 1.25 KiB for the LUTs.
 /// coop (gemm.comp's GEMM_COOP, 1 or 2): f16 tiles of rows padded to tk + 8 halves, and for 1 the f32 tile the

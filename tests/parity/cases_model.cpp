@@ -338,6 +338,80 @@ std::string f16_chunk_case(suite& s, const std::string& path, uint32_t chunk, ui
   return early + "every sequence flipped a near-tie pick within the first " + std::to_string(kMinRows) + " rows";
 }
 
+/// Prefill chunks with int8 experts (dsv4_gpu_options::expert_act = i8: the expert-grouped int8 kernels,
+/// moe_rows_g8.comp) against the same model stepped token by token with int8 experts (the batch-1 int8 path): both
+/// quantise x per token and h per (token, slot) by the same rule and sum the same chunk products, so their logits
+/// agree bit-near (lavapipe: NMSE 1e-13) until an x or h value lands on the other side of an int8 rounding step
+/// (the f32 GEMMs of the chunks sum in another order than the steps' matvecs; seen at row 11 of a toy sequence,
+/// NMSE 2.9e-4 there and carried on by the sequence state) — so the bound is the int8 error's (kSameNmse) and the
+/// rows that agree to 1e-9 are counted; both against the CPU's f32 logits within the int8 error (NMSE ≤ kI8Nmse;
+/// lavapipe 1e-4 .. 1.1e-3), every row above kRanNmse (the int8 path ran). Selections as f16_chunk_run: identical to the CPU's, a near-tie flip (CPU
+/// margin below kTieMargin) ends the comparison there.
+std::string i8_chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t seed,
+                          std::string& info) {
+  constexpr double kSameNmse = 2e-3, kI8Nmse = 5e-3, kRanNmse = 1e-8, kI8TieMargin = 3e-2;
+  dsv4_options co;
+  co.threads = 1;
+  auto cpu = dsv4_model::open(path, co);
+  dsv4_gpu_options go;
+  go.max_ctx = prompt;
+  go.gemm = gpu::gemm_precision::f32;
+  go.expert_act = act_precision::i8;
+  go.prefill_chunk = chunk;
+  dsv4_gpu_model chunked(cpu->weights(), s.dev, s.kern, go);
+  go.prefill_chunk = 0;
+  dsv4_gpu_model stepped(cpu->weights(), s.dev, s.kern, go);
+  const dsv4_config& cf = cpu->config();
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
+  std::vector<uint32_t> ids(prompt);
+  for (auto& id : ids) id = pick(g);
+  dsv4_state st = cpu->new_state();
+  dsv4_trace tc, tc2, tg, ts;
+  double worst_same = 0, worst_i8 = 0, least_i8 = 1;
+  uint64_t rows = 0, near = 0;
+  std::string stop;
+  for (uint64_t b = 0; b < prompt && stop.empty(); b += chunk) {
+    const uint64_t e = std::min<uint64_t>(prompt, b + chunk);
+    const std::vector<float> lg = chunked.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b), &tg);
+    for (uint64_t t = b; t < e; ++t) {
+      const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
+      tc2 = tc;
+      const std::vector<float> ls = stepped.step(ids[t], true, &ts);
+      std::string what;
+      selection_verdict v = compare_selections(tc, tg, what, kI8TieMargin);
+      if (v == selection_verdict::same) v = compare_selections(tc2, ts, what, kI8TieMargin);
+      if (v == selection_verdict::differ) return what + " (wider than the tie margin)";
+      if (v == selection_verdict::near_tie) {
+        stop = "; stopped at " + what;
+        break;
+      }
+      const float* row = lg.data() + (t - b) * cf.vocab;
+      const stats same = compare(row, ls.data(), ls.size()), i8c = compare(row, lc.data(), lc.size()),
+                  i8s = compare(ls.data(), lc.data(), lc.size());
+      worst_same = std::max(worst_same, same.nmse), worst_i8 = std::max({worst_i8, i8c.nmse, i8s.nmse});
+      least_i8 = std::min({least_i8, i8c.nmse, i8s.nmse});
+      near += same.nmse <= 1e-9 ? 1 : 0;
+      if (same.nonfinite_mismatch || i8c.nonfinite_mismatch || !(same.nmse <= kSameNmse) || !(i8c.nmse <= kI8Nmse) ||
+          !(i8s.nmse <= kI8Nmse)) {
+        char b2[240];
+        std::snprintf(b2, sizeof b2, "row %llu: chunk vs step nmse %.2e (bound %.0e); vs CPU f32: chunk %.2e, step "
+                      "%.2e (bound %.0e)", (unsigned long long)t, same.nmse, kSameNmse, i8c.nmse, i8s.nmse, kI8Nmse);
+        return b2;
+      }
+      ++rows;
+    }
+  }
+  if (rows == 0) return "a near-tie flipped at row 0" + stop;
+  if (least_i8 < kRanNmse) return "a row equals the CPU's f32 logits: did the int8 experts run?";
+  char b[320];
+  std::snprintf(b, sizeof b, "chunks of %u: %llu of %llu rows, chunk vs step: %llu rows within 1e-9, worst nmse %.2e; "
+                "vs CPU f32 nmse %.2e .. %.2e%s", chunk, (unsigned long long)rows, (unsigned long long)prompt,
+                (unsigned long long)near, worst_same, least_i8, worst_i8, stop.c_str());
+  info = b;
+  return {};
+}
+
 /// Snapshots and resets of the device state (what `cmfx run -i` relies on): after save_snapshot at position 24,
 /// 12 more tokens, restore_snapshot and the same 12 tokens again give bit-identical logits; a reset and the first
 /// 24 tokens again reproduce the first logits bit for bit (the GPU graph is deterministic).
@@ -468,6 +542,10 @@ void model_cases(suite& s) {
   s.run("model_v4", "-", "prefill chunks of 32 with f16 GEMMs, cmf q4tp toy, 96 positions", [&](uint64_t seed, std::string& info) {
     if (f16_gemm_mode(s.dev) == gpu::gemm_precision::f32) return std::string("no f16 GEMM mode on this device");
     return f16_chunk_case(s, files.make("cmf", "q4tp"), 32, 96, seed, info);
+  });
+  s.run("model_v4", "-", "prefill chunks of 32 with int8 experts vs int8 steps, cmf q4tp toy, 96 positions", [&](uint64_t seed, std::string& info) {
+    if (!s.kern.has_i8(format::q4tp)) return std::string("no int8-activation kernels on this device");
+    return i8_chunk_case(s, files.make("cmf", "q4tp"), 32, 96, seed, info);
   });
   s.run("model_v4", "-", "expert cache (--vram-budget), cmf q4tp toy, 48 tokens", [&](uint64_t seed, std::string& info) {
     return cache_case(s, files.make("cmf", "q4tp"), 48, seed, info);

@@ -214,44 +214,48 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
 constexpr double kI8CpuNmse = 1e-4, kI8CpuMaxAbsRel = 5e-2, kI8RefNmse = 1e-3;
 template <class F>
 std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, bool shared,
-                        std::string& info) {
+                        std::string& info, uint32_t n = 1) {
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);
   std::vector<expert_view> views;
   for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
   const expert_view* sh = shared ? &ex.back().v : nullptr;
-  const std::vector<float> X = r.normal(d);
-  std::vector<uint32_t> ids(k);
-  std::vector<float> w(k);
+  const std::vector<float> X = r.normal(n * d);
+  std::vector<uint32_t> ids(uint64_t(n) * k);
+  std::vector<float> w(uint64_t(n) * k);
   std::vector<uint32_t> pool(E);
-  for (uint32_t e = 0; e < E; ++e) pool[e] = e;
-  for (uint32_t j = 0; j < k; ++j) {
-    std::swap(pool[j], pool[j + r.below(E - j)]);
-    ids[j] = pool[j];
-    w[j] = r.uniform(0.1f, 1.5f);
+  for (uint32_t t = 0; t < n; ++t) {  // k distinct experts per token
+    for (uint32_t e = 0; e < E; ++e) pool[e] = e;
+    for (uint32_t j = 0; j < k; ++j) {
+      std::swap(pool[j], pool[j + r.below(E - j)]);
+      ids[t * k + j] = pool[j];
+      w[t * k + j] = r.uniform(0.1f, 1.5f);
+    }
   }
   const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views, sh);
   const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w);
-  const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, 1, k);
-  guarded hg(s.dev, hn * 4), og(s.dev, d * 4);
+  const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, n, k), nd = uint64_t(n) * d;
+  guarded hg(s.dev, hn * 4), og(s.dev, nd * 4);
   gpu::commands c = s.dev.begin();
-  s.kern.moe(c, gm, xb, 1, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8);
+  s.kern.moe(c, gm, xb, n, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8);
   const uint32_t disp = c.dispatch_count();
   s.submit(c);
-  if (disp != 5) return "the int8 path did not run (" + std::to_string(disp) + " dispatches)";
-  std::vector<float> got(d), h(hn);
+  // batch 1: quantise, gate/up, SwiGLU-quantise, down, sum; n >= 2: the pair lists first
+  const uint32_t want = n == 1 ? 5 : 6;
+  if (disp != want) return "the int8 path did not run (" + std::to_string(disp) + " dispatches)";
+  std::vector<float> got(nd), h(hn);
   std::string why;
   if (!og.read(got.data(), why) || !hg.read(h.data(), why)) return why;
   thread_pool tp(2);
   moe_scratch scratch;
-  std::vector<float> cpu(d);
-  moe_forward(tp, best_cpu_kernels(), views, sh, X.data(), 1, d, ids.data(), w.data(), k, kLimit, cpu.data(), scratch,
+  std::vector<float> cpu(nd);
+  moe_forward(tp, best_cpu_kernels(), views, sh, X.data(), n, d, ids.data(), w.data(), k, kLimit, cpu.data(), scratch,
               act_precision::i8);
   uint64_t clamped = 0;
-  const std::vector<double> ref = moe_ref<F>(ex, shared, X, 1, d, I, ids, w, k, clamped);
+  const std::vector<double> ref = moe_ref<F>(ex, shared, X, n, d, I, ids, w, k, clamped);
   std::string i1, i2;
-  const std::string v1 = verdict(compare(got.data(), cpu.data(), d), kI8CpuNmse, i1, kI8CpuMaxAbsRel),
-                    v2 = verdict(compare(got.data(), ref.data(), d), kI8RefNmse, i2, 1.0);
+  const std::string v1 = verdict(compare(got.data(), cpu.data(), nd), kI8CpuNmse, i1, kI8CpuMaxAbsRel),
+                    v2 = verdict(compare(got.data(), ref.data(), nd), kI8RefNmse, i2, 1.0);
   if (!v1.empty() || !v2.empty())
     return (v1.empty() ? "" : "vs CPU i8: " + v1 + "; ") + (v2.empty() ? "" : "vs float64: " + v2);
   info = "cpu i8: " + i1 + "; f64: " + i2;
@@ -459,16 +463,16 @@ std::string moe_slots_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint
   if (!why.empty()) return "resident: " + why;
   why = run_moe(s, gc, xb, n, ib, wb, k, act, mv, got, dc);
   if (!why.empty()) return "cached: " + why;
-  const bool i8_path = act == act_precision::i8 && n == 1 && I % 64 == 0 && d % 32 == 0;
-  // int8 rows (5) / expert-grouped: the tiled GEMM per expert (5) where the expert's rows are whole 64-row tiles
+  const bool i8_path = act == act_precision::i8 && I % 32 == 0 && d % 32 == 0;
+  // int8 rows (5) / int8 expert-grouped (6) / expert-grouped: the tiled GEMM per expert (5) where the expert's rows are whole 64-row tiles
   // and the columns whole steps of max(32, chunk) values, else the row-per-team kernels (4) / per pair (2)
   constexpr uint64_t chunk = F::elem_bits >= 8 ? 128 / F::elem_bits : F::block_elems, tk = chunk > 32 ? chunk : 32;
   const bool gemm_path = (2 * I) % 64 == 0 && d % 64 == 0 && d % tk == 0 && I % tk == 0;
-  const uint32_t want_disp = i8_path ? 5u : n > 1 ? (gemm_path ? 5u : 4u) : 2u;
+  const uint32_t want_disp = i8_path ? (n == 1 ? 5u : 6u) : n > 1 ? (gemm_path ? 5u : 4u) : 2u;
   if (dr != dc || dr != want_disp)
     return "dispatches: resident " + std::to_string(dr) + ", cached " + std::to_string(dc) + " (want " +
            std::to_string(want_disp) + ")";
-  // the resident layer is right (CPU kernel, the activation precision that ran: I % 64 falls back to f32)
+  // the resident layer is right (CPU kernel, the activation precision that ran: I % 32 != 0 falls back to f32)
   const act_precision ran = i8_path ? act_precision::i8 : act_precision::f32;
   thread_pool tp(2);
   moe_scratch scratch;
@@ -651,17 +655,43 @@ void moe_cases(suite& s) {
       s.run("moe_i8", fn, "16x[256x512] k=6", [&](uint64_t seed, R& info) {
         return moe_i8_case<F>(s, seed, 16, 512, 256, 6, false, info);
       });
-      s.run("moe_i8", fn, "4x[32x64] k=2: I not a multiple of 64 -> f32 path", [&](uint64_t seed, R& info) -> R {
-        const R v = moe_i8_case<F>(s, seed, 4, 64, 32, 2, true, info);
-        if (v.find("did not run (2 dispatches)") != R::npos) {
-          info = "fell back to the two-pass f32 kernels";
-          return {};
-        }
-        return v.empty() ? "the int8 path ran on a 40-byte slot stride" : v;
-      });
+      // I = 32: one block per slot, 40-byte vectors padded to 48 (kernels::act_q8_bytes); n = 1 and grouped
+      for (const uint32_t n : {1u, 7u})
+        s.run("moe_i8", fn, "4x[32x64] k=2 + shared n=" + std::to_string(n) + ": padded 40-byte vectors",
+              [&](uint64_t seed, R& info) { return moe_i8_case<F>(s, seed, 4, 64, 32, 2, true, info, n); });
       s.run("moe_i8", fn, "3x[2048x4096] k=2 + shared, model shape", [&](uint64_t seed, R& info) {
         return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info);
       });
+      // n >= 2: the expert-grouped int8 kernels (moe_rows_g8.comp; prefill chunks with --act i8): tiles of 4, 8
+      // and 16 pairs by the mean count per expert, ragged last tiles, experts with no pair
+      struct g8_shape {
+        uint32_t E;
+        uint64_t d, I;
+        uint32_t k, n;
+        bool shared;
+      };
+      for (const g8_shape& sh : {g8_shape{8, 256, 128, 3, 5, true}, g8_shape{16, 512, 256, 6, 19, false},
+                                 g8_shape{8, 256, 192, 4, 29, true}, g8_shape{32, 128, 64, 2, 3, false}}) {
+        const R name = std::to_string(sh.E) + "x[" + std::to_string(sh.I) + "x" + std::to_string(sh.d) +
+                       "] k=" + std::to_string(sh.k) + " n=" + std::to_string(sh.n) + (sh.shared ? " + shared" : "") +
+                       ", grouped";
+        s.run("moe_i8", fn, name, [&](uint64_t seed, R& info) {
+          return moe_i8_case<F>(s, seed, sh.E, sh.d, sh.I, sh.k, sh.shared, info, sh.n);
+        });
+      }
+      // the other work splits (kernels::set_tuning): tiles of 4 and 16 pairs, 1, 2 and 8 rows per subgroup
+      for (const auto& [rpt, nb] : {std::pair{8u, 4u}, std::pair{2u, 16u}, std::pair{1u, 2u}})
+        s.run("moe_i8", fn,
+              "8x[192x256] k=4 n=29 + shared, grouped, " + std::to_string(rpt) + " rows per subgroup, tiles of " +
+                  std::to_string(nb) + (nb == 16 ? "" : ", 2 chunks in flight"),
+              [&, rpt = rpt, nb = nb](uint64_t seed, R& info) {
+                gpu::matvec_tuning t;
+                t.moe_rows_per_team = rpt, t.moe_pairs = nb, t.moe_unroll = nb == 16 ? 1 : 2;
+                s.kern.set_tuning(t);
+                const R v = moe_i8_case<F>(s, seed, 8, 256, 192, 4, true, info, 29);
+                s.kern.set_tuning(gpu::matvec_tuning{});
+                return v;
+              });
       s.run("moe_i8", fn, "8x[128x256] k=3 + shared, extras (prepared, side work, add)", [&](uint64_t seed, R& info) {
         return moe_extras_case<F>(s, seed, 1, act_precision::i8, info);
       });
@@ -709,7 +739,7 @@ void moe_cases(suite& s) {
         for (const bool shared : {false, true})
           for (const uint32_t n : {1u, 3u})
             for (const act_precision act : {act_precision::f32, act_precision::i8}) {
-              if (act == act_precision::i8 && (n != 1 || !s.kern.has_i8(F::id))) continue;
+              if (act == act_precision::i8 && !s.kern.has_i8(F::id)) continue;
               const R name = "16x[" + std::to_string(sh.I) + "x" + std::to_string(sh.d) + "] k=" +
                              std::to_string(sh.k) + " n=" + std::to_string(n) + (shared ? " + shared" : "") +
                              (act == act_precision::i8 ? " i8" : "") + ", " + std::to_string(kSlots) +

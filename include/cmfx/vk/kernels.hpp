@@ -145,6 +145,10 @@ struct matvec_tuning {
   /// the split until N — a dependent dispatch of more workgroups than the GPU holds at once runs in waves.
   uint32_t target_subgroups = 0;
   bool legacy = false;  ///< true: never use the row kernel (comparisons in benchmarks)
+  /// Expert-grouped int8 kernel (shaders/moe_rows_g8.comp, prefill chunks with int8 experts): rows per subgroup
+  /// (1, 2, 4, 8), pairs per tile (2, 4, 8, 16), chunks in flight per lane (1, 2). 0: chosen (kernels_moe.cpp
+  /// moe_grouped_i8).
+  uint32_t moe_rows_per_team = 0, moe_pairs = 0, moe_unroll = 0;
 };
 
 class kernels {
@@ -176,8 +180,9 @@ class kernels {
                    view y, uint64_t y_stride);
   /// Whether matmul(..., act_precision::i8) of a batch-1 product of format f takes the int8 path here.
   bool has_i8(format f) const;
-  /// Bytes of the int8 activations of n tokens of `cols` values (shaders/common/act_q8.glsl: 40 per 32 values).
-  static constexpr uint64_t act_q8_bytes(uint64_t cols, uint32_t n = 1) { return cols / 32 * 40 * n; }
+  /// Bytes of the int8 activations of n tokens of `cols` values (shaders/common/act_q8.glsl: 40 per 32 values,
+  /// each token's vector padded to 16 bytes so that the kernels read it as uvec4 at any token).
+  static constexpr uint64_t act_q8_bytes(uint64_t cols, uint32_t n = 1) { return (cols / 32 * 40 + 15) / 16 * 16 * n; }
   /// Quantises x [n, cols] (cols % 32 == 0) to int8 blocks packed for format f's integer-dot matvec (has_i8(f)).
   /// One quantisation serves every matvec of that format on the same x (e.g. the projections of one norm output).
   void quantize_act(commands& c, format f, view x, uint32_t n, uint64_t cols, view out);
@@ -358,6 +363,11 @@ class kernels {
   /// workgroup per (expert, row block) runs its pairs in tiles of 8, so each selected expert's weights are read
   /// once per 8 of its pairs instead of once per pair (four dispatches: lists, gate/up, down, the sum in ascending
   /// expert id); needs the scratch of moe_scratch_floats (a shorter h takes the per-pair two-dispatch path).
+  /// With act_precision::i8 (q4tp, q2tp, MXFP4 on devices with integer dot products; 2·I and dim multiples of
+  /// the kernel's rows per workgroup):
+  /// the grouped int8 path instead — lists, x quantised per token, gate/up, SwiGLU · weight quantised per pair,
+  /// down, sum (six dispatches); each pair's numerics are those of the batch-1 int8 path, and no weight is decoded
+  /// to floats (shaders/moe_rows_g8.comp).
   /// slot_map (uint32 [m.experts]; required iff m.slots > 0, usage_error otherwise): routed expert e's weights are
   /// read at stacked index slot_map[e]. ids stay expert ids and the sums stay in ascending expert id, so the output
   /// is bit-identical to that of the resident layer for the same experts; a selected expert whose entry is
