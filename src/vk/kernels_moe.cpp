@@ -536,9 +536,14 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   const gpu_matrix &wgu = m.gate_up.w, &wdn = m.down.w;
   if (!k.has_i8(wgu.fmt) || !k.has_i8(wdn.fmt)) return false;
   const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), np = uint64_t(n) * S;
-  // RPT rows per subgroup (fewer where a workgroup's rows must divide 2·I and d)
+  // The work split, from H200 sweeps (docs/PERF.md "Twelfth session"; 256 experts of 4096 × 2048, 512 tokens, ms per
+  // layer, run-to-run noise ~10 %): ladders 4 rows per subgroup, tiles of 2 pairs, 2 chunks in flight (q2tp 4.67,
+  // q4tp 4.80; tiles of 8: 5.76 / 5.19, of 16: 7.84 / 7.73 — the accumulators' registers cost more than re-reading
+  // an expert's rows from L2 per tile); MXFP4 (its E2M1 table lookups) 2 rows, tiles of 4, 1 chunk (7.45; f16
+  // tiles 8.01). Fewer rows per subgroup where a workgroup's rows must divide 2·I and d.
   const matvec_tuning& tu = detail::tuning_of(p);
-  uint32_t rpt = tu.moe_rows_per_team ? tu.moe_rows_per_team : 4;
+  const bool mx = wgu.fmt == format::mxfp4;
+  uint32_t rpt = tu.moe_rows_per_team ? tu.moe_rows_per_team : mx ? 2 : 4;
   while (rpt > 1 && ((2 * I) % (e.teams * rpt) || d % (e.teams * rpt))) rpt /= 2;
   const uint32_t rpw = e.teams * rpt;
   if (d % 32 || I % 32 || (2 * I) % rpw || d % rpw) return false;
@@ -562,8 +567,7 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
     bind_planes(e, wdn, bt, pd, "moe");
     if (!pg.fast || !pd.fast) return false;
   }
-  // pairs per tile: 8 (H200, q2tp / q4tp 256 experts × 512 tokens: 5.8 / 5.2 ms per layer vs 7.8 / 7.7 with 16)
-  const uint32_t nb = tu.moe_pairs ? tu.moe_pairs : 8, unroll = tu.moe_unroll ? tu.moe_unroll : 1;
+  const uint32_t nb = tu.moe_pairs ? tu.moe_pairs : mx ? 4 : 2, unroll = tu.moe_unroll ? tu.moe_unroll : mx ? 1 : 2;
   const uint32_t nbind = m.slots ? 8 : 7;
   auto run = [&](const gpu_matrix& w, uint64_t rows_e, const detail::bound& in, const detail::bound& outb,
                  bool x_token) {
