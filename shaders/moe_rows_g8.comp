@@ -78,7 +78,7 @@ layout(std430, binding = 7) readonly buffer SlotMap { uint slot_map[]; };
 // Everything per (row i, pair t) is a named variable (acc<i>_<t>), unrolled by the preprocessor: no arrays that a
 // driver could leave in local memory.
 #define ROW_DECL(i) const uint row##i = rbase + i; const row_t R##i = row_begin(row##i, team * RPT + i);
-// pair t of the tile (a pair past the list's end repeats the last one and is not written)
+// pair t of the tile (a pair past the list's end repeats the last one's loads, and is not summed or written)
 #define P_DECL(t)                                                                   \
   const uint p##t = lists[lb + min(i0 + t, cnt - 1u)];                              \
   const uint xb##t = pc.xoff + XVEC(p##t) * ACT_VEC_WORDS(nct);                    \
@@ -100,9 +100,35 @@ layout(std430, binding = 7) readonly buffer SlotMap { uint slot_map[]; };
 #define XLD1(t) XLD_(1, t)
 #define RI0(t, i) RI_(0, t, i)
 #define RI1(t, i) RI_(1, t, i)
+// Ladders: pairs past the list's end are skipped (uniform over the workgroup), so a ragged last tile costs no
+// products. MXFP4: not skipped — with the skip (and the butterfly) its kernel took 15.1 instead of 7.4 ms on the
+// H200 (256 experts of 4096 × 2048, 512 tokens): most likely the per-pair branches keep the compiler from sharing
+// each weight word's E2M1 table lookups across the pairs (not isolated; docs/PERF.md "Twelfth session").
+#if defined(FMT_MXFP4)
 #define MAC0(t) ROWS(RI0, t)
 #define MAC1(t) ROWS(RI1, t)
+#else
+#define MAC0(t) if (i0 + t < cnt) { ROWS(RI0, t) }
+#define MAC1(t) if (i0 + t < cnt) { ROWS(RI1, t) }
+#endif
+#ifndef MOE_BUTTERFLY
+#define MOE_BUTTERFLY 0
+#endif
+#if MOE_BUTTERFLY
+// The tile's RPT·MOE_NB sums in groups of G = min(RPT·MOE_NB, LANES) values: each step of a butterfly halves the
+// values a lane holds (lanes with bit m keep the upper half and receive the lower half's partner sums, the others
+// the reverse), so after log2(G) steps lane l holds value l / (LANES / G) of the group summed over LANES·... lanes,
+// and log2(LANES / G) plain steps finish the sums: G − 1 + log2(LANES / G) shuffles per group instead of
+// 5 per value of subgroupAdd (8 values of 32 lanes: 9 instead of 40). Value j of the tile is row j % RPT of pair
+// j / RPT. Another summation order than subgroupAdd's, the same in every run.
+#extension GL_KHR_shader_subgroup_shuffle : require
+#define BF_M (RPT * MOE_NB)
+#define BF_G (BF_M < LANES ? BF_M : LANES)
+#define BF_PUT(t, i) v[t * RPT + i] = acc##i##_##t;
+#define BF_PUTP(t) ROWS(BF_PUT, t) pv[t] = p##t;
+#else
 #define P_RED(t, i) acc##i##_##t = subgroupAdd(acc##i##_##t);
+#endif
 #define P_WR(t, i) ys[yb + i] = acc##i##_##t;
 #define P_OUT(t)                                                                    \
   if (i0 + t < cnt) { /* uniform over the workgroup */                              \
@@ -156,6 +182,26 @@ void main() {
       PAIRS(MAC0)
     }
 #endif
+#if MOE_BUTTERFLY
+    float v[BF_M];
+    uint pv[MOE_NB];
+    PAIRS(BF_PUTP)
+    [[unroll]] for (uint g0 = 0u; g0 < BF_M; g0 += BF_G) {
+      [[unroll]] for (uint h = BF_G / 2u; h >= 1u; h /= 2u) {  // 2h values per lane → h
+        const uint m = (LANES / BF_G) * h;
+        const bool up = (lane & m) != 0u;
+        [[unroll]] for (uint i = 0u; i < h; ++i) {
+          const float a = v[g0 + i], b = v[g0 + i + h];
+          v[g0 + i] = (up ? b : a) + subgroupShuffleXor(up ? a : b, m);
+        }
+      }
+      [[unroll]] for (uint m = LANES / BF_G / 2u; m >= 1u; m /= 2u) v[g0] += subgroupShuffleXor(v[g0], m);
+      const uint j = g0 + lane / (LANES / BF_G), t = j / RPT;
+      if (lane % (LANES / BF_G) == 0u && i0 + t < cnt)
+        ys[pc.yoff + pv[t] * MOE_ROWS_E + (rbase - si * MOE_ROWS_E) + j % RPT] = v[g0];
+    }
+#else
     PAIRS(P_OUT)
+#endif
   }
 }

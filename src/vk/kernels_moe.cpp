@@ -537,10 +537,11 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   if (!k.has_i8(wgu.fmt) || !k.has_i8(wdn.fmt)) return false;
   const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), np = uint64_t(n) * S;
   // The work split, from H200 sweeps (docs/PERF.md "Twelfth session"; 256 experts of 4096 × 2048, 512 tokens, ms per
-  // layer, run-to-run noise ~10 %): ladders 4 rows per subgroup, tiles of 2 pairs, 2 chunks in flight (q2tp 4.67,
-  // q4tp 4.80; tiles of 8: 5.76 / 5.19, of 16: 7.84 / 7.73 — the accumulators' registers cost more than re-reading
-  // an expert's rows from L2 per tile); MXFP4 (its E2M1 table lookups) 2 rows, tiles of 4, 1 chunk (7.45; f16
-  // tiles 8.01). Fewer rows per subgroup where a workgroup's rows must divide 2·I and d.
+  // layer, run-to-run noise ~10 %): ladders 4 rows per subgroup, tiles of 4 pairs, 2 chunks in flight, the tile's
+  // sums by a butterfly of shuffles (q2tp 3.95, q4tp 4.09; tiles of 2: 4.48 / 4.56, of 8: 4.77 / 5.02; without the
+  // butterfly 4.94 / 5.25 at tiles of 2; f16 tiles 6.84 / 8.00); MXFP4 (its E2M1 table lookups) 2 rows, tiles of 4,
+  // 1 chunk, subgroupAdd sums (7.43; f16 tiles 8.01). Fewer rows per subgroup where a workgroup's rows must divide
+  // 2·I and d.
   const matvec_tuning& tu = detail::tuning_of(p);
   const bool mx = wgu.fmt == format::mxfp4;
   uint32_t rpt = tu.moe_rows_per_team ? tu.moe_rows_per_team : mx ? 2 : 4;
@@ -567,7 +568,8 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
     bind_planes(e, wdn, bt, pd, "moe");
     if (!pg.fast || !pd.fast) return false;
   }
-  const uint32_t nb = tu.moe_pairs ? tu.moe_pairs : mx ? 4 : 2, unroll = tu.moe_unroll ? tu.moe_unroll : mx ? 1 : 2;
+  const uint32_t nb = tu.moe_pairs ? tu.moe_pairs : 4, unroll = tu.moe_unroll ? tu.moe_unroll : mx ? 1 : 2;
+  const bool butterfly = e.info.subgroup_shuffle && !mx;
   const uint32_t nbind = m.slots ? 8 : 7;
   auto run = [&](const gpu_matrix& w, uint64_t rows_e, const detail::bound& in, const detail::bound& outb,
                  bool x_token) {
@@ -579,7 +581,8 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
     pc.pad = m.slots ? sb.residual / 4 : uint32_t(E);
     const std::string defs = "#define TEAMS " + std::to_string(e.teams) + "\n#define RPT " + std::to_string(rpt) +
                              "\n#define ROWS_PER_WG " + std::to_string(rpw) + "\n#define MOE_NB " + std::to_string(nb) +
-                             "\n#define MOE_UNROLL " + std::to_string(unroll) + "\n" +
+                             "\n#define MOE_UNROLL " + std::to_string(unroll) +
+                             "\n#define MOE_BUTTERFLY " + (butterfly ? "1" : "0") + "\n" +
                              detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") +
                              "\n#define MOE_ROWS_E " + std::to_string(rows_e) + "\n#define MOE_X_TOKEN " +
                              (x_token ? "1" : "0") + "\n" + slot_defines(m) + detail::tab_defines() +
