@@ -104,8 +104,10 @@ TEST(GemmI8, Mxfp4) {
 
 // The AVX-512 VNNI kernels (two groups per vpdpbusd; odd group counts take the AVX2 dot for the last group):
 // the same bounds, shapes with even and odd group counts.
+// q4tp: blocks of 16 groups (four groups per load), then pairs, then an odd group.
 TEST(GemmI8Avx512, Q4tp) {
-  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull}})
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull},
+                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}})
     check_i8<fmt_q4tp>(r, c, n, cpu_arch::avx512);
 }
 // q2tp on AVX-512 VBMI CPUs: blocks of 16 groups, then pairs, then an odd group (608 columns = 16 + 2 + 1 groups).
@@ -114,8 +116,9 @@ TEST(GemmI8Avx512, Q2tp) {
                          {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}})
     check_i8<fmt_q2tp>(r, c, n, cpu_arch::avx512);
 }
-TEST(GemmI8Avx512, Mxfp4) {
-  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull}})
+TEST(GemmI8Avx512, Mxfp4) {  // as q4tp: blocks of 16 groups, pairs, an odd group
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull},
+                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}})
     check_i8<fmt_mxfp4>(r, c, n, cpu_arch::avx512);
 }
 

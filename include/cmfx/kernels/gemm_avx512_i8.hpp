@@ -82,9 +82,10 @@ CMFX_AVX512_TARGET inline __m512 mxfp4_scales16(const uint8_t* k16) noexcept {
 
 /// avx2::token_scales with the weight scales looked up 16 groups at a time: the ladder's 32-entry table in two
 /// registers and one vpermt2ps per 16 codes.
+/// offset: the value offset of the integer weights (avx2::i8_offset; row_tile_lanes' MXFP4 shifts its values by 12).
 template <class F, int NT>
 CMFX_AVX512_TARGET inline void token_scales16(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0,
-                                            float* sc, float corr[NT]) noexcept {
+                                            float* sc, float corr[NT], float offset = avx2::i8_offset<F>) noexcept {
   const float* sx[NT];
   const int32_t* bs[NT];
   __m512 c[NT];
@@ -130,7 +131,7 @@ CMFX_AVX512_TARGET inline void token_scales16(const avx2::i8_row<F>& d, uint64_t
       corr[t] += v * float(bs[t][g]);
     }
   }
-  for (int t = 0; t < NT; ++t) corr[t] *= avx2::i8_offset<F>;
+  for (int t = 0; t < NT; ++t) corr[t] *= offset;
 }
 
 /// Groups g and g + 1 of the row for NT tokens: acc_g[t] += (s_g · sx_tg | s_g+1 · sx_t,g+1) · dot (low | high
@@ -259,23 +260,111 @@ CMFX_AVX512VBMI_TARGET inline void row_tile_vbmi_q2tp(const avx2::i8_row<fmt_q2t
   for (int t = 0; t < NT; ++t) out[t] -= corr[t];
 }
 
-/// Rows [r0, r1) of Y = X · W^T with int8 activations. Vbmi (q2tp on CPUs with AVX-512 VBMI: the kernel table's
-/// choice): blocks of 16 groups through row_tile_vbmi_q2tp.
-template <class F, bool Vbmi = false>
+// ---- q4tp and MXFP4: four groups per 512-bit load, every int32 lane inside one group
+// The pair kernel spends per 64 weights a 256-bit load, a lane shuffle, a shift, a mask and, per token, a dot, two
+// scale broadcasts, a blend, a conversion and an fma. Here a 64-byte load holds four groups' nibbles as they are
+// stored; its low nibbles (the even elements) and high nibbles (the odd ones) go into two vpdpbusd against
+// activations rearranged once per call (nibble_lanes_acts), so int32 lane L holds a partial dot of group L / 4; per
+// 16 groups a transpose-add of four such vectors (6 vpermt2d, 3 adds) leaves one int32 per group, then one
+// conversion and one fma with the 16 contiguous scales sc[g .. g+15]. MXFP4's codes become 2·e2m1 + 12 (u8, one
+// vpshufb per vector; vpdpbusd takes unsigned weights) and the row's correction subtracts 12 · Σ sc · Σxq, as the
+// ladders' offsets do. Same int32 dots as the pair kernel up to that exact offset, so the same error bound; the
+// float sums in another order.
+
+/// The activations of tokens [0, n) for row_tile_lanes: per token, per block of 16 groups, per chunk c of
+/// four groups, 64 bytes of even elements (the first 16 bytes of each group's nibble-layout block, act_q8.hpp) then
+/// 64 bytes of odd ones. Groups past the last whole block are not rearranged (the pair kernel reads them).
+inline void nibble_lanes_acts(const act_q8& a, std::vector<int8_t>& xt) {
+  const uint64_t blocks16 = a.blocks / 16, per_token = blocks16 * 512;
+  if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
+  for (uint64_t t = 0; t < a.n; ++t)
+    for (uint64_t b = 0; b < blocks16; ++b)
+      for (uint32_t c = 0; c < 4; ++c)
+        for (uint32_t q = 0; q < 4; ++q) {
+          const int8_t* src = a.q.data() + t * a.cols + (16 * b + 4 * c + q) * 32;
+          int8_t* o = xt.data() + t * per_token + b * 512 + c * 128 + q * 16;
+          std::memcpy(o, src, 16);
+          std::memcpy(o + 64, src + 16, 16);
+        }
+}
+
+/// Lane i of the result = lanes 2i + 2i+1 of (x | y): four lanes of one group → two → one over two calls.
+CMFX_AVX512_TARGET inline __m512i fold(__m512i x, __m512i y) noexcept {
+  const __m512i ia = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i ib = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ia, y), _mm512_permutex2var_epi32(x, ib, y));
+}
+
+template <class F, int NT>
+CMFX_AVX512_TARGET inline void row_tile_lanes(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a,
+                                              const int8_t* xt, uint64_t t0, float* sc, float out[NT]) noexcept {
+  constexpr bool mx = F::id == format::mxfp4;
+  constexpr float mx_shift = 12.0f;  // 2·e2m1 ∈ [−12, 12] → [0, 24]
+  // MXFP4: the shift's correction covers the blocks of 16 groups only (the pair kernel takes the rest unshifted)
+  float corr[NT];
+  token_scales16<F, NT>(d, groups, a, t0, sc, corr, mx ? 0.0f : avx2::i8_offset<F>);
+  __m512 cv[NT];
+  for (int t = 0; t < NT; ++t) cv[t] = _mm512_setzero_ps();
+  const uint64_t per_token = groups / 16 * 512;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  uint64_t g = 0;
+  for (; g + 16 <= groups; g += 16) {
+    __m512i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m512i w = _mm512_loadu_si512(d.values + 16 * (g + 4 * uint64_t(c)));
+      lo[c] = _mm512_and_si512(w, m4);
+      hi[c] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+      if constexpr (mx) lo[c] = _mm512_shuffle_epi8(lut, lo[c]), hi[c] = _mm512_shuffle_epi8(lut, hi[c]);
+    }
+    const uint64_t xo = g / 16 * 512;
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* x = xt + (t0 + uint64_t(t)) * per_token + xo;
+      __m512i dc[4];
+      for (int c = 0; c < 4; ++c)
+        dc[c] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], _mm512_loadu_si512(x + 128 * c)),
+                                    hi[c], _mm512_loadu_si512(x + 128 * c + 64));
+      const __m512i r = fold(fold(dc[0], dc[1]), fold(dc[2], dc[3]));
+      const __m512 s = _mm512_loadu_ps(sc + uint64_t(t) * groups + g);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(r), s, acc[t]);
+      if constexpr (mx)
+        cv[t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_loadu_si512(a.bsum.data() + (t0 + uint64_t(t)) * a.blocks + g)), cv[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+  if constexpr (mx)
+    for (int t = 0; t < NT; ++t) corr[t] = mx_shift * _mm512_reduce_add_ps(cv[t]);
+  if (g + 2 <= groups) {  // the last groups: pairs, then an odd one, as row_tile_vnni (no offset for MXFP4 there)
+    __m512 accp[NT];
+    for (int t = 0; t < NT; ++t) accp[t] = _mm512_setzero_ps();
+    for (; g + 2 <= groups; g += 2) vnni_pair<F, NT>(d, groups, a, t0, sc, g, accp);
+    for (int t = 0; t < NT; ++t) out[t] += _mm512_reduce_add_ps(accp[t]);
+  }
+  if (g < groups) add_odd_group<F, NT>(d, groups, a, t0, sc, g, out);
+  for (int t = 0; t < NT; ++t) out[t] -= corr[t];
+}
+
+/// Rows [r0, r1) of Y = X · W^T with int8 activations. Sixteen (the kernel table's choice): blocks of 16 groups —
+/// q2tp through row_tile_vbmi_q2tp (CPUs with AVX-512 VBMI), q4tp and MXFP4 through row_tile_lanes.
+template <class F, bool Sixteen = false>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
-  static_assert(!Vbmi || F::id == format::q2tp, "the VBMI kernel is q2tp's");
   avx2::i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
   std::vector<float> sc(avx2::token_tile * groups);  // per call, not per row
   std::vector<int8_t> xt;
-  if constexpr (Vbmi) q2tp_vbmi_acts(a, xt);
+  if constexpr (Sixteen && F::id == format::q2tp) q2tp_vbmi_acts(a, xt);
+  if constexpr (Sixteen && F::id != format::q2tp) nibble_lanes_acts(a, xt);
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);
     for (uint64_t t0 = 0; t0 < n; t0 += avx2::token_tile) {
       const uint64_t nt = std::min(avx2::token_tile, n - t0);
       float y[avx2::token_tile];
-      if constexpr (Vbmi)
+      if constexpr (Sixteen && F::id == format::q2tp)
         avx2::with_tile(nt, [&](auto NT) { row_tile_vbmi_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
+      else if constexpr (Sixteen)
+        avx2::with_tile(nt, [&](auto NT) { row_tile_lanes<F, NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
       else
         avx2::with_tile(nt, [&](auto NT) { row_tile_vnni<F, NT()>(d, groups, a, t0, sc.data(), y); });
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
