@@ -196,6 +196,15 @@ std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uin
   return {};
 }
 
+/// n token ids drawn uniformly from [0, vocab) by a generator seeded with seed.
+std::vector<uint32_t> random_ids(uint64_t seed, uint32_t vocab, uint64_t n) {
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, vocab - 1);
+  std::vector<uint32_t> ids(n);
+  for (auto& id : ids) id = pick(g);
+  return ids;
+}
+
 /// Prefill chunks (dsv4_gpu_options::prefill_chunk, dsv4_gpu_chunk.cpp): the first `prompt` positions run as
 /// chunks of `chunk` rows (the last one ragged) with the logits of every row compared with the CPU's token-by-token
 /// logits (bounds as run_toy) and every row's routed experts and indexer picks identical to the CPU's; then `decode`
@@ -212,10 +221,7 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
   go.prefill_chunk = chunk;
   dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
   const dsv4_config& cf = cpu->config();
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
-  std::vector<uint32_t> ids(prompt + decode);
-  for (auto& id : ids) id = pick(g);
+  const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, prompt + decode);
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tg;
   logit_check check;
@@ -272,10 +278,7 @@ std::string f16_chunk_run(suite& s, const std::string& path, uint32_t chunk, uin
   go.gemm = f16_gemm_mode(s.dev);
   dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
   const dsv4_config& cf = cpu->config();
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
-  std::vector<uint32_t> ids(prompt);
-  for (auto& id : ids) id = pick(g);
+  const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, prompt);
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tg;
   double worst = 0, worst_rel = 0;
@@ -362,10 +365,7 @@ std::string i8_chunk_case(suite& s, const std::string& path, uint32_t chunk, uin
   go.prefill_chunk = 0;
   dsv4_gpu_model stepped(cpu->weights(), s.dev, s.kern, go);
   const dsv4_config& cf = cpu->config();
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
-  std::vector<uint32_t> ids(prompt);
-  for (auto& id : ids) id = pick(g);
+  const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, prompt);
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tc2, tg, ts;
   double worst_same = 0, worst_i8 = 0, least_i8 = 1;

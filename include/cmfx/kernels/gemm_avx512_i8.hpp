@@ -161,6 +161,21 @@ CMFX_AVX512_TARGET inline void add_odd_group(const avx2::i8_row<F>& d, uint64_t 
   }
 }
 
+/// The end of a row of the sixteen-group kernels: the groups from g on (fewer than 16) as row_tile_vnni takes
+/// them — pairs, then an odd one — added to out, then the row's offset correction subtracted.
+template <class F, int NT>
+CMFX_AVX512_TARGET inline void finish_row(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0,
+                                          const float* sc, uint64_t g, const float corr[NT], float out[NT]) noexcept {
+  if (g + 2 <= groups) {
+    __m512 accp[NT];
+    for (int t = 0; t < NT; ++t) accp[t] = _mm512_setzero_ps();
+    for (; g + 2 <= groups; g += 2) vnni_pair<F, NT>(d, groups, a, t0, sc, g, accp);
+    for (int t = 0; t < NT; ++t) out[t] += _mm512_reduce_add_ps(accp[t]);
+  }
+  if (g < groups) add_odd_group<F, NT>(d, groups, a, t0, sc, g, out);
+  for (int t = 0; t < NT; ++t) out[t] -= corr[t];
+}
+
 template <class F, int NT>
 CMFX_AVX512_TARGET inline void row_tile_vnni(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float* sc,
                         float out[NT]) noexcept {
@@ -250,14 +265,7 @@ CMFX_AVX512VBMI_TARGET inline void row_tile_vbmi_q2tp(const avx2::i8_row<fmt_q2t
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_loadu_ps(sc + uint64_t(t) * groups + g), acc[t]);
   }
   for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
-  if (g + 2 <= groups) {  // the last groups: pairs, then an odd one, as row_tile_vnni
-    __m512 accp[NT];
-    for (int t = 0; t < NT; ++t) accp[t] = _mm512_setzero_ps();
-    for (; g + 2 <= groups; g += 2) vnni_pair<fmt_q2tp, NT>(d, groups, a, t0, sc, g, accp);
-    for (int t = 0; t < NT; ++t) out[t] += _mm512_reduce_add_ps(accp[t]);
-  }
-  if (g < groups) add_odd_group<fmt_q2tp, NT>(d, groups, a, t0, sc, g, out);
-  for (int t = 0; t < NT; ++t) out[t] -= corr[t];
+  finish_row<fmt_q2tp, NT>(d, groups, a, t0, sc, g, corr, out);
 }
 
 // ---- q4tp and MXFP4: four groups per 512-bit load, every int32 lane inside one group
@@ -336,14 +344,7 @@ CMFX_AVX512_TARGET inline void row_tile_lanes(const avx2::i8_row<F>& d, uint64_t
   for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
   if constexpr (mx)
     for (int t = 0; t < NT; ++t) corr[t] = mx_shift * _mm512_reduce_add_ps(cv[t]);
-  if (g + 2 <= groups) {  // the last groups: pairs, then an odd one, as row_tile_vnni (no offset for MXFP4 there)
-    __m512 accp[NT];
-    for (int t = 0; t < NT; ++t) accp[t] = _mm512_setzero_ps();
-    for (; g + 2 <= groups; g += 2) vnni_pair<F, NT>(d, groups, a, t0, sc, g, accp);
-    for (int t = 0; t < NT; ++t) out[t] += _mm512_reduce_add_ps(accp[t]);
-  }
-  if (g < groups) add_odd_group<F, NT>(d, groups, a, t0, sc, g, out);
-  for (int t = 0; t < NT; ++t) out[t] -= corr[t];
+  finish_row<F, NT>(d, groups, a, t0, sc, g, corr, out);  // (no offset for MXFP4 in the pair kernel)
 }
 
 /// Rows [r0, r1) of Y = X · W^T with int8 activations. Sixteen (the kernel table's choice): blocks of 16 groups —
