@@ -382,6 +382,24 @@ void moe_sum(const detail::op_env& e, commands& c, const gpu_moe& m, uint32_t n,
                    std::span<const detail::binding>(b, nb), pc, sizeof pc, gx, gy);
 }
 
+/// hq = int8(silu(min(g, L)) · clamp(u, −L, L) · w) for `pairs` (token, slot) pairs of gate/up rows gu [pairs, 2I]
+/// (quantize_act.comp's ACT_SWIGLU mode: one dispatch, the f32 h never stored), packed for the down matrix's
+/// format; the int8 paths of kernels::moe at batch 1 and grouped.
+void swiglu_quantize(const detail::op_env& e, commands& c, const gpu_moe& m, uint32_t top_k, float limit,
+                     uint64_t pairs, const detail::bound& gub, const detail::bound& hqb, const detail::bound& wb) {
+  const uint64_t I = m.inter;
+  const uint32_t pc[5] = {uint32_t(pairs), uint32_t(I / 32), gub.residual / 4, hqb.residual / 4, wb.residual / 4};
+  const detail::binding b[3] = {gub.b, hqb.b, wb.b};
+  uint32_t gx, gy;
+  e.grid(ceil_div(pairs * (I / 32), detail::op_env::wg), gx, gy);
+  const scale_encoding enc = m.down.w.fmt == format::mxfp4 ? scale_encoding::e8m0 : scale_encoding::none;
+  const std::string defs = "#define ACT_SWIGLU 1\n" + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+                           (m.shared ? "1" : "0") + "\n" + detail::def_f("MOE_LIMIT", limit) +
+                           format_defines(m.down.w.fmt, enc);
+  detail::dispatch(c.impl(), e.pipe("quantize_act.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc,
+                   gx, gy);
+}
+
 /// The batch-1 int8 path of one layer (shaders/matvec_rows.comp in its MOE_ROWS mode): its kernels' defines and
 /// the parts of the scratch h = [h: S·I (unused here) | gate/up: S·2I | down: S·d | xq | hq] (S = slots); ok =
 /// false where the path does not apply (no int8 kernel for a format, a row block that would straddle two experts,
@@ -467,17 +485,7 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
                      e.pipe("matvec_rows.comp", pl.dgu + moe_defs(2 * I, 0), e.lanes * e.teams, nb_rows, sizeof pg),
                      std::span<const detail::binding>(bg, nb_rows), &pg, sizeof pg, gx, gy);
   });
-  stage(1, [&] {  // hq = int8(silu(min(g, L)) · clamp(u) · w), per slot
-    const uint32_t pc[5] = {uint32_t(S), uint32_t(I / 32), gub.residual / 4, hqb.residual / 4, wb.residual / 4};
-    const detail::binding b[3] = {gub.b, hqb.b, wb.b};
-    e.grid(ceil_div(S * (I / 32), detail::op_env::wg), gx, gy);
-    const scale_encoding enc = m.down.w.fmt == format::mxfp4 ? scale_encoding::e8m0 : scale_encoding::none;
-    const std::string defs = "#define ACT_SWIGLU 1\n" + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
-                             (m.shared ? "1" : "0") + "\n" + detail::def_f("MOE_LIMIT", limit) +
-                             format_defines(m.down.w.fmt, enc);
-    detail::dispatch(c.impl(), e.pipe("quantize_act.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc,
-                     gx, gy);
-  });
+  stage(1, [&] { swiglu_quantize(e, c, m, top_k, limit, S, gub, hqb, wb); });  // per slot
   stage(2, [&] {  // down rows of every slot's expert on its quantised h → y [S, d]
     pd.rows = uint32_t(m.down.w.rows), pd.cols = uint32_t(I), pd.n = 1, pd.r0 = 0;
     pd.xoff = hqb.residual / 4, pd.yoff = yb.residual / 4, pd.pad = ib.residual / 4;
@@ -595,18 +603,7 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   pair_lists(e, c, m, n, top_k, ib, lb);
   k.quantize_act(c, wgu.fmt, x, n, d, xqv);
   run(wgu, 2 * I, xqb, gub, true);  // gu [n·S, 2I]
-  {                                 // hq = int8(silu(min(g, L)) · clamp(u) · w), per pair
-    const uint32_t pc[5] = {uint32_t(np), uint32_t(I / 32), gub.residual / 4, hqb.residual / 4, wb.residual / 4};
-    const detail::binding b[3] = {gub.b, hqb.b, wb.b};
-    uint32_t gx, gy;
-    e.grid(ceil_div(np * (I / 32), detail::op_env::wg), gx, gy);
-    const scale_encoding enc = wdn.fmt == format::mxfp4 ? scale_encoding::e8m0 : scale_encoding::none;
-    const std::string defs = "#define ACT_SWIGLU 1\n" + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
-                             (m.shared ? "1" : "0") + "\n" + detail::def_f("MOE_LIMIT", limit) +
-                             format_defines(wdn.fmt, enc);
-    detail::dispatch(c.impl(), e.pipe("quantize_act.comp", defs, detail::op_env::wg, 3, sizeof pc), b, pc, sizeof pc,
-                     gx, gy);
-  }
+  swiglu_quantize(e, c, m, top_k, limit, np, gub, hqb, wb);  // per pair
   run(wdn, d, hqb, yb, false);  // y [n·S, d]
   moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
   return true;
