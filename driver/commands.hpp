@@ -44,6 +44,7 @@ struct bench_args {
   std::string expert_down;        // routed experts' w2 format (empty: --weights)
   std::string dense = "fp8_b128"; // attention / compressor / indexer projections, shared expert, head
   uint64_t prompt = 512, tokens = 256, ctx = 16384;
+  uint32_t prefill_reps = 3;      // --prefill-reps: the prompt's prefill timed this many times (median reported)
   uint32_t layers = 0;            // 0: the preset's
   int device = -1;                // Vulkan device index (-1: best)
   uint64_t seed = 1;

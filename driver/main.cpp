@@ -132,6 +132,10 @@ int main(int argc, char** argv) {
   cb->add_option("--dense", bench.dense, "Attention / indexer / shared-expert / head format")->default_val(bench.dense);
   cb->add_option("--prompt", bench.prompt, "Prompt tokens (prefill)")->default_val(bench.prompt);
   cb->add_option("--tokens", bench.tokens, "Decode tokens")->default_val(bench.tokens);
+  cb->add_option("--prefill-reps", bench.prefill_reps,
+                 "Prefill runs of the prompt (from position 0 each): the first and the median are reported")
+      ->default_val(bench.prefill_reps)
+      ->check(CLI::Range(1u, 100u));
   cb->add_option("--ctx", bench.ctx, "Context the device state holds; decode is also timed at its end")->default_val(bench.ctx);
   cb->add_option("--layers", bench.layers, "Layers (0 = the preset's)")->default_val(bench.layers);
   cb->add_option("--device", bench.device, "Vulkan device index (-1 = best)")->default_val(bench.device);

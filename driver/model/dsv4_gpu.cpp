@@ -485,6 +485,7 @@ std::vector<float> dsv4_gpu_model::forward_all(std::span<const uint32_t> ids) {
   if (!m.chunkable()) return gpu_graph::forward_all(ids);
   std::vector<float> out;
   out.reserve(ids.size() * m.cfg.vocab);
+  m.chunk_stats = {};
   for (size_t b = 0; b < ids.size(); b += m.opt.prefill_chunk) {
     const std::vector<float> l = forward_chunk_rows(ids.subspan(b, std::min<size_t>(ids.size() - b, m.opt.prefill_chunk)));
     out.insert(out.end(), l.begin(), l.end());

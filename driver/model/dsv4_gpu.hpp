@@ -116,6 +116,7 @@ class dsv4_gpu_model final : public gpu_graph {
   std::vector<uint32_t> kind_layers() const override;
   std::string prefill_profile() const override;
   bool prefill_chunked() const override;
+  gpu_prefill_stats last_prefill() const override;
 
   uint64_t weight_bytes() const noexcept override;     ///< device bytes of the weights
   uint64_t state_bytes() const noexcept override;      ///< device bytes of the sequence state and scratch

@@ -11,8 +11,10 @@
 //   at that row's position (index_score counts, kernels::pick_keys);
 // - the entries closing inside the chunk are pooled together, each roped at its window's first position (the
 //   per-ratio entry rope tables).
-// Per-chunk parameters (embeddings, key lists, window rows) are uploaded before the recording runs.
+// Per-chunk parameters (token ids, key lists, window rows) are uploaded before the recording runs; the rows'
+// embeddings are gathered on the device (kernels::embed_rows) where it holds the embedding, else decoded here.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -121,15 +123,20 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     if (G.kind.ratio) (G.comp.ratio == 4 ? off4 : off128) = uint32_t(G.comp.max_entries),
                       (G.comp.ratio == 4 ? cap4 : cap128) = G.comp.cap;
   const uint64_t ne128_end = (P + T) / 128, hca_keys = W + std::max<uint64_t>(ne128_end, 1);
+  using clk = std::chrono::steady_clock;
+  const auto t_prep = clk::now();
+  const bool embed_on_device = static_cast<bool>(embed_dev.data);  // else the rows are decoded here and uploaded
   {
-    std::vector<float> xe(uint64_t(T) * hc * d);
-    std::vector<float> row(d);
-    for (uint32_t t = 0; t < T; ++t) {
-      visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, toks[t], row.data()); });
-      for (uint64_t j = 0; j < hc; ++j) std::memcpy(xe.data() + (t * hc + j) * d, row.data(), d * 4);
-    }
-    dev.upload(rows(B.X, 0, T, hc * d), xe.data(), xe.size() * 4);
     dev.upload(view(B.tokens, 0, T * 4), toks.data(), T * 4);
+    if (!embed_on_device) {
+      std::vector<float> xe(uint64_t(T) * hc * d);
+      std::vector<float> row(d);
+      for (uint32_t t = 0; t < T; ++t) {
+        visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, toks[t], row.data()); });
+        for (uint64_t j = 0; j < hc; ++j) std::memcpy(xe.data() + (t * hc + j) * d, row.data(), d * 4);
+      }
+      dev.upload(rows(B.X, 0, T, hc * d), xe.data(), xe.size() * 4);
+    }
     std::vector<uint32_t> counts(T);
     std::vector<int32_t> iswa(uint64_t(T) * W, -1), icsa(uint64_t(T) * (W + TK), -1), ihca(uint64_t(T) * hca_keys, -1);
     for (uint32_t t = 0; t < T; ++t) {
@@ -162,8 +169,16 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   }
 
   // ---- the recording
+  const auto t_rec = clk::now();
+  chunk_stats.prep_s += std::chrono::duration<double>(t_rec - t_prep).count();
   gpu::commands c = dev.begin();
+  const bool timed = dev.info().timestamps;
+  const uint32_t t_first = timed ? c.timestamp() : 0;
   c.barrier();
+  if (embed_on_device) {  // the chunk's rows, hc copies each, gathered from the device's embedding
+    k.embed_rows(c, embed_dev, view(B.tokens, 0, T * 4), T, uint32_t(hc), rows(B.X, 0, T, hc * d));
+    c.barrier();
+  }
   // tracing: each layer's routed experts [T, K] and (indexer layers) key lists [T, W + TK], read after the run
   gpu::buffer tr_experts, tr_keys;
   if (trace) {
@@ -173,7 +188,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   // profiling: a timestamp after each op group, summed per name after the run (≤ 1024 per recording)
   std::vector<std::pair<const char*, uint32_t>> marks;
   const bool profiling = opt.profile;
-  uint32_t t_start = profiling ? c.timestamp() : 0;
+  uint32_t t_start = profiling ? (timed ? t_first : c.timestamp()) : 0;
   auto stamp = [&](const char* name) {
     if (profiling) marks.emplace_back(name, c.timestamp());
   };
@@ -347,8 +362,13 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     stamp("head");
   }
   dispatches = c.dispatch_count();
+  const uint32_t t_last = timed ? c.timestamp() : 0;
+  chunk_stats.record_s += std::chrono::duration<double>(clk::now() - t_rec).count();
   dev.submit(c);
   pos += T;
+  ++chunk_stats.chunks;
+  chunk_stats.dispatches += dispatches;
+  if (timed) chunk_stats.device_s += c.seconds(t_first, t_last);
   if (profiling) {
     uint32_t prev = t_start;
     for (const auto& [name, slot] : marks) {
@@ -414,8 +434,11 @@ bool dsv4_gpu_model::impl::chunkable() const {
   return true;
 }
 
+gpu_prefill_stats dsv4_gpu_model::last_prefill() const { return p_->chunk_stats; }
+
 void dsv4_gpu_model::impl::prefill(std::span<const uint32_t> ids, bool want_logits) {
   const uint32_t C = opt.prefill_chunk;
+  chunk_stats = {};
   for (size_t b = 0; b < ids.size(); b += C) {
     const size_t e = std::min(ids.size(), b + C);
     run_chunk(ids.subspan(b, e - b), want_logits && e == ids.size(), nullptr);

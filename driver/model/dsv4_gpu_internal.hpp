@@ -105,6 +105,7 @@ struct dsv4_gpu_model::impl {
   bool chunks_off = false;                   // a vram_budget left no room for the chunk scratch
   std::vector<std::pair<std::string, double>> chunk_prof;  // profiling: device seconds per chunk op
   uint64_t chunk_prof_rows = 0;
+  gpu_prefill_stats chunk_stats;  // the chunks of the current / last forward (reset by prefill, forward_chunk_rows)
 
   impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);
   void upload_weights(const dsv4_weights& w);  // dsv4_gpu_weights.cpp

@@ -22,6 +22,14 @@ struct gpu_graph_profile {
   std::vector<std::pair<std::string, double>> ops;  ///< "L<layer> <kind> <op>" → seconds (profile layers)
 };
 
+/// Where the time of the last forward() over several positions went, summed over its prefill chunks (all zero where
+/// it ran token by token): host preparation (the chunk's parameters, uploads), recording, and device time from the
+/// chunk's first to its last command (0 without timestamps).
+struct gpu_prefill_stats {
+  uint32_t chunks = 0, dispatches = 0;
+  double prep_s = 0, record_s = 0, device_s = 0;
+};
+
 class gpu_graph {
  public:
   virtual ~gpu_graph() = default;
@@ -45,6 +53,8 @@ class gpu_graph {
   virtual std::string prefill_profile() const { return {}; }
   /// Whether forward() of several ids runs them in prefill chunks (else token by token).
   virtual bool prefill_chunked() const { return false; }
+  /// The chunks of the last forward() / forward_all() (zero where it ran token by token).
+  virtual gpu_prefill_stats last_prefill() const { return {}; }
   /// Runs ids at positions pos()…; returns the last token's logits [vocab] when `last`, else nothing.
   virtual std::vector<float> forward(std::span<const uint32_t> ids, bool last) = 0;
   /// The checks of a multi-position call, before any position runs (a refused call leaves the state as it was):
