@@ -62,6 +62,24 @@ attn_plan plan_of(const kernels::attn_shape& sh) {
   return p;
 }
 
+// attn_tc.comp (f16 tiles, two passes over the keys; the f16 modes of kernels::set_gemm_precision): shapes of more
+// than one row (prefill chunks; never split over keys), head_dim a multiple of 16 up to 512; on the
+// tensor cores (mode 1) with subgroups of 32 (8 per workgroup). Its layout (the shader's HB, KT, HDP, PP): q and key
+// tiles of 16 rows × (head_dim + 8) halves, p of 16 × 24 halves, 16 × 16 logits, the subgroups' 16 × 16 partials
+// (mode 1), key ids and the per-head max and denominator.
+constexpr uint32_t attn_tc_heads = 16;
+uint32_t attn_tc_partials(uint32_t head_dim) { return std::min<uint32_t>(8, head_dim / 16); }
+uint64_t attn_tc_shared_bytes(uint32_t head_dim, uint32_t mode) {
+  const uint64_t tiles = 2ull * attn_tc_heads * (head_dim + 8) * 2, p = attn_tc_heads * 24 * 2, lg = 16 * 16 * 4,
+                 partials = mode == 1 ? uint64_t(attn_tc_partials(head_dim)) * 16 * 16 * 4 : 0;
+  return tiles + p + lg + partials + 16 * 4 + 2 * attn_tc_heads * 4;
+}
+uint32_t attn_tc_mode(const detail::op_env& e, const kernels::attn_shape& sh) {
+  if (!e.gemm_coop || sh.rows < 2 || sh.head_dim % 16 || sh.head_dim > 512) return 0;
+  if (e.gemm_coop == 1 && e.info.subgroup_size != 32) return 0;
+  return attn_tc_shared_bytes(sh.head_dim, e.gemm_coop) <= e.info.max_shared_memory ? e.gemm_coop : 0;
+}
+
 }  // namespace
 
 uint64_t kernels::attn_scratch_floats(const attn_shape& sh) {
@@ -69,6 +87,8 @@ uint64_t kernels::attn_scratch_floats(const attn_shape& sh) {
   // per (row, head, split): head_dim accumulator floats, then (max, denominator) after all accumulators
   return p.max_splits > 1 ? uint64_t(p.max_splits) * sh.rows * sh.heads * (uint64_t(sh.head_dim) + 2) : 0;
 }
+
+bool kernels::attn_f16_tiles(const attn_shape& sh) const { return attn_tc_mode(detail::op_env_of(*p_), sh) != 0; }
 
 void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
                                view o, view scratch, view inv_rope_cs) {
@@ -98,7 +118,8 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
     detail::need_view(inv_rope_cs, csb, op, "inv_rope_cs");
   }
   const detail::bound b_cs = e.bind(ir ? inv_rope_cs : view(), ir ? csb : 4);
-  const bool split = pl.splits > 1;
+  const uint32_t tc = attn_tc_mode(e, sh);
+  const bool split = pl.splits > 1 && !tc;
   if (split && c.in_concurrent())
     throw usage_error(std::string(op) + ": a split shape is two dependent dispatches: not inside begin_concurrent");
   const detail::bound b_q = e.bind(q, qb), b_a = e.bind(sh.kv_a_rows ? kv_a : view(), ab),
@@ -115,11 +136,24 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
        pl.split_tiles * attn_keys_per_tile, b_x.residual / 4,  b_cs.residual / 4};
   const uint32_t wg = detail::op_env::wg, opt = (sh.head_dim + wg - 1) / wg;
   const std::string ir_def = "#define ATT_IROPE " + std::to_string(ir) + "\n";  // used in #if: no u suffix
+  uint32_t gx, gy;
+  if (tc) {
+    pc.nhb = (sh.heads + attn_tc_heads - 1) / attn_tc_heads;
+    const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + "#define ATT_NSP " +
+                             std::to_string(attn_tc_partials(sh.head_dim)) + "\n#define ATT_OBS " +
+                             std::to_string((sh.head_dim + 127) / 128) + "\n#define ATT_COOP " + std::to_string(tc) +
+                             "\n" + ir_def;
+    const detail::binding b[8] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b, b_x.b, b_cs.b};
+    const uint32_t nb = ir ? 8 : 6;
+    e.grid(uint64_t(sh.rows) * pc.nhb, gx, gy);
+    detail::dispatch(c.impl(), e.pipe("attn_tc.comp", defs, wg, nb, sizeof pc), std::span<const detail::binding>(b, nb),
+                     &pc, sizeof pc, gx, gy);
+    return;
+  }
   const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_HB", attn_heads_per_wg) +
                            detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt) + ir_def;
   const detail::binding b[8] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b, b_x.b, b_cs.b};
   const uint32_t nb = ir ? 8 : 7;
-  uint32_t gx, gy;
   e.grid(uint64_t(sh.rows) * pl.nhb * pl.splits, gx, gy);
   detail::dispatch(c.impl(), e.pipe("attn_sparse.comp", defs, wg, nb, sizeof pc),
                    std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);

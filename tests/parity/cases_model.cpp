@@ -349,6 +349,20 @@ std::string f16_chunk_case(suite& s, const std::string& path, uint32_t chunk, ui
   });
 }
 
+/// Whether two device traces picked the same experts and indexer keys at rows [0, n) of every layer.
+bool same_selections(const dsv4_trace& a, const dsv4_trace& b, size_t n) {
+  auto eq = [n](const auto& x, const auto& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t l = 0; l < x.size(); ++l) {
+      if (std::min(x[l].size(), n) != std::min(y[l].size(), n)) return false;
+      for (size_t t = 0; t < std::min(x[l].size(), n); ++t)
+        if (x[l][t] != y[l][t]) return false;
+    }
+    return true;
+  };
+  return eq(a.experts, b.experts) && eq(a.topk, b.topk);
+}
+
 /// Prefill chunks with int8 experts (dsv4_gpu_options::expert_act = i8: the expert-grouped int8 kernels,
 /// moe_rows_g8.comp) against the same model stepped token by token with int8 experts (the batch-1 int8 path): both
 /// quantise x per token and h per (token, slot) by the same rule and sum the same chunk products, so their logits
@@ -357,7 +371,8 @@ std::string f16_chunk_case(suite& s, const std::string& path, uint32_t chunk, ui
 /// NMSE 2.9e-4 there and carried on by the sequence state) — so the bound is the int8 error's (kSameNmse) and the
 /// rows that agree to 1e-9 are counted; both against the CPU's f32 logits within the int8 error (NMSE ≤ kI8Nmse;
 /// lavapipe 1e-4 .. 1.1e-3), every row above kRanNmse (the int8 path ran). Selections as f16_chunk_run: identical to the CPU's, a near-tie flip (CPU
-/// margin below kTieMargin) ends the comparison there.
+/// margin below kTieMargin) ends the comparison there, and so does a wider difference where chunk and steps picked
+/// the same (the int8 error's; a failure where they differ from each other).
 std::string i8_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t seed,
                          uint64_t& rows, std::string& info) {
   constexpr double kSameNmse = 2e-3, kI8Nmse = 5e-3, kRanNmse = 1e-8, kI8TieMargin = 3e-2;
@@ -390,7 +405,15 @@ std::string i8_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint
       std::string what;
       selection_verdict v = compare_selections(tc, tg, what, kI8TieMargin);
       if (v == selection_verdict::same) v = compare_selections(tc2, ts, what, kI8TieMargin);
-      if (v == selection_verdict::differ) return what + " (wider than the tie margin)";
+      if (v == selection_verdict::differ) {
+        // Beyond the tie margin of the CPU's f32 scores: the int8 error has moved a score by more than the margin
+        // (the hidden state drifts from the CPU's over the layers; seen at a CPU margin of 6e-2, layer 4, row 39).
+        // That ends the comparison when the two int8 paths picked the same (what this case checks); if they differ
+        // from each other too, it fails.
+        if (!same_selections(tg, ts, t + 1)) return what + " (wider than the tie margin, and chunk and steps differ)";
+        stop = "; stopped at " + what + " (beyond the tie margin; chunk and steps agree)";
+        break;
+      }
       if (v == selection_verdict::near_tie) {
         stop = "; stopped at " + what;
         break;

@@ -154,6 +154,8 @@ class suite {
   void run(const std::string& op, const std::string& fmt, const std::string& name,
            const std::function<std::string(uint64_t seed, std::string& info)>& body);
   void unsupported(const std::string& op, const std::string& fmt) { results_.push_back({op, fmt, "", status::unsupported}); }
+  /// Whether --filter selects the case "op/fmt/name" (substrings separated by '|': any of them; none: every case).
+  bool selected(const std::string& full) const;
 
   /// Submits a recording and returns its wall time in ms.
   double submit(gpu::commands& c);

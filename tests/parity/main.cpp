@@ -12,19 +12,21 @@
 
 namespace cmfx::parity {
 
+bool suite::selected(const std::string& full) const {
+  if (opt.filter.empty()) return true;
+  for (size_t b = 0; b <= opt.filter.size();) {  // substrings separated by '|': any of them
+    const size_t e = std::min(opt.filter.find('|', b), opt.filter.size());
+    if (e > b && full.find(opt.filter.substr(b, e - b)) != std::string::npos) return true;
+    b = e + 1;
+  }
+  return false;
+}
+
 void suite::run(const std::string& op, const std::string& fmt, const std::string& name,
                 const std::function<std::string(uint64_t, std::string&)>& body) {
   const std::string full = op + "/" + fmt + "/" + name;
   const uint64_t seed = next_seed();
-  if (!opt.filter.empty()) {  // substrings separated by '|': any of them
-    bool hit = false;
-    for (size_t b = 0; b <= opt.filter.size() && !hit;) {
-      const size_t e = std::min(opt.filter.find('|', b), opt.filter.size());
-      hit = e > b && full.find(opt.filter.substr(b, e - b)) != std::string::npos;
-      b = e + 1;
-    }
-    if (!hit) return;
-  }
+  if (!selected(full)) return;
   std::string info, why;
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -85,6 +87,8 @@ int suite::report() const {
       cell[key] = r.st;
     else if (r.st == status::fail)
       it->second = status::fail;
+    else if (r.st == status::pass && it->second == status::unsupported)
+      it->second = status::pass;
     if (r.st != status::unsupported) ++count[key];
   }
   std::printf("\ncoverage (cases per cell; '-' = format-independent op):\n%-14s", "op");

@@ -421,6 +421,10 @@ class kernels {
   /// Scratch floats of sparse_attention for sh: depends on rows, heads and head_dim only (not on keys), so one
   /// buffer serves every key count of a row/head shape; 0 when the shape never splits (many rows, e.g. prefill).
   static uint64_t attn_scratch_floats(const attn_shape& sh);
+  /// Whether sparse_attention runs sh on f16 tiles (shaders/attn_tc.comp) in the current f16 GEMM mode
+  /// (set_gemm_precision): more than one row (prefill chunks), head_dim a multiple of 16 up to 512, its shared
+  /// memory within the device's; on the tensor cores (subgroups of 32) or emulated. Otherwise the f32 kernel runs.
+  bool attn_f16_tiles(const attn_shape& sh) const;
 
   /// Shape of one compressor pooling dispatch (§3.3 "Compressor"; V4.1 §4.2): `entries` closing windows of
   /// `ratio` positions; each position's rows of a (values) and s (scores, ape already added) hold `row_floats`
