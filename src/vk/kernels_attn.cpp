@@ -63,19 +63,18 @@ attn_plan plan_of(const kernels::attn_shape& sh) {
 }
 
 // attn_tc.comp (f16 tiles, two passes over the keys; the f16 modes of kernels::set_gemm_precision): shapes of more
-// than one row (prefill chunks; never split over keys), head_dim a multiple of 16 up to 512; on the
-// tensor cores (mode 1) with subgroups of 32 (8 per workgroup). Its layout (the shader's HB, KT, HDP, PP): q and key
-// tiles of 16 rows × (head_dim + 8) halves, p of 16 × 24 halves, 16 × 16 logits, the subgroups' 16 × 16 partials
-// (mode 1), key ids and the per-head max and denominator.
-constexpr uint32_t attn_tc_heads = 16;
-uint32_t attn_tc_partials(uint32_t head_dim) { return std::min<uint32_t>(8, head_dim / 16); }
+// than one row (prefill chunks; never split over keys), head_dim a multiple of 64 up to 512; on the tensor cores
+// (mode 1) with subgroups of 32 (8 per workgroup). Its shared memory (the shader's HB, KT, HDP, PP): a key tile of
+// 16 rows × (head_dim + 8) halves (mode 2: and q of the 32 heads), p of 32 × 24 halves, 32 × 16 logits, the 4 × 2
+// 16 × 16 logit partials (mode 1), key ids and the per-head max and denominator.
+constexpr uint32_t attn_tc_heads = 32;
 uint64_t attn_tc_shared_bytes(uint32_t head_dim, uint32_t mode) {
-  const uint64_t tiles = 2ull * attn_tc_heads * (head_dim + 8) * 2, p = attn_tc_heads * 24 * 2, lg = 16 * 16 * 4,
-                 partials = mode == 1 ? uint64_t(attn_tc_partials(head_dim)) * 16 * 16 * 4 : 0;
-  return tiles + p + lg + partials + 16 * 4 + 2 * attn_tc_heads * 4;
+  const uint64_t row = (uint64_t(head_dim) + 8) * 2, keys = 16 * row, q = mode == 2 ? attn_tc_heads * row : 0,
+                 p = attn_tc_heads * 24 * 2, lg = attn_tc_heads * 16 * 4, partials = mode == 1 ? 4 * attn_tc_heads * 16 * 4 : 0;
+  return keys + q + p + lg + partials + 16 * 4 + 2 * attn_tc_heads * 4;
 }
 uint32_t attn_tc_mode(const detail::op_env& e, const kernels::attn_shape& sh) {
-  if (!e.gemm_coop || sh.rows < 2 || sh.head_dim % 16 || sh.head_dim > 512) return 0;
+  if (!e.gemm_coop || sh.rows < 2 || sh.head_dim % 64 || sh.head_dim > 512) return 0;
   if (e.gemm_coop == 1 && e.info.subgroup_size != 32) return 0;
   return attn_tc_shared_bytes(sh.head_dim, e.gemm_coop) <= e.info.max_shared_memory ? e.gemm_coop : 0;
 }
@@ -139,10 +138,9 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   uint32_t gx, gy;
   if (tc) {
     pc.nhb = (sh.heads + attn_tc_heads - 1) / attn_tc_heads;
-    const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + "#define ATT_NSP " +
-                             std::to_string(attn_tc_partials(sh.head_dim)) + "\n#define ATT_OBS " +
-                             std::to_string((sh.head_dim + 127) / 128) + "\n#define ATT_COOP " + std::to_string(tc) +
-                             "\n" + ir_def;
+    const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + "#define ATT_QN " +
+                             std::to_string(sh.head_dim / 64) + "\n#define ATT_COOP " + std::to_string(tc) + "\n" +
+                             ir_def;
     const detail::binding b[8] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b, b_x.b, b_cs.b};
     const uint32_t nb = ir ? 8 : 6;
     e.grid(uint64_t(sh.rows) * pc.nhb, gx, gy);

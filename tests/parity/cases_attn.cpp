@@ -580,7 +580,9 @@ void attn_cases(suite& s) {
      f16({5, 6, 512, 64, 9, 11, 7, 1.0f, true, false, true}));
   at("f16 tiles: ragged no sink 4x3x128 window 5 + 2 of 3, all-masked row", f16({4, 3, 128, 64, 5, 3, 2, 1.0f, false, false, true}));
   at("f16 tiles: HCA 2x20x512 window 128 + up to 3000 entries (t/128)", f16({2, 20, 512, 64, 128, 3000, 3000, 1.0f, true, true}));
-  at("f16 tiles: odd shape 2x5x96 rope 32 window 17 + 23 of 40", f16({2, 5, 96, 32, 17, 40, 23}));
+  at("f16 tiles: odd shape 2x5x192 rope 32 window 17 + 23 of 40", f16({2, 5, 192, 32, 17, 40, 23}));
+  at("f16 tiles: two head blocks 4x40x128 window 24 + 30 of 50, masked slots, all-masked row, 1-key row",
+     f16({4, 40, 128, 64, 24, 50, 30, 1.0f, true, false, true}));
   at("f16 tiles: toy 6x4x64 rope 16 window 16 + 8 of 12", f16({6, 4, 64, 16, 16, 12, 8}));
   s.run("sparse_attn", "-", "out-of-range index gives NaN", [&](uint64_t, R& info) { return attn_invalid_case(s, info); });
   // Split over keys (decode shapes): keys 1, 7 (one tile: one pass), 130, 640, 1100; rows 1 and 3; heads 64 and 5;

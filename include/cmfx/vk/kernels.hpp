@@ -422,7 +422,7 @@ class kernels {
   /// buffer serves every key count of a row/head shape; 0 when the shape never splits (many rows, e.g. prefill).
   static uint64_t attn_scratch_floats(const attn_shape& sh);
   /// Whether sparse_attention runs sh on f16 tiles (shaders/attn_tc.comp) in the current f16 GEMM mode
-  /// (set_gemm_precision): more than one row (prefill chunks), head_dim a multiple of 16 up to 512, its shared
+  /// (set_gemm_precision): more than one row (prefill chunks), head_dim a multiple of 64 up to 512, its shared
   /// memory within the device's; on the tensor cores (subgroups of 32) or emulated. Otherwise the f32 kernel runs.
   bool attn_f16_tiles(const attn_shape& sh) const;
 
