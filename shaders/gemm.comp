@@ -82,13 +82,17 @@ layout(std430, binding = 8) readonly buffer SlotMap { uint slot_map[]; };
 
 #if GEMM_COOP
 #define TKP (TK + 8)  // row stride of the f16 tiles in halves (16-byte multiple; rows shifted across banks)
-// The f16 tiles as packed words, written 4 or 8 halves per store (the stores of single halves conflicted on the
-// shared-memory banks): wh4[(r · TKP + k) / 8] holds weight row r, columns k .. k + 7 (k % 8 == 0); xh2[(t · TKP +
-// k) / 4] batch row t, columns k .. k + 3. The cooperative-matrix loads count in these units.
-shared uvec4 wh4[GM * TKP / 8];
-shared uvec2 xh2[GN * TKP / 4];
-#if GEMM_COOP == 1
-shared float cts[GM * GN];      // cts[t · GM + r]: the accumulators on their way to y
+// The f16 tiles as packed words of one array, written 4 or 8 halves per store (the stores of single halves
+// conflicted on the shared-memory banks): th[(r · TKP + k) / 8] holds weight row r, columns k .. k + 7 (k % 8 ==
+// 0); th[XH0 + (t · TKP + k) / 8] batch row t. The cooperative-matrix loads count in these units. GEMM_COOP 1: after
+// the last step the same words carry the accumulators on their way to y (f32 [t · GM + r]), GN / GEMM_NR batch rows
+// at a time (GEMM_NR rounds: as many as the tiles' space needs).
+#define XH0 (GM * TKP / 8)
+shared uvec4 th[(GM + GN) * TKP / 8];
+#define wh4 th
+#define GEMM_NR ((GM * GN * 4 + (GM + GN) * TKP * 2 - 1) / ((GM + GN) * TKP * 2))
+#if (GN / 16) % GEMM_NR != 0
+#error "gemm.comp: the output rounds must split the tile's 16-row blocks evenly"
 #endif
 // Rounded to f16 with saturation: a value beyond the f16 range becomes ±65504, never ±inf (an inf product would
 // turn a whole output row into NaN through inf − inf). Each pair is rounded (RTE) then clamped in f16, which maps an
@@ -97,7 +101,7 @@ uint h2sat(float a, float b) { return packFloat2x16(clamp(f16vec2(a, b), f16vec2
 uvec2 h4sat(vec4 v) { return uvec2(h2sat(v.x, v.y), h2sat(v.z, v.w)); }
 // one half of the tiles (the emulated mode's reads)
 float wh_at(uint i) { return float(unpackFloat2x16(wh4[i >> 3u][(i >> 1u) & 3u])[i & 1u]); }
-float xh_at(uint i) { return float(unpackFloat2x16(xh2[i >> 2u][(i >> 1u) & 1u])[i & 1u]); }
+float xh_at(uint i) { return wh_at(XH0 * 8u + i); }
 // 4 halves at a multiple of 4 of the weight tile: the .xy or .zw half of a uvec4
 void wh_put4(uint i, uvec2 v) {
   if ((i & 4u) == 0u) wh4[i >> 3u].xy = v;
@@ -143,7 +147,7 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
 #endif
 #define WZERO_CHUNK() for (uint i = 0u; i < CHUNK / 8u; ++i) wh4[(rr * TKP + kc * CHUNK) / 8u + i] = uvec4(0u);
 #endif
-#define XST_VEC4(tt, c4, v) xh2[((tt) * TKP + 4u * (c4)) / 4u] = h4sat(v)
+#define XST_VEC4(tt, c4, v) wh_put4(XH0 * 8u + (tt) * TKP + 4u * (c4), h4sat(v))
 #else
 #define WST(j)                                                                                  \
   {                                                                                             \
@@ -178,6 +182,8 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
 #define REP_X(M) M(0) M(1)
 #elif GEMM_XF == 4
 #define REP_X(M) M(0) M(1) M(2) M(3)
+#elif GEMM_XF == 8
+#define REP_X(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
 #else
 #error "gemm.comp: unsupported activation loads per invocation"
 #endif
@@ -252,10 +258,12 @@ void wsf_store(uint c0, uint rr, vec4 v) {
   {                                                                                             \
     HALF_T a, b;                                                                                \
     coopMatLoadNV(a, wh4, (BLK_M(j) * TKP + kk) / 8u, TKP / 8u, false);                          \
-    coopMatLoadNV(b, xh2, (BLK_N(j) * TKP + kk) / 4u, TKP / 4u, true);                           \
+    coopMatLoadNV(b, th, XH0 + (BLK_N(j) * TKP + kk) / 8u, TKP / 8u, true);                      \
     cacc##j = coopMatMulAddNV(a, b, cacc##j);                                                   \
   }
-#define ACC_STORE(j) coopMatStoreNV(cacc##j, cts, BLK_N(j) * GM + BLK_M(j), GM, true);
+#define ACC_STORE(j)                                                                            \
+  if (BLK_N(j) / (GN / GEMM_NR) == rnd)                                                          \
+    coopMatStoreNV(cacc##j, th, ((BLK_N(j) % (GN / GEMM_NR)) * GM + BLK_M(j)) / 4u, GM / 4u, true);
 #elif GEMM_COOP == 2
 #define GEMM_EPI (GM * GN / GEMM_WG)  // outputs per invocation: lid + i·WG → batch row / GM, row % GM
 #endif
@@ -362,18 +370,22 @@ void main() {
       }
       GEMM_COMPUTE()
     }
-#if GEMM_COOP
 #if GEMM_COOP == 1
-    REP_B(ACC_STORE)
-    barrier();  // the whole tile in cts
-#endif
+    [[unroll]] for (uint rnd = 0u; rnd < GEMM_NR; ++rnd) {
+      barrier();  // the tiles (or the round before) are consumed
+      REP_B(ACC_STORE)
+      barrier();
+      [[unroll]] for (uint i = 0u; i < GM * GN / GEMM_NR / GEMM_WG; ++i) {
+        // consecutive invocations: consecutive rows
+        const uint o = lid + i * GEMM_WG, r = o % GM, t = t_base + rnd * (GN / GEMM_NR) + o / GM;
+        const float v = uintBitsToFloat(th[o >> 2u][o & 3u]);
+        if (row0 + r < row_end && t < count) ys[YIDX(t, row0 + r)] = v;
+      }
+    }
+#elif GEMM_COOP == 2
     [[unroll]] for (uint i = 0u; i < GM * GN / GEMM_WG; ++i) {
       const uint o = lid + i * GEMM_WG, r = o % GM, t = t_base + o / GM;  // consecutive invocations: consecutive rows
-#if GEMM_COOP == 1
-      const float v = cts[o];
-#else
       const float v = eacc[i];
-#endif
       if (row0 + r < row_end && t < count) ys[YIDX(t, row0 + r)] = v;
     }
 #else

@@ -122,26 +122,30 @@ struct kernels::impl {
   /// tiles (64 rows × 64 batch rows × TK columns of f32, plus the format's tables).
   /// In the f16 modes (gemm_coop): f16 tiles, 64 columns per step; where the device cannot hold or split those
   /// tiles, the f32 ones.
-  static constexpr uint32_t gemm_rows = 64, gemm_batch = 64;
+  static constexpr uint32_t gemm_rows = 64;
   uint32_t gemm_mode(format f) const {
-    const uint32_t coop = gemm_coop(), tk = detail::gemm_step(detail::gpu_traits(f).chunk, coop);
+    const uint32_t coop = gemm_coop(), tk = detail::gemm_step(detail::gpu_traits(f).chunk, coop),
+                   gn = detail::gemm_batch_rows(coop, gemm_rows, tk, info.max_shared_memory);
     std::string defs;
-    if (coop && (detail::gemm_shared_bytes(gemm_rows, gemm_batch, tk, coop) > info.max_shared_memory ||
-                 !detail::gemm_coop_defines(coop, gemm_rows, gemm_batch, 256, info.subgroup_size, defs)))
+    if (coop && (detail::gemm_shared_bytes(gemm_rows, gn, tk, coop) > info.max_shared_memory ||
+                 !detail::gemm_coop_defines(coop, gemm_rows, gn, 256, info.subgroup_size, defs)))
       return 0;
     return coop;
   }
   uint32_t gemm_tk(format f) const { return detail::gemm_step(detail::gpu_traits(f).chunk, gemm_mode(f)); }
+  uint32_t gemm_gn(format f) const {
+    return detail::gemm_batch_rows(gemm_mode(f), gemm_rows, gemm_tk(f), info.max_shared_memory);
+  }
   const detail::pipeline* gemm_pipe(format f, scale_encoding enc) {
-    const uint32_t coop = gemm_mode(f), tk = gemm_tk(f);
-    if (detail::gemm_shared_bytes(gemm_rows, gemm_batch, tk, coop) > info.max_shared_memory ||
+    const uint32_t coop = gemm_mode(f), tk = gemm_tk(f), gn = gemm_gn(f);
+    if (detail::gemm_shared_bytes(gemm_rows, gn, tk, coop) > info.max_shared_memory ||
         tk % detail::gpu_traits(f).chunk)
       return nullptr;
     const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, coop, 0};
     if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
     std::string cdefs;
-    detail::gemm_coop_defines(coop, gemm_rows, gemm_batch, 256, info.subgroup_size, cdefs);
-    const detail::pipeline* p = pipe("gemm.comp", detail::gemm_defines(f, enc, tk, cdefs), 256, 6, sizeof(mat_pc));
+    detail::gemm_coop_defines(coop, gemm_rows, gn, 256, info.subgroup_size, cdefs);
+    const detail::pipeline* p = pipe("gemm.comp", detail::gemm_defines(f, enc, tk, gn, cdefs), 256, 6, sizeof(mat_pc));
     matrix_pipes.emplace(key, p);
     return p;
   }
@@ -302,7 +306,7 @@ struct kernels::impl {
       if (tiled && !pc.fast) throw std::logic_error("run_matrix: the tiled GEMM needs the fast layout");
       uint32_t gx, gy;
       if (tiled)
-        grid(ceil_div(r1 - r0, gemm_rows) * ceil_div(nt, gemm_batch), gx, gy);
+        grid(ceil_div(r1 - r0, gemm_rows) * ceil_div(nt, gemm_gn(w.fmt)), gx, gy);
       else
         grid(ceil_div(r1 - r0, rows ? teams / rt.split * rt.rows_per_team : rows_per_wg), gx, gy);
       detail::dispatch(c.impl(), rows ? rp : p, b, &pc, sizeof pc, gx, gy);
@@ -397,9 +401,10 @@ uint32_t kernels::compile_gemm_variants(gemm_precision p, uint32_t subgroup) con
     scale_encoding enc = scale_encoding::none;
     if constexpr (requires { typename F::scale_elem; }) enc = scale_encoding::e8m0;
     std::string cd;
-    if (!detail::gemm_coop_defines(coop, impl::gemm_rows, 64, 256, subgroup, cd))
+    const uint32_t gn = coop ? 128 : 64;  // the tile of a device with 48 KiB of shared memory (the H200)
+    if (!detail::gemm_coop_defines(coop, impl::gemm_rows, gn, 256, subgroup, cd))
       throw gpu_error("compile_gemm_variants: no dense GEMM tile split for subgroup " + std::to_string(subgroup));
-    (void)detail::compile_glsl(o.shader_dir, "gemm.comp", p_->common + detail::gemm_defines(F::id, enc, tk, cd),
+    (void)detail::compile_glsl(o.shader_dir, "gemm.comp", p_->common + detail::gemm_defines(F::id, enc, tk, gn, cd),
                                o.optimize_spirv);
     ++n;
     const uint32_t gm = 128, wg = detail::moe_gemm_wg(coop, gm, subgroup);

@@ -80,12 +80,19 @@ const matvec_tuning& tuning_of(const kernels::impl& p);
 
 /// Shared memory of one shaders/gemm.comp workgroup: the f32 weight tile (gm rows × tk columns) and activation
 /// tile (gn batch rows × tk), the ladder tables of gm rows (the largest format table), and 1.25 KiB for the LUTs.
-/// coop (gemm.comp's GEMM_COOP, 1 or 2): f16 tiles of rows padded to tk + 8 halves, and for 1 the f32 tile the
-/// cooperative-matrix accumulators go through.
+/// coop (gemm.comp's GEMM_COOP, 1 or 2): f16 tiles of rows padded to tk + 8 halves (with cooperative matrices the
+/// accumulators go to y through the same words, in as many rounds as they need).
 inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk, uint32_t coop = 0) {
   const uint64_t tables = uint64_t(gm) * ladder::rungs * 4 + 1280;
   if (coop == 0) return uint64_t(tk) * (gm + gn) * 4 + tables;
-  return uint64_t(tk + 8) * (gm + gn) * 2 + (coop == 1 ? uint64_t(gm) * gn * 4 : 0) + tables;
+  return uint64_t(tk + 8) * (gm + gn) * 2 + tables;
+}
+
+/// Batch rows per tile of the dense tiled GEMM: 128 in the f16 modes where the shared memory holds the tiles (each
+/// step's weight tile then serves twice the rows: H200 2026-11-30, `wo_b` of a 512-row chunk 0.75 -> 0.59 ms), else
+/// 64 (the f32 tiles; lavapipe's 32 KiB).
+inline uint32_t gemm_batch_rows(uint32_t coop, uint32_t gm, uint32_t tk, uint64_t max_shared) {
+  return coop && gemm_shared_bytes(gm, 128, tk, coop) <= max_shared ? 128 : 64;
 }
 
 /// Pairs (batch rows) per tile of the expert-grouped GEMM (gemm.comp's MOE_GEMM mode: GEMM_GN): an expert sees
@@ -172,11 +179,11 @@ inline void bind_planes(const op_env& e, const gpu_matrix& w, binding* b, mat_pc
   pc.fast = w.cols % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0;
 }
 
-/// gemm.comp's defines for the dense tiled GEMM (64 × 64 tiles, 256 invocations) of format f with tk columns per
-/// step; coop_defs from gemm_coop_defines.
-inline std::string gemm_defines(format f, scale_encoding enc, uint32_t tk, const std::string& coop_defs) {
-  return "#define ROWS_PER_WG 64\n#define GEMM_TK " + std::to_string(tk) + "\n#define GEMM_WG 256\n" + coop_defs +
-         tab_defines() + format_defines(f, enc);
+/// gemm.comp's defines for the dense tiled GEMM (64 rows × gn batch rows per tile, 256 invocations) of format f with
+/// tk columns per step; coop_defs from gemm_coop_defines.
+inline std::string gemm_defines(format f, scale_encoding enc, uint32_t tk, uint32_t gn, const std::string& coop_defs) {
+  return "#define ROWS_PER_WG 64\n#define GEMM_TK " + std::to_string(tk) + "\n#define GEMM_GN " + std::to_string(gn) +
+         "\n#define GEMM_WG 256\n" + coop_defs + tab_defines() + format_defines(f, enc);
 }
 
 /// gemm.comp's defines for the expert-grouped GEMM (MOE_GEMM, kernels_moe.cpp): gm rows × 16 pairs per tile, wg
