@@ -238,7 +238,7 @@ void wsf_store(uint c0, uint rr, vec4 v) {
 
 #if GEMM_COOP == 1
 #define GEMM_BLOCKS ((GM / 16) * (GN / 16))  // 16 × 16 output blocks of a tile
-#define GEMM_BPS (GEMM_BLOCKS / (GEMM_WG / GEMM_SG))  // blocks per subgroup (host: 1, 2 or 4)
+#define GEMM_BPS (GEMM_BLOCKS / (GEMM_WG / GEMM_SG))  // blocks per subgroup (host: 1, 2, 4 or 8)
 #define ACC_T fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 #define HALF_T fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #if GEMM_BPS == 1
@@ -247,6 +247,8 @@ void wsf_store(uint c0, uint rr, vec4 v) {
 #define REP_B(M) M(0) M(1)
 #elif GEMM_BPS == 4
 #define REP_B(M) M(0) M(1) M(2) M(3)
+#elif GEMM_BPS == 8
+#define REP_B(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
 #else
 #error "gemm.comp: unsupported output blocks per subgroup"
 #endif

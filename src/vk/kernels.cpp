@@ -123,29 +123,43 @@ struct kernels::impl {
   /// In the f16 modes (gemm_coop): f16 tiles, 64 columns per step; where the device cannot hold or split those
   /// tiles, the f32 ones.
   static constexpr uint32_t gemm_rows = 64;
-  uint32_t gemm_mode(format f) const {
-    const uint32_t coop = gemm_coop(), tk = detail::gemm_step(detail::gpu_traits(f).chunk, coop),
-                   gn = detail::gemm_batch_rows(coop, gemm_rows, tk, info.max_shared_memory);
+  /// Weight rows per dense GEMM tile: 128 in the f16 modes for formats without per-row ladders where the shared
+  /// memory holds the tiles (128 × 128: each step's activation tile serves twice the rows), else 64.
+  uint32_t gemm_gm(format f) const {
+    const uint32_t coop = gemm_coop(), tk = detail::gemm_step(detail::gpu_traits(f).chunk, coop);
     std::string defs;
-    if (coop && (detail::gemm_shared_bytes(gemm_rows, gn, tk, coop) > info.max_shared_memory ||
-                 !detail::gemm_coop_defines(coop, gemm_rows, gn, 256, info.subgroup_size, defs)))
+    return coop && !detail::gemm_ladder(f) &&
+                   detail::gemm_shared_bytes(128, 128, tk, coop, false) <= info.max_shared_memory &&
+                   detail::gemm_coop_defines(coop, 128, 128, 256, info.subgroup_size, defs)
+               ? 128
+               : gemm_rows;
+  }
+  uint32_t gemm_mode(format f) const {
+    const uint32_t coop = gemm_coop(), tk = detail::gemm_step(detail::gpu_traits(f).chunk, coop), gm = gemm_gm(f);
+    const bool lad = detail::gemm_ladder(f);
+    const uint32_t gn = detail::gemm_batch_rows(coop, gm, tk, info.max_shared_memory, lad);
+    std::string defs;
+    if (coop && (detail::gemm_shared_bytes(gm, gn, tk, coop, lad) > info.max_shared_memory ||
+                 !detail::gemm_coop_defines(coop, gm, gn, 256, info.subgroup_size, defs)))
       return 0;
     return coop;
   }
   uint32_t gemm_tk(format f) const { return detail::gemm_step(detail::gpu_traits(f).chunk, gemm_mode(f)); }
+  uint32_t gemm_tile_rows(format f) const { return gemm_mode(f) ? gemm_gm(f) : gemm_rows; }
   uint32_t gemm_gn(format f) const {
-    return detail::gemm_batch_rows(gemm_mode(f), gemm_rows, gemm_tk(f), info.max_shared_memory);
+    return detail::gemm_batch_rows(gemm_mode(f), gemm_tile_rows(f), gemm_tk(f), info.max_shared_memory,
+                                   detail::gemm_ladder(f));
   }
   const detail::pipeline* gemm_pipe(format f, scale_encoding enc) {
-    const uint32_t coop = gemm_mode(f), tk = gemm_tk(f), gn = gemm_gn(f);
-    if (detail::gemm_shared_bytes(gemm_rows, gn, tk, coop) > info.max_shared_memory ||
+    const uint32_t coop = gemm_mode(f), tk = gemm_tk(f), gm = gemm_tile_rows(f), gn = gemm_gn(f);
+    if (detail::gemm_shared_bytes(gm, gn, tk, coop, detail::gemm_ladder(f)) > info.max_shared_memory ||
         tk % detail::gpu_traits(f).chunk)
       return nullptr;
-    const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, coop, 0};
+    const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, coop, gm};
     if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
     std::string cdefs;
-    detail::gemm_coop_defines(coop, gemm_rows, gn, 256, info.subgroup_size, cdefs);
-    const detail::pipeline* p = pipe("gemm.comp", detail::gemm_defines(f, enc, tk, gn, cdefs), 256, 6, sizeof(mat_pc));
+    detail::gemm_coop_defines(coop, gm, gn, 256, info.subgroup_size, cdefs);
+    const detail::pipeline* p = pipe("gemm.comp", detail::gemm_defines(f, enc, tk, gm, gn, cdefs), 256, 6, sizeof(mat_pc));
     matrix_pipes.emplace(key, p);
     return p;
   }
@@ -253,7 +267,8 @@ struct kernels::impl {
     if (per_row > room) throw usage_error("matrix rows too long for one storage binding on this device");
     uint64_t step = std::min<uint64_t>(RY, room / per_row);
     if (step >= 256) step -= step % 256;
-    if (tiled && step >= gemm_rows) step -= step % gemm_rows;
+    const uint32_t tile_rows = tiled ? gemm_tile_rows(w.fmt) : gemm_rows;
+    if (tiled && step >= tile_rows) step -= step % tile_rows;
     // Slices start on a multiple of 4 rows (the row kernel's largest rows per subgroup) past R0, so that a
     // subgroup's rows never straddle an FP8 scale tile (matvec_rows.comp takes row 0's scale for all of them).
     if (step >= 4) step -= step % 4;
@@ -306,7 +321,7 @@ struct kernels::impl {
       if (tiled && !pc.fast) throw std::logic_error("run_matrix: the tiled GEMM needs the fast layout");
       uint32_t gx, gy;
       if (tiled)
-        grid(ceil_div(r1 - r0, gemm_rows) * ceil_div(nt, gemm_gn(w.fmt)), gx, gy);
+        grid(ceil_div(r1 - r0, tile_rows) * ceil_div(nt, gemm_gn(w.fmt)), gx, gy);
       else
         grid(ceil_div(r1 - r0, rows ? teams / rt.split * rt.rows_per_team : rows_per_wg), gx, gy);
       detail::dispatch(c.impl(), rows ? rp : p, b, &pc, sizeof pc, gx, gy);
@@ -401,10 +416,11 @@ uint32_t kernels::compile_gemm_variants(gemm_precision p, uint32_t subgroup) con
     scale_encoding enc = scale_encoding::none;
     if constexpr (requires { typename F::scale_elem; }) enc = scale_encoding::e8m0;
     std::string cd;
-    const uint32_t gn = coop ? 128 : 64;  // the tile of a device with 48 KiB of shared memory (the H200)
-    if (!detail::gemm_coop_defines(coop, impl::gemm_rows, gn, 256, subgroup, cd))
+    // the tiles of a device with 48 KiB of shared memory (the H200)
+    const uint32_t gn = coop ? 128 : 64, dm = coop && !detail::gemm_ladder(F::id) ? 128 : impl::gemm_rows;
+    if (!detail::gemm_coop_defines(coop, dm, gn, 256, subgroup, cd))
       throw gpu_error("compile_gemm_variants: no dense GEMM tile split for subgroup " + std::to_string(subgroup));
-    (void)detail::compile_glsl(o.shader_dir, "gemm.comp", p_->common + detail::gemm_defines(F::id, enc, tk, gn, cd),
+    (void)detail::compile_glsl(o.shader_dir, "gemm.comp", p_->common + detail::gemm_defines(F::id, enc, tk, dm, gn, cd),
                                o.optimize_spirv);
     ++n;
     const uint32_t gm = 128, wg = detail::moe_gemm_wg(coop, gm, subgroup);

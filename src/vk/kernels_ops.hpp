@@ -82,8 +82,9 @@ const matvec_tuning& tuning_of(const kernels::impl& p);
 /// tile (gn batch rows × tk), the ladder tables of gm rows (the largest format table), and 1.25 KiB for the LUTs.
 /// coop (gemm.comp's GEMM_COOP, 1 or 2): f16 tiles of rows padded to tk + 8 halves (with cooperative matrices the
 /// accumulators go to y through the same words, in as many rounds as they need).
-inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk, uint32_t coop = 0) {
-  const uint64_t tables = uint64_t(gm) * ladder::rungs * 4 + 1280;
+/// ladder: the format keeps per-row ladders in shared memory (q4tp, q2tp); others only the LUTs.
+inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk, uint32_t coop = 0, bool ladder = true) {
+  const uint64_t tables = (ladder ? uint64_t(gm) * ladder::rungs * 4 : 0) + 1280;
   if (coop == 0) return uint64_t(tk) * (gm + gn) * 4 + tables;
   return uint64_t(tk + 8) * (gm + gn) * 2 + tables;
 }
@@ -91,9 +92,11 @@ inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk, uint32_
 /// Batch rows per tile of the dense tiled GEMM: 128 in the f16 modes where the shared memory holds the tiles (each
 /// step's weight tile then serves twice the rows: H200 2026-11-30, `wo_b` of a 512-row chunk 0.75 -> 0.59 ms), else
 /// 64 (the f32 tiles; lavapipe's 32 KiB).
-inline uint32_t gemm_batch_rows(uint32_t coop, uint32_t gm, uint32_t tk, uint64_t max_shared) {
-  return coop && gemm_shared_bytes(gm, 128, tk, coop) <= max_shared ? 128 : 64;
+inline uint32_t gemm_batch_rows(uint32_t coop, uint32_t gm, uint32_t tk, uint64_t max_shared, bool ladder) {
+  return coop && gemm_shared_bytes(gm, 128, tk, coop, ladder) <= max_shared ? 128 : 64;
 }
+/// Whether format f keeps per-row ladders in gemm.comp's shared memory.
+inline bool gemm_ladder(format f) { return f == format::q4tp || f == format::q2tp; }
 
 /// Pairs (batch rows) per tile of the expert-grouped GEMM (gemm.comp's MOE_GEMM mode: GEMM_GN): an expert sees
 /// ~n·top_k/E pairs of a chunk (~12 of 512 tokens for V4-Flash).
@@ -110,7 +113,7 @@ inline uint32_t moe_gemm_wg(uint32_t coop, uint32_t gm, uint32_t subgroup) {
 }
 
 /// gemm.comp's mode defines; empty for f32. Cooperative matrices (1) need the workgroup's subgroups to split its
-/// 16 × 16 output blocks evenly, 1, 2 or 4 each: false where they do not (the caller then takes the f32 tiles).
+/// 16 × 16 output blocks evenly, 1, 2, 4 or 8 each: false where they do not (the caller then takes the f32 tiles).
 inline bool gemm_coop_defines(uint32_t coop, uint32_t gm, uint32_t gn, uint32_t wg, uint32_t subgroup,
                               std::string& defs) {
   defs.clear();
@@ -118,7 +121,7 @@ inline bool gemm_coop_defines(uint32_t coop, uint32_t gm, uint32_t gn, uint32_t 
   if (coop == 1) {
     if (subgroup == 0 || wg % subgroup || gm % 16 || gn % 16) return false;
     const uint32_t blocks = (gm / 16) * (gn / 16), sgs = wg / subgroup;
-    if (blocks % sgs || (blocks / sgs != 1 && blocks / sgs != 2 && blocks / sgs != 4)) return false;
+    if (blocks % sgs || (blocks / sgs != 1 && blocks / sgs != 2 && blocks / sgs != 4 && blocks / sgs != 8)) return false;
   }
   if ((uint64_t(gm) * gn) % wg) return false;
   defs = "#define GEMM_COOP " + std::to_string(coop) + "\n#define GEMM_SG " + std::to_string(subgroup) + "\n";
@@ -179,11 +182,13 @@ inline void bind_planes(const op_env& e, const gpu_matrix& w, binding* b, mat_pc
   pc.fast = w.cols % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0;
 }
 
-/// gemm.comp's defines for the dense tiled GEMM (64 rows × gn batch rows per tile, 256 invocations) of format f with
+/// gemm.comp's defines for the dense tiled GEMM (gm rows × gn batch rows per tile, 256 invocations) of format f with
 /// tk columns per step; coop_defs from gemm_coop_defines.
-inline std::string gemm_defines(format f, scale_encoding enc, uint32_t tk, uint32_t gn, const std::string& coop_defs) {
-  return "#define ROWS_PER_WG 64\n#define GEMM_TK " + std::to_string(tk) + "\n#define GEMM_GN " + std::to_string(gn) +
-         "\n#define GEMM_WG 256\n" + coop_defs + tab_defines() + format_defines(f, enc);
+inline std::string gemm_defines(format f, scale_encoding enc, uint32_t tk, uint32_t gm, uint32_t gn,
+                                const std::string& coop_defs) {
+  return "#define ROWS_PER_WG " + std::to_string(gm) + "\n#define GEMM_GM " + std::to_string(gm) + "\n#define GEMM_TK " +
+         std::to_string(tk) + "\n#define GEMM_GN " + std::to_string(gn) + "\n#define GEMM_WG 256\n" + coop_defs +
+         tab_defines() + format_defines(f, enc);
 }
 
 /// gemm.comp's defines for the expert-grouped GEMM (MOE_GEMM, kernels_moe.cpp): gm rows × 16 pairs per tile, wg
