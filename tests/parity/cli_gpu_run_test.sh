@@ -95,7 +95,7 @@ check "--vram-budget 12X: exit 2" test $? -eq 2
 # with FP8 dense matrices (wo_a groups inside a 128-row tile: uploaded decoded) and int8 expert activations.
 "$CMFX" bench --synthetic tiny --prompt 8 --tokens 8 --ctx 64 --roofline-mib 16 --profile --json >"$T/b1.out" 2>&1
 check "bench tiny: exit 0" test $? -eq 0
-check "bench tiny: JSON line with a decode rate" grep -qE '^\{"prefill_tps": [0-9.]+, "decode_tps": [1-9]' "$T/b1.out"
+check "bench tiny: JSON line with a decode rate" grep -qE '^\{"prefill_tps": [0-9.]+, "prefill_first_tps": [0-9.]+, "decode_tps": [1-9]' "$T/b1.out"
 check "bench tiny: per-op profile" grep -q "sparse_attention" "$T/b1.out"
 "$CMFX" bench --synthetic tiny --weights q4tp --act i8 --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 >"$T/b2.out" 2>&1
 check "bench tiny q4tp --act i8: exit 0" test $? -eq 0
@@ -135,7 +135,7 @@ check "V4.1 expert cache: ids == the resident GPU graph's" test "$(head -n 1 "$T
 check "V4.1 --stats: cache line" grep -qE '^expert cache: [0-9]+ of [0-9]+ slots per layer' "$T/vc41.err"
 "$CMFX" bench --synthetic v41-tiny --prompt 8 --tokens 8 --ctx 64 --roofline-mib 16 --profile --json >"$T/b41.out" 2>&1
 check "bench v41-tiny: exit 0" test $? -eq 0
-check "bench v41-tiny: JSON line with a decode rate" grep -qE '^\{"prefill_tps": [0-9.]+, "decode_tps": [1-9]' "$T/b41.out"
+check "bench v41-tiny: JSON line with a decode rate" grep -qE '^\{"prefill_tps": [0-9.]+, "prefill_first_tps": [0-9.]+, "decode_tps": [1-9]' "$T/b41.out"
 check "bench v41-tiny: per-op profile (reindex layer)" grep -q "reindex" "$T/b41.out"
 
 echo "cli_gpu_run: $pass passed, $fail failed"
