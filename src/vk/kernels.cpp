@@ -118,40 +118,44 @@ struct kernels::impl {
     return p;
   }
 
-  /// The tiled GEMM (shaders/gemm.comp) of format f, or nullptr where the device's shared memory cannot hold its
-  /// tiles (64 rows × 64 batch rows × TK columns of f32, plus the format's tables).
-  /// In the f16 modes (gemm_coop): f16 tiles, 64 columns per step; where the device cannot hold or split those
-  /// tiles, the f32 ones.
+  /// The dense tiled GEMM's tile (shaders/gemm.comp) for format f in the current precision: mode (gemm.comp's
+  /// GEMM_COOP; 0 = the f32 tiles, 64 × 64 × 32), weight rows gm × batch rows gn × tk columns per step. In the f16
+  /// modes (gemm_coop): f16 tiles of 64 columns, 128 × 128 (formats without per-row ladders), 64 × 128 or 64 × 64,
+  /// the largest the shared memory holds (lavapipe's 32 KiB: 64 × 64); where the device cannot hold or split even
+  /// 64 × 64, the f32 tiles. Cached per (format, mode): no string work per call (gemm_coop_defines builds strings).
+  struct gemm_tiling {
+    uint32_t coop = 0, gm = 64, gn = 64, tk = 32;
+  };
   static constexpr uint32_t gemm_rows = 64;
-  /// Weight rows per dense GEMM tile: 128 in the f16 modes for formats without per-row ladders where the shared
-  /// memory holds the tiles (128 × 128: each step's activation tile serves twice the rows), else 64.
-  uint32_t gemm_gm(format f) const {
-    const uint32_t coop = gemm_coop(), tk = detail::gemm_step(detail::gpu_traits(f).chunk, coop);
-    std::string defs;
-    return coop && !detail::gemm_ladder(f) &&
-                   detail::gemm_shared_bytes(128, 128, tk, coop, false) <= info.max_shared_memory &&
-                   detail::gemm_coop_defines(coop, 128, 128, 256, info.subgroup_size, defs)
-               ? 128
-               : gemm_rows;
-  }
-  uint32_t gemm_mode(format f) const {
-    const uint32_t coop = gemm_coop(), tk = detail::gemm_step(detail::gpu_traits(f).chunk, coop), gm = gemm_gm(f);
+  mutable std::map<std::pair<uint32_t, uint32_t>, gemm_tiling> gemm_tiles;
+  gemm_tiling gemm_tile_of(format f) const {
+    const uint32_t want = gemm_coop();
+    const auto key = std::make_pair(uint32_t(f), want);
+    if (auto it = gemm_tiles.find(key); it != gemm_tiles.end()) return it->second;
     const bool lad = detail::gemm_ladder(f);
-    const uint32_t gn = detail::gemm_batch_rows(coop, gm, tk, info.max_shared_memory, lad);
-    std::string defs;
-    if (coop && (detail::gemm_shared_bytes(gm, gn, tk, coop, lad) > info.max_shared_memory ||
-                 !detail::gemm_coop_defines(coop, gm, gn, 256, info.subgroup_size, defs)))
-      return 0;
-    return coop;
+    const uint32_t chunk = detail::gpu_traits(f).chunk, tk = detail::gemm_step(chunk, want);
+    auto fits = [&](uint32_t gm, uint32_t gn) {
+      std::string defs;
+      return detail::gemm_shared_bytes(gm, gn, tk, want, lad) <= info.max_shared_memory &&
+             detail::gemm_coop_defines(want, gm, gn, 256, info.subgroup_size, defs);
+    };
+    gemm_tiling t;
+    t.tk = detail::gemm_step(chunk, 0);
+    if (want)  // the largest tile that fits (H200 2026-11-30: `wo_b` of a 512-row chunk 0.75 / 0.59 / 0.46 ms per layer
+               // with 64 × 64 / 64 × 128 / 128 × 128)
+      for (const auto& [gm, gn] : {std::pair{128u, 128u}, std::pair{64u, 128u}, std::pair{64u, 64u}})
+        if ((gm == gemm_rows || !lad) && fits(gm, gn)) {
+          t = {want, gm, gn, tk};
+          break;
+        }
+    gemm_tiles.emplace(key, t);
+    return t;
   }
-  uint32_t gemm_tk(format f) const { return detail::gemm_step(detail::gpu_traits(f).chunk, gemm_mode(f)); }
-  uint32_t gemm_tile_rows(format f) const { return gemm_mode(f) ? gemm_gm(f) : gemm_rows; }
-  uint32_t gemm_gn(format f) const {
-    return detail::gemm_batch_rows(gemm_mode(f), gemm_tile_rows(f), gemm_tk(f), info.max_shared_memory,
-                                   detail::gemm_ladder(f));
-  }
+  uint32_t gemm_mode(format f) const { return gemm_tile_of(f).coop; }
+  /// The tiled GEMM pipeline of format f, or nullptr where the device's shared memory cannot hold its tiles (the f32
+  /// ones: 64 rows × 64 batch rows × TK columns, plus the format's tables).
   const detail::pipeline* gemm_pipe(format f, scale_encoding enc) {
-    const uint32_t coop = gemm_mode(f), tk = gemm_tk(f), gm = gemm_tile_rows(f), gn = gemm_gn(f);
+    const auto [coop, gm, gn, tk] = gemm_tile_of(f);
     if (detail::gemm_shared_bytes(gm, gn, tk, coop, detail::gemm_ladder(f)) > info.max_shared_memory ||
         tk % detail::gpu_traits(f).chunk)
       return nullptr;
@@ -267,7 +271,8 @@ struct kernels::impl {
     if (per_row > room) throw usage_error("matrix rows too long for one storage binding on this device");
     uint64_t step = std::min<uint64_t>(RY, room / per_row);
     if (step >= 256) step -= step % 256;
-    const uint32_t tile_rows = tiled ? gemm_tile_rows(w.fmt) : gemm_rows;
+    const gemm_tiling tile = tiled ? gemm_tile_of(w.fmt) : gemm_tiling{};
+    const uint32_t tile_rows = tile.gm;
     if (tiled && step >= tile_rows) step -= step % tile_rows;
     // Slices start on a multiple of 4 rows (the row kernel's largest rows per subgroup) past R0, so that a
     // subgroup's rows never straddle an FP8 scale tile (matvec_rows.comp takes row 0's scale for all of them).
@@ -321,7 +326,7 @@ struct kernels::impl {
       if (tiled && !pc.fast) throw std::logic_error("run_matrix: the tiled GEMM needs the fast layout");
       uint32_t gx, gy;
       if (tiled)
-        grid(ceil_div(r1 - r0, tile_rows) * ceil_div(nt, gemm_gn(w.fmt)), gx, gy);
+        grid(ceil_div(r1 - r0, tile_rows) * ceil_div(nt, tile.gn), gx, gy);
       else
         grid(ceil_div(r1 - r0, rows ? teams / rt.split * rt.rows_per_team : rows_per_wg), gx, gy);
       detail::dispatch(c.impl(), rows ? rp : p, b, &pc, sizeof pc, gx, gy);
@@ -331,7 +336,7 @@ struct kernels::impl {
   /// Whether the tiled GEMM takes an n-row product of w (x rows of x_stride floats at x's offset): n above one
   /// GEMM tile of matvec.comp, the fast layout (whole chunks, aligned planes and rows), a kernel for the format.
   bool gemm_ok(const gpu_matrix& w, uint32_t n, const view& x, uint64_t x_stride, uint64_t r0) {
-    if (n <= gemm_tile || tune.legacy || w.cols % gemm_tk(w.fmt) || x_stride % 4 || x.offset % 16) return false;
+    if (n <= gemm_tile || tune.legacy || w.cols % gemm_tile_of(w.fmt).tk || x_stride % 4 || x.offset % 16) return false;
     const detail::format_gpu g = detail::gpu_traits(w.fmt);
     if (w.cols % g.chunk) return false;
     const detail::slice sl = detail::slice_of(w, r0, std::min<uint64_t>(w.rows, r0 + 1));

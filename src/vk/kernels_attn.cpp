@@ -69,8 +69,9 @@ attn_plan plan_of(const kernels::attn_shape& sh) {
 // 16 × 16 logit partials (mode 1), key ids and the per-head max and denominator.
 constexpr uint32_t attn_tc_heads = 32;
 uint64_t attn_tc_shared_bytes(uint32_t head_dim, uint32_t mode) {
-  const uint64_t row = (uint64_t(head_dim) + 8) * 2, keys = 16 * row, q = mode == 2 ? attn_tc_heads * row : 0,
-                 p = attn_tc_heads * 24 * 2, lg = attn_tc_heads * 16 * 4, partials = mode == 1 ? 4 * attn_tc_heads * 16 * 4 : 0;
+  const uint64_t row = (uint64_t(head_dim) + 8) * 2, keys = 16 * row, q = mode == 2 ? attn_tc_heads * row : 0;
+  const uint64_t p = attn_tc_heads * 24 * 2, lg = attn_tc_heads * 16 * 4,
+                 partials = mode == 1 ? 4 * attn_tc_heads * 16 * 4 : 0;
   return keys + q + p + lg + partials + 16 * 4 + 2 * attn_tc_heads * 4;
 }
 uint32_t attn_tc_mode(const detail::op_env& e, const kernels::attn_shape& sh) {

@@ -89,12 +89,6 @@ inline uint64_t gemm_shared_bytes(uint32_t gm, uint32_t gn, uint32_t tk, uint32_
   return uint64_t(tk + 8) * (gm + gn) * 2 + tables;
 }
 
-/// Batch rows per tile of the dense tiled GEMM: 128 in the f16 modes where the shared memory holds the tiles (each
-/// step's weight tile then serves twice the rows: H200 2026-11-30, `wo_b` of a 512-row chunk 0.75 -> 0.59 ms), else
-/// 64 (the f32 tiles; lavapipe's 32 KiB).
-inline uint32_t gemm_batch_rows(uint32_t coop, uint32_t gm, uint32_t tk, uint64_t max_shared, bool ladder) {
-  return coop && gemm_shared_bytes(gm, 128, tk, coop, ladder) <= max_shared ? 128 : 64;
-}
 /// Whether format f keeps per-row ladders in gemm.comp's shared memory.
 inline bool gemm_ladder(format f) { return f == format::q4tp || f == format::q2tp; }
 
