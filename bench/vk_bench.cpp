@@ -16,6 +16,7 @@
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
 //                      [--moe-rpt 1|2|4|8] [--moe-pairs 2|4|8|16] [--moe-unroll 1|2] (the grouped int8 MoE kernel)
+//                      [--moe-tiles 0|1|2] (the grouped f16 MoE: chosen per format | gemm.comp | moe_tc.comp)
 //                      [--f64] (f64 accumulators in norms / softmax / mHC where the device has f64)
 //                      [--shader-dir D] [--moe-tokens 512] [--moe-experts 256] [google-benchmark flags]
 //                      (--shader-dir: read shaders/*.comp from D instead of the built-in copies: variants)
@@ -345,6 +346,7 @@ int main(int argc, char** argv) {
     else if (a == "--moe-rpt" && i + 1 < argc) g_tune.moe_rows_per_team = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-pairs" && i + 1 < argc) g_tune.moe_pairs = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-unroll" && i + 1 < argc) g_tune.moe_unroll = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-tiles" && i + 1 < argc) g_tune.moe_tiles = uint32_t(std::stoul(argv[++i]));
     else if (a == "--x-source" && i + 1 < argc) g_tune.x_source = uint32_t(std::stoul(argv[++i]));
     else if (a == "--legacy") g_tune.legacy = true;
     else if (a == "--shader-dir" && i + 1 < argc) opt.shader_dir = argv[++i];

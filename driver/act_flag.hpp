@@ -6,6 +6,7 @@
 
 #include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/vk/gemm_precision.hpp"
+#include "model/prefill_experts.hpp"
 
 namespace cmfx::driver {
 
@@ -32,6 +33,23 @@ inline CLI::Option* add_gemm_flag(CLI::App* c, gpu::gemm_precision& v) {
       ->check(CLI::IsMember({"f32", "f16"}).description(""))
       ->option_text("f16|f32")
       ->default_str("f16");
+}
+
+/// The `--prefill-experts f16|act` flag of `cmfx run`, `cmfx ppl` and `cmfx bench` (Vulkan):
+/// dsv4_gpu_options::prefill_experts.
+inline CLI::Option* add_prefill_experts_flag(CLI::App* c, prefill_expert_mode& v) {
+  return c
+      ->add_option_function<std::string>(
+          "--prefill-experts",
+          [&v](const std::string& s) {
+            v = s == "f16" ? prefill_expert_mode::f16 : s == "act" ? prefill_expert_mode::act : prefill_expert_mode::fastest;
+          },
+          "--backend vulkan: the V4 prefill chunks' experts: auto (default; per expert format the faster of the "
+          "int8 kernels and the f16 tiles, by the H200 measurements in docs/PERF.md) | f16 (the --gemm tiles) | "
+          "act (the precision of --act)")
+      ->check(CLI::IsMember({"auto", "f16", "act"}).description(""))
+      ->option_text("auto|f16|act")
+      ->default_str("auto");
 }
 
 }  // namespace cmfx::driver

@@ -126,7 +126,7 @@ int run_bench(const bench_args& a) {
   } else {
     dsv4_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
-    go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm;
+    go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
   gpu_graph& m = *mp;
@@ -208,7 +208,10 @@ int run_bench(const bench_args& a) {
     const gpu::gemm_precision_scope gs(k, a.gemm);
     pre_how = "chunks of " + std::to_string(a.prefill_chunk) + " positions, tiled GEMMs " +
               (k.gemm_precision_used() == gpu::gemm_precision::f16 ? "f16 on the tensor cores where a tile's layout allows"
-                                                                   : "f32");
+                                                                   : "f32") +
+              (a.prefill_experts == prefill_expert_mode::f16   ? ", experts on them"
+               : a.prefill_experts == prefill_expert_mode::act ? ", experts in the --act precision"
+                                                           : ", experts on them or in the --act precision, the faster");
   }
   std::printf("prefill: %llu tokens in %.3f s = %.1f tok/s (%s)\n", (unsigned long long)a.prompt, pre_s, pre_tps,
               pre_how.c_str());

@@ -7,6 +7,7 @@
 
 #include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/vk/gemm_precision.hpp"
+#include "model/prefill_experts.hpp"
 
 namespace cmfx::driver {
 
@@ -56,6 +57,7 @@ struct bench_args {
   uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
+  prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  // --prefill-experts: the prefill chunks' experts
   bool shuffle = true;            // --no-shuffle: f64 subgroup sums through subgroupAdd (comparisons)
   uint32_t mv_subgroups = 0;      // --mv-subgroups: batch-1 matvec target subgroups per dispatch (0: the default rule)
   uint32_t mv_rows_per_team = 0;  // --mv-rows-per-team: batch-1 matvec rows per subgroup (0: from the shape)
@@ -74,6 +76,7 @@ struct model_run_options {
   uint64_t vram_budget = 0; // --vram-budget: device bytes the model may take (0 = no limit: every expert resident)
   uint32_t prefill_chunk = 512;  // --prefill-chunk: V4 prompt positions per device recording (0/1: token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
+  prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  // --prefill-experts: the prefill chunks' experts
 };
 
 struct ppl_args {

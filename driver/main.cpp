@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
       ->default_val(ppl.model_opts.prefill_chunk)
       ->check(CLI::Range(0u, 4096u));
   add_gemm_flag(cp, ppl.model_opts.gemm);
+  add_prefill_experts_flag(cp, ppl.model_opts.prefill_experts);
   cp->add_flag("--json", ppl.json, "Print the result as one JSON object {\"ppl\": value, \"tokens\": n}");
   cp->add_flag("--qat", ppl.qat, "Enable the QAT fake-quant steps of the reference (FP8 KV, FP4 indexer, FP8 act)");
 
@@ -112,6 +113,7 @@ int main(int argc, char** argv) {
       ->default_val(run.model_opts.prefill_chunk)
       ->check(CLI::Range(0u, 4096u));
   add_gemm_flag(cr, run.model_opts.gemm);
+  add_prefill_experts_flag(cr, run.model_opts.prefill_experts);
   cr->add_flag("--stats", run.stats, "--backend vulkan: print the expert-cache statistics at the end");
   cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);
   cr->add_flag("--print-ids", run.print_ids, "Print the prompt and generated token ids on stderr");
@@ -155,6 +157,7 @@ int main(int argc, char** argv) {
       ->default_val(bench.prefill_chunk)
       ->check(CLI::Range(0u, 4096u));
   add_gemm_flag(cb, bench.gemm);
+  add_prefill_experts_flag(cb, bench.prefill_experts);
   cb->add_option("--mv-subgroups", bench.mv_subgroups,
                  "Diagnostics: subgroups a batch-1 matvec dispatch aims at (rows per subgroup and column split; "
                  "0 = the default rule)")

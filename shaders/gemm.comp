@@ -94,11 +94,7 @@ shared uvec4 th[(GM + GN) * TKP / 8];
 #if (GN / 16) % GEMM_NR != 0
 #error "gemm.comp: the output rounds must split the tile's 16-row blocks evenly"
 #endif
-// Rounded to f16 with saturation: a value beyond the f16 range becomes ±65504, never ±inf (an inf product would
-// turn a whole output row into NaN through inf − inf). Each pair is rounded (RTE) then clamped in f16, which maps an
-// overflow's ±inf to ±65504.
-uint h2sat(float a, float b) { return packFloat2x16(clamp(f16vec2(a, b), f16vec2(-65504.0), f16vec2(65504.0))); }
-uvec2 h4sat(vec4 v) { return uvec2(h2sat(v.x, v.y), h2sat(v.z, v.w)); }
+#include "common/f16_sat.glsl"
 // one half of the tiles (the emulated mode's reads)
 float wh_at(uint i) { return float(unpackFloat2x16(wh4[i >> 3u][(i >> 1u) & 3u])[i & 1u]); }
 float xh_at(uint i) { return wh_at(XH0 * 8u + i); }

@@ -17,6 +17,7 @@
 #include "cmfx/vk/gemm_precision.hpp"
 #include "dsv4_forward.hpp"
 #include "gpu_graph.hpp"
+#include "prefill_experts.hpp"
 
 namespace cmfx::gpu {
 class device;
@@ -51,6 +52,10 @@ struct dsv4_gpu_options {
   /// the f32 tiles; 1.6x the prefill of f32 on the H200, docs/PERF.md) or f32 (the CPU's results up to summation
   /// order: the parity reference). Decode steps are not affected.
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;
+  /// The activation precision of the prefill chunks' experts (prefill_experts.hpp): fastest (default) — per
+  /// format, the int8 kernels or the f16 tiles, whichever the H200 measured faster; f16; act (= expert_act).
+  /// Decode steps are not affected.
+  prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;
   bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
   /// The embedding (vocab × dim in its format) on the device too, so that decode_greedy_each chains its steps
   /// without the host (not with the expert cache, nor where it would exceed vram_budget, one storage binding or the

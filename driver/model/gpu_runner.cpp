@@ -32,7 +32,7 @@ std::unique_ptr<gpu_runner> gpu_runner::open(const std::string& path, const gpu_
     dsv4_gpu_options g;
     g.max_ctx = o.max_ctx, g.expert_act = o.expert_act, g.vram_budget = o.vram_budget;
     g.prefill_chunk = o.prefill_chunk;
-    g.gemm = o.gemm;
+    g.gemm = o.gemm, g.prefill_experts = o.prefill_experts;
     r->m_ = std::make_unique<dsv4_gpu_model>(r->w_, *r->dev_, *r->k_, g);
   }
   return r;

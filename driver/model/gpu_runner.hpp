@@ -12,6 +12,7 @@
 #include "dsv41_weights.hpp"
 #include "dsv4_weights.hpp"
 #include "gpu_graph.hpp"
+#include "prefill_experts.hpp"
 
 namespace cmfx::gpu {
 class device;
@@ -29,6 +30,7 @@ struct gpu_run_options {
   uint64_t vram_budget = 0;  ///< the graphs' vram_budget (0: every expert resident)
   uint32_t prefill_chunk = 512;  ///< dsv4_gpu_options::prefill_chunk (V4 graphs; V4.1 runs prompts token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  ///< dsv4_gpu_options::gemm (--gemm)
+  prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  ///< dsv4_gpu_options::prefill_experts
 };
 
 class gpu_runner {

@@ -243,13 +243,13 @@ float decode_elem(row_t R, uint r, uint c) {
 // the host table (exp2f of every f16, the table the CPU ladder kernels use).
 shared float ladder[ROWS_PER_WG * LADDER_RUNGS];
 void tables_init(uint wg) {
-  const uint j = gl_LocalInvocationID.x;
+  for (uint j = gl_LocalInvocationID.x; j < ROWS_PER_WG; j += WG_SIZE) {  // one pass unless ROWS_PER_WG > WG_SIZE
 #ifdef TABLE_ROW
-  const uint r = j < ROWS_PER_WG ? TABLE_ROW(wg, j) : pc.rows;  // the including shader's row of team j
+    const uint r = TABLE_ROW(wg, j);  // the including shader's row of team j
 #else
-  const uint r = wg * ROWS_PER_WG + j;
+    const uint r = wg * ROWS_PER_WG + j;
 #endif
-  if (j < ROWS_PER_WG && r < pc.rows) {
+    if (r >= pc.rows) continue;
     const uint p = pc.res1 + LADDER_PARAM_BYTES * r;
     const float ratio = tabf[TAB_EXP2 + ld16_w1(p + 2u)];
     precise float t = tabf[TAB_EXP2 + ld16_w1(p)];

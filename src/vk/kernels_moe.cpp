@@ -518,6 +518,15 @@ void pair_lists(const detail::op_env& e, commands& c, const gpu_moe& m, uint32_t
                    gy);
 }
 
+/// Whether both expert matrices of m bind on the chunked fast path (formats.glsl's fetch).
+bool planes_fast(const detail::op_env& e, const gpu_moe& m) {
+  detail::binding bt[3];
+  mat_pc pg{}, pd{};
+  bind_planes(e, m.gate_up.w, bt, pg, "moe");
+  bind_planes(e, m.down.w, bt, pd, "moe");
+  return pg.fast && pd.fast;
+}
+
 /// The scratch h of the expert-grouped paths: [h [n·S, I] | gu [n·S, 2I] | y [n·S, d] | the pair lists], each part
 /// on 16 bytes. (The int8 path keeps its quantised activations in h's part: hq [n·S] then xq [n].)
 struct grouped_scratch {
@@ -569,13 +578,7 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
                       yb = e.bind(yv, yv.bytes);
   if (hqb.residual % 16 || xqb.residual % 16) return false;
   const detail::bound sb = m.slots ? e.bind(slot_map, E * 4) : detail::bound{};
-  {
-    detail::binding bt[3];
-    mat_pc pg{}, pd{};
-    bind_planes(e, wgu, bt, pg, "moe");
-    bind_planes(e, wdn, bt, pd, "moe");
-    if (!pg.fast || !pd.fast) return false;
-  }
+  if (!planes_fast(e, m)) return false;
   const uint32_t nb = tu.moe_pairs ? tu.moe_pairs : 4, unroll = tu.moe_unroll ? tu.moe_unroll : mx ? 1 : 2;
   const bool butterfly = e.info.subgroup_shuffle && !mx;
   const uint32_t nbind = m.slots ? 8 : 7;
@@ -605,6 +608,119 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   run(wgu, 2 * I, xqb, gub, true);  // gu [n·S, 2I]
   swiglu_quantize(e, c, m, top_k, limit, np, gub, hqb, wb);  // per pair
   run(wdn, d, hqb, yb, false);  // y [n·S, d]
+  moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
+  return true;
+}
+
+/// n >= 2 in the f16 GEMM modes with matvec_tuning::moe_tiles = 2: the expert-grouped products on f16 tiles split
+/// by subgroups (docs/VULKAN.md "moe_tc.comp: expert tiles split by subgroups"; slower than gemm.comp's tiles on the
+/// H200, so never the default). Five dispatches: the pair lists
+/// (moe_group.comp); every expert's pairs gathered into contiguous f16 rows in expert order (moe_tc_gather.comp);
+/// gate/up with SwiGLU · weight in the epilogue → h as f16 rows in the same order (moe_tc.comp, TC_GU 1); down
+/// → y [n·S, d] (TC_GU 0); moe_sum. The scratch's gu part holds off[] (the experts' first sorted rows), xg and hg.
+/// Numerics: the f16 GEMM mode's (f16 weights and activations, f32 sums). Returns false, recording nothing, where
+/// the path does not apply (a format or shape the kernel does not take, too little shared memory or scratch).
+/// moe_tc.comp's layout for layer m (tiles: matvec_tuning::moe_tiles): its subgroups per workgroup, 0 where it does
+/// not run (not asked for, no f16 GEMM mode, a format or shape it does not take, too little shared memory).
+constexpr uint32_t tc_step = 64, tc_blocks = 2;  // moe_tc.comp's TK and TC_NT
+uint32_t tc_subgroups(const detail::op_env& e, const gpu_moe& m, uint32_t tiles) {
+  // Only where asked for (tiles 2): on the H200 (256 experts of 4096 × 2048, 512 tokens) gemm.comp's tiles are the
+  // faster for every format measured — q2tp 6.90 against 8.94 ms here, q4tp 9.58 here, MXFP4 5.32 against 5.53
+  // (docs/PERF.md "Fourteenth session").
+  const uint32_t coop = e.gemm_coop;
+  if (coop == 0 || tiles != 2 || !e.info.subgroup_arithmetic || (coop == 1 && e.lanes != 32) || 256 % e.lanes)
+    return 0;
+  const gpu_matrix &wgu = m.gate_up.w, &wdn = m.down.w;
+  for (const format f : {wgu.fmt, wdn.fmt}) {
+    if (f != format::q4tp && f != format::q2tp && f != format::mxfp4 && f != format::fp8_b128 &&
+        f != format::fp8_b32)
+      return 0;
+    const uint32_t chunk = detail::gpu_traits(f).chunk;
+    if (tc_step % chunk || (32 * (tc_step / chunk)) % e.lanes) return 0;
+  }
+  const uint64_t d = m.dim, I = m.inter;
+  // subgroups per workgroup: 4 where the shared memory holds their tiles and ladders (the H200), else 2, 1
+  auto fits = [&](uint32_t sg) {
+    for (const format f : {wgu.fmt, wdn.fmt})
+      if (uint64_t(sg) * 32 * (tc_step + 8) * 2 + (detail::gemm_ladder(f) ? uint64_t(sg) * 32 * ladder::rungs * 4 : 0) +
+              1280 > e.info.max_shared_memory)
+        return false;
+    return I % (16 * sg) == 0 && d % (32 * sg) == 0;
+  };
+  uint32_t sg = 4;
+  while (sg > 1 && !fits(sg)) sg /= 2;
+  return fits(sg) && d % tc_step == 0 && I % tc_step == 0 ? sg : 0;
+}
+
+/// The scratch of moe_tc.comp's path: [h | gu | y | lists | off[ne + 1] | xg: rows × d halves | hg: rows × I
+/// halves], rows = the pairs with every expert's rounded up to 16 (kernels::moe_scratch_floats counts them).
+struct tc_scratch {
+  uint64_t rows = 0, o_off = 0, o_xg = 0, o_hg = 0, end = 0;
+};
+tc_scratch tc_layout(const gpu_moe& m, uint32_t n, uint32_t top_k) {
+  const grouped_scratch gs = grouped_layout(m, n, top_k);
+  const uint64_t ne = m.experts + (m.shared ? 1 : 0), np = uint64_t(n) * (top_k + (m.shared ? 1 : 0));
+  auto up16 = [](uint64_t v) { return (v + 15) / 16 * 16; };
+  tc_scratch t;
+  t.rows = np + 16 * ne, t.o_off = up16(gs.o_l + gs.l_bytes), t.o_xg = up16(t.o_off + (ne + 1) * 4);
+  t.o_hg = up16(t.o_xg + t.rows * m.dim * 2), t.end = t.o_hg + t.rows * m.inter * 2;
+  return t;
+}
+
+bool moe_grouped_tc(const detail::op_env& e, commands& c, const gpu_moe& m, view x, uint32_t n, view ids,
+                    view weights, uint32_t top_k, float limit, view h, view out, view slot_map, uint32_t tiles) {
+  const uint32_t sg = tc_subgroups(e, m, tiles), coop = e.gemm_coop;
+  const tc_scratch ts = tc_layout(m, n, top_k);
+  if (sg == 0 || ts.end > h.bytes || h.offset % 16) return false;
+  const gpu_matrix &wgu = m.gate_up.w, &wdn = m.down.w;
+  const uint64_t d = m.dim, I = m.inter, E = m.experts, np = uint64_t(n) * (top_k + (m.shared ? 1 : 0)),
+                 ne = E + (m.shared ? 1 : 0), rows = ts.rows;
+  constexpr uint32_t tk = tc_step, nt = tc_blocks;
+  const grouped_scratch gs = grouped_layout(m, n, top_k);
+  const uint64_t o_off = ts.o_off, o_xg = ts.o_xg, o_hg = ts.o_hg;
+  auto part = [&](uint64_t off, uint64_t bytes) { return view(*h.buf, h.offset + off, bytes); };
+  const view offv = part(o_off, (ne + 1) * 4), xgv = part(o_xg, rows * d * 2), hgv = part(o_hg, rows * I * 2),
+             yv = part(gs.o_y, np * d * 4), lv = part(gs.o_l, gs.l_bytes);
+  const detail::bound ib = e.bind(ids, uint64_t(n) * top_k * 4), wb = e.bind(weights, uint64_t(n) * top_k * 4),
+                      tb = e.bind(e.tables, e.tables.size()), lb = e.bind(lv, gs.l_bytes), xb = e.bind(x, n * d * 4),
+                      ob = e.bind(offv, offv.bytes), gb = e.bind(xgv, xgv.bytes), hb = e.bind(hgv, hgv.bytes),
+                      yb = e.bind(yv, yv.bytes);
+  if (xb.residual % 16 || gb.residual % 16 || hb.residual % 16) return false;
+  const detail::bound sb = m.slots ? e.bind(slot_map, E * 4) : detail::bound{};
+  if (!planes_fast(e, m)) return false;
+  uint32_t gx, gy;
+  pair_lists(e, c, m, n, top_k, ib, lb);
+  {  // every expert's pairs as f16 rows in blocks of 16
+    const uint32_t pc[6] = {n, lb.residual / 4, xb.residual / 4, uint32_t(d), gb.residual / 4, ob.residual / 4};
+    const detail::binding b[4] = {lb.b, xb.b, gb.b, ob.b};
+    const std::string defs = detail::def_u("TG_NE", ne) + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+                             (m.shared ? "1" : "0") + "\n";
+    e.grid(rows / 16, gx, gy);
+    detail::dispatch(c.impl(), e.pipe("moe_tc_gather.comp", defs, detail::op_env::wg, 4, sizeof pc), b, pc, sizeof pc,
+                     gx, gy);
+  }
+  const uint32_t nbind = m.slots ? 10 : 9;
+  auto run = [&](const gpu_matrix& w, bool gu, const detail::bound& in, const detail::bound& outb) {
+    detail::binding b[10];
+    mat_pc pc{};
+    bind_planes(e, w, b, pc, "moe");
+    b[3] = in.b, b[4] = outb.b, b[5] = tb.b, b[6] = lb.b, b[7] = ob.b, b[8] = wb.b;
+    pc.n = n, pc.xoff = in.residual / 16, pc.x_stride = lb.residual / 4, pc.yoff = outb.residual / 4,
+    pc.y_stride = ob.residual / 4, pc.e_off = wb.residual / 4, pc.pad = uint32_t(E);
+    if (m.slots) b[9] = sb.b, pc.pad = sb.residual / 4;
+    const uint64_t rows_e = gu ? I : d, nrb = rows_e / ((gu ? 16 : 32) * sg);
+    const std::string defs = "#define TC_COOP " + std::to_string(coop) + "\n#define TC_GU " + (gu ? "1" : "0") +
+                             "\n#define TC_SG " + std::to_string(sg) + "\n#define TC_NT " + std::to_string(nt) +
+                             "\n#define TK " + std::to_string(tk) + "\n" + detail::def_u("MOE_TOPK", top_k) +
+                             "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" + detail::def_u("MOE_ROWS", rows_e) +
+                             detail::def_u("MOE_I", I) + detail::def_f("MOE_LIMIT", limit) + slot_defines(m) +
+                             detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
+    e.grid(E * nrb + (m.shared ? nrb * ceil_div(uint64_t(n), uint64_t(16 * nt)) : 0), gx, gy);
+    detail::dispatch(c.impl(), e.pipe("moe_tc.comp", defs, sg * e.lanes, nbind, sizeof pc),
+                     std::span<const detail::binding>(b, nbind), &pc, sizeof pc, gx, gy);
+  };
+  run(wgu, true, gb, hb);   // h (f16, expert order) = SwiGLU(gate, up) · w
+  run(wdn, false, hb, yb);  // y [n·S, d]
   moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
   return true;
 }
@@ -732,6 +848,12 @@ bool moe_grouped(const detail::op_env& e, commands& c, const gpu_moe& m, view x,
 }
 }  // namespace
 
+bool kernels::moe_runs_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const {
+  const detail::op_env e = detail::op_env_of(*p_);
+  return n >= 2 && tc_subgroups(e, m, detail::tuning_of(*p_).moe_tiles) != 0 &&
+         tc_layout(m, n, top_k).end <= h.bytes && h.offset % 16 == 0;
+}
+
 bool kernels::moe_prepare(commands& c, const gpu_moe& m, view x, uint32_t top_k, view h) {
   if (m.experts == 0 || !m.gate_up.w.data || !m.down.w.data) throw usage_error("moe_prepare: empty layer");
   if (top_k == 0 || top_k > route_max_k)
@@ -776,6 +898,8 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
     for (uint32_t s = 0; s < moe_stages; ++s) ex.side(s);
   if (n >= 2 && ((act == act_precision::i8 &&
                   moe_grouped_i8(*this, *p_, e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map)) ||
+                 (act == act_precision::f32 && moe_grouped_tc(e, c, m, x, n, ids, weights, top_k, limit, h, out,
+                                                              slot_map, detail::tuning_of(*p_).moe_tiles)) ||
                  moe_grouped(e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map))) {
     if (ex.add) add(c, ex.add, out, n * d);
     return;

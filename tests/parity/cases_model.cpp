@@ -383,6 +383,7 @@ std::string i8_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint
   go.max_ctx = prompt;
   go.gemm = gpu::gemm_precision::f32;
   go.expert_act = act_precision::i8;
+  go.prefill_experts = driver::prefill_expert_mode::act;  // the chunks' experts in int8 too (moe_rows_g8.comp)
   go.prefill_chunk = chunk;
   dsv4_gpu_model chunked(cpu->weights(), s.dev, s.kern, go);
   go.prefill_chunk = 0;

@@ -88,7 +88,7 @@ enum class id_kind { distinct, duplicates, routed };
 template <class F>
 std::string moe_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, uint32_t n, float x_sigma,
                      id_kind kind, bool shared, std::string& info,
-                     gpu::gemm_precision prec = gpu::gemm_precision::f32) {
+                     gpu::gemm_precision prec = gpu::gemm_precision::f32, int want_tc = -1) {
   gemm_precision_scope ps(s.kern, prec);
   if (s.kern.gemm_precision_used() != prec) return "the kernels do not run the requested GEMM precision";
   const bool half = prec != gpu::gemm_precision::f32;
@@ -129,6 +129,9 @@ std::string moe_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I
   const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, n, k);
   guarded hg(s.dev, hn * 4), og(s.dev, uint64_t(n) * d * 4), ig(s.dev, uint64_t(n) * k * 4, 0xDEADBEEFu),
       wg(s.dev, uint64_t(n) * k * 4);
+  // want_tc 0 / 1: the kernel that must run (the expert-grouped products on gemm.comp's tiles / on moe_tc.comp)
+  if (want_tc >= 0 && s.kern.moe_runs_tc(gm, n, k, hg.payload()) != (want_tc == 1))
+    return want_tc ? "moe_tc.comp does not take this layer here" : "moe_tc.comp runs although gemm.comp's tiles were asked for";
   gpu::commands c = s.dev.begin();
   if (kind == id_kind::routed) {
     s.kern.route_score(c, lb, gpu::view(), n, E, rc, gpu::view(), ig.payload(), wg.payload());
@@ -710,15 +713,30 @@ void moe_cases(suite& s) {
           uint32_t k, n;
           bool shared;
         };
-        for (const f16_shape& sh : {f16_shape{16, 256, 128, 6, 59, true}, f16_shape{8, 512, 256, 4, 33, false}}) {
+        // the third: ~75 pairs per expert (moe_tc.comp's passes of 32 pairs, several per workgroup), the shared
+        // expert's 150 split over workgroups, 192 = 3 steps of 64 columns
+        for (const f16_shape& sh : {f16_shape{16, 256, 128, 6, 59, true}, f16_shape{8, 512, 256, 4, 33, false},
+                                    f16_shape{4, 384, 192, 2, 150, true}}) {
           if (!F::shape_ok(sh.I, sh.d) || !F::shape_ok(sh.d, sh.I) || sh.I % F::block_rows || sh.d % F::block_rows)
             continue;
           const R name = std::to_string(sh.E) + "x[" + std::to_string(sh.I) + "x" + std::to_string(sh.d) +
                          "] k=" + std::to_string(sh.k) + " n=" + std::to_string(sh.n) + (sh.shared ? " + shared" : "") +
                          (mode == gpu::gemm_precision::f16 ? ", tensor cores" : ", emulated");
-          s.run("moe_f16", fn, name, [&](uint64_t seed, R& info) {
-            return moe_case<F>(s, seed, sh.E, sh.d, sh.I, sh.k, sh.n, 1.0f, id_kind::routed, sh.shared, info, mode);
-          });
+          // the formats moe_tc.comp takes: both kernels (matvec_tuning::moe_tiles 1: gemm.comp's tiles, the default;
+          // 2: moe_tc.comp, which must run then)
+          constexpr bool tc = F::id == format::q4tp || F::id == format::q2tp || F::id == format::mxfp4 ||
+                              F::id == format::fp8_b128 || F::id == format::fp8_b32;
+          for (const uint32_t tiles : tc ? std::vector<uint32_t>{1, 2} : std::vector<uint32_t>{0})
+            s.run("moe_f16", fn, name + (tiles == 1 ? ", gemm.comp tiles" : tiles == 2 ? ", moe_tc.comp" : ""),
+                  [&](uint64_t seed, R& info) {
+                    gpu::matvec_tuning t;
+                    t.moe_tiles = tiles;
+                    s.kern.set_tuning(t);
+                    const R v = moe_case<F>(s, seed, sh.E, sh.d, sh.I, sh.k, sh.n, 1.0f, id_kind::routed, sh.shared,
+                                            info, mode, tiles == 0 ? -1 : int(tiles == 2));
+                    s.kern.set_tuning(gpu::matvec_tuning{});
+                    return v;
+                  });
         }
       }
     }

@@ -149,6 +149,10 @@ struct matvec_tuning {
   /// (1, 2, 4, 8), pairs per tile (2, 4, 8, 16), chunks in flight per lane (1, 2). 0: chosen (kernels_moe.cpp
   /// moe_grouped_i8).
   uint32_t moe_rows_per_team = 0, moe_pairs = 0, moe_unroll = 0;
+  /// Expert-grouped products on f16 tiles (n >= 2, f32 activations, the f16 GEMM modes): 0 or 1 = gemm.comp's
+  /// MOE_GEMM tiles (workgroup-shared, the faster on the H200 for every format measured: docs/PERF.md "Fourteenth
+  /// session"); 2 = shaders/moe_tc.comp (split by subgroups, no workgroup barrier) where its layout applies.
+  uint32_t moe_tiles = 0;
 };
 
 class kernels {
@@ -384,10 +388,16 @@ class kernels {
   /// the batch-1 int8 path (the same m, x, h and top_k), so that it can run next to other work (e.g. in the
   /// router's concurrent group); returns whether it recorded — then pass moe_extras::prepared = true to that moe.
   bool moe_prepare(commands& c, const gpu_moe& m, view x, uint32_t top_k, view h);
+  /// Whether moe(c, m, x, n, ..., h, ..., act_precision::f32) of n >= 2 tokens runs the expert-grouped products on
+  /// shaders/moe_tc.comp here (matvec_tuning::moe_tiles = 2, the f16 GEMM modes; x 16-byte aligned), rather than
+  /// on gemm.comp's tiles or the f32 kernels.
+  bool moe_runs_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const;
   static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k) {
     const uint64_t slots = top_k + (m.shared ? 1 : 0), lists = (m.experts + 1ull) * (uint64_t(n) * top_k + 1);  // grouped path
+    // the f16-tile path (n >= 2): off[], then its f16 rows of x and h, each expert's rounded up to 16
+    const uint64_t tc = n < 2 ? 0 : m.experts + 2 + (uint64_t(n) * slots + 16 * (m.experts + 1ull)) * (m.dim + m.inter) / 2 + 12;
     return uint64_t(n) * slots * (3 * m.inter + m.dim) + act_q8_bytes(m.dim) / 4 + act_q8_bytes(m.inter, uint32_t(slots)) / 4 +
-           lists + 8;
+           lists + 8 + tc;
   }
 
   // ---- attention (kernels_attn.cpp; docs/VULKAN.md "Attention kernels")

@@ -1,0 +1,27 @@
+#pragma once
+// Which activation precision the experts of a V4 prefill chunk run in on the GPU (dsv4_gpu_options::prefill_experts,
+// the `--prefill-experts` flag of `cmfx run`, `cmfx ppl` and `cmfx bench`).
+#include "cmfx/formats/format.hpp"
+#include "cmfx/kernels/act_precision.hpp"
+
+namespace cmfx::driver {
+
+enum class prefill_expert_mode {
+  /// The faster of the two per expert format, by the H200 kernel benchmarks (docs/PERF.md "Fourteenth session",
+  /// 256 experts of 4096 × 2048, 512 tokens): with expert_act = i8 the ladders (q4tp, q2tp) keep the int8 grouped
+  /// kernels (q2tp 3.97 ms against 6.90 on f16 tiles) and every other format takes the f16 tiles (MXFP4 5.32 ms on
+  /// gemm.comp's tiles against 7.43 in int8); with expert_act = f32, the f16 tiles (the --gemm precision).
+  fastest,
+  f16,  ///< f32 activations into kernels::moe: the --gemm tiles (f16: gemm.comp's), whatever --act says
+  act,  ///< expert_act's precision (i8: the int8 grouped kernels, moe_rows_g8.comp)
+};
+
+/// The activation precision kernels::moe gets for a chunk whose experts are in format f.
+inline act_precision prefill_expert_act(prefill_expert_mode mode, act_precision expert_act, format f) {
+  if (mode == prefill_expert_mode::f16) return act_precision::f32;
+  if (mode == prefill_expert_mode::act) return expert_act;
+  const bool ladder = f == format::q4tp || f == format::q2tp;
+  return expert_act == act_precision::i8 && ladder ? act_precision::i8 : act_precision::f32;
+}
+
+}  // namespace cmfx::driver
