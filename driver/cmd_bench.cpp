@@ -102,6 +102,7 @@ int run_bench(const bench_args& a) {
     k.set_tuning(tu);
   }
   std::printf("device: %s\n", dev.info().describe().c_str());
+  if (!dev.info().coop_shapes.empty()) std::printf("cooperative-matrix shapes: %s\n", dev.info().coop_shapes.c_str());
   const uint64_t rbytes = std::min({a.roofline_mib << 20, std::max<uint64_t>(dev.info().device_local_bytes / 8, 64ull << 20),
                                      dev.info().max_allocation / 256 * 256});
   const double roof = read_roofline(dev, k, rbytes);

@@ -92,6 +92,37 @@ bool coop_matrix_16x16x16(const vk::raii::PhysicalDevice& pd) {
   return false;
 }
 
+std::string component_name(vk::ComponentTypeNV t) {
+  switch (t) {
+    case vk::ComponentTypeNV::eFloat16: return "f16";
+    case vk::ComponentTypeNV::eFloat32: return "f32";
+    case vk::ComponentTypeNV::eFloat64: return "f64";
+    case vk::ComponentTypeNV::eSint8: return "s8";
+    case vk::ComponentTypeNV::eSint16: return "s16";
+    case vk::ComponentTypeNV::eSint32: return "s32";
+    case vk::ComponentTypeNV::eSint64: return "s64";
+    case vk::ComponentTypeNV::eUint8: return "u8";
+    case vk::ComponentTypeNV::eUint16: return "u16";
+    case vk::ComponentTypeNV::eUint32: return "u32";
+    case vk::ComponentTypeNV::eUint64: return "u64";
+    default: return "t" + std::to_string(int(t));
+  }
+}
+
+/// VK_NV_cooperative_matrix's subgroup-scope shapes, "MxNxK A·B+C→D" comma separated (device_info::coop_shapes).
+std::string coop_matrix_shapes(const vk::raii::PhysicalDevice& pd) {
+  if (!has_extension(pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) return {};
+  std::string out;
+  for (const vk::CooperativeMatrixPropertiesNV& p : pd.getCooperativeMatrixPropertiesNV()) {
+    if (p.scope != vk::ScopeNV::eSubgroup) continue;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(p.MSize) + "x" + std::to_string(p.NSize) + "x" + std::to_string(p.KSize) + " " +
+           component_name(p.AType) + "·" + component_name(p.BType) + "+" + component_name(p.CType) + "→" +
+           component_name(p.DType);
+  }
+  return out;
+}
+
 device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
   device_info in;
   in.index = index;
@@ -153,6 +184,7 @@ device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
     }
     in.float16 = f.f12.shaderFloat16;
     in.coop_matrix = in.float16 && coop_matrix_16x16x16(pd);
+    in.coop_shapes = coop_matrix_shapes(pd);
     if (has_extension(pd, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
       vk::PhysicalDeviceExternalMemoryHostPropertiesEXT hp;
       vk::PhysicalDeviceProperties2 hp2;

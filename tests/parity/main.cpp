@@ -191,6 +191,8 @@ int main(int argc, char** argv) {
   }
   try {
     gpu::kernels kern(*dev);
+    if (!dev->info().coop_shapes.empty())
+      std::printf("cooperative-matrix shapes: %s\n", dev->info().coop_shapes.c_str());
     std::printf("cmfx-parity: %s\nvariants: %s\nseed %llu (rerun with --seed %llu)\n\n", dev->info().describe().c_str(),
                 kern.describe().c_str(), (unsigned long long)popt.seed, (unsigned long long)popt.seed);
     parity::suite s(*dev, kern, popt);

@@ -78,6 +78,9 @@ struct device_info {
   /// VK_NV_cooperative_matrix with the subgroup-scope 16×16×16 shape of f16 A, B and f32 C, D (tensor cores):
   /// gemm.comp's cooperative-matrix tiles (kernels::set_gemm_precision).
   bool coop_matrix = false;
+  /// Every subgroup-scope shape VK_NV_cooperative_matrix lists ("MxNxK A·B+C→D" with the component types, comma
+  /// separated; empty without the extension): what other tensor-core kernels could use (e.g. int8 products).
+  std::string coop_shapes;
   /// VK_EXT_external_memory_host: a staged upload of ≥ device_impl::import_min bytes copies straight from the
   /// source's pages (imported as a buffer, host_import_align-aligned) instead of through the staging buffer.
   bool host_import = false;
