@@ -42,7 +42,9 @@ inline CLI::Option* add_prefill_experts_flag(CLI::App* c, prefill_expert_mode& v
       ->add_option_function<std::string>(
           "--prefill-experts",
           [&v](const std::string& s) {
-            v = s == "f16" ? prefill_expert_mode::f16 : s == "act" ? prefill_expert_mode::act : prefill_expert_mode::fastest;
+            v = s == "f16"   ? prefill_expert_mode::f16
+                : s == "act" ? prefill_expert_mode::act
+                             : prefill_expert_mode::fastest;
           },
           "--backend vulkan: the V4 prefill chunks' experts: auto (default; per expert format the faster of the "
           "int8 kernels and the f16 tiles, by the H200 measurements in docs/PERF.md) | f16 (the --gemm tiles) | "

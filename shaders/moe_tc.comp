@@ -31,9 +31,9 @@
 // Workgroups: E · nrb routed (each loops over its expert's pairs, 16·TC_NT per pass), then with MOE_SHARED
 // nrb · ceil(n / (16·TC_NT)) for the shared expert (one pass each). An expert not in a slot (MOE_SLOTS) is skipped.
 // Push constants: common/formats.glsl's mat_pc — rows (stacked rows), cols, n, the format's planes; xoff: the
-// activations (xg or hg, blocks of 16 rows × cols halves) in uvec4 units; x_stride: the lists' first word (binding 6); yoff: hg (TC_GU 1, words) or
-// y (floats); y_stride: off[] (binding 7); e_off: the routing weights (binding 8, TC_GU 1); pad: E (or the slot
-// map's offset at binding 9 with MOE_SLOTS; E = MOE_E).
+// activations (xg or hg, blocks of 16 rows × cols halves) in uvec4 units; x_stride: the lists' first word (binding
+// 6); yoff: hg (TC_GU 1, words) or y (floats); y_stride: off[] (binding 7); e_off: the routing weights (binding 8,
+// TC_GU 1); pad: E (or the slot map's offset at binding 9 with MOE_SLOTS; E = MOE_E).
 // Defines: TC_COOP, TC_GU, TC_SG (subgroups per workgroup), TC_NT (16-pair blocks per pass, 1 or 2), TK (columns
 // per step, a multiple of 16 and of CHUNK), MOE_TOPK, MOE_SHARED, MOE_ROWS (output rows per expert: I or d), MOE_I,
 // MOE_LIMIT, [MOE_SLOTS, MOE_E], the format's (fast path only).
@@ -249,7 +249,8 @@ void main() {
       }
 #else
       const uint xrow = xb0 + c0 * 16u;
-      [[dont_unroll]] for (uint i = 0u; i < EPL; ++i) {  // two halves per load, in column order (not unrolled: lavapipe compiles it)
+      // two halves per load, in column order; not unrolled (lavapipe's LLVM compiles it in a fraction of the time)
+      [[dont_unroll]] for (uint i = 0u; i < EPL; ++i) {
         const uint o = lane + i * LANES, r = o % 16u, t = o / 16u;
         const uint aw0 = (abase + r * TKP) / 2u, aw1 = (abase + (16u + r) * TKP) / 2u, bw = (xrow + 16u * t) / 2u;
 #define BW(kk) (((kk) / 8u) * 128u + (kk) % 8u)  // words: column pair kk of a pair's row across the 16-column tiles

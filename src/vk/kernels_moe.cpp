@@ -612,14 +612,6 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   return true;
 }
 
-/// n >= 2 in the f16 GEMM modes with matvec_tuning::moe_tiles = 2: the expert-grouped products on f16 tiles split
-/// by subgroups (docs/VULKAN.md "moe_tc.comp: expert tiles split by subgroups"; slower than gemm.comp's tiles on the
-/// H200, so never the default). Five dispatches: the pair lists
-/// (moe_group.comp); every expert's pairs gathered into contiguous f16 rows in expert order (moe_tc_gather.comp);
-/// gate/up with SwiGLU · weight in the epilogue → h as f16 rows in the same order (moe_tc.comp, TC_GU 1); down
-/// → y [n·S, d] (TC_GU 0); moe_sum. The scratch's gu part holds off[] (the experts' first sorted rows), xg and hg.
-/// Numerics: the f16 GEMM mode's (f16 weights and activations, f32 sums). Returns false, recording nothing, where
-/// the path does not apply (a format or shape the kernel does not take, too little shared memory or scratch).
 /// moe_tc.comp's layout for layer m (tiles: matvec_tuning::moe_tiles): its subgroups per workgroup, 0 where it does
 /// not run (not asked for, no f16 GEMM mode, a format or shape it does not take, too little shared memory).
 constexpr uint32_t tc_step = 64, tc_blocks = 2;  // moe_tc.comp's TK and TC_NT
@@ -642,8 +634,9 @@ uint32_t tc_subgroups(const detail::op_env& e, const gpu_moe& m, uint32_t tiles)
   // subgroups per workgroup: 4 where the shared memory holds their tiles and ladders (the H200), else 2, 1
   auto fits = [&](uint32_t sg) {
     for (const format f : {wgu.fmt, wdn.fmt})
-      if (uint64_t(sg) * 32 * (tc_step + 8) * 2 + (detail::gemm_ladder(f) ? uint64_t(sg) * 32 * ladder::rungs * 4 : 0) +
-              1280 > e.info.max_shared_memory)
+      if (uint64_t(sg) * 32 * (tc_step + 8) * 2 +
+              (detail::gemm_ladder(f) ? uint64_t(sg) * 32 * ladder::rungs * 4 : 0) + 1280 >
+          e.info.max_shared_memory)
         return false;
     return I % (16 * sg) == 0 && d % (32 * sg) == 0;
   };
@@ -667,6 +660,14 @@ tc_scratch tc_layout(const gpu_moe& m, uint32_t n, uint32_t top_k) {
   return t;
 }
 
+/// n >= 2 in the f16 GEMM modes with matvec_tuning::moe_tiles = 2: the expert-grouped products on f16 tiles split
+/// by subgroups (docs/VULKAN.md "Expert tiles split by subgroups"; slower than gemm.comp's tiles on the H200, so
+/// never the default). Five dispatches: the pair lists (moe_group.comp); every expert's pairs as f16 rows in expert
+/// order, in blocks of 16 stored as 16 × 16 tiles (moe_tc_gather.comp); gate/up with SwiGLU · weight in the
+/// epilogue → h as f16 rows in the same layout (moe_tc.comp, TC_GU 1); down → y [n·S, d] (TC_GU 0); moe_sum.
+/// Scratch: tc_layout. Numerics: the f16 GEMM mode's (f16 weights and activations, f32 sums). Returns false, recording
+/// nothing, where the path does not run (not asked for, a format or shape it does not take, too little shared
+/// memory or scratch, x not 16-byte aligned).
 bool moe_grouped_tc(const detail::op_env& e, commands& c, const gpu_moe& m, view x, uint32_t n, view ids,
                     view weights, uint32_t top_k, float limit, view h, view out, view slot_map, uint32_t tiles) {
   const uint32_t sg = tc_subgroups(e, m, tiles), coop = e.gemm_coop;
@@ -696,8 +697,8 @@ bool moe_grouped_tc(const detail::op_env& e, commands& c, const gpu_moe& m, view
     const std::string defs = detail::def_u("TG_NE", ne) + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
                              (m.shared ? "1" : "0") + "\n";
     e.grid(rows / 16, gx, gy);
-    detail::dispatch(c.impl(), e.pipe("moe_tc_gather.comp", defs, detail::op_env::wg, 4, sizeof pc), b, pc, sizeof pc,
-                     gx, gy);
+    detail::dispatch(c.impl(), e.pipe("moe_tc_gather.comp", defs, detail::op_env::wg, 4, sizeof pc), b, pc,
+                     sizeof pc, gx, gy);
   }
   const uint32_t nbind = m.slots ? 10 : 9;
   auto run = [&](const gpu_matrix& w, bool gu, const detail::bound& in, const detail::bound& outb) {
@@ -712,8 +713,8 @@ bool moe_grouped_tc(const detail::op_env& e, commands& c, const gpu_moe& m, view
     const std::string defs = "#define TC_COOP " + std::to_string(coop) + "\n#define TC_GU " + (gu ? "1" : "0") +
                              "\n#define TC_SG " + std::to_string(sg) + "\n#define TC_NT " + std::to_string(nt) +
                              "\n#define TK " + std::to_string(tk) + "\n" + detail::def_u("MOE_TOPK", top_k) +
-                             "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" + detail::def_u("MOE_ROWS", rows_e) +
-                             detail::def_u("MOE_I", I) + detail::def_f("MOE_LIMIT", limit) + slot_defines(m) +
+                             "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" +
+                             detail::def_u("MOE_ROWS", rows_e) + detail::def_u("MOE_I", I) + detail::def_f("MOE_LIMIT", limit) + slot_defines(m) +
                              detail::tab_defines() + format_defines(w.fmt, w.scale_enc);
     e.grid(E * nrb + (m.shared ? nrb * ceil_div(uint64_t(n), uint64_t(16 * nt)) : 0), gx, gy);
     detail::dispatch(c.impl(), e.pipe("moe_tc.comp", defs, sg * e.lanes, nbind, sizeof pc),

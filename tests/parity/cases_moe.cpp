@@ -131,7 +131,8 @@ std::string moe_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I
       wg(s.dev, uint64_t(n) * k * 4);
   // want_tc 0 / 1: the kernel that must run (the expert-grouped products on gemm.comp's tiles / on moe_tc.comp)
   if (want_tc >= 0 && s.kern.moe_runs_tc(gm, n, k, hg.payload()) != (want_tc == 1))
-    return want_tc ? "moe_tc.comp does not take this layer here" : "moe_tc.comp runs although gemm.comp's tiles were asked for";
+    return want_tc ? "moe_tc.comp does not take this layer here"
+                   : "moe_tc.comp runs although gemm.comp's tiles were asked for";
   gpu::commands c = s.dev.begin();
   if (kind == id_kind::routed) {
     s.kern.route_score(c, lb, gpu::view(), n, E, rc, gpu::view(), ig.payload(), wg.payload());
@@ -726,7 +727,11 @@ void moe_cases(suite& s) {
           // 2: moe_tc.comp, which must run then)
           constexpr bool tc = F::id == format::q4tp || F::id == format::q2tp || F::id == format::mxfp4 ||
                               F::id == format::fp8_b128 || F::id == format::fp8_b32;
-          for (const uint32_t tiles : tc ? std::vector<uint32_t>{1, 2} : std::vector<uint32_t>{0})
+          // (moe_tc.comp needs subgroup operations: without them its cases are reported unsupported)
+          const bool tc_dev = s.dev.info().subgroup_arithmetic;
+          if (tc && !tc_dev) s.unsupported("moe_f16", fn);
+          for (const uint32_t tiles : tc ? (tc_dev ? std::vector<uint32_t>{1, 2} : std::vector<uint32_t>{1})
+                                         : std::vector<uint32_t>{0})
             s.run("moe_f16", fn, name + (tiles == 1 ? ", gemm.comp tiles" : tiles == 2 ? ", moe_tc.comp" : ""),
                   [&](uint64_t seed, R& info) {
                     gpu::matvec_tuning t;
