@@ -16,7 +16,7 @@
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
 //                      [--moe-rpt 1|2|4|8] [--moe-pairs 2|4|8|16] [--moe-unroll 1|2] (the grouped int8 MoE kernel)
-//                      [--moe-tiles 0|1|2] (the grouped f16 MoE: chosen per format | gemm.comp | moe_tc.comp)
+//                      [--moe-tiles 0|1|2] (the grouped f16 MoE: gemm.comp's tiles (0, 1) | moe_tc.comp (2))
 //                      [--f64] (f64 accumulators in norms / softmax / mHC where the device has f64)
 //                      [--shader-dir D] [--moe-tokens 512] [--moe-experts 256] [google-benchmark flags]
 //                      (--shader-dir: read shaders/*.comp from D instead of the built-in copies: variants)
@@ -286,7 +286,8 @@ void bm_moe(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t n
   uint64_t active = 0;
   for (uint8_t u : used) active += u;
   gpu::buffer xb = g_dev->alloc(x.size() * 4), ib = g_dev->alloc(ids.size() * 4), wb = g_dev->alloc(w.size() * 4),
-              hb = g_dev->alloc(gpu::kernels::moe_scratch_floats(m, n, k) * 4), ob = g_dev->alloc(uint64_t(n) * d * 4);
+              hb = g_dev->alloc(gpu::kernels::moe_scratch_floats(m, n, k, g_tune.moe_tiles == 2) * 4),
+              ob = g_dev->alloc(uint64_t(n) * d * 4);
   g_dev->upload(xb, x);
   g_dev->upload(ib, ids.data(), ids.size() * 4);
   g_dev->upload(wb, w);

@@ -35,7 +35,7 @@ inline CLI::Option* add_gemm_flag(CLI::App* c, gpu::gemm_precision& v) {
       ->default_str("f16");
 }
 
-/// The `--prefill-experts f16|act` flag of `cmfx run`, `cmfx ppl` and `cmfx bench` (Vulkan):
+/// The `--prefill-experts auto|f16|act` flag of `cmfx run`, `cmfx ppl` and `cmfx bench` (Vulkan):
 /// dsv4_gpu_options::prefill_experts.
 inline CLI::Option* add_prefill_experts_flag(CLI::App* c, prefill_expert_mode& v) {
   return c

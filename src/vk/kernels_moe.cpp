@@ -646,7 +646,7 @@ uint32_t tc_subgroups(const detail::op_env& e, const gpu_moe& m, uint32_t tiles)
 }
 
 /// The scratch of moe_tc.comp's path: [h | gu | y | lists | off[ne + 1] | xg: rows × d halves | hg: rows × I
-/// halves], rows = the pairs with every expert's rounded up to 16 (kernels::moe_scratch_floats counts them).
+/// halves], rows = the pairs with every expert's rounded up to 16 (kernels::moe_scratch_floats(..., true) counts them).
 struct tc_scratch {
   uint64_t rows = 0, o_off = 0, o_xg = 0, o_hg = 0, end = 0;
 };

@@ -126,7 +126,7 @@ std::string moe_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I
   const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views, sh);
   const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w),
                     lb = upload(s.dev, logits.empty() ? std::vector<float>{0} : logits);
-  const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, n, k);
+  const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, n, k, want_tc == 1);
   guarded hg(s.dev, hn * 4), og(s.dev, uint64_t(n) * d * 4), ig(s.dev, uint64_t(n) * k * 4, 0xDEADBEEFu),
       wg(s.dev, uint64_t(n) * k * 4);
   // want_tc 0 / 1: the kernel that must run (the expert-grouped products on gemm.comp's tiles / on moe_tc.comp)

@@ -392,10 +392,14 @@ class kernels {
   /// shaders/moe_tc.comp here (matvec_tuning::moe_tiles = 2, the f16 GEMM modes; x 16-byte aligned), rather than
   /// on gemm.comp's tiles or the f32 kernels.
   bool moe_runs_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const;
-  static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k) {
+  /// Floats of moe's scratch h for n tokens; with_tc: also moe_tc.comp's f16 rows (only that opt-in kernel,
+  /// matvec_tuning::moe_tiles = 2, needs them: 88 MB more for V4-Flash's 512-token chunks).
+  static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k, bool with_tc = false) {
     const uint64_t slots = top_k + (m.shared ? 1 : 0), lists = (m.experts + 1ull) * (uint64_t(n) * top_k + 1);  // grouped path
-    // the f16-tile path (n >= 2): off[], then its f16 rows of x and h, each expert's rounded up to 16
-    const uint64_t tc = n < 2 ? 0 : m.experts + 2 + (uint64_t(n) * slots + 16 * (m.experts + 1ull)) * (m.dim + m.inter) / 2 + 12;
+    // moe_tc.comp's path (n >= 2): off[], then its f16 rows of x and h, each expert's rounded up to 16
+    const uint64_t tc = n < 2 || !with_tc
+                            ? 0
+                            : m.experts + 2 + (uint64_t(n) * slots + 16 * (m.experts + 1ull)) * (m.dim + m.inter) / 2 + 12;
     return uint64_t(n) * slots * (3 * m.inter + m.dim) + act_q8_bytes(m.dim) / 4 + act_q8_bytes(m.inter, uint32_t(slots)) / 4 +
            lists + 8 + tc;
   }
