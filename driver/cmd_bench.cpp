@@ -96,9 +96,9 @@ int run_bench(const bench_args& a) {
   dopt.float64 = a.f64;
   gpu::device dev(dopt);
   gpu::kernels k(dev);
-  if (a.mv_subgroups || a.mv_rows_per_team) {
+  if (a.mv_subgroups || a.mv_rows_per_team || a.moe_tails) {
     gpu::matvec_tuning tu;
-    tu.target_subgroups = a.mv_subgroups, tu.rows_per_team = a.mv_rows_per_team;
+    tu.target_subgroups = a.mv_subgroups, tu.rows_per_team = a.mv_rows_per_team, tu.moe_tails = a.moe_tails;
     k.set_tuning(tu);
   }
   std::printf("device: %s\n", dev.info().describe().c_str());

@@ -165,6 +165,11 @@ int main(int argc, char** argv) {
   cb->add_option("--mv-rows-per-team", bench.mv_rows_per_team, "Diagnostics: batch-1 matvec rows per subgroup (1, 2, 4; 0 = from the shape)")
       ->default_val(bench.mv_rows_per_team)
       ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
+  cb->add_option("--moe-tails", bench.moe_tails,
+                 "Diagnostics: 1 = the decode MoE (int8) in four dispatches, without the SwiGLU and sum tails "
+                 "(0 = the tails where they apply)")
+      ->default_val(bench.moe_tails)
+      ->check(CLI::IsMember({0u, 1u}));
   cb->add_flag("--f64", bench.f64, "f64 accumulators (norms, softmax, mHC) where the device has f64 (default f32)");
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
   cb->add_option("--shader-dir", bench.shader_dir,

@@ -20,18 +20,28 @@
 #ifndef HC_TAIL
 #define HC_TAIL 0
 #endif
+// HC_ADD = 1 (HC_POST): the sublayer output is o + o_add (binding 6, or 11 with HC_TAIL; word pc.aoff), one f32
+// add — e.g. the MoE's routed sum and its shared expert kept apart (moe_sum.comp's `total + add`, the same bits).
+#ifndef HC_ADD
+#define HC_ADD 0
+#endif
 
 layout(push_constant) uniform hb_pc {
   uint tokens, hc, d, nblk;
   uint rows, has_mix, xoff, ooff;
   uint coff, outoff, fnoff, poff;
   uint cstride, cntoff, iters, boff;  // HC_TAIL: cntoff … rms_eps
-  uint soff, yoff, nwoff, pad0;
+  uint soff, yoff, nwoff, aoff;
   float norm_eps, hc_eps, head_scale, rms_eps;
 } pc;
 layout(std430, binding = 0) readonly buffer X { float xs[]; };
 layout(std430, binding = 1) readonly buffer O { float os[]; };      // HC_POST: the sublayer output [tokens, d]
 layout(std430, binding = 4) readonly buffer Fn { float fn[]; };     // [rows, hc·d]
+#if HC_ADD && HC_TAIL
+layout(std430, binding = 11) readonly buffer OA { float oas[]; };
+#elif HC_ADD
+layout(std430, binding = 6) readonly buffer OA { float oas[]; };
+#endif
 #if HC_TAIL
 // the coefficients are read (post, C) by every workgroup and rewritten by the finish of the last one
 layout(std430, binding = 2) buffer Cf { float coeff[]; };
@@ -81,7 +91,11 @@ void main() {
 #if HC_POST
   float xin[HC_N];
   [[unroll]] for (uint j = 0u; j < HC_N; ++j) xin[j] = live ? xs[xrow + j * d + c] : 0.0;
+#if HC_ADD
+  precise const float ov = live ? os[pc.ooff + t * d + c] + oas[pc.aoff + t * d + c] : 0.0;
+#else
   const float ov = live ? os[pc.ooff + t * d + c] : 0.0;
+#endif
   const uint cb = pc.coff + t * pc.cstride;
   [[unroll]] for (uint k = 0u; k < HC_N; ++k) {
     precise float acc = coeff[cb + HC_N + k] * ov;

@@ -13,6 +13,7 @@
 #define MOE_ADD 0
 #endif
 #include "common/base.glsl"
+#include "common/moe_sum.glsl"
 
 layout(push_constant) uniform ms_pc {
   uint d, yoff, ooff, idoff, n, smoff, aoff, pad;
@@ -34,8 +35,7 @@ void main() {
   if (i >= pc.n * pc.d) return;
   const uint t = i / pc.d, r = i % pc.d, io = pc.idoff + t * MOE_TOPK, yo = pc.yoff + t * KS * pc.d + r;
   // The ids and every slot's value in registers first (all loads in flight together; MOE_TOPK is a compile-time
-  // constant), then the slots added in ascending expert id, ties in slot order (as moe_down.comp): slot j's rank
-  // is the number of slots before it in that order, so the sum needs no data-dependent loads.
+  // constant), then added in order (common/moe_sum.glsl).
   uint id[MOE_TOPK];
   float yv[MOE_TOPK];
   bool bad = false;
@@ -49,19 +49,7 @@ void main() {
     bad = bad || (id[j] < MOE_E && slot_map[pc.smoff + id[j]] >= MOE_SLOTS);
 #endif
   }
-  uint rank[MOE_TOPK];
-  [[unroll]] for (uint j = 0u; j < MOE_TOPK; ++j) {
-    uint before = 0u;
-    [[unroll]] for (uint q = 0u; q < MOE_TOPK; ++q) before += (id[q] < id[j] || (id[q] == id[j] && q < j)) ? 1u : 0u;
-    rank[j] = before;
-  }
-  float total = 0.0;
-  [[unroll]] for (uint pos = 0u; pos < MOE_TOPK; ++pos) {  // the slot of rank pos, added pos-th
-    float v = 0.0;
-    [[unroll]] for (uint j = 0u; j < MOE_TOPK; ++j)
-      if (rank[j] == pos) v = yv[j];
-    total = pos == 0u ? v : total + v;
-  }
+  float total = moe_ordered_sum(id, yv);
 #if MOE_SHARED
   total += ys[yo + MOE_TOPK * pc.d];
 #endif

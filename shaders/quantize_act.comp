@@ -41,23 +41,10 @@ void main() {
   if (gid >= pc.n * pc.blocks) return;
   const uint t = gid / pc.blocks, b = gid % pc.blocks, c0 = b * 32u;
   float v[32];
-  float amax = 0.0;
-  [[unroll]] for (uint i = 0u; i < 32u; ++i) {
-    v[i] = value(t, c0 + i);
-    amax = max(amax, abs(v[i]));
-  }
-  const float sx = amax > 0.0 ? amax / 127.0 : 1.0, inv = 1.0 / sx;
+  [[unroll]] for (uint i = 0u; i < 32u; ++i) v[i] = value(t, c0 + i);
+  const act_block q = act_q8_block(v);
   const uint base = pc.ooff + t * ACT_VEC_WORDS(pc.blocks);
-  int sum = 0;
-  [[unroll]] for (uint s = 0u; s < 8u; ++s) {
-    uint w = 0u;
-    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-      const int q = int(clamp(roundEven(v[act_plane_elem(s, i)] * inv), -127.0, 127.0));
-      sum += q;
-      w |= (uint(q) & 0xFFu) << (8u * i);
-    }
-    qw[base + 8u * b + s] = w;
-  }
-  qf[base + ACT_SCALE_WORD(pc.blocks) + b] = 0.5 * sx;
-  qi[base + ACT_BSUM_WORD(pc.blocks) + b] = ACT_OFF2 * sum;
+  [[unroll]] for (uint s = 0u; s < 8u; ++s) qw[base + 8u * b + s] = q.w[s];
+  qf[base + ACT_SCALE_WORD(pc.blocks) + b] = q.half_sx;
+  qi[base + ACT_BSUM_WORD(pc.blocks) + b] = q.bsum2;
 }

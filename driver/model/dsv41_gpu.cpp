@@ -246,14 +246,14 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
       cut();
     }
     const gpu_shared_apart sha{G.shared_apart ? &G.sh_down : nullptr, sh_g, sh_u, sh_out, cf.moe_inter};
-    record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out,
-                   opt.expert_act, experts->slot_map(l), prepared);
+    const view moe_add = record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit),
+                                        moe_h, moe_out, opt.expert_act, experts->slot_map(l), prepared);
     ts.op("moe (+ shared expert apart, concurrent)");
     ts.mark(&gpu_graph_profile::experts);
     // The next attention's mixes come with this hc_post unless an Engram add changes X first.
     const bool mix_next = l + 1 < cf.layers && cf.plan[l + 1].engram < 0;
     k.hc_post(*cur, sh, moe_out, X, coeff_f, 1, Xn, mix_next ? view(layers[l + 1].hc_attn_fn) : view(),
-              mix_next ? mix_rows : 0, mix_next ? view(partials) : view());
+              mix_next ? mix_rows : 0, mix_next ? view(partials) : view(), moe_add);
     ts.op("hc_post + mix");
     std::swap(X, Xn);
     ts.mark(&gpu_graph_profile::hc);

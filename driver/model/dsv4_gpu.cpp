@@ -254,23 +254,23 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       cut();
     }
     const gpu_shared_apart sha{G.shared_apart ? &G.sh_down : nullptr, sh_g, sh_u, sh_out, cf.moe_inter};
-    record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit), moe_h, moe_out,
-                   opt.expert_act, experts->slot_map(l), prepared);
+    const view moe_add = record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit),
+                                        moe_h, moe_out, opt.expert_act, experts->slot_map(l), prepared);
     ts.op("moe (+ shared expert apart, concurrent)");
     ts.mark(&dsv4_gpu_profile::experts);
     const bool last = l + 1 == cf.layers;
     if (!last) {
       const dsv4_gpu_layer& N = layers[l + 1];
       k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, N.hc_attn_fn, mix_rows, partials,
-                       pre_of(N.hc_attn_base, N.hc_attn_scale, N.attn_norm));
+                       pre_of(N.hc_attn_base, N.hc_attn_scale, N.attn_norm), moe_add);
       ts.op("hc_post + mix + hc_pre_finish + attn_norm");
     } else if (logits_mode) {  // + hc_head_finish and the final norm
       gpu::kernels::hc_finish_args f;
       f.base = hc_head_base, f.head = true, f.head_scale = hc_head_scale, f.y = u, f.norm = norm;
-      k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, hc_head_fn, uint32_t(hc), partials, f);
+      k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, hc_head_fn, uint32_t(hc), partials, f, moe_add);
       ts.op("hc_post + hc_head_finish + norm");
     } else {
-      k.hc_post(*cur, sh, moe_out, X, coeff, 1, Xn);
+      k.hc_post(*cur, sh, moe_out, X, coeff, 1, Xn, view(), 0, view(), moe_add);
       ts.op("hc_post");
     }
     std::swap(X, Xn);

@@ -28,3 +28,30 @@ const int ACT_OFF2 = int(2.0 * LADDER_OFFSET);
 #else
 #error "int8 activations are defined for q4tp, q2tp and MXFP4"
 #endif
+
+// One block of 32 values quantised by that rule: the 8 packed words, sx / 2 and 2·off·Σ xq (quantize_act.comp, and
+// the tail of matvec_rows.comp's MoE gate/up rows that forms h itself).
+struct act_block {
+  uint w[8];
+  float half_sx;
+  int bsum2;
+};
+act_block act_q8_block(const float v[32]) {
+  float amax = 0.0;
+  [[unroll]] for (uint i = 0u; i < 32u; ++i) amax = max(amax, abs(v[i]));
+  const float sx = amax > 0.0 ? amax / 127.0 : 1.0, inv = 1.0 / sx;
+  act_block r;
+  int sum = 0;
+  [[unroll]] for (uint s = 0u; s < 8u; ++s) {
+    uint w = 0u;
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+      const int q = int(clamp(roundEven(v[act_plane_elem(s, i)] * inv), -127.0, 127.0));
+      sum += q;
+      w |= (uint(q) & 0xFFu) << (8u * i);
+    }
+    r.w[s] = w;
+  }
+  r.half_sx = 0.5 * sx;
+  r.bsum2 = ACT_OFF2 * sum;
+  return r;
+}

@@ -33,6 +33,12 @@ layout(push_constant) uniform mat_pc {
   uint aux1;      // ladder code bytes per row
   uint fast;      // 1: chunked fast path
   uint pad;
+#ifdef MAT_PC_TAIL
+  uint cntoff;    // matvec_rows.comp's MoE tails: first arrival counter, output and routing-weight offsets
+  uint toff;
+  uint woff;
+  uint tpad;
+#endif
 } pc;
 
 layout(std430, binding = 0) readonly buffer W0 { uint w0[]; };

@@ -35,7 +35,8 @@ std::string defines(uint32_t hc, bool post, uint32_t hc_rows, uint32_t rsplit) {
 
 struct block_pc {
   uint32_t tokens, hc, d, nblk, rows, has_mix, xoff, ooff, coff, outoff, fnoff, poff, cstride;
-  uint32_t cntoff, iters, boff, soff, yoff, nwoff, pad0;  // the tail (HC_TAIL)
+  uint32_t cntoff, iters, boff, soff, yoff, nwoff;  // the tail (HC_TAIL)
+  uint32_t aoff;                                    // o_add (HC_ADD)
   float norm_eps, hc_eps, head_scale, rms_eps;
 };
 struct finish_pc {
@@ -68,14 +69,16 @@ std::string finish_defines(const detail::op_env& e, const kernels::hc_shape& sh,
 /// token (HC_TAIL; needs the mix).
 void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool post, view X, view o, view coeff,
                view out, view fn, uint32_t rows, view partials, uint32_t tokens,
-               const kernels::hc_finish_args* fin = nullptr) {
+               const kernels::hc_finish_args* fin = nullptr, view o_add = {}) {
   const uint64_t xbytes = uint64_t(tokens) * sh.hc * sh.d * 4;
   const uint64_t pbytes = uint64_t(tokens) * nblk(sh) * (rows + 1) * acc_bytes(e);
   const uint64_t cbytes = uint64_t(tokens) * kernels::hc_coeff_floats(sh.hc) * 4;
   const char* op = fin ? "hc_post_finish" : post ? "hc_post" : "hc_mix";
   detail::need_view(X, xbytes, op, "X");
+  if (o_add && !post) throw usage_error(std::string(op) + ": o_add without o");
   if (post) {
     detail::need_view(o, uint64_t(tokens) * sh.d * 4, op, "o");
+    if (o_add) detail::need_view(o_add, uint64_t(tokens) * sh.d * 4, op, "o_add");
     detail::need_view(coeff, cbytes, op, "coeff");
     detail::need_view(out, xbytes, op, "out");
   }
@@ -106,7 +109,7 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
   pc.has_mix = mix ? 1u : 0u, pc.xoff = xb.residual / 4, pc.ooff = ob.residual / 4, pc.coff = cb.residual / 4;
   pc.outoff = outb.residual / 4, pc.fnoff = fb.residual / 4, pc.poff = pb.residual / acc_bytes(e);
   pc.cstride = kernels::hc_coeff_floats(sh.hc);
-  detail::binding b[11] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
+  detail::binding b[12] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
   uint32_t nbind = 6;
   const uint32_t rsplit = mix ? std::min(row_groups, rows + 1) : 1;
   std::string defs = defines(sh.hc, post, mix ? rows + 1 : 1, rsplit);
@@ -121,6 +124,12 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
     pc.norm_eps = sh.norm_eps, pc.hc_eps = sh.hc_eps, pc.head_scale = fin->head_scale, pc.rms_eps = sh.norm_eps;
     defs += "#define HC_TAIL 1\n" + finish_defines(e, sh, block, fin->head, bool(fin->norm), 0,
                                                     fin->head || fin->sinkhorn ? 0 : 1);
+  }
+  if (o_add) {  // after the tail's bindings
+    const detail::bound ab = e.bind(o_add, uint64_t(tokens) * sh.d * 4);
+    b[nbind++] = ab.b;
+    pc.aoff = ab.residual / 4;
+    defs += "#define HC_ADD 1\n";
   }
   uint32_t gx, gy;
   e.grid(uint64_t(tokens) * nblk(sh) * rsplit, gx, gy);
@@ -250,16 +259,18 @@ void kernels::hc_head_finish(commands& c, const hc_shape& sh, view partials, vie
 }
 
 void kernels::hc_post(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
-                      view next_fn, uint32_t next_rows, view next_partials) {
+                      view next_fn, uint32_t next_rows, view next_partials, view o_add) {
   check(sh, "hc_post");
   if (tokens == 0) return;
   if (out.buf == X.buf && out.offset < X.offset + X.bytes && X.offset < out.offset + out.bytes)
     throw usage_error("hc_post: out overlaps X");
-  run_block(detail::op_env_of(*p_), c, sh, true, X, o, coeff, out, next_fn, next_rows, next_partials, tokens);
+  run_block(detail::op_env_of(*p_), c, sh, true, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, nullptr,
+            o_add);
 }
 
 void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
-                             view next_fn, uint32_t next_rows, view next_partials, const hc_finish_args& fin) {
+                             view next_fn, uint32_t next_rows, view next_partials, const hc_finish_args& fin,
+                             view o_add) {
   check(sh, "hc_post_finish");
   if (tokens == 0) return;
   const bool post = bool(o);
@@ -273,13 +284,13 @@ void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, vi
     if (c.in_concurrent())
       throw usage_error("hc_post_finish: " + std::to_string(tokens) +
                         " tokens are two dependent dispatches: not inside begin_concurrent");
-    run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens);
+    run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, nullptr, o_add);
     c.barrier();
     run_finish(e, c, sh, fin.head, next_partials, post ? out : X, fin.base, fin.scale, fin.head_scale, tokens, coeff,
                fin.y, fin.norm, 0, {}, 0, fin.head || fin.sinkhorn ? 0 : 1);
     return;
   }
-  run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, &fin);
+  run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, &fin, o_add);
 }
 
 }  // namespace cmfx::gpu

@@ -438,7 +438,10 @@ rows_i8_plan plan_rows_i8(kernels::impl& p, const detail::op_env& e, const gpu_m
 
 /// Batch 1 with int8 activations through the row kernel: quantise x (unless moe_prepare did) → gate/up rows of the
 /// selected experts → SwiGLU · weight quantised to h (one dispatch: quantize_act.comp's ACT_SWIGLU mode) → down
-/// rows → moe_sum (+ extras.add). extras.side is recorded inside a concurrent group with each of the last four.
+/// rows → moe_sum (+ extras.add). Where they apply (matvec_tuning::moe_tails), the SwiGLU + quantisation runs in the
+/// tails of the gate/up rows' workgroups and the sum (without extras.add) in those of the down rows
+/// (matvec_rows.comp MOE_TAIL): two dependent dispatches instead of four. extras.side is recorded inside a
+/// concurrent group with each of them, numbered in order.
 /// Returns false, recording nothing, where plan_rows_i8 says the path does not apply; kernels::moe then takes its
 /// two-pass f32 path.
 bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
@@ -455,7 +458,8 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
   const detail::bound gub = e.bind(pl.guv, pl.guv.bytes), yb = e.bind(pl.yv, pl.yv.bytes),
                       xqb = e.bind(pl.xqv, xq_bytes), hqb = e.bind(pl.hqv, hq_bytes), ib = e.bind(ids, top_k * 4),
                       wb = e.bind(weights, top_k * 4), tb = e.bind(e.tables, e.tables.size());
-  // the slot map (cached layers): binding 7 of the row kernel, binding 3 of moe_sum; its offset in x_stride
+  // the slot map (cached layers): binding 7 of the row kernel (the tables fill it otherwise, below the tails'
+  // bindings), binding 3 of moe_sum; its offset in x_stride
   const uint32_t nb_rows = m.slots ? 8 : 7;
   detail::bound sb{};
   if (m.slots) sb = e.bind(slot_map, uint64_t(m.experts) * 4);
@@ -473,31 +477,54 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
     ex.side(s);
     c.end_concurrent();
   };
-  uint32_t gx, gy;
+  // The tails (matvec_rows.comp MOE_TAIL): the act tail needs the down matrix in the gate/up format (h is packed
+  // for it) and a workgroup's rows inside one half (gate or up) of a slot, covering whole blocks of 32 or a part
+  // of one; the sum tail cannot add extras.add (the side work of the same stage may write it).
+  const uint32_t tail_counters = detail::op_env::counter_slots / 4, wg_size = e.lanes * e.teams;
+  const bool tails = detail::tuning_of(p).moe_tails != 1 && wg_size >= 32;
+  const bool act_tail = tails && m.gate_up.w.fmt == m.down.w.fmt && S * (I / 32) <= tail_counters &&
+                        (pl.rgu >= 32 ? pl.rgu % 32 == 0 && I % pl.rgu == 0 : 32 % pl.rgu == 0);
+  const bool sum_tail = tails && !ex.add && d / pl.rdn <= tail_counters;
+  const detail::bound kb = detail::bind_range(e.info, *e.counters, 0, detail::op_env::counter_slots * 4ull);
+  const detail::bound ob = e.bind(out, d * 4);
+  struct tail_pc {
+    mat_pc m;
+    uint32_t cntoff, toff, woff, pad;
+  };
+  auto tail_defs = [&](int mode) {
+    return "#define MOE_TAIL " + std::to_string(mode) + "\n" + (mode == 1 ? detail::def_f("MOE_LIMIT", limit) : "");
+  };
+  uint32_t gx, gy, s_next = 0;
   if (!ex.prepared) k.quantize_act(c, m.gate_up.w.fmt, x, 1, d, pl.xqv);
-  stage(0, [&] {  // gate/up rows of every slot's expert → gu [S, 2I]
+  stage(s_next++, [&] {  // gate/up rows of every slot's expert → gu [S, 2I] (+ the act tail → hq)
     pg.rows = uint32_t(m.gate_up.w.rows), pg.cols = uint32_t(d), pg.n = 1, pg.r0 = 0;
     pg.xoff = xqb.residual / 4, pg.yoff = gub.residual / 4, pg.pad = ib.residual / 4;
-    bg[3] = xqb.b, bg[4] = gub.b, bg[5] = tb.b, bg[6] = ib.b, bg[7] = sb.b;
+    detail::binding b[11] = {bg[0], bg[1], bg[2], xqb.b, gub.b, tb.b, ib.b, m.slots ? sb.b : tb.b, kb.b, hqb.b, wb.b};
     pg.x_stride = sb.residual / 4;
     e.grid(S * (2 * I / pl.rgu), gx, gy);
+    const tail_pc tp{pg, act_tail ? e.take_counters(uint32_t(S * (I / 32))) : 0u, hqb.residual / 4, wb.residual / 4, 0};
+    const uint32_t nb = act_tail ? 11 : nb_rows, pcs = act_tail ? sizeof tp : sizeof pg;
     detail::dispatch(c.impl(),
-                     e.pipe("matvec_rows.comp", pl.dgu + moe_defs(2 * I, 0), e.lanes * e.teams, nb_rows, sizeof pg),
-                     std::span<const detail::binding>(bg, nb_rows), &pg, sizeof pg, gx, gy);
+                     e.pipe("matvec_rows.comp", pl.dgu + moe_defs(2 * I, 0) + (act_tail ? tail_defs(1) : ""), wg_size,
+                            nb, pcs),
+                     std::span<const detail::binding>(b, nb), &tp, pcs, gx, gy);
   });
-  stage(1, [&] { swiglu_quantize(e, c, m, top_k, limit, S, gub, hqb, wb); });  // per slot
-  stage(2, [&] {  // down rows of every slot's expert on its quantised h → y [S, d]
+  if (!act_tail) stage(s_next++, [&] { swiglu_quantize(e, c, m, top_k, limit, S, gub, hqb, wb); });  // per slot
+  stage(s_next++, [&] {  // down rows of every slot's expert on its quantised h → y [S, d] (+ the sum tail → out)
     pd.rows = uint32_t(m.down.w.rows), pd.cols = uint32_t(I), pd.n = 1, pd.r0 = 0;
     pd.xoff = hqb.residual / 4, pd.yoff = yb.residual / 4, pd.pad = ib.residual / 4;
-    bd[3] = hqb.b, bd[4] = yb.b, bd[5] = tb.b, bd[6] = ib.b, bd[7] = sb.b;
+    detail::binding b[10] = {bd[0], bd[1], bd[2], hqb.b, yb.b, tb.b, ib.b, m.slots ? sb.b : tb.b, kb.b, ob.b};
     pd.x_stride = sb.residual / 4;
     e.grid(S * (d / pl.rdn), gx, gy);
+    const tail_pc tp{pd, sum_tail ? e.take_counters(uint32_t(d / pl.rdn)) : 0u, ob.residual / 4, 0, 0};
+    const uint32_t nb = sum_tail ? 10 : nb_rows, pcs = sum_tail ? sizeof tp : sizeof pd;
     detail::dispatch(c.impl(),
-                     e.pipe("matvec_rows.comp", pl.ddn + moe_defs(d, kernels::act_q8_bytes(I) / 4), e.lanes * e.teams,
-                            nb_rows, sizeof pd),
-                     std::span<const detail::binding>(bd, nb_rows), &pd, sizeof pd, gx, gy);
+                     e.pipe("matvec_rows.comp", pl.ddn + moe_defs(d, kernels::act_q8_bytes(I) / 4) +
+                                                    (sum_tail ? tail_defs(2) : ""),
+                            wg_size, nb, pcs),
+                     std::span<const detail::binding>(b, nb), &tp, pcs, gx, gy);
   });
-  stage(3, [&] { moe_sum(e, c, m, 1, top_k, pl.yv, ids, out, slot_map, ex.add); });
+  if (!sum_tail) stage(s_next++, [&] { moe_sum(e, c, m, 1, top_k, pl.yv, ids, out, slot_map, ex.add); });
   return true;
 }
 

@@ -286,9 +286,11 @@ std::string sinkhorn_apart_case(suite& s, uint64_t seed, bool fold, uint32_t tok
 /// coefficients (rewritten in place, as the models do) and y. The fused call runs twice one after the other and
 /// twice side by side in one concurrent group (they must take distinct arrival counters); then the whole recording
 /// is submitted again, so every counter must be back at 0. More tokens than the counters take the two-dispatch
-/// fallback (recorded outside the concurrent group, which refuses it).
+/// fallback (recorded outside the concurrent group, which refuses it). split_o: the sublayer output given as o and
+/// o_add — the separate hc_post then gets o + o_add summed on the host, and hc_post with o_add must write the
+/// same X' bit for bit.
 std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool sinkhorn, bool norm, uint32_t tokens,
-                             uint32_t hc, uint32_t d, std::string& info) {
+                             uint32_t hc, uint32_t d, std::string& info, bool split_o = false) {
   rng r(seed);
   gpu::kernels::hc_shape sh;
   sh.hc = hc, sh.d = d;
@@ -299,8 +301,16 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
   std::vector<float> nw = r.normal(d, 0.1f), c0(cf);
   for (float& v : nw) v += 1.0f;
   for (float& v : c0) v = r.uniform(0.05f, 1.0f);  // pre, post, C of the previous site (read by the post)
+  std::vector<float> o_add, o_sum = o;
+  if (split_o) {
+    o_add = r.normal(yn);
+    for (uint64_t i = 0; i < yn; ++i) o_sum[i] = o[i] + o_add[i];
+  }
   const gpu::buffer xb = upload(s.dev, X), ob = upload(s.dev, o), fb = upload(s.dev, fn), bb = upload(s.dev, base),
-                    sb = upload(s.dev, scale), nb = upload(s.dev, nw);
+                    sb = upload(s.dev, scale), nb = upload(s.dev, nw), osb = upload(s.dev, o_sum),
+                    oab = upload(s.dev, split_o ? o_add : o);
+  const gpu::view oa = split_o ? gpu::view(oab) : gpu::view();
+  guarded xadd(s.dev, xn * 4), padd(s.dev, s.kern.hc_partials_bytes(sh, tokens, rows)), cadd(s.dev, cf * 4);
   const uint64_t pbytes = s.kern.hc_partials_bytes(sh, tokens, rows);
   constexpr int runs = 5;  // 0: separate calls; 1, 2: fused, one after the other; 3, 4: fused side by side
   std::vector<guarded> part, co, xo, y;
@@ -317,12 +327,16 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
     gpu::kernels::hc_finish_args f = fin;
     f.y = y[i].payload();
     s.kern.hc_post_finish(c, sh, post ? gpu::view(ob) : no, xb, co[i].payload(), tokens, post ? xo[i].payload() : no,
-                          fb, rows, part[i].payload(), f);
+                          fb, rows, part[i].payload(), f, oa);
   };
   gpu::commands c = s.dev.begin();
   const gpu::view x1 = post ? xo[0].payload() : gpu::view(xb);
+  if (split_o) {  // hc_post with o_add alone, on a copy of the coefficients
+    s.dev.upload(cadd.payload(), c0.data(), cf * 4);
+    s.kern.hc_post(c, sh, ob, xb, cadd.payload(), tokens, xadd.payload(), fb, rows, padd.payload(), oa);
+  }
   if (post)
-    s.kern.hc_post(c, sh, ob, xb, co[0].payload(), tokens, xo[0].payload(), fb, rows, part[0].payload());
+    s.kern.hc_post(c, sh, split_o ? osb : ob, xb, co[0].payload(), tokens, xo[0].payload(), fb, rows, part[0].payload());
   else
     s.kern.hc_mix(c, sh, xb, fb, rows, tokens, part[0].payload());
   if (head)
@@ -367,6 +381,12 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
   };
   s.submit(c);
   if (auto why = compare_runs(); !why.empty()) return why;
+  if (split_o) {
+    std::vector<float> a(xn), b(xn);
+    std::string why;
+    if (!xadd.read(a.data(), why) || !xo[0].read(b.data(), why)) return why;
+    if (std::memcmp(a.data(), b.data(), xn * 4)) return "hc_post with o_add: X' differs from hc_post of o + o_add";
+  }
   // The same recording again (as the models resubmit theirs): the counters it uses must be back at 0.
   const std::vector<uint32_t> poison(yn, guarded::nan_word);
   for (int i = 0; i < runs; ++i) {
@@ -376,7 +396,8 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
   s.submit(c);
   if (auto why = compare_runs(); !why.empty()) return "resubmitted: " + why;
   info = "bit-identical to the separate dispatches (" + std::to_string(tokens) + " token(s), 4 fused runs" +
-         (fallback ? " through the two-dispatch fallback" : "") + ", submitted twice)";
+         (fallback ? " through the two-dispatch fallback" : "") + ", submitted twice" +
+         (split_o ? "; o + o_add as the host's sum" : "") + ")";
   return {};
 }
 /// V4.1's lagged collapse: hc_pre_finish_fold writes the coefficients hc_pre_finish writes (bit for bit) and
@@ -489,6 +510,14 @@ void mhc_cases(suite& s) {
               return post_finish_case(s, seed, post, head, sinkhorn, norm, tokens, hc, d, info);
             });
     }
+  // the MoE's shared expert apart added by the boundary (o_add): decode, several tokens, the fallback
+  for (auto [tokens, hc, d] : {std::array<uint32_t, 3>{1, 4, 4096}, {3, 4, 300}, {2049, 2, 7}})
+    s.run("hc_post_finish", "-",
+          std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) +
+              " post + pre (Sinkhorn apart, norm), o + o_add",
+          [=, &s](uint64_t seed, R& info) {
+            return post_finish_case(s, seed, true, false, false, true, tokens, hc, d, info, true);
+          });
   chain(1, 4, 4096, 20, " V4 decode");
   chain(3, 4, 4096, 20, " V4");
   chain(2, 4, 300, 20, " ragged");

@@ -8,6 +8,7 @@
 //
 // Toys: CMF f32 (every matrix f32), CMF q4tp (ladder matrices, stacked shared expert) and the release layout
 // (FP8 block-128 dense, MXFP4 experts, the FP8 shared expert apart from the stacked FP4 ones).
+#include <bit>
 #include <set>
 #include <algorithm>
 #include <random>
@@ -363,6 +364,38 @@ bool same_selections(const dsv4_trace& a, const dsv4_trace& b, size_t n) {
   return eq(a.experts, b.experts) && eq(a.topk, b.topk);
 }
 
+/// Decode steps with int8 experts: the MoE's SwiGLU and sum in the tails of its row dispatches (the default,
+/// matvec_tuning::moe_tails = 0; a shared expert apart then comes in through the next boundary's o_add) against
+/// the four-dispatch MoE (moe_tails = 1): the same values in the same order, so the logits must be bit-identical
+/// at every position.
+std::string tails_case(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, std::string& info) {
+  if (!s.kern.has_i8(format::q4tp)) return "no int8-activation kernels on this device";
+  dsv4_options co;
+  co.threads = 1;
+  auto cpu = dsv4_model::open(path, co);
+  dsv4_gpu_options go;
+  go.max_ctx = tokens;
+  go.expert_act = act_precision::i8;
+  go.pipeline = false;  // each step recorded under the tuning set just before it
+  dsv4_gpu_model tails(cpu->weights(), s.dev, s.kern, go), four(cpu->weights(), s.dev, s.kern, go);
+  const std::vector<uint32_t> ids = random_ids(seed, cpu->config().vocab, tokens);
+  gpu::matvec_tuning t4;
+  t4.moe_tails = 1;
+  uint64_t differ = 0;
+  for (uint64_t t = 0; t < tokens; ++t) {
+    const std::vector<float> a = tails.step(ids[t], true);
+    s.kern.set_tuning(t4);
+    const std::vector<float> b = four.step(ids[t], true);
+    s.kern.set_tuning(gpu::matvec_tuning{});
+    if (a.size() != b.size()) return "logit counts differ";
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) ++differ;
+    if (differ) return "position " + std::to_string(t) + ": " + std::to_string(differ) + " logits differ";
+  }
+  info = std::to_string(tokens) + " positions, logits bit-identical";
+  return {};
+}
+
 /// Prefill chunks with int8 experts (dsv4_gpu_options::expert_act = i8: the expert-grouped int8 kernels,
 /// moe_rows_g8.comp) against the same model stepped token by token with int8 experts (the batch-1 int8 path): both
 /// quantise x per token and h per (token, slot) by the same rule and sum the same chunk products, so their logits
@@ -590,6 +623,10 @@ void model_cases(suite& s) {
     if (!s.kern.has_i8(format::q4tp)) return std::string("no int8-activation kernels on this device");
     return i8_chunk_case(s, files.make("cmf", "q4tp"), 32, 96, seed, info);
   });
+  s.run("model_v4", "-", "int8 MoE tails vs four dispatches, cmf q4tp toy (shared stacked), 24 tokens",
+        [&](uint64_t seed, std::string& info) { return tails_case(s, files.make("cmf", "q4tp"), 24, seed, info); });
+  s.run("model_v4", "-", "int8 MoE tails vs four dispatches, release toy (FP8 shared apart), 24 tokens",
+        [&](uint64_t seed, std::string& info) { return tails_case(s, files.make("release", "native"), 24, seed, info); });
   s.run("model_v4", "-", "expert cache (--vram-budget), cmf q4tp toy, 48 tokens", [&](uint64_t seed, std::string& info) {
     return cache_case(s, files.make("cmf", "q4tp"), 48, seed, info);
   });

@@ -218,7 +218,7 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
 constexpr double kI8CpuNmse = 1e-4, kI8CpuMaxAbsRel = 5e-2, kI8RefNmse = 1e-3;
 template <class F>
 std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, bool shared,
-                        std::string& info, uint32_t n = 1) {
+                        std::string& info, uint32_t n = 1, bool tails_expected = false) {
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);
   std::vector<expert_view> views;
@@ -244,12 +244,36 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
   s.kern.moe(c, gm, xb, n, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8);
   const uint32_t disp = c.dispatch_count();
   s.submit(c);
-  // batch 1: quantise, gate/up, SwiGLU-quantise, down, sum; n >= 2: the pair lists first
-  const uint32_t want = n == 1 ? 5 : 6;
-  if (disp != want) return "the int8 path did not run (" + std::to_string(disp) + " dispatches)";
   std::vector<float> got(nd), h(hn);
   std::string why;
   if (!og.read(got.data(), why) || !hg.read(h.data(), why)) return why;
+  std::string path;
+  if (n == 1) {
+    // batch 1: quantise, gate/up, SwiGLU-quantise, down, sum — or with the tails (matvec_tuning::moe_tails, where
+    // they apply: tails_expected) quantise, gate/up + h, down + sum. The four-dispatch path must give the same bits.
+    guarded og4(s.dev, nd * 4);
+    gpu::matvec_tuning t;
+    t.moe_tails = 1;
+    s.kern.set_tuning(t);
+    gpu::commands c4 = s.dev.begin();
+    s.kern.moe(c4, gm, xb, n, ib, wb, k, kLimit, hg.payload(), og4.payload(), act_precision::i8);
+    const uint32_t disp4 = c4.dispatch_count();
+    s.submit(c4);
+    s.kern.set_tuning(gpu::matvec_tuning{});
+    if (disp4 != 5) return "the four-dispatch int8 path did not run (" + std::to_string(disp4) + " dispatches)";
+    if (disp < 3 || disp > 5 || (tails_expected && disp != 3))
+      return "the int8 path with tails: " + std::to_string(disp) + " dispatches" +
+             (tails_expected ? " (both tails expected: 3)" : "");
+    std::vector<float> got4(nd);
+    if (!og4.read(got4.data(), why)) return why;
+    for (uint64_t i = 0; i < nd; ++i)
+      if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(got4[i]))
+        return "tails vs four dispatches: output " + std::to_string(i) + " differs (" + std::to_string(got[i]) +
+               " vs " + std::to_string(got4[i]) + ")";
+    path = std::to_string(disp) + " dispatches, the same bits as 5; ";
+  } else if (disp != 6) {  // the pair lists first
+    return "the int8 path did not run (" + std::to_string(disp) + " dispatches)";
+  }
   thread_pool tp(2);
   moe_scratch scratch;
   std::vector<float> cpu(nd);
@@ -262,7 +286,7 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
                     v2 = verdict(compare(got.data(), ref.data(), nd), kI8RefNmse, i2, 1.0);
   if (!v1.empty() || !v2.empty())
     return (v1.empty() ? "" : "vs CPU i8: " + v1 + "; ") + (v2.empty() ? "" : "vs float64: " + v2);
-  info = "cpu i8: " + i1 + "; f64: " + i2;
+  info = path + "cpu i8: " + i1 + "; f64: " + i2;
   return {};
 }
 
@@ -270,7 +294,8 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
 /// product with an F matrix at stage 1 that writes `add` (V4's shared expert kept apart) — and `add` summed into
 /// the output; with i8 at batch 1 also x quantised ahead by moe_prepare, in a concurrent group with another
 /// dispatch. Checks, bit for bit: the output is the plain moe's output + add (exact f32), and the side results equal
-/// the same ops recorded on their own; on the int8 path the MoE itself is four dispatches (side work concurrent).
+/// the same ops recorded on their own; on the int8 path the MoE itself is one dispatch per stage (side work
+/// concurrent): three where the h tail applies, the sum apart because of `add`.
 template <class F>
 std::string moe_extras_case(suite& s, uint64_t seed, uint32_t n, act_precision act, std::string& info) {
   constexpr uint32_t E = 8, k = 3;
@@ -332,9 +357,11 @@ std::string moe_extras_case(suite& s, uint64_t seed, uint32_t n, act_precision a
   s.kern.moe(c, gm, xb, n, ib, wb, k, kLimit, hg.payload(), og.payload(), act, gpu::view(), mx);
   const uint32_t disp = c.dispatch_count() - before, side_disp = 1 + n;
   s.submit(c);
-  if (calls != gpu::kernels::moe_stages) return "side called " + std::to_string(calls) + " times";
-  if (i8 && disp != 4 + side_disp)
-    return "int8 path with extras: " + std::to_string(disp) + " dispatches, want 4 + " + std::to_string(side_disp);
+  // every path has the stages gate/up, down and a sum apart (with add); the int8 path one dispatch per stage
+  if (calls < 3 || calls > gpu::kernels::moe_stages) return "side called " + std::to_string(calls) + " times";
+  if (i8 && disp != calls + side_disp)
+    return "int8 path with extras: " + std::to_string(disp) + " dispatches, want " + std::to_string(calls) + " + " +
+           std::to_string(side_disp);
   std::vector<float> got(n * d), plain(n * d), a(n * d), a2(n * d), s1(I), s2(I);
   std::string why;
   if (!og.read(got.data(), why) || !og2.read(plain.data(), why) || !add.read(a.data(), why) ||
@@ -654,17 +681,17 @@ void moe_cases(suite& s) {
     }
     if (s.kern.has_i8(F::id)) {
       s.run("moe_i8", fn, "8x[128x256] k=3 + shared", [&](uint64_t seed, R& info) {
-        return moe_i8_case<F>(s, seed, 8, 256, 128, 3, true, info);
+        return moe_i8_case<F>(s, seed, 8, 256, 128, 3, true, info, 1, true);
       });
       s.run("moe_i8", fn, "16x[256x512] k=6", [&](uint64_t seed, R& info) {
-        return moe_i8_case<F>(s, seed, 16, 512, 256, 6, false, info);
+        return moe_i8_case<F>(s, seed, 16, 512, 256, 6, false, info, 1, true);
       });
       // I = 32: one block per slot, 40-byte vectors padded to 48 (kernels::act_q8_bytes); n = 1 and grouped
       for (const uint32_t n : {1u, 7u})
         s.run("moe_i8", fn, "4x[32x64] k=2 + shared n=" + std::to_string(n) + ": padded 40-byte vectors",
-              [&](uint64_t seed, R& info) { return moe_i8_case<F>(s, seed, 4, 64, 32, 2, true, info, n); });
+              [&](uint64_t seed, R& info) { return moe_i8_case<F>(s, seed, 4, 64, 32, 2, true, info, n, n == 1); });
       s.run("moe_i8", fn, "3x[2048x4096] k=2 + shared, model shape", [&](uint64_t seed, R& info) {
-        return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info);
+        return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info, 1, true);
       });
       // n >= 2: the expert-grouped int8 kernels (moe_rows_g8.comp; prefill chunks with --act i8): tiles of 4, 8
       // and 16 pairs by the mean count per expert, ragged last tiles, experts with no pair

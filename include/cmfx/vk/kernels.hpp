@@ -117,12 +117,13 @@ struct moe_extras {
   /// [n, d]: added to each token's output after the routed experts and the shared slot (y = out + add, exact f32)
   /// — e.g. a shared expert kept apart in another format. Must not overlap out.
   view add;
-  /// Called once per stage s = 0 … kernels::moe_stages − 1 (not at all when n == 0), in order, to record work that neither reads h or out
-  /// nor writes anything the MoE reads. On the batch-1 int8 path each call is inside a concurrent group with that
-  /// stage's dispatch (0: gate/up rows, 1: SwiGLU + quantised h, 2: down rows, 3: the sum), so the side work costs
-  /// no dependent step of its own; elsewhere the calls come before the MoE's dispatches. The work of stage s may
-  /// read what stage s − 1's side work wrote (a barrier separates the stages); `add` may be written by a stage
-  /// < 3's side work.
+  /// Called once per stage s = 0, 1, … of the path taken (at most kernels::moe_stages; not at all when n == 0), in
+  /// order, to record work that neither reads h or out nor writes anything the MoE reads. On the batch-1 int8 path
+  /// each call is inside a concurrent group with that stage's dispatch — gate/up rows, SwiGLU + quantised h, down
+  /// rows, the sum; 2 stages where the tails apply (matvec_tuning::moe_tails: gate/up rows + h, down rows + sum),
+  /// 3 with `add` (the sum apart) — so the side work costs no dependent step of its own; elsewhere the calls come
+  /// before the MoE's dispatches. The work of stage s may read what stage s − 1's side work wrote (a barrier
+  /// separates the stages); `add` may be written by any stage's side work but the last's.
   std::function<void(uint32_t stage)> side;
   /// x is already quantised into h (kernels::moe_prepare returned true for the same m, x, top_k and h).
   bool prepared = false;
@@ -153,6 +154,10 @@ struct matvec_tuning {
   /// MOE_GEMM tiles (workgroup-shared, the faster on the H200 for every format measured: docs/PERF.md "Fourteenth
   /// session"); 2 = shaders/moe_tc.comp (split by subgroups, no workgroup barrier) where its layout applies.
   uint32_t moe_tiles = 0;
+  /// Batch-1 int8 MoE (kernels::moe): 0 = the SwiGLU + quantisation of h and the sum run in the tails of the gate/up
+  /// and down row dispatches where that applies (shaders/matvec_rows.comp MOE_TAIL: 2 dependent dispatches);
+  /// 1 = never (4 dispatches: comparisons).
+  uint32_t moe_tails = 0;
 };
 
 class kernels {
@@ -324,9 +329,10 @@ class kernels {
   /// hc_post: out [tokens, hc·d] = post[k]·o + Σ_j C[j,k]·X[j] with coeff from hc_pre_finish; out must not
   /// overlap X. With next_fn (the mixing projection of the next sublayer, next_rows rows) the same dispatch also
   /// writes the partial mixes of `out` into next_partials, so a sublayer boundary costs two dispatches
-  /// (hc_post + hc_pre_finish).
+  /// (hc_post + hc_pre_finish). o_add [tokens, d]: the sublayer output is o + o_add (one f32 add per value — a
+  /// shared expert kept apart, added here instead of in kernels::moe's sum).
   void hc_post(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
-               view next_fn = {}, uint32_t next_rows = 0, view next_partials = {});
+               view next_fn = {}, uint32_t next_rows = 0, view next_partials = {}, view o_add = {});
   /// The finish hc_post_finish runs on its mix: the next site's hc_pre_finish (base, scale, sinkhorn as there) or,
   /// with head, hc_head_finish (base, head_scale); y and the optional norm as there.
   struct hc_finish_args {
@@ -339,9 +345,10 @@ class kernels {
   /// A sublayer boundary in one dispatch: hc_post (o given) or hc_mix (o empty: X' = X, out unused) with the mix
   /// next_fn [next_rows = the finish's rows] into next_partials, then the finish of that mix on X' — bit-identical
   /// to the separate calls; the last workgroup of each token runs the finish (arrival counters on the device).
-  /// coeff is read by the post, then rewritten by the finish.
+  /// coeff is read by the post, then rewritten by the finish. o_add as in hc_post.
   void hc_post_finish(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
-                      view next_fn, uint32_t next_rows, view next_partials, const hc_finish_args& fin);
+                      view next_fn, uint32_t next_rows, view next_partials, const hc_finish_args& fin,
+                      view o_add = {});
 
   /// Activation fake-quant in place (ops/fake_quant.hpp), per row of n floats in blocks of `block` (a ragged
   /// last block uses its own amax): E4M3 (act_quant_e4m3), E2M1 with power-of-two scales (act_quant_e2m1) or
@@ -382,7 +389,7 @@ class kernels {
   void moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k, float limit,
            view h, view out, act_precision act = act_precision::f32, view slot_map = view(),
            const moe_extras& extras = {});
-  /// Stages of kernels::moe at which moe_extras::side is called.
+  /// Stages of kernels::moe at which moe_extras::side is called, at most.
   static constexpr uint32_t moe_stages = 4;
   /// Records the int8 quantisation of x into h where moe(c, m, x, 1, ..., h, ..., act_precision::i8, ...) takes
   /// the batch-1 int8 path (the same m, x, h and top_k), so that it can run next to other work (e.g. in the
