@@ -290,6 +290,61 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
   return {};
 }
 
+/// Batch 1, int8, routed experts whose down matrices are in another format than their gate/up (`cmfx bench
+/// --expert-down`): h is packed for the down format, so the SwiGLU tail (which packs for the gate/up format) must
+/// not run — quantise, gate/up, SwiGLU-quantise, down + the sum tail: 4 dispatches — with the bits of the four-
+/// dispatch path (matvec_tuning::moe_tails = 1) and within the int8 bound of the CPU's i8 MoE.
+template <class FG, class FD>
+std::string moe_i8_mixed_case(suite& s, uint64_t seed, std::string& info) {
+  constexpr uint32_t E = 8, k = 3;
+  constexpr uint64_t d = 256, I = 128;
+  rng r(seed);
+  std::vector<host_expert> ex(E + 1);  // the last one: the shared expert, stacked
+  for (auto& x : ex) {
+    x.g = encode<FG>(r, I, d, x.v.gate);
+    x.u = encode<FG>(r, I, d, x.v.up);
+    x.d = encode<FD>(r, d, I, x.v.down);
+    x.v.gate_fmt = x.v.up_fmt = FG::id, x.v.down_fmt = FD::id;
+  }
+  std::vector<expert_view> views;
+  for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
+  const std::vector<float> X = r.normal(d);
+  std::vector<uint32_t> ids{1, 6, 3};
+  std::vector<float> w{0.7f, 0.2f, 1.1f};
+  const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views, &ex.back().v);
+  const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w);
+  const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, 1, k);
+  guarded hg(s.dev, hn * 4), og(s.dev, d * 4), og4(s.dev, d * 4);
+  gpu::commands c = s.dev.begin();
+  s.kern.moe(c, gm, xb, 1, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8);
+  const uint32_t disp = c.dispatch_count();
+  s.submit(c);
+  gpu::matvec_tuning t;
+  t.moe_tails = 1;
+  s.kern.set_tuning(t);
+  gpu::commands c4 = s.dev.begin();
+  s.kern.moe(c4, gm, xb, 1, ib, wb, k, kLimit, hg.payload(), og4.payload(), act_precision::i8);
+  const uint32_t disp4 = c4.dispatch_count();
+  s.submit(c4);
+  s.kern.set_tuning(gpu::matvec_tuning{});
+  if (disp != 4 || disp4 != 5)
+    return "dispatches " + std::to_string(disp) + " / " + std::to_string(disp4) + " (want 4: no SwiGLU tail; 5)";
+  std::vector<float> got(d), got4(d);
+  std::string why;
+  if (!og.read(got.data(), why) || !og4.read(got4.data(), why)) return why;
+  if (std::memcmp(got.data(), got4.data(), d * 4)) return "the sum tail's output differs from the four dispatches'";
+  thread_pool tp(2);
+  moe_scratch scratch;
+  std::vector<float> cpu(d);
+  moe_forward(tp, best_cpu_kernels(), views, &ex.back().v, X.data(), 1, d, ids.data(), w.data(), k, kLimit, cpu.data(),
+              scratch, act_precision::i8);
+  std::string i1;
+  if (const std::string v = verdict(compare(got.data(), cpu.data(), d), kI8CpuNmse, i1, kI8CpuMaxAbsRel); !v.empty())
+    return "vs CPU i8: " + v;
+  info = "4 dispatches (no SwiGLU tail), the bits of 5; cpu i8: " + i1;
+  return {};
+}
+
 /// kernels::moe with moe_extras (n tokens, act): side work at every stage — a SwiGLU at stage 0 and, reading it, a
 /// product with an F matrix at stage 1 that writes `add` (V4's shared expert kept apart) — and `add` summed into
 /// the output; with i8 at batch 1 also x quantised ahead by moe_prepare, in a concurrent group with another
@@ -646,6 +701,9 @@ void moe_cases(suite& s) {
     }
     return "a shared expert of another format was stacked";
   });
+  if (s.kern.has_i8(format::q4tp) && s.kern.has_i8(format::q2tp))
+    s.run("moe_i8", "q4tp", "8x[128x256] k=3 + shared, down in q2tp (no SwiGLU tail)",
+          [&](uint64_t seed, std::string& info) { return moe_i8_mixed_case<fmt_q4tp, fmt_q2tp>(s, seed, info); });
   for_each_type(all_formats{}, [&]<class F>() {
     const std::string fn(F::name);
     if constexpr (F::id == format::q8_2f) {
