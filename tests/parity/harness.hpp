@@ -188,6 +188,7 @@ void route_cases(suite& s);
 void mhc_cases(suite& s);
 void quant_cases(suite& s);
 void moe_cases(suite& s);
+void moe_slots_cases(suite& s);  // cases_moe_slots.cpp: the expert cache's MoE
 void attn_cases(suite& s);  // cases_attn.cpp
 void model_cases(suite& s);  // cases_model.cpp: the V4 GPU graph vs the CPU graph on the toys
 void model_v41_cases(suite& s);  // cases_model_v41.cpp: the V4.1 GPU graph vs the CPU graph on the V4.1 toys

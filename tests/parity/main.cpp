@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
     parity::mhc_cases(s);
     parity::quant_cases(s);
     parity::moe_cases(s);
+    parity::moe_slots_cases(s);
     parity::attn_cases(s);
     parity::model_cases(s);
     parity::model_v41_cases(s);
