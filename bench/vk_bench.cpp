@@ -180,7 +180,9 @@ void bm_dispatch_scale(benchmark::State& st, uint32_t floats) {
 /// each sublayer's are read once per token); else one set for all. thrash (with cold): a 256 MiB streaming read
 /// before every boundary, as the model's weights stream through the L2 between two mHC steps, and the boundaries
 /// timed alone (timestamps around each). Counter us_per_boundary = GPU time of the boundaries / 64.
-void bm_mhc(benchmark::State& st, bool cold, bool thrash = false) {
+/// One mHC sublayer boundary per step: hc_post + hc_pre_finish (two dispatches), or with `fused` the one dispatch
+/// the decode graph records (hc_post_finish: the finish in the last workgroup; the Sinkhorn C apart, as there).
+void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = false) {
   constexpr uint32_t n = 64, hc = 4, d = 4096, rows = (2 + hc) * hc;
   gpu::kernels::hc_shape sh;
   sh.hc = hc, sh.d = d;
@@ -215,8 +217,14 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false) {
     const size_t j = cold ? i : 0, jn = cold ? (i + 1) % n : 0;
     if (thrash) g_kern->stream_read(c, big, sink);
     const uint32_t ta = thrash ? c.timestamp() : 0;
-    g_kern->hc_post(c, sh, o, X, coeff, 1, Xn, fn[jn], rows, part);
-    g_kern->hc_pre_finish(c, sh, part, Xn, base[j], scale, 1, coeff, u, norm[j]);
+    if (fused) {
+      gpu::kernels::hc_finish_args f;
+      f.base = base[jn], f.scale = scale, f.sinkhorn = false, f.y = u, f.norm = norm[jn];
+      g_kern->hc_post_finish(c, sh, o, X, coeff, 1, Xn, fn[jn], rows, part, f);
+    } else {
+      g_kern->hc_post(c, sh, o, X, coeff, 1, Xn, fn[jn], rows, part);
+      g_kern->hc_pre_finish(c, sh, part, Xn, base[j], scale, 1, coeff, u, norm[j]);
+    }
     if (thrash) spans.push_back({ta, c.timestamp()});
     std::swap(X, Xn);
   }
@@ -380,6 +388,8 @@ int main(int argc, char** argv) {
   add("vk_mhc/post_pre/4x4096", [](benchmark::State& st) { bm_mhc(st, false); });
   add("vk_mhc/post_pre_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true); });
   add("vk_mhc/post_pre_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true); });
+  add("vk_mhc/post_finish/4x4096", [](benchmark::State& st) { bm_mhc(st, false, false, true); });
+  add("vk_mhc/post_finish_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true, false, true); });
   for_each_type(all_formats{}, [&]<class F>() {
     for (const auto& [r, c] : shapes) {
       if (!F::shape_ok(r, c)) continue;

@@ -88,15 +88,18 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       std::vector<int32_t> ids(win.size());
       const int32_t off = int32_t(G.comp.max_entries);
       for (uint64_t i = 0; i < W; ++i) ids[i] = win[i] < 0 ? -1 : win[i] + off;
-      if (!G.kind.indexer) {  // HCA: every finished entry
-        const uint64_t ne = (t + 1) / G.kind.ratio;
+      // HCA: every finished entry. CSA with no more finished entries than index_topk: the indexer would pick them
+      // all whatever their scores, so they are the picks (in entry order, the rest of the slots masked) and the
+      // step records no index scores or top-k (`scores` below).
+      const uint64_t ne = (t + 1) / G.kind.ratio;
+      if (!G.kind.indexer || ne <= cf.index_topk) {
         for (uint64_t j = 0; j < ne; ++j) ids.push_back(int32_t(j));
+        if (G.kind.indexer) ids.resize(W + cf.index_topk, -1);
       }
       for (uint64_t o0 = 0; o0 < ids.size(); o0 += gpu::commands::update_max / 4) {
         const uint64_t n = std::min<uint64_t>(ids.size() - o0, gpu::commands::update_max / 4);
         cur->update(view(G.idx, o0 * 4, n * 4), ids.data() + o0, n * 4);
       }
-      if (G.kind.indexer && (t + 1) / G.ix.ratio == 0) cur->fill(view(G.idx, W * 4, uint64_t(cf.index_topk) * 4), cf.index_topk * 4ull, 0xFFFFFFFFu);
     }
   }
   if (ts.on) ts.op_last = ts.last = cur->timestamp();
@@ -129,6 +132,8 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     // read by hc_post) runs apart, next to the projections
     const bool closes = kind.ratio && (t + 1) % kind.ratio == 0;
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
+    // the indexer's query side (iw, iq, scores, top-k) only where it has to choose among the finished entries
+    const bool scores = kind.indexer && (t + 1) / kind.ratio > cf.index_topk;
     cur->begin_concurrent();
     k.hc_sinkhorn(*cur, sh, partials, G.hc_attn_base, G.hc_attn_scale, 1, coeff);
     k.matmul(*cur, G.wq_a, u, 1, qr);
@@ -140,7 +145,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     if (kind.indexer) {
       k.matmul(*cur, G.ix.wkv, u, 1, row(G.ix.kv, cslot, G.ix.cw));
       k.matmul(*cur, G.ix.wgate, u, 1, row(G.ix.score, cslot, G.ix.cw));
-      k.matmul(*cur, G.ix_wp, u, 1, iw);
+      if (scores) k.matmul(*cur, G.ix_wp, u, 1, iw);
     }
     cur->end_concurrent();
     ts.op("projections of u (concurrent)");
@@ -151,7 +156,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       k.add(*cur, row(G.comp.ape, t % kind.ratio, G.comp.cw), row(G.comp.score, cslot, G.comp.cw), G.comp.cw);
     if (kind.indexer) {
       k.add(*cur, row(G.ix.ape, t % 4, G.ix.cw), row(G.ix.score, cslot, G.ix.cw), G.ix.cw);
-      k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
+      if (scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
     }
     cur->end_concurrent();
     ts.op("norms, ape, iw scale (concurrent)");
@@ -166,7 +171,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     };
     cur->begin_concurrent();
     k.matmul(*cur, G.wq_b, qr, 1, q);
-    if (kind.indexer) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
+    if (scores) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
     k.rope(*cur, kv_row, cs_t, 1, 1, uint32_t(hd), uint32_t(rd), false);
     if (closes) {
       pool(G.comp);
@@ -179,7 +184,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       k.rmsnorm_rope(*cur, q, view(), q, H, uint32_t(hd), eps, cs_t, H, uint32_t(rd));
     else
       k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
-    if (kind.indexer) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
+    if (scores) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
     if (closes) {
       const view cs_ws = row(cs_comp, t + 1 - kind.ratio, rd);
       k.rope(*cur, row(G.comp.entries, ne - 1, G.comp.width), cs_ws, 1, 1, G.comp.width, uint32_t(rd), false);
@@ -188,8 +193,9 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     cur->end_concurrent();
     ts.op("q head norm + rope, ropes (concurrent)");
     ts.mark(&dsv4_gpu_profile::compress);
-    // Indexer: scores of the finished entries, top-k into the compressed part of the key list.
-    if (kind.indexer && ne > 0) {
+    // Indexer: scores of the finished entries, top-k into the compressed part of the key list (else every
+    // finished entry is a pick: written with the position parameters above).
+    if (scores) {
       gpu::kernels::index_shape is;
       is.rows = 1, is.heads = IH, is.head_dim = IHD, is.n = uint32_t(ne);
       k.index_score(*cur, is, iq, G.ix.entries, iw, view(), score);
