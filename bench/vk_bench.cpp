@@ -174,6 +174,26 @@ void bm_dispatch_scale(benchmark::State& st, uint32_t floats) {
   st.counters["us_per_dispatch"] = per / n * 1e6;
 }
 
+/// A decode step's top-k of one row: n normal scores, k kept (the CSA indexer at 16K: 4096 → 512; experts: 256 → 6),
+/// 64 dependent calls (a barrier before each, as in the graph). Counter us_per_topk = GPU time / 64.
+void bm_topk(benchmark::State& st, uint32_t n, uint32_t k) {
+  constexpr uint32_t reps = 64;
+  std::mt19937_64 g(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& f : v) f = nd(g);
+  gpu::buffer x = g_dev->alloc(uint64_t(n) * 4), idx = g_dev->alloc(uint64_t(k) * 4);
+  g_dev->upload(x, v);
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  for (uint32_t i = 0; i < reps; ++i) {
+    c.barrier();
+    g_kern->topk(c, x, 1, n, k, idx, true);
+  }
+  const uint32_t t1 = c.timestamp();
+  st.counters["us_per_topk"] = time_recording(st, c, t0, t1) / reps * 1e6;
+}
+
 /// One mHC sublayer boundary of a decode step at V4-Flash's shape (hc 4, d 4096, 24 mix rows): hc_post (+ the next
 /// mix's partials) then hc_pre_finish (+ its RMSNorm), 64 boundaries in a dependent chain (as in a decode step).
 /// cold: every boundary its own mixing matrix, norm and base (96 MB in all, beyond the L2, as in the model, where
@@ -385,6 +405,8 @@ int main(int argc, char** argv) {
   add("vk_dispatch/concurrent", [](benchmark::State& st) { bm_dispatch(st, false); });
   add("vk_dispatch/chain_scale/64", [](benchmark::State& st) { bm_dispatch_scale(st, 64); });
   add("vk_dispatch/chain_scale/1048576", [](benchmark::State& st) { bm_dispatch_scale(st, 1u << 20); });
+  add("vk_topk/4096/k512", [](benchmark::State& st) { bm_topk(st, 4096, 512); });
+  add("vk_topk/256/k6", [](benchmark::State& st) { bm_topk(st, 256, 6); });
   add("vk_mhc/post_pre/4x4096", [](benchmark::State& st) { bm_mhc(st, false); });
   add("vk_mhc/post_pre_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true); });
   add("vk_mhc/post_pre_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true); });

@@ -2,11 +2,15 @@
 #extension GL_GOOGLE_include_directive : require
 // Exact top-k per row (ops/topk.hpp tie rule), one workgroup per row:
 //   composite key (K(value), ~index) with K order-preserving, NaN → −inf, −0 → +0; larger composite = earlier.
-// 1. radix select over the 64-bit composite, 8 bits per pass: the kk-th largest composite T (kk = min(k, n));
+// 1. radix select over the 64-bit composite, 8 bits per pass: the kk-th largest composite T (kk = min(k, n)). A
+//    pass's digit is found in parallel (suffix sums of the 256-bin histogram, then the one bin where they reach the
+//    remainder); when that bin's elements are all wanted, the passes stop (the lower digits stay 0: every element
+//    with the chosen prefix is ≥ T) — typically after 2–3 of the 8 passes for distinct scores;
 // 2. exactly kk elements have a composite ≥ T (indices make composites unique): collect them in shared memory;
 // 3. bitonic sort of the candidates, descending; write their indices (slots past kk get 0xFFFFFFFF).
 // by_position != 0 and k >= n: every index in ascending order (the same set; no passes, no sort).
-// Defines: TOPK_MAX (shared capacity, a power of two).
+// Defines: TOPK_MAX (shared capacity, a power of two). Workgroups of at least 256 invocations, one per bin (the host
+// asserts it: kernels.cpp).
 #include "common/base.glsl"
 
 layout(push_constant) uniform tk_pc {
@@ -15,8 +19,9 @@ layout(push_constant) uniform tk_pc {
 layout(std430, binding = 0) readonly buffer S { float sc[]; };
 layout(std430, binding = 1) writeonly buffer O { uint oi[]; };
 
-shared uint hist[256];
+shared uint hist[256], suffix[256];
 shared uint sel_hi, sel_lo, sel_rem, cand_n;
+shared bool sel_done;
 shared uint cand_hi[TOPK_MAX], cand_lo[TOPK_MAX];
 
 uint key_of(float v) {
@@ -40,6 +45,7 @@ void main() {
     sel_lo = 0u;
     sel_rem = kk;
     cand_n = 0u;
+    sel_done = false;
   }
   barrier();
   if (kk > 0u) {
@@ -56,20 +62,32 @@ void main() {
         if ((h & mh) == (ph & mh) && (l & ml) == (pl & ml)) atomicAdd(hist[((hi_word ? h : l) >> shift) & 0xFFu], 1u);
       }
       barrier();
-      if (lid == 0u) {
-        const uint rem = sel_rem;
-        uint cum = 0u, d = 255u;
-        for (; d > 0u; --d) {
-          if (cum + hist[d] >= rem) break;
-          cum += hist[d];
+      // S(d) = Σ_{e ≥ d} hist[e] as an inclusive prefix sum over position p = 255 − d (Hillis–Steele); the digit is
+      // the largest d with S(d) ≥ rem, i.e. the one position where the prefix first reaches rem (the walk from bin
+      // 255 down that stops there), and cum = S(d + 1) the elements of higher digits.
+      const uint rem = sel_rem;
+      uint v = lid < 256u ? hist[255u - lid] : 0u;
+      for (uint off = 1u; off < 256u; off <<= 1) {
+        if (lid < 256u) suffix[lid] = v;
+        barrier();
+        if (lid < 256u && lid >= off) v += suffix[lid - off];
+        barrier();
+      }
+      if (lid < 256u) suffix[lid] = v;
+      barrier();
+      if (lid < 256u) {
+        const uint cum = lid == 0u ? 0u : suffix[lid - 1u], d = 255u - lid;
+        if (v >= rem && cum < rem) {
+          sel_rem = rem - cum;
+          if (hi_word)
+            sel_hi |= d << shift;
+          else
+            sel_lo |= d << shift;
+          sel_done = hist[d] == rem - cum;  // every element of the bin is wanted: the lower digits can stay 0
         }
-        sel_rem = rem - cum;
-        if (hi_word)
-          sel_hi |= d << shift;
-        else
-          sel_lo |= d << shift;
       }
       barrier();
+      if (sel_done) break;  // uniform (shared, after the barrier)
     }
     const uint th = sel_hi, tl = sel_lo;
     for (uint i = lid; i < pc.n; i += WG_SIZE) {

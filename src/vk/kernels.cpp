@@ -718,6 +718,7 @@ void kernels::topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t
   const binding b[2] = {sb.b, ob.b};
   uint32_t gx, gy;
   p_->grid(rows, gx, gy);
+  static_assert(impl::wg_rows >= 256, "topk.comp gives each of its 256 histogram bins an invocation");
   const std::string defs = "#define TOPK_MAX " + std::to_string(topk_max_k) + "\n";
   detail::dispatch(c.impl(), p_->pipe("topk.comp", defs, impl::wg_rows, 2, sizeof pc), b, pc, sizeof pc, gx, gy);
 }
