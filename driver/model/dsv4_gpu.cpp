@@ -90,7 +90,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       for (uint64_t i = 0; i < W; ++i) ids[i] = win[i] < 0 ? -1 : win[i] + off;
       // HCA: every finished entry. CSA with no more finished entries than index_topk: the indexer would pick them
       // all whatever their scores, so they are the picks (in entry order, the rest of the slots masked) and the
-      // step records no index scores or top-k (`scores` below).
+      // step records no index scores or top-k (`ix_scores` below).
       const uint64_t ne = (t + 1) / G.kind.ratio;
       if (!G.kind.indexer || ne <= cf.index_topk) {
         for (uint64_t j = 0; j < ne; ++j) ids.push_back(int32_t(j));
@@ -133,7 +133,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     const bool closes = kind.ratio && (t + 1) % kind.ratio == 0;
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
     // the indexer's query side (iw, iq, scores, top-k) only where it has to choose among the finished entries
-    const bool scores = kind.indexer && (t + 1) / kind.ratio > cf.index_topk;
+    const bool ix_scores = kind.indexer && (t + 1) / kind.ratio > cf.index_topk;
     cur->begin_concurrent();
     k.hc_sinkhorn(*cur, sh, partials, G.hc_attn_base, G.hc_attn_scale, 1, coeff);
     k.matmul(*cur, G.wq_a, u, 1, qr);
@@ -145,7 +145,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     if (kind.indexer) {
       k.matmul(*cur, G.ix.wkv, u, 1, row(G.ix.kv, cslot, G.ix.cw));
       k.matmul(*cur, G.ix.wgate, u, 1, row(G.ix.score, cslot, G.ix.cw));
-      if (scores) k.matmul(*cur, G.ix_wp, u, 1, iw);
+      if (ix_scores) k.matmul(*cur, G.ix_wp, u, 1, iw);
     }
     cur->end_concurrent();
     ts.op("projections of u (concurrent)");
@@ -156,7 +156,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       k.add(*cur, row(G.comp.ape, t % kind.ratio, G.comp.cw), row(G.comp.score, cslot, G.comp.cw), G.comp.cw);
     if (kind.indexer) {
       k.add(*cur, row(G.ix.ape, t % 4, G.ix.cw), row(G.ix.score, cslot, G.ix.cw), G.ix.cw);
-      if (scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
+      if (ix_scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
     }
     cur->end_concurrent();
     ts.op("norms, ape, iw scale (concurrent)");
@@ -171,7 +171,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     };
     cur->begin_concurrent();
     k.matmul(*cur, G.wq_b, qr, 1, q);
-    if (scores) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
+    if (ix_scores) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
     k.rope(*cur, kv_row, cs_t, 1, 1, uint32_t(hd), uint32_t(rd), false);
     if (closes) {
       pool(G.comp);
@@ -184,7 +184,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       k.rmsnorm_rope(*cur, q, view(), q, H, uint32_t(hd), eps, cs_t, H, uint32_t(rd));
     else
       k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
-    if (scores) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
+    if (ix_scores) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
     if (closes) {
       const view cs_ws = row(cs_comp, t + 1 - kind.ratio, rd);
       k.rope(*cur, row(G.comp.entries, ne - 1, G.comp.width), cs_ws, 1, 1, G.comp.width, uint32_t(rd), false);
@@ -195,7 +195,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     ts.mark(&dsv4_gpu_profile::compress);
     // Indexer: scores of the finished entries, top-k into the compressed part of the key list (else every
     // finished entry is a pick: written with the position parameters above).
-    if (scores) {
+    if (ix_scores) {
       gpu::kernels::index_shape is;
       is.rows = 1, is.heads = IH, is.head_dim = IHD, is.n = uint32_t(ne);
       k.index_score(*cur, is, iq, G.ix.entries, iw, view(), score);

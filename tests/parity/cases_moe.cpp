@@ -65,8 +65,7 @@ std::string moe_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I
   const double nmse_bound = half ? kF16MoeNmse : kNmse, abs_bound = half ? kF16MaxAbsRel : kMaxAbsRel;
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);  // shared: the last one
-  std::vector<expert_view> views;
-  for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
+  const std::vector<expert_view> views = views_of(ex, E);
   const expert_view* sh = shared ? &ex.back().v : nullptr;
   const std::vector<float> X = r.normal(n * d, x_sigma);
   std::vector<uint32_t> ids(uint64_t(n) * k);
@@ -148,8 +147,7 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
   const uint64_t d = 256, I = 128;
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E, d, I);
-  std::vector<expert_view> views;
-  for (const auto& x : ex) views.push_back(x.v);
+  const std::vector<expert_view> views = views_of(ex);
   const std::vector<float> X = r.normal(n * d);
   const std::vector<uint32_t> ids = {1, 3, 2, E};  // token 1, slot 1: not an expert
   const std::vector<float> w = {0.5f, 0.7f, 0.9f, 0.3f};
@@ -190,8 +188,7 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
                         std::string& info, uint32_t n = 1, bool tails_expected = false) {
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);
-  std::vector<expert_view> views;
-  for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
+  const std::vector<expert_view> views = views_of(ex, E);
   const expert_view* sh = shared ? &ex.back().v : nullptr;
   const std::vector<float> X = r.normal(n * d);
   std::vector<uint32_t> ids(uint64_t(n) * k);
@@ -275,8 +272,7 @@ std::string moe_i8_mixed_case(suite& s, uint64_t seed, std::string& info) {
     x.d = encode<FD>(r, d, I, x.v.down);
     x.v.gate_fmt = x.v.up_fmt = FG::id, x.v.down_fmt = FD::id;
   }
-  std::vector<expert_view> views;
-  for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
+  const std::vector<expert_view> views = views_of(ex, E);
   const std::vector<float> X = r.normal(d);
   std::vector<uint32_t> ids{1, 6, 3};
   std::vector<float> w{0.7f, 0.2f, 1.1f};
@@ -326,8 +322,7 @@ std::string moe_extras_case(suite& s, uint64_t seed, uint32_t n, act_precision a
   constexpr uint64_t d = 256, I = 128;
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E + 1, d, I);
-  std::vector<expert_view> views;
-  for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
+  const std::vector<expert_view> views = views_of(ex, E);
   const std::vector<float> X = r.normal(n * d), G = r.normal(I, 3.0f), U = r.normal(I, 3.0f);
   std::vector<uint32_t> ids(n * k);
   std::vector<float> w(n * k);
@@ -409,8 +404,7 @@ std::string bad_id_decode_case(suite& s, uint64_t seed, std::string& info) {
   const uint64_t d = 256, I = 128;
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E, d, I);
-  std::vector<expert_view> views;
-  for (const auto& x : ex) views.push_back(x.v);
+  const std::vector<expert_view> views = views_of(ex);
   const std::vector<float> X = r.normal(d);
   const std::vector<uint32_t> ids = {2, E + 5};
   const std::vector<float> w = {0.5f, 0.7f};

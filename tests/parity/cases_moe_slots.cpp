@@ -51,8 +51,7 @@ std::string moe_slots_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint
                            bool shared, act_precision act, std::string& info) {
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);
-  std::vector<expert_view> views;
-  for (uint32_t e = 0; e < E; ++e) views.push_back(ex[e].v);
+  const std::vector<expert_view> views = views_of(ex, E);
   const expert_view* sh = shared ? &ex.back().v : nullptr;
   // the selected set: k + 1 experts (≤ kSlots − 1, so one slot holds an unselected expert); token 0 selects
   // `lone` (the last of the set), which no other token selects
@@ -159,8 +158,7 @@ std::string moe_slots_usage_case(suite& s, uint64_t seed, std::string& info) {
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E, d, I);
   const std::vector<host_expert> other = make_experts<F>(r, 1, d, 2 * I);
-  std::vector<expert_view> views;
-  for (const auto& x : ex) views.push_back(x.v);
+  const std::vector<expert_view> views = views_of(ex);
   const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views);
   const gpu::gpu_moe gc = gpu::alloc_moe_slots(s.dev, views[0], E, 2, &ex[3].v);
   const std::vector<uint32_t> ids = {1, 2}, map = {0, 1, 0, 1};

@@ -1,6 +1,7 @@
 #pragma once
 // Host experts shared by the MoE parity cases (cases_moe.cpp, cases_moe_slots.cpp): encoded random matrices of a
 // format and their views, the SwiGLU limit of V4 / V4.1, and the int8 path's bounds.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -40,6 +41,14 @@ std::vector<host_expert> make_experts(rng& r, uint32_t E, uint64_t d, uint64_t I
     x.v.gate_fmt = x.v.up_fmt = x.v.down_fmt = F::id;
   }
   return ex;
+}
+
+/// The views of the first `count` host experts (all by default: a shared one made last is left out by passing the
+/// routed count), for upload_moe / alloc_moe_slots.
+inline std::vector<expert_view> views_of(const std::vector<host_expert>& ex, size_t count = SIZE_MAX) {
+  std::vector<expert_view> views;
+  for (size_t e = 0; e < std::min(count, ex.size()); ++e) views.push_back(ex[e].v);
+  return views;
 }
 
 /// Bounds of the int8 path (kernels::moe(..., act_precision::i8)) against the CPU kernel with the same int8
