@@ -88,6 +88,9 @@ int run_bench(const bench_args& a) {
   if (a.prompt + a.tokens > a.ctx)
     throw usage_error("bench: --prompt + --tokens (" + std::to_string(a.prompt + a.tokens) + ") exceed --ctx " +
                       std::to_string(a.ctx));
+  if (a.profile_at && a.profile_at + 16 > a.ctx)
+    throw usage_error("bench: --profile-at " + std::to_string(a.profile_at) + " + 16 profiled steps exceed --ctx " +
+                      std::to_string(a.ctx));
 
   gpu::device_options dopt;
   dopt.index = a.device;
@@ -257,7 +260,7 @@ int run_bench(const bench_args& a) {
     if (!pp.empty()) std::printf("prefill device time per op (all layers, all chunks):\n%s", pp.c_str());
   }
   if (a.profile && a.tokens) {
-    m.bench_seek(a.prompt);
+    m.bench_seek(a.profile_at ? a.profile_at : a.prompt);
     m.set_profile(true, m.kind_layers());  // per-op detail of the first layer of each kind
     for (uint64_t i = 0; i < std::min<uint64_t>(a.tokens, 16); ++i) tok = m.step_greedy(tok);
     print_profile(m.profile());

@@ -53,6 +53,7 @@ struct bench_args {
   bool far = true;                // also decode at the end of --ctx (after a seek)
   std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act)
   bool profile = false;           // per-phase device time of 16 decode steps
+  uint64_t profile_at = 0;        // --profile-at: position of the profiled decode steps (0: --prompt)
   std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)
   uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)

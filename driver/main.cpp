@@ -147,6 +147,9 @@ int main(int argc, char** argv) {
   cb->add_option("--act", bench.act, "Expert activations: f32 | i8 (int8, integer dot products)")
       ->check(CLI::IsMember({"f32", "i8"}))->default_val(bench.act);
   cb->add_flag("--profile", bench.profile, "Per-phase device time of 16 decode steps (timestamps)");
+  cb->add_option("--profile-at", bench.profile_at,
+                 "Position of the profiled decode steps (0 = after the prompt; e.g. 16000 with --ctx 16384)")
+      ->default_val(bench.profile_at);
   cb->add_flag("!--no-shuffle", bench.shuffle, "Diagnostics: no subgroup shuffles (f64 sums through subgroupAdd)");
   cb->add_option("--vram-budget", bench.vram_budget,
                  "Device memory the model may take (e.g. 40G); experts that do not fit are cached (default: no limit)");

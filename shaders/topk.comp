@@ -8,7 +8,9 @@
 //    with the chosen prefix is ≥ T) — typically after 2–3 of the 8 passes for distinct scores;
 // 2. exactly kk elements have a composite ≥ T (indices make composites unique): collect them in shared memory;
 // 3. bitonic sort of the candidates, descending; write their indices (slots past kk get 0xFFFFFFFF).
-// by_position != 0 and k >= n: every index in ascending order (the same set; no passes, no sort).
+// by_position != 0 (callers that need the set, not its order: the indexers): the selected indices in ascending
+// order — with k >= n every index (no passes), else step 2 as a compaction (a scan of per-invocation counts) and no
+// sort.
 // Defines: TOPK_MAX (shared capacity, a power of two). Workgroups of at least 256 invocations, one per bin (the host
 // asserts it: kernels.cpp).
 #include "common/base.glsl"
@@ -19,7 +21,7 @@ layout(push_constant) uniform tk_pc {
 layout(std430, binding = 0) readonly buffer S { float sc[]; };
 layout(std430, binding = 1) writeonly buffer O { uint oi[]; };
 
-shared uint hist[256], suffix[256];
+shared uint hist[256], suffix[256], scan_s[WG_SIZE];
 shared uint sel_hi, sel_lo, sel_rem, cand_n;
 shared bool sel_done;
 shared uint cand_hi[TOPK_MAX], cand_lo[TOPK_MAX];
@@ -90,6 +92,37 @@ void main() {
       if (sel_done) break;  // uniform (shared, after the barrier)
     }
     const uint th = sel_hi, tl = sel_lo;
+    if (pc.by_position != 0u) {
+      // The kk selected indices in ascending order (no sort): each invocation counts the selected entries of its
+      // contiguous range, an exclusive scan of the counts gives where its indices go.
+      const uint per = (pc.n + WG_SIZE - 1u) / WG_SIZE, i0 = min(lid * per, pc.n), i1 = min(i0 + per, pc.n);
+      uint cnt = 0u;
+      for (uint i = i0; i < i1; ++i) {
+        const uint h = key_of(sc[base + i]), l = ~i;
+        if (h > th || (h == th && l >= tl)) ++cnt;
+      }
+#if REDUCE_SUBGROUP
+      const uint incl = subgroupInclusiveAdd(cnt);
+      if (gl_SubgroupInvocationID == gl_SubgroupSize - 1u) scan_s[gl_SubgroupID] = incl;
+      barrier();
+      uint o = incl - cnt;
+      for (uint sg = 0u; sg < gl_SubgroupID; ++sg) o += scan_s[sg];
+#else
+      uint v = cnt;
+      for (uint off = 1u; off < WG_SIZE; off <<= 1) {
+        scan_s[lid] = v;
+        barrier();
+        if (lid >= off) v += scan_s[lid - off];
+        barrier();
+      }
+      uint o = v - cnt;
+#endif
+      for (uint i = i0; i < i1; ++i) {
+        const uint h = key_of(sc[base + i]), l = ~i;
+        if (h > th || (h == th && l >= tl)) oi[ob + o++] = i;
+      }
+      return;  // kk < n here, so kk = k: every slot written
+    }
     for (uint i = lid; i < pc.n; i += WG_SIZE) {
       const uint h = key_of(sc[base + i]), l = ~i;
       if (h > th || (h == th && l >= tl)) {

@@ -171,11 +171,11 @@ std::string topk_case(suite& s, uint64_t seed, uint32_t rows, uint32_t n, uint32
   std::vector<uint32_t> got(uint64_t(rows) * k);
   std::string why;
   if (!out.read(got.data(), why)) return why;
-  info = "k=" + std::to_string(k) + " of " + std::to_string(n) + (by_position && k >= n ? ", every index in order" : ", exact order");
+  info = "k=" + std::to_string(k) + " of " + std::to_string(n) + (by_position ? ", the set in index order" : ", exact order");
   for (uint32_t i = 0; i < rows; ++i) {
     const std::vector<float> row(v.begin() + std::ptrdiff_t(i) * n, v.begin() + std::ptrdiff_t(i + 1) * n);
     std::vector<uint32_t> want = ref::topk(row, k);
-    if (by_position && k >= n) std::sort(want.begin(), want.end());  // the same set, ascending
+    if (by_position) std::sort(want.begin(), want.end());  // the same set, ascending
     for (uint32_t j = 0; j < k; ++j) {
       const uint32_t w = j < want.size() ? want[j] : 0xFFFFFFFFu, g = got[uint64_t(i) * k + j];
       if (g != w)
@@ -270,10 +270,13 @@ void op_cases(suite& s) {
   tk(1, 129280, 1, topk_values::normal, " argmax vocabulary");
   tk(3, 8193, 1, topk_values::ties_specials, " argmax ties NaN inf ±0");
   tk(2, 20000, 1, topk_values::all_equal, " argmax all equal");
-  // by_position (the indexers): k >= n gives every index ascending without a selection; k < n the usual order.
+  // by_position (the indexers): the selected set in ascending index order; k >= n every index without a selection.
   tk(3, 100, 512, topk_values::ties_specials, " by position, k>n", true);
   tk(2, 512, 512, topk_values::normal, " by position, k=n", true);
-  tk(2, 4096, 512, topk_values::normal, " by position, k<n (score order)", true);
+  tk(2, 4096, 512, topk_values::normal, " by position, k<n", true);
+  tk(3, 5000, 2048, topk_values::ties_specials, " by position, ties NaN inf ±0", true);
+  tk(2, 1000, 50, topk_values::all_equal, " by position, all equal", true);
+  tk(1, 16385, 1024, topk_values::normal, " by position, ragged", true);
 
   s.run("swiglu_clamp", "-", "6144 limit 10 w 0.7", [&](uint64_t seed, R& info) {
     return swiglu_case(s, seed, 6144, 10.0f, 0.7f, 4.0f, false, info);

@@ -224,8 +224,8 @@ class kernels {
   /// get 0xFFFFFFFF. k <= topk_max_k. k = 1 with n >= argmax_min_n (the head's greedy token) splits each row over
   /// workgroups through a scratch buffer the kernels own: such calls must not share a begin_concurrent group.
   static constexpr uint32_t argmax_min_n = 8192;
-  /// by_position: when k >= n (every entry selected) the indices come in ascending order without a selection or a
-  /// sort (the same set; callers that do not need the score order, e.g. an indexer at short context).
+  /// by_position: the selected set in ascending index order, without the sort by score (callers that need the set,
+  /// not its order: the indexers); with k >= n every index, without a selection.
   void topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t k, view idx, bool by_position = false);
   // ---- V4.1 candidate blocks (dsv41_candidate_blocks; kernels_v41.cpp, docs/VULKAN.md "V4.1 kernels"):
   //      block_max → topk(blk, rows, nb, topk_blocks, idx) → mask_scores. nb = ceil(n / bs); lens (uint32 [rows],
