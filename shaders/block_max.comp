@@ -26,10 +26,20 @@ void main() {
     m = F32_INF;
   } else {
     const uint base = pc.soff + row * pc.n;
+    // A zero maximum keeps the sign of the block's first zero (std::max never replaces −0 by +0): the NVIDIA
+    // compiler turns `m < v ? v : m` into a max instruction that returns +0 for (−0, +0), so the sign is tracked
+    // apart (H200 parity, `candidate_blocks` with tied ±0 maxima).
+    float z = 0.0;
+    bool zero_seen = false;
     for (uint j = j0; j < j1; ++j) {
       const float v = sc[base + j];
       if (m < v) m = v;
+      if (v == 0.0 && !zero_seen) {
+        z = v;
+        zero_seen = true;
+      }
     }
+    if (m == 0.0) m = z;
   }
   bm[pc.boff + g] = m;
 }
