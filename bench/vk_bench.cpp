@@ -194,6 +194,34 @@ void bm_topk(benchmark::State& st, uint32_t n, uint32_t k) {
   st.counters["us_per_topk"] = time_recording(st, c, t0, t1) / reps * 1e6;
 }
 
+/// A decode step's lightning-indexer scores at V4-Flash's shape (64 index heads × 128, one query row) over n keys
+/// (the CSA indexer at 16K: 4096 entries), 64 dependent calls. Counter us_per_score = GPU time / 64.
+void bm_index_score(benchmark::State& st, uint32_t n) {
+  constexpr uint32_t reps = 64, heads = 64, hd = 128;
+  std::mt19937_64 g(12);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto fill = [&](uint64_t count) {
+    std::vector<float> v(count);
+    for (auto& f : v) f = nd(g);
+    return v;
+  };
+  gpu::buffer q = g_dev->alloc(uint64_t(heads) * hd * 4), keys = g_dev->alloc(uint64_t(n) * hd * 4),
+              w = g_dev->alloc(heads * 4), score = g_dev->alloc(uint64_t(n) * 4);
+  g_dev->upload(q, fill(uint64_t(heads) * hd));
+  g_dev->upload(keys, fill(uint64_t(n) * hd));
+  g_dev->upload(w, fill(heads));
+  gpu::kernels::index_shape is;
+  is.rows = 1, is.heads = heads, is.head_dim = hd, is.n = n;
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  for (uint32_t i = 0; i < reps; ++i) {
+    c.barrier();
+    g_kern->index_score(c, is, q, keys, w, gpu::view(), score);
+  }
+  const uint32_t t1 = c.timestamp();
+  st.counters["us_per_score"] = time_recording(st, c, t0, t1) / reps * 1e6;
+}
+
 /// One mHC sublayer boundary of a decode step at V4-Flash's shape (hc 4, d 4096, 24 mix rows): hc_post (+ the next
 /// mix's partials) then hc_pre_finish (+ its RMSNorm), 64 boundaries in a dependent chain (as in a decode step).
 /// cold: every boundary its own mixing matrix, norm and base (96 MB in all, beyond the L2, as in the model, where
@@ -407,6 +435,8 @@ int main(int argc, char** argv) {
   add("vk_dispatch/chain_scale/1048576", [](benchmark::State& st) { bm_dispatch_scale(st, 1u << 20); });
   add("vk_topk/4096/k512", [](benchmark::State& st) { bm_topk(st, 4096, 512); });
   add("vk_topk/256/k6", [](benchmark::State& st) { bm_topk(st, 256, 6); });
+  add("vk_index_score/4096", [](benchmark::State& st) { bm_index_score(st, 4096); });
+  add("vk_index_score/2048", [](benchmark::State& st) { bm_index_score(st, 2048); });
   add("vk_mhc/post_pre/4x4096", [](benchmark::State& st) { bm_mhc(st, false); });
   add("vk_mhc/post_pre_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true); });
   add("vk_mhc/post_pre_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true); });

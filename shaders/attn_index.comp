@@ -22,7 +22,10 @@ layout(std430, binding = 2) readonly buffer W { float wv[]; };
 layout(std430, binding = 3) readonly buffer C { uint counts[]; };
 layout(std430, binding = 4) writeonly buffer O { float ov[]; };
 
-shared float q_s[IX_QB * IX_HD];
+// q rows at a stride of IX_HD + 1 words: the IX_HS invocations of a key read the same channel of different heads
+// at once, which an IX_HD-word stride (a multiple of the 32 banks) would put in one bank (an IX_HS-way conflict).
+#define IX_QS (IX_HD + 1u)
+shared float q_s[IX_QB * IX_QS];
 shared float w_s[IX_QB];
 shared ACC part_s[WG_SIZE];
 
@@ -47,14 +50,14 @@ void main() {
     }
     [[unroll]] for (uint u = 0u; u < (IX_QB * IX_HD + WG_SIZE - 1u) / WG_SIZE; ++u) {
       const uint i = lid + u * WG_SIZE;
-      if (i < hn * IX_HD) q_s[i] = qt[u];
+      if (i < hn * IX_HD) q_s[(i / IX_HD) * IX_QS + i % IX_HD] = qt[u];
     }
     if (lid < hn) w_s[lid] = wv[pc.woff + row * pc.heads + h0 + lid];
     barrier();
     if (live)
       for (uint h = hs; h < hn; h += IX_HS) {
         float d = 0.0;
-        [[unroll]] for (uint c = 0u; c < IX_HD; ++c) d = fma(q_s[h * IX_HD + c], k[c], d);
+        [[unroll]] for (uint c = 0u; c < IX_HD; ++c) d = fma(q_s[h * IX_QS + c], k[c], d);
         s += ACC(max(d, 0.0)) * ACC(w_s[h]);
       }
   }

@@ -41,10 +41,10 @@ std::string index_defines(const detail::op_env& e, uint32_t heads, uint32_t head
   hsplit = 16;
   uint32_t qheads = std::max<uint32_t>(1, index_q_floats / head_dim);
   if (n <= index_small_n) {
-    // attn_index.comp's shared memory: q_s [IX_QB · head_dim] and w_s [IX_QB] floats, part_s [WG] ACC
+    // attn_index.comp's shared memory: q_s [IX_QB · (head_dim + 1)] and w_s [IX_QB] floats, part_s [WG] ACC
     const uint64_t fixed = uint64_t(wg) * (e.info.float64 ? 8 : 4) + 1024;
     const uint64_t room = e.info.max_shared_memory > fixed ? e.info.max_shared_memory - fixed : 0;
-    qheads = std::max<uint32_t>(qheads, uint32_t(std::min<uint64_t>(heads, room / ((uint64_t(head_dim) + 1) * 4))));
+    qheads = std::max<uint32_t>(qheads, uint32_t(std::min<uint64_t>(heads, room / ((uint64_t(head_dim) + 2) * 4))));
     while (hsplit * 2 <= 64 && hsplit * 2 <= qheads && hsplit < heads) hsplit *= 2;
   }
   return detail::def_u("IX_HD", head_dim) + detail::def_u("IX_QB", qheads) + detail::def_u("IX_HS", hsplit);
