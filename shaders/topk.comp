@@ -64,17 +64,25 @@ void main() {
         if ((h & mh) == (ph & mh) && (l & ml) == (pl & ml)) atomicAdd(hist[((hi_word ? h : l) >> shift) & 0xFFu], 1u);
       }
       barrier();
-      // S(d) = Σ_{e ≥ d} hist[e] as an inclusive prefix sum over position p = 255 − d (Hillis–Steele); the digit is
+      // S(d) = Σ_{e ≥ d} hist[e] as an inclusive prefix sum over position p = 255 − d; the digit is
       // the largest d with S(d) ≥ rem, i.e. the one position where the prefix first reaches rem (the walk from bin
       // 255 down that stops there), and cum = S(d + 1) the elements of higher digits.
       const uint rem = sel_rem;
       uint v = lid < 256u ? hist[255u - lid] : 0u;
+#if REDUCE_SUBGROUP
+      // subgroup inclusive sums, then the totals of the subgroups before (one barrier instead of eight pairs)
+      v = subgroupInclusiveAdd(v);
+      if (gl_SubgroupInvocationID == gl_SubgroupSize - 1u) scan_s[gl_SubgroupID] = v;
+      barrier();
+      for (uint sg = 0u; sg < gl_SubgroupID; ++sg) v += scan_s[sg];
+#else
       for (uint off = 1u; off < 256u; off <<= 1) {
         if (lid < 256u) suffix[lid] = v;
         barrier();
         if (lid < 256u && lid >= off) v += suffix[lid - off];
         barrier();
       }
+#endif
       if (lid < 256u) suffix[lid] = v;
       barrier();
       if (lid < 256u) {
