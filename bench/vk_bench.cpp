@@ -174,24 +174,48 @@ void bm_dispatch_scale(benchmark::State& st, uint32_t floats) {
   st.counters["us_per_dispatch"] = per / n * 1e6;
 }
 
+/// Submits c repeatedly (after the warm-up) and reports as the iteration time the GPU time inside the timestamp
+/// pairs `spans` only; returns their mean total per submission (seconds).
+double time_spans(benchmark::State& st, gpu::commands& c, const std::vector<std::pair<uint32_t, uint32_t>>& spans) {
+  warm_up(c, g_warmup_s);
+  double secs = 0;
+  int64_t iters = 0;
+  while (st.KeepRunning()) {
+    g_dev->submit(c);
+    double s = 0;
+    for (const auto& [a, b] : spans) s += c.seconds(a, b);
+    st.SetIterationTime(s);
+    secs += s;
+    ++iters;
+  }
+  return iters ? secs / double(iters) : 0.0;
+}
+
 /// A decode step's top-k of one row: n normal scores, k kept (the CSA indexer at 16K: 4096 → 512; experts: 256 → 6),
-/// 64 dependent calls (a barrier before each, as in the graph). Counter us_per_topk = GPU time / 64.
-void bm_topk(benchmark::State& st, uint32_t n, uint32_t k) {
+/// 64 dependent calls (a barrier before each, as in the graph). Counter us_per_topk = GPU time / 64. thrash: a
+/// 256 MiB streaming read before every call (as a decode step's weights stream through the L2 between two uses of
+/// the kernel) and the calls timed alone (timestamps around each).
+void bm_topk(benchmark::State& st, uint32_t n, uint32_t k, bool thrash = false) {
   constexpr uint32_t reps = 64;
   std::mt19937_64 g(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> v(n);
   for (auto& f : v) f = nd(g);
   gpu::buffer x = g_dev->alloc(uint64_t(n) * 4), idx = g_dev->alloc(uint64_t(k) * 4);
+  gpu::buffer big = thrash ? g_dev->alloc(256ull << 20) : gpu::buffer{}, sink = g_dev->alloc(256);
   g_dev->upload(x, v);
   gpu::commands c = g_dev->begin();
+  std::vector<std::pair<uint32_t, uint32_t>> spans;
   const uint32_t t0 = c.timestamp();
   for (uint32_t i = 0; i < reps; ++i) {
+    if (thrash) g_kern->stream_read(c, big, sink);
     c.barrier();
+    const uint32_t ta = thrash ? c.timestamp() : 0;
     g_kern->topk(c, x, 1, n, k, idx, true);
+    if (thrash) spans.push_back({ta, c.timestamp()});
   }
   const uint32_t t1 = c.timestamp();
-  st.counters["us_per_topk"] = time_recording(st, c, t0, t1) / reps * 1e6;
+  st.counters["us_per_topk"] = (thrash ? time_spans(st, c, spans) : time_recording(st, c, t0, t1)) / reps * 1e6;
 }
 
 /// A decode step's lightning-indexer scores at V4-Flash's shape (64 index heads × 128, one query row) over n keys
@@ -281,18 +305,7 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = f
     st.counters["us_per_boundary"] = time_recording(st, c, t0, t1) / n * 1e6;
     return;
   }
-  warm_up(c, g_warmup_s);
-  double secs = 0;
-  int64_t iters = 0;
-  while (st.KeepRunning()) {
-    g_dev->submit(c);
-    double s = 0;
-    for (const auto& [a, b] : spans) s += c.seconds(a, b);
-    st.SetIterationTime(s);
-    secs += s;
-    ++iters;
-  }
-  st.counters["us_per_boundary"] = iters ? secs / double(iters) / n * 1e6 : 0.0;
+  st.counters["us_per_boundary"] = time_spans(st, c, spans) / n * 1e6;
 }
 
 /// The expert-grouped MoE of a prefill chunk (kernels::moe with n tokens: gate/up tiles + SwiGLU + down tiles + the
@@ -395,6 +408,7 @@ int main(int argc, char** argv) {
     else if (a == "--working-set" && i + 1 < argc) g_working_set = std::stoull(argv[++i]) << 20;
     else if (a == "--no-spirv-opt") opt.optimize_spirv = false;
     else if (a == "--f64") opt.float64 = true;
+    else if (a == "--nontemporal") opt.nontemporal_weights = true;
     else if (a == "--submit-ms" && i + 1 < argc) g_submit_s = std::stod(argv[++i]) / 1e3;
     else if (a == "--warmup-ms" && i + 1 < argc) g_warmup_s = std::stod(argv[++i]) / 1e3;
     else if (a == "--split" && i + 1 < argc) g_tune.split = uint32_t(std::stoul(argv[++i]));
@@ -435,6 +449,7 @@ int main(int argc, char** argv) {
   add("vk_dispatch/chain_scale/1048576", [](benchmark::State& st) { bm_dispatch_scale(st, 1u << 20); });
   add("vk_topk/4096/k512", [](benchmark::State& st) { bm_topk(st, 4096, 512); });
   add("vk_topk/256/k6", [](benchmark::State& st) { bm_topk(st, 256, 6); });
+  add("vk_topk/4096/k512_thrash", [](benchmark::State& st) { bm_topk(st, 4096, 512, true); });
   add("vk_index_score/4096", [](benchmark::State& st) { bm_index_score(st, 4096); });
   add("vk_index_score/2048", [](benchmark::State& st) { bm_index_score(st, 2048); });
   add("vk_mhc/post_pre/4x4096", [](benchmark::State& st) { bm_mhc(st, false); });
@@ -442,6 +457,7 @@ int main(int argc, char** argv) {
   add("vk_mhc/post_pre_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true); });
   add("vk_mhc/post_finish/4x4096", [](benchmark::State& st) { bm_mhc(st, false, false, true); });
   add("vk_mhc/post_finish_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true, false, true); });
+  add("vk_mhc/post_finish_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true); });
   for_each_type(all_formats{}, [&]<class F>() {
     for (const auto& [r, c] : shapes) {
       if (!F::shape_ok(r, c)) continue;

@@ -97,6 +97,7 @@ int run_bench(const bench_args& a) {
   dopt.shader_dir = a.shader_dir;
   dopt.allow_shuffle = a.shuffle;
   dopt.float64 = a.f64;
+  dopt.nontemporal_weights = a.nontemporal;
   gpu::device dev(dopt);
   gpu::kernels k(dev);
   if (a.mv_subgroups || a.mv_rows_per_team || a.moe_tails) {
@@ -162,6 +163,9 @@ int run_bench(const bench_args& a) {
   }
   m.reset();
   std::printf("warm-up (pipeline builds): %.2f s\n", since(t));
+  if (a.nontemporal)
+    std::printf("nontemporal: %llu weight loads marked in the compiled shaders\n",
+                (unsigned long long)k.stats().nontemporal_loads);
   // Prefill: the prompt through forward() — V4 in chunks of --prefill-chunk positions (one recording each), V4.1
   // token by token — from position 0, --prefill-reps times where it runs in chunks (token by token, e.g. with the
   // expert cache, once: a second run would find the cache warm). The median run is the figure; the first one is

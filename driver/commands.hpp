@@ -65,6 +65,7 @@ struct bench_args {
   bool f64 = false;               // --f64: f64 accumulators where the device has f64 (gpu::device_options::float64)
   uint32_t moe_tails = 0;         // --moe-tails: 1 = the batch-1 int8 MoE in four dispatches (gpu::matvec_tuning::moe_tails)
   std::string shader_dir;         // --shader-dir: shaders read from this directory (kernel variants), not the built-in copies
+  bool nontemporal = false;       // --nontemporal: weight loads with SPIR-V's Nontemporal hint (gpu::device_options)
   bool json = false;              // one JSON line at the end
 };
 int run_bench(const bench_args& a);

@@ -49,6 +49,7 @@ device_impl& owner(commands_impl& c);
 struct compile_counters {
   uint32_t pipelines = 0, compiled = 0, spirv_disk_hits = 0;
   double compile_seconds = 0;
+  uint64_t nontemporal_loads = 0;  // loads marked by device_options::nontemporal_weights
 };
 compile_counters counters(const device_impl& d);
 
@@ -63,5 +64,11 @@ std::vector<uint32_t> compile_glsl(const std::string& shader_dir, const std::str
                                    const std::string& preamble, bool optimize);
 /// "glslang 12.0.0" — part of the SPIR-V cache key.
 std::string glslang_version();
+/// Loads through storage-buffer blocks whose type is named in block_names get SPIR-V's Nontemporal memory operand
+/// (spirv_nontemporal.cpp). Returns the loads marked (0 and spv unchanged when it is not a SPIR-V module).
+size_t mark_nontemporal(std::vector<uint32_t>& spv, const std::vector<std::string>& block_names);
+/// The blocks device_options::nontemporal_weights marks: the weight planes of common/formats.glsl and
+/// stream_read.comp's source.
+const std::vector<std::string>& nontemporal_blocks();
 
 }  // namespace cmfx::gpu::detail

@@ -401,7 +401,7 @@ std::string kernels::describe() const {
 
 pipeline_stats kernels::stats() const {
   const detail::compile_counters k = detail::counters(p_->dev.impl());
-  return pipeline_stats{k.pipelines, k.compiled, k.spirv_disk_hits, k.compile_seconds};
+  return pipeline_stats{k.pipelines, k.compiled, k.spirv_disk_hits, k.compile_seconds, k.nontemporal_loads};
 }
 
 void kernels::set_binding_limit(uint64_t bytes) { p_->binding_limit = bytes; }

@@ -1,6 +1,7 @@
 // Compute pipelines: cached in memory by (shader, defines, specialization constants, subgroup size); SPIR-V
 // cached on disk by the same key plus the glslang version and a hash of every shader file; the driver's
 // VkPipelineCache cached on disk per device (vendor, device, driver version, pipelineCacheUUID).
+#include <spirv-tools/libspirv.hpp>
 #include <unistd.h>
 
 #include <chrono>
@@ -86,8 +87,8 @@ std::vector<uint32_t> device_impl::spirv_for(const pipeline_desc& d) {
   }
   std::filesystem::path file;
   if (!opt.cache_dir.empty()) {
-    const uint64_t h = hash_str(glslang_version() + (opt.optimize_spirv ? " spirv-opt\n" : "\n") + d.shader + "\n" +
-                                d.defines) ^
+    const uint64_t h = hash_str(glslang_version() + (opt.optimize_spirv ? " spirv-opt" : "") +
+                                (opt.nontemporal_weights ? " nontemporal\n" : "\n") + d.shader + "\n" + d.defines) ^
                        (shader_hash * 31);
     file = std::filesystem::path(opt.cache_dir) / "spirv" / (d.shader + "-" + hex64(h) + ".spv");
     const std::vector<char> bytes = read_all(file);
@@ -102,6 +103,16 @@ std::vector<uint32_t> device_impl::spirv_for(const pipeline_desc& d) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<uint32_t> spv = compile_glsl(opt.shader_dir, d.shader, d.defines, opt.optimize_spirv);
+  if (opt.nontemporal_weights) {
+    counters.nontemporal_loads += mark_nontemporal(spv, nontemporal_blocks());
+    std::string log;  // the rewritten module must still be valid SPIR-V
+    spvtools::SpirvTools tools(SPV_ENV_VULKAN_1_2);
+    tools.SetMessageConsumer([&log](spv_message_level_t, const char*, const spv_position_t&, const char* m) {
+      log += m;
+      log += '\n';
+    });
+    if (!tools.Validate(spv)) throw gpu_error(d.shader + ": SPIR-V invalid after the nontemporal marks: " + log);
+  }
   counters.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++counters.compiled;
   if (!file.empty()) write_all(file, spv.data(), spv.size() * 4);

@@ -2,7 +2,7 @@
 // usage: cmfx-parity [--device N] [--seed S] [--filter A|B|…] [--cache-dir D] [--shader-dir D] [--validation]
 //                    [--force-staging] [--host-import] [--f64] …
 //                    [--no-subgroup-ops] [--no-small-storage] [--f64] [--no-shuffle] [--force-staging]
-//                    [--no-spirv-opt] [--list-devices]
+//                    [--no-spirv-opt] [--nontemporal] [--list-devices]
 // Exit: 0 all pass; 1 a failure; 77 no Vulkan device (skipped) unless CI=true, then 1.
 #include <cstdlib>
 #include <iostream>
@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
     else if (a == "--force-staging") dopt.force_staging = true;
     else if (a == "--host-import") dopt.allow_host_import = true;
     else if (a == "--no-spirv-opt") dopt.optimize_spirv = false;
+    else if (a == "--nontemporal") dopt.nontemporal_weights = true;
     else if (a == "--list-devices") list = true;
     else {
       std::fprintf(stderr, "unknown argument %s (see the comment at the top of tests/parity/main.cpp)\n", a.c_str());
@@ -209,10 +210,16 @@ int main(int argc, char** argv) {
     parity::model_v41_cases(s);
     parity::prim_cases(s);
     parity::v41_cases(s);
-    const int bad = s.report();
+    int bad = s.report();
     const gpu::pipeline_stats ps = kern.stats();
-    std::printf("%u pipelines (%u GLSL compiles in %.2f s, %u SPIR-V cache hits); total %.1f s\n", ps.pipelines,
-                ps.compiled, ps.compile_seconds, ps.spirv_disk_hits,
+    if (dopt.nontemporal_weights && ps.compiled > 0 && ps.nontemporal_loads == 0) {
+      std::printf("FAIL: --nontemporal marked no load in %u compiled shaders\n", ps.compiled);
+      bad = 1;
+    }
+    std::printf("%u pipelines (%u GLSL compiles in %.2f s, %u SPIR-V cache hits, %llu loads marked nontemporal); "
+                "total %.1f s\n",
+                ps.pipelines, ps.compiled, ps.compile_seconds, ps.spirv_disk_hits,
+                (unsigned long long)ps.nontemporal_loads,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return bad ? 1 : 0;
   } catch (const std::exception& e) {

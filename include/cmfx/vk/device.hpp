@@ -54,6 +54,9 @@ struct device_options {
   /// uploads, downloads and alloc_upload take a discrete GPU's staged paths; tests only.
   bool force_staging = false;
   bool optimize_spirv = true;         ///< run spirv-opt's performance passes on every shader
+  /// true: loads of the weight planes (and stream_read's source) carry SPIR-V's Nontemporal hint — they pass
+  /// through the L2 once per token. Diagnostics until measured (docs/VULKAN.md "Streaming hints on the weight loads").
+  bool nontemporal_weights = false;
   uint64_t max_binding_bytes = 0;     ///< cap on one storage-buffer binding (0: the device limit); tests only
   uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
 };

@@ -110,6 +110,7 @@ struct pipeline_stats {
   uint32_t compiled = 0;         ///< GLSL → SPIR-V compilations run
   uint32_t spirv_disk_hits = 0;  ///< SPIR-V read from the cache directory instead
   double compile_seconds = 0;
+  uint64_t nontemporal_loads = 0;  ///< loads given the Nontemporal hint (device_options::nontemporal_weights)
 };
 
 /// Optional parts of kernels::moe (default: none).
