@@ -245,13 +245,13 @@ int run_bench(const bench_args& a) {
   if (cd.active) std::printf("         decode %s\n", gpu_expert_cache_line(cd, m.experts()).c_str());
   double far_tps = 0;
   if (a.far && a.ctx > a.prompt + a.tokens + 1) {
-    // Decode at the far end of the context (positions ctx − tokens …) after a jump over zeroed state.
+    // Decode at the far end of the context (positions ctx − tokens …) after a jump over random state (bench_seek).
     m.bench_seek(a.ctx - a.tokens - 1);
     t = clk::now();
     if (a.tokens) tok = m.decode_greedy(tok, a.tokens).back();
     const double far_s = since(t);
     far_tps = double(a.tokens) / far_s;
-    std::printf("decode : %.2f tok/s at positions %llu..%llu (state zeroed by a seek; %.1f %% of the short-context rate)\n",
+    std::printf("decode : %.2f tok/s at positions %llu..%llu (state randomised by a seek; %.1f %% of the short-context rate)\n",
                 far_tps, (unsigned long long)(a.ctx - a.tokens - 1), (unsigned long long)(a.ctx - 1),
                 100.0 * far_tps / std::max(dec_tps, 1e-30));
   }

@@ -449,7 +449,7 @@ void dsv4_gpu_model::restore_snapshot() {
 void dsv4_gpu_model::bench_seek(uint64_t pos) {
   impl& m = *p_;
   if (pos >= m.opt.max_ctx) throw usage_error("bench_seek: position beyond max_ctx");
-  gpu_state_zero(m.dev, m.state_buffers());
+  gpu_state_fill_random(m.dev, m.state_buffers(), pos);
   m.pos = pos;
   m.next.reset();
 }

@@ -91,8 +91,9 @@ class dsv4_gpu_model final : public gpu_graph {
   /// and back: what a prompt cache keeps of the last prompt. restore_snapshot without a snapshot resets.
   void save_snapshot() override;
   void restore_snapshot() override;
-  /// Benchmarks only: jump to position `pos` (< max_ctx) with every state buffer zeroed, as if `pos` tokens had
-  /// left zero keys and entries — the work of a step depends on the position only, not on those values.
+  /// Benchmarks only: jump to position `pos` (< max_ctx) with every state value uniform in [−1, 1), as if `pos`
+  /// tokens had left random keys and entries — the work of a step depends on the position and, through the
+  /// indexer's top-k (passes over tied scores), on those values: random keys give distinct scores, as real ones do.
   void bench_seek(uint64_t pos) override;
   /// Timestamps between the phases of every later step (accumulated in profile()); off by default.
   void set_profile(bool on, std::vector<uint32_t> layers = {}) override;

@@ -42,7 +42,7 @@ class gpu_graph {
   /// A copy of the sequence state (and position) and back: what a prompt cache keeps of the last prompt.
   virtual void save_snapshot() = 0;
   virtual void restore_snapshot() = 0;
-  /// Benchmarks only: jump to position `pos` with every state buffer zeroed.
+  /// Benchmarks only: jump to position `pos` with every state value random (gpu_state_fill_random).
   virtual void bench_seek(uint64_t pos) = 0;
   /// Timestamps between the phases of every later step; with `layers`, also after every op of those layers.
   virtual void set_profile(bool on, std::vector<uint32_t> layers = {}) = 0;

@@ -51,11 +51,21 @@ void gpu_state_restore(gpu::device& dev, const std::vector<const gpu::buffer*>& 
   dev.submit(c);
 }
 
-void gpu_state_zero(gpu::device& dev, const std::vector<const gpu::buffer*>& state) {
-  gpu::commands c = dev.begin();
-  c.barrier();
-  for (const gpu::buffer* b : state) c.fill(*b, b->size() / 4 * 4, 0u);
-  dev.submit(c);
+void gpu_state_fill_random(gpu::device& dev, const std::vector<const gpu::buffer*>& state, uint64_t seed) {
+  constexpr uint64_t block_floats = uint64_t(1) << 20;  // uploaded 4 MiB at a time
+  std::vector<float> blk(block_floats);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (const gpu::buffer* b : state) {
+    const uint64_t n = b->size() / 4;
+    for (uint64_t o = 0; o < n; o += block_floats) {
+      const uint64_t m = std::min(block_floats, n - o);
+      for (uint64_t i = 0; i < m; ++i) {  // xorshift64*: uniform in [−1, 1) from the top 24 bits
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        blk[i] = float(int32_t((x * 0x2545F4914F6CDD1Dull) >> 40) - (1 << 23)) * (1.0f / float(1 << 23));
+      }
+      dev.upload(gpu::view(*b, o * 4, m * 4), blk.data(), m * 4);
+    }
+  }
 }
 
 std::vector<uint32_t> gpu_sorted_ids(gpu::device& dev, const gpu::view& v, uint64_t n) {

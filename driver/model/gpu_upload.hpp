@@ -23,11 +23,14 @@ gpu::gpu_matrix upload_row_groups(gpu::device& dev, const dsv4_matrix& m, uint64
 gpu::buffer upload_rope_table(gpu::device& dev, const rope_config& rc, uint64_t count, uint64_t stride = 1);
 
 /// A sequence's device state (the graphs' state_buffers()): copied into `snap` (allocated on first use, one buffer
-/// each), copied back, or zeroed — one submission each, waited for.
+/// each) or copied back — one submission each, waited for.
 void gpu_state_save(gpu::device& dev, const std::vector<const gpu::buffer*>& state, std::vector<gpu::buffer>& snap);
 void gpu_state_restore(gpu::device& dev, const std::vector<const gpu::buffer*>& state,
                        const std::vector<gpu::buffer>& snap);
-void gpu_state_zero(gpu::device& dev, const std::vector<const gpu::buffer*>& state);
+/// Benchmarks: every float of the state uniform in [−1, 1) (xorshift64* from `seed`) — a seek's stand-in for the
+/// tokens skipped: distinct index keys, so the indexer's top-k sees distinct scores as it does in a real sequence
+/// (zeroed keys tie every score, the radix select's worst case).
+void gpu_state_fill_random(gpu::device& dev, const std::vector<const gpu::buffer*>& state, uint64_t seed);
 
 /// Traces: the n uint32 ids at v, negative (0xFFFFFFFF) ones dropped, sorted ascending.
 std::vector<uint32_t> gpu_sorted_ids(gpu::device& dev, const gpu::view& v, uint64_t n);
