@@ -89,10 +89,7 @@ void warm_up(gpu::commands& c, double seconds) {
 }
 
 template <class F>
-/// link (f32 activations): the products recorded without barriers, each waiting on its predecessor's workgroups
-/// through a flag word (kernels::matvec_linked) — a chain of dependent products whose weight loads start before
-/// the producer has finished. Counter link_timeouts: waits that gave up (must be 0 for a valid figure).
-void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols, act_precision act, bool chain, bool link = false) {
+void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols, act_precision act, bool chain) {
   weights& w = get_weights<F>(rows, cols);
   const uint64_t pass = w.bytes * w.copies.size();
   const uint64_t reps = std::max<uint64_t>(1, uint64_t(g_roofline * g_submit_s) / pass);
@@ -101,24 +98,8 @@ void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols, act_precision
   const bool i8 = act == act_precision::i8 && g_kern->has_i8(F::id);
   gpu::buffer xq = g_dev->alloc(gpu::kernels::act_q8_bytes(cols));
   if (i8) g_kern->quantize_act(c, F::id, w.x, 1, cols, xq);
-  const uint64_t links = link ? reps * w.copies.size() : 0;
-  gpu::buffer flags = g_dev->alloc((links + 2) * 4);
-  if (link) {
-    c.fill(flags, (links + 2) * 4, 0u);
-    c.barrier();
-  }
   const uint32_t t0 = c.timestamp();
-  if (link) {
-    c.begin_concurrent();
-    uint32_t prev = 0;
-    for (uint64_t j = 0; j < links; ++j) {
-      const size_t i = j % w.copies.size();
-      const gpu::view y(w.y, i * rows * 4, rows * 4);
-      prev = g_kern->matvec_linked(c, w.copies[i], w.x, y, flags, uint32_t(j), j ? prev : 0u, uint32_t(j + 1));
-    }
-    c.end_concurrent();
-  }
-  for (uint64_t r = 0; r < (link ? 0 : reps); ++r) {
+  for (uint64_t r = 0; r < reps; ++r) {
     if (!chain) c.begin_concurrent();
     for (size_t i = 0; i < w.copies.size(); ++i) {
       const gpu::view y(w.y, i * rows * 4, rows * 4);
@@ -143,11 +124,6 @@ void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols, act_precision
   st.counters["GBps"] = secs > 0 ? double(bytes) / secs / 1e9 : 0.0;
   st.counters["roofline"] = secs > 0 ? double(bytes) / secs / g_roofline : 0.0;
   st.counters["MB"] = double(w.bytes) / 1e6;
-  if (link) {
-    uint32_t timeouts = 0;
-    g_dev->download(flags, &timeouts, 4);
-    st.counters["link_timeouts"] = double(timeouts);
-  }
 }
 
 /// Warms the GPU up on recording c, then submits it once per benchmark iteration, timing [t0, t1] with its
@@ -491,12 +467,6 @@ int main(int argc, char** argv) {
         add("vk_matvec_i8/" + tail, [r = r, c = c](benchmark::State& st) { bm_matvec<F>(st, r, c, act_precision::i8, false); });
       add("vk_matvec_chain/" + tail, [r = r, c = c](benchmark::State& st) {
         bm_matvec<F>(st, r, c, g_kern->has_i8(F::id) ? act_precision::i8 : act_precision::f32, true);
-      });
-      add("vk_matvec_chain_f32/" + tail, [r = r, c = c](benchmark::State& st) {
-        bm_matvec<F>(st, r, c, act_precision::f32, true);
-      });
-      add("vk_matvec_link/" + tail, [r = r, c = c](benchmark::State& st) {
-        bm_matvec<F>(st, r, c, act_precision::f32, true, true);
       });
     }
   });

@@ -39,20 +39,7 @@
 #ifndef MOE_TAIL
 #define MOE_TAIL 0
 #endif
-// FLAG_LINK (kernels::matvec_linked, diagnostics; X_GLOBAL only): a dependent product recorded without a barrier.
-// Every workgroup issues its first weight loads, waits until the producer's workgroups have all counted themselves
-// in a flag word (link_wait), reads the activations (coherent: past a stale L1) and counts itself in its own word
-// once its rows are written (link_signal).
-#ifndef FLAG_LINK
-#define FLAG_LINK 0
-#endif
-#if MOE_TAIL && FLAG_LINK
-#error "FLAG_LINK and MOE_TAIL share binding 8 and the tail push constants"
-#endif
-#if FLAG_LINK && (ACT_I8 || !X_GLOBAL)
-#error "FLAG_LINK reads f32 activations from the buffer (X_GLOBAL)"
-#endif
-#if MOE_TAIL || FLAG_LINK
+#if MOE_TAIL
 #define MAT_PC_TAIL
 #endif
 #include "common/base.glsl"
@@ -118,11 +105,7 @@ layout(std430, binding = 7) readonly buffer MoeSlotMap { uint moe_slot_map[]; };
 
 // ------------------------------------------------------------------------------------------ activations
 #if !ACT_I8
-#if FLAG_LINK
-layout(std430, binding = 3) coherent readonly buffer X4 { vec4 xv[]; };  // written by a producer still running
-#else
 layout(std430, binding = 3) readonly buffer X4 { vec4 xv[]; };
-#endif
 #define XQ (CHUNK / 4)
 #if XQ == 1
 #define REP_J(M) M(0)
@@ -252,39 +235,6 @@ void moe_tail(uint mslot, uint mblk) {
 #endif
 #endif
 
-// ------------------------------------------------------------------------------------------ flag links
-#if FLAG_LINK
-// Push constants (MAT_PC_TAIL): cntoff = the flags' first word (word 0: waits that gave up), toff = the word waited
-// on, woff = the count it must reach (0: no wait), tpad = the word this dispatch adds its workgroups to (0: none).
-layout(std430, binding = 8) coherent buffer Flags { uint flags[]; };
-#define LINK_SPIN_MAX (1u << 20)
-void link_wait() {
-  if (pc.woff != 0u) {  // uniform
-    if (gl_LocalInvocationID.x == 0u) {
-      uint spins = 0u;
-      while (atomicAdd(flags[pc.cntoff + pc.toff], 0u) < pc.woff) {
-        if (++spins == LINK_SPIN_MAX) {
-          atomicAdd(flags[pc.cntoff], 1u);
-          break;
-        }
-      }
-      memoryBarrierBuffer();
-    }
-    barrier();
-  }
-}
-void link_signal() {
-  if (pc.tpad != 0u) {  // uniform
-    memoryBarrierBuffer();  // this invocation's rows, before the count
-    barrier();
-    if (gl_LocalInvocationID.x == 0u) {
-      memoryBarrierBuffer();
-      atomicAdd(flags[pc.cntoff + pc.tpad], 1u);
-    }
-  }
-}
-#endif
-
 // ------------------------------------------------------------------------------------------ hot loop
 // FR(u, i): the loads of chunk k + u·KSTRIDE of row i (clamped into range; a clamped chunk is not consumed).
 #define FR(u, i) const raw_t q##u##_##i = fetch(R##i, row##i, k0 + min(k + u * KSTRIDE, nct - 1u));
@@ -396,9 +346,6 @@ void main() {
   uint k = part * LANES + lane;
   REP_U(FETCH)  // in flight while the tables are built
   tables_init(wg);
-#if FLAG_LINK
-  link_wait();  // the first weights are in flight; the activations are read after the producer's count
-#endif
   REP_U(CONSUME)
   for (k += UNROLL * KSTRIDE; k < nct; k += UNROLL * KSTRIDE) {
     REP_U(FETCH)
@@ -444,8 +391,5 @@ void main() {
 #endif
 #if MOE_TAIL
   moe_tail(mslot, mblk);
-#endif
-#if FLAG_LINK
-  link_signal();
 #endif
 }

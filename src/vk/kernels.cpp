@@ -497,45 +497,6 @@ void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view 
   }
 }
 
-uint32_t kernels::matvec_linked(commands& c, const gpu_matrix& w, view x, view y, view flags, uint32_t wait,
-                                uint32_t wait_count, uint32_t signal) {
-  p_->check_matrix(w, "matvec_linked");
-  need(x, w.cols * 4, "matvec_linked", "x");
-  need(y, w.rows * 4, "matvec_linked", "y");
-  need(flags, (uint64_t(std::max(wait, signal)) + 1) * 4, "matvec_linked", "flags");
-  if (!p_->rows_kernel(w.fmt)) throw usage_error("matvec_linked: no row kernel for this format or device");
-  if (x.offset % 16 || y.offset % 4) throw usage_error("matvec_linked: x must start on a 16-byte boundary");
-  const detail::format_gpu g = detail::gpu_traits(w.fmt);
-  if (w.cols % g.chunk) throw usage_error("matvec_linked: columns must be whole chunks");
-  const matvec_tuning t = p_->choose_rows(w.rows, w.cols, w.fmt, false);
-  if (t.x_source != 2) throw usage_error("matvec_linked: needs activations read from the buffer");
-  const detail::pipeline* p =
-      p_->pipe("matvec_rows.comp", p_->rows_defs(w.fmt, w.scale_enc, t, false) + "#define FLAG_LINK 1\n",
-               p_->lanes * p_->teams, 9, sizeof(detail::mat_pc) + 16);
-  const detail::op_env e = detail::op_env_of(*p_);
-  struct {
-    detail::mat_pc m;
-    uint32_t cntoff, wait, wait_count, signal;
-  } pc{};
-  binding b[9];
-  detail::bind_planes(e, w, b, pc.m, "matvec_linked");
-  if (!pc.m.fast || pc.m.e_off != 0) throw usage_error("matvec_linked: the matrix must take the chunked fast path");
-  const bound xb = bind_range(p_->info, x, 0, w.cols * 4), yb = bind_range(p_->info, y, 0, w.rows * 4),
-              fb = bind_range(p_->info, flags, 0, (uint64_t(std::max(wait, signal)) + 1) * 4);
-  b[3] = xb.b, b[4] = yb.b, b[5] = bind_range(p_->info, p_->tables, 0, p_->tables.size()).b;
-  b[6] = b[7] = p_->dummy();
-  b[8] = fb.b;
-  pc.m.n = 1;
-  pc.m.xoff = xb.residual / 4, pc.m.x_stride = uint32_t(w.cols);
-  pc.m.yoff = yb.residual / 4, pc.m.y_stride = uint32_t(w.rows);
-  pc.cntoff = fb.residual / 4, pc.wait = wait, pc.wait_count = wait_count, pc.signal = signal;
-  const uint64_t groups = ceil_div(w.rows, uint64_t(p_->teams / t.split * t.rows_per_team));
-  uint32_t gx, gy;
-  p_->grid(groups, gx, gy);
-  detail::dispatch(c.impl(), p, b, &pc, sizeof pc, gx, gy);
-  return uint32_t(groups);
-}
-
 namespace {
 /// matmul_rows' checks of the row range: inside the matrix, starting on a scale tile of its format.
 void check_row_range(const gpu_matrix& w, uint64_t r0, uint64_t r1) {

@@ -211,42 +211,6 @@ std::string matmul_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, u
   return verdict(compare(got.data(), ref.data(), got.size()), kNmse, info);
 }
 
-/// kernels::matvec_linked (diagnostics): y1 = W1·x, then y2 = W2·y1 recorded without a barrier, linked by a flag
-/// word (the second product's workgroups wait for the first's count) — both against float64 (kNmse; y2 on the
-/// GPU's y1), and no wait may give up (flags[0] = 0).
-template <class F>
-std::string matvec_linked_case(suite& s, uint64_t seed, uint64_t r1, uint64_t cols, uint64_t r2, std::string& info) {
-  rng r(seed);
-  const host_matrix m1 = make_matrix<F>(r, r1, cols), m2 = make_matrix<F>(r, r2, r1);
-  const std::vector<float> X = r.normal(cols);
-  const gpu::gpu_matrix g1 = gpu::upload_matrix(s.dev, F::id, m1.v), g2 = gpu::upload_matrix(s.dev, F::id, m2.v);
-  const gpu::buffer xb = upload(s.dev, X), y1 = s.dev.alloc(r1 * 4), flags = s.dev.alloc(16);
-  guarded y2(s.dev, r2 * 4);
-  gpu::commands c = s.dev.begin();
-  c.fill(y1, r1 * 4, 0x7FC00000u);  // poisoned: a consumer that read too early sees NaN
-  c.fill(flags, 16, 0u);
-  c.barrier();
-  c.begin_concurrent();
-  const uint32_t n1 = s.kern.matvec_linked(c, g1, xb, y1, flags, 0, 0, 1);
-  s.kern.matvec_linked(c, g2, y1, y2.payload(), flags, 1, n1, 2);
-  c.end_concurrent();
-  s.submit(c);
-  std::vector<float> h1(r1), h2(r2);
-  uint32_t fl[4] = {};
-  s.dev.download(y1, h1.data(), r1 * 4);
-  s.dev.download(flags, fl, 16);
-  std::string why;
-  if (!y2.read(h2.data(), why)) return why;
-  if (fl[0] != 0) return std::to_string(fl[0]) + " waits gave up";
-  if (fl[2] == 0) return "the second product did not count itself";
-  std::string i1, i2;
-  const std::vector<double> ref1 = ref::gemm(F::id, m1.v, X.data(), 1), ref2 = ref::gemm(F::id, m2.v, h1.data(), 1);
-  if (auto v = verdict(compare(h1.data(), ref1.data(), r1), kNmse, i1); !v.empty()) return "first product: " + v;
-  const std::string v = verdict(compare(h2.data(), ref2.data(), r2), kNmse, i2);
-  info = std::to_string(n1) + " producer workgroups; " + i2;
-  return v.empty() ? v : "second product: " + v;
-}
-
 /// Batch-1 matvec with int8 activations (kernels::matmul(..., act_precision::i8)). Two references:
 ///  - W · x̃ in float64, x̃ = x rounded by the CPU's act_q8 rule: the GPU computes exactly this up to float
 ///    summation order, except where its sx = absmax / 127 or 1 / sx differs in the last ulp from the CPU's (GPU
@@ -407,10 +371,6 @@ void matrix_cases(suite& s) {
       s.kern.set_tuning({});
       return why;
     });
-    if (F::id == format::fp8_b128 || F::id == format::q4tp || F::id == format::q2tp || F::id == format::bf16)
-      s.run("matvec_linked", fn, "512x1024 -> 300x512", [&](uint64_t seed, std::string& info) {
-        return matvec_linked_case<F>(s, seed, 512, 1024, 300, info);
-      });
     s.run("gemm", fn, "130x1024 n=5 split 2", [&](uint64_t seed, std::string& info) {
       s.kern.set_tuning({2, 1});
       const std::string why = matmul_case<F>(s, seed, 130, 1024, 5, false, false, info);

@@ -198,15 +198,6 @@ class kernels {
   void quantize_act(commands& c, format f, view x, uint32_t n, uint64_t cols, view out);
   /// y = W · x̃, x̃ the activations quantize_act(w.fmt, ...) wrote into xq (batch 1; xq 16-byte aligned).
   void matvec_q8(commands& c, const gpu_matrix& w, view xq, view y);
-  /// Diagnostics (cmfx-bench-vk vk_matvec_link): y = w·x at batch 1 on the row kernel, f32 activations, for a
-  /// chain recorded without barriers (inside begin_concurrent): the workgroups issue their first weight loads, then
-  /// wait until flags[wait] reaches wait_count (wait_count 0: no wait) — the producer's workgroup count, each of
-  /// which adds 1 to its signal word once its rows are written — read x, and add 1 to flags[signal] (0: none).
-  /// flags[0] counts waits that gave up (the spin is bounded, so a wrong assumption shows as a count, not a hang).
-  /// Relies on the device starting a dispatch's workgroups only after every workgroup of the dispatches recorded
-  /// before it has started — NVIDIA's behaviour, not a Vulkan guarantee. Returns the dispatch's workgroup count.
-  uint32_t matvec_linked(commands& c, const gpu_matrix& w, view x, view y, view flags, uint32_t wait,
-                         uint32_t wait_count, uint32_t signal);
   /// out[r*cols + c] = W[r, c] bit-exactly as F::decode_row. generic = true forces the element-wise path.
   void dequant(commands& c, const gpu_matrix& w, view out, bool generic = false);
   /// Embedding lookup on the device: out row i·copies + j (j < copies) = row ids[i] of w decoded to f32 (bit for
