@@ -14,16 +14,9 @@
 // Work of a tile: (A) ATT_KT groups of WG_SIZE / ATT_KT invocations, one per key, form the ATT_HB dot products of
 // their key with the heads' q (shared memory); (B) one invocation per head updates m, d and the tile's p;
 // (C) every invocation owns ATT_OPT channels of all ATT_HB heads and adds p_k · K_k[c] (coalesced rows).
-// ATT_QNORM = 1 (kernels::attn_shape::q_norm_rope; needs ATT_IROPE): q as it arrives is the projection before its
-// per-head RMSNorm (no weight, eps pc.qeps) and the RoPE of its tail — applied here, in shared memory, with
-// rmsnorm.comp's RMS_ROPE arithmetic (the same per-invocation sums, wg_sum and rope_pair: bit-identical to the
-// rmsnorm_rope call it replaces, one dependent dispatch fewer per decode step).
 // Defines: ATT_HD (head_dim), ATT_HB (heads per workgroup), ATT_KT (keys per tile, also the granule of
 // split_keys), ATT_OPT (= ceil(HD / WG)).
 #include "common/base.glsl"
-#ifndef ATT_QNORM
-#define ATT_QNORM 0
-#endif
 
 layout(push_constant) uniform attn_pc {
   uint rows, heads, keys, ka;
@@ -32,9 +25,6 @@ layout(push_constant) uniform attn_pc {
   uint ooff;
   float scale;
   uint splits, split_keys, xoff, csoff;
-#if ATT_QNORM
-  float qeps;
-#endif
 } pc;
 layout(std430, binding = 0) readonly buffer Q { float qs[]; };
 layout(std430, binding = 1) readonly buffer KA { float kva[]; };
@@ -49,12 +39,6 @@ layout(std430, binding = 6) writeonly buffer X { float xs[]; };
 #if ATT_IROPE
 layout(std430, binding = 7) readonly buffer CS { float cs_rows[]; };
 #include "common/att_irope.glsl"
-#endif
-#if ATT_QNORM
-#if !ATT_IROPE
-#error "ATT_QNORM ropes q with the inverse rope's cos/sin rows (ATT_IROPE)"
-#endif
-#include "common/reduce.glsl"
 #endif
 
 const uint G = WG_SIZE / ATT_KT;  // invocations per key in (A)
@@ -96,35 +80,6 @@ void main() {
   const uint total = pc.ka + pc.kb, ib = pc.ioff + row * pc.keys;
   const uint kk = lid / G, lane = lid % G;
   barrier();  // q_s, m_s, d_s (also read at the end when there are no keys)
-#if ATT_QNORM
-  {  // per head: y = x · 1/sqrt(mean(x²) + eps), then the rope of the tail's pairs (each by its first channel)
-    ACC r[ATT_HB];
-    [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
-      ACC ss = ACC(0);
-      for (uint c = lid; c < ATT_HD; c += WG_SIZE) {
-        const ACC v = ACC(q_s[h * ATT_HD + c]);
-        ss += v * v;
-      }
-      ss = wg_sum(ss);
-      r[h] = ACC(1) / sqrt(ss / ACC(ATT_HD) + ACC(pc.qeps));
-    }
-    const uint t0 = ATT_HD - ATT_IROPE, cb = pc.csoff + row * ATT_IROPE;
-    [[unroll]] for (uint h = 0u; h < ATT_HB; ++h)
-      for (uint c = lid; c < ATT_HD; c += WG_SIZE) {
-        if (c >= t0 && ((c - t0) & 1u) != 0u) continue;  // written with its pair's first channel
-        const float y = float(ACC(q_s[h * ATT_HD + c]) * r[h]);
-        if (c >= t0) {
-          const float y1 = float(ACC(q_s[h * ATT_HD + c + 1u]) * r[h]);
-          const vec2 p = rope_pair(y, y1, cs_rows[cb + c - t0], cs_rows[cb + c - t0 + 1u]);
-          q_s[h * ATT_HD + c] = p.x;
-          q_s[h * ATT_HD + c + 1u] = p.y;
-        } else {
-          q_s[h * ATT_HD + c] = y;
-        }
-      }
-    barrier();
-  }
-#endif
 
   for (uint k0 = kbeg; k0 < kend; k0 += ATT_KT) {
     if (lid < ATT_KT) {

@@ -3,9 +3,8 @@
 // (window slots, closing compressor windows, the HCA entry list, the embedding row) is known when recording and
 // travels inside the command buffer (commands::update); everything that depends on values stays on the device.
 //
-// Per layer: [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope, compressor pooling → ropes
-// (index q, closing entries; none on most steps) → indexer score → top-k → sparse attention (q's head norm and
-// rope inside, the inverse rope in its write) → wo_a groups (concurrent) → wo_b → hc_post
+// Per layer: [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope, compressor pooling → q head
+// norm, ropes → indexer score → top-k → sparse attention → inverse rope → wo_a groups (concurrent) → wo_b → hc_post
 // (+ the FFN's mixes, hc_pre_finish and ffn_norm: one dispatch) → router → routing → experts (→ shared) → hc_post
 // (+ the next layer's mixes, hc_pre_finish and attn_norm; after the last layer hc_head_finish and the final norm).
 // Before layer 0: hc_mix + hc_pre_finish + attn_norm (one dispatch). Head: head matmul (→ device argmax).
@@ -181,9 +180,10 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     cur->end_concurrent();
     ts.op("wq_b, ix_wq_b, kv rope, pool (concurrent)");
     cur->begin_concurrent();
-    // q's per-head norm and rope run inside the attention (attn_shape::q_norm_rope); without the per-head norm,
-    // the rope here. The step is empty (no dispatch) unless the indexer scores or an entry closes.
-    if (!cf.per_head_q_norm) k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
+    if (cf.per_head_q_norm)  // the per-head norm and the rope of q in one dispatch
+      k.rmsnorm_rope(*cur, q, view(), q, H, uint32_t(hd), eps, cs_t, H, uint32_t(rd));
+    else
+      k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
     if (ix_scores) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
     if (closes) {
       const view cs_ws = row(cs_comp, t + 1 - kind.ratio, rd);
@@ -191,7 +191,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       if (kind.indexer) k.rope(*cur, row(G.ix.entries, ne - 1, G.ix.width), cs_ws, 1, 1, G.ix.width, uint32_t(rd), false);
     }
     cur->end_concurrent();
-    ts.op("q rope (no per-head norm), index q rope, entry ropes (concurrent)");
+    ts.op("q head norm + rope, ropes (concurrent)");
     ts.mark(&dsv4_gpu_profile::compress);
     // Indexer: scores of the finished entries, top-k into the compressed part of the key list (else every
     // finished entry is a pick: written with the position parameters above).
@@ -208,7 +208,6 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     gpu::kernels::attn_shape as;
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
     as.inv_rope_dim = uint32_t(rd);
-    as.q_norm_rope = cf.per_head_q_norm, as.q_norm_eps = eps;
     if (kind.ratio) {
       as.keys = uint32_t(W + (kind.indexer ? cf.index_topk : ne));
       as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(R);
@@ -217,7 +216,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(R), as.kv_b_rows = 0;
       k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x, cs_t);
     }
-    ts.op("sparse_attention (+ q head norm + rope) + o inverse rope");
+    ts.op("sparse_attention + o inverse rope");
     ts.mark(&dsv4_gpu_profile::attn_core);
     // Grouped output projection: z_g = wo_a[g] · o_g, then wo_b · z.
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;

@@ -119,8 +119,6 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   }
   const detail::bound b_cs = e.bind(ir ? inv_rope_cs : view(), ir ? csb : 4);
   const uint32_t tc = attn_tc_mode(e, sh);
-  if (sh.q_norm_rope && (!ir || tc))
-    throw usage_error(std::string(op) + ": q_norm_rope needs inv_rope_dim and the decode path (few rows × heads)");
   const bool split = pl.splits > 1 && !tc;
   if (split && c.in_concurrent())
     throw usage_error(std::string(op) + ": a split shape is two dependent dispatches: not inside begin_concurrent");
@@ -132,11 +130,10 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
     uint32_t rows, heads, keys, ka, kb, nhb, qoff, aoff, boff, ioff, soff, has_sink, ooff;
     float scale;
     uint32_t splits, split_keys, xoff, csoff;
-    float qeps;  // declared by attn_sparse.comp's ATT_QNORM mode only (the range covers it for every variant)
   } pc{sh.rows,          sh.heads,          sh.keys,           sh.kv_a_rows,     sh.kv_b_rows,
        pl.nhb,           b_q.residual / 4,  b_a.residual / 4,  b_b.residual / 4, b_i.residual / 4,
        b_s.residual / 4, sinks ? 1u : 0u,   b_o.residual / 4,  sh.scale,         pl.splits,
-       pl.split_tiles * attn_keys_per_tile, b_x.residual / 4,  b_cs.residual / 4, sh.q_norm_eps};
+       pl.split_tiles * attn_keys_per_tile, b_x.residual / 4,  b_cs.residual / 4};
   const uint32_t wg = detail::op_env::wg, opt = (sh.head_dim + wg - 1) / wg;
   const std::string ir_def = "#define ATT_IROPE " + std::to_string(ir) + "\n";  // used in #if: no u suffix
   uint32_t gx, gy;
@@ -153,8 +150,7 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
     return;
   }
   const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_HB", attn_heads_per_wg) +
-                           detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt) + ir_def +
-                           (sh.q_norm_rope ? "#define ATT_QNORM 1\n" : "");
+                           detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt) + ir_def;
   const detail::binding b[8] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b, b_x.b, b_cs.b};
   const uint32_t nb = ir ? 8 : 7;
   e.grid(uint64_t(sh.rows) * pl.nhb * pl.splits, gx, gy);

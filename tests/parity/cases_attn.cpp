@@ -215,36 +215,7 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   if (a.f16)  // the f32 kernel on the same inputs: the f16 mode must have run another kernel
     xg3 = attn_record(s, c, sh2, qb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
                       og3.payload(), cb);
-  // q's per-head RMSNorm + rope inside the attention (attn_shape::q_norm_rope) against rmsnorm_rope then attention
-  constexpr float qeps = 1e-6f;
-  guarded qn(s.dev, q.size() * 4), og4(s.dev, q.size() * 4), og5(s.dev, q.size() * 4);
-  std::unique_ptr<guarded> xg4, xg5;
-  gpu::kernels::attn_shape sh3 = sh2;
-  sh3.q_norm_rope = true, sh3.q_norm_eps = qeps;
-  if (!a.f16) {
-    c.barrier();
-    s.kern.rmsnorm_rope(c, qb, gpu::view(), qn.payload(), rows * H, hd, qeps, cb, H, a.rd);
-    c.barrier();
-    xg4 = attn_record(s, c, sh2, qn.payload(), ab, a.comp ? gpu::view(bb) : gpu::view(), ib,
-                      a.sink ? gpu::view(sb) : gpu::view(), og4.payload(), cb);
-    xg5 = attn_record(s, c, sh3, qb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
-                      og5.payload(), cb);
-  }
   s.submit(c);
-  std::string qinfo;
-  if (!a.f16) {
-    std::vector<float> sep(q.size()), in(q.size());
-    if (auto why = read_all(og4, sep); !why.empty()) return "rmsnorm_rope then attention: " + why;
-    if (auto why = read_all(og5, in); !why.empty()) return "q norm + rope inside the attention: " + why;
-    if (auto why = scratch_intact(xg5, gpu::kernels::attn_scratch_floats(sh3)); !why.empty()) return why;
-    const stats qs = compare(in.data(), sep.data(), sep.size());
-    if (qs.nonfinite_mismatch || qs.max_abs > kFusedMaxAbsRel * qs.ref_max)
-      return "q's norm + rope inside the attention differs from rmsnorm_rope then attention: max-abs " +
-             std::to_string(qs.max_abs) + " of " + std::to_string(qs.ref_max) + ", " +
-             std::to_string(qs.nonfinite_mismatch) + " non-finite mismatches";
-    qinfo = std::memcmp(in.data(), sep.data(), sep.size() * 4) == 0 ? "q norm+rope fused: bit-identical; "
-                                                                      : "q norm+rope fused: within rounding; ";
-  }
   std::vector<float> got(q.size()), fused(q.size());
   if (auto why = read_all(og, got); !why.empty()) return why;
   if (auto why = read_all(og2, fused); !why.empty()) return "fused inverse rope: " + why;
@@ -284,11 +255,7 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   if (a.specials)  // the all-masked row is exactly 0 (the sink takes the whole mass)
     for (uint64_t i = 0; i < uint64_t(H) * hd; ++i)
       if (got[i] != 0.0f) return "all-masked row: output " + std::to_string(i) + " = " + std::to_string(got[i]) + ", not 0";
-  if (!a.f16) {
-    const std::string v = both(got, cpu, f64, info, kAttnMaxAbsRel);
-    info = qinfo + info;
-    return v;
-  }
+  if (!a.f16) return both(got, cpu, f64, info, kAttnMaxAbsRel);
   std::string i2;
   if (auto w = verdict(compare(got.data(), f64.data(), got.size()), kAttnF16Nmse, i2, kAttnF16MaxAbsRel); !w.empty())
     return "f16 tiles vs float64: " + w;

@@ -426,12 +426,6 @@ class kernels {
     /// inv_rope_cs [rows, inv_rope_dim], as rope(..., inverse = true)) where they are written, bit-identical to
     /// that separate call. Even, ≤ head_dim.
     uint32_t inv_rope_dim = 0;
-    /// true: q arrives before its per-head RMSNorm (no weight, eps q_norm_eps) and the RoPE of its last
-    /// inv_rope_dim channels (with inv_rope_cs) — applied inside the attention, bit-identical to rmsnorm_rope(q,
-    /// {}, q, rows·heads, head_dim, q_norm_eps, inv_rope_cs, heads, inv_rope_dim) before it (one dependent dispatch
-    /// fewer at decode). Needs inv_rope_dim > 0 and the decode path (not the tensor-core tiles of many rows).
-    bool q_norm_rope = false;
-    float q_norm_eps = 0;
   };
   /// Largest head_dim of sparse_attention (q and the output accumulators of a head block live in shared memory).
   static constexpr uint32_t attn_max_head_dim = 512;
