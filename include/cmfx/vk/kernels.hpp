@@ -477,7 +477,8 @@ class kernels {
   /// head weights, already scaled), counts uint32 [rows] (each ≤ n; no view: n for every row).
   void index_score(commands& c, const index_shape& sh, view q, view keys, view w, view counts, view score);
   /// Builds now the pipelines index_score takes for any key count up to max_n with this head shape (its variant
-  /// changes with the key count), so a long context does not compile one in the middle of a generation.
+  /// changes with the key count and with one row or many), so a long context does not compile one in the middle
+  /// of a generation.
   void prepare_index_score(uint32_t heads, uint32_t head_dim, uint32_t max_n);
 
   /// Reads every byte of src (a streaming-read roofline kernel); writes nothing visible unless the data is
