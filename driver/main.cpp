@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "i8"}))->default_val(bench.act);
   cb->add_flag("--profile", bench.profile, "Per-phase device time of 16 decode steps (timestamps)");
   cb->add_flag("--nontemporal", bench.nontemporal,
-               "Diagnostics: weight loads carry SPIR-V's Nontemporal hint (streamed once per token; docs/VULKAN.md)");
+               "Diagnostics: weight loads carry SPIR-V's Nontemporal hint (no effect measured on the H200; docs/VULKAN.md)");
   cb->add_option("--profile-at", bench.profile_at,
                  "Position of the profiled decode steps (0 = after the prompt; e.g. 16000 with --ctx 16384)")
       ->default_val(bench.profile_at);

@@ -1,7 +1,8 @@
 // A SPIR-V rewrite: loads through storage-buffer blocks with given type names get the Nontemporal memory operand
 // (SPIR-V 1.4+, MemoryAccess bit 0x4: "the data is not likely to be accessed again soon"). The weight planes of a
-// decode step pass through the L2 once per token; marked, they may stop evicting what the next steps reuse (their
-// code, activations, partial sums). docs/VULKAN.md "Streaming hints on the weight loads".
+// decode step pass through the L2 once per token; marked, they might stop evicting what the next steps reuse (their
+// code, activations, partial sums) — no effect measured on the H200 (docs/VULKAN.md "Bank conflicts in the
+// indexer, a faster top-k, and what did not pay").
 //
 // One forward walk (SPIR-V orders definitions before uses): OpName of the block types, OpTypePointer → pointee,
 // OpVariable → block type, access chains / OpCopyObject → their root variable, then every OpLoad whose root is a

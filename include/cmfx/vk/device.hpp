@@ -55,7 +55,8 @@ struct device_options {
   bool force_staging = false;
   bool optimize_spirv = true;         ///< run spirv-opt's performance passes on every shader
   /// true: loads of the weight planes (and stream_read's source) carry SPIR-V's Nontemporal hint — they pass
-  /// through the L2 once per token. Diagnostics until measured (docs/VULKAN.md "Streaming hints on the weight loads").
+  /// through the L2 once per token. Diagnostics: no effect measured on the H200 (docs/VULKAN.md "Bank conflicts in
+  /// the indexer, a faster top-k, and what did not pay").
   bool nontemporal_weights = false;
   uint64_t max_binding_bytes = 0;     ///< cap on one storage-buffer binding (0: the device limit); tests only
   uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
