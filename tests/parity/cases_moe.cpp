@@ -177,7 +177,8 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
 /// kernel with the same int8 activations (moe_forward(..., i8): the same per-32 rounding rule, but the GPU's
 /// division need not be correctly rounded, so an x or h value can land on the other side of a rounding step — one
 /// int8 step of its block, carried through SwiGLU and down) with NMSE ≤ kI8CpuNmse and max-abs ≤ kI8CpuMaxAbsRel ·
-/// max(1, max|ref|); and against float64 without quantisation with NMSE ≤ kI8RefNmse — the documented error of the
+/// max(1, max|ref|); and against float64 without quantisation with NMSE ≤ kI8RefNmse (kI8RefNmseOneBlock where h
+/// has one block per slot) — the documented error of the
 /// int8 path (the CPU's i8 MoE test measures 1.2–1.6e-4 and bounds 1e-3). Measured vs the CPU: lavapipe NMSE 1e-13
 /// (no flips) on most seeds; H200 up to NMSE 1.7e-5 and max-abs 4e-4 of the maximum (flips). One flip of an h value
 /// moves every output by W_down[:, i] · (its block's step) · w_j — up to a few % of the maximum: a lavapipe seed of
@@ -185,7 +186,8 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
 /// maximum; NMSE (one flip: ~1e-5) and the float64 check carry the precision.
 template <class F>
 std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, bool shared,
-                        std::string& info, uint32_t n = 1, bool tails_expected = false) {
+                        std::string& info, uint32_t n = 1, bool tails_expected = false,
+                        double ref_nmse = kI8RefNmse) {
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);
   const std::vector<expert_view> views = views_of(ex, E);
@@ -249,7 +251,7 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
   const std::vector<double> ref = moe_ref<F>(ex, shared, X, n, d, I, ids, w, k, clamped);
   std::string i1, i2;
   const std::string v1 = verdict(compare(got.data(), cpu.data(), nd), kI8CpuNmse, i1, kI8CpuMaxAbsRel),
-                    v2 = verdict(compare(got.data(), ref.data(), nd), kI8RefNmse, i2, 1.0);
+                    v2 = verdict(compare(got.data(), ref.data(), nd), ref_nmse, i2, 1.0);
   if (!v1.empty() || !v2.empty())
     return (v1.empty() ? "" : "vs CPU i8: " + v1 + "; ") + (v2.empty() ? "" : "vs float64: " + v2);
   info = path + "cpu i8: " + i1 + "; f64: " + i2;
@@ -514,7 +516,9 @@ void moe_cases(suite& s) {
       // I = 32: one block per slot, 40-byte vectors padded to 48 (kernels::act_q8_bytes); n = 1 and grouped
       for (const uint32_t n : {1u, 7u})
         s.run("moe_i8", fn, "4x[32x64] k=2 + shared n=" + std::to_string(n) + ": padded 40-byte vectors",
-              [&](uint64_t seed, R& info) { return moe_i8_case<F>(s, seed, 4, 64, 32, 2, true, info, n, n == 1); });
+              [&](uint64_t seed, R& info) {
+                return moe_i8_case<F>(s, seed, 4, 64, 32, 2, true, info, n, n == 1, kI8RefNmseOneBlock);
+              });
       s.run("moe_i8", fn, "3x[2048x4096] k=2 + shared, model shape", [&](uint64_t seed, R& info) {
         return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info, 1, true);
       });

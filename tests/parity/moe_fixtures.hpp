@@ -55,5 +55,9 @@ inline std::vector<expert_view> views_of(const std::vector<host_expert>& ex, siz
 /// activations (NMSE, max-abs relative to max(1, max|ref|)) and against float64 without quantisation — why these
 /// values: moe_i8_case in cases_moe.cpp.
 inline constexpr double kI8CpuNmse = 1e-4, kI8CpuMaxAbsRel = 5e-2, kI8RefNmse = 1e-3;
+/// The float64 bound where h has one 32-value block per slot (I = 32): one large SwiGLU output sets the int8 step of
+/// all 32, so the NMSE over so few blocks has a heavy tail — typically 1–3e-4, but a 2026-12-01 CI seed
+/// (17255942759921649837, MXFP4 4x[32x64] n=7) measured 1.26e-3 with the GPU equal to the CPU's int8 path (1e-14).
+inline constexpr double kI8RefNmseOneBlock = 4e-3;
 
 }  // namespace cmfx::parity::moe_fixtures
