@@ -32,6 +32,12 @@ uint key_of(float v) {
   return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
 }
 
+// Whether entry i (score v) is among the kk selected: its composite is at least the threshold (th, tl).
+bool selected(float v, uint i, uint th, uint tl) {
+  const uint h = key_of(v), l = ~i;
+  return h > th || (h == th && l >= tl);
+}
+
 void main() {
   const uint row = wg_index();
   if (row >= pc.rows) return;  // uniform over the workgroup
@@ -105,10 +111,8 @@ void main() {
       // contiguous range, an exclusive scan of the counts gives where its indices go.
       const uint per = (pc.n + WG_SIZE - 1u) / WG_SIZE, i0 = min(lid * per, pc.n), i1 = min(i0 + per, pc.n);
       uint cnt = 0u;
-      for (uint i = i0; i < i1; ++i) {
-        const uint h = key_of(sc[base + i]), l = ~i;
-        if (h > th || (h == th && l >= tl)) ++cnt;
-      }
+      for (uint i = i0; i < i1; ++i)
+        if (selected(sc[base + i], i, th, tl)) ++cnt;
 #if REDUCE_SUBGROUP
       const uint incl = subgroupInclusiveAdd(cnt);
       if (gl_SubgroupInvocationID == gl_SubgroupSize - 1u) scan_s[gl_SubgroupID] = incl;
@@ -125,10 +129,8 @@ void main() {
       }
       uint o = v - cnt;
 #endif
-      for (uint i = i0; i < i1; ++i) {
-        const uint h = key_of(sc[base + i]), l = ~i;
-        if (h > th || (h == th && l >= tl)) oi[ob + o++] = i;
-      }
+      for (uint i = i0; i < i1; ++i)
+        if (selected(sc[base + i], i, th, tl)) oi[ob + o++] = i;
       return;  // kk < n here, so kk = k: every slot written
     }
     for (uint i = lid; i < pc.n; i += WG_SIZE) {

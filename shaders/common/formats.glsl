@@ -41,6 +41,8 @@ layout(push_constant) uniform mat_pc {
 #endif
 } pc;
 
+// The weight planes' block names (W0*, W1*, W2*) are also listed by src/vk/spirv_nontemporal.cpp
+// (nontemporal_blocks: device_options::nontemporal_weights marks loads by block name) — rename both together.
 layout(std430, binding = 0) readonly buffer W0 { uint w0[]; };
 layout(std430, binding = 0) readonly buffer W0Q { uvec4 w0q[]; };
 layout(std430, binding = 0) readonly buffer W0D { uvec2 w0d[]; };

@@ -178,8 +178,8 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
 /// division need not be correctly rounded, so an x or h value can land on the other side of a rounding step — one
 /// int8 step of its block, carried through SwiGLU and down) with NMSE ≤ kI8CpuNmse and max-abs ≤ kI8CpuMaxAbsRel ·
 /// max(1, max|ref|); and against float64 without quantisation with NMSE ≤ kI8RefNmse (kI8RefNmseOneBlock where h
-/// has one block per slot) — the documented error of the
-/// int8 path (the CPU's i8 MoE test measures 1.2–1.6e-4 and bounds 1e-3). Measured vs the CPU: lavapipe NMSE 1e-13
+/// has one block per slot) — the documented error of the int8 path (the CPU's i8 MoE test measures 1.2–1.6e-4 and
+/// bounds 1e-3). Measured vs the CPU: lavapipe NMSE 1e-13
 /// (no flips) on most seeds; H200 up to NMSE 1.7e-5 and max-abs 4e-4 of the maximum (flips). One flip of an h value
 /// moves every output by W_down[:, i] · (its block's step) · w_j — up to a few % of the maximum: a lavapipe seed of
 /// 2026-11-29 (16x[256x512] k=6) measured max-abs 3.5e-2 with 2e-3 allowed, so the max-abs bound is 5e-2 of the
