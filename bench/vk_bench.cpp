@@ -10,13 +10,16 @@
 // the recording holds >= --submit-ms of GPU work. The recording is made once and submitted again and again: the
 // GPU is kept busy for >= --warmup-ms before timing (clocks ramp up) and the host adds no gaps while timing.
 // vk_moe_f16|f32|i8/<format>/<experts>x4096x2048/n<tokens> — the expert-grouped MoE of a prefill chunk (bm_moe;
-// i8: int8 activations, moe_rows_g8.comp, where the device has integer dot products).
+// i8: int8 activations, moe_i8_tc.comp on int8 tensor cores or moe_rows_g8.comp (--moe-i8-tc), where the device
+// has integer dot products).
 // vk_mhc/post_pre[_cold|_thrash]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64
 // in a chain (cold: each its own weights, read from DRAM; thrash: + a 256 MiB read between boundaries, not timed).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
 //                      [--moe-rpt 1|2|4|8] [--moe-pairs 2|4|8|16] [--moe-unroll 1|2] (the grouped int8 MoE kernel)
 //                      [--moe-tiles 0|1|2] (the grouped f16 MoE: gemm.comp's tiles (0, 1) | moe_tc.comp (2))
+//                      [--moe-i8-tc 0|1|2] (the grouped int8 MoE: the default kernel (0) | moe_rows_g8.comp (1) |
+//                      moe_i8_tc.comp on the int8 tensor cores, emulated without them (2))
 //                      [--f64] (f64 accumulators in norms / softmax / mHC where the device has f64)
 //                      [--shader-dir D] [--moe-tokens 512] [--moe-experts 256] [google-benchmark flags]
 //                      (--shader-dir: read shaders/*.comp from D instead of the built-in copies: variants)
@@ -418,6 +421,7 @@ int main(int argc, char** argv) {
     else if (a == "--moe-pairs" && i + 1 < argc) g_tune.moe_pairs = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-unroll" && i + 1 < argc) g_tune.moe_unroll = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-tiles" && i + 1 < argc) g_tune.moe_tiles = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-i8-tc" && i + 1 < argc) g_tune.moe_i8_tc = uint32_t(std::stoul(argv[++i]));
     else if (a == "--x-source" && i + 1 < argc) g_tune.x_source = uint32_t(std::stoul(argv[++i]));
     else if (a == "--legacy") g_tune.legacy = true;
     else if (a == "--shader-dir" && i + 1 < argc) opt.shader_dir = argv[++i];

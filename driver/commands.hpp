@@ -63,7 +63,8 @@ struct bench_args {
   uint32_t mv_subgroups = 0;      // --mv-subgroups: batch-1 matvec target subgroups per dispatch (0: the default rule)
   uint32_t mv_rows_per_team = 0;  // --mv-rows-per-team: batch-1 matvec rows per subgroup (0: from the shape)
   bool f64 = false;               // --f64: f64 accumulators where the device has f64 (gpu::device_options::float64)
-  uint32_t moe_tails = 0;         // --moe-tails: 1 = the batch-1 int8 MoE in four dispatches (gpu::matvec_tuning::moe_tails)
+  uint32_t moe_tails = 0;
+  uint32_t moe_i8_tc = 0;         // --moe-i8-tc: 1 = the prefill's int8 experts on moe_rows_g8.comp (gpu::matvec_tuning::moe_i8_tc)         // --moe-tails: 1 = the batch-1 int8 MoE in four dispatches (gpu::matvec_tuning::moe_tails)
   std::string shader_dir;         // --shader-dir: shaders read from this directory (kernel variants), not the built-in copies
   bool nontemporal = false;       // --nontemporal: weight loads with SPIR-V's Nontemporal hint (gpu::device_options)
   bool json = false;              // one JSON line at the end

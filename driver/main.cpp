@@ -175,6 +175,11 @@ int main(int argc, char** argv) {
                  "(0 = the tails where they apply)")
       ->default_val(bench.moe_tails)
       ->check(CLI::IsMember({0u, 1u}));
+  cb->add_option("--moe-i8-tc", bench.moe_i8_tc,
+                 "Diagnostics: the prefill's int8 expert products — 0 = the default kernel (moe_rows_g8.comp), "
+                 "1 = moe_rows_g8.comp, 2 = moe_i8_tc.comp on the int8 tensor cores (emulated without them)")
+      ->default_val(bench.moe_i8_tc)
+      ->check(CLI::IsMember({0u, 1u, 2u}));
   cb->add_flag("--f64", bench.f64, "f64 accumulators (norms, softmax, mHC) where the device has f64 (default f32)");
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
   cb->add_option("--shader-dir", bench.shader_dir,

@@ -10,8 +10,7 @@
 // cols / 16 tiles of 16 rows × 16 columns, row-major inside a tile: element (r, c) at (c / 16)·256 + 16r + c % 16,
 // so that a fragment is 512 contiguous bytes.
 //
-// Workgroup g owns block g: it builds off[] in shared memory (WG_SIZE counts per round, one prefix sum each),
-// finds its expert by bisection; workgroup 0 also writes off[0 .. ne] to binding 3.
+// Workgroup g owns block g: it builds off[] in shared memory (common/moe_tiles.glsl), finds its expert by bisection; workgroup 0 also writes off[0 .. ne] to binding 3.
 // Bindings: 0 counts + lists (moe_group.comp's layout from word pc.loff), 1 x (f32, pc.xoff in floats), 2 xg (f16
 // pairs, pc.goff in words), 3 off (pc.ooff).
 // Defines: TG_NE (= E + MOE_SHARED), MOE_TOPK, MOE_SHARED.
@@ -27,41 +26,18 @@ layout(std430, binding = 2) writeonly buffer XG { uvec2 xg[]; };
 layout(std430, binding = 3) writeonly buffer Off { uint offs_out[]; };
 
 #define KS (MOE_TOPK + MOE_SHARED)
-shared uint offs[TG_NE + 1];
-shared uint scan[WG_SIZE];
+#include "common/moe_tiles.glsl"
 shared uint row_src[16];  // x offset (vec4 units) of each of the block's rows; ~0u: a padding row
 
 void main() {
   const uint lid = gl_LocalInvocationID.x, g = wg_index();
-  // off[] = exclusive prefix sum of the counts rounded up to 16, WG_SIZE experts per round
-  uint base = 0u;
-  for (uint e0 = 0u; e0 < TG_NE; e0 += WG_SIZE) {  // uniform
-    const uint e = e0 + lid;
-    scan[lid] = e < TG_NE ? (lists[pc.loff + e] + 15u) & ~15u : 0u;
-    barrier();
-    for (uint s = 1u; s < WG_SIZE; s <<= 1) {  // inclusive prefix sum (Hillis-Steele)
-      const uint v = lid >= s ? scan[lid - s] : 0u;
-      barrier();
-      scan[lid] += v;
-      barrier();
-    }
-    if (e < TG_NE) offs[e + 1u] = base + scan[lid];
-    base += scan[WG_SIZE - 1u];
-    barrier();
-  }
-  if (lid == 0u) offs[0] = 0u;
-  barrier();
+  tile_offsets(pc.loff);
   if (g == 0u)
     for (uint e = lid; e <= TG_NE; e += WG_SIZE) offs_out[pc.ooff + e] = offs[e];
   const uint q0 = 16u * g;
   if (q0 >= offs[TG_NE]) return;  // uniform: past the last block
   if (lid < 16u) {
-    uint lo = 0u, hi = TG_NE;  // the expert e with off[e] <= q0 < off[e + 1]: the largest e with off[e] <= q0
-    while (hi - lo > 1u) {
-      const uint mid = (lo + hi) / 2u;
-      if (offs[mid] <= q0) lo = mid;
-      else hi = mid;
-    }
+    const uint lo = tile_expert(q0);  // the expert e with off[e] <= q0 < off[e + 1]
     const uint i = q0 - offs[lo] + lid;
     uint src = 0xFFFFFFFFu;
     if (i < lists[pc.loff + lo]) {

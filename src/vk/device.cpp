@@ -28,7 +28,7 @@ std::string device_info::describe() const {
     << (subgroup_size_control ? " +size-control" : "")
     << ", storage8 " << storage8 << ", storage16 " << storage16 << ", f64 " << float64 << ", int-dot "
     << (int_dot ? (int_dot_fast ? "accelerated" : "emulated") : "no") << ", f16 " << float16
-    << ", coop-matrix " << (coop_matrix ? "16x16x16 f16" : "no") << ", host import " << (host_import ? "yes" : "no")
+    << ", coop-matrix " << (coop_matrix ? (coop_i8 ? "16x16x16 f16, 16x16x32 s8" : "16x16x16 f16") : "no") << ", host import " << (host_import ? "yes" : "no")
     << ", memory "
     << (device_local_bytes >> 20) << " MiB" << (host_visible ? " host-visible" : "") << ", max binding "
     << (max_storage_range >> 20) << " MiB";
@@ -77,7 +77,9 @@ bool has_extension(const vk::raii::PhysicalDevice& pd, const char* name) {
 
 /// VK_NV_cooperative_matrix present, its feature on, and the subgroup-scope shape gemm.comp uses listed:
 /// M = N = K = 16, A and B f16, C and D f32.
-bool coop_matrix_16x16x16(const vk::raii::PhysicalDevice& pd) {
+/// (coop_matrix_shape: the same for any listed M×N×K shape of A·B (ab) + C → D (cd) component types.)
+bool coop_matrix_shape(const vk::raii::PhysicalDevice& pd, uint32_t M, uint32_t N, uint32_t K, vk::ComponentTypeNV ab,
+                       vk::ComponentTypeNV cd) {
   if (!has_extension(pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) return false;
   vk::PhysicalDeviceFeatures2 f2;
   vk::PhysicalDeviceCooperativeMatrixFeaturesNV cm;
@@ -85,11 +87,13 @@ bool coop_matrix_16x16x16(const vk::raii::PhysicalDevice& pd) {
   pd.getDispatcher()->vkGetPhysicalDeviceFeatures2(*pd, reinterpret_cast<VkPhysicalDeviceFeatures2*>(&f2));
   if (!cm.cooperativeMatrix) return false;
   for (const vk::CooperativeMatrixPropertiesNV& p : pd.getCooperativeMatrixPropertiesNV())
-    if (p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == vk::ComponentTypeNV::eFloat16 &&
-        p.BType == vk::ComponentTypeNV::eFloat16 && p.CType == vk::ComponentTypeNV::eFloat32 &&
-        p.DType == vk::ComponentTypeNV::eFloat32 && p.scope == vk::ScopeNV::eSubgroup)
+    if (p.MSize == M && p.NSize == N && p.KSize == K && p.AType == ab && p.BType == ab && p.CType == cd &&
+        p.DType == cd && p.scope == vk::ScopeNV::eSubgroup)
       return true;
   return false;
+}
+bool coop_matrix_16x16x16(const vk::raii::PhysicalDevice& pd) {
+  return coop_matrix_shape(pd, 16, 16, 16, vk::ComponentTypeNV::eFloat16, vk::ComponentTypeNV::eFloat32);
 }
 
 std::string component_name(vk::ComponentTypeNV t) {
@@ -184,6 +188,8 @@ device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
     }
     in.float16 = f.f12.shaderFloat16;
     in.coop_matrix = in.float16 && coop_matrix_16x16x16(pd);
+    in.coop_i8 = in.coop_matrix && in.storage8 &&
+                 coop_matrix_shape(pd, 16, 16, 32, vk::ComponentTypeNV::eSint8, vk::ComponentTypeNV::eSint32);
     in.coop_shapes = coop_matrix_shapes(pd);
     if (has_extension(pd, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
       vk::PhysicalDeviceExternalMemoryHostPropertiesEXT hp;
@@ -282,6 +288,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   if (!opt.allow_subgroup_ops) info.subgroup_arithmetic = info.subgroup_shuffle = false;
   if (!opt.allow_shuffle) info.subgroup_shuffle = false;
   if (!opt.allow_coop_matrix) info.coop_matrix = false;
+  if (!info.coop_matrix || !info.storage8) info.coop_i8 = false;
   if (!opt.allow_host_import) info.host_import = false;
   if (opt.max_binding_bytes) info.max_storage_range = std::min(info.max_storage_range, opt.max_binding_bytes);
 

@@ -458,7 +458,7 @@ void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
   if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) || t.rows_per_team > 4 ||
       t.x_source > 2 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
-      !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2)
+      !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;
 }

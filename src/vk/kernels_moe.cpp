@@ -3,6 +3,8 @@
 #include <bit>
 #include <cstring>
 
+#include <spirv-tools/libspirv.hpp>
+
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/kernels/moe.hpp"
 #include "formats_gpu.hpp"
@@ -568,6 +570,87 @@ grouped_scratch grouped_layout(const gpu_moe& m, uint32_t n, uint32_t top_k) {
   return g;
 }
 
+/// moe_i8_tc.comp's split of one product of format f (q4tp / q2tp), rows_e rows per expert, cols columns: subgroups
+/// per workgroup, 16-row tiles per subgroup, 32-column blocks per step, words per weight load (the largest that
+/// divides a lane's words, the plane's first word res0 / 4 and a row's words); sg = 0 where it does not apply.
+/// From H200 measurements (docs/PERF.md "Eighteenth session"): 4 subgroups of 2 tiles, 4 blocks per step.
+struct i8tc_split {
+  uint32_t sg = 0, rt = 0, kb = 0, vec = 0;
+};
+uint32_t ladder_value_words(format f) {
+  uint32_t vb = 0;
+  for_each_type(all_formats{}, [&]<class F>() {
+    if constexpr (requires { F::code0_zero; })
+      if (F::id == f) vb = F::value_bytes / 4;
+  });
+  return vb;
+}
+uint64_t i8tc_shared_bytes(const i8tc_split& s, uint32_t tc) {
+  const uint64_t areg = std::max<uint64_t>(uint64_t(s.rt) * s.kb * 128, uint64_t(s.rt) * 256);
+  return 4 * (s.sg * areg + uint64_t(s.sg) * s.rt * s.kb * 16 + uint64_t(s.sg) * s.rt * 16 * ladder::rungs +
+              (tc == 1 ? 256 : 0)) + 256;  // + formats.glsl's small tables
+}
+i8tc_split plan_i8tc(const detail::op_env& e, uint32_t tc, format f, uint64_t rows_e, uint64_t cols, uint32_t res0) {
+  const uint32_t vw = ladder_value_words(f);
+  if (vw == 0 || cols % 32 || rows_e % 16) return {};
+  i8tc_split s{4, 2, 4, 4};
+  while (s.sg > 1 && rows_e % (16 * s.rt * s.sg)) s.sg /= 2;
+  while (s.rt > 1 && rows_e % (16 * s.rt * s.sg)) s.rt /= 2;
+  const uint64_t B = cols / 32;
+  while (B % s.kb) s.kb /= 2;
+  const uint32_t hw = s.kb >= 2 ? s.kb * vw / 2 : vw / 2;
+  while (s.vec > 1 && (hw % s.vec || (res0 / 4) % s.vec || (B * vw) % s.vec)) s.vec /= 2;
+  while (s.sg > 1 && i8tc_shared_bytes(s, tc) > e.info.max_shared_memory) s.sg /= 2;
+  if (res0 % 4 || i8tc_shared_bytes(s, tc) > e.info.max_shared_memory) return {};
+  return s;  // (MOE_ROWS_E a multiple of 16·rt·sg: the shader's row blocks never straddle two experts)
+}
+std::string i8tc_defines(uint32_t tc, const i8tc_split& s, uint32_t top_k, bool shared, const std::string& slot_defs,
+                         uint64_t rows_e, format f, scale_encoding enc) {
+  return "#define TC " + std::to_string(tc) + "\n#define SG " + std::to_string(s.sg) + "\n#define RT " +
+         std::to_string(s.rt) + "\n#define KB " + std::to_string(s.kb) + "\n#define VEC " + std::to_string(s.vec) +
+         "\n" + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (shared ? "1" : "0") + "\n" +
+         detail::def_u("MOE_ROWS_E", rows_e) + slot_defs + detail::tab_defines() + format_defines(f, enc);
+}
+
+/// Whether matvec_tuning::moe_i8_tc = 0 takes the int8 tensor cores where present: not yet — on the H200 the first
+/// version took 6.53 ms against moe_rows_g8.comp's 3.96 (q2tp, 256 experts of 4096 × 2048, 512 tokens; docs/PERF.md
+/// "Eighteenth session").
+constexpr bool i8tc_default = false;
+/// The int8 tensor-core mode of the expert-grouped int8 products here (matvec_tuning::moe_i8_tc): 1 = on the
+/// tensor cores, 2 = emulated, 0 = moe_rows_g8.comp.
+uint32_t i8tc_mode(const detail::op_env& e, const matvec_tuning& tu, const gpu_moe& m) {
+  if (tu.moe_i8_tc == 1 || (tu.moe_i8_tc == 0 && !i8tc_default) || !e.info.subgroup_arithmetic) return 0;
+  if (ladder_value_words(m.gate_up.w.fmt) == 0 || ladder_value_words(m.down.w.fmt) == 0) return 0;
+  if (e.info.coop_i8 && e.lanes == 32) return 1;
+  return tu.moe_i8_tc == 2 ? 2 : 0;
+}
+
+/// moe_i8_tc.comp's plan for a layer's n-token chunk with the grouped scratch h (16-byte aligned): the gathered
+/// tiles at o_t (t_bytes), off[] at o_off, the splits of gate/up and down; tc = 0 where it does not run.
+struct i8tc_layer {
+  uint32_t tc = 0;
+  uint64_t tiles = 0, o_t = 0, t_bytes = 0, o_off = 0;
+  i8tc_split gu, dn;
+};
+i8tc_layer plan_i8tc_layer(const detail::op_env& e, const matvec_tuning& tu, const gpu_moe& m, uint32_t n,
+                           uint32_t top_k, const view& h) {
+  i8tc_layer L;
+  const uint32_t tc = i8tc_mode(e, tu, m);
+  if (n < 2 || tc == 0 || h.offset % 16) return L;
+  const grouped_scratch gs = grouped_layout(m, n, top_k);
+  const uint64_t ne = m.experts + (m.shared ? 1 : 0), d = m.dim, I = m.inter;
+  L.tiles = kernels::moe_pair_tiles(m, n, top_k), L.o_t = (gs.o_l + gs.l_bytes + 15) / 16 * 16,
+  L.t_bytes = L.tiles * 144 * (std::max(d, I) / 32) * 4, L.o_off = L.o_t + L.t_bytes;
+  if (L.o_off + (ne + 1) * 4 > h.bytes) return L;
+  detail::binding bt[3];
+  mat_pc pg{}, pd{};
+  bind_planes(e, m.gate_up.w, bt, pg, "moe");
+  bind_planes(e, m.down.w, bt, pd, "moe");
+  L.gu = plan_i8tc(e, tc, m.gate_up.w.fmt, 2 * I, d, pg.res0), L.dn = plan_i8tc(e, tc, m.down.w.fmt, d, I, pd.res0);
+  if (L.gu.sg && L.dn.sg) L.tc = tc;
+  return L;
+}
+
 /// n >= 2 with int8 activations (the prefill chunks of `--act i8`): the pair lists, x quantised once per token
 /// (quantize_act.comp), the gate/up rows of each expert for its pairs (shaders/moe_rows_g8.comp) → gu [n·S, 2I],
 /// SwiGLU · weight quantised per pair (quantize_act.comp's ACT_SWIGLU mode, as at batch 1) → hq, the down rows
@@ -630,11 +713,56 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
     detail::dispatch(c.impl(), e.pipe("moe_rows_g8.comp", defs, e.lanes * e.teams, nbind, sizeof pc),
                      std::span<const detail::binding>(b, nbind), &pc, sizeof pc, gx, gy);
   };
+  // moe_i8_tc.comp (int8 tensor cores): each product behind a gather of its activations into 16-pair tiles
+  const i8tc_layer L = plan_i8tc_layer(e, tu, m, n, top_k, h);
+  const uint64_t ne = E + (m.shared ? 1 : 0), tiles = L.tiles;
+  const uint32_t tc = L.tc;
+  detail::bound tgb, ofb;
+  if (tc) tgb = e.bind(part(L.o_t, L.t_bytes), L.t_bytes), ofb = e.bind(part(L.o_off, (ne + 1) * 4), (ne + 1) * 4);
+  auto gather = [&](const gpu_matrix& w, const detail::bound& in, uint64_t cols, bool x_token) {
+    const uint32_t pc[6] = {n, lb.residual / 4, in.residual / 4, uint32_t(cols / 32), tgb.residual / 4,
+                            ofb.residual / 4};
+    const detail::binding b[4] = {lb.b, in.b, tgb.b, ofb.b};
+    const std::string defs = detail::def_u("TG_NE", ne) + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
+                             (m.shared ? "1" : "0") + "\n#define MOE_X_TOKEN " + (x_token ? "1" : "0") + "\n" +
+                             format_defines(w.fmt, w.scale_enc);
+    uint32_t gx, gy;
+    e.grid(tiles, gx, gy);
+    detail::dispatch(c.impl(), e.pipe("moe_i8_gather.comp", defs, detail::op_env::wg, 4, sizeof pc), b, pc,
+                     sizeof pc, gx, gy);
+  };
+  auto run_tc = [&](const gpu_matrix& w, const i8tc_split& sp, uint64_t rows_e, const detail::bound& outb) {
+    const uint32_t nbt = m.slots ? 9 : 8;
+    detail::binding b[9];
+    mat_pc pc{};
+    bind_planes(e, w, b, pc, "moe");
+    b[3] = tgb.b, b[4] = outb.b, b[5] = tb.b, b[6] = lb.b, b[7] = ofb.b, b[8] = sb.b;
+    pc.n = n, pc.xoff = tgb.residual / 4, pc.x_stride = lb.residual / 4, pc.yoff = outb.residual / 4,
+    pc.y_stride = ofb.residual / 4, pc.pad = m.slots ? sb.residual / 4 : uint32_t(E);
+    uint32_t gx, gy;
+    e.grid(rows_e / (16 * sp.rt * sp.sg) * tiles, gx, gy);
+    detail::dispatch(c.impl(), e.pipe("moe_i8_tc.comp",
+                                      i8tc_defines(tc, sp, top_k, m.shared, slot_defines(m), rows_e, w.fmt, w.scale_enc),
+                                      sp.sg * e.lanes,
+                                      nbt, sizeof pc),
+                     std::span<const detail::binding>(b, nbt), &pc, sizeof pc, gx, gy);
+  };
+  const bool use_tc = tc != 0;
   pair_lists(e, c, m, n, top_k, ib, lb);
   k.quantize_act(c, wgu.fmt, x, n, d, xqv);
-  run(wgu, 2 * I, xqb, gub, true);  // gu [n·S, 2I]
+  if (use_tc) {
+    gather(wgu, xqb, d, true);
+    run_tc(wgu, L.gu, 2 * I, gub);  // gu [n·S, 2I]
+  } else {
+    run(wgu, 2 * I, xqb, gub, true);
+  }
   swiglu_quantize(e, c, m, top_k, limit, np, gub, hqb, wb);  // per pair
-  run(wdn, d, hqb, yb, false);  // y [n·S, d]
+  if (use_tc) {
+    gather(wdn, hqb, I, false);
+    run_tc(wdn, L.dn, d, yb);  // y [n·S, d]
+  } else {
+    run(wdn, d, hqb, yb, false);
+  }
   moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
   return true;
 }
@@ -880,6 +1008,48 @@ bool kernels::moe_runs_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) 
   const detail::op_env e = detail::op_env_of(*p_);
   return n >= 2 && tc_subgroups(e, m, detail::tuning_of(*p_).moe_tiles) != 0 &&
          tc_layout(m, n, top_k).end <= h.bytes && h.offset % 16 == 0;
+}
+
+bool kernels::moe_runs_i8_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const {
+  return has_i8(m.gate_up.w.fmt) && has_i8(m.down.w.fmt) &&
+         plan_i8tc_layer(detail::op_env_of(*p_), detail::tuning_of(*p_), m, n, top_k, h).tc != 0;
+}
+
+uint32_t kernels::compile_moe_i8_tc_variants() const {
+  const detail::op_env e = detail::op_env_of(*p_);
+  std::string common = e.common;
+  auto set = [&](const std::string& name, const std::string& v) {
+    const size_t a = common.find("#define " + name + " "), b = common.find('\n', a);
+    if (a == std::string::npos) throw gpu_error("compile_moe_i8_tc_variants: no " + name + " in the preamble");
+    common.replace(a, b - a, "#define " + name + " " + v);
+  };
+  set("LANES", "32"), set("REDUCE_SUBGROUP", "1"), set("HAS_STORAGE8", "1");
+  device_info big = e.info;
+  big.max_shared_memory = 48 * 1024;  // the H200's
+  const detail::op_env e32{e.dev, big, common, 32, 4, e.tables};
+  const device_options& o = e.dev.options();
+  uint32_t n = 0;
+  for (const format f : {format::q4tp, format::q2tp})
+    for (const bool gu : {true, false})
+      for (const bool slots : {false, true}) {
+        const uint64_t rows_e = gu ? 4096 : 4096, cols = gu ? 4096 : 2048;
+        const i8tc_split sp = plan_i8tc(e32, 1, f, rows_e, cols, 0);
+        if (!sp.sg) throw gpu_error("compile_moe_i8_tc_variants: no split for V4-Flash's shapes");
+        const std::string sd = slots ? std::string("#define MOE_SLOTS 12\n") + detail::def_u("MOE_E", 256) : "";
+        const std::vector<uint32_t> spv = detail::compile_glsl(
+            o.shader_dir, "moe_i8_tc.comp", common + i8tc_defines(1, sp, 6, true, sd, rows_e, f, scale_encoding::none),
+            o.optimize_spirv);
+        // validated too: glslang 11 once folded the product's int → float conversion into an invalid
+        // OpSpecConstantOp, which the NVIDIA driver crashed on
+        spvtools::SpirvTools tools(SPV_ENV_VULKAN_1_2);
+        std::string log;
+        tools.SetMessageConsumer([&](spv_message_level_t, const char*, const spv_position_t& p, const char* m) {
+          log += "word " + std::to_string(p.index) + ": " + m + "\n";
+        });
+        if (!tools.Validate(spv)) throw gpu_error("moe_i8_tc.comp (" + std::string(format_name(f)) + "): invalid SPIR-V: " + log);
+        ++n;
+      }
+  return n;
 }
 
 bool kernels::moe_prepare(commands& c, const gpu_moe& m, view x, uint32_t top_k, view h) {

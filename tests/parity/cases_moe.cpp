@@ -187,7 +187,7 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
 template <class F>
 std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, bool shared,
                         std::string& info, uint32_t n = 1, bool tails_expected = false,
-                        double ref_nmse = kI8RefNmse) {
+                        double ref_nmse = kI8RefNmse, uint32_t i8_tc = 0) {
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);
   const std::vector<expert_view> views = views_of(ex, E);
@@ -208,10 +208,19 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
   const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w);
   const uint64_t hn = gpu::kernels::moe_scratch_floats(gm, n, k), nd = uint64_t(n) * d;
   guarded hg(s.dev, hn * 4), og(s.dev, nd * 4);
+  // i8_tc (n >= 2): matvec_tuning::moe_i8_tc for this run — 2: moe_i8_tc.comp must run (emulated without int8
+  // cooperative matrices), 1: moe_rows_g8.comp must
+  gpu::matvec_tuning tt;
+  tt.moe_i8_tc = i8_tc;
+  s.kern.set_tuning(tt);
+  const bool tc = n >= 2 && s.kern.moe_runs_i8_tc(gm, n, k, hg.payload());
   gpu::commands c = s.dev.begin();
   s.kern.moe(c, gm, xb, n, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8);
   const uint32_t disp = c.dispatch_count();
   s.submit(c);
+  s.kern.set_tuning(gpu::matvec_tuning{});
+  if (i8_tc == 2 && !tc) return "moe_i8_tc.comp does not take this layer here";
+  if (i8_tc == 1 && tc) return "moe_i8_tc.comp runs although moe_rows_g8.comp was asked for";
   std::vector<float> got(nd), h(hn);
   std::string why;
   if (!og.read(got.data(), why) || !hg.read(h.data(), why)) return why;
@@ -239,8 +248,11 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
         return "tails vs four dispatches: output " + std::to_string(i) + " differs (" + std::to_string(got[i]) +
                " vs " + std::to_string(got4[i]) + ")";
     path = std::to_string(disp) + " dispatches, the same bits as 5; ";
-  } else if (disp != 6) {  // the pair lists first
+  } else if (disp != (tc ? 8u : 6u)) {  // the pair lists first (+ a gather before each product on moe_i8_tc.comp)
     return "the int8 path did not run (" + std::to_string(disp) + " dispatches)";
+  } else {
+    path = tc ? (s.dev.info().coop_i8 ? "moe_i8_tc.comp (tensor cores); " : "moe_i8_tc.comp (emulated); ")
+              : "moe_rows_g8.comp; ";
   }
   thread_pool tp(2);
   moe_scratch scratch;
@@ -471,6 +483,14 @@ void moe_cases(suite& s) {
   if (s.kern.has_i8(format::q4tp) && s.kern.has_i8(format::q2tp))
     s.run("moe_i8", "q4tp", "8x[128x256] k=3 + shared, down in q2tp (no SwiGLU tail)",
           [&](uint64_t seed, std::string& info) { return moe_i8_mixed_case<fmt_q4tp, fmt_q2tp>(s, seed, info); });
+  // moe_i8_tc.comp's tensor-core variants compile for a 32-wide subgroup on any device (only a device with int8
+  // cooperative matrices runs them; the moe_i8 "moe_i8_tc.comp" cases run them there, emulated elsewhere)
+  s.run("moe_i8", "-", "int8 tensor-core shaders compile (q4tp, q2tp; gate/up, down; resident, cached)",
+        [&](uint64_t, R& info) -> R {
+          const uint32_t n = s.kern.compile_moe_i8_tc_variants();
+          info = std::to_string(n) + " variants compiled";
+          return n == 8 ? "" : "expected 8 variants";
+        });
   for_each_type(all_formats{}, [&]<class F>() {
     const std::string fn(F::name);
     if constexpr (F::id == format::q8_2f) {
@@ -537,6 +557,25 @@ void moe_cases(suite& s) {
                        ", grouped";
         s.run("moe_i8", fn, name, [&](uint64_t seed, R& info) {
           return moe_i8_case<F>(s, seed, sh.E, sh.d, sh.I, sh.k, sh.shared, info, sh.n);
+        });
+        // the ladders: both kernels asked for by name (moe_i8_tc.comp: the int8 tensor cores, emulated where the
+        // device has none; moe_rows_g8.comp)
+        if (F::id == format::q4tp || F::id == format::q2tp)
+          for (const uint32_t tc : {1u, 2u})
+            s.run("moe_i8", fn, name + (tc == 2 ? ", moe_i8_tc.comp" : ", moe_rows_g8.comp"),
+                  [&, tc](uint64_t seed, R& info) {
+                    return moe_i8_case<F>(s, seed, sh.E, sh.d, sh.I, sh.k, sh.shared, info, sh.n, false, kI8RefNmse,
+                                          tc);
+                  });
+      }
+      if (F::id == format::q4tp || F::id == format::q2tp) {
+        // moe_i8_tc.comp: one block per step and per slot (I = 32), several 16-pair tiles per expert and for the
+        // shared expert (n = 40), the V4-Flash split (4 subgroups of 2 row tiles, 4 blocks per step)
+        s.run("moe_i8", fn, "4x[32x64] k=2 + shared n=7, grouped, moe_i8_tc.comp", [&](uint64_t seed, R& info) {
+          return moe_i8_case<F>(s, seed, 4, 64, 32, 2, true, info, 7, false, kI8RefNmseOneBlock, 2);
+        });
+        s.run("moe_i8", fn, "8x[256x512] k=3 n=40 + shared, grouped, moe_i8_tc.comp", [&](uint64_t seed, R& info) {
+          return moe_i8_case<F>(s, seed, 8, 512, 256, 3, true, info, 40, false, kI8RefNmse, 2);
         });
       }
       // the other work splits (kernels::set_tuning): tiles of 4 and 16 pairs, 1, 2 and 8 rows per subgroup

@@ -82,6 +82,9 @@ struct device_info {
   /// VK_NV_cooperative_matrix with the subgroup-scope 16×16×16 shape of f16 A, B and f32 C, D (tensor cores):
   /// gemm.comp's cooperative-matrix tiles (kernels::set_gemm_precision).
   bool coop_matrix = false;
+  /// coop_matrix, and the subgroup-scope 16×16×32 shape of s8 A, B and s32 C, D listed (int8 tensor cores; needs
+  /// shaderInt8, i.e. storage8): moe_i8_tc.comp's expert products (matvec_tuning::moe_i8_tc).
+  bool coop_i8 = false;
   /// Every subgroup-scope shape VK_NV_cooperative_matrix lists ("MxNxK A·B+C→D" with the component types, comma
   /// separated; empty without the extension): what other tensor-core kernels could use (e.g. int8 products).
   std::string coop_shapes;

@@ -7,6 +7,7 @@
 /// Shaders are GLSL files (shaders/) compiled at run time by glslang; each format's constants reach GLSL as
 /// #defines generated from its C++ trait. Pipelines are built on first use (or by prepare()) and cached.
 /// Every call records into `commands`; nothing runs until device::submit.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -159,6 +160,11 @@ struct matvec_tuning {
   /// and down row dispatches where that applies (shaders/matvec_rows.comp MOE_TAIL: 2 dependent dispatches);
   /// 1 = never (4 dispatches: comparisons).
   uint32_t moe_tails = 0;
+  /// Expert-grouped int8 products (prefill chunks with q4tp / q2tp experts and int8 activations): 0 = the faster
+  /// measured kernel (kernels_moe.cpp i8tc_default: moe_rows_g8.comp for now); 1 = shaders/moe_rows_g8.comp; 2 =
+  /// shaders/moe_i8_tc.comp on the int8 tensor cores (device_info::coop_i8), its products emulated in plain GLSL
+  /// where the device has no int8 cooperative matrices (the parity suite's way to run its layout on lavapipe).
+  uint32_t moe_i8_tc = 0;
 };
 
 class kernels {
@@ -400,16 +406,27 @@ class kernels {
   /// shaders/moe_tc.comp here (matvec_tuning::moe_tiles = 2, the f16 GEMM modes; x 16-byte aligned), rather than
   /// on gemm.comp's tiles or the f32 kernels.
   bool moe_runs_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const;
+  /// Whether moe(c, m, x, n, ..., h, ..., act_precision::i8) of n >= 2 tokens runs its expert products on
+  /// shaders/moe_i8_tc.comp here (matvec_tuning::moe_i8_tc; q4tp / q2tp experts, a scratch of moe_scratch_floats).
+  bool moe_runs_i8_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const;
   /// Floats of moe's scratch h for n tokens; with_tc: also moe_tc.comp's f16 rows (only that opt-in kernel,
   /// matvec_tuning::moe_tiles = 2, needs them: 88 MB more for V4-Flash's 512-token chunks).
+  /// Upper bound of the 16-pair tiles of n tokens' pairs in expert order (moe_i8_tc.comp's gathered activations):
+  /// every non-empty expert's count rounded up to 16.
+  static uint64_t moe_pair_tiles(const gpu_moe& m, uint32_t n, uint32_t top_k) {
+    const uint64_t np = uint64_t(n) * (top_k + (m.shared ? 1 : 0)), ne = m.experts + (m.shared ? 1 : 0);
+    return std::min(np, (np + 15 * ne) / 16);
+  }
   static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k, bool with_tc = false) {
     const uint64_t slots = top_k + (m.shared ? 1 : 0), lists = (m.experts + 1ull) * (uint64_t(n) * top_k + 1);  // grouped path
     // moe_tc.comp's path (n >= 2): off[], then its f16 rows of x and h, each expert's rounded up to 16
     const uint64_t tc = n < 2 || !with_tc
                             ? 0
                             : m.experts + 2 + (uint64_t(n) * slots + 16 * (m.experts + 1ull)) * (m.dim + m.inter) / 2 + 12;
+    // moe_i8_tc.comp's path (n >= 2): the gathered int8 tiles (144 words per 32 columns of x, then of h), off[]
+    const uint64_t i8tc = n < 2 ? 0 : moe_pair_tiles(m, n, top_k) * 144 * (std::max(m.dim, m.inter) / 32) + m.experts + 2 + 8;
     return uint64_t(n) * slots * (3 * m.inter + m.dim) + act_q8_bytes(m.dim) / 4 + act_q8_bytes(m.inter, uint32_t(slots)) / 4 +
-           lists + 8 + tc;
+           lists + 8 + tc + i8tc;
   }
 
   // ---- attention (kernels_attn.cpp; docs/VULKAN.md "Attention kernels")
@@ -503,6 +520,10 @@ class kernels {
   /// be built on a device of the given subgroup size, so that a device without cooperative matrices (CI) still
   /// checks the tensor-core shaders. Returns the variants compiled; throws gpu_error with glslang's log.
   uint32_t compile_gemm_variants(gemm_precision p, uint32_t subgroup) const;
+  /// Compiles (no pipeline) moe_i8_tc.comp's tensor-core variants (q4tp, q2tp; gate/up and down of V4-Flash's
+  /// shapes; resident and with an expert cache) for subgroups of 32 — CI's check of the shaders that only a device
+  /// with int8 cooperative matrices runs. Returns the variants compiled; throws gpu_error with glslang's log.
+  uint32_t compile_moe_i8_tc_variants() const;
 
   /// Builds the pipelines of format f for matrices of rows x cols now (matvec, GEMM, dequant), so that the first
   /// call does not pay for them.

@@ -1,0 +1,286 @@
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+// Expert-grouped MoE products with int8 activations on the int8 tensor cores (kernels_moe.cpp moe_grouped_i8 with
+// matvec_tuning::moe_i8_tc; the prefill chunks of `--act i8` with q4tp / q2tp experts): y[p, r] = Σ_c W_e[r, c] ·
+// x_p[c] for every (token, slot) pair p of expert e — the numbers of moe_rows_g8.comp (per block of 32 columns: the
+// integer dot product of the weights' integer values with the activations' int8 values, times the group's ladder
+// scale and the activations' sx / 2) with the integer products on the tensor cores (16 × 16 × 32 s8 · s8 → s32).
+//
+// Workgroup (rb, q): row block rb (SG subgroups × RT tiles of 16 rows) of the expert whose pairs fill tile q of
+// moe_i8_gather.comp's tiles (16 pairs each, expert order; off[] at binding 7 maps tiles to experts). Each subgroup
+// walks the columns KB blocks of 32 at a time, without workgroup barriers:
+//   1. its lanes load the weights of the next step (one row and half of its KB groups each: the loads of step s + 1
+//      are in flight while step s multiplies),
+//   2. decode the current step into its own shared region: every 2-bit (q2tp) or 4-bit (q4tp) code c as the int8
+//      2·(c − offset) (a SWAR add per word), bytes in the activation vectors' plane order (common/act_q8.glsl), and
+//      each group's ladder scale per row (from the rows' ladders, built once in shared memory),
+//   3. per block kb and row tile: the s32 16 × 16 product of the int8 weights (16 rows × 32) and the tile's
+//      activations (32 × 16 pairs, loaded as a fragment straight from the gather's layout), then
+//      acc[r, t] += float(product) · (scale[r, kb] · sx[t, kb] / 2) — the block's two scales applied per element
+//      (a cooperative matrix is multiplied only by scalars: each component's (r, t) comes from a matrix of indices
+//      loaded once, since matrices of one type share their component layout).
+// Epilogue: the f32 accumulators stored column-major into the subgroup's region, then y[p · MOE_ROWS_E + row] for the
+// tile's pairs (as moe_rows_g8.comp: moe_sum.comp adds them per token).
+// Numerics: the integer dot products are exact and the scales are the format's (the rows' ladders built as
+// formats.glsl builds them), as on the other int8 paths; the blocks' f32 sums run in column order, so results
+// agree with moe_rows_g8.comp's to f32 rounding, not bit for bit.
+//
+// TC 1: VK_NV_cooperative_matrix (LANES = 32); 2: the same layout, decode, scales and epilogue with the products in
+// plain GLSL (component c of a lane is element c·LANES + lane, row-major) — devices without int8 cooperative
+// matrices (lavapipe in CI) run everything else of this kernel.
+// Bindings: 0–2 the weight planes, 3 the gathered tiles (pc.xoff words), 4 y (pc.yoff floats), 5 tables, 6 lists
+// (moe_group.comp's layout from word pc.x_stride), 7 off[] (pc.y_stride), 8 the slot map (MOE_SLOTS, from pc.pad).
+// Push constants: common/formats.glsl's mat_pc (cols, n = tokens, the planes, aux0 = groups per row, aux1 = code
+// bytes per row); pad = E (or the slot map's offset with MOE_SLOTS; E = MOE_E).
+// Defines: TC, SG, RT (1, 2, 4), KB (1, 2, 4; divides cols / 32), VEC (1, 2, 4), MOE_TOPK, MOE_SHARED, MOE_ROWS_E (a multiple of
+// 16·RT·SG), [MOE_SLOTS, MOE_E], the format's (q4tp, q2tp).
+#if TC == 1
+#extension GL_NV_cooperative_matrix : require
+#extension GL_NV_integer_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
+#if LANES != 32
+#error "moe_i8_tc.comp: the tensor-core mode is laid out for subgroups of 32"
+#endif
+#endif
+#define ROWS_PER_WG 1  // formats.glsl's workgroup ladder table is not used here (the scales come per group)
+#include "common/base.glsl"
+#include "common/formats.glsl"
+#if !defined(FMT_Q4TP) && !defined(FMT_Q2TP)
+#error "moe_i8_tc.comp takes the ladder formats"
+#endif
+#include "common/act_q8.glsl"
+
+#define WG_ROWS (16u * RT * SG)
+#define VW (LADDER_VALUE_BYTES / 4)  // value words per group of 32
+#define EPB (8 / LADDER_ELEM_BITS)    // codes per byte = int8 words per value word
+#if KB >= 2
+#define HW (KB * VW / 2)  // value words per lane and row tile (half of the row's step)
+#else
+#define HW (VW / 2)
+#endif
+#define AREG (RT * KB * 128)  // a subgroup's int8 weights: [tile][kb][16 rows][8 words]
+#define REGION (AREG > RT * 256 ? AREG : RT * 256)  // ... and the epilogue's f32 accumulators
+shared uint sa[SG * REGION];
+shared float ssw[SG * RT * KB * 16];  // the groups' scales: [tile][kb][16 rows]
+shared float lad[SG * RT * 16 * LADDER_RUNGS];  // the ladders of the subgroup's rows (formats.glsl's definition)
+
+layout(std430, binding = 3) readonly buffer XT1 { uint xt1[]; };
+layout(std430, binding = 3) readonly buffer XTF { float xtf[]; };
+layout(std430, binding = 4) writeonly buffer Y { float ys[]; };
+layout(std430, binding = 6) readonly buffer Lists { uint lists[]; };
+layout(std430, binding = 7) readonly buffer Off { uint offs[]; };
+#ifndef MOE_SLOTS
+#define MOE_SLOTS 0
+#endif
+#if MOE_SLOTS
+layout(std430, binding = 8) readonly buffer SlotMap { uint slot_map[]; };
+#endif
+
+// 4 codes (one per byte, ≤ 15) → 4 int8 2·(code − offset): 2·code never carries out of its byte, and the constant's
+// low 7 bits neither (2·15 + 127 < 256); its top bit goes in by XOR.
+#define I8_K (uint(256.0 - 2.0 * LADDER_OFFSET) & 0xFFu)
+uint codes_i8(uint m) { return ((m << 1) + (I8_K & 0x7Fu) * 0x01010101u) ^ ((I8_K & 0x80u) * 0x01010101u); }
+#define PLANE_MASK (((1u << LADDER_ELEM_BITS) - 1u) * 0x01010101u)
+
+#if TC == 1
+#define ACC_T fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define ACC_ZERO ACC_T(0.0)
+#define NC 8  // components per lane of a 16 × 16 f32 matrix (subgroups of 32)
+shared float idx_map[256];
+#else
+#define NC (256 / LANES)
+#if NC * LANES != 256
+#error "moe_i8_tc.comp: the subgroup size must divide 256"
+#endif
+#endif
+
+// the lanes' loops: unrolled on the tensor cores; emulated (lavapipe: 8 lanes, 4 virtual lanes each) as loops,
+// which its LLVM compiles in a fraction of the time
+#if TC == 1
+#define LOOP [[unroll]]
+#else
+#define LOOP [[dont_unroll]]
+#endif
+
+#if RT == 1
+#define TILES(M) M(0)
+#elif RT == 2
+#define TILES(M) M(0) M(1)
+#elif RT == 4
+#define TILES(M) M(0) M(1) M(2) M(3)
+#else
+#error "RT must be 1, 2 or 4"
+#endif
+
+void main() {
+#if MOE_SLOTS
+  const uint E = MOE_E, NS = MOE_SLOTS;
+#else
+  const uint E = pc.pad, NS = E;
+#endif
+  const uint ne = E + MOE_SHARED, nrb = MOE_ROWS_E / WG_ROWS, g = wg_index(), rb = g % nrb, q = g / nrb;
+  const uint sg = gl_LocalInvocationID.x / LANES, lane = gl_LocalInvocationID.x % LANES;
+#if TC == 1
+  for (uint i = gl_LocalInvocationID.x; i < 256u; i += WG_SIZE) idx_map[i] = float(i);
+  barrier();
+#endif
+  if (16u * q >= offs[pc.y_stride + ne]) return;  // uniform: past the last tile
+  uint lo = 0u, hi = ne;  // the expert whose tiles hold tile q: the largest e with off[e] <= 16q
+  while (hi - lo > 1u) {
+    const uint mid = (lo + hi) / 2u;
+    if (offs[pc.y_stride + mid] <= 16u * q) lo = mid;
+    else hi = mid;
+  }
+  const uint e = lo, j0 = 16u * q - offs[pc.y_stride + e], cnt = lists[pc.x_stride + e];
+#if MOE_SLOTS
+  const uint si = e < E ? slot_map[pc.pad + e] : NS;
+  if (e < E && si >= NS) return;  // not in a slot (uniform)
+#else
+  const uint si = e;
+#endif
+  const uint rloc = rb * WG_ROWS + sg * 16u * RT;  // the subgroup's first row within e's matrix
+  const uint row0 = si * MOE_ROWS_E + rloc;        // ... within the stack
+  const uint B = pc.aux0, tb = pc.xoff + q * 144u * B;
+  const uint abase = sg * REGION, sbase = sg * RT * KB * 16u;
+  const uint nstep = B / KB;
+
+  // ---- the lanes' weight rows (virtual lane v < 32: row v / 2 of each tile, half v % 2 of each step)
+#define VPL (32 / LANES)  // virtual lanes per lane
+  // each row's ladder t[c] = t[c − 1] · 2^step, t[0] = 2^lo: the format's repeated f32 product (formats.glsl's
+  // tables_init), by one lane per row
+  for (uint k = lane; k < 16u * RT; k += LANES) {
+    const uint pb = pc.res1 + LADDER_PARAM_BYTES * (row0 + k), lb0 = (sg * RT * 16u + k) * LADDER_RUNGS;
+    const float ratio = tabf[TAB_EXP2 + ld16_w1(pb + 2u)];
+    precise float t = tabf[TAB_EXP2 + ld16_w1(pb)];
+    lad[lb0] = t;
+    for (uint c = 1u; c < LADDER_RUNGS; ++c) {
+      t = t * ratio;
+      lad[lb0 + c] = t;
+    }
+  }
+  uint vv[VPL * RT * HW];  // the next step's value words
+  uint cv[VPL * RT * HW];  // the code of the group whose first value word this is (others unused)
+// VEC (1, 2, 4; the host's: divides HW, the plane's first word and a row's words): the words of one load
+#if VEC == 4
+#define LD_VEC(i) w0q[(i) >> 2]
+#elif VEC == 2
+#define LD_VEC(i) uvec4(w0d[(i) >> 1], 0u, 0u)
+#else
+#define LD_VEC(i) uvec4(w0[i], 0u, 0u, 0u)
+#endif
+#define LOAD_STEP(s)                                                                                       \
+  LOOP for (uint u = 0u; u < VPL; ++u)                                                              \
+    LOOP for (uint i = 0u; i < RT; ++i) {                                                           \
+      const uint v = lane + u * LANES, row = row0 + 16u * i + v / 2u;                                     \
+      const uint w0i = (pc.res0 >> 2) + row * B * VW + (s) * KB * VW + (v & 1u) * HW; /* first word */    \
+      LOOP for (uint jv = 0u; jv < HW; jv += VEC) {                                                 \
+        const uvec4 x = LD_VEC(w0i + jv);                                                                 \
+        LOOP for (uint m = 0u; m < VEC; ++m) vv[(u * RT + i) * HW + jv + m] = x[m];                 \
+      }                                                                                                   \
+      LOOP for (uint jw = 0u; jw < HW; ++jw) /* the code of each group whose first word is here */  \
+        if (((v & 1u) * HW + jw) % VW == 0u)                                                              \
+          cv[(u * RT + i) * HW + jw] = group_code(row, (s) * KB + ((v & 1u) * HW + jw) / VW);             \
+    }
+  LOAD_STEP(0u)
+  subgroupMemoryBarrierShared();
+  subgroupBarrier();  // the ladders
+
+#if TC == 1
+  ACC_T idxm;
+  coopMatLoadNV(idxm, idx_map, 0u, 16u, false);
+  const icoopmatNV<32, gl_ScopeSubgroup, 16, 16> izero = icoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0);
+  uint rt_of[NC];  // component c's row * 16 + column
+  LOOP for (uint c = 0u; c < NC; ++c) rt_of[c] = uint(idxm[c]);
+#define ACC_DECL(i) ACC_T acc##i = ACC_ZERO;
+#else
+#define ACC_DECL(i) float acc##i[NC]; LOOP for (uint c = 0u; c < NC; ++c) acc##i[c] = 0.0;
+#endif
+  TILES(ACC_DECL)
+
+  for (uint s = 0u; s < nstep; ++s) {
+    // decode step s into the subgroup's region
+    LOOP for (uint u = 0u; u < VPL; ++u)
+      LOOP for (uint i = 0u; i < RT; ++i) {
+        const uint v = lane + u * LANES, r = v / 2u;
+        LOOP for (uint jw = 0u; jw < HW; ++jw) {
+          const uint wabs = (v & 1u) * HW + jw, kbl = wabs / VW, w = wabs % VW;
+          const uint val = vv[(u * RT + i) * HW + jw], code = cv[(u * RT + i) * HW + jw];
+          const uint at = abase + ((i * KB + kbl) * 16u + r) * 8u + w * EPB;
+          LOOP for (uint p = 0u; p < EPB; ++p) sa[at + p] = codes_i8((val >> (LADDER_ELEM_BITS * p)) & PLANE_MASK);
+          if (w == 0u) {
+            const uint lr = (sg * RT * 16u + 16u * i + r) * LADDER_RUNGS;
+#if LADDER_CODE0_ZERO
+            ssw[sbase + (i * KB + kbl) * 16u + r] = code == 0u ? 0.0 : lad[lr + code - 1u];
+#else
+            ssw[sbase + (i * KB + kbl) * 16u + r] = lad[lr + code];
+#endif
+          }
+        }
+      }
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    if (s + 1u < nstep) {
+      LOAD_STEP(s + 1u)
+    }
+    LOOP for (uint kbl = 0u; kbl < KB; ++kbl) {
+      const uint kb = s * KB + kbl, xb = tb + 128u * kb, xsb = tb + 128u * B + 16u * kb;
+#if TC == 1
+      // (the product converted from a variable: glslang 11 folds a conversion of the call's result into an invalid
+      // OpSpecConstantOp)
+      icoopmatNV<8, gl_ScopeSubgroup, 32, 16> bm;
+      coopMatLoadNV(bm, xt1, xb, 8u, true);
+      float xs[NC];
+      LOOP for (uint c = 0u; c < NC; ++c) xs[c] = xtf[xsb + (rt_of[c] & 15u)];
+#define TILE_MMA(i)                                                                                  \
+      {                                                                                              \
+        icoopmatNV<8, gl_ScopeSubgroup, 16, 32> am;                                                  \
+        coopMatLoadNV(am, sa, abase + (i * KB + kbl) * 128u, 8u, false);                             \
+        icoopmatNV<32, gl_ScopeSubgroup, 16, 16> pi = izero;                                        \
+        pi = coopMatMulAddNV(am, bm, pi);                                                            \
+        ACC_T pf = ACC_T(pi);                                                                        \
+        const uint sw = sbase + (i * KB + kbl) * 16u;                                                \
+        LOOP for (uint c = 0u; c < NC; ++c) acc##i[c] += pf[c] * (ssw[sw + (rt_of[c] >> 4)] * xs[c]); \
+      }
+#else
+#define TILE_MMA(i)                                                                                  \
+      {                                                                                              \
+        const uint at = abase + (i * KB + kbl) * 128u, sw = sbase + (i * KB + kbl) * 16u;           \
+        LOOP for (uint c = 0u; c < NC; ++c) {                                                        \
+          const uint idx = c * LANES + lane, r = idx >> 4, t = idx & 15u;                           \
+          int sum = 0;                                                                               \
+          LOOP for (uint w = 0u; w < 8u; ++w) {                                                      \
+            const uint a = sa[at + r * 8u + w], b = xt1[xb + t * 8u + w];                           \
+            LOOP for (uint y = 0u; y < 32u; y += 8u)                                                 \
+              sum += bitfieldExtract(int(a), int(y), 8) * bitfieldExtract(int(b), int(y), 8);        \
+          }                                                                                          \
+          acc##i[c] += float(sum) * (ssw[sw + r] * xtf[xsb + t]);                                    \
+        }                                                                                            \
+      }
+#endif
+      TILES(TILE_MMA)
+    }
+    subgroupBarrier();  // every lane is done with the region before the next step overwrites it
+  }
+
+  // ---- epilogue: accumulators → region (column-major: element (r, t) at t·16 + r) → y
+#if TC == 1
+#define ACC_ST(i) coopMatStoreNV(acc##i, sa, abase + i * 256u, 16u, true);
+#else
+#define ACC_ST(i) LOOP for (uint c = 0u; c < NC; ++c) { const uint idx = c * LANES + lane; sa[abase + i * 256u + (idx & 15u) * 16u + (idx >> 4)] = floatBitsToUint(acc##i[c]); }
+#endif
+  TILES(ACC_ST)
+  subgroupMemoryBarrierShared();
+  subgroupBarrier();
+  const uint lb = pc.x_stride + ne + e * pc.n * MOE_TOPK;
+  LOOP for (uint u = 0u; u < VPL; ++u) {
+    const uint v = lane + u * LANES, t = v / 2u, hf = v & 1u;
+    if (j0 + t < cnt) {
+      const uint yb = pc.yoff + lists[lb + j0 + t] * MOE_ROWS_E + rloc + 8u * hf;
+      LOOP for (uint i = 0u; i < RT; ++i)
+        LOOP for (uint r = 0u; r < 8u; ++r)
+          ys[yb + 16u * i + r] = uintBitsToFloat(sa[abase + i * 256u + t * 16u + 8u * hf + r]);
+    }
+  }
+}
