@@ -21,6 +21,7 @@
 //                      [--moe-i8-tc 0|1|2] (the grouped int8 MoE: the default kernel (0) | moe_rows_g8.comp (1) |
 //                      moe_i8_tc.comp on the int8 tensor cores, emulated without them (2))
 //                      [--f64] (f64 accumulators in norms / softmax / mHC where the device has f64)
+//                      [--pipeline-stats] (print the driver's statistics of every pipeline built: registers, ...)
 //                      [--shader-dir D] [--moe-tokens 512] [--moe-experts 256] [google-benchmark flags]
 //                      (--shader-dir: read shaders/*.comp from D instead of the built-in copies: variants)
 //                      (S, U, R: override the automatic work split; --legacy: never the batch-1 row kernel)
@@ -412,6 +413,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-spirv-opt") opt.optimize_spirv = false;
     else if (a == "--f64") opt.float64 = true;
     else if (a == "--nontemporal") opt.nontemporal_weights = true;
+    else if (a == "--pipeline-stats") opt.pipeline_statistics = true;
     else if (a == "--submit-ms" && i + 1 < argc) g_submit_s = std::stod(argv[++i]) / 1e3;
     else if (a == "--warmup-ms" && i + 1 < argc) g_warmup_s = std::stod(argv[++i]) / 1e3;
     else if (a == "--split" && i + 1 < argc) g_tune.split = uint32_t(std::stoul(argv[++i]));
@@ -492,6 +494,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&ac, rest.data());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  for (const std::string& l : g_dev->pipeline_statistics()) std::printf("pipeline %s\n", l.c_str());
   g_w = weights{};
   g_kern.reset();
   g_dev.reset();

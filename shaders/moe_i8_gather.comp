@@ -7,7 +7,7 @@
 // the way moe_i8_tc.comp loads its activation fragments. A tile of B blocks of 32 values is 144·B words:
 //   word 128·kb + 8·t + w   (kb < B, t < 16, w < 8): packed word w of block kb of the tile's pair t (the bytes in
 //                           the vector's plane order, so that they pair with the weights' bit planes)
-//   word 128·B + 16·kb + t: that block's sx / 2 (f32)
+//   word 128·B + B·t + kb:  that block's sx / 2 (f32; a pair's scales contiguous, for vector loads)
 // Rows past an expert's count up to the tile's end are zero (quantised values and scales).
 // Workgroup g owns tile g; workgroup 0 also writes off[0 .. TG_NE] to binding 3 (the product's tile → expert map).
 // Bindings: 0 counts + lists (moe_group.comp's layout from word pc.loff), 1 the vectors (pc.xoff words, one per
@@ -47,7 +47,8 @@ void main() {
     const uint e = tile_expert(q0);
     const uint i = q0 - offs[e] + lid;
     uint src = 0xFFFFFFFFu;
-    if (i < lists[pc.loff + e]) src = pc.xoff + XVEC(lists[pc.loff + TG_NE + e * pc.n * MOE_TOPK + i]) * ACT_VEC_WORDS(pc.blocks);
+    if (i < lists[pc.loff + e])
+      src = pc.xoff + XVEC(lists[pc.loff + TG_NE + e * pc.n * MOE_TOPK + i]) * ACT_VEC_WORDS(pc.blocks);
     row_src[lid] = src;
   }
   barrier();
@@ -57,9 +58,9 @@ void main() {
     const uint kb = i / 32u, t = (i / 2u) % 16u, src = row_src[t];
     g4[(base >> 2) + i] = src != 0xFFFFFFFFu ? xv4[(src >> 2) + 2u * kb + (i & 1u)] : uvec4(0u);
   }
-  // scales: word (kb, t)
+  // scales: word (t, kb)
   for (uint i = lid; i < 16u * B; i += WG_SIZE) {
-    const uint kb = i / 16u, t = i % 16u, src = row_src[t];
+    const uint t = i / B, kb = i % B, src = row_src[t];
     g1[base + 128u * B + i] = src != 0xFFFFFFFFu ? xv1[src + ACT_SCALE_WORD(B) + kb] : 0u;
   }
 }

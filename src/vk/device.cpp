@@ -314,6 +314,14 @@ device_impl::device_impl(const device_options& o) : opt(o) {
     exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   }
   if (info.host_import) exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR pe;
+  exec_stats = opt.pipeline_statistics && has_extension(phys, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  if (exec_stats) {
+    pe.pipelineExecutableInfo = VK_TRUE;
+    pe.pNext = en.f2.pNext;
+    en.f2.pNext = &pe;
+    exts.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  }
   queue_family = uint32_t(compute_family(phys));
   const float prio = 1.0f;
   const vk::DeviceQueueCreateInfo qci({}, queue_family, 1, &prio);
@@ -461,6 +469,13 @@ device::device(const device_options& o) {
 device::~device() = default;
 const device_info& device::info() const noexcept { return p_->info; }
 const device_options& device::options() const noexcept { return p_->opt; }
+
+std::vector<std::string> device::pipeline_statistics() const {
+  std::vector<std::string> out;
+  for (const auto& [key, p] : p_->pipelines)
+    if (!p->stats.empty()) out.push_back(p->name + ": " + p->stats);
+  return out;
+}
 void device::save_pipeline_cache() { p_->save_pipeline_cache(); }
 
 commands::commands(std::unique_ptr<detail::commands_impl> p) : p_(std::move(p)) {}

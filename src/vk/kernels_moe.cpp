@@ -612,9 +612,9 @@ std::string i8tc_defines(uint32_t tc, const i8tc_split& s, uint32_t top_k, bool 
          detail::def_u("MOE_ROWS_E", rows_e) + slot_defs + detail::tab_defines() + format_defines(f, enc);
 }
 
-/// Whether matvec_tuning::moe_i8_tc = 0 takes the int8 tensor cores where present: not yet — on the H200 the first
-/// version took 6.53 ms against moe_rows_g8.comp's 3.96 (q2tp, 256 experts of 4096 × 2048, 512 tokens; docs/PERF.md
-/// "Eighteenth session").
+/// Whether matvec_tuning::moe_i8_tc = 0 takes the int8 tensor cores where present: not yet — on the H200
+/// moe_i8_tc.comp takes 5.50 ms against moe_rows_g8.comp's 3.96 (q2tp, 256 experts of 4096 × 2048, 512 tokens;
+/// docs/PERF.md "Eighteenth session").
 constexpr bool i8tc_default = false;
 /// The int8 tensor-core mode of the expert-grouped int8 products here (matvec_tuning::moe_i8_tc): 1 = on the
 /// tensor cores, 2 = emulated, 0 = moe_rows_g8.comp.
@@ -1029,26 +1029,32 @@ uint32_t kernels::compile_moe_i8_tc_variants() const {
   const detail::op_env e32{e.dev, big, common, 32, 4, e.tables};
   const device_options& o = e.dev.options();
   uint32_t n = 0;
+  // V4-Flash's gate/up (4 blocks per step) and down, the cached layer's, and the toys' narrow shapes (1, 2 blocks)
+  struct shape {
+    uint64_t rows_e, cols;
+    bool slots;
+  };
   for (const format f : {format::q4tp, format::q2tp})
-    for (const bool gu : {true, false})
-      for (const bool slots : {false, true}) {
-        const uint64_t rows_e = gu ? 4096 : 4096, cols = gu ? 4096 : 2048;
-        const i8tc_split sp = plan_i8tc(e32, 1, f, rows_e, cols, 0);
-        if (!sp.sg) throw gpu_error("compile_moe_i8_tc_variants: no split for V4-Flash's shapes");
-        const std::string sd = slots ? std::string("#define MOE_SLOTS 12\n") + detail::def_u("MOE_E", 256) : "";
-        const std::vector<uint32_t> spv = detail::compile_glsl(
-            o.shader_dir, "moe_i8_tc.comp", common + i8tc_defines(1, sp, 6, true, sd, rows_e, f, scale_encoding::none),
-            o.optimize_spirv);
-        // validated too: glslang 11 once folded the product's int → float conversion into an invalid
-        // OpSpecConstantOp, which the NVIDIA driver crashed on
-        spvtools::SpirvTools tools(SPV_ENV_VULKAN_1_2);
-        std::string log;
-        tools.SetMessageConsumer([&](spv_message_level_t, const char*, const spv_position_t& p, const char* m) {
-          log += "word " + std::to_string(p.index) + ": " + m + "\n";
-        });
-        if (!tools.Validate(spv)) throw gpu_error("moe_i8_tc.comp (" + std::string(format_name(f)) + "): invalid SPIR-V: " + log);
-        ++n;
-      }
+    for (const shape& sh : {shape{4096, 4096, false}, shape{4096, 2048, false}, shape{4096, 4096, true},
+                            shape{4096, 2048, true}, shape{64, 64, false}, shape{64, 32, false}}) {
+      const i8tc_split sp = plan_i8tc(e32, 1, f, sh.rows_e, sh.cols, 0);
+      if (!sp.sg) throw gpu_error("compile_moe_i8_tc_variants: no split for " + std::to_string(sh.rows_e) + " x " +
+                                  std::to_string(sh.cols));
+      const std::string sd = sh.slots ? std::string("#define MOE_SLOTS 12\n") + detail::def_u("MOE_E", 256) : "";
+      const std::vector<uint32_t> spv = detail::compile_glsl(
+          o.shader_dir, "moe_i8_tc.comp", common + i8tc_defines(1, sp, 6, true, sd, sh.rows_e, f, scale_encoding::none),
+          o.optimize_spirv);
+      // validated too: glslang 11 once folded the product's int → float conversion into an invalid
+      // OpSpecConstantOp, which the NVIDIA driver crashed on
+      spvtools::SpirvTools tools(SPV_ENV_VULKAN_1_2);
+      std::string log;
+      tools.SetMessageConsumer([&](spv_message_level_t, const char*, const spv_position_t& p, const char* m) {
+        log += "word " + std::to_string(p.index) + ": " + m + "\n";
+      });
+      if (!tools.Validate(spv))
+        throw gpu_error("moe_i8_tc.comp (" + std::string(format_name(f)) + "): invalid SPIR-V: " + log);
+      ++n;
+    }
   return n;
 }
 

@@ -80,6 +80,27 @@ void device_impl::save_pipeline_cache() noexcept {
   }
 }
 
+/// The driver's statistics of every executable of pipeline p, "name value" comma separated (VK_KHR_pipeline_
+/// executable_properties; device_options::pipeline_statistics).
+std::string executable_statistics(const vk::raii::Device& dev, vk::Pipeline p) {
+  std::string s;
+  const auto props = dev.getPipelineExecutablePropertiesKHR(vk::PipelineInfoKHR(p));
+  for (uint32_t i = 0; i < props.size(); ++i)
+    for (const vk::PipelineExecutableStatisticKHR& st :
+         dev.getPipelineExecutableStatisticsKHR(vk::PipelineExecutableInfoKHR(p, i))) {
+      if (!s.empty()) s += ", ";
+      s += std::string(st.name.data()) + " ";
+      switch (st.format) {
+        case vk::PipelineExecutableStatisticFormatKHR::eBool32: s += st.value.b32 ? "yes" : "no"; break;
+        case vk::PipelineExecutableStatisticFormatKHR::eInt64: s += std::to_string(st.value.i64); break;
+        case vk::PipelineExecutableStatisticFormatKHR::eUint64: s += std::to_string(st.value.u64); break;
+        case vk::PipelineExecutableStatisticFormatKHR::eFloat64: s += std::to_string(st.value.f64); break;
+        default: s += "?";
+      }
+    }
+  return s;
+}
+
 std::vector<uint32_t> device_impl::spirv_for(const pipeline_desc& d) {
   if (!shader_hash_ready) {
     shader_hash = shader_tree_hash(opt.shader_dir);
@@ -148,7 +169,10 @@ const pipeline* device_impl::get(const pipeline_desc& d) {
     stage.pNext = &rs;
     stage.flags = vk::PipelineShaderStageCreateFlagBits::eRequireFullSubgroups;
   }
-  p->pipe = vk::raii::Pipeline(dev, pcache, vk::ComputePipelineCreateInfo({}, stage, *p->layout));
+  const vk::PipelineCreateFlags pf = exec_stats ? vk::PipelineCreateFlagBits::eCaptureStatisticsKHR
+                                                : vk::PipelineCreateFlags{};
+  p->pipe = vk::raii::Pipeline(dev, pcache, vk::ComputePipelineCreateInfo(pf, stage, *p->layout));
+  if (exec_stats) p->stats = executable_statistics(dev, *p->pipe);
   ++counters.pipelines;
   const pipeline* out = p.get();
   pipelines.emplace(k, std::move(p));

@@ -30,6 +30,7 @@ struct pipeline {
   vk::raii::PipelineLayout layout{nullptr};
   vk::raii::Pipeline pipe{nullptr};
   uint32_t bindings = 0, push_bytes = 0;
+  std::string stats;  ///< the driver's statistics (device_options::pipeline_statistics)
 };
 
 struct commands_impl {
@@ -67,6 +68,7 @@ struct device_impl {
   vk::raii::CommandPool cmd_pool{nullptr};
   vk::raii::PipelineCache pcache{nullptr};
   std::string pcache_path;
+  bool exec_stats = false;  ///< pipelines capture the driver's statistics (device_options::pipeline_statistics)
 
   // memory (memory.cpp)
   uint32_t mem_type = 0, staging_type = 0, upload_type = 0;

@@ -485,11 +485,11 @@ void moe_cases(suite& s) {
           [&](uint64_t seed, std::string& info) { return moe_i8_mixed_case<fmt_q4tp, fmt_q2tp>(s, seed, info); });
   // moe_i8_tc.comp's tensor-core variants compile for a 32-wide subgroup on any device (only a device with int8
   // cooperative matrices runs them; the moe_i8 "moe_i8_tc.comp" cases run them there, emulated elsewhere)
-  s.run("moe_i8", "-", "int8 tensor-core shaders compile (q4tp, q2tp; gate/up, down; resident, cached)",
+  s.run("moe_i8", "-", "int8 tensor-core shaders compile (q4tp, q2tp; gate/up, down; resident, cached; 1, 2 and 4 blocks per step)",
         [&](uint64_t, R& info) -> R {
           const uint32_t n = s.kern.compile_moe_i8_tc_variants();
           info = std::to_string(n) + " variants compiled";
-          return n == 8 ? "" : "expected 8 variants";
+          return n == 12 ? "" : "expected 12 variants";
         });
   for_each_type(all_formats{}, [&]<class F>() {
     const std::string fn(F::name);

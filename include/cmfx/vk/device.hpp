@@ -58,6 +58,10 @@ struct device_options {
   /// through the L2 once per token. Diagnostics: no effect measured on the H200 (docs/VULKAN.md "Bank conflicts in
   /// the indexer, a faster top-k, and what did not pay").
   bool nontemporal_weights = false;
+  /// true: every pipeline is created with its compiler statistics captured (VK_KHR_pipeline_executable_properties,
+  /// where the device has it: e.g. the NVIDIA driver's register count, shared memory, spills) for
+  /// device::pipeline_statistics(). Diagnostics (`cmfx-bench-vk --pipeline-stats`).
+  bool pipeline_statistics = false;
   uint64_t max_binding_bytes = 0;     ///< cap on one storage-buffer binding (0: the device limit); tests only
   uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
 };
@@ -246,6 +250,10 @@ class device {
     uint64_t imported_upload_bytes = 0;  ///< bytes uploaded straight from imported host pages (since creation)
   };
   memory_stats memory() const noexcept;
+  /// One line per pipeline created so far, with the driver's statistics ("shader: name value, ..."), where
+  /// device_options::pipeline_statistics is set and the device has VK_KHR_pipeline_executable_properties; else
+  /// empty.
+  std::vector<std::string> pipeline_statistics() const;
   /// Writes the VkPipelineCache to the cache directory now (also done by the destructor).
   void save_pipeline_cache();
 
