@@ -4,7 +4,8 @@
 // gather in front of each product (moe_i8_tc.comp): every expert's pairs' quantised activation vectors
 // (common/act_q8.glsl's layout: quantize_act.comp for x, the SwiGLU quantisation for h) copied into tiles of 16
 // pairs in expert order (common/moe_tiles.glsl's off[]: expert e's tiles are off[e] / 16 ...), each tile laid out
-// the way moe_i8_tc.comp loads its activation fragments. A tile of B blocks of 32 values is 144·B words:
+// the way moe_i8_tc.comp loads its activation fragments. A tile of B blocks of 32 values is I8T_BLOCK_WORDS·B
+// words (kernels::moe_i8_tile_block_words: 144):
 //   word 128·kb + 8·t + w   (kb < B, t < 16, w < 8): packed word w of block kb of the tile's pair t (the bytes in
 //                           the vector's plane order, so that they pair with the weights' bit planes)
 //   word 128·B + B·t + kb:  that block's sx / 2 (f32; a pair's scales contiguous, for vector loads)
@@ -34,6 +35,7 @@ layout(std430, binding = 3) writeonly buffer Off { uint offs_out[]; };
 #define XVEC(p) (p)
 #endif
 #include "common/moe_tiles.glsl"
+#include "common/moe_i8_tiles.glsl"
 shared uint row_src[16];  // first word of each of the tile's pairs' vectors; ~0u: a padding row
 
 void main() {
@@ -52,7 +54,7 @@ void main() {
     row_src[lid] = src;
   }
   barrier();
-  const uint B = pc.blocks, tw = 144u * B, base = pc.goff + g * tw;
+  const uint B = pc.blocks, tw = I8T_BLOCK_WORDS * B, base = pc.goff + g * tw;
   // quantised values: uvec4 i = (kb, t, half): contiguous stores
   for (uint i = lid; i < 32u * B; i += WG_SIZE) {
     const uint kb = i / 32u, t = (i / 2u) % 16u, src = row_src[t];
@@ -61,6 +63,6 @@ void main() {
   // scales: word (t, kb)
   for (uint i = lid; i < 16u * B; i += WG_SIZE) {
     const uint t = i / B, kb = i % B, src = row_src[t];
-    g1[base + 128u * B + i] = src != 0xFFFFFFFFu ? xv1[src + ACT_SCALE_WORD(B) + kb] : 0u;
+    g1[base + I8T_SCALE_WORD(B) + i] = src != 0xFFFFFFFFu ? xv1[src + ACT_SCALE_WORD(B) + kb] : 0u;
   }
 }

@@ -51,6 +51,7 @@
 #error "moe_i8_tc.comp takes the ladder formats"
 #endif
 #include "common/act_q8.glsl"
+#include "common/moe_i8_tiles.glsl"
 
 #define WG_ROWS (16u * RT * SG)
 #define VW (LADDER_VALUE_BYTES / 4)  // value words per group of 32
@@ -62,7 +63,7 @@
 #endif
 // A subgroup's int8 weights of a step, [tile][kb] blocks of 16 rows at a stride of AS words (48 bytes: the 16-byte
 // stores of 8 consecutive rows, and the fragment loads, fall into 8 distinct groups of 4 banks), as uvec4.
-#define AS 12u
+#define AS I8T_ROW_WORDS
 #define ABLK (16u * AS)  // words per (tile, kb) block
 #define AREG (RT * KB * ABLK)
 #define REGION (AREG > RT * 256 ? AREG : RT * 256)  // ... and the epilogue's f32 accumulators
@@ -70,7 +71,7 @@ shared uvec4 sa4[SG * REGION / 4];
 shared float ssw[SG * RT * 16 * KB];  // the groups' scales: [tile][row][kb]
 shared float lad[SG * RT * 16 * (LADDER_RUNGS + 1)];  // the ladders of the subgroup's rows (formats.glsl's
 // definition), one padding word per row so that the lanes building them (one row each) hit distinct banks
-#define LSTR (LADDER_RUNGS + 1u)
+#define LSTR I8T_LADDER_STRIDE
 
 layout(std430, binding = 3) readonly buffer XT1 { uint xt1[]; };
 layout(std430, binding = 3) readonly buffer XTF { float xtf[]; };
@@ -175,7 +176,7 @@ void main() {
 #endif
   const uint rloc = rb * WG_ROWS + sg * 16u * RT;  // the subgroup's first row within e's matrix
   const uint row0 = si * MOE_ROWS_E + rloc;        // ... within the stack
-  const uint B = pc.aux0, tb = pc.xoff + q * 144u * B;
+  const uint B = pc.aux0, tb = pc.xoff + q * I8T_BLOCK_WORDS * B;
   const uint abase = sg * REGION, sbase = sg * RT * 16u * KB;
   const uint nstep = B / KB;
 
@@ -303,7 +304,7 @@ void main() {
 #define TILE_MMA(i) { SW_DECL(i) KBS(KB_MMA, i) }
 #define TC_STEP(S, st_)                                                                              \
   {                                                                                                  \
-    const uint st = st_, xsb = tb + 128u * B + st * KB; /* + t·B + kbl: the activation scales */    \
+    const uint st = st_, xsb = tb + I8T_SCALE_WORD(B) + st * KB; /* + t·B + kbl: the activation scales */    \
     FRAGS(FRAG_LD)                                                                                   \
     XS_LOAD                                                                                          \
     TILES_S(T_DECODE, S)                                                                             \
@@ -321,7 +322,7 @@ void main() {
   }
 #else
   for (uint s = 0u; s < nstep; ++s) {
-    const uint xsb = tb + 128u * B + s * KB;  // + t·B + kbl: the tile's activation scales ([t][kb])
+    const uint xsb = tb + I8T_SCALE_WORD(B) + s * KB;  // + t·B + kbl: the tile's activation scales ([t][kb])
     LOOP for (uint u = 0u; u < VPL; ++u) {
       const uint v = lane + u * LANES;
       TILES_S(T_LOAD_S, A)

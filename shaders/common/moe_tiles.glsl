@@ -38,3 +38,4 @@ uint tile_expert(uint q0) {
   }
   return lo;
 }
+

@@ -585,11 +585,17 @@ uint32_t ladder_value_words(format f) {
   });
   return vb;
 }
+/// moe_i8_tc.comp's shared-memory layout (passed as defines): a decoded weight row of a 32-column block at a stride of
+/// 12 words (48 bytes: 8 consecutive rows' 16-byte stores fall into distinct bank groups), a row's ladder at a
+/// stride of rungs + 1 words (the lanes building them, one row each, hit distinct banks).
+constexpr uint32_t i8t_row_words = 12, i8t_ladder_stride = ladder::rungs + 1;
 uint64_t i8tc_shared_bytes(const i8tc_split& s, uint32_t tc) {
-  const uint64_t areg = std::max<uint64_t>(uint64_t(s.rt) * s.kb * 128, uint64_t(s.rt) * 256);
-  return 4 * (s.sg * areg + uint64_t(s.sg) * s.rt * s.kb * 16 + uint64_t(s.sg) * s.rt * 16 * ladder::rungs +
-              (tc == 1 ? 256 : 0)) + 256;  // + formats.glsl's small tables
+  const uint64_t areg = std::max<uint64_t>(uint64_t(s.rt) * s.kb * 16 * i8t_row_words, uint64_t(s.rt) * 256);
+  return 4 * (s.sg * areg + uint64_t(s.sg) * s.rt * 16 * s.kb + uint64_t(s.sg) * s.rt * 16 * i8t_ladder_stride +
+              (tc == 1 ? 256 : 0)) + 256;  // regions, scales, ladders, the index matrix; + formats.glsl's tables
 }
+/// The tile layout's defines shared by moe_i8_gather.comp and moe_i8_tc.comp.
+std::string i8t_defines() { return detail::def_u("I8T_BLOCK_WORDS", kernels::moe_i8_tile_block_words); }
 i8tc_split plan_i8tc(const detail::op_env& e, uint32_t tc, format f, uint64_t rows_e, uint64_t cols, uint32_t res0) {
   const uint32_t vw = ladder_value_words(f);
   if (vw == 0 || cols % 32 || rows_e % 16) return {};
@@ -609,7 +615,9 @@ std::string i8tc_defines(uint32_t tc, const i8tc_split& s, uint32_t top_k, bool 
   return "#define TC " + std::to_string(tc) + "\n#define SG " + std::to_string(s.sg) + "\n#define RT " +
          std::to_string(s.rt) + "\n#define KB " + std::to_string(s.kb) + "\n#define VEC " + std::to_string(s.vec) +
          "\n" + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (shared ? "1" : "0") + "\n" +
-         detail::def_u("MOE_ROWS_E", rows_e) + slot_defs + detail::tab_defines() + format_defines(f, enc);
+         detail::def_u("MOE_ROWS_E", rows_e) + detail::def_u("I8T_ROW_WORDS", i8t_row_words) +
+         detail::def_u("I8T_LADDER_STRIDE", i8t_ladder_stride) + i8t_defines() + slot_defs + detail::tab_defines() +
+         format_defines(f, enc);
 }
 
 /// Whether matvec_tuning::moe_i8_tc = 0 takes the int8 tensor cores where present: not yet — on the H200
@@ -640,7 +648,7 @@ i8tc_layer plan_i8tc_layer(const detail::op_env& e, const matvec_tuning& tu, con
   const grouped_scratch gs = grouped_layout(m, n, top_k);
   const uint64_t ne = m.experts + (m.shared ? 1 : 0), d = m.dim, I = m.inter;
   L.tiles = kernels::moe_pair_tiles(m, n, top_k), L.o_t = (gs.o_l + gs.l_bytes + 15) / 16 * 16,
-  L.t_bytes = L.tiles * 144 * (std::max(d, I) / 32) * 4, L.o_off = L.o_t + L.t_bytes;
+  L.t_bytes = L.tiles * kernels::moe_i8_tile_block_words * (std::max(d, I) / 32) * 4, L.o_off = L.o_t + L.t_bytes;
   if (L.o_off + (ne + 1) * 4 > h.bytes) return L;
   detail::binding bt[3];
   mat_pc pg{}, pd{};
@@ -725,7 +733,7 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
     const detail::binding b[4] = {lb.b, in.b, tgb.b, ofb.b};
     const std::string defs = detail::def_u("TG_NE", ne) + detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " +
                              (m.shared ? "1" : "0") + "\n#define MOE_X_TOKEN " + (x_token ? "1" : "0") + "\n" +
-                             format_defines(w.fmt, w.scale_enc);
+                             i8t_defines() + format_defines(w.fmt, w.scale_enc);
     uint32_t gx, gy;
     e.grid(tiles, gx, gy);
     detail::dispatch(c.impl(), e.pipe("moe_i8_gather.comp", defs, detail::op_env::wg, 4, sizeof pc), b, pc,

@@ -411,6 +411,9 @@ class kernels {
   bool moe_runs_i8_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const;
   /// Floats of moe's scratch h for n tokens; with_tc: also moe_tc.comp's f16 rows (only that opt-in kernel,
   /// matvec_tuning::moe_tiles = 2, needs them: 88 MB more for V4-Flash's 512-token chunks).
+  /// Words per 32-column block of one 16-pair tile of gathered int8 activations (moe_i8_gather.comp): 16 pairs × 8
+  /// packed words, then their 16 scales. The shaders get it as I8T_BLOCK_WORDS.
+  static constexpr uint32_t moe_i8_tile_block_words = 16 * 8 + 16;
   /// Upper bound of the 16-pair tiles of n tokens' pairs in expert order (moe_i8_tc.comp's gathered activations):
   /// every non-empty expert's count rounded up to 16.
   static uint64_t moe_pair_tiles(const gpu_moe& m, uint32_t n, uint32_t top_k) {
@@ -424,7 +427,9 @@ class kernels {
                             ? 0
                             : m.experts + 2 + (uint64_t(n) * slots + 16 * (m.experts + 1ull)) * (m.dim + m.inter) / 2 + 12;
     // moe_i8_tc.comp's path (n >= 2): the gathered int8 tiles (144 words per 32 columns of x, then of h), off[]
-    const uint64_t i8tc = n < 2 ? 0 : moe_pair_tiles(m, n, top_k) * 144 * (std::max(m.dim, m.inter) / 32) + m.experts + 2 + 8;
+    const uint64_t i8tc = n < 2 ? 0
+                                : moe_pair_tiles(m, n, top_k) * moe_i8_tile_block_words * (std::max(m.dim, m.inter) / 32) +
+                                      m.experts + 2 + 8;
     return uint64_t(n) * slots * (3 * m.inter + m.dim) + act_q8_bytes(m.dim) / 4 + act_q8_bytes(m.inter, uint32_t(slots)) / 4 +
            lists + 8 + tc + i8tc;
   }

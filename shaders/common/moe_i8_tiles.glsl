@@ -1,0 +1,7 @@
+// The tiles of gathered int8 activations that moe_i8_gather.comp writes and moe_i8_tc.comp reads: per 16 pairs and
+// 32-column block kb, 16 × 8 packed int8 words at word 128·kb of the tile, then every pair's block scales from
+// I8T_SCALE_WORD(B) (B blocks); a tile is I8T_BLOCK_WORDS·B words (the host's define: kernels::moe_i8_tile_block_words).
+#ifndef I8T_BLOCK_WORDS
+#error "I8T_BLOCK_WORDS comes from the host"
+#endif
+#define I8T_SCALE_WORD(B) (128u * (B))
