@@ -69,9 +69,10 @@
 #define REGION (AREG > RT * 256 ? AREG : RT * 256)  // ... and the epilogue's f32 accumulators
 shared uvec4 sa4[SG * REGION / 4];
 shared float ssw[SG * RT * 16 * KB];  // the groups' scales: [tile][row][kb]
-shared float lad[SG * RT * 16 * (LADDER_RUNGS + 1)];  // the ladders of the subgroup's rows (formats.glsl's
-// definition), one padding word per row so that the lanes building them (one row each) hit distinct banks
+// the ladders of the subgroup's rows (formats.glsl's definition) at a stride of I8T_LADDER_STRIDE words (from the
+// host: LADDER_RUNGS + 1, so that the lanes building them, one row each, hit distinct banks)
 #define LSTR I8T_LADDER_STRIDE
+shared float lad[SG * RT * 16 * LSTR];
 
 layout(std430, binding = 3) readonly buffer XT1 { uint xt1[]; };
 layout(std430, binding = 3) readonly buffer XTF { float xtf[]; };
@@ -129,7 +130,7 @@ shared float idx_map[256];
 // the activation fragment of block kbl of the step (tensor cores)
 #define FRAG_LD(kbl)                              \
   icoopmatNV<8, gl_ScopeSubgroup, 32, 16> bm##kbl; \
-  coopMatLoadNV(bm##kbl, xt1, tb + 128u * (st * KB + kbl), 8u, true);
+  coopMatLoadNV(bm##kbl, xt1, tb + I8T_VALUE_WORDS * (st * KB + kbl), 8u, true);
 #define T_LOAD_0(S, i) T_LOAD(S, i, 0u)
 #define T_LOAD_1(S, i) T_LOAD(S, i, 1u)
 #define T_LOAD_AHEAD(S, i) T_LOAD(S, i, st + 2u)
@@ -332,7 +333,7 @@ void main() {
     subgroupBarrier();
 #define TILE_MMA(i)                                                                                  \
     LOOP for (uint kbl = 0u; kbl < KB; ++kbl) {                                                      \
-      const uint kb = s * KB + kbl, xb = tb + 128u * kb, at = abase + (i * KB + kbl) * ABLK;         \
+      const uint kb = s * KB + kbl, xb = tb + I8T_VALUE_WORDS * kb, at = abase + (i * KB + kbl) * ABLK; \
       LOOP for (uint c = 0u; c < NC; ++c) {                                                          \
         const uint idx = c * LANES + lane, r = idx >> 4, t = idx & 15u;                             \
         int sum = 0;                                                                                 \
