@@ -38,4 +38,3 @@ uint tile_expert(uint q0) {
   }
   return lo;
 }
-

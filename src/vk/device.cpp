@@ -28,7 +28,8 @@ std::string device_info::describe() const {
     << (subgroup_size_control ? " +size-control" : "")
     << ", storage8 " << storage8 << ", storage16 " << storage16 << ", f64 " << float64 << ", int-dot "
     << (int_dot ? (int_dot_fast ? "accelerated" : "emulated") : "no") << ", f16 " << float16
-    << ", coop-matrix " << (coop_matrix ? (coop_i8 ? "16x16x16 f16, 16x16x32 s8" : "16x16x16 f16") : "no") << ", host import " << (host_import ? "yes" : "no")
+    << ", coop-matrix " << (coop_matrix ? (coop_i8 ? "16x16x16 f16, 16x16x32 s8" : "16x16x16 f16") : "no")
+    << ", host import " << (host_import ? "yes" : "no")
     << ", memory "
     << (device_local_bytes >> 20) << " MiB" << (host_visible ? " host-visible" : "") << ", max binding "
     << (max_storage_range >> 20) << " MiB";
@@ -75,9 +76,8 @@ bool has_extension(const vk::raii::PhysicalDevice& pd, const char* name) {
   return false;
 }
 
-/// VK_NV_cooperative_matrix present, its feature on, and the subgroup-scope shape gemm.comp uses listed:
-/// M = N = K = 16, A and B f16, C and D f32.
-/// (coop_matrix_shape: the same for any listed M×N×K shape of A·B (ab) + C → D (cd) component types.)
+/// VK_NV_cooperative_matrix present, its feature on, and the subgroup-scope M×N×K shape of A·B (component type
+/// ab) + C → D (cd) listed.
 bool coop_matrix_shape(const vk::raii::PhysicalDevice& pd, uint32_t M, uint32_t N, uint32_t K, vk::ComponentTypeNV ab,
                        vk::ComponentTypeNV cd) {
   if (!has_extension(pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) return false;
@@ -92,6 +92,7 @@ bool coop_matrix_shape(const vk::raii::PhysicalDevice& pd, uint32_t M, uint32_t 
       return true;
   return false;
 }
+/// The shape gemm.comp uses: M = N = K = 16, A and B f16, C and D f32.
 bool coop_matrix_16x16x16(const vk::raii::PhysicalDevice& pd) {
   return coop_matrix_shape(pd, 16, 16, 16, vk::ComponentTypeNV::eFloat16, vk::ComponentTypeNV::eFloat32);
 }

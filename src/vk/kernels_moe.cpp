@@ -573,7 +573,8 @@ grouped_scratch grouped_layout(const gpu_moe& m, uint32_t n, uint32_t top_k) {
 /// moe_i8_tc.comp's split of one product of format f (q4tp / q2tp), rows_e rows per expert, cols columns: subgroups
 /// per workgroup, 16-row tiles per subgroup, 32-column blocks per step, words per weight load (the largest that
 /// divides a lane's words, the plane's first word res0 / 4 and a row's words); sg = 0 where it does not apply.
-/// From H200 measurements (docs/PERF.md "Eighteenth session"): 4 subgroups of 2 tiles, 4 blocks per step.
+/// Preferred: 4 subgroups of 2 tiles, 4 blocks per step (the split measured on the H200, not swept: docs/PERF.md
+/// "Eighteenth session"); fewer subgroups where shared memory is short.
 struct i8tc_split {
   uint32_t sg = 0, rt = 0, kb = 0, vec = 0;
 };
@@ -749,10 +750,8 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
     pc.y_stride = ofb.residual / 4, pc.pad = m.slots ? sb.residual / 4 : uint32_t(E);
     uint32_t gx, gy;
     e.grid(rows_e / (16 * sp.rt * sp.sg) * tiles, gx, gy);
-    detail::dispatch(c.impl(), e.pipe("moe_i8_tc.comp",
-                                      i8tc_defines(tc, sp, top_k, m.shared, slot_defines(m), rows_e, w.fmt, w.scale_enc),
-                                      sp.sg * e.lanes,
-                                      nbt, sizeof pc),
+    const std::string defs = i8tc_defines(tc, sp, top_k, m.shared, slot_defines(m), rows_e, w.fmt, w.scale_enc);
+    detail::dispatch(c.impl(), e.pipe("moe_i8_tc.comp", defs, sp.sg * e.lanes, nbt, sizeof pc),
                      std::span<const detail::binding>(b, nbt), &pc, sizeof pc, gx, gy);
   };
   const bool use_tc = tc != 0;

@@ -409,8 +409,6 @@ class kernels {
   /// Whether moe(c, m, x, n, ..., h, ..., act_precision::i8) of n >= 2 tokens runs its expert products on
   /// shaders/moe_i8_tc.comp here (matvec_tuning::moe_i8_tc; q4tp / q2tp experts, a scratch of moe_scratch_floats).
   bool moe_runs_i8_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const;
-  /// Floats of moe's scratch h for n tokens; with_tc: also moe_tc.comp's f16 rows (only that opt-in kernel,
-  /// matvec_tuning::moe_tiles = 2, needs them: 88 MB more for V4-Flash's 512-token chunks).
   /// Words per 32-column block of one 16-pair tile of gathered int8 activations (moe_i8_gather.comp): 16 pairs × 8
   /// packed words, then their 16 scales. The shaders get it as I8T_BLOCK_WORDS.
   static constexpr uint32_t moe_i8_tile_block_words = 16 * 8 + 16;
@@ -420,6 +418,10 @@ class kernels {
     const uint64_t np = uint64_t(n) * (top_k + (m.shared ? 1 : 0)), ne = m.experts + (m.shared ? 1 : 0);
     return std::min(np, (np + 15 * ne) / 16);
   }
+  /// Floats of moe's scratch h for n tokens; with_tc: also moe_tc.comp's f16 rows (only that opt-in kernel,
+  /// matvec_tuning::moe_tiles = 2, needs them: 88 MB more for V4-Flash's 512-token chunks). For n >= 2 it always
+  /// holds moe_i8_tc.comp's gathered tiles (34 MB for V4-Flash's 512-token chunks), so that matvec_tuning::moe_i8_tc
+  /// can be switched on a built model.
   static uint64_t moe_scratch_floats(const gpu_moe& m, uint32_t n, uint32_t top_k, bool with_tc = false) {
     const uint64_t slots = top_k + (m.shared ? 1 : 0), lists = (m.experts + 1ull) * (uint64_t(n) * top_k + 1);  // grouped path
     // moe_tc.comp's path (n >= 2): off[], then its f16 rows of x and h, each expert's rounded up to 16
