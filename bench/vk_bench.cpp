@@ -16,6 +16,8 @@
 // in a chain (cold: each its own weights, read from DRAM; thrash: + a 256 MiB read between boundaries, not timed).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
+//                      [--pairs 1|2] (q2tp int8 row kernel: chunks per lane unit)
+//                      [--concurrent-rule 1|2] (row kernel in concurrent groups: the dependent-product rule | throughput)
 //                      [--moe-rpt 1|2|4|8] [--moe-pairs 2|4|8|16] [--moe-unroll 1|2] (the grouped int8 MoE kernel)
 //                      [--moe-tiles 0|1|2] (the grouped f16 MoE: gemm.comp's tiles (0, 1) | moe_tc.comp (2))
 //                      [--moe-i8-tc 0|1|2] (the grouped int8 MoE: the default kernel (0) | moe_rows_g8.comp (1) |
@@ -128,6 +130,44 @@ void bm_matvec(benchmark::State& st, uint64_t rows, uint64_t cols, act_precision
   st.counters["GBps"] = secs > 0 ? double(bytes) / secs / 1e9 : 0.0;
   st.counters["roofline"] = secs > 0 ? double(bytes) / secs / g_roofline : 0.0;
   st.counters["MB"] = double(w.bytes) / 1e6;
+}
+
+/// The streaming read (the roofline's kernel) over copies of a buffer of `bytes`, recorded as bm_matvec records
+/// independent products (one concurrent group per pass over copies filling the working set): how much of the
+/// roofline a kernel reading that many bytes per dispatch can reach in this harness (`vk_stream/<bytes>`).
+void bm_stream(benchmark::State& st, uint64_t bytes) {
+  bytes = bytes / 16 * 16;
+  const uint64_t n = std::max<uint64_t>(2, (g_working_set + bytes - 1) / bytes);
+  std::vector<gpu::buffer> copies;
+  for (uint64_t i = 0; i < n; ++i) {
+    copies.push_back(g_dev->alloc(bytes));
+    std::vector<uint8_t> junk(bytes);
+    for (size_t j = 0; j < junk.size(); ++j) junk[j] = uint8_t((j + i) * 2654435761u >> 13);
+    g_dev->upload(copies.back(), junk.data(), bytes);
+  }
+  gpu::buffer sink = g_dev->alloc(256);
+  const uint64_t reps = std::max<uint64_t>(1, uint64_t(g_roofline * g_submit_s) / (bytes * n));
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  for (uint64_t r = 0; r < reps; ++r) {
+    c.begin_concurrent();
+    for (const gpu::buffer& b : copies) g_kern->stream_read(c, b, sink);
+    c.end_concurrent();
+  }
+  const uint32_t t1 = c.timestamp();
+  warm_up(c, g_warmup_s);
+  double secs = 0;
+  uint64_t total = 0;
+  while (st.KeepRunningBatch(int64_t(reps * n))) {
+    g_dev->submit(c);
+    const double s = c.seconds(t0, t1);
+    st.SetIterationTime(s);
+    secs += s;
+    total += bytes * n * reps;
+  }
+  st.counters["GBps"] = secs > 0 ? double(total) / secs / 1e9 : 0.0;
+  st.counters["roofline"] = secs > 0 ? double(total) / secs / g_roofline : 0.0;
+  st.counters["MB"] = double(bytes) / 1e6;
 }
 
 /// Warms the GPU up on recording c, then submits it once per benchmark iteration, timing [t0, t1] with its
@@ -419,6 +459,8 @@ int main(int argc, char** argv) {
     else if (a == "--split" && i + 1 < argc) g_tune.split = uint32_t(std::stoul(argv[++i]));
     else if (a == "--unroll" && i + 1 < argc) g_tune.unroll = uint32_t(std::stoul(argv[++i]));
     else if (a == "--rows-per-team" && i + 1 < argc) g_tune.rows_per_team = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--pairs" && i + 1 < argc) g_tune.pairs = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--concurrent-rule" && i + 1 < argc) g_tune.concurrent = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-rpt" && i + 1 < argc) g_tune.moe_rows_per_team = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-pairs" && i + 1 < argc) g_tune.moe_pairs = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-unroll" && i + 1 < argc) g_tune.moe_unroll = uint32_t(std::stoul(argv[++i]));
@@ -450,6 +492,9 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(name.c_str(), fn)->UseManualTime()->Unit(benchmark::kMicrosecond);
   };
   add("vk_dispatch/chain", [](benchmark::State& st) { bm_dispatch(st, true); });
+  // the sizes of the batch-1 matvec benchmarks' matrices (q2tp 1024x4096, 4096x8192; q4tp 4096x8192; FP8 4096x8192)
+  for (const uint64_t b : {1134592ull, 2269184ull, 9060352ull, 17301504ull, 33554432ull})
+    add("vk_stream/" + std::to_string(b), [b](benchmark::State& st) { bm_stream(st, b); });
   add("vk_dispatch/concurrent", [](benchmark::State& st) { bm_dispatch(st, false); });
   add("vk_dispatch/chain_scale/64", [](benchmark::State& st) { bm_dispatch_scale(st, 64); });
   add("vk_dispatch/chain_scale/1048576", [](benchmark::State& st) { bm_dispatch_scale(st, 1u << 20); });

@@ -100,9 +100,10 @@ int run_bench(const bench_args& a) {
   dopt.nontemporal_weights = a.nontemporal;
   gpu::device dev(dopt);
   gpu::kernels k(dev);
-  if (a.mv_subgroups || a.mv_rows_per_team || a.moe_tails || a.moe_i8_tc) {
+  if (a.mv_subgroups || a.mv_rows_per_team || a.mv_pairs || a.mv_concurrent || a.moe_tails || a.moe_i8_tc) {
     gpu::matvec_tuning tu;
     tu.target_subgroups = a.mv_subgroups, tu.rows_per_team = a.mv_rows_per_team, tu.moe_tails = a.moe_tails;
+    tu.pairs = a.mv_pairs, tu.concurrent = a.mv_concurrent;
     tu.moe_i8_tc = a.moe_i8_tc;
     k.set_tuning(tu);
   }

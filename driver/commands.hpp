@@ -62,6 +62,8 @@ struct bench_args {
   bool shuffle = true;            // --no-shuffle: f64 subgroup sums through subgroupAdd (comparisons)
   uint32_t mv_subgroups = 0;      // --mv-subgroups: batch-1 matvec target subgroups per dispatch (0: the default rule)
   uint32_t mv_rows_per_team = 0;  // --mv-rows-per-team: batch-1 matvec rows per subgroup (0: from the shape)
+  uint32_t mv_pairs = 0;          // --mv-pairs: q2tp int8 row kernel, chunks per lane unit (1, 2; 0: chosen)
+  uint32_t mv_concurrent = 0;     // --mv-concurrent: row-kernel rule inside concurrent groups (1, 2; 0: chosen)
   bool f64 = false;               // --f64: f64 accumulators where the device has f64 (gpu::device_options::float64)
   uint32_t moe_tails = 0;
   uint32_t moe_i8_tc = 0;         // --moe-i8-tc: 1 = the prefill's int8 experts on moe_rows_g8.comp (gpu::matvec_tuning::moe_i8_tc)         // --moe-tails: 1 = the batch-1 int8 MoE in four dispatches (gpu::matvec_tuning::moe_tails)

@@ -170,6 +170,16 @@ int main(int argc, char** argv) {
   cb->add_option("--mv-rows-per-team", bench.mv_rows_per_team, "Diagnostics: batch-1 matvec rows per subgroup (1, 2, 4; 0 = from the shape)")
       ->default_val(bench.mv_rows_per_team)
       ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
+  cb->add_option("--mv-pairs", bench.mv_pairs,
+                 "Diagnostics: q2tp int8 batch-1 row kernel, chunks per lane unit (1, 2: where the row's chunk count "
+                 "is even; 0 = chosen)")
+      ->default_val(bench.mv_pairs)
+      ->check(CLI::IsMember({0u, 1u, 2u}));
+  cb->add_option("--mv-concurrent", bench.mv_concurrent,
+                 "Diagnostics: batch-1 matvecs recorded in a concurrent group — 1 = the dependent-product rule, 2 = the "
+                 "throughput rule (4 rows per subgroup, q2tp chunk pairs); 0 = chosen (1)")
+      ->default_val(bench.mv_concurrent)
+      ->check(CLI::IsMember({0u, 1u, 2u}));
   cb->add_option("--moe-tails", bench.moe_tails,
                  "Diagnostics: 1 = the decode MoE (int8) in four dispatches, without the SwiGLU and sum tails "
                  "(0 = the tails where they apply)")

@@ -33,9 +33,13 @@
 //     the down matrix must have this format) into binding 9 at pc.toff — quantize_act.comp's ACT_SWIGLU values;
 //   MOE_TAIL 2 (down rows): per row block, the slots' rows summed as moe_sum.comp does (common/moe_sum.glsl; a bad
 //     routed id makes the row NaN) into binding 9 at pc.toff.
+// PAIR = 1 (q2tp with ACT_I8, an even number of chunks per row): a lane's unit is two consecutive chunks — their
+// 16 value bytes in one load, both ladder codes from one 16-bit load (formats.glsl fetch2), their activations in 4
+// + 1 + 1 loads — instead of one 8-byte chunk with its own code and activation loads. Lane l takes units l,
+// l + KSTRIDE, ...; the loop counts units.
 // Defines: TEAMS, KSPLIT (1, 2, 4, 8; divides TEAMS), RPT (1, 2, 4), ROWS_PER_WG (= TEAMS / KSPLIT * RPT), UNROLL
 // (1, 2, 4), X_TILE (f32), X_GLOBAL (f32: 1 = activations read from the buffer, 0 = staged in shared memory),
-// ACT_I8, the format's; MOE_TAIL with MOE_LIMIT (1).
+// ACT_I8, PAIR, the format's; MOE_TAIL with MOE_LIMIT (1).
 #ifndef MOE_TAIL
 #define MOE_TAIL 0
 #endif
@@ -53,7 +57,13 @@
 #if TEAMS % KSPLIT != 0 || ROWS_PER_WG != TEAMS / KSPLIT * RPT
 #error "KSPLIT must divide TEAMS and ROWS_PER_WG = TEAMS / KSPLIT * RPT"
 #endif
-// Chunks between a lane's consecutive chunks of a row.
+#ifndef PAIR
+#define PAIR 0
+#endif
+#if PAIR && !(ACT_I8 && defined(FMT_Q2TP))
+#error "PAIR is the int8-activation path of q2tp"
+#endif
+// Units (chunks; chunk pairs with PAIR) between a lane's consecutive units of a row.
 #define KSTRIDE (LANES * KSPLIT)
 
 #if MOE_TAIL
@@ -136,6 +146,11 @@ void stage(uint xo, uint c0, uint ncols) {
 #error "the int8 path needs 32-element chunks (one activation block per chunk)"
 #endif
 #include "common/idot.glsl"
+#if PAIR
+// two blocks' sx / 2 and 2·off·Σ xq in one load each (xo and 8 · chunks are even)
+layout(std430, binding = 3) readonly buffer XQF2 { vec2 xqf2[]; };
+layout(std430, binding = 3) readonly buffer XQI2 { ivec2 xqi2[]; };
+#endif
 #endif
 
 // ------------------------------------------------------------------------------------------ MoE tails
@@ -236,8 +251,12 @@ void moe_tail(uint mslot, uint mblk) {
 #endif
 
 // ------------------------------------------------------------------------------------------ hot loop
-// FR(u, i): the loads of chunk k + u·KSTRIDE of row i (clamped into range; a clamped chunk is not consumed).
-#define FR(u, i) const raw_t q##u##_##i = fetch(R##i, row##i, k0 + min(k + u * KSTRIDE, nct - 1u));
+// FR(u, i): the loads of unit k + u·KSTRIDE of row i (clamped into range; a clamped unit is not consumed).
+#if PAIR
+#define FR(u, i) const raw2_t q##u##_##i = fetch2(R##i, row##i, min(k + u * KSTRIDE, nu - 1u));
+#else
+#define FR(u, i) const raw_t q##u##_##i = fetch(R##i, row##i, k0 + min(k + u * KSTRIDE, nu - 1u));
+#endif
 #define FETCH(u) ROWS(FR, u)
 #if !ACT_I8
 #if defined(FMT_FP8_B128) || defined(FMT_FP8_B32)
@@ -272,16 +291,34 @@ vec4 fp8_dec4(raw_t q, uint j) {
 #endif
 #define DOTJ(j) { const vec4 X = XLD(KT, j); ROWS(RD, j) }
 #define CONSUME(u)                                          \
-  if (k + u * KSTRIDE < nct) {                              \
+  if (k + u * KSTRIDE < nu) {                               \
     const uint KT = k + u * KSTRIDE, K = k0 + KT;           \
     ROWS(BIND, u)                                           \
     REP_J(DOTJ)                                             \
     ROWS(FIN, u)                                            \
   }
+#elif PAIR
+#define CODE_MASK (LADDER_RUNGS - 1u)
+#define RI(u, i)                                                                                                   \
+  {                                                                                                                \
+    const raw2_t Q = q##u##_##i;                                                                                   \
+    acc##i += code_scale(R##i, Q.c & CODE_MASK) *                                                                  \
+              (XS.x * float(chunk_idot(raw_t(uvec4(Q.q.xy, 0u, 0u), 0u), XA, XB) - XB2.x));                        \
+    acc##i += code_scale(R##i, (Q.c >> LADDER_CODE_BITS) & CODE_MASK) *                                            \
+              (XS.y * float(chunk_idot(raw_t(uvec4(Q.q.zw, 0u, 0u), 0u), XC, XD) - XB2.y));                        \
+  }
+#define CONSUME(u)                                                                             \
+  if (k + u * KSTRIDE < nu) {                                                                  \
+    const uint K = k + u * KSTRIDE, X4 = (xo >> 2) + 4u * K;                                   \
+    const uvec4 XA = xq4[X4], XB = xq4[X4 + 1u], XC = xq4[X4 + 2u], XD = xq4[X4 + 3u];         \
+    const vec2 XS = xqf2[((xo + ACT_SCALE_WORD(nct)) >> 1) + K];                               \
+    const ivec2 XB2 = xqi2[((xo + ACT_BSUM_WORD(nct)) >> 1) + K];                              \
+    ROWS(RI, u)                                                                                \
+  }
 #else
 #define RI(u, i) acc##i += chunk_scale(R##i, q##u##_##i) * (XS * float(chunk_idot(q##u##_##i, XA, XB) - XB2));
 #define CONSUME(u)                                                          \
-  if (k + u * KSTRIDE < nct) {                                              \
+  if (k + u * KSTRIDE < nu) {                                               \
     const uint K = k + u * KSTRIDE;                                         \
     const uvec4 XA = xq4[(xo >> 2) + 2u * K], XB = xq4[(xo >> 2) + 2u * K + 1u]; \
     const float XS = xqf[xo + ACT_SCALE_WORD(nct) + K];                \
@@ -331,23 +368,23 @@ void main() {
   const uint rbase = wg * ROWS_PER_WG + rteam * RPT;
   ROWS1(ROW_DECL)
 #if ACT_I8
-  const uint nct = pc.cols / CHUNK, k0 = 0u;
+  const uint nct = pc.cols / CHUNK, k0 = 0u, nu = nct / (PAIR + 1u);
   uint k = part * LANES + lane;
   REP_U(FETCH)  // in flight while the tables are built
   i8_tables();
   tables_init(wg);  // its barrier (every format here has one) also covers i8_tables
   REP_U(CONSUME)
-  for (k += UNROLL * KSTRIDE; k < nct; k += UNROLL * KSTRIDE) {
+  for (k += UNROLL * KSTRIDE; k < nu; k += UNROLL * KSTRIDE) {
     REP_U(FETCH)
     REP_U(CONSUME)
   }
 #elif X_GLOBAL
-  const uint nct = pc.cols / CHUNK, k0 = 0u;
+  const uint nct = pc.cols / CHUNK, k0 = 0u, nu = nct;
   uint k = part * LANES + lane;
   REP_U(FETCH)  // in flight while the tables are built
   tables_init(wg);
   REP_U(CONSUME)
-  for (k += UNROLL * KSTRIDE; k < nct; k += UNROLL * KSTRIDE) {
+  for (k += UNROLL * KSTRIDE; k < nu; k += UNROLL * KSTRIDE) {
     REP_U(FETCH)
     REP_U(CONSUME)
   }
@@ -355,7 +392,7 @@ void main() {
   tables_init(wg);
 
   for (uint c0 = 0u; c0 < pc.cols; c0 += X_TILE) {  // uniform over the workgroup
-    const uint ncols = min(X_TILE, pc.cols - c0), nct = ncols / CHUNK, k0 = c0 / CHUNK;
+    const uint ncols = min(X_TILE, pc.cols - c0), nct = ncols / CHUNK, k0 = c0 / CHUNK, nu = nct;
     uint k = lane;
     barrier();  // the previous tile (or the tables) are done with
     if (c0 == 0u) {
@@ -368,7 +405,7 @@ void main() {
       stage(xo, c0, ncols);
       barrier();
     }
-    for (; k < nct; k += UNROLL * LANES) {
+    for (; k < nu; k += UNROLL * LANES) {
       REP_U(FETCH)
       REP_U(CONSUME)
     }

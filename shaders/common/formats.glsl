@@ -298,6 +298,23 @@ raw_t fetch(row_t R, uint r, uint k) {
   return raw_t(q, group_code(r, k));
 }
 float chunk_scale(row_t R, raw_t q) { return code_scale(R, q.a); }
+#if LADDER_VALUE_BYTES == 8
+// Groups 2p and 2p + 1 of row r (matvec_rows.comp PAIR): their values in one 16-byte load (an even number of
+// groups per row and plane 0 on 16 bytes: the host checks) and both codes from one 16-bit load, group 2p's in the
+// low LADDER_CODE_BITS bits of c (2p·CB starts at an even bit of its byte for CB = 5, so 2·CB bits fit 16).
+#if LADDER_CODE_BITS > 5
+#error "fetch2 reads two codes from one 16-bit load"
+#endif
+struct raw2_t {
+  uvec4 q;
+  uint c;
+};
+raw2_t fetch2(row_t R, uint r, uint p) {
+  const uint bit = 2u * LADDER_CODE_BITS * p;
+  const uint c = ld16_w2(pc.res2 + r * pc.aux1 + (bit >> 3)) >> (bit & 7u);
+  return raw2_t(w0q[(pc.res0 >> 4) + ((r * pc.aux0) >> 1) + p], c);
+}
+#endif
 // element i of the chunk's value bytes
 float lad_value(raw_t q, uint i) {
   return float(ladder_elem((q.q[i / ELEMS_PER_BYTE / 4u] >> (8u * ((i / ELEMS_PER_BYTE) & 3u))) & 0xFFu, i));

@@ -61,7 +61,7 @@ struct kernels::impl {
     return gemm_prec == gemm_precision::f16_emulated ? 2 : 0;
   }
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
-  std::map<std::array<uint32_t, 7>, const detail::pipeline*> rows_pipes;  // (format, enc, rpt, unroll, i8, x, split)
+  std::map<std::array<uint32_t, 8>, const detail::pipeline*> rows_pipes;  // (format, enc, rpt, unroll, i8, x, split, pairs)
   std::map<std::array<uint32_t, 2>, const detail::pipeline*> gather_pipes;  // embed_rows: (format, enc)
 
   explicit impl(device& d) : dev(d), info(d.info()) {
@@ -195,11 +195,15 @@ struct kernels::impl {
   /// 2048x4096 14.7 → 6.7, q2tp 1024x4096 9.4 → 4.6 per dependent product).
   /// Unroll 2, except q2tp with int8 activations: 1 (0.41 / 0.51 / 0.63 vs 0.40 / 0.50 / 0.56 of the roofline on
   /// 1024x4096 / 4096x2048 / 4096x8192, independent products).
-  matvec_tuning choose_rows(uint64_t rows, uint64_t cols, format f, bool i8) const {
+  /// concurrent (recorded inside a concurrent group) with matvec_tuning::concurrent = 2: 4 rows per subgroup and
+  /// q2tp chunk pairs — faster for many independent products, 3.4 % slower in the decode's small groups (docs/VULKAN.md
+  /// "Batch-1 products"), hence opt-in.
+  matvec_tuning choose_rows(uint64_t rows, uint64_t cols, format f, bool i8, bool concurrent = false) const {
     matvec_tuning c = tune;
+    const bool throughput = concurrent && c.concurrent == 2;
     const uint64_t want_subgroups = c.target_subgroups ? c.target_subgroups : 4096;
     if (!c.rows_per_team) {
-      c.rows_per_team = rows <= 512 ? 1 : 2;
+      c.rows_per_team = rows <= 512 ? 1 : throughput ? 4 : 2;
       while (c.target_subgroups && c.rows_per_team < 4 && rows > want_subgroups * c.rows_per_team) c.rows_per_team *= 2;
     }
     if (!c.unroll) c.unroll = (i8 && f == format::q2tp) ? 1 : 2;
@@ -207,9 +211,12 @@ struct kernels::impl {
     // f32 activations read by every lane from the buffer, not staged in shared memory: FP8 0.25 → 0.64-0.69 of
     // the roofline, q4tp 0.15 → 0.34, MXFP4 0.19 → 0.29 (H200, docs/VULKAN.md "Activation source").
     if (!c.x_source) c.x_source = 2;
+    const uint64_t all_chunks = cols / std::max<uint32_t>(1, detail::gpu_traits(f).chunk);
+    const bool can_pair = i8 && f == format::q2tp && all_chunks % 2 == 0;
+    c.pairs = can_pair && (c.pairs == 2 || (c.pairs == 0 && throughput)) ? 2 : 1;
     const bool can_split = i8 || c.x_source == 2;
     if (!c.split && can_split) {
-      const uint64_t chunks = cols / std::max<uint32_t>(1, detail::gpu_traits(f).chunk);
+      const uint64_t chunks = all_chunks / c.pairs;  // the units lanes take
       const uint64_t teams_rows = (rows + c.rows_per_team - 1) / c.rows_per_team;
       c.split = 1;
       while (c.split < teams && teams_rows * c.split < want_subgroups && chunks >= uint64_t(lanes) * c.split * 2)
@@ -223,11 +230,12 @@ struct kernels::impl {
     std::ostringstream d;
     d << "#define TEAMS " << teams << "\n#define KSPLIT " << t.split << "\n#define RPT " << t.rows_per_team
       << "\n#define ROWS_PER_WG " << teams / t.split * t.rows_per_team << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
-      << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n#define X_GLOBAL " << (t.x_source == 2 ? 1 : 0) << "\n" << detail::tab_defines() << format_defines(f, enc);
+      << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n#define X_GLOBAL " << (t.x_source == 2 ? 1 : 0)
+      << "\n#define PAIR " << (t.pairs == 2 ? 1 : 0) << "\n" << detail::tab_defines() << format_defines(f, enc);
     return d.str();
   }
   const detail::pipeline* rows_pipe(format f, scale_encoding enc, const matvec_tuning& t, bool i8) {
-    const std::array<uint32_t, 7> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8, t.x_source, t.split};
+    const std::array<uint32_t, 8> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8, t.x_source, t.split, t.pairs};
     if (auto it = rows_pipes.find(key); it != rows_pipes.end()) return it->second;
     const detail::pipeline* p = pipe("matvec_rows.comp", rows_defs(f, enc, t, i8), lanes * teams, 6, sizeof(mat_pc));
     rows_pipes.emplace(key, p);
@@ -260,7 +268,7 @@ struct kernels::impl {
     const bool try_rows = !dequant && !generic && nb == 1 && rows_kernel(w.fmt);
     const bool use_i8 = i8;
     // the split of the whole matrix, also for a slice of its rows (wo_a's groups: 8 slices recorded concurrently)
-    const matvec_tuning rt = try_rows ? choose_rows(w.rows, w.cols, w.fmt, use_i8) : matvec_tuning{};
+    const matvec_tuning rt = try_rows ? choose_rows(w.rows, w.cols, w.fmt, use_i8, c.in_concurrent()) : matvec_tuning{};
     const detail::pipeline* rp = try_rows ? rows_pipe(w.fmt, w.scale_enc, rt, use_i8) : nullptr;
     const uint64_t R = std::min(R1, w.rows), C = w.cols;  // rows [R0, R)
     const uint64_t XS = xs ? xs : C, RY = ys ? ys : R - R0;  // floats between the batch rows of x and of y
@@ -322,6 +330,12 @@ struct kernels::impl {
       const bool aligned_io = dequant ? pc.yoff % 4 == 0 : pc.xoff % 4 == 0;
       pc.fast = !generic && C % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0 && aligned_io;
       const bool rows = rp && pc.fast && tile_safe;
+      const detail::pipeline* rpp = rp;
+      if (rows && rt.pairs == 2 && res[0] % 16) {  // chunk pairs read 16-byte value loads: a slice whose plane 0
+        matvec_tuning one = rt;                    // starts off 16 bytes takes one chunk per unit (same split, same
+        one.pairs = 1;                             // rows per workgroup)
+        rpp = rows_pipe(w.fmt, w.scale_enc, one, use_i8);
+      }
       if (i8 && !rows) throw gpu_error("matvec_q8: this matrix slice cannot take the row kernel");
       if (tiled && !pc.fast) throw std::logic_error("run_matrix: the tiled GEMM needs the fast layout");
       uint32_t gx, gy;
@@ -329,7 +343,7 @@ struct kernels::impl {
         grid(ceil_div(r1 - r0, tile_rows) * ceil_div(nt, tile.gn), gx, gy);
       else
         grid(ceil_div(r1 - r0, rows ? teams / rt.split * rt.rows_per_team : rows_per_wg), gx, gy);
-      detail::dispatch(c.impl(), rows ? rp : p, b, &pc, sizeof pc, gx, gy);
+      detail::dispatch(c.impl(), rows ? rpp : p, b, &pc, sizeof pc, gx, gy);
     }
   }
 
@@ -786,9 +800,10 @@ op_env op_env_of(kernels::impl& p) {
 const matvec_tuning& tuning_of(const kernels::impl& p) { return p.tune; }
 
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,
-                         std::string& defs, uint32_t& rows_per_wg) {
+                         bool pairs_ok, std::string& defs, uint32_t& rows_per_wg) {
   if (i8 ? !p.i8_kernel(f) : !p.rows_kernel(f)) return false;
-  const matvec_tuning t = p.choose_rows(rows, cols, f, i8);
+  matvec_tuning t = p.choose_rows(rows, cols, f, i8);
+  if (!pairs_ok) t.pairs = 1;  // (same split: it only counts units)
   defs = p.rows_defs(f, enc, t, i8);
   rows_per_wg = p.teams / t.split * t.rows_per_team;
   return true;

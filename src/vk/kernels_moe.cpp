@@ -416,20 +416,22 @@ struct rows_i8_plan {
 rows_i8_plan plan_rows_i8(kernels::impl& p, const detail::op_env& e, const gpu_moe& m, uint32_t top_k, view h) {
   rows_i8_plan r;
   const uint64_t d = m.dim, I = m.inter, S = top_k + (m.shared ? 1 : 0);
+  detail::binding b[3];
+  mat_pc pg{}, pd{};
+  bind_planes(e, m.gate_up.w, b, pg, "moe");
+  bind_planes(e, m.down.w, b, pd, "moe");
+  if (!pg.fast || !pd.fast) return r;
   // the work split for the rows of one dispatch: every slot's expert at once
-  if (!detail::rows_kernel_defines(p, m.gate_up.w.fmt, m.gate_up.w.scale_enc, S * 2 * I, d, true, r.dgu, r.rgu) ||
-      !detail::rows_kernel_defines(p, m.down.w.fmt, m.down.w.scale_enc, S * d, I, true, r.ddn, r.rdn))
+  if (!detail::rows_kernel_defines(p, m.gate_up.w.fmt, m.gate_up.w.scale_enc, S * 2 * I, d, true, pg.res0 % 16 == 0,
+                                   r.dgu, r.rgu) ||
+      !detail::rows_kernel_defines(p, m.down.w.fmt, m.down.w.scale_enc, S * d, I, true, pd.res0 % 16 == 0, r.ddn,
+                                   r.rdn))
     return r;
   const uint64_t xq_bytes = kernels::act_q8_bytes(d), hq_bytes = kernels::act_q8_bytes(I, uint32_t(S));
   const uint64_t o_gu = S * I * 4, o_y = o_gu + S * 2 * I * 4, o_xq = (o_y + S * d * 4 + 15) / 16 * 16,
                  o_hq = (o_xq + xq_bytes + 15) / 16 * 16;
   // (each slot's quantised h starts on 16 bytes: act_q8_bytes pads every vector)
   if ((2 * I) % r.rgu || d % r.rdn || I % 32 || d % 32 || h.bytes < o_hq + hq_bytes || h.offset % 16) return r;
-  detail::binding b[3];
-  mat_pc pg{}, pd{};
-  bind_planes(e, m.gate_up.w, b, pg, "moe");
-  bind_planes(e, m.down.w, b, pd, "moe");
-  if (!pg.fast || !pd.fast) return r;
   auto part = [&](uint64_t off, uint64_t bytes) { return view(*h.buf, h.offset + off, bytes); };
   r.guv = part(o_gu, S * 2 * I * 4), r.yv = part(o_y, S * d * 4), r.xqv = part(o_xq, xq_bytes),
   r.hqv = part(o_hq, hq_bytes);

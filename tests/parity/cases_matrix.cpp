@@ -2,6 +2,7 @@
 // GEMM (vs ref::gemm in float64) for every format of all_formats, aligned and ragged shapes, the forced
 // element-wise path, row slicing under a small binding limit, and f32 scale tensors.
 #include <bit>
+#include <tuple>
 
 #include "cmfx/kernels/act_q8.hpp"
 #include "cmfx/ref/gemm_ref.hpp"
@@ -220,8 +221,10 @@ std::string matmul_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, u
 ///    tests/kernels/gemm_i8_test.cpp (Σ_b absmax_b / 254 · Σ_{c in b} |w_c|, × 1.01) plus the flip allowance
 ///    above; NMSE <= 5e-4 over >= 64 outputs — looser than the CPU test's 2e-4 because one x value in 97 is an 8x
 ///    outlier here, which coarsens its block's int8 step.
+/// in_group: the product recorded inside a concurrent group (the activations quantised before it, outside).
 template <class F>
-std::string matvec_i8_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, std::string& info) {
+std::string matvec_i8_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, std::string& info,
+                           bool in_group = false) {
   rng r(seed);
   const host_matrix m = make_matrix<F>(r, rows, cols);
   std::vector<float> X = r.normal(cols);
@@ -230,8 +233,17 @@ std::string matvec_i8_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols
   const gpu::buffer xb = upload(s.dev, X);
   guarded y(s.dev, rows * 4);
   gpu::commands c = s.dev.begin();
-  s.kern.matmul(c, gm, xb, 1, y.payload(), act_precision::i8);
-  s.submit(c);
+  if (in_group) {
+    const gpu::buffer xq = s.dev.alloc(gpu::kernels::act_q8_bytes(cols));
+    s.kern.quantize_act(c, F::id, xb, 1, cols, xq);
+    c.begin_concurrent();
+    s.kern.matvec_q8(c, gm, xq, y.payload());
+    c.end_concurrent();
+    s.submit(c);
+  } else {
+    s.kern.matmul(c, gm, xb, 1, y.payload(), act_precision::i8);
+    s.submit(c);
+  }
   std::vector<float> got(rows);
   std::string why;
   if (!y.read(got.data(), why)) return why;
@@ -279,9 +291,8 @@ std::string matvec_i8_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols
 /// Independent matvecs recorded inside begin_concurrent / end_concurrent (no barriers between them), then one
 /// that reads their outputs: every result must still be exact to the reference.
 template <class F>
-std::string concurrent_case(suite& s, uint64_t seed, std::string& info) {
+std::string concurrent_case(suite& s, uint64_t seed, std::string& info, uint64_t rows = 96, uint64_t cols = 256) {
   rng r(seed);
-  constexpr uint64_t rows = 96, cols = 256;
   std::vector<host_matrix> ms;
   std::vector<gpu::gpu_matrix> gms;
   for (int i = 0; i < 4; ++i) {
@@ -438,6 +449,16 @@ void matrix_cases(suite& s) {
     s.run("matvec", fn, "4x96x256 concurrent + dependent", [&](uint64_t seed, std::string& info) {
       return concurrent_case<F>(s, seed, info);
     });
+    // the throughput rule of products recorded in a concurrent group (matvec_tuning::concurrent = 2: 4 rows per
+    // subgroup above 512 rows; ragged rows)
+    s.run("matvec", fn, "4x600x512 concurrent + dependent, throughput rule", [&](uint64_t seed, std::string& info) {
+      gpu::matvec_tuning t;
+      t.concurrent = 2;
+      s.kern.set_tuning(t);
+      const std::string why = concurrent_case<F>(s, seed, info, 600, 512);
+      s.kern.set_tuning({});
+      return why;
+    });
     if (!s.kern.has_i8(F::id)) {
       s.unsupported("matvec_i8", fn);  // int8 activations: q4tp, q2tp, MXFP4 on devices with integer dot products
     } else {
@@ -462,6 +483,38 @@ void matrix_cases(suite& s) {
                 s.kern.set_tuning({});
                 return why;
               });
+    // q2tp's units of one chunk and of two (matvec_rows.comp PAIR: one 16-byte value load, both codes from one
+    // load), at the automatic split and at a split whose lanes take one unit each; 96 columns: an odd chunk count
+    // takes single chunks whatever is asked.
+    if constexpr (F::id == format::q2tp) {
+      for (const auto& [rows, cols, split] : {std::tuple{37u, 512u, 0u}, std::tuple{300u, 2048u, 2u},
+                                              std::tuple{64u, 16384u, 0u}, std::tuple{5u, 96u, 0u}})
+        for (uint32_t pairs : {1u, 2u})
+          s.run("matvec_i8", fn,
+                shape_name(rows, cols) + (split ? " split " + std::to_string(split) : std::string()) +
+                    " chunks per unit " + std::to_string(pairs),
+                [&](uint64_t seed, std::string& info) {
+                  gpu::matvec_tuning t;
+                  t.split = split;
+                  t.pairs = pairs;
+                  s.kern.set_tuning(t);
+                  const std::string why = matvec_i8_case<F>(s, seed, rows, cols, info);
+                  s.kern.set_tuning({});
+                  return why;
+                });
+    }
+    // a product recorded in a concurrent group under each rule (matvec_tuning::concurrent; 2: 4 rows per subgroup,
+    // q2tp chunk pairs; 1030 rows: a last workgroup with rows past the end)
+    for (uint32_t rule : {1u, 2u})
+      s.run("matvec_i8", fn, "1030x1024 in a concurrent group, rule " + std::to_string(rule),
+            [&](uint64_t seed, std::string& info) {
+              gpu::matvec_tuning t;
+              t.concurrent = rule;
+              s.kern.set_tuning(t);
+              const std::string why = matvec_i8_case<F>(s, seed, 1030, 1024, info, true);
+              s.kern.set_tuning({});
+              return why;
+            });
     }
   });
 }

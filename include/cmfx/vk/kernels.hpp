@@ -147,6 +147,14 @@ struct matvec_tuning {
   /// columns split until 4096 subgroups). N > 0: also more rows per subgroup (up to 4) while rows / RPT > N, and
   /// the split until N — a dependent dispatch of more workgroups than the GPU holds at once runs in waves.
   uint32_t target_subgroups = 0;
+  /// Batch-1 row kernel, q2tp with int8 activations: chunks a lane takes per unit — 1, or 2 (two consecutive
+  /// chunks: one 16-byte value load and one code load for both, matvec_rows.comp PAIR; rows whose chunk count is
+  /// even). 0: chosen (kernels.cpp choose_rows: 2 under the throughput rule below, else 1).
+  uint32_t pairs = 0;
+  /// Batch-1 row kernel, products recorded inside a concurrent group (commands::in_concurrent): 1 = the rule of
+  /// dependent products (2 rows per subgroup, single chunks); 2 = a throughput rule (4 rows per subgroup, q2tp
+  /// chunk pairs), for independent products that overlap each other. 0: chosen (1).
+  uint32_t concurrent = 0;
   bool legacy = false;  ///< true: never use the row kernel (comparisons in benchmarks)
   /// Expert-grouped int8 kernel (shaders/moe_rows_g8.comp, prefill chunks with int8 experts): rows per subgroup
   /// (1, 2, 4, 8), pairs per tile (2, 4, 8, 16), chunks in flight per lane (1, 2). 0: chosen (kernels_moe.cpp
