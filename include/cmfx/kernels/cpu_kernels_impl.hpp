@@ -25,11 +25,8 @@ inline cpu_kernel_table make_cpu_kernel_table(cpu_arch arch) {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
     if constexpr (kernels::avx2::has_i8_kernel<F>) {
 #if defined(CMFX_KERNELS_AVX512)
+      // blocks of 16 groups, every int32 lane inside one group: q2tp eight groups per load, q4tp / MXFP4 four
       t.gemm_i8[size_t(F::id)] = &kernels::avx512::gemm_rows_i8<F>;
-      if constexpr (F::id == format::q2tp)  // sixteen groups per vector where the CPU has VBMI
-        if (kernels::avx512::has_vbmi()) t.gemm_i8[size_t(F::id)] = &kernels::avx512::gemm_rows_i8<F, true>;
-      if constexpr (F::id == format::q4tp || F::id == format::mxfp4)  // four groups per load, lanes inside one group
-        t.gemm_i8[size_t(F::id)] = &kernels::avx512::gemm_rows_i8<F, true>;
 #else
       t.gemm_i8[size_t(F::id)] = &kernels::avx2::gemm_rows_i8<F>;
 #endif

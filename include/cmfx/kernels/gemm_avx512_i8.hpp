@@ -2,9 +2,10 @@
 /// @file gemm_avx512_i8.hpp
 /// @brief AVX-512 VNNI integer-dot GEMM for q4tp, q2tp and MXFP4 with int8 activations (act_q8.hpp): the same
 ///        arithmetic as gemm_avx2_i8.hpp — exact int32 group dots, then y += s_g · sx_tg · dot_g − offset — with
-///        two 32-element groups per 512-bit register and one vpdpbusd (u8 × s8, 4 products per int32 lane) per
-///        pair of groups instead of vpmaddubsw + vpmaddwd per group. Per-row set-up (ladders) is gemm_avx2_i8.hpp's;
-///        the per-token scale pass looks up 16 codes per vpermt2ps.
+///        vpdpbusd (u8 × s8, 4 products per int32 lane) instead of vpmaddubsw + vpmaddwd: blocks of 16 groups with
+///        every int32 lane inside one group (row_tile_crumbs_q2tp, row_tile_lanes), a row's last groups two per
+///        register (vnni_pair) and an odd one. Per-row set-up (ladders) is gemm_avx2_i8.hpp's; the per-token scale
+///        pass looks up 16 codes per vpermt2ps.
 /// Include only from a translation unit compiled with -mavx2 -mfma -mf16c. The AVX-512 functions below carry a
 /// target attribute instead of TU-wide -mavx512* flags: every inline function this TU shares with the AVX2 one
 /// (ladders, row set-up, format decoders) is then compiled with the same flags in both, so the linker's choice
@@ -161,8 +162,8 @@ CMFX_AVX512_TARGET inline void add_odd_group(const avx2::i8_row<F>& d, uint64_t 
   }
 }
 
-/// The end of a row of the sixteen-group kernels: the groups from g on (fewer than 16) as row_tile_vnni takes
-/// them — pairs, then an odd one — added to out, then the row's offset correction subtracted.
+/// The end of a row of the sixteen-group kernels: the groups from g on (fewer than 16) — pairs (vnni_pair), then an
+/// odd one — added to out, then the row's offset correction subtracted.
 template <class F, int NT>
 CMFX_AVX512_TARGET inline void finish_row(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0,
                                           const float* sc, uint64_t g, const float corr[NT], float out[NT]) noexcept {
@@ -176,93 +177,73 @@ CMFX_AVX512_TARGET inline void finish_row(const avx2::i8_row<F>& d, uint64_t gro
   for (int t = 0; t < NT; ++t) out[t] -= corr[t];
 }
 
-template <class F, int NT>
-CMFX_AVX512_TARGET inline void row_tile_vnni(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float* sc,
-                        float out[NT]) noexcept {
-  float corr[NT];
-  token_scales16<F, NT>(d, groups, a, t0, sc, corr);
-  // Two accumulator chains per token (pairs 2k and 2k + 1): with one, the fma latency bounds a 1-token row
-  // (one dependent fma per pair of groups), not the weight stream.
-  __m512 acc[2][NT];
-  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
-  uint64_t g = 0;
-  for (; g + 4 <= groups; g += 4) {
-    vnni_pair<F, NT>(d, groups, a, t0, sc, g, acc[0]);
-    vnni_pair<F, NT>(d, groups, a, t0, sc, g + 2, acc[1]);
-  }
-  if (g + 2 <= groups) {
-    vnni_pair<F, NT>(d, groups, a, t0, sc, g, acc[0]);
-    g += 2;
-  }
-  for (int t = 0; t < NT; ++t) acc[0][t] = _mm512_add_ps(acc[0][t], acc[1][t]);
-  for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[0][t]);
-  if (g < groups) add_odd_group<F, NT>(d, groups, a, t0, sc, g, out);
-  for (int t = 0; t < NT; ++t) out[t] -= corr[t];
-}
+// ---- q2tp: eight groups per 512-bit load, every int32 lane inside one group
+// As row_tile_lanes does for the nibble formats: a 64-byte load holds eight groups' value bytes as stored; crumb k
+// of every byte is (w >> 2k) & 3 (one shift and one and; k = 0 needs no shift), and vpdpbusd pairs it with
+// activations rearranged once per call (q2tp_crumb_acts), so int32 lane L holds a partial dot of group L / 2; per 16
+// groups one fold (2 vpermt2d + add) leaves one int32 per group, then one conversion and one fma with the 16
+// contiguous scales. Per 16 groups: 2 loads, 6 shifts, 8 ands, 8 vpdpbusd per token. (It replaced a VBMI kernel
+// that gathered byte j of 16 groups per vpermt2b and split its crumbs with vpmultishiftqb — 8 + 8 shuffles per 16
+// groups, 1.3-1.5x slower on both the dev Zen 4 and the H200 host's Xeon: docs/PERF.md "Nineteenth session".) Same
+// int32 dots as the pair kernel, so the same error bound; the float sums in another order.
 
-// ---- q2tp with AVX-512 VBMI: sixteen groups per int32 vector
-// The pair kernel above spends ~11 instructions per 64 q2tp weights (16 bytes): the plane unpack, and per token a
-// dot, two scale broadcasts, a blend, a conversion and an fma. Here every int32 lane of the dot belongs to ONE
-// group: lane i of block B accumulates group 16B + i over eight vpdpbusd (4 weights each), so a block of 16 groups
-// (512 weights) needs per token 8 vpdpbusd + one conversion and one fma with the 16 contiguous scales sc[g .. g+15]
-// — and per block 8 × (vpermt2b: byte j of each group, four times; vpmultishiftqb: its four crumbs; and). The
-// activations are rearranged once per call to match (q2tp_vbmi_acts). Same int32 dots as the pair kernel, so the
-// same error bound; the float sums are in another order.
-#define CMFX_AVX512VBMI_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
-
-/// Whether this CPU has AVX-512 VBMI (make_cpu_kernel_table then picks gemm_rows_i8<fmt_q2tp, true>).
-inline bool has_vbmi() noexcept { return __builtin_cpu_supports("avx512vbmi"); }
-
-/// The activations of tokens [0, n) for row_tile_vbmi_q2tp: per token, per block of 16 groups, per j < 8, 64
-/// bytes whose int32 lane i holds elements 4j .. 4j+3 of group 16B + i (read from the crumb layout: element 4j + k
-/// of a block sits at k·8 + j). Groups past the last whole block are not rearranged (the pair kernel reads them).
-inline void q2tp_vbmi_acts(const act_q8& a, std::vector<int8_t>& xt) {
+/// The activations of tokens [0, n) for row_tile_crumbs_q2tp: per token, per block of 16 groups, per half h (groups
+/// 8h .. 8h + 7 of the block), per crumb k, 64 bytes whose bytes 8i .. 8i + 7 are the crumb-layout elements 8k ..
+/// 8k + 7 of the half's group i (they pair with crumb k of the group's value bytes 0 .. 7). Groups past the last
+/// whole block are not rearranged (the pair kernel reads them).
+inline void q2tp_crumb_acts(const act_q8& a, std::vector<int8_t>& xt) {
   const uint64_t blocks16 = a.blocks / 16, per_token = blocks16 * 512;
   if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
   for (uint64_t t = 0; t < a.n; ++t)
-    for (uint64_t b = 0; b < blocks16; ++b) {
-      const int8_t* q = a.q.data() + t * a.cols + b * 512;
-      int8_t* o = xt.data() + t * per_token + b * 512;
-      for (uint32_t j = 0; j < 8; ++j)
-        for (uint32_t i = 0; i < 16; ++i)
-          for (uint32_t k = 0; k < 4; ++k) o[j * 64 + i * 4 + k] = q[i * 32 + k * 8 + j];
-    }
+    for (uint64_t b = 0; b < blocks16; ++b)
+      for (uint32_t h = 0; h < 2; ++h)
+        for (uint32_t k = 0; k < 4; ++k)
+          for (uint32_t i = 0; i < 8; ++i)
+            std::memcpy(xt.data() + t * per_token + b * 512 + h * 256 + k * 64 + i * 8,
+                        a.q.data() + t * a.cols + (16 * b + 8 * h + i) * 32 + 8 * k, 8);
+}
+
+/// Lane i of the result = lanes 2i + 2i+1 of (x | y): the lanes of one group summed in
+/// pairs (row_tile_lanes: four lanes → two → one over two calls; row_tile_crumbs_q2tp: two → one).
+CMFX_AVX512_TARGET inline __m512i fold(__m512i x, __m512i y) noexcept {
+  const __m512i ia = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i ib = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ia, y), _mm512_permutex2var_epi32(x, ib, y));
 }
 
 template <int NT>
-CMFX_AVX512VBMI_TARGET inline void row_tile_vbmi_q2tp(const avx2::i8_row<fmt_q2tp>& d, uint64_t groups,
-                                                      const act_q8& a, const int8_t* xt, uint64_t t0, float* sc,
-                                                      float out[NT]) noexcept {
+CMFX_AVX512_TARGET inline void row_tile_crumbs_q2tp(const avx2::i8_row<fmt_q2tp>& d, uint64_t groups, const act_q8& a,
+                                                    const int8_t* xt, uint64_t t0, float* sc, float out[NT]) noexcept {
   float corr[NT];
   token_scales16<fmt_q2tp, NT>(d, groups, a, t0, sc, corr);
   const uint64_t per_token = groups / 16 * 512;
-  // vpermt2b index of step j: output byte 4i + k <- byte 8i + j of the 16 groups' 128 bytes
-  alignas(64) static constexpr auto idx = [] {
-    std::array<std::array<uint8_t, 64>, 8> v{};
-    for (uint32_t j = 0; j < 8; ++j)
-      for (uint32_t o = 0; o < 64; ++o) v[j][o] = uint8_t(8 * (o / 4) + j);
-    return v;
-  }();
-  // vpmultishiftqb: output byte p of a qword takes the 8 bits from bit 8p + 2(p % 4): crumb p % 4 of its byte
-  const __m512i ctrl = _mm512_set1_epi64(0x3E342A201E140A00LL), three = _mm512_set1_epi8(3);
+  const __m512i three = _mm512_set1_epi8(3);
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   uint64_t g = 0;
   for (; g + 16 <= groups; g += 16) {
-    const __m512i w0 = _mm512_loadu_si512(d.values + 8 * g), w1 = _mm512_loadu_si512(d.values + 8 * g + 64);
-    __m512i dot[NT];
-    for (int t = 0; t < NT; ++t) dot[t] = _mm512_setzero_si512();
-    const uint64_t xo = g / 16 * 512;
-    for (uint32_t j = 0; j < 8; ++j) {
-      const __m512i b = _mm512_permutex2var_epi8(w0, _mm512_load_si512(idx[j].data()), w1);
-      const __m512i wc = _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, b), three);
-      for (int t = 0; t < NT; ++t)
-        dot[t] = _mm512_dpbusd_epi32(dot[t], wc,
-                                     _mm512_loadu_si512(xt + (t0 + uint64_t(t)) * per_token + xo + 64 * j));
+    __m512i c[2][4];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i w = _mm512_loadu_si512(d.values + 8 * (g + 8 * uint64_t(h)));
+      c[h][0] = _mm512_and_si512(w, three);
+      c[h][1] = _mm512_and_si512(_mm512_srli_epi16(w, 2), three);
+      c[h][2] = _mm512_and_si512(_mm512_srli_epi16(w, 4), three);
+      c[h][3] = _mm512_and_si512(_mm512_srli_epi16(w, 6), three);
     }
-    for (int t = 0; t < NT; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_loadu_ps(sc + uint64_t(t) * groups + g), acc[t]);
+    const uint64_t xo = g / 16 * 512;
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* x = xt + (t0 + uint64_t(t)) * per_token + xo;
+      __m512i dh[2];
+      for (int h = 0; h < 2; ++h) {  // two chains of two per half: the four dots of a half are not one latency chain
+        const int8_t* xh = x + 256 * h;
+        const __m512i e0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c[h][0], _mm512_loadu_si512(xh)),
+                                               c[h][1], _mm512_loadu_si512(xh + 64));
+        const __m512i e1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c[h][2], _mm512_loadu_si512(xh + 128)),
+                                               c[h][3], _mm512_loadu_si512(xh + 192));
+        dh[h] = _mm512_add_epi32(e0, e1);
+      }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(dh[0], dh[1])), _mm512_loadu_ps(sc + uint64_t(t) * groups + g), acc[t]);
+    }
   }
   for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
   finish_row<fmt_q2tp, NT>(d, groups, a, t0, sc, g, corr, out);
@@ -296,12 +277,6 @@ inline void nibble_lanes_acts(const act_q8& a, std::vector<int8_t>& xt) {
         }
 }
 
-/// Lane i of the result = lanes 2i + 2i+1 of (x | y): four lanes of one group → two → one over two calls.
-CMFX_AVX512_TARGET inline __m512i fold(__m512i x, __m512i y) noexcept {
-  const __m512i ia = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i ib = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ia, y), _mm512_permutex2var_epi32(x, ib, y));
-}
 
 template <class F, int NT>
 CMFX_AVX512_TARGET inline void row_tile_lanes(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a,
@@ -347,27 +322,27 @@ CMFX_AVX512_TARGET inline void row_tile_lanes(const avx2::i8_row<F>& d, uint64_t
   finish_row<F, NT>(d, groups, a, t0, sc, g, corr, out);  // (no offset for MXFP4 in the pair kernel)
 }
 
-/// Rows [r0, r1) of Y = X · W^T with int8 activations. Sixteen (the kernel table's choice): blocks of 16 groups —
-/// q2tp through row_tile_vbmi_q2tp (CPUs with AVX-512 VBMI), q4tp and MXFP4 through row_tile_lanes.
-template <class F, bool Sixteen = false>
+/// Rows [r0, r1) of Y = X · W^T with int8 activations: blocks of 16 groups — q2tp through row_tile_crumbs_q2tp,
+/// q4tp and MXFP4 through row_tile_lanes — and a row's last groups in pairs and an odd one (finish_row).
+template <class F>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
   avx2::i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
   std::vector<float> sc(avx2::token_tile * groups);  // per call, not per row
   std::vector<int8_t> xt;
-  if constexpr (Sixteen && F::id == format::q2tp) q2tp_vbmi_acts(a, xt);
-  if constexpr (Sixteen && F::id != format::q2tp) nibble_lanes_acts(a, xt);
+  if constexpr (F::id == format::q2tp)
+    q2tp_crumb_acts(a, xt);
+  else
+    nibble_lanes_acts(a, xt);
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);
     for (uint64_t t0 = 0; t0 < n; t0 += avx2::token_tile) {
       const uint64_t nt = std::min(avx2::token_tile, n - t0);
       float y[avx2::token_tile];
-      if constexpr (Sixteen && F::id == format::q2tp)
-        avx2::with_tile(nt, [&](auto NT) { row_tile_vbmi_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
-      else if constexpr (Sixteen)
-        avx2::with_tile(nt, [&](auto NT) { row_tile_lanes<F, NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
+      if constexpr (F::id == format::q2tp)
+        avx2::with_tile(nt, [&](auto NT) { row_tile_crumbs_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
       else
-        avx2::with_tile(nt, [&](auto NT) { row_tile_vnni<F, NT()>(d, groups, a, t0, sc.data(), y); });
+        avx2::with_tile(nt, [&](auto NT) { row_tile_lanes<F, NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
     }
   }
