@@ -46,8 +46,11 @@ TYPED_TEST_SUITE(Gemm, to_gtest<all_formats>::type, name_gen);
 
 TYPED_TEST(Gemm, MatchesFloat64Reference) {
   using F = TypeParam;
+  // rows longer than 4096 columns: the 8-bit kernels' column tiles (1-2 tokens; a ragged tail, rows across an FP8
+  // tile row) and their several-rows-per-pass path (5 tokens)
   const shape shapes[] = {{1, 32, 1},   {7, 96, 1},    {13, 160, 3},   {33, 4096, 1}, {64, 1024, 9},
-                          {130, 256, 17}, {5, 33, 2},  {9, 200, 4},    {1024, 4096, 1}, {256, 2048, 2}};
+                          {130, 256, 17}, {5, 33, 2},  {9, 200, 4},    {1024, 4096, 1}, {256, 2048, 2},
+                          {37, 8224, 1}, {130, 4200, 2}, {9, 8192, 5}};
   thread_pool pool(3);
   for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512}) {
     if (!cpu_supports(arch)) {
@@ -142,7 +145,7 @@ void check_f32_scales() {
   for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512}) {
     if (!cpu_supports(arch)) continue;
     const cpu_kernel_table& k = cpu_kernels_for(arch);
-    for (const shape& s : {shape{130, 200, 3}, shape{257, 1024, 1}, shape{5, 33, 2}, shape{64, 4096, 5}}) {
+    for (const shape& s : {shape{130, 200, 3}, shape{257, 1024, 1}, shape{5, 33, 2}, shape{64, 4096, 5}, shape{130, 4200, 1}}) {
       const uint64_t seed = test::fresh_seed();
       const auto wf = test::random_weights(s.rows * s.cols, seed);
       const encoded_matrix e = F::encode(wf.data(), s.rows, s.cols);

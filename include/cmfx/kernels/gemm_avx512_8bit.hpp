@@ -85,7 +85,24 @@ CMFX_AVX512BW_TARGET void rows_tile_8bit(const uint8_t* q, uint64_t cols, const 
 /// Rows per pass for NT tokens of `cols` columns (accumulators NR · NT ≤ 8, decoded rows 2 · NR registers): one where
 /// a token's activations fit L1 (≤ 4096 columns: FP8 1024x4096 measured 17 GB/s on one row, 15 on four, dev), else
 /// four for ≤ 2 tokens, two for more.
+/// (Column tiles of 4096 with one row per pass, so that a tile's activations stay in L1, were 1.7-1.8x slower at
+/// 4096x8192 for one token on dev, FP8 and q8_row: each row's half is a separate 4 KiB stream.)
 constexpr uint64_t rows_per_pass_8bit(uint64_t nt, uint64_t cols) { return cols <= 4096 ? 1 : nt <= 2 ? 4 : 2; }
+
+/// The ragged tail of row r (columns from tail0: cols % 32 of them) by the trait's element decode, added to v, then
+/// the row scale (q8_row; FP8's tile scales are applied per element here and per group before).
+template <class F>
+CMFX_AVX512BW_TARGET inline float row_end_8bit(const matrix_view& w, uint64_t r, uint64_t tail0, const float* x, float v) {
+  constexpr uint64_t T = F::block_rows;
+  const uint8_t* qi = w.data + r * w.cols;
+  for (uint64_t c = tail0; c < w.cols; ++c) {
+    if constexpr (is_fp8_block<F>)
+      v += e4m3::decode(qi[c]) * detail::scale_at(w, (r / T) * ((w.cols + T - 1) / T) + c / T) * x[c];
+    else
+      v += float(int8_t(qi[c])) * x[c];
+  }
+  return is_fp8_block<F> ? v : v * load_f16(w.data + w.rows * w.cols + 2 * r);
+}
 
 /// Rows [r0, r1) of Y[t, r] = Σ_c W[r, c] · X[t, c] for FP8 with Tile × Tile scales or q8_row; a ragged row tail
 /// (cols % 32) by the trait's element decode, as gemm_avx2.hpp, then the row scale (q8_row).
@@ -126,21 +143,9 @@ CMFX_AVX512BW_TARGET void gemm_rows_8bit(const matrix_view& w, const float* X, u
           rows_tile_8bit<fp8, NT(), 1>(q, w.cols, s.data(), groups, Xt, ldx, y);
         }
       });
-      for (uint64_t i = 0; i < nr; ++i) {
-        const uint8_t* qi = q + i * w.cols;
-        const float rs = fp8 ? 1.0f : load_f16(w.data + w.rows * w.cols + 2 * (r + i));
-        for (uint64_t t = 0; t < nt; ++t) {
-          const float* x = X + (t0 + t) * ldx;
-          float v = y[i * nt + t];
-          for (uint64_t c = tail0; c < w.cols; ++c) {
-            if constexpr (fp8)
-              v += e4m3::decode(qi[c]) * detail::scale_at(w, sbase + c / T) * x[c];
-            else
-              v += float(int8_t(qi[c])) * x[c];
-          }
-          Y[(t0 + t) * ldy + r + i] = v * rs;
-        }
-      }
+      for (uint64_t i = 0; i < nr; ++i)
+        for (uint64_t t = 0; t < nt; ++t)
+          Y[(t0 + t) * ldy + r + i] = row_end_8bit<F>(w, r + i, tail0, X + (t0 + t) * ldx, y[i * nt + t]);
     }
     r += nr;
   }
