@@ -173,17 +173,94 @@ inline void row_tile_i8(const i8_row<F>& d, uint64_t groups, const act_q8& a, ui
   for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[0][t], acc[1][t])) - corr[t];
 }
 
+/// q2tp's activations for the crumb-lane kernels (row_tile_crumbs_q2tp here with G = 4, its AVX-512 twin with G =
+/// 8): per token, per block of 2G groups, per half h (G groups), per crumb k, G · 8 bytes whose bytes 8i .. 8i + 7
+/// are the crumb-layout elements 8k .. 8k + 7 of the half's group i — they pair with crumb k ((byte >> 2k) & 3) of
+/// that group's 8 value bytes as a load of G groups holds them. Groups past the last whole block are not
+/// rearranged (the kernels take them one by one).
+template <uint32_t G>
+inline void q2tp_crumb_acts(const act_q8& a, std::vector<int8_t>& xt) {
+  const uint64_t blocks = a.blocks / (2 * G), per_token = blocks * 64 * G;
+  if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
+  for (uint64_t t = 0; t < a.n; ++t)
+    for (uint64_t b = 0; b < blocks; ++b)
+      for (uint32_t h = 0; h < 2; ++h)
+        for (uint32_t k = 0; k < 4; ++k)
+          for (uint32_t i = 0; i < G; ++i)
+            std::memcpy(xt.data() + t * per_token + b * 64 * G + h * 32 * G + k * 8 * G + i * 8,
+                        a.q.data() + t * a.cols + (2 * G * b + G * h + i) * 32 + 8 * k, 8);
+}
+
+/// q2tp in blocks of 8 groups, every int32 lane inside one group: a 32-byte load holds four groups' value bytes as
+/// stored; crumb k of every byte is (w >> 2k) & 3, vpmaddubsw pairs it with activations rearranged once per call
+/// (q2tp_crumb_acts<4>), the four crumbs' int16 sums add up (≤ 4 · 762, no saturation) and one vpmaddwd leaves
+/// int32 lane L with half of group L / 2; per 8 groups one vphaddd + vpermd gives one int32 per group, then one
+/// conversion and one fma with 8 contiguous scales. Per 8 groups: 2 loads, 6 shifts, 8 ands, and per token 8
+/// vpmaddubsw + 6 adds + 2 vpmaddwd + 3 — against row_tile_i8's per group broadcast, variable shift, and, and per
+/// token vpmaddubsw, vpmaddwd, conversion, scale broadcast and fma. The last groups (fewer than 8) as row_tile_i8
+/// takes them. Same int32 dots, so the same error bound; the float sums in another order.
+template <int NT>
+inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, const act_q8& a, const int8_t* xt,
+                                 uint64_t t0, float* sc, float out[NT]) noexcept {
+  float corr[NT];
+  token_scales<fmt_q2tp, NT>(d, groups, a, t0, sc, corr);
+  const uint64_t per_token = groups / 8 * 256;
+  const __m256i three = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);  // vphaddd's lanes hold groups 0 1 4 5 2 3 6 7
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  uint64_t g = 0;
+  for (; g + 8 <= groups; g += 8) {
+    __m256i c[2][4];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d.values + 8 * (g + 4 * uint64_t(h))));
+      c[h][0] = _mm256_and_si256(w, three);
+      c[h][1] = _mm256_and_si256(_mm256_srli_epi16(w, 2), three);
+      c[h][2] = _mm256_and_si256(_mm256_srli_epi16(w, 4), three);
+      c[h][3] = _mm256_and_si256(_mm256_srli_epi16(w, 6), three);
+    }
+    const uint64_t xo = g / 8 * 256;
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* x = xt + (t0 + uint64_t(t)) * per_token + xo;
+      __m256i dh[2];
+      for (int h = 0; h < 2; ++h) {
+        auto ld = [&](int k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 * h + 32 * k)); };
+        const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(c[h][0], ld(0)), _mm256_maddubs_epi16(c[h][1], ld(1)));
+        const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(c[h][2], ld(2)), _mm256_maddubs_epi16(c[h][3], ld(3)));
+        dh[h] = _mm256_madd_epi16(_mm256_add_epi16(s01, s23), ones);
+      }
+      const __m256i r = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(dh[0], dh[1]), order);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(r), _mm256_loadu_ps(sc + uint64_t(t) * groups + g), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+  for (; g < groups; ++g)
+    for (int t = 0; t < NT; ++t) {
+      const __m256i xq =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
+      out[t] += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(d.dot(g, xq)), _mm256_set1_ps(sc[uint64_t(t) * groups + g])));
+    }
+  for (int t = 0; t < NT; ++t) out[t] -= corr[t];
+}
+
+/// Rows [r0, r1) of Y = X · W^T with int8 activations: q2tp through row_tile_crumbs_q2tp, q4tp and MXFP4 through
+/// row_tile_i8.
 template <class F>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
   i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
   std::vector<float> sc(token_tile * groups);  // per call, not per row
+  std::vector<int8_t> xt;
+  if constexpr (F::id == format::q2tp) q2tp_crumb_acts<4>(a, xt);
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);
     for (uint64_t t0 = 0; t0 < n; t0 += token_tile) {
       const uint64_t nt = std::min(token_tile, n - t0);
       float y[token_tile];
-      with_tile(nt, [&](auto NT) { row_tile_i8<F, NT()>(d, groups, a, t0, sc.data(), y); });
+      if constexpr (F::id == format::q2tp)
+        with_tile(nt, [&](auto NT) { row_tile_crumbs_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
+      else
+        with_tile(nt, [&](auto NT) { row_tile_i8<F, NT()>(d, groups, a, t0, sc.data(), y); });
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
     }
   }

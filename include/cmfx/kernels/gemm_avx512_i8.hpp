@@ -180,28 +180,12 @@ CMFX_AVX512_TARGET inline void finish_row(const avx2::i8_row<F>& d, uint64_t gro
 // ---- q2tp: eight groups per 512-bit load, every int32 lane inside one group
 // As row_tile_lanes does for the nibble formats: a 64-byte load holds eight groups' value bytes as stored; crumb k
 // of every byte is (w >> 2k) & 3 (one shift and one and; k = 0 needs no shift), and vpdpbusd pairs it with
-// activations rearranged once per call (q2tp_crumb_acts), so int32 lane L holds a partial dot of group L / 2; per 16
-// groups one fold (2 vpermt2d + add) leaves one int32 per group, then one conversion and one fma with the 16
-// contiguous scales. Per 16 groups: 2 loads, 6 shifts, 8 ands, 8 vpdpbusd per token. (It replaced a VBMI kernel
+// activations rearranged once per call (avx2::q2tp_crumb_acts<8>), so int32 lane L holds a partial dot of group
+// L / 2; per 16 groups one fold (2 vpermt2d + add) leaves one int32 per group, then one conversion and one fma with
+// the 16 contiguous scales (the AVX2 twin: avx2::row_tile_crumbs_q2tp). Per 16 groups: 2 loads, 6 shifts, 8 ands, 8 vpdpbusd per token. (It replaced a VBMI kernel
 // that gathered byte j of 16 groups per vpermt2b and split its crumbs with vpmultishiftqb — 8 + 8 shuffles per 16
 // groups, 1.3-1.5x slower on both the dev Zen 4 and the H200 host's Xeon: docs/PERF.md "Nineteenth session".) Same
 // int32 dots as the pair kernel, so the same error bound; the float sums in another order.
-
-/// The activations of tokens [0, n) for row_tile_crumbs_q2tp: per token, per block of 16 groups, per half h (groups
-/// 8h .. 8h + 7 of the block), per crumb k, 64 bytes whose bytes 8i .. 8i + 7 are the crumb-layout elements 8k ..
-/// 8k + 7 of the half's group i (they pair with crumb k of the group's value bytes 0 .. 7). Groups past the last
-/// whole block are not rearranged (the pair kernel reads them).
-inline void q2tp_crumb_acts(const act_q8& a, std::vector<int8_t>& xt) {
-  const uint64_t blocks16 = a.blocks / 16, per_token = blocks16 * 512;
-  if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
-  for (uint64_t t = 0; t < a.n; ++t)
-    for (uint64_t b = 0; b < blocks16; ++b)
-      for (uint32_t h = 0; h < 2; ++h)
-        for (uint32_t k = 0; k < 4; ++k)
-          for (uint32_t i = 0; i < 8; ++i)
-            std::memcpy(xt.data() + t * per_token + b * 512 + h * 256 + k * 64 + i * 8,
-                        a.q.data() + t * a.cols + (16 * b + 8 * h + i) * 32 + 8 * k, 8);
-}
 
 /// Lane i of the result = lanes 2i + 2i+1 of (x | y): the lanes of one group summed in
 /// pairs (row_tile_lanes: four lanes → two → one over two calls; row_tile_crumbs_q2tp: two → one).
@@ -331,7 +315,7 @@ void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy,
   std::vector<float> sc(avx2::token_tile * groups);  // per call, not per row
   std::vector<int8_t> xt;
   if constexpr (F::id == format::q2tp)
-    q2tp_crumb_acts(a, xt);
+    avx2::q2tp_crumb_acts<8>(a, xt);
   else
     nibble_lanes_acts(a, xt);
   for (uint64_t r = r0; r < r1; ++r) {
@@ -340,7 +324,7 @@ void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy,
       const uint64_t nt = std::min(avx2::token_tile, n - t0);
       float y[avx2::token_tile];
       if constexpr (F::id == format::q2tp)
-        avx2::with_tile(nt, [&](auto NT) { row_tile_crumbs_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
+        avx2::with_tile(nt, [&](auto NT) { avx512::row_tile_crumbs_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
       else
         avx2::with_tile(nt, [&](auto NT) { row_tile_lanes<F, NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
