@@ -89,8 +89,10 @@ TEST(ActQ8, RoundHalfEvenMatchesNearbyint) {
   }
 }
 
+// q4tp on AVX2 (one group per step): rows of 19, 16 and 65 groups too
 TEST(GemmI8, Q4tp) {
-  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}})
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull},
+                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {33ull, 2080ull, 5ull}})
     check_i8<fmt_q4tp>(r, c, n);
 }
 // q2tp on AVX2: blocks of 8 groups (crumb lanes), then single groups (608 columns = 2 · 8 + 3 groups)
