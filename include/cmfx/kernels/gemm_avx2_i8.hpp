@@ -224,10 +224,11 @@ inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, con
       const int8_t* x = xt + (t0 + uint64_t(t)) * per_token + xo;
       __m256i dh[2];
       for (int h = 0; h < 2; ++h) {
-        auto ld = [&](int k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 * h + 32 * k)); };
-        const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(c[h][0], ld(0)), _mm256_maddubs_epi16(c[h][1], ld(1)));
-        const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(c[h][2], ld(2)), _mm256_maddubs_epi16(c[h][3], ld(3)));
-        dh[h] = _mm256_madd_epi16(_mm256_add_epi16(s01, s23), ones);
+        auto prod = [&](int k) {  // crumb k's int16 pair sums
+          return _mm256_maddubs_epi16(c[h][k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 * h + 32 * k)));
+        };
+        const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(prod(0), prod(1)), _mm256_add_epi16(prod(2), prod(3)));
+        dh[h] = _mm256_madd_epi16(s16, ones);
       }
       const __m256i r = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(dh[0], dh[1]), order);
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(r), _mm256_loadu_ps(sc + uint64_t(t) * groups + g), acc[t]);

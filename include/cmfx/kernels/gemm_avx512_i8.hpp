@@ -182,13 +182,14 @@ CMFX_AVX512_TARGET inline void finish_row(const avx2::i8_row<F>& d, uint64_t gro
 // of every byte is (w >> 2k) & 3 (one shift and one and; k = 0 needs no shift), and vpdpbusd pairs it with
 // activations rearranged once per call (avx2::q2tp_crumb_acts<8>), so int32 lane L holds a partial dot of group
 // L / 2; per 16 groups one fold (2 vpermt2d + add) leaves one int32 per group, then one conversion and one fma with
-// the 16 contiguous scales (the AVX2 twin: avx2::row_tile_crumbs_q2tp). Per 16 groups: 2 loads, 6 shifts, 8 ands, 8 vpdpbusd per token. (It replaced a VBMI kernel
-// that gathered byte j of 16 groups per vpermt2b and split its crumbs with vpmultishiftqb — 8 + 8 shuffles per 16
-// groups, 1.3-1.5x slower on both the dev Zen 4 and the H200 host's Xeon: docs/PERF.md "Nineteenth session".) Same
-// int32 dots as the pair kernel, so the same error bound; the float sums in another order.
+// the 16 contiguous scales (the AVX2 twin: avx2::row_tile_crumbs_q2tp). Per 16 groups: 2 loads, 6 shifts, 8 ands,
+// 8 vpdpbusd per token. (It replaced a VBMI kernel that gathered byte j of 16 groups per vpermt2b and split its
+// crumbs with vpmultishiftqb — 8 + 8 shuffles per 16 groups, 1.3-1.5x slower on both the dev Zen 4 and the H200
+// host's Xeon: docs/PERF.md "Nineteenth session".) Same int32 dots as the pair kernel, so the same error bound;
+// the float sums in another order.
 
-/// Lane i of the result = lanes 2i + 2i+1 of (x | y): the lanes of one group summed in
-/// pairs (row_tile_lanes: four lanes → two → one over two calls; row_tile_crumbs_q2tp: two → one).
+/// Lane i of the result = lanes 2i + 2i+1 of (x | y): a group's lanes summed in pairs (row_tile_lanes: four lanes →
+/// two → one over two calls; row_tile_crumbs_q2tp: two → one).
 CMFX_AVX512_TARGET inline __m512i fold(__m512i x, __m512i y) noexcept {
   const __m512i ia = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i ib = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -220,13 +221,15 @@ CMFX_AVX512_TARGET inline void row_tile_crumbs_q2tp(const avx2::i8_row<fmt_q2tp>
       __m512i dh[2];
       for (int h = 0; h < 2; ++h) {  // two chains of two per half: the four dots of a half are not one latency chain
         const int8_t* xh = x + 256 * h;
-        const __m512i e0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c[h][0], _mm512_loadu_si512(xh)),
-                                               c[h][1], _mm512_loadu_si512(xh + 64));
-        const __m512i e1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c[h][2], _mm512_loadu_si512(xh + 128)),
-                                               c[h][3], _mm512_loadu_si512(xh + 192));
-        dh[h] = _mm512_add_epi32(e0, e1);
+        __m512i e[2];  // crumbs 0 + 1 and 2 + 3 (a lambda would not carry the target attribute)
+        for (int j = 0; j < 2; ++j) {
+          e[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[h][2 * j], _mm512_loadu_si512(xh + 128 * j));
+          e[j] = _mm512_dpbusd_epi32(e[j], c[h][2 * j + 1], _mm512_loadu_si512(xh + 128 * j + 64));
+        }
+        dh[h] = _mm512_add_epi32(e[0], e[1]);
       }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(dh[0], dh[1])), _mm512_loadu_ps(sc + uint64_t(t) * groups + g), acc[t]);
+      const __m512 s = _mm512_loadu_ps(sc + uint64_t(t) * groups + g);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(dh[0], dh[1])), s, acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
@@ -260,7 +263,6 @@ inline void nibble_lanes_acts(const act_q8& a, std::vector<int8_t>& xt) {
           std::memcpy(o + 64, src + 16, 16);
         }
 }
-
 
 template <class F, int NT>
 CMFX_AVX512_TARGET inline void row_tile_lanes(const avx2::i8_row<F>& d, uint64_t groups, const act_q8& a,
@@ -324,7 +326,9 @@ void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy,
       const uint64_t nt = std::min(avx2::token_tile, n - t0);
       float y[avx2::token_tile];
       if constexpr (F::id == format::q2tp)
-        avx2::with_tile(nt, [&](auto NT) { avx512::row_tile_crumbs_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
+        avx2::with_tile(nt, [&](auto NT) {  // (qualified: avx2 has a twin, found by argument lookup)
+          avx512::row_tile_crumbs_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y);
+        });
       else
         avx2::with_tile(nt, [&](auto NT) { row_tile_lanes<F, NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
