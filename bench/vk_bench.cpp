@@ -12,6 +12,8 @@
 // vk_moe_f16|f32|i8/<format>/<experts>x4096x2048/n<tokens> — the expert-grouped MoE of a prefill chunk (bm_moe;
 // i8: int8 activations, moe_i8_tc.comp on int8 tensor cores or moe_rows_g8.comp (--moe-i8-tc), where the device
 // has integer dot products).
+// vk_gemm_f16/<format>/<rows>x<cols>/n<tokens> — a dense GEMM of a prefill chunk of --moe-tokens rows on f16
+// tiles (tensor cores where the device has them), chained (bm_gemm; counters ms, TFLOPS).
 // vk_mhc/post_pre[_cold|_thrash]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64
 // in a chain (cold: each its own weights, read from DRAM; thrash: + a 256 MiB read between boundaries, not timed).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
@@ -415,6 +417,30 @@ void bm_moe(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t n
   st.counters["precision"] = double(int(g_kern->gemm_precision_used()));
 }
 
+/// A dense GEMM of a prefill chunk: Y [n, rows] = X [n, cols] · Wᵀ in precision p (kernels::matmul with n batch
+/// rows: gemm.comp's tiles), dependent products in a chain as in the model (a barrier before each), rotating through
+/// the weight copies of get_weights. Counters: ms per product, TFLOPS (2·n·rows·cols per product), precision (as
+/// bm_moe: 1 = f16 tiles on the tensor cores, 2 = f16 emulated, 0 = f32 tiles).
+template <class F>
+void bm_gemm(benchmark::State& st, uint64_t rows, uint64_t cols, uint32_t n, gpu::gemm_precision p) {
+  const gpu::gemm_precision_scope ps(*g_kern, p);
+  weights& w = get_weights<F>(rows, cols);
+  std::mt19937_64 g(rows + 7 * cols + n);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(uint64_t(n) * cols);
+  for (auto& f : x) f = nd(g);
+  gpu::buffer xb = g_dev->alloc(x.size() * 4), yb = g_dev->alloc(uint64_t(n) * rows * 4);
+  g_dev->upload(xb, x);
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  for (const gpu::gpu_matrix& m : w.copies) g_kern->matmul(c, m, xb, n, yb);
+  const uint32_t t1 = c.timestamp();
+  const double per = time_recording(st, c, t0, t1) / double(w.copies.size());
+  st.counters["ms"] = per * 1e3;
+  st.counters["TFLOPS"] = per > 0 ? 2.0 * n * double(rows) * double(cols) / per / 1e12 : 0.0;
+  st.counters["precision"] = double(int(g_kern->gemm_precision_used()));
+}
+
 /// Best of 5 streaming reads of a buffer of max(1 GiB, ...) capped by a quarter of the device heap.
 double measure_roofline(uint64_t& bytes_out) {
   const uint64_t bytes = std::min<uint64_t>(1ull << 30, g_dev->info().device_local_bytes / 4) / 16 * 16;
@@ -520,6 +546,14 @@ int main(int argc, char** argv) {
         bm_matvec<F>(st, r, c, g_kern->has_i8(F::id) ? act_precision::i8 : act_precision::f32, true);
       });
     }
+  });
+  // Dense GEMMs of a prefill chunk (--moe-tokens rows) on f16 tiles, at the same shapes
+  for_each_type(all_formats{}, [&]<class F>() {
+    for (const auto& [r, c] : shapes)
+      if (F::shape_ok(r, c))
+        add("vk_gemm_f16/" + std::string(F::name) + "/" + std::to_string(r) + "x" + std::to_string(c) + "/n" +
+                std::to_string(g_moe_tokens),
+            [r = r, c = c](benchmark::State& st) { bm_gemm<F>(st, r, c, g_moe_tokens, gpu::gemm_precision::f16); });
   });
   // The expert-grouped MoE of a prefill chunk at V4-Flash's shape (256 experts, d 4096, I 2048, top 6)
   for_each_type(all_formats{}, [&]<class F>() {

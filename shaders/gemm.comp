@@ -128,13 +128,19 @@ shared vec4 xsm[TK * GN / 4];  // xsm[k · GN/4 + t/4]: column k of the tile's b
 #elif XQ == 16
 #define WST_F32() WST8(0) WST8(1) WST8(2) WST8(3) WST8(4) WST8(5) WST8(6) WST8(7)
 #endif
-#if HAS_DECODE8_H && XQ == 8
-// formats with an f16 decode (formats.glsl decode8_h): packed f16 arithmetic where the chunk's scale allows it
+#if HAS_DECODE8_H && (XQ == 8 || XQ == 4)
+// formats with an f16 decode (formats.glsl decode8_h: the ladders, FP8): packed f16 arithmetic where the chunk's
+// scale allows it
 #define WSTH8(m) wh4[(rr * TKP + kc * CHUNK) / 8u + m] = decode8_h(q, s2, m);
+#if XQ == 8
+#define WSTH_ALL() WSTH8(0) WSTH8(1) WSTH8(2) WSTH8(3)
+#else
+#define WSTH_ALL() WSTH8(0) WSTH8(1)
+#endif
 #define WST_CHUNK()                                                                             \
   if (decode8_h_ok(s)) {                                                                        \
-    const f16vec2 s2 = f16vec2(float16_t(s));                                                   \
-    WSTH8(0) WSTH8(1) WSTH8(2) WSTH8(3)                                                         \
+    const f16vec2 s2 = f16vec2(decode8_h_scale(s));                                             \
+    WSTH_ALL()                                                                                  \
   } else {                                                                                      \
     WST_F32()                                                                                   \
   }
@@ -252,13 +258,30 @@ void wsf_store(uint c0, uint rr, vec4 v) {
 #define BLK_M(j) (16u * ((gl_SubgroupID * GEMM_BPS + j) / (GN / 16)))
 #define BLK_N(j) (16u * ((gl_SubgroupID * GEMM_BPS + j) % (GN / 16)))
 #define ACC_DECL(j) ACC_T cacc##j = ACC_T(0.0);
+#define LOAD_A(a, j) coopMatLoadNV(a, wh4, (BLK_M(j) * TKP + kk) / 8u, TKP / 8u, false)
+#define LOAD_B(b, j) coopMatLoadNV(b, th, XH0 + (BLK_N(j) * TKP + kk) / 8u, TKP / 8u, true)
+// A fragment shared by every block of the subgroup is loaded once per 16 columns (the compiler did not merge the
+// repeated loads: 10 % of a 4096 × 8192 product on the H200, docs/PERF.md "Twentieth session"): the blocks lie in one
+// row of blocks where BPS divides GN / 16 (every tile the host builds: the dense ones, and the experts' one block per
+// subgroup).
+#if (GN / 16) % GEMM_BPS == 0
+#define GEMM_SHARE 1
+#define ACC_MMA(j)                                                                              \
+  {                                                                                             \
+    HALF_T b;                                                                                   \
+    LOAD_B(b, j);                                                                               \
+    cacc##j = coopMatMulAddNV(a, b, cacc##j);                                                   \
+  }
+#else
+#define GEMM_SHARE 0
 #define ACC_MMA(j)                                                                              \
   {                                                                                             \
     HALF_T a, b;                                                                                \
-    coopMatLoadNV(a, wh4, (BLK_M(j) * TKP + kk) / 8u, TKP / 8u, false);                          \
-    coopMatLoadNV(b, th, XH0 + (BLK_N(j) * TKP + kk) / 8u, TKP / 8u, true);                      \
+    LOAD_A(a, j);                                                                               \
+    LOAD_B(b, j);                                                                               \
     cacc##j = coopMatMulAddNV(a, b, cacc##j);                                                   \
   }
+#endif
 #define ACC_STORE(j)                                                                            \
   if (BLK_N(j) / (GN / GEMM_NR) == rnd)                                                          \
     coopMatStoreNV(cacc##j, th, ((BLK_N(j) % (GN / GEMM_NR)) * GM + BLK_M(j)) / 4u, GM / 4u, true);
@@ -267,7 +290,9 @@ void wsf_store(uint c0, uint rr, vec4 v) {
 #endif
 
 // One step's products from the shared tiles into the accumulators.
-#if GEMM_COOP == 1
+#if GEMM_COOP == 1 && GEMM_SHARE == 1
+#define GEMM_COMPUTE() [[unroll]] for (uint kk = 0u; kk < TK; kk += 16u) { HALF_T a; LOAD_A(a, 0); REP_B(ACC_MMA) }
+#elif GEMM_COOP == 1
 #define GEMM_COMPUTE() [[unroll]] for (uint kk = 0u; kk < TK; kk += 16u) { REP_B(ACC_MMA) }
 #elif GEMM_COOP == 2
 #define GEMM_COMPUTE()                                                                          \

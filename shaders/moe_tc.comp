@@ -116,18 +116,17 @@ void put_chunk(uint hidx, row_t R, raw_t q, uint k) {
   const uint w = hidx / 8u;
 #if TC_Q2_PAIRS
   if (decode8_h_ok(s)) {
-    const f16vec2 s2 = f16vec2(float16_t(s));
+    const f16vec2 s2 = f16vec2(decode8_h_scale(s));
     [[unroll]] for (uint j = 0u; j < 4u; ++j) {  // halves 8j .. 8j + 7: pairs 4(j % 2) .. of value word j / 2
       const uint v = q.q[j >> 1u] >> (16u * (j & 1u));
       th[w + j] = uvec4(q2_pair(v, s2), q2_pair(v >> 4u, s2), q2_pair(v >> 8u, s2), q2_pair(v >> 12u, s2));
     }
     return;
   }
-#elif HAS_DECODE8_H && CHUNK == 32
+#elif HAS_DECODE8_H && (CHUNK == 32 || CHUNK == 16)
   if (decode8_h_ok(s)) {
-    const f16vec2 s2 = f16vec2(float16_t(s));
-    th[w] = decode8_h(q, s2, 0u), th[w + 1u] = decode8_h(q, s2, 1u), th[w + 2u] = decode8_h(q, s2, 2u),
-    th[w + 3u] = decode8_h(q, s2, 3u);
+    const f16vec2 s2 = f16vec2(decode8_h_scale(s));
+    [[unroll]] for (uint m = 0u; m < CHUNK / 8u; ++m) th[w + m] = decode8_h(q, s2, m);
     return;
   }
 #endif

@@ -344,8 +344,9 @@ uvec4 decode8_h(raw_t q, f16vec2 s2, uint m) {
 }
 // largest |code − offset|, and the largest scale whose values all stay within the f16 range
 #define LADDER_MAX_ABS max(LADDER_OFFSET, float(ELEM_MASK) - LADDER_OFFSET)
+float16_t decode8_h_scale(float s) { return float16_t(s); }
 bool decode8_h_ok(float s) {
-  const float h = abs(float(float16_t(s)));  // the scale as the multiply sees it (rounded; inf past 65504)
+  const float h = abs(float(decode8_h_scale(s)));  // the scale as the multiply sees it (rounded; inf past 65504)
   return s == 0.0 || (h >= 6.103515625e-05 && h * LADDER_MAX_ABS <= 65504.0);
 }
 #endif
@@ -403,6 +404,33 @@ vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
 float decode_elem(row_t R, uint r, uint c) {
   return e4m3_lut[ld8_w0(pc.res0 + r * pc.cols + c)] * scale_value(load_scale_raw(R.tile + c / FP8_TILE));
 }
+// The f16 tiles' decode (GEMM_COOP, as the ladders' above): E4M3 → f16 by moving bits, no table — the sign to bit
+// 15 and exponent|mantissa to bits 7..13 give the E4M3 value times 2^-8 exactly for every code (subnormals
+// included; the NaN codes 0x7F / 0xFF become ±1.875, i.e. ±480 before the 2^-8: checkpoints hold no NaN weights,
+// as matvec_rows.comp's decode says), so the chunk's values are (that half) · s16, s16 = f16(s · 256), each rounded
+// once in the packed multiply. With a power-of-two scale (UE8M0) s16 is exact and the result is decode4's f32
+// value rounded to f16, bit for bit; an f32 scale adds the f16 rounding of s16 (≤ 2^-11 relative).
+#if GEMM_COOP
+#define HAS_DECODE8_H 1
+// bytes 0..3 of v → halves in element order: (b0, b1), (b2, b3)
+uvec2 e4m3_h4(uint v) {
+  const uint a = ((v & 0x00800080u) << 8) | ((v & 0x007F007Fu) << 7);  // bytes 0 and 2 as halves
+  const uint b = (v & 0x80008000u) | ((v >> 1) & 0x3F803F80u);         // bytes 1 and 3
+  return uvec2((a & 0xFFFFu) | (b << 16), (a >> 16) | (b & 0xFFFF0000u));
+}
+uint mul_h2(uint w, f16vec2 s2) { return packFloat2x16(unpackFloat2x16(w) * s2); }
+uvec4 decode8_h(raw_t q, f16vec2 s2, uint m) {  // values 8m .. 8m+7 (words 2m, 2m + 1)
+  const uvec2 lo = e4m3_h4(q.q[2u * m]), hi = e4m3_h4(q.q[2u * m + 1u]);
+  return uvec4(mul_h2(lo.x, s2), mul_h2(lo.y, s2), mul_h2(hi.x, s2), mul_h2(hi.y, s2));
+}
+// the half the multiply sees for a chunk scale s (decode8_h's caller passes f16vec2(decode8_h_scale(s)))
+float16_t decode8_h_scale(float s) { return float16_t(256.0 * s); }
+// s16 normal (or s = 0), and the largest |value| (448 = 1.75 · 2^8) times it within the f16 range
+bool decode8_h_ok(float s) {
+  const float h = abs(float(decode8_h_scale(s)));
+  return s == 0.0 || (h >= 6.103515625e-05 && h * 1.75 <= 65504.0);
+}
+#endif
 
 #else
 #error "no weight format defined (the host preamble must define one FMT_*)"
