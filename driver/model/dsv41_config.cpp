@@ -86,9 +86,10 @@ dsv41_config from_text(const json& t) {
                               std::vector<int64_t>(dsv41_engram_mult_l14.begin(), dsv41_engram_mult_l14.end())};
   }
   c.bos = get_or<uint32_t>(t, "bos_token_id", c.bos);
-  if (auto it = t.find("eos_token_id"); it != t.end()) {
-    if (it->is_array() && !it->empty()) c.eos = (*it)[0].get<uint32_t>();
-    else if (it->is_number_unsigned()) c.eos = it->get<uint32_t>();
+  if (auto it = t.find("eos_token_id"); it != t.end() && !it->is_null()) {  // one id or a list (the first is used)
+    const auto eos = it->is_array() ? get_or<std::vector<uint32_t>>(t, "eos_token_id", {})
+                                    : std::vector<uint32_t>{get_or<uint32_t>(t, "eos_token_id", c.eos)};
+    if (!eos.empty()) c.eos = eos[0];
   }
   dsv41_make_plan(c);
   return c;
@@ -206,7 +207,8 @@ dsv41_config dsv41_config_from_cmf(const json& header) {
   dsv41_config c = from_text(*it);
   if (auto tc = header.find("tokenizer_config"); tc != header.end() && tc->is_object()) {
     c.bos = get_or<uint32_t>(*tc, "bos_token_id", c.bos);
-    if (auto e = tc->find("eos_token_ids"); e != tc->end() && e->is_array() && !e->empty()) c.eos = (*e)[0].get<uint32_t>();
+    const auto eos = get_or<std::vector<uint32_t>>(*tc, "eos_token_ids", {});
+    if (!eos.empty()) c.eos = eos[0];
   }
   return c;
 }

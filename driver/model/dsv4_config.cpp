@@ -39,7 +39,9 @@ void read_yarn(const json& y, dsv4_config& c) {
 
 dsv4_config dsv4_config_from_cmf(const json& header) {
   const char* where = "CMF header arch";
-  const json& a = header.at("arch");
+  const auto ai = header.is_object() ? header.find("arch") : header.end();
+  if (ai == header.end() || !ai->is_object()) throw usage_error("CMF header: no 'arch' object");
+  const json& a = *ai;
   const std::string name = get_or<std::string>(a, "arch_name", "");
   if (name != "deepseek_v4")
     throw usage_error("CMF header: arch_name is '" + name + "'; the model graph runs deepseek_v4 only");
@@ -76,7 +78,8 @@ dsv4_config dsv4_config_from_cmf(const json& header) {
   }
   if (auto it = header.find("tokenizer_config"); it != header.end() && it->is_object()) {
     c.bos = get_or<uint32_t>(*it, "bos_token_id", c.bos);
-    if (auto e = it->find("eos_token_ids"); e != it->end() && e->is_array() && !e->empty()) c.eos = (*e)[0].get<uint32_t>();
+    const auto eos = get_or<std::vector<uint32_t>>(*it, "eos_token_ids", {});
+    if (!eos.empty()) c.eos = eos[0];
   }
   return c;
 }
@@ -126,9 +129,10 @@ dsv4_config dsv4_config_from_release(const json& j) {
   c.compress_rope_theta = get_or<double>(j, "compress_rope_theta", c.compress_rope_theta);
   if (auto it = j.find("rope_scaling"); it != j.end()) read_yarn(*it, c);
   c.bos = get_or<uint32_t>(j, "bos_token_id", c.bos);
-  if (auto it = j.find("eos_token_id"); it != j.end()) {
-    if (it->is_array() && !it->empty()) c.eos = (*it)[0].get<uint32_t>();
-    else if (it->is_number_unsigned()) c.eos = it->get<uint32_t>();
+  if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {  // one id or a list (the first is used)
+    const auto eos = it->is_array() ? get_or<std::vector<uint32_t>>(j, "eos_token_id", {})
+                                    : std::vector<uint32_t>{get_or<uint32_t>(j, "eos_token_id", c.eos)};
+    if (!eos.empty()) c.eos = eos[0];
   }
   const std::string scoring = get_or<std::string>(j, "scoring_func", "sqrtsoftplus");
   if (scoring != "sqrtsoftplus") throw usage_error("config.json: scoring_func '" + scoring + "' is not sqrtsoftplus");

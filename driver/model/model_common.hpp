@@ -2,9 +2,12 @@
 // Glue the DeepSeek-V4 and V4.1 graphs share: typed reads of config.json keys, and the check that a chunk's
 // segments tile it (one state per sequence, in order, each state once, token ids inside the vocabulary).
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -12,28 +15,62 @@
 
 namespace cmfx::driver {
 
-/// j[key] as T, or `fallback` when the key is absent or null; a value of the wrong type is a usage_error naming
-/// `what` (e.g. "V4.1 model config") and the key.
+/// v as T, strictly: an integer type takes a JSON integer inside its range (no floats, no negative values for an
+/// unsigned type — nlohmann's own conversion would truncate or wrap them), a floating type any number, a vector
+/// each element by the same rule; anything else (a string for a number, …) is a usage_error naming `what` and `key`.
+template <class T>
+struct config_convert {
+  static T get(const nlohmann::json& v, std::string_view what, std::string_view key) {
+    auto fail = [&](std::string_view why) {
+      std::string m(what);
+      m += ": key '";
+      m += key;
+      m += "' ";
+      m += why;
+      throw usage_error(m);
+    };
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) fail("is not a boolean");
+      return v.get<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!v.is_number_integer()) fail("is not an integer");
+      if (v.is_number_unsigned()) {
+        const uint64_t u = v.get<uint64_t>();
+        if (u > static_cast<uint64_t>(std::numeric_limits<T>::max())) fail("is out of range");
+        return static_cast<T>(u);
+      }
+      const int64_t i = v.get<int64_t>();
+      if (i < static_cast<int64_t>(std::numeric_limits<T>::min())) fail("is out of range");
+      return static_cast<T>(i);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!v.is_number()) fail("is not a number");
+      return v.get<T>();
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!v.is_string()) fail("is not a string");
+      return v.get<std::string>();
+    } else {
+      if (!v.is_array()) fail("is not an array");
+      T out;
+      out.reserve(v.size());
+      for (const auto& e : v) out.push_back(config_convert<typename T::value_type>::get(e, what, key));
+      return out;
+    }
+  }
+};
+
+/// j[key] as T (config_convert's rules), or `fallback` when j is not an object or the key is absent or null.
 template <class T>
 T config_get_or(const nlohmann::json& j, const char* key, T fallback, std::string_view what) {
+  if (!j.is_object()) return fallback;
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    std::string m(what);
-    m += ": key '";
-    m += key;
-    m += "' has the wrong type: ";
-    m += e.what();
-    throw usage_error(m);
-  }
+  return config_convert<T>::get(*it, what, key);
 }
 
 /// j[key] as T; an absent key is a usage_error naming `what` and the key.
 template <class T>
 T config_need(const nlohmann::json& j, const char* key, std::string_view what) {
-  if (j.find(key) == j.end()) {
+  if (!j.is_object() || j.find(key) == j.end() || j.find(key)->is_null()) {
     std::string m(what);
     m += ": missing key '";
     m += key;
