@@ -9,6 +9,7 @@
 #include "cmfx/core/error.hpp"
 #include "model/dsv41_config.hpp"
 #include "model/dsv4_config.hpp"
+#include "model/expect_usage_error.hpp"
 
 namespace {
 
@@ -19,17 +20,6 @@ using namespace cmfx::driver;
 json v4_release() {
   return {{"model_type", "deepseek_v4"}, {"vocab_size", 1000},       {"hidden_size", 64},
           {"num_hidden_layers", 3},      {"num_attention_heads", 4}, {"head_dim", 64}};
-}
-
-// The message names the key.
-template <class F>
-void throws_naming(F&& f, const std::string& key) {
-  try {
-    f();
-    ADD_FAILURE() << "no usage_error for " << key;
-  } catch (const usage_error& e) {
-    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
-  }
 }
 
 TEST(ConfigRead, ReleaseV4TakesTheKeys) {
@@ -49,40 +39,40 @@ TEST(ConfigRead, ReleaseV4RejectsWrongNumbers) {
   for (const json& bad : {json(-3), json(4.5), json("3"), json(uint64_t(1) << 40), json(true), json::array({3})}) {
     json j = v4_release();
     j["num_hidden_layers"] = bad;
-    throws_naming([&] { (void)dsv4_config_from_release(j); }, "num_hidden_layers");
+    expect_usage_error_naming([&] { (void)dsv4_config_from_release(j); }, "num_hidden_layers");
   }
   json j = v4_release();
   j["num_hidden_layers"] = nullptr;  // a null needed key is missing
-  throws_naming([&] { (void)dsv4_config_from_release(j); }, "num_hidden_layers");
+  expect_usage_error_naming([&] { (void)dsv4_config_from_release(j); }, "num_hidden_layers");
   j = v4_release();
   j["eos_token_id"] = json::array({"x"});
-  throws_naming([&] { (void)dsv4_config_from_release(j); }, "eos_token_id");
+  expect_usage_error_naming([&] { (void)dsv4_config_from_release(j); }, "eos_token_id");
   j = v4_release();
   j["compress_ratios"] = json::array({4, -128});
-  throws_naming([&] { (void)dsv4_config_from_release(j); }, "compress_ratios");
+  expect_usage_error_naming([&] { (void)dsv4_config_from_release(j); }, "compress_ratios");
   j = v4_release();
   j["rms_norm_eps"] = "1e-6";
-  throws_naming([&] { (void)dsv4_config_from_release(j); }, "rms_norm_eps");
+  expect_usage_error_naming([&] { (void)dsv4_config_from_release(j); }, "rms_norm_eps");
   EXPECT_THROW((void)dsv4_config_from_release(json::array({1, 2})), usage_error);  // not an object
 }
 
 TEST(ConfigRead, CmfHeaderNeedsAnArchObject) {
-  throws_naming([] { (void)dsv4_config_from_cmf(json::object()); }, "arch");
-  throws_naming([] { (void)dsv4_config_from_cmf({{"arch", 5}}); }, "arch");
-  throws_naming([] { (void)dsv4_config_from_cmf(json::array()); }, "arch");
+  expect_usage_error_naming([] { (void)dsv4_config_from_cmf(json::object()); }, "arch");
+  expect_usage_error_naming([] { (void)dsv4_config_from_cmf({{"arch", 5}}); }, "arch");
+  expect_usage_error_naming([] { (void)dsv4_config_from_cmf(json::array()); }, "arch");
   const json a = {{"arch_name", "deepseek_v4"}, {"hidden_size", 64},  {"num_layers", 3},
                   {"num_attention_heads", 4},    {"head_dim", 64},     {"vocab_size", 1000}};
   json h = {{"arch", a}, {"tokenizer_config", {{"eos_token_ids", json::array({5})}}}};
   EXPECT_EQ(dsv4_config_from_cmf(h).eos, 5u);
   h["tokenizer_config"]["eos_token_ids"] = json::array({-1});
-  throws_naming([&] { (void)dsv4_config_from_cmf(h); }, "eos_token_ids");
+  expect_usage_error_naming([&] { (void)dsv4_config_from_cmf(h); }, "eos_token_ids");
 }
 
 TEST(ConfigRead, ReleaseV41RejectsWrongTypes) {
-  throws_naming([] { (void)dsv41_config_from_release({{"model_type", "deepseek_v41"}, {"text_config", 3}}); },
-                "text_config");
-  throws_naming([] { (void)dsv41_config_from_release({{"model_type", 41}}); }, "model_type");
-  throws_naming(
+  expect_usage_error_naming(
+      [] { (void)dsv41_config_from_release({{"model_type", "deepseek_v41"}, {"text_config", 3}}); }, "text_config");
+  expect_usage_error_naming([] { (void)dsv41_config_from_release({{"model_type", 41}}); }, "model_type");
+  expect_usage_error_naming(
       [] {
         (void)dsv41_config_from_release(
             {{"model_type", "deepseek_v41_text"}, {"vocab_size", -5}, {"hidden_size", 64}});

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cmfx/core/error.hpp"
+#include "model/expect_usage_error.hpp"
 #include "cmfx/core/hash64.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/model/engram.hpp"
@@ -149,16 +150,6 @@ std::vector<float> run_forward(dsv41_weights w, uint32_t tokens, dsv41_logits wa
   dsv41_model m(std::move(w), mo);
   dsv41_state st = m.new_state();
   return m.forward(some_ids(tokens, vocab), st, want);
-}
-
-template <class Fn>
-void expect_usage_error_naming(Fn&& fn, const std::string& what) {
-  try {
-    fn();
-    ADD_FAILURE() << "no usage_error for " << what;
-  } catch (const usage_error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
 }
 
 /// Σ of `count` primes above `from` − 1, after skipping the first `skip` of them (trial division; independent of the

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cmfx/core/error.hpp"
+#include "model/expect_usage_error.hpp"
 #include "cmfx/core/hash64.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "model/dsv4_forward.hpp"
@@ -144,16 +145,6 @@ std::vector<uint32_t> some_ids(uint32_t n, uint32_t vocab) {
   std::vector<uint32_t> ids(n);
   for (uint32_t i = 0; i < n; ++i) ids[i] = (17 + 389 * i) % vocab;
   return ids;
-}
-
-template <class Fn>
-void expect_usage_error_naming(Fn&& fn, const std::string& what) {
-  try {
-    fn();
-    ADD_FAILURE() << "no usage_error for " << what;
-  } catch (const usage_error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
 }
 
 // ---- encoding ----------------------------------------------------------------------------------------------------
