@@ -1,15 +1,20 @@
-// libFuzzer target for cmfx::safetensors_file::parse (include/cmfx/io/safetensors.hpp).
+// libFuzzer target for cmfx::safetensors_file::parse (include/cmfx/io/safetensors.hpp) and the sharded checkpoint's
+// index parser (safetensors_parse.hpp index_parser).
 // Any input must either parse into tensors that lie inside the input, or throw cmfx::input_error. Accepted inputs
 // are re-serialised with the writer and parsed again; the two parses must agree (names, dtypes, shapes, bytes,
 // metadata).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <set>
+#include <string>
+#include <string_view>
 #include <span>
 #include <vector>
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/io/safetensors.hpp"
+#include "cmfx/io/safetensors_parse.hpp"
 #include "cmfx/io/safetensors_writer.hpp"
 
 namespace {
@@ -18,9 +23,27 @@ void check(bool ok) {
   if (!ok) std::abort();
 }
 
+// The same bytes as a model.safetensors.index.json: either entries whose shards are plain file names (never a
+// path out of the checkpoint directory) with distinct tensor names, or an input_error.
+void check_index(const uint8_t* data, size_t size) {
+  try {
+    cmfx::detail::st::index_parser ip("fuzz.index.json", 0, reinterpret_cast<const char*>(data), size);
+    ip.run();
+    check(!ip.entries.empty());
+    std::set<std::string> names;
+    for (const auto& e : ip.entries) {
+      check(!e.name.empty() && names.insert(e.name).second && e.key_pos < size);
+      check(!e.shard.empty() && e.shard != "." && e.shard != ".." &&
+            e.shard.find_first_of(std::string_view("/\\\0", 3)) == std::string::npos);
+    }
+  } catch (const cmfx::input_error&) {
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  check_index(data, size);
   std::vector<cmfx::st_write_entry> again;
   std::map<std::string, std::string> meta;
   try {

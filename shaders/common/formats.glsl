@@ -406,8 +406,8 @@ float decode_elem(row_t R, uint r, uint c) {
 }
 // The f16 tiles' decode (GEMM_COOP, as the ladders' above): E4M3 → f16 by moving bits, no table — the sign to bit
 // 15 and exponent|mantissa to bits 7..13 give the E4M3 value times 2^-8 exactly for every code (subnormals
-// included; the NaN codes 0x7F / 0xFF become ±1.875, i.e. ±480 before the 2^-8: checkpoints hold no NaN weights,
-// as matvec_rows.comp's decode says), so the chunk's values are (that half) · s16, s16 = f16(s · 256), each rounded
+// included; the NaN codes 0x7F / 0xFF become the halves ±1.875 = ±480 · 2^-8: checkpoints hold no NaN weights, as
+// matvec_rows.comp's decode says), so the chunk's values are (that half) · s16, s16 = f16(s · 256), each rounded
 // once in the packed multiply. With a power-of-two scale (UE8M0) s16 is exact and the result is decode4's f32
 // value rounded to f16, bit for bit; an f32 scale adds the f16 rounding of s16 (≤ 2^-11 relative).
 #if GEMM_COOP
@@ -425,10 +425,11 @@ uvec4 decode8_h(raw_t q, f16vec2 s2, uint m) {  // values 8m .. 8m+7 (words 2m, 
 }
 // the half the multiply sees for a chunk scale s (decode8_h's caller passes f16vec2(decode8_h_scale(s)))
 float16_t decode8_h_scale(float s) { return float16_t(256.0 * s); }
-// s16 normal (or s = 0), and the largest |value| (448 = 1.75 · 2^8) times it within the f16 range
+// s16 normal (or s = 0), and the largest |half| (1.875: the NaN codes'; 448 = 1.75 · 2^8 is the largest value) times
+// it within the f16 range
 bool decode8_h_ok(float s) {
   const float h = abs(float(decode8_h_scale(s)));
-  return s == 0.0 || (h >= 6.103515625e-05 && h * 1.75 <= 65504.0);
+  return s == 0.0 || (h >= 6.103515625e-05 && h * 1.875 <= 65504.0);
 }
 #endif
 
