@@ -202,7 +202,9 @@ void fit_context(gen_request& r, const request_context& c, std::optional<int64_t
 void check_tools(const json& tools) {
   if (!tools.is_array()) throw wrong_type("tools", "an array", tools);
   for (const auto& t : tools) {
-    if (!t.is_object() || t.value("type", std::string("function")) != "function")
+    // (a "type" that is not a string must not reach json::value, which throws a type_error: a 500 — request_fuzz)
+    const json* type = t.is_object() ? field(t, "type") : nullptr;
+    if (!t.is_object() || (type && (!type->is_string() || type->get_ref<const std::string&>() != "function")))
       throw bad_request("Invalid 'tools': each tool must be {\"type\": \"function\", \"function\": {...}}.", "tools");
     const auto f = t.find("function");
     if (f == t.end() || !f->is_object() || !f->contains("name") || !f->at("name").is_string())

@@ -166,6 +166,7 @@ try:
                  [{"role": "assistant", "content": "x", "reasoning_content": 7}]):
         send(f"messages {json.dumps(msgs)[:60]}", post(CHAT, {**base, "messages": msgs}), OK)
     for tools in ([{"type": "function", "function": {"name": 5}}], [{"type": "nope"}], "tools", [None], [[]],
+                  [{"type": {"name": "f"}, "function": {"name": "f"}}], [{"type": 5, "function": {"name": "f"}}],
                   [{"type": "function", "function": {"name": "f", "parameters": "x"}}],
                   [{"type": "function", "function": {"name": "", "parameters": {}}}],
                   [{"type": "function", "function": {"name": "f" * 5000}}]):
