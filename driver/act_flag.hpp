@@ -6,6 +6,7 @@
 
 #include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/vk/gemm_precision.hpp"
+#include "model/cold_experts.hpp"
 #include "model/prefill_experts.hpp"
 
 namespace cmfx::driver {
@@ -52,6 +53,20 @@ inline CLI::Option* add_prefill_experts_flag(CLI::App* c, prefill_expert_mode& v
       ->check(CLI::IsMember({"auto", "f16", "act"}).description(""))
       ->option_text("auto|f16|act")
       ->default_str("auto");
+}
+
+/// The `--cold-experts copy|cpu` flag of `cmfx run`, `cmfx serve` and `cmfx bench` (Vulkan, with --vram-budget):
+/// dsv4_gpu_options::cold / dsv41_gpu_options::cold.
+inline CLI::Option* add_cold_experts_flag(CLI::App* c, cold_experts& v) {
+  return c
+      ->add_option_function<std::string>(
+          "--cold-experts", [&v](const std::string& s) { v = parse_cold_experts(s); },
+          "--backend vulkan with --vram-budget: an expert that is not resident is copied in (copy, default; the "
+          "logits equal the resident model's) or, unless it is used more often than the coldest cached expert, "
+          "computed on the CPU (cpu)")
+      ->check(CLI::IsMember({"copy", "cpu"}).description(""))
+      ->option_text("copy|cpu")
+      ->default_str("copy");
 }
 
 }  // namespace cmfx::driver

@@ -129,10 +129,12 @@ int run_bench(const bench_args& a) {
   if (v41) {
     dsv41_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
+    go.cold = a.cold;
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
+    go.cold = a.cold;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
@@ -210,6 +212,7 @@ int run_bench(const bench_args& a) {
   cd.tokens -= c0.tokens, cd.lookups -= c0.lookups, cd.hits -= c0.hits, cd.bytes_moved -= c0.bytes_moved;
   cd.move_seconds -= c0.move_seconds, cd.copy_device_seconds -= c0.copy_device_seconds;
   cd.wait_seconds -= c0.wait_seconds;
+  cd.cpu_experts -= c0.cpu_experts, cd.cpu_seconds -= c0.cpu_seconds;
   const double pre_tps = a.prompt ? double(a.prompt) / pre_s : 0, dec_tps = a.tokens ? double(a.tokens) / dec_s : 0;
   const double bpt = double(m.bytes_per_token());
   const bool chunked = m.prefill_chunked();
@@ -274,11 +277,12 @@ int run_bench(const bench_args& a) {
   if (a.json)
     std::printf("{\"prefill_tps\": %.3f, \"prefill_first_tps\": %.3f, \"decode_tps\": %.3f, \"decode_far_tps\": %.3f, "
                 "\"bytes_per_token\": %.0f, \"roofline_gbps\": %.3f, \"roofline_ratio\": %.4f, \"weight_bytes\": %llu, \"cache_slots\": %u, "
-                "\"cache_hit_rate\": %.4f, \"cache_bytes_per_token\": %.0f}\n",
+                "\"cache_hit_rate\": %.4f, \"cache_bytes_per_token\": %.0f, \"cpu_experts_per_token\": %.3f}\n",
                 pre_tps, a.prompt ? double(a.prompt) / first_s : 0.0, dec_tps, far_tps, bpt, roof / 1e9,
                 bpt * dec_tps / roof, (unsigned long long)m.weight_bytes(),
                 cd.active ? cd.slots : 0u, cd.lookups ? double(cd.hits) / double(cd.lookups) : 1.0,
-                cd.tokens ? double(cd.bytes_moved) / double(cd.tokens) : 0.0);
+                cd.tokens ? double(cd.bytes_moved) / double(cd.tokens) : 0.0,
+                cd.tokens ? double(cd.cpu_experts) / double(cd.tokens) : 0.0);
   return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/vk/gemm_precision.hpp"
+#include "model/cold_experts.hpp"
 #include "model/prefill_experts.hpp"
 
 namespace cmfx::driver {
@@ -56,6 +57,7 @@ struct bench_args {
   uint64_t profile_at = 0;        // --profile-at: position of the profiled decode steps (0: --prompt)
   std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)
   uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)
+  cold_experts cold = cold_experts::copy;  // --cold-experts: misses of the expert cache copied in or run on the CPU
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  // --prefill-experts: the prefill chunks' experts
@@ -80,6 +82,7 @@ struct model_run_options {
   int device = -1;          // --device: Vulkan device index (-1 = the best)
   uint64_t max_ctx = 4096;  // positions the device state holds (run: --ctx)
   uint64_t vram_budget = 0; // --vram-budget: device bytes the model may take (0 = no limit: every expert resident)
+  cold_experts cold = cold_experts::copy;  // --cold-experts: misses of the expert cache copied in or run on the CPU
   uint32_t prefill_chunk = 512;  // --prefill-chunk: V4 prompt positions per device recording (0/1: token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  // --prefill-experts: the prefill chunks' experts

@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 4096u));
   add_gemm_flag(cr, run.model_opts.gemm);
   add_prefill_experts_flag(cr, run.model_opts.prefill_experts);
+  add_cold_experts_flag(cr, run.model_opts.cold);
   cr->add_flag("--stats", run.stats, "--backend vulkan: print the expert-cache statistics at the end");
   cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);
   cr->add_flag("--print-ids", run.print_ids, "Print the prompt and generated token ids on stderr");
@@ -163,6 +164,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 4096u));
   add_gemm_flag(cb, bench.gemm);
   add_prefill_experts_flag(cb, bench.prefill_experts);
+  add_cold_experts_flag(cb, bench.cold);
   cb->add_option("--mv-subgroups", bench.mv_subgroups,
                  "Diagnostics: subgroups a batch-1 matvec dispatch aims at (rows per subgroup and column split; "
                  "0 = the default rule)")

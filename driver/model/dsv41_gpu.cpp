@@ -243,11 +243,18 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
     ts.mark(&gpu_graph_profile::route);
     if (segmented) {  // the selected ids to the host; the expert cache makes those experts resident here
       cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);
+      if (experts->cpu_fallback()) {  // and what the host needs to run the experts it keeps (--cold-experts cpu)
+        cur->copy(G.route_w, experts->weights_slot(l), uint64_t(K) * 4);
+        cur->copy(u, experts->input_slot(l), experts->input_slot(l).bytes);
+      }
       cut();
+      // the routing weights with the experts the host runs zeroed (written by the host before this part)
+      if (experts->cpu_fallback()) cur->copy(experts->weights_in(l), G.route_w, uint64_t(K) * 4);
     }
     const gpu_shared_apart sha{G.shared_apart ? &G.sh_down : nullptr, sh_g, sh_u, sh_out, cf.moe_inter};
     const view moe_add = record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit),
                                         moe_h, moe_out, opt.expert_act, experts->slot_map(l), prepared);
+    if (segmented && experts->cpu_fallback()) k.add(*cur, experts->cpu_sum(l), moe_out, experts->cpu_sum(l).bytes / 4);
     ts.op("moe (+ shared expert apart, concurrent)");
     ts.mark(&gpu_graph_profile::experts);
     // The next attention's mixes come with this hc_post unless an Engram add changes X first.

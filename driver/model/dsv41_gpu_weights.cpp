@@ -42,7 +42,8 @@ dsv41_gpu_model::impl::impl(const dsv41_weights& w, gpu::device& d, gpu::kernels
   experts = std::make_unique<gpu_expert_cache>(dev, cfg.experts, cfg.top_k);
   upload_weights(w);
   alloc_state();
-  weight_bytes += experts->place(weight_bytes + state_bytes, opt.vram_budget, opt.copy_threads);
+  weight_bytes += experts->place(weight_bytes + state_bytes,
+                                 {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit)});
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
 }
 

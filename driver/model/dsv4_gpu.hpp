@@ -39,8 +39,12 @@ struct dsv4_gpu_options {
   /// least recently used slots, and the layer's MoE reads its experts through a slot map (kernels::moe). The token
   /// then runs as one submission per layer, recorded per step (no pipelined recording), without profiling.
   uint64_t vram_budget = 0;
-  /// Host threads that copy streamed experts into the upload ring (expert cache only; at most the cores).
+  /// Host threads that copy streamed experts into the upload ring (expert cache only; at most the cores) — and
+  /// compute them with cold_experts::cpu.
   uint32_t copy_threads = 8;
+  /// What the expert cache does with a selected expert that is not resident (gpu_expert_cache.hpp): copy it in
+  /// (default) or, unless it is hotter than the coldest slot, compute it on the host's CPU.
+  cold_experts cold = cold_experts::copy;
   /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
   /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
   /// compressor rings ≥ chunk + 2·ratio, so the state grows with it; the chunk's scratch is allocated by the first

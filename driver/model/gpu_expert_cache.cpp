@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "cmfx/core/error.hpp"
+#include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/vk/device.hpp"
 
 namespace cmfx::driver {
@@ -16,6 +18,8 @@ namespace {
 uint64_t matrix_bytes(const gpu::gpu_matrix& m) { return m.data.size() + (m.scale ? m.scale.size() : 0); }
 uint64_t view_bytes(const matrix_view& v) { return v.data_bytes + v.scale_bytes; }
 uint64_t expert_bytes(const expert_view& e) { return view_bytes(e.gate) + view_bytes(e.up) + view_bytes(e.down); }
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+constexpr uint32_t absent = 0xFFFFFFFFu;
 
 }  // namespace
 
@@ -29,7 +33,13 @@ std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t expe
                 s.slots, experts, double(s.slot_bytes) / 1e6, (unsigned long long)s.tokens,
                 s.lookups ? 100.0 * double(s.hits) / double(s.lookups) : 0.0, double(s.bytes_moved) / t / 1e6,
                 s.move_seconds / t * 1e3, s.copy_device_seconds / t * 1e3, s.wait_seconds / t * 1e3);
-  return b;
+  std::string line = b;
+  if (s.cold == cold_experts::cpu) {
+    std::snprintf(b, sizeof b, "; cold experts on the CPU: %.2f per token, %.2f ms", double(s.cpu_experts) / t,
+                  s.cpu_seconds / t * 1e3);
+    line += b;
+  }
+  return line;
 }
 
 gpu_expert_cache::gpu_expert_cache(gpu::device& dev, uint32_t experts, uint32_t top_k)
@@ -56,7 +66,27 @@ uint64_t gpu_expert_cache::add_layer(const std::vector<expert_view>& experts, co
 gpu::view gpu_expert_cache::slot_map(uint32_t l) const { return stats_.active ? gpu::view(layers_.at(l).map) : gpu::view(); }
 
 gpu::view gpu_expert_cache::ids_slot(uint32_t l) const {
-  return gpu::view(readback_, uint64_t(l) * top_k_ * 4, uint64_t(top_k_) * 4);
+  return gpu::view(readback_, uint64_t(l) * rec_stride_, uint64_t(top_k_) * 4);
+}
+
+gpu::view gpu_expert_cache::weights_slot(uint32_t l) const {
+  if (!cpu_fallback()) return {};
+  return gpu::view(readback_, uint64_t(l) * rec_stride_ + uint64_t(top_k_) * 4, uint64_t(top_k_) * 4);
+}
+
+gpu::view gpu_expert_cache::input_slot(uint32_t l) const {
+  if (!cpu_fallback()) return {};
+  return gpu::view(readback_, uint64_t(l) * rec_stride_ + uint64_t(top_k_) * 8, uint64_t(layers_.at(l).moe->dim) * 4);
+}
+
+gpu::view gpu_expert_cache::weights_in(uint32_t l) const {
+  if (!cpu_fallback()) return {};
+  return gpu::view(weights_in_, uint64_t(l) * w_stride_, uint64_t(top_k_) * 4);
+}
+
+gpu::view gpu_expert_cache::cpu_sum(uint32_t l) const {
+  if (!cpu_fallback()) return {};
+  return gpu::view(cpu_sums_, uint64_t(l) * sum_stride_, uint64_t(layers_.at(l).moe->dim) * 4);
 }
 
 uint64_t gpu_expert_cache::resident_bytes() const {
@@ -67,31 +97,38 @@ uint64_t gpu_expert_cache::resident_bytes() const {
   return all;
 }
 
-uint64_t gpu_expert_cache::place(uint64_t used, uint64_t budget, uint32_t copy_threads) {
+uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& o) {
   const uint32_t E = experts_, K = top_k_, nl = uint32_t(layers_.size());
   if (nl == 0) return 0;
+  opt_ = o;
+  const bool cpu = o.cold == cold_experts::cpu;
+  const uint64_t budget = o.budget;
   const uint64_t one = expert_bytes(layers_[0].host.at(0));  // host bytes of one routed expert
   uint64_t shared_all = 0;  // every layer's stacked shared expert
   for (const layer& L : layers_) shared_all += L.moe->shared ? expert_bytes(L.shared) : 0;
   const uint64_t all = resident_bytes();  // every layer's routed experts (+ shared)
   const bool fits = budget == 0 || used + all <= budget;
-  uint64_t slots = E, taken = 0;
+  uint64_t slots = E, taken = 0;  // routed-expert slots (cold_experts::cpu: plus the stand-in slot)
   if (!fits) {
     auto gib = [](uint64_t b) { return std::to_string(double(b) / double(1ull << 30)).substr(0, 6) + " GiB"; };
-    const uint64_t min_need = uint64_t(K) * one * nl + shared_all;
+    // copy: a token needs its top_k experts resident at once; cpu: only the stand-in slot is required.
+    const uint64_t min_slots = cpu ? 1 : K;
+    const uint64_t min_need = min_slots * one * nl + shared_all;
     if (used + min_need > budget)
       throw usage_error("gpu model: --vram-budget " + gib(budget) + " is below the " + gib(used) +
-                        " of non-expert weights, state and scratch plus top_k = " + std::to_string(K) +
-                        " experts per layer (" + gib(min_need) + "); at least " + std::to_string(used + min_need) +
-                        " bytes (" + gib(used + min_need) + ") are needed");
-    slots = std::min<uint64_t>(E, (budget - used - shared_all) / nl / one);
+                        " of non-expert weights, state and scratch plus " +
+                        (cpu ? std::string("one expert slot per layer (the stand-in slot of --cold-experts cpu)")
+                             : "top_k = " + std::to_string(K) + " experts per layer") +
+                        " (" + gib(min_need) + "); at least " + std::to_string(used + min_need) + " bytes (" +
+                        gib(used + min_need) + ") are needed");
+    slots = std::min<uint64_t>(E, (budget - used - shared_all) / nl / one) - (cpu ? 1 : 0);
   }
   for (layer& L : layers_) {
     const expert_view* sh = L.moe->shared ? &L.shared : nullptr;
     if (fits)
       *L.moe = gpu::upload_moe(dev_, L.host, sh);
     else
-      *L.moe = gpu::alloc_moe_slots(dev_, L.host.at(0), E, uint32_t(slots), sh);
+      *L.moe = gpu::alloc_moe_slots(dev_, L.host.at(0), E, uint32_t(slots) + (cpu ? 1 : 0), sh);
     taken += matrix_bytes(L.moe->gate_up.w) + matrix_bytes(L.moe->down.w);
   }
   if (fits) {
@@ -99,6 +136,7 @@ uint64_t gpu_expert_cache::place(uint64_t used, uint64_t budget, uint32_t copy_t
     return taken;
   }
   stats_.active = true;
+  stats_.cold = o.cold;
   stats_.slots = uint32_t(slots);
   stats_.slot_bytes = gpu::moe_slot_bytes(*layers_.at(0).moe);
   // Every expert is checked now (formats, shapes, sizes; one slot size for all layers: the ring and the budget
@@ -116,12 +154,43 @@ uint64_t gpu_expert_cache::place(uint64_t used, uint64_t budget, uint32_t copy_t
   }
   ring_ = dev_.alloc_upload(uint64_t(K) * stats_.slot_bytes);
   copiers_ = std::make_unique<thread_pool>(
-      std::max(1u, std::min(copy_threads, std::max(1u, std::thread::hardware_concurrency()))));
-  readback_ = dev_.alloc_upload(uint64_t(nl) * K * 4);
+      std::max(1u, std::min(o.copy_threads, std::max(1u, std::thread::hardware_concurrency()))));
+  const uint64_t dim = layers_[0].moe->dim;
+  for (const layer& L : layers_)
+    if (L.moe->dim != dim) throw usage_error("gpu model: the expert cache needs one model dimension for every layer");
+  // Per layer: ids (top_k uint32); with cold_experts::cpu also the routing weights (top_k f32) and the MoE input.
+  rec_stride_ = round_up(uint64_t(K) * 4 + (cpu ? uint64_t(K) * 4 + dim * 4 : 0), 64);
+  readback_ = dev_.alloc_upload(uint64_t(nl) * rec_stride_);
+  if (cpu) {
+    sum_stride_ = round_up(dim * 4, 256);  // a storage binding's offset alignment on every device we know
+    cpu_sums_ = dev_.alloc_upload(uint64_t(nl) * sum_stride_);
+    std::memset(dev_.mapped(cpu_sums_), 0, uint64_t(nl) * sum_stride_);
+    w_stride_ = round_up(uint64_t(K) * 4, 256);
+    weights_in_ = dev_.alloc_upload(uint64_t(nl) * w_stride_);
+    // The stand-in slot holds the layer's expert 0 (finite weights): a CPU expert read there with a zero routing
+    // weight adds SwiGLU · 0 = 0 to the device's sum. (A slot of zero bytes would not do: q4tp decodes them to −8.)
+    stand_in_ = uint32_t(slots);
+    for (layer& L : layers_) {
+      uint8_t* to = dev_.mapped(ring_);
+      for (const auto& [from, bytes] : gpu::moe_slot_sources(*L.moe, L.host.at(0))) {
+        std::memcpy(to, from, bytes);
+        to += bytes;
+      }
+      gpu::commands c = dev_.begin();
+      gpu::record_moe_slot(c, *L.moe, stand_in_, gpu::view(ring_, 0, stats_.slot_bytes));
+      dev_.submit_async(c);
+      dev_.wait(c);
+    }
+    cpu_in_.resize(dim);
+    cpu_out_.resize(dim);
+  }
   for (layer& L : layers_) {
-    L.slot_of.assign(E, 0xFFFFFFFFu);
+    L.slot_of.assign(E, absent);
+    L.map_dev = L.slot_of;
     L.expert_in.assign(slots, -1);
     L.last_use.assign(slots, 0);
+    L.heat.assign(cpu ? E : 0, 0.0);
+    L.heat_at.assign(cpu ? E : 0, 0);
     L.map = dev_.alloc(uint64_t(E) * 4);
     dev_.upload(L.map, L.slot_of);
     taken += L.map.size();
@@ -131,72 +200,145 @@ uint64_t gpu_expert_cache::place(uint64_t used, uint64_t budget, uint32_t copy_t
 
 void gpu_expert_cache::invalidate() {
   for (layer& L : layers_) {
-    L.slot_of.assign(L.slot_of.size(), 0xFFFFFFFFu);
+    L.slot_of.assign(L.slot_of.size(), absent);
+    L.map_dev = L.slot_of;
     L.expert_in.assign(L.expert_in.size(), -1);
     L.last_use.assign(L.last_use.size(), 0);
+    L.cpu_used = false;
     dev_.upload(L.map, L.slot_of);
   }
+  if (cpu_sums_) std::memset(dev_.mapped(cpu_sums_), 0, cpu_sums_.size());
 }
 
-uint32_t gpu_expert_cache::fill(uint32_t l, const uint32_t* ids, std::vector<gpu::commands>& out) {
+double gpu_expert_cache::heat(const layer& L, uint32_t e) const {
+  const double age = double(stats_.tokens - L.heat_at[e]);
+  return L.heat[e] * std::exp2(-age / cold_half_life);
+}
+
+uint32_t gpu_expert_cache::fill(uint32_t l, const uint8_t* rec, std::vector<gpu::commands>& out) {
   layer& C = layers_.at(l);
   const uint32_t K = top_k_, E = experts_;
+  const bool cpu = stats_.cold == cold_experts::cpu;
+  uint32_t ids[gpu::kernels::route_max_k];
+  std::memcpy(ids, rec, uint64_t(K) * 4);
   const uint64_t tick = ++tick_;
-  uint8_t* const staged = dev_.mapped(ring_);
-  uint32_t moved = 0;
-  constexpr uint64_t piece = 1ull << 20;
-  // First every selected expert that is resident is marked used by this token (so that no miss evicts it), then
-  // the misses take the least recently used other slots. Each miss is packed into the ring by the copy threads and
-  // its device copy submitted at once, so the copy engine moves one expert while the host packs the next.
+  // First every selected expert that is resident is marked used by this token (so that no miss evicts it).
   for (uint32_t j = 0; j < K; ++j)
-    if (ids[j] < E && C.slot_of[ids[j]] != 0xFFFFFFFFu) C.last_use[C.slot_of[ids[j]]] = tick;
+    if (ids[j] < E && C.slot_of[ids[j]] != absent) C.last_use[C.slot_of[ids[j]]] = tick;
+  if (cpu)
+    for (uint32_t j = 0; j < K; ++j)
+      if (ids[j] < E) C.heat[ids[j]] = heat(C, ids[j]) + 1.0, C.heat_at[ids[j]] = stats_.tokens;
+  // Then each miss takes a slot not used by this token: copy — the least recently used one; cpu — the one whose
+  // expert is coldest, and only when the miss is hotter (else the miss is computed on the CPU).
+  struct move {
+    uint32_t e, slot;
+  };
+  move moves[gpu::kernels::route_max_k];
+  uint32_t moved = 0;
+  std::vector<uint32_t> on_cpu;  // positions j
   for (uint32_t j = 0; j < K; ++j) {
     const uint32_t e = ids[j];
     if (e >= E) continue;  // an invalid id: the MoE turns the token into NaN (as without the cache)
     ++stats_.lookups;
-    if (C.slot_of[e] != 0xFFFFFFFFu) {
+    if (C.slot_of[e] != absent) {
       ++stats_.hits;
       continue;
     }
-    // The least recently used slot not taken by this token (slots >= top_k, so one always exists).
-    uint32_t victim = 0;
-    uint64_t oldest = ~uint64_t(0);
-    for (uint32_t s = 0; s < C.expert_in.size(); ++s)
-      if (C.last_use[s] != tick && C.last_use[s] < oldest) oldest = C.last_use[s], victim = s;
-    if (C.expert_in[victim] >= 0) C.slot_of[size_t(C.expert_in[victim])] = 0xFFFFFFFFu;
-    // The packed image goes to its own part of the ring (the previous layer's copies have run: run_token waited
-    // for its part); the device copies it into the slot before this layer's MoE (submission order).
-    const uint64_t off = uint64_t(moved) * stats_.slot_bytes;
+    uint32_t victim = absent;
+    double cold = 0;
+    for (uint32_t s = 0; s < C.expert_in.size(); ++s) {
+      if (C.last_use[s] == tick) continue;
+      const double v = cpu ? (C.expert_in[s] < 0 ? -1.0 : heat(C, uint32_t(C.expert_in[s]))) : double(C.last_use[s]);
+      if (victim == absent || v < cold) cold = v, victim = s;
+    }
+    if (cpu && (victim == absent || !(heat(C, e) > cold))) {
+      on_cpu.push_back(j);
+      continue;
+    }
+    if (victim == absent) throw std::logic_error("expert cache: no free slot (slots < top_k)");
+    if (C.expert_in[victim] >= 0) C.slot_of[size_t(C.expert_in[victim])] = absent;
+    C.expert_in[victim] = int64_t(e);
+    C.slot_of[e] = victim;
+    C.last_use[victim] = tick;
+    moves[moved++] = {e, victim};
+  }
+  // The device's slot map: slot_of, and with CPU experts those pointing at the slot of zeros.
+  std::vector<uint32_t> want = C.slot_of;
+  for (const uint32_t j : on_cpu) want[ids[j]] = stand_in_;
+  const bool map_changed = want != C.map_dev;
+  // Each move is packed into its own part of the ring by the copy threads and its device copy submitted at once,
+  // so the copy engine moves one expert while the host packs the next (the previous layer's copies have run:
+  // run_token waited for its part); the device copies it into the slot before this layer's MoE (submission
+  // order). The map's update rides with the last copy (or alone when only CPU experts changed it).
+  uint8_t* const staged = dev_.mapped(ring_);
+  constexpr uint64_t piece = 1ull << 20;
+  for (uint32_t i = 0; i < moved; ++i) {
+    const uint64_t off = uint64_t(i) * stats_.slot_bytes;
     chunks_.clear();
     uint8_t* to = staged + off;
-    for (const auto& [from, bytes] : gpu::moe_slot_sources(*C.moe, C.host[e]))
+    for (const auto& [from, bytes] : gpu::moe_slot_sources(*C.moe, C.host[moves[i].e]))
       for (uint64_t at = 0; at < bytes; at += piece) {
         chunks_.push_back({to, from + at, std::min(piece, bytes - at)});
         to += chunks_.back().bytes;
       }
     const auto t0 = std::chrono::steady_clock::now();
     copiers_->run(chunks_.size(), [&](uint64_t b, uint64_t en, unsigned) {
-      for (uint64_t i = b; i < en; ++i) std::memcpy(chunks_[i].to, chunks_[i].from, chunks_[i].bytes);
+      for (uint64_t q = b; q < en; ++q) std::memcpy(chunks_[q].to, chunks_[q].from, chunks_[q].bytes);
     });
     stats_.move_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.push_back(dev_.begin());
     gpu::commands& c = out.back();
     c.barrier();
     if (dev_.info().timestamps) (void)c.timestamp();  // stamp 0; stamp 1 after the copy (run_token reads them)
-    gpu::record_moe_slot(c, *C.moe, victim, gpu::view(ring_, off, stats_.slot_bytes));
+    gpu::record_moe_slot(c, *C.moe, moves[i].slot, gpu::view(ring_, off, stats_.slot_bytes));
     stats_.bytes_moved += stats_.slot_bytes;
-    ++moved;
-    C.expert_in[victim] = int64_t(e);
-    C.slot_of[e] = victim;
-    C.last_use[victim] = tick;
-    bool last_miss = true;  // the slot map's update rides with the last copy
-    for (uint32_t q = j + 1; q < K; ++q)
-      if (ids[q] < E && C.slot_of[ids[q]] == 0xFFFFFFFFu) last_miss = false;
-    if (last_miss) c.update(C.map, C.slot_of.data(), uint64_t(E) * 4);
+    if (i + 1 == moved && map_changed) c.update(C.map, want.data(), uint64_t(E) * 4);
     if (dev_.info().timestamps) (void)c.timestamp();
     dev_.submit_async(c);
   }
+  if (moved == 0 && map_changed) {
+    out.push_back(dev_.begin());
+    gpu::commands& c = out.back();
+    c.barrier();
+    if (dev_.info().timestamps) (void)c.timestamp(), (void)c.timestamp();  // run_token reads stamps 0 and 1
+    c.update(C.map, want.data(), uint64_t(E) * 4);
+    dev_.submit_async(c);
+  }
+  C.map_dev = std::move(want);
+  if (cpu) compute_on_cpu(l, rec, on_cpu);  // while the copy engine moves the admitted ones
   return moved;
+}
+
+void gpu_expert_cache::compute_on_cpu(uint32_t l, const uint8_t* rec, const std::vector<uint32_t>& js) {
+  layer& C = layers_.at(l);
+  const uint32_t K = top_k_;
+  const uint64_t dim = C.moe->dim;
+  float* const sum = reinterpret_cast<float*>(dev_.mapped(cpu_sums_) + uint64_t(l) * sum_stride_);
+  // The device's routing weights: the routing's, zero for the experts computed here.
+  float w[gpu::kernels::route_max_k], dev_w[gpu::kernels::route_max_k];
+  std::memcpy(w, rec + uint64_t(K) * 4, uint64_t(K) * 4);
+  std::memcpy(dev_w, w, uint64_t(K) * 4);
+  for (const uint32_t j : js) dev_w[j] = 0.0f;
+  std::memcpy(dev_.mapped(weights_in_) + uint64_t(l) * w_stride_, dev_w, uint64_t(K) * 4);
+  if (js.empty()) {
+    if (C.cpu_used) std::memset(sum, 0, dim * 4);
+    C.cpu_used = false;
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  uint32_t ids[gpu::kernels::route_max_k];
+  float sel_w[gpu::kernels::route_max_k];
+  std::memcpy(ids, rec, uint64_t(K) * 4);
+  std::memcpy(cpu_in_.data(), rec + uint64_t(K) * 8, dim * 4);  // one read of the uncached mapping
+  uint32_t sel[gpu::kernels::route_max_k];
+  const uint32_t m = uint32_t(js.size());
+  for (uint32_t i = 0; i < m; ++i) sel[i] = ids[js[i]], sel_w[i] = w[js[i]];
+  moe_forward(*copiers_, best_cpu_kernels(), std::span<const expert_view>(C.host), nullptr, cpu_in_.data(), 1, dim,
+              sel, sel_w, m, opt_.swiglu_limit, cpu_out_.data(), cpu_scratch_, opt_.act);
+  std::memcpy(sum, cpu_out_.data(), dim * 4);
+  C.cpu_used = true;
+  stats_.cpu_experts += m;
+  stats_.cpu_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs) {
@@ -204,7 +346,6 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
   if (segs.size() != nl) throw std::logic_error("expert cache: one recorded part per layer expected");
   dev_.submit_async(pre);
   dev_.submit_async(first);
-  std::vector<uint32_t> ids(K);
   std::vector<gpu::commands> fills;  // this token's expert copies, one recording per missing expert
   fills.reserve(size_t(nl) * K);
   try {
@@ -218,8 +359,7 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
     };
     for (uint32_t l = 0; l < nl; ++l) {
       tw(*prev);
-      std::memcpy(ids.data(), sel + uint64_t(l) * K * 4, uint64_t(K) * 4);
-      (void)fill(l, ids.data(), fills);  // submits one copy per missing expert
+      (void)fill(l, sel + uint64_t(l) * rec_stride_, fills);  // submits one copy per missing expert
       dev_.submit_async(segs[l]);
       prev = &segs[l];
     }

@@ -6,21 +6,45 @@
 // copies into the least recently used slots plus the slot map's update before the layer's MoE, which reads its
 // experts through the map (gpu::kernels::moe(..., slot_map)): ids and sum order unchanged, so the output is
 // bit-identical to the resident layer's.
+//
+// cold_experts::cpu (--cold-experts cpu): a miss is copied in only when its use count (decayed by half every
+// cold_half_life tokens) exceeds the coldest resident expert's that this token does not use; every other miss is
+// computed on the host's CPU (kernels::moe_forward on the mapped weights, the copy threads as its pool) from the
+// layer's MoE input and routing weights, which the recording copies to the host with the ids. On the device its
+// slot-map entry points at a stand-in slot (one per layer beyond the cached ones, holding the layer's expert 0:
+// finite weights) and its routing weight is zeroed (the host writes the weights back after the cut), so the
+// device's MoE adds exactly 0 for it (h = SwiGLU · 0); the recording then adds the host's sum to the MoE output
+// (kernels::add from mapped memory). The result differs from the resident graph's by the CPU kernels' rounding and
+// summation order (the parity cases bound it).
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cmfx/core/thread_pool.hpp"
+#include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/kernels/moe.hpp"
 #include "cmfx/vk/kernels.hpp"
+#include "cold_experts.hpp"
 
 namespace cmfx::driver {
+
+/// How the expert cache is placed and what it does with misses (place()).
+struct gpu_expert_cache_options {
+  uint64_t budget = 0;          ///< device bytes the model may take (0 = no limit: every expert resident)
+  uint32_t copy_threads = 8;    ///< host threads packing misses (and computing them with cold_experts::cpu)
+  cold_experts cold = cold_experts::copy;
+  act_precision act = act_precision::f32;  ///< the CPU experts' activations (the graph's expert_act)
+  float swiglu_limit = 10.0f;   ///< the CPU experts' SwiGLU clamp (the config's)
+};
+/// Tokens after which a use counts half in cold_experts::cpu's admission rule.
+inline constexpr double cold_half_life = 64.0;
 
 /// The expert cache's totals since construction.
 struct gpu_expert_cache_stats {
   bool active = false;        ///< false: every expert resident
-  uint32_t slots = 0;         ///< routed-expert slots per layer
+  cold_experts cold = cold_experts::copy;
+  uint32_t slots = 0;         ///< routed-expert slots per layer (cold_experts::cpu: and the stand-in slot)
   uint64_t slot_bytes = 0;    ///< device bytes of one expert (gate, up, down)
   uint64_t tokens = 0;        ///< steps run with the cache
   uint64_t lookups = 0;       ///< selected routed experts (top_k per layer per token)
@@ -29,6 +53,8 @@ struct gpu_expert_cache_stats {
   double move_seconds = 0;    ///< host time spent copying experts into the upload ring (inside the steps)
   double copy_device_seconds = 0;  ///< device time of the ring → slot copies (timestamps; 0 without them)
   double wait_seconds = 0;    ///< host time blocked on the device's per-layer parts (compute + copies + latency)
+  uint64_t cpu_experts = 0;   ///< misses computed on the host's CPU (cold_experts::cpu)
+  double cpu_seconds = 0;     ///< host time computing them (reading the inputs, the experts, writing the sum)
 };
 
 /// "expert cache: S of E slots per layer, hit rate …, … MB moved per token" (or "every expert resident").
@@ -43,13 +69,14 @@ class gpu_expert_cache {
   /// apart); place() fills it. The views must stay valid while the model lives (mapped weights). Returns the weight
   /// bytes one token reads from the layer's stacked experts (top_k routed + the stacked shared one).
   uint64_t add_layer(const std::vector<expert_view>& experts, const expert_view& shared, gpu::gpu_moe* moe);
-  /// After every other allocation (`used` device bytes): uploads every layer's experts when they fit `budget`
-  /// (0 = no limit), else allocates the same number of slots per layer (what the budget leaves, ≥ top_k, else a
-  /// usage_error naming the minimum). Returns the device bytes it took.
   /// Bytes every layer's routed (and stacked shared) experts take when all are resident — what place() compares
   /// with the budget.
   uint64_t resident_bytes() const;
-  uint64_t place(uint64_t used, uint64_t budget, uint32_t copy_threads);
+  /// After every other allocation (`used` device bytes): uploads every layer's experts when they fit o.budget
+  /// (0 = no limit), else allocates the same number of slots per layer (what the budget leaves: ≥ top_k with
+  /// cold_experts::copy, ≥ 0 besides the slot of zeros with cold_experts::cpu; else a usage_error naming the
+  /// minimum). Returns the device bytes it took.
+  uint64_t place(uint64_t used, const gpu_expert_cache_options& o);
 
   bool active() const noexcept { return stats_.active; }
   const gpu_expert_cache_stats& stats() const noexcept { return stats_; }
@@ -57,6 +84,15 @@ class gpu_expert_cache {
   gpu::view slot_map(uint32_t l) const;
   /// Where a recording copies layer l's selected ids (top_k uint32) for the host to read after its part ran.
   gpu::view ids_slot(uint32_t l) const;
+  /// cold_experts::cpu with the cache active: the recording also copies layer l's routing weights (top_k f32) to
+  /// weights_slot(l) and its MoE input (dim f32) to input_slot(l) before the cut; after it, copies weights_in(l)
+  /// (the weights with the CPU experts' zeroed) over the routing's weights before the MoE, and adds cpu_sum(l)
+  /// (dim f32, the host's experts) to the MoE output after it. Empty views otherwise.
+  bool cpu_fallback() const noexcept { return stats_.active && stats_.cold == cold_experts::cpu; }
+  gpu::view weights_slot(uint32_t l) const;
+  gpu::view input_slot(uint32_t l) const;
+  gpu::view weights_in(uint32_t l) const;
+  gpu::view cpu_sum(uint32_t l) const;
 
   /// Runs one token: `pre` and `first` (up to the first layer's routing) then segs[l] (the rest after layer l's
   /// routing), making each layer's selected experts resident in between. Returns when the token ran; on an error
@@ -72,6 +108,10 @@ class gpu_expert_cache {
     std::vector<int64_t> expert_in;  // [slots]: −1 empty
     std::vector<uint64_t> last_use;  // [slots]
     gpu::buffer map;                 // uint32 [experts] (0xFFFFFFFF = not resident)
+    std::vector<uint32_t> map_dev;   // what `map` holds (cold_experts::cpu: slot_of, CPU experts → the stand-in)
+    std::vector<double> heat;        // [experts] decayed use counts (cold_experts::cpu) as of heat_at
+    std::vector<uint64_t> heat_at;   // [experts] token of the last update
+    bool cpu_used = false;           // the last token's cpu_sum of this layer is not zero
   };
   struct chunk {
     uint8_t* to;
@@ -79,16 +119,30 @@ class gpu_expert_cache {
     uint64_t bytes;
   };
   /// Makes layer l's selected experts resident: per missing expert, packs its image into the ring and submits a
-  /// recording of its copy into a slot (appended to `out`; the last one also updates the slot map). Returns the
-  /// number of experts moved.
-  uint32_t fill(uint32_t l, const uint32_t* ids, std::vector<gpu::commands>& out);
+  /// recording of its copy into a slot (appended to `out`; the last one also updates the slot map). With
+  /// cold_experts::cpu the misses not admitted are computed on the host into cpu_sum(l) and their weights zeroed in
+  /// weights_in(l). `rec`: the layer's
+  /// record in the readback buffer (ids, then weights and input). Returns the number of experts moved.
+  uint32_t fill(uint32_t l, const uint8_t* rec, std::vector<gpu::commands>& out);
+  /// Layer l's CPU experts (positions j of the selection) into cpu_sum(l); zeros when there are none.
+  void compute_on_cpu(uint32_t l, const uint8_t* rec, const std::vector<uint32_t>& js);
+  double heat(const layer& L, uint32_t e) const;
   void invalidate();
 
   gpu::device& dev_;
   uint32_t experts_, top_k_;
   std::vector<layer> layers_;
   gpu::buffer ring_;      // host-written: the packed images of one layer's missing experts
-  gpu::buffer readback_;  // host-read: every layer's selected ids
+  gpu::buffer readback_;  // host-read: every layer's selected ids (cold_experts::cpu: and weights and MoE input)
+  uint64_t rec_stride_ = 0;  // bytes per layer in readback_
+  gpu::buffer cpu_sums_;  // host-written: every layer's CPU experts' sum (cold_experts::cpu)
+  uint64_t sum_stride_ = 0;
+  gpu::buffer weights_in_;  // host-written: every layer's routing weights, the CPU experts' zeroed
+  uint64_t w_stride_ = 0;
+  uint32_t stand_in_ = 0;  // cold_experts::cpu: the slot the CPU experts map to
+  gpu_expert_cache_options opt_;
+  moe_scratch cpu_scratch_;
+  std::vector<float> cpu_in_, cpu_out_;
   std::unique_ptr<thread_pool> copiers_;
   std::vector<chunk> chunks_;  // one layer's packed images in pieces ≤ 1 MiB (reused)
   gpu_expert_cache_stats stats_;

@@ -31,6 +31,7 @@ struct gpu_run_options {
   uint32_t prefill_chunk = 512;  ///< dsv4_gpu_options::prefill_chunk (V4 graphs; V4.1 runs prompts token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  ///< dsv4_gpu_options::gemm (--gemm)
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  ///< dsv4_gpu_options::prefill_experts
+  cold_experts cold = cold_experts::copy;  ///< the graphs' cold (--cold-experts; with vram_budget)
 };
 
 class gpu_runner {

@@ -72,6 +72,11 @@ class gpu_engine final : public engine {
                 double(c.bytes_moved));
     prom_metric(o, "cmfx_expert_cache_copy_seconds_total", "counter",
                 "Host seconds spent packing missing experts into the upload ring.", c.move_seconds);
+    prom_metric(o, "cmfx_expert_cache_cpu_experts_total", "counter",
+                "Selected routed experts computed on the CPU instead of copied in (--cold-experts cpu).",
+                double(c.cpu_experts));
+    prom_metric(o, "cmfx_expert_cache_cpu_seconds_total", "counter",
+                "Host seconds spent computing experts on the CPU (--cold-experts cpu).", c.cpu_seconds);
     return o;
   }
 

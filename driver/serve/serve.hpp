@@ -6,6 +6,7 @@
 
 #include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/vk/gemm_precision.hpp"
+#include "model/cold_experts.hpp"
 
 namespace CLI {
 class App;
@@ -38,6 +39,7 @@ struct serve_args {
   // --backend vulkan: the whole graph on a GPU (V4 and V4.1), one slot (--parallel 1)
   std::string backend = "cpu";         // cpu | vulkan
   int device = -1;                     // Vulkan device index (-1 = the best)
+  cold_experts cold = cold_experts::copy;  // --cold-experts: misses of the expert cache copied in or run on the CPU
   uint64_t vram_budget = 0;            // device bytes the model may take (0 = no limit: every expert resident)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm (as `cmfx run --gemm`)
 };

@@ -64,6 +64,7 @@ CLI::App* register_serve(CLI::App& app, serve_args& a) {
       "--backend vulkan: device memory the model may take (e.g. 96G); experts that do not fit are cached and copied "
       "in per token, with their hit rate and bytes moved on /metrics (default: no limit)");
   add_gemm_flag(c, a.gemm);
+  add_cold_experts_flag(c, a.cold);
   return c;
 }
 

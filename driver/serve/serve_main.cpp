@@ -79,7 +79,8 @@ int run_serve(const serve_args& a) {
       throw usage_error("--backend vulkan holds one sequence on the device: --parallel must be 1 (requests queue)");
     if (a.prefill_chunk > 4096) throw usage_error("--backend vulkan: --prefill-chunk must be at most 4096");
     gpu_model = gpu_runner::open(a.model, gpu_run_options{a.device, a.ctx, a.matmul_act, a.vram_budget,
-                                                          uint32_t(a.prefill_chunk), a.gemm});
+                                                          uint32_t(a.prefill_chunk), a.gemm,
+                                                          prefill_expert_mode::fastest, a.cold});
     cfg = gpu_model->config();
     source = gpu_model->source();
     eng = serve::make_gpu_engine(*gpu_model);

@@ -577,6 +577,80 @@ std::string cache_case(suite& s, const std::string& path, uint64_t tokens, uint6
   return {};
 }
 
+/// --cold-experts cpu (dsv4_gpu_options::cold): a budget that leaves `slots` routed slots per layer (fewer than top_k
+/// allowed) besides the slot of zeros. A miss is copied in only when it is hotter than the coldest slot, else the
+/// host computes it (kernels::moe_forward) and the device adds the sum: the logits are held to the CPU graph's
+/// bounds of run_toy (argmax, routed experts and indexer picks identical up to a CPU near-tie), and the statistics
+/// must add up (slots 0: every selected expert on the CPU; else hits, copied misses and CPU experts). The same
+/// budget without the mode is refused when it leaves fewer than top_k slots.
+std::string cold_cpu_case(suite& s, const std::string& path, uint64_t tokens, uint32_t slots, uint64_t seed,
+                          std::string& info) {
+  dsv4_options co;
+  co.threads = 1;
+  auto cpu = dsv4_model::open(path, co);
+  const dsv4_config& cf = cpu->config();
+  dsv4_gpu_options go;
+  go.gemm = gpu::gemm_precision::f32;
+  go.max_ctx = tokens;
+  go.prefill_chunk = 0;
+  go.device_embedding = false;
+  uint64_t budget = 0;
+  {
+    dsv4_gpu_model full(cpu->weights(), s.dev, s.kern, go);
+    const expert_view& e0 = cpu->weights().layers.at(0).experts.at(0);
+    auto vb = [](const matrix_view& v) { return v.data_bytes + v.scale_bytes; };
+    const uint64_t one = vb(e0.gate) + vb(e0.up) + vb(e0.down);
+    budget = full.weight_bytes() + full.state_bytes() - uint64_t(cf.layers) * (cf.experts - slots - 1) * one;
+  }
+  go.vram_budget = budget;
+  if (slots + 1 < cf.top_k) {
+    bool refused = false;
+    try {
+      dsv4_gpu_model copy_mode(cpu->weights(), s.dev, s.kern, go);
+    } catch (const usage_error&) {
+      refused = true;
+    }
+    if (!refused) return "--cold-experts copy accepted a budget of fewer than top_k slots";
+  }
+  go.cold = cold_experts::cpu;
+  dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
+  const dsv4_gpu_cache_stats& cs = gpu.cache_stats();
+  if (!cs.active || cs.cold != cold_experts::cpu) return "the budget did not activate the expert cache in cpu mode";
+  if (cs.slots != slots) return "slots per layer " + std::to_string(cs.slots) + ", expected " + std::to_string(slots);
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
+  dsv4_state st = cpu->new_state();
+  dsv4_trace tc, tg;
+  logit_check chk;
+  std::string tie;
+  uint64_t ran = 0;
+  for (uint64_t t = 0; t < tokens; ++t) {
+    const uint32_t id = pick(g);
+    const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&id, 1), st, dsv4_logits::last, &tc);
+    const std::vector<float> lg = gpu.step(id, true, &tg);
+    ran = t + 1;
+    if (auto w = chk(t, lg.data(), lc); !w.empty()) {
+      if (auto why = selections(tc, tg, true, tie); !why.empty() || tie.empty()) return w + why;
+      break;  // a selection at a CPU near-tie went the other way
+    }
+  }
+  if (auto why = selections(tc, tg, true, tie); !why.empty()) return why.substr(2);
+  if (cs.tokens != ran || cs.lookups != ran * cf.layers * cf.top_k) return "statistics: tokens or lookups do not add up";
+  if (cs.bytes_moved != (cs.lookups - cs.hits - cs.cpu_experts) * cs.slot_bytes)
+    return "statistics: bytes moved != copied misses x slot bytes";
+  if (slots == 0 && (cs.hits || cs.bytes_moved || cs.cpu_experts != cs.lookups))
+    return "statistics: without slots every selected expert must run on the CPU";
+  if (slots > 0 && (cs.cpu_experts == 0 || cs.bytes_moved == 0 || cs.hits == 0))
+    return "statistics: expected hits, copied misses and CPU experts";
+  char b[320];
+  std::snprintf(b, sizeof b, "%s%u slots + the stand-in, %llu tokens: hit rate %.1f %%, %.2f CPU experts/token, worst nmse %.2e, "
+                "max_abs/max %.2e", tie.c_str(), cs.slots, (unsigned long long)ran,
+                100.0 * double(cs.hits) / double(cs.lookups), double(cs.cpu_experts) / double(ran), chk.worst_nmse,
+                chk.worst_rel);
+  info = b;
+  return {};
+}
+
 }  // namespace
 
 void model_cases(suite& s) {
@@ -633,6 +707,14 @@ void model_cases(suite& s) {
   s.run("model_v4", "-", "expert cache, release toy (FP8 shared apart), 24 tokens", [&](uint64_t seed, std::string& info) {
     return cache_case(s, files.make("release", "native"), 24, seed, info);
   });
+  s.run("model_v4", "-", "cold experts on the CPU, no slot (< top_k), cmf q4tp toy, 40 tokens", [&](uint64_t seed, std::string& info) {
+    return cold_cpu_case(s, files.make("cmf", "q4tp"), 40, 0, seed, info);
+  });
+  s.run("model_v4", "-", "cold experts on the CPU, 3 slots, cmf q4tp toy, 40 tokens", [&](uint64_t seed, std::string& info) {
+    return cold_cpu_case(s, files.make("cmf", "q4tp"), 40, 3, seed, info);
+  });
+  s.run("model_v4", "-", "cold experts on the CPU, 4 slots, release toy (FP8 shared apart), 40 tokens",
+        [&](uint64_t seed, std::string& info) { return cold_cpu_case(s, files.make("release", "native"), 40, 4, seed, info); });
 }
 
 }  // namespace cmfx::parity

@@ -106,6 +106,8 @@ struct toy_run {
   uint64_t fixed_seed = 0;   // quantised cases: this token sequence instead of a fresh one (see kGrossNmse)
   uint32_t budget_slots = 0; // > 0: a VRAM budget leaving that many expert slots per layer; the cached graph's logits
                              // must then equal a resident graph's bit for bit
+  bool cold_cpu = false;     // with budget_slots: --cold-experts cpu (a slot of zeros besides them; the misses not
+                             // admitted run on the CPU, so the logits meet the CPU bounds but are not the resident's)
 };
 
 /// The quantised cache state, GPU against CPU (f32 rows after the same quantisation: packed_kv off), after the step
@@ -157,9 +159,15 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     const expert_view& e0 = cpu->weights().layers.at(0).experts.at(0);
     auto vb = [](const matrix_view& v) { return v.data_bytes + v.scale_bytes; };
     const uint64_t one = vb(e0.gate) + vb(e0.up) + vb(e0.down);
-    go.vram_budget = resident->weight_bytes() + resident->state_bytes() - uint64_t(cf.layers) * (cf.experts - budget_slots) * one;
+    const uint32_t slots = budget_slots + (r.cold_cpu ? 1 : 0);  // cold_experts::cpu: and the slot of zeros
+    go.vram_budget = resident->weight_bytes() + resident->state_bytes() - uint64_t(cf.layers) * (cf.experts - slots) * one;
+    go.cold = r.cold_cpu ? cold_experts::cpu : cold_experts::copy;
     gpu = std::make_unique<dsv41_gpu_model>(cpu->weights(), s.dev, s.kern, go);
     if (!gpu->cache_stats().active) return "a budget below the resident size did not activate the expert cache";
+    if (gpu->cache_stats().slots != budget_slots)
+      return "the budget left " + std::to_string(gpu->cache_stats().slots) + " slots per layer, not " +
+             std::to_string(budget_slots);
+    if (r.cold_cpu) resident.reset();  // the CPU experts' rounding: compared with the CPU graph only
   }
   std::mt19937_64 g(seed);
   std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
@@ -286,14 +294,22 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   const gpu_expert_cache_stats& cs = gpu->cache_stats();
   if (budget_slots) {
     if (cs.lookups != (prompt + decode) * cf.layers * cf.top_k) return "expert cache: lookups do not add up";
-    if (cs.bytes_moved != (cs.lookups - cs.hits) * cs.slot_bytes) return "expert cache: bytes moved != misses x slot bytes";
+    if (cs.bytes_moved != (cs.lookups - cs.hits - cs.cpu_experts) * cs.slot_bytes)
+      return "expert cache: bytes moved != copied misses x slot bytes";
     if (cs.hits == 0 || cs.hits == cs.lookups) return "expert cache: expected both hits and misses";
+    if (r.cold_cpu && (cs.cpu_experts == 0 || cs.bytes_moved == 0))
+      return "--cold-experts cpu: expected misses both copied in and computed on the CPU";
+    if (!r.cold_cpu && cs.cpu_experts) return "--cold-experts copy computed experts on the CPU";
   }
   char b[448];
   std::snprintf(b, sizeof b,
                 "%s%s%s%llu+%llu tokens: worst nmse %.2e, max_abs/max %.2e, near-ties %llu, FP4-flipped calls %llu, "
                 "selections differing %llu/%llu, cache values != CPU %llu/%llu, %s%u dispatches/token",
-                tie_note.c_str(), traced ? "" : "pipelined, ", budget_slots ? "cached == resident, " : "", (unsigned long long)prompt,
+                tie_note.c_str(), traced ? "" : "pipelined, ",
+                !budget_slots ? ""
+                : r.cold_cpu  ? "CPU experts vs CPU graph, "
+                              : "cached == resident, ",
+                (unsigned long long)prompt,
                 (unsigned long long)decode, worst_nmse, worst_rel, (unsigned long long)ties, (unsigned long long)flipped,
                 (unsigned long long)pick_bad, (unsigned long long)picks, (unsigned long long)st_differ,
                 (unsigned long long)st_compared, pipe_note.c_str(), gpu->last_dispatches());
@@ -376,6 +392,8 @@ void model_v41_cases(suite& s) {
   r = toy_run{};
   r.decode = 28, r.budget_slots = 4, r.quant = false;  // cached == resident holds either way; strict vs the CPU
   run("expert cache (top_k + 2 slots), cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);
+  r.cold_cpu = true, r.budget_slots = 3;
+  run("expert cache, cold experts on the CPU (3 slots), cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);
   s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp", "v41"), seed, info);
   });

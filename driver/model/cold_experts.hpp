@@ -1,0 +1,24 @@
+#pragma once
+// What the GPU graphs' expert cache does with a selected expert that is not resident (--cold-experts;
+// gpu_expert_cache.hpp has the rule).
+#include <string>
+
+#include "cmfx/core/error.hpp"
+
+namespace cmfx::driver {
+
+enum class cold_experts {
+  copy,  ///< copy it into the least recently used slot (default; output bit-identical to the resident graph's)
+  cpu,   ///< copy it only when it is hotter than the coldest slot, else compute it on the host's CPU
+};
+
+/// "copy" / "cpu" → the mode; usage_error naming `flag` otherwise.
+inline cold_experts parse_cold_experts(const std::string& v, const std::string& flag = "--cold-experts") {
+  if (v == "copy") return cold_experts::copy;
+  if (v == "cpu") return cold_experts::cpu;
+  throw usage_error(flag + ": '" + v + "' is not one of copy, cpu");
+}
+
+inline const char* cold_experts_name(cold_experts m) noexcept { return m == cold_experts::cpu ? "cpu" : "copy"; }
+
+}  // namespace cmfx::driver
