@@ -63,9 +63,9 @@ inline CLI::Option* add_cold_experts_flag(CLI::App* c, cold_experts& v) {
           "--cold-experts", [&v](const std::string& s) { v = parse_cold_experts(s); },
           "--backend vulkan with --vram-budget: an expert that is not resident is copied in (copy, default; the "
           "logits equal the resident model's) or, unless it is used more often than the coldest cached expert, "
-          "computed on the CPU (cpu)")
-      ->check(CLI::IsMember({"copy", "cpu"}).description(""))
-      ->option_text("copy|cpu")
+          "computed on the CPU (cpu); auto: whichever gives the faster tokens, measured in windows of both")
+      ->check(CLI::IsMember({"copy", "cpu", "auto"}).description(""))
+      ->option_text("copy|cpu|auto")
       ->default_str("copy");
 }
 

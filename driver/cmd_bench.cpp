@@ -129,12 +129,12 @@ int run_bench(const bench_args& a) {
   if (v41) {
     dsv41_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
-    go.cold = a.cold;
+    go.cold = a.cold, go.cold_margin = a.cold_margin;
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
-    go.cold = a.cold;
+    go.cold = a.cold, go.cold_margin = a.cold_margin;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }

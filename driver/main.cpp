@@ -165,6 +165,11 @@ int main(int argc, char** argv) {
   add_gemm_flag(cb, bench.gemm);
   add_prefill_experts_flag(cb, bench.prefill_experts);
   add_cold_experts_flag(cb, bench.cold);
+  cb->add_option("--cold-margin", bench.cold_margin,
+                 "With --cold-experts cpu: decayed uses beyond the coldest cached expert's that a miss needs to be "
+                 "copied in (larger: fewer copies, more experts on the CPU)")
+      ->default_val(bench.cold_margin)
+      ->check(CLI::Range(0.0, 1e9));
   cb->add_option("--mv-subgroups", bench.mv_subgroups,
                  "Diagnostics: subgroups a batch-1 matvec dispatch aims at (rows per subgroup and column split; "
                  "0 = the default rule)")

@@ -41,6 +41,7 @@ struct dsv41_gpu_options {
   uint64_t vram_budget = 0;
   uint32_t copy_threads = 8;  ///< host threads copying streamed experts (expert cache only; and computing them)
   cold_experts cold = cold_experts::copy;  ///< as dsv4_gpu_options::cold
+  double cold_margin = 1.0;                ///< as dsv4_gpu_options::cold_margin
   /// The official shared-runtime quirk (dsv41_options::stale_index_k): on = official (default).
   bool stale_index_k = true;
   /// The quantisations that are the V4.1 cache format (dsv41_options::qat_kv): on = official (default); off is a

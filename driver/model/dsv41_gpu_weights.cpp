@@ -43,7 +43,8 @@ dsv41_gpu_model::impl::impl(const dsv41_weights& w, gpu::device& d, gpu::kernels
   upload_weights(w);
   alloc_state();
   weight_bytes += experts->place(weight_bytes + state_bytes,
-                                 {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit)});
+                                 {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit),
+                                  opt.cold_margin});
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
 }
 

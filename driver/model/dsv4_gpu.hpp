@@ -45,6 +45,8 @@ struct dsv4_gpu_options {
   /// What the expert cache does with a selected expert that is not resident (gpu_expert_cache.hpp): copy it in
   /// (default) or, unless it is hotter than the coldest slot, compute it on the host's CPU.
   cold_experts cold = cold_experts::copy;
+  /// cold_experts::cpu: how many more (decayed) uses than the coldest slot's a miss needs to be copied in.
+  double cold_margin = 1.0;
   /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
   /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
   /// compressor rings ≥ chunk + 2·ratio, so the state grows with it; the chunk's scratch is allocated by the first

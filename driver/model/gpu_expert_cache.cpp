@@ -34,9 +34,15 @@ std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t expe
                 s.lookups ? 100.0 * double(s.hits) / double(s.lookups) : 0.0, double(s.bytes_moved) / t / 1e6,
                 s.move_seconds / t * 1e3, s.copy_device_seconds / t * 1e3, s.wait_seconds / t * 1e3);
   std::string line = b;
-  if (s.cold == cold_experts::cpu) {
+  if (s.cold != cold_experts::copy) {
     std::snprintf(b, sizeof b, "; cold experts on the CPU: %.2f per token, %.2f ms", double(s.cpu_experts) / t,
                   s.cpu_seconds / t * 1e3);
+    line += b;
+  }
+  if (s.cold == cold_experts::automatic) {
+    std::snprintf(b, sizeof b, " (auto: the CPU rule in %llu of %llu tokens; last timed windows %.2f ms per token "
+                  "copying, %.2f ms with the CPU)", (unsigned long long)s.cpu_rule_tokens, (unsigned long long)s.tokens,
+                  s.auto_copy_ms, s.auto_cpu_ms);
     line += b;
   }
   return line;
@@ -101,7 +107,7 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
   const uint32_t E = experts_, K = top_k_, nl = uint32_t(layers_.size());
   if (nl == 0) return 0;
   opt_ = o;
-  const bool cpu = o.cold == cold_experts::cpu;
+  const bool cpu = o.cold != cold_experts::copy;  // the stand-in slot and the host's inputs
   const uint64_t budget = o.budget;
   const uint64_t one = expert_bytes(layers_[0].host.at(0));  // host bytes of one routed expert
   uint64_t shared_all = 0;  // every layer's stacked shared expert
@@ -111,14 +117,17 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
   uint64_t slots = E, taken = 0;  // routed-expert slots (cold_experts::cpu: plus the stand-in slot)
   if (!fits) {
     auto gib = [](uint64_t b) { return std::to_string(double(b) / double(1ull << 30)).substr(0, 6) + " GiB"; };
-    // copy: a token needs its top_k experts resident at once; cpu: only the stand-in slot is required.
-    const uint64_t min_slots = cpu ? 1 : K;
+    // copy (and auto, which copies in some tokens): a token needs its top_k experts resident at once; cpu: only the
+    // stand-in slot is required.
+    const uint64_t min_slots = (o.cold == cold_experts::cpu ? 0 : K) + (cpu ? 1 : 0);
     const uint64_t min_need = min_slots * one * nl + shared_all;
     if (used + min_need > budget)
       throw usage_error("gpu model: --vram-budget " + gib(budget) + " is below the " + gib(used) +
                         " of non-expert weights, state and scratch plus " +
-                        (cpu ? std::string("one expert slot per layer (the stand-in slot of --cold-experts cpu)")
-                             : "top_k = " + std::to_string(K) + " experts per layer") +
+                        (o.cold == cold_experts::cpu
+                             ? std::string("one expert slot per layer (the stand-in slot of --cold-experts cpu)")
+                             : "top_k = " + std::to_string(K) + " experts per layer" +
+                                   (cpu ? " and the stand-in slot of --cold-experts auto" : "")) +
                         " (" + gib(min_need) + "); at least " + std::to_string(used + min_need) + " bytes (" +
                         gib(used + min_need) + ") are needed");
     slots = std::min<uint64_t>(E, (budget - used - shared_all) / nl / one) - (cpu ? 1 : 0);
@@ -218,18 +227,20 @@ double gpu_expert_cache::heat(const layer& L, uint32_t e) const {
 uint32_t gpu_expert_cache::fill(uint32_t l, const uint8_t* rec, std::vector<gpu::commands>& out) {
   layer& C = layers_.at(l);
   const uint32_t K = top_k_, E = experts_;
-  const bool cpu = stats_.cold == cold_experts::cpu;
+  const bool cpu = cpu_rule_;
+  const bool heats = !C.heat.empty();  // kept in both rules by cold_experts::automatic
   uint32_t ids[gpu::kernels::route_max_k];
   std::memcpy(ids, rec, uint64_t(K) * 4);
   const uint64_t tick = ++tick_;
   // First every selected expert that is resident is marked used by this token (so that no miss evicts it).
   for (uint32_t j = 0; j < K; ++j)
     if (ids[j] < E && C.slot_of[ids[j]] != absent) C.last_use[C.slot_of[ids[j]]] = tick;
-  if (cpu)
+  if (heats)
     for (uint32_t j = 0; j < K; ++j)
       if (ids[j] < E) C.heat[ids[j]] = heat(C, ids[j]) + 1.0, C.heat_at[ids[j]] = stats_.tokens;
   // Then each miss takes a slot not used by this token: copy — the least recently used one; cpu — the one whose
-  // expert is coldest, and only when the miss is hotter (else the miss is computed on the CPU).
+  // expert is coldest, and only when it is empty or the miss is hotter by cold_margin (else the miss is computed on
+  // the CPU).
   struct move {
     uint32_t e, slot;
   };
@@ -251,7 +262,7 @@ uint32_t gpu_expert_cache::fill(uint32_t l, const uint8_t* rec, std::vector<gpu:
       const double v = cpu ? (C.expert_in[s] < 0 ? -1.0 : heat(C, uint32_t(C.expert_in[s]))) : double(C.last_use[s]);
       if (victim == absent || v < cold) cold = v, victim = s;
     }
-    if (cpu && (victim == absent || !(heat(C, e) > cold))) {
+    if (cpu && (victim == absent || (C.expert_in[victim] >= 0 && !(heat(C, e) > cold + opt_.cold_margin)))) {
       on_cpu.push_back(j);
       continue;
     }
@@ -305,7 +316,7 @@ uint32_t gpu_expert_cache::fill(uint32_t l, const uint8_t* rec, std::vector<gpu:
     dev_.submit_async(c);
   }
   C.map_dev = std::move(want);
-  if (cpu) compute_on_cpu(l, rec, on_cpu);  // while the copy engine moves the admitted ones
+  if (cpu_fallback()) compute_on_cpu(l, rec, on_cpu);  // while the copy engine moves the admitted ones
   return moved;
 }
 
@@ -344,6 +355,10 @@ void gpu_expert_cache::compute_on_cpu(uint32_t l, const uint8_t* rec, const std:
 void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs) {
   const uint32_t K = top_k_, nl = uint32_t(layers_.size());
   if (segs.size() != nl) throw std::logic_error("expert cache: one recorded part per layer expected");
+  const auto t_token = std::chrono::steady_clock::now();
+  cpu_rule_ = stats_.cold == cold_experts::cpu ||
+              (stats_.cold == cold_experts::automatic &&
+               (auto_phase_ == 2 || (auto_phase_ == 3 && stats_.auto_cpu_ms < stats_.auto_copy_ms)));
   dev_.submit_async(pre);
   dev_.submit_async(first);
   std::vector<gpu::commands> fills;  // this token's expert copies, one recording per missing expert
@@ -381,6 +396,18 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
     throw;
   }
   ++stats_.tokens;
+  stats_.cpu_rule_tokens += cpu_rule_ ? 1 : 0;
+  if (stats_.cold == cold_experts::automatic) {
+    // fill (copy) → time copy → time cpu → run the faster → time both again
+    auto_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_token).count();
+    const uint32_t len = auto_phase_ == 3 ? auto_exploit : auto_window;
+    if (++auto_n_ == len) {
+      if (auto_phase_ == 1) stats_.auto_copy_ms = auto_s_ / auto_n_ * 1e3;
+      if (auto_phase_ == 2) stats_.auto_cpu_ms = auto_s_ / auto_n_ * 1e3;
+      auto_phase_ = auto_phase_ == 3 ? 1 : auto_phase_ + 1;
+      auto_n_ = 0, auto_s_ = 0;
+    }
+  }
 }
 
 }  // namespace cmfx::driver

@@ -7,8 +7,9 @@
 // experts through the map (gpu::kernels::moe(..., slot_map)): ids and sum order unchanged, so the output is
 // bit-identical to the resident layer's.
 //
-// cold_experts::cpu (--cold-experts cpu): a miss is copied in only when its use count (decayed by half every
-// cold_half_life tokens) exceeds the coldest resident expert's that this token does not use; every other miss is
+// cold_experts::cpu (--cold-experts cpu): a miss is copied in only into an empty slot or when its use count (decayed
+// by half every cold_half_life tokens) exceeds by cold_margin that of the coldest resident expert this token does
+// not use; every other miss is
 // computed on the host's CPU (kernels::moe_forward on the mapped weights, the copy threads as its pool) from the
 // layer's MoE input and routing weights, which the recording copies to the host with the ids. On the device its
 // slot-map entry points at a stand-in slot (one per layer beyond the cached ones, holding the layer's expert 0:
@@ -16,6 +17,10 @@
 // device's MoE adds exactly 0 for it (h = SwiGLU · 0); the recording then adds the host's sum to the MoE output
 // (kernels::add from mapped memory). The result differs from the resident graph's by the CPU kernels' rounding and
 // summation order (the parity cases bound it).
+//
+// cold_experts::automatic: the recording is cold_experts::cpu's; run_token times windows of auto_window tokens
+// with each rule in turn (after auto_window tokens of copying to fill the cache), then runs the faster one for
+// auto_exploit tokens, and measures again.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,9 +41,12 @@ struct gpu_expert_cache_options {
   cold_experts cold = cold_experts::copy;
   act_precision act = act_precision::f32;  ///< the CPU experts' activations (the graph's expert_act)
   float swiglu_limit = 10.0f;   ///< the CPU experts' SwiGLU clamp (the config's)
+  double cold_margin = 1.0;     ///< cold_experts::cpu: uses a miss needs beyond the coldest slot's to be copied in
 };
 /// Tokens after which a use counts half in cold_experts::cpu's admission rule.
 inline constexpr double cold_half_life = 64.0;
+/// cold_experts::automatic: tokens timed per rule, and tokens run with the faster one before timing both again.
+inline constexpr uint32_t auto_window = 16, auto_exploit = 224;
 
 /// The expert cache's totals since construction.
 struct gpu_expert_cache_stats {
@@ -55,6 +63,8 @@ struct gpu_expert_cache_stats {
   double wait_seconds = 0;    ///< host time blocked on the device's per-layer parts (compute + copies + latency)
   uint64_t cpu_experts = 0;   ///< misses computed on the host's CPU (cold_experts::cpu)
   double cpu_seconds = 0;     ///< host time computing them (reading the inputs, the experts, writing the sum)
+  uint64_t cpu_rule_tokens = 0;  ///< tokens run with cold_experts::cpu's rule (automatic: the windows that chose it)
+  double auto_copy_ms = 0, auto_cpu_ms = 0;  ///< automatic: the last windows' mean token times per rule
 };
 
 /// "expert cache: S of E slots per layer, hit rate …, … MB moved per token" (or "every expert resident").
@@ -88,7 +98,7 @@ class gpu_expert_cache {
   /// weights_slot(l) and its MoE input (dim f32) to input_slot(l) before the cut; after it, copies weights_in(l)
   /// (the weights with the CPU experts' zeroed) over the routing's weights before the MoE, and adds cpu_sum(l)
   /// (dim f32, the host's experts) to the MoE output after it. Empty views otherwise.
-  bool cpu_fallback() const noexcept { return stats_.active && stats_.cold == cold_experts::cpu; }
+  bool cpu_fallback() const noexcept { return stats_.active && stats_.cold != cold_experts::copy; }
   gpu::view weights_slot(uint32_t l) const;
   gpu::view input_slot(uint32_t l) const;
   gpu::view weights_in(uint32_t l) const;
@@ -147,6 +157,11 @@ class gpu_expert_cache {
   std::vector<chunk> chunks_;  // one layer's packed images in pieces ≤ 1 MiB (reused)
   gpu_expert_cache_stats stats_;
   uint64_t tick_ = 0;
+  bool cpu_rule_ = false;  // this token: cold_experts::cpu's rule (else copy's)
+  // cold_experts::automatic: the phase (0 fill, 1 time copy, 2 time cpu, 3 run the faster), its tokens so far,
+  // and the time of the timed ones
+  uint32_t auto_phase_ = 0, auto_n_ = 0;
+  double auto_s_ = 0;
 };
 
 }  // namespace cmfx::driver

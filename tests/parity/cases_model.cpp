@@ -584,7 +584,7 @@ std::string cache_case(suite& s, const std::string& path, uint64_t tokens, uint6
 /// must add up (slots 0: every selected expert on the CPU; else hits, copied misses and CPU experts). The same
 /// budget without the mode is refused when it leaves fewer than top_k slots.
 std::string cold_cpu_case(suite& s, const std::string& path, uint64_t tokens, uint32_t slots, uint64_t seed,
-                          std::string& info) {
+                          std::string& info, cold_experts mode = cold_experts::cpu) {
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
@@ -612,10 +612,10 @@ std::string cold_cpu_case(suite& s, const std::string& path, uint64_t tokens, ui
     }
     if (!refused) return "--cold-experts copy accepted a budget of fewer than top_k slots";
   }
-  go.cold = cold_experts::cpu;
+  go.cold = mode;
   dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
   const dsv4_gpu_cache_stats& cs = gpu.cache_stats();
-  if (!cs.active || cs.cold != cold_experts::cpu) return "the budget did not activate the expert cache in cpu mode";
+  if (!cs.active || cs.cold != mode) return "the budget did not activate the expert cache in the mode asked for";
   if (cs.slots != slots) return "slots per layer " + std::to_string(cs.slots) + ", expected " + std::to_string(slots);
   std::mt19937_64 g(seed);
   std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
@@ -642,11 +642,17 @@ std::string cold_cpu_case(suite& s, const std::string& path, uint64_t tokens, ui
     return "statistics: without slots every selected expert must run on the CPU";
   if (slots > 0 && (cs.cpu_experts == 0 || cs.bytes_moved == 0 || cs.hits == 0))
     return "statistics: expected hits, copied misses and CPU experts";
+  // auto: a window filling the cache and one timing the copy rule, then one timing the CPU rule (and on)
+  if (mode == cold_experts::automatic &&
+      (ran >= 3 * auto_window && (cs.cpu_rule_tokens < auto_window || ran - cs.cpu_rule_tokens < 2 * auto_window)))
+    return "auto: " + std::to_string(cs.cpu_rule_tokens) + " of " + std::to_string(ran) +
+           " tokens with the CPU rule (expected both rules timed)";
+  if (mode == cold_experts::cpu && cs.cpu_rule_tokens != ran) return "statistics: cpu mode ran tokens with another rule";
   char b[320];
-  std::snprintf(b, sizeof b, "%s%u slots + the stand-in, %llu tokens: hit rate %.1f %%, %.2f CPU experts/token, worst nmse %.2e, "
-                "max_abs/max %.2e", tie.c_str(), cs.slots, (unsigned long long)ran,
-                100.0 * double(cs.hits) / double(cs.lookups), double(cs.cpu_experts) / double(ran), chk.worst_nmse,
-                chk.worst_rel);
+  std::snprintf(b, sizeof b, "%s%u slots + the stand-in, %llu tokens (%llu with the CPU rule): hit rate %.1f %%, %.2f CPU "
+                "experts/token, worst nmse %.2e, max_abs/max %.2e", tie.c_str(), cs.slots, (unsigned long long)ran,
+                (unsigned long long)cs.cpu_rule_tokens, 100.0 * double(cs.hits) / double(cs.lookups),
+                double(cs.cpu_experts) / double(ran), chk.worst_nmse, chk.worst_rel);
   info = b;
   return {};
 }
@@ -715,6 +721,10 @@ void model_cases(suite& s) {
   });
   s.run("model_v4", "-", "cold experts on the CPU, 4 slots, release toy (FP8 shared apart), 40 tokens",
         [&](uint64_t seed, std::string& info) { return cold_cpu_case(s, files.make("release", "native"), 40, 4, seed, info); });
+  s.run("model_v4", "-", "cold experts auto (copy and CPU windows timed), 3 slots, cmf q4tp toy, 56 tokens",
+        [&](uint64_t seed, std::string& info) {
+          return cold_cpu_case(s, files.make("cmf", "q4tp"), 56, 3, seed, info, cold_experts::automatic);
+        });
 }
 
 }  // namespace cmfx::parity
