@@ -212,7 +212,7 @@ int run_bench(const bench_args& a) {
   cd.tokens -= c0.tokens, cd.lookups -= c0.lookups, cd.hits -= c0.hits, cd.bytes_moved -= c0.bytes_moved;
   cd.move_seconds -= c0.move_seconds, cd.copy_device_seconds -= c0.copy_device_seconds;
   cd.wait_seconds -= c0.wait_seconds;
-  cd.cpu_experts -= c0.cpu_experts, cd.cpu_seconds -= c0.cpu_seconds;
+  cd.cpu_experts -= c0.cpu_experts, cd.cpu_seconds -= c0.cpu_seconds, cd.cpu_rule_tokens -= c0.cpu_rule_tokens;
   const double pre_tps = a.prompt ? double(a.prompt) / pre_s : 0, dec_tps = a.tokens ? double(a.tokens) / dec_s : 0;
   const double bpt = double(m.bytes_per_token());
   const bool chunked = m.prefill_chunked();

@@ -86,6 +86,17 @@ check "... naming the minimum in bytes" test -n "$MIN"
 check "--vram-budget (expert cache): exit 0" test $? -eq 0
 check "--vram-budget: GPU ids == CPU ids" test "$(head -n 1 "$T/vc.out")" = "$(head -n 1 "$T/raw.cpu")"
 check "--stats: cache line with a hit rate" grep -qE '^expert cache: [0-9]+ of [0-9]+ slots per layer.*hit rate' "$T/vc.err"
+# --cold-experts cpu: the same budget, misses not hotter than the coldest slot computed on the CPU (the ids stay
+# the CPU's: only rounding differs); a budget below copy's minimum (fewer than top_k slots) is accepted there.
+"${GPU[@]}" --raw-ids "0 5 9 100 2000 77" -n 24 --vram-budget "$((${MIN:-0} + 4096))" --cold-experts cpu --stats \
+  >"$T/vp.out" 2>"$T/vp.err"
+check "--cold-experts cpu: exit 0" test $? -eq 0
+check "--cold-experts cpu: GPU ids == CPU ids" test "$(head -n 1 "$T/vp.out")" = "$(head -n 1 "$T/raw.cpu")"
+check "--cold-experts cpu --stats: CPU experts counted" grep -qE 'cold experts on the CPU: [0-9.]+ per token' "$T/vp.err"
+"${GPU[@]}" --raw-ids "0 5 9 100 2000 77" -n 8 --vram-budget "$((${MIN:-0} - 4096))" --cold-experts cpu >/dev/null 2>"$T/vq.err"
+check "--cold-experts cpu below copy's minimum: exit 0" test $? -eq 0
+"${GPU[@]}" --raw-ids "1 2" --cold-experts some >/dev/null 2>"$T/vr.err"
+check "--cold-experts some: exit 2" test $? -eq 2
 "${CPU[@]}" --raw-ids "1 2" --vram-budget 1G >/dev/null 2>"$T/v2.err"
 check "--vram-budget on the CPU backend: exit 2" test $? -eq 2
 "${GPU[@]}" --raw-ids "1 2" --vram-budget 12X >/dev/null 2>"$T/v3.err"
