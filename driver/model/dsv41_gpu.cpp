@@ -40,6 +40,10 @@ int64_t variant_of(bool prefill, int prev_owner) { return (prefill ? 1 : 0) | (i
 
 std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int logits_mode, bool prefill,
                                                             int prev_owner) {
+  return record_steps(t, logits_mode, prefill, prev_owner).finish();
+}
+
+record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool prefill, int prev_owner) {
   const dsv41_config& cf = cfg;
   const auto t_rec = std::chrono::steady_clock::now();
   const uint64_t d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
@@ -264,6 +268,7 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
     ts.op("hc_post + mix");
     std::swap(X, Xn);
     ts.mark(&gpu_graph_profile::hc);
+    co_yield 0;  // a layer recorded (record_task)
   }
   if (logits_mode) {
     k.hc_fold(*cur, sh, X, coeff_f, cstride, 1, u, norm);  // the last FFN's pre + the final norm
@@ -276,7 +281,7 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
   for (const gpu::commands& sc : rec->segs) rec->dispatches += sc.dispatch_count();
   rec->record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rec).count();
   rec->keys_from = std::move(keys_from);
-  return rec;
+  co_return rec;
 }
 
 void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv41_trace* trace, int next_mode) {
@@ -339,7 +344,26 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
     owner_after = pub;
   }
   if (experts->active()) {
-    experts->run_token(pre, rec->c, rec->segs);
+    // In the cache's waits the next position is recorded a layer at a time (as below; not when tracing).
+    record_task ahead;
+    if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) {
+      const bool next_prefill = pos + 1 < prefill_end;
+      ahead = record_steps(pos + 1, next_mode < 0 ? logits_mode : next_mode, next_prefill,
+                           next_prefill ? -1 : owner_after);
+    }
+    const auto between = [&] {
+      try {
+        (void)ahead.step();
+      } catch (...) {
+        ahead = record_task();
+      }
+    };
+    experts->run_token(pre, rec->c, rec->segs, ahead ? std::function<void()>(between) : std::function<void()>());
+    try {
+      next = ahead.finish();
+    } catch (...) {
+      next.reset();
+    }
   } else {
     dev.submit_async(pre);
     dev.submit_async(rec->c);

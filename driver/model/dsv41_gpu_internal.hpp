@@ -37,6 +37,7 @@ struct dsv41_gpu_layer {
   gpu::buffer route_idx, route_w;
 };
 
+class record_task;  // gpu_recording.hpp: a recording made a layer at a time
 struct gpu_recording;  // gpu_recording.hpp
 
 struct dsv41_gpu_model::impl {
@@ -93,6 +94,8 @@ struct dsv41_gpu_model::impl {
   void run(uint32_t token, int logits_mode, bool prefill, dsv41_trace* trace, int next_mode = -1);
   /// The token-independent work of position t (keys layers from prefill / prev_owner).
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool prefill, int prev_owner);
+  /// The same, a layer per step (record_task): what run() records ahead inside the expert cache's waits.
+  record_task record_steps(uint64_t t, int logits_mode, bool prefill, int prev_owner);
 };
 
 }  // namespace cmfx::driver

@@ -35,6 +35,10 @@ view row(const gpu::buffer& b, uint64_t r, uint64_t floats) { return view(b, r *
 }  // namespace
 
 std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logits_mode, bool fed, int ring_slot) {
+  return record_steps(t, logits_mode, fed, ring_slot).finish();
+}
+
+record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool fed, int ring_slot) {
   const dsv4_config& cf = cfg;
   const auto t_rec = std::chrono::steady_clock::now();
   const uint64_t d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window, R = ring_rows;
@@ -288,6 +292,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
     }
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::hc);
+    co_yield 0;  // a layer recorded (record_task)
   }
   if (logits_mode) {
     k.matmul(*cur, head, u, 1, logits);
@@ -299,7 +304,7 @@ std::shared_ptr<gpu_recording> dsv4_gpu_model::impl::record(uint64_t t, int logi
   rec->dispatches = rec->c.dispatch_count();
   for (const gpu::commands& sc : rec->segs) rec->dispatches += sc.dispatch_count();
   rec->record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rec).count();
-  return rec;
+  co_return rec;
 }
 
 void dsv4_gpu_model::impl::record_token(gpu::commands& pre, uint32_t tok) {
@@ -376,16 +381,34 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
   record_token(pre, tok);
   std::shared_ptr<gpu_recording> rec;
   if (next && next->pos == pos && next->mode == logits_mode && next->variant == 0 && next->profiled == opt.profile &&
-      next->profile_layers == opt.profile_layers)
+      next->profile_layers == opt.profile_layers) {
     rec = std::move(next);
-  else
+    ++pipelined;
+  } else {
     rec = record(pos, logits_mode);
+  }
   next.reset();
   dispatches = rec->dispatches;
   device_s = 0;
   record_s = rec->record_s;
   if (experts->active()) {
-    experts->run_token(pre, rec->c, rec->segs);  // makes each layer's experts resident after its routing
+    // Makes each layer's experts resident after its routing; in its waits, the next position is recorded a layer
+    // at a time (decode; not when tracing). A failure there only drops the speculative recording.
+    record_task ahead;
+    if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) ahead = record_steps(pos + 1, logits_mode);
+    const auto between = [&] {
+      try {
+        (void)ahead.step();
+      } catch (...) {
+        ahead = record_task();
+      }
+    };
+    experts->run_token(pre, rec->c, rec->segs, ahead ? std::function<void()>(between) : std::function<void()>());
+    try {
+      next = ahead.finish();
+    } catch (...) {
+      next.reset();
+    }
   } else {
     dev.submit_async(pre);
     dev.submit_async(rec->c);
@@ -464,6 +487,7 @@ uint64_t dsv4_gpu_model::weight_bytes() const noexcept { return p_->weight_bytes
 uint64_t dsv4_gpu_model::state_bytes() const noexcept { return p_->state_bytes; }
 uint64_t dsv4_gpu_model::bytes_per_token() const noexcept { return p_->token_bytes; }
 uint32_t dsv4_gpu_model::last_dispatches() const noexcept { return p_->dispatches; }
+uint64_t dsv4_gpu_model::pipelined_steps() const noexcept { return p_->pipelined; }
 double dsv4_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
 double dsv4_gpu_model::last_device_seconds() const noexcept { return p_->device_s; }
 const dsv4_gpu_profile& dsv4_gpu_model::profile() const noexcept { return p_->prof; }

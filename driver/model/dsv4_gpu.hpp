@@ -135,6 +135,8 @@ class dsv4_gpu_model final : public gpu_graph {
   /// Weight bytes one decode step reads: every dense matrix, the head, and top_k routed experts (+ shared) per layer.
   uint64_t bytes_per_token() const noexcept override;
   uint32_t last_dispatches() const noexcept override;  ///< dispatches recorded by the last step
+  /// Steps that ran a recording made while the previous step ran (pipelined decode, with or without the cache).
+  uint64_t pipelined_steps() const noexcept;
   double last_record_seconds() const noexcept override;
   double last_device_seconds() const noexcept override;
   const dsv4_gpu_profile& profile() const noexcept override;

@@ -42,6 +42,7 @@ struct dsv4_gpu_layer {
   gpu::buffer route_idx, route_w;  // [top_k]
 };
 
+class record_task;  // gpu_recording.hpp: a recording made a layer at a time
 struct gpu_recording;  // gpu_recording.hpp: one token's command buffer, recorded ahead
 /// The scratch of one chunk of up to C positions (allocated on the first chunk).
 struct dsv4_gpu_chunk_bufs {
@@ -100,6 +101,7 @@ struct dsv4_gpu_model::impl {
   bool has_snap = false;
   /// The next position's recording, made while the device ran the current one (pipelined decode).
   std::shared_ptr<gpu_recording> next;
+  uint64_t pipelined = 0;  // steps that ran a recording made while the previous step ran
 
   std::unique_ptr<dsv4_gpu_chunk_bufs> ch;  // allocated by the first chunk
   bool chunks_off = false;                   // a vram_budget left no room for the chunk scratch
@@ -116,6 +118,8 @@ struct dsv4_gpu_model::impl {
   /// the previous step's argmax (`best`), looked up on the device; ring_slot ≥ 0: the argmax also copied to
   /// ids_ring[ring_slot] (logits_mode 2).
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
+  /// The same, a layer per step (record_task): what run() records ahead inside the expert cache's waits.
+  record_task record_steps(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
   /// Greedy decode chained on the device (decode_greedy_each).
   uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token);
   /// The host's part of a step: the embedding of `tok` in every hc copy of X and its id (recorded into `pre`).

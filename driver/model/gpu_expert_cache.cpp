@@ -352,7 +352,8 @@ void gpu_expert_cache::compute_on_cpu(uint32_t l, const uint8_t* rec, const std:
   stats_.cpu_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs) {
+void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs,
+                                 const std::function<void()>& between) {
   const uint32_t K = top_k_, nl = uint32_t(layers_.size());
   if (segs.size() != nl) throw std::logic_error("expert cache: one recorded part per layer expected");
   const auto t_token = std::chrono::steady_clock::now();
@@ -365,6 +366,7 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
   fills.reserve(size_t(nl) * K);
   try {
     const uint8_t* sel = dev_.mapped(readback_);
+    if (between) between();
     dev_.wait(pre);
     gpu::commands* prev = &first;
     const auto tw = [&](gpu::commands& c) {
@@ -377,6 +379,7 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
       (void)fill(l, sel + uint64_t(l) * rec_stride_, fills);  // submits one copy per missing expert
       dev_.submit_async(segs[l]);
       prev = &segs[l];
+      if (between) between();
     }
     tw(*prev);
     for (gpu::commands& f : fills) {  // each holds stamps 0 and 1 around its copies (fill)

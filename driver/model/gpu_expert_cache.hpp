@@ -22,6 +22,7 @@
 // with each rule in turn (after auto_window tokens of copying to fill the cache), then runs the faster one for
 // auto_exploit tokens, and measures again.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,9 +106,11 @@ class gpu_expert_cache {
   gpu::view cpu_sum(uint32_t l) const;
 
   /// Runs one token: `pre` and `first` (up to the first layer's routing) then segs[l] (the rest after layer l's
-  /// routing), making each layer's selected experts resident in between. Returns when the token ran; on an error
-  /// waits for everything submitted and empties the cache before rethrowing.
-  void run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs);
+  /// routing), making each layer's selected experts resident in between. `between` (may be empty; must not throw)
+  /// runs after each submission, before the host waits for it: the next token's recording, a layer at a time.
+  /// Returns when the token ran; on an error waits for everything submitted and empties the cache before rethrowing.
+  void run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs,
+                 const std::function<void()>& between = {});
 
  private:
   struct layer {

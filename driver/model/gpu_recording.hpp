@@ -2,6 +2,8 @@
 // One token of a GPU graph recorded ahead (V4 dsv4_gpu.cpp, V4.1 dsv41_gpu.cpp): its command buffer(s) and the
 // timestamps of a profiled step, folded into a gpu_graph_profile after it ran.
 #include <algorithm>
+#include <coroutine>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -86,5 +88,54 @@ inline void gpu_fold_profile(gpu_recording& rec, gpu_graph_profile& p) {
   }
   ++p.steps;
 }
+
+/// A token's recording made a layer at a time (a C++20 coroutine: the graphs' record_steps suspends after each
+/// layer), so that the expert cache's run_token can record the next token in the gaps while it waits for this one's
+/// parts — on the same thread, so the device object is never used by two threads. finish() runs what is left and
+/// returns the recording; an exception inside is rethrown by step() or finish().
+class record_task {
+ public:
+  struct promise_type {
+    std::shared_ptr<gpu_recording> value;
+    std::exception_ptr error;
+    record_task get_return_object() { return record_task(std::coroutine_handle<promise_type>::from_promise(*this)); }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    std::suspend_always yield_value(int) noexcept { return {}; }
+    void return_value(std::shared_ptr<gpu_recording> v) noexcept { value = std::move(v); }
+    void unhandled_exception() noexcept { error = std::current_exception(); }
+  };
+  record_task() = default;
+  record_task(record_task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  record_task& operator=(record_task&& o) noexcept {
+    if (this != &o) {
+      if (h_) h_.destroy();
+      h_ = std::exchange(o.h_, {});
+    }
+    return *this;
+  }
+  record_task(const record_task&) = delete;
+  record_task& operator=(const record_task&) = delete;
+  ~record_task() {
+    if (h_) h_.destroy();
+  }
+  explicit operator bool() const noexcept { return bool(h_); }
+  /// Records the next layer (or the rest); false once the recording is complete.
+  bool step() {
+    if (!h_ || h_.done()) return false;
+    h_.resume();
+    if (h_.promise().error) std::rethrow_exception(std::exchange(h_.promise().error, nullptr));
+    return !h_.done();
+  }
+  std::shared_ptr<gpu_recording> finish() {
+    while (step()) {
+    }
+    return h_ ? std::move(h_.promise().value) : nullptr;
+  }
+
+ private:
+  explicit record_task(std::coroutine_handle<promise_type> h) : h_(h) {}
+  std::coroutine_handle<promise_type> h_;
+};
 
 }  // namespace cmfx::driver

@@ -548,10 +548,22 @@ std::string cache_case(suite& s, const std::string& path, uint64_t tokens, uint6
   std::mt19937_64 g(seed);
   std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
   dsv4_trace tf, tc;
+  std::vector<uint32_t> ids;
+  std::vector<std::vector<float>> resident;
   for (uint64_t t = 0; t < tokens; ++t) {
     const uint32_t id = pick(g);
-    if (full.step(id, true, &tf) != cached.step(id, true, &tc))
+    ids.push_back(id);
+    resident.push_back(full.step(id, true, &tf));
+    if (resident.back() != cached.step(id, true, &tc))
       return "position " + std::to_string(t) + ": the cached graph's logits differ from the resident graph's";
+  }
+  {  // untraced: each position recorded a layer at a time in the previous one's waits (record_task)
+    dsv4_gpu_model piped(w, s.dev, s.kern, go);
+    for (uint64_t t = 0; t < tokens; ++t)
+      if (piped.step(ids[t], true) != resident[t])
+        return "position " + std::to_string(t) + ": the cached graph's pipelined logits differ from the resident graph's";
+    if (piped.pipelined_steps() != tokens - 1)
+      return "pipelined steps " + std::to_string(piped.pipelined_steps()) + " of " + std::to_string(tokens - 1);
   }
   if (auto d = first_diff(tf.experts, tc.experts, "routed experts (cached vs resident)"); !d.empty()) return d;
   const uint64_t lookups = tokens * cf.layers * cf.top_k;
@@ -571,7 +583,7 @@ std::string cache_case(suite& s, const std::string& path, uint64_t tokens, uint6
     if (!refused) return "a budget of " + std::to_string(budget) + " bytes (fewer than top_k slots) was accepted";
   }
   char b[200];
-  std::snprintf(b, sizeof b, "%u of %u slots/layer, %llu tokens bit-identical to resident, hit rate %.1f %%",
+  std::snprintf(b, sizeof b, "%u of %u slots/layer, %llu tokens bit-identical to resident (traced and pipelined), hit rate %.1f %%",
                 cs.slots, cf.experts, (unsigned long long)tokens, 100.0 * double(cs.hits) / double(cs.lookups));
   info = b;
   return {};

@@ -392,7 +392,9 @@ void model_v41_cases(suite& s) {
   r = toy_run{};
   r.decode = 28, r.budget_slots = 4, r.quant = false;  // cached == resident holds either way; strict vs the CPU
   run("expert cache (top_k + 2 slots), cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);
-  r.cold_cpu = true, r.budget_slots = 3;
+  r.traced = false;  // each position recorded a layer at a time in the previous one's waits (record_task)
+  run("expert cache (top_k + 2 slots), pipelined, cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);
+  r.traced = true, r.cold_cpu = true, r.budget_slots = 3;
   run("expert cache, cold experts on the CPU (3 slots), cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);
   s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp", "v41"), seed, info);
