@@ -56,7 +56,7 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
   auto rec = std::make_shared<gpu_recording>(dev.begin(), opt.profile, dev.info().timestamps);
   gpu::commands* cur = &rec->c;
   const bool segmented = experts->active();
-  if (segmented) rec->segs.reserve(cf.layers);
+  if (segmented) rec->segs.reserve(size_t(cf.layers) * 2);  // two per layer with cpu_fallback()
   auto cut = [&] {
     rec->segs.push_back(dev.begin());
     cur = &rec->segs.back();
@@ -258,7 +258,10 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     const gpu_shared_apart sha{G.shared_apart ? &G.sh_down : nullptr, sh_g, sh_u, sh_out, cf.moe_inter};
     const view moe_add = record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit),
                                         moe_h, moe_out, opt.expert_act, experts->slot_map(l), prepared);
-    if (segmented && experts->cpu_fallback()) k.add(*cur, experts->cpu_sum(l), moe_out, experts->cpu_sum(l).bytes / 4);
+    if (segmented && experts->cpu_fallback()) {  // a new part: the host computes its experts while this one runs
+      cut();
+      k.add(*cur, experts->cpu_sum(l), moe_out, experts->cpu_sum(l).bytes / 4);
+    }
     ts.op("moe (+ shared expert apart, concurrent)");
     ts.mark(&gpu_graph_profile::experts);
     // The next attention's mixes come with this hc_post unless an Engram add changes X first.

@@ -55,7 +55,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
   // the selected experts resident in between); `cur` is the one being recorded.
   gpu::commands* cur = &rec->c;
   const bool segmented = experts->active();
-  if (segmented) rec->segs.reserve(cf.layers);
+  if (segmented) rec->segs.reserve(size_t(cf.layers) * 2);  // two per layer with cpu_fallback()
   auto cut = [&] {
     rec->segs.push_back(dev.begin());
     cur = &rec->segs.back();
@@ -272,7 +272,10 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     const gpu_shared_apart sha{G.shared_apart ? &G.sh_down : nullptr, sh_g, sh_u, sh_out, cf.moe_inter};
     const view moe_add = record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit),
                                         moe_h, moe_out, opt.expert_act, experts->slot_map(l), prepared);
-    if (segmented && experts->cpu_fallback()) k.add(*cur, experts->cpu_sum(l), moe_out, experts->cpu_sum(l).bytes / 4);
+    if (segmented && experts->cpu_fallback()) {  // a new part: the host computes its experts while this one runs
+      cut();
+      k.add(*cur, experts->cpu_sum(l), moe_out, experts->cpu_sum(l).bytes / 4);
+    }
     ts.op("moe (+ shared expert apart, concurrent)");
     ts.mark(&dsv4_gpu_profile::experts);
     const bool last = l + 1 == cf.layers;

@@ -316,21 +316,24 @@ uint32_t gpu_expert_cache::fill(uint32_t l, const uint8_t* rec, std::vector<gpu:
     dev_.submit_async(c);
   }
   C.map_dev = std::move(want);
-  if (cpu_fallback()) compute_on_cpu(l, rec, on_cpu);  // while the copy engine moves the admitted ones
+  if (cpu_fallback()) {
+    // The device's routing weights: the routing's, zero for the experts the host computes (compute_on_cpu, while
+    // the device runs the layer's MoE over the others and the copy engine moves the admitted ones).
+    float w[gpu::kernels::route_max_k];
+    std::memcpy(w, rec + uint64_t(K) * 4, uint64_t(K) * 4);
+    for (const uint32_t j : on_cpu) w[j] = 0.0f;
+    std::memcpy(dev_.mapped(weights_in_) + uint64_t(l) * w_stride_, w, uint64_t(K) * 4);
+    pending_cpu_ = std::move(on_cpu);
+  }
   return moved;
 }
 
-void gpu_expert_cache::compute_on_cpu(uint32_t l, const uint8_t* rec, const std::vector<uint32_t>& js) {
+void gpu_expert_cache::compute_on_cpu(uint32_t l, const uint8_t* rec) {
   layer& C = layers_.at(l);
   const uint32_t K = top_k_;
   const uint64_t dim = C.moe->dim;
+  const std::vector<uint32_t>& js = pending_cpu_;
   float* const sum = reinterpret_cast<float*>(dev_.mapped(cpu_sums_) + uint64_t(l) * sum_stride_);
-  // The device's routing weights: the routing's, zero for the experts computed here.
-  float w[gpu::kernels::route_max_k], dev_w[gpu::kernels::route_max_k];
-  std::memcpy(w, rec + uint64_t(K) * 4, uint64_t(K) * 4);
-  std::memcpy(dev_w, w, uint64_t(K) * 4);
-  for (const uint32_t j : js) dev_w[j] = 0.0f;
-  std::memcpy(dev_.mapped(weights_in_) + uint64_t(l) * w_stride_, dev_w, uint64_t(K) * 4);
   if (js.empty()) {
     if (C.cpu_used) std::memset(sum, 0, dim * 4);
     C.cpu_used = false;
@@ -338,8 +341,9 @@ void gpu_expert_cache::compute_on_cpu(uint32_t l, const uint8_t* rec, const std:
   }
   const auto t0 = std::chrono::steady_clock::now();
   uint32_t ids[gpu::kernels::route_max_k];
-  float sel_w[gpu::kernels::route_max_k];
+  float w[gpu::kernels::route_max_k], sel_w[gpu::kernels::route_max_k];
   std::memcpy(ids, rec, uint64_t(K) * 4);
+  std::memcpy(w, rec + uint64_t(K) * 4, uint64_t(K) * 4);
   std::memcpy(cpu_in_.data(), rec + uint64_t(K) * 8, dim * 4);  // one read of the uncached mapping
   uint32_t sel[gpu::kernels::route_max_k];
   const uint32_t m = uint32_t(js.size());
@@ -355,7 +359,9 @@ void gpu_expert_cache::compute_on_cpu(uint32_t l, const uint8_t* rec, const std:
 void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs,
                                  const std::function<void()>& between) {
   const uint32_t K = top_k_, nl = uint32_t(layers_.size());
-  if (segs.size() != nl) throw std::logic_error("expert cache: one recorded part per layer expected");
+  const uint32_t per = cpu_fallback() ? 2 : 1;  // cpu / auto: the MoE's part, then the host's sum added and the rest
+  if (segs.size() != uint64_t(nl) * per)
+    throw std::logic_error("expert cache: " + std::to_string(per) + " recorded parts per layer expected");
   const auto t_token = std::chrono::steady_clock::now();
   cpu_rule_ = stats_.cold == cold_experts::cpu ||
               (stats_.cold == cold_experts::automatic &&
@@ -376,9 +382,14 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
     };
     for (uint32_t l = 0; l < nl; ++l) {
       tw(*prev);
-      (void)fill(l, sel + uint64_t(l) * rec_stride_, fills);  // submits one copy per missing expert
-      dev_.submit_async(segs[l]);
-      prev = &segs[l];
+      const uint8_t* rec = sel + uint64_t(l) * rec_stride_;
+      (void)fill(l, rec, fills);  // submits one copy per missing expert
+      dev_.submit_async(segs[uint64_t(l) * per]);
+      if (per == 2) {  // the host's experts while the device runs the others
+        compute_on_cpu(l, rec);
+        dev_.submit_async(segs[uint64_t(l) * 2 + 1]);
+      }
+      prev = &segs[uint64_t(l) * per + per - 1];
       if (between) between();
     }
     tw(*prev);

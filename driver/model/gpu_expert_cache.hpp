@@ -106,7 +106,9 @@ class gpu_expert_cache {
   gpu::view cpu_sum(uint32_t l) const;
 
   /// Runs one token: `pre` and `first` (up to the first layer's routing) then segs[l] (the rest after layer l's
-  /// routing), making each layer's selected experts resident in between. `between` (may be empty; must not throw)
+  /// routing), making each layer's selected experts resident in between. With cpu_fallback() two parts per layer,
+  /// cut before the host's sum is added: segs[2l] (the MoE) runs while the host computes its experts, segs[2l + 1]
+  /// is submitted once their sum is written. `between` (may be empty; must not throw)
   /// runs after each submission, before the host waits for it: the next token's recording, a layer at a time.
   /// Returns when the token ran; on an error waits for everything submitted and empties the cache before rethrowing.
   void run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs,
@@ -137,8 +139,8 @@ class gpu_expert_cache {
   /// weights_in(l). `rec`: the layer's
   /// record in the readback buffer (ids, then weights and input). Returns the number of experts moved.
   uint32_t fill(uint32_t l, const uint8_t* rec, std::vector<gpu::commands>& out);
-  /// Layer l's CPU experts (positions j of the selection) into cpu_sum(l); zeros when there are none.
-  void compute_on_cpu(uint32_t l, const uint8_t* rec, const std::vector<uint32_t>& js);
+  /// Layer l's CPU experts (fill's choice: positions j of the selection) into cpu_sum(l); zeros when there are none.
+  void compute_on_cpu(uint32_t l, const uint8_t* rec);
   double heat(const layer& L, uint32_t e) const;
   void invalidate();
 
@@ -156,6 +158,7 @@ class gpu_expert_cache {
   gpu_expert_cache_options opt_;
   moe_scratch cpu_scratch_;
   std::vector<float> cpu_in_, cpu_out_;
+  std::vector<uint32_t> pending_cpu_;  // fill's CPU experts of the layer (positions j), for compute_on_cpu
   std::unique_ptr<thread_pool> copiers_;
   std::vector<chunk> chunks_;  // one layer's packed images in pieces ≤ 1 MiB (reused)
   gpu_expert_cache_stats stats_;

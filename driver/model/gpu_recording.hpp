@@ -2,6 +2,7 @@
 // One token of a GPU graph recorded ahead (V4 dsv4_gpu.cpp, V4.1 dsv41_gpu.cpp): its command buffer(s) and the
 // timestamps of a profiled step, folded into a gpu_graph_profile after it ran.
 #include <algorithm>
+#include <chrono>
 #include <coroutine>
 #include <exception>
 #include <memory>
@@ -92,7 +93,8 @@ inline void gpu_fold_profile(gpu_recording& rec, gpu_graph_profile& p) {
 /// A token's recording made a layer at a time (a C++20 coroutine: the graphs' record_steps suspends after each
 /// layer), so that the expert cache's run_token can record the next token in the gaps while it waits for this one's
 /// parts — on the same thread, so the device object is never used by two threads. finish() runs what is left and
-/// returns the recording; an exception inside is rethrown by step() or finish().
+/// returns the recording, its record_s the time spent inside the steps (not the waits between them); an exception
+/// inside is rethrown by step() or finish().
 class record_task {
  public:
   struct promise_type {
@@ -106,11 +108,12 @@ class record_task {
     void unhandled_exception() noexcept { error = std::current_exception(); }
   };
   record_task() = default;
-  record_task(record_task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  record_task(record_task&& o) noexcept : h_(std::exchange(o.h_, {})), active_s_(std::exchange(o.active_s_, 0.0)) {}
   record_task& operator=(record_task&& o) noexcept {
     if (this != &o) {
       if (h_) h_.destroy();
       h_ = std::exchange(o.h_, {});
+      active_s_ = std::exchange(o.active_s_, 0.0);
     }
     return *this;
   }
@@ -123,19 +126,25 @@ class record_task {
   /// Records the next layer (or the rest); false once the recording is complete.
   bool step() {
     if (!h_ || h_.done()) return false;
+    const auto t0 = std::chrono::steady_clock::now();
     h_.resume();
+    active_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (h_.promise().error) std::rethrow_exception(std::exchange(h_.promise().error, nullptr));
     return !h_.done();
   }
   std::shared_ptr<gpu_recording> finish() {
     while (step()) {
     }
-    return h_ ? std::move(h_.promise().value) : nullptr;
+    if (!h_) return nullptr;
+    std::shared_ptr<gpu_recording> r = std::move(h_.promise().value);
+    if (r) r->record_s = active_s_;
+    return r;
   }
 
  private:
   explicit record_task(std::coroutine_handle<promise_type> h) : h_(h) {}
   std::coroutine_handle<promise_type> h_;
+  double active_s_ = 0;
 };
 
 }  // namespace cmfx::driver

@@ -396,6 +396,9 @@ void model_v41_cases(suite& s) {
   run("expert cache (top_k + 2 slots), pipelined, cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);
   r.traced = true, r.cold_cpu = true, r.budget_slots = 3;
   run("expert cache, cold experts on the CPU (3 slots), cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);
+  r.traced = false;
+  run("expert cache, cold experts on the CPU (3 slots), pipelined, cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf",
+      "q4tp", r);
   s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp", "v41"), seed, info);
   });
