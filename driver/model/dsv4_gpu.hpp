@@ -34,10 +34,12 @@ struct dsv4_gpu_options {
   act_precision expert_act = act_precision::f32;
   /// Device bytes the model may take (weights, sequence state, scratch); 0 = no limit, every weight resident.
   /// When the routed experts do not fit, every layer keeps an expert cache of the same number of slots (what the
-  /// budget leaves after everything else, split evenly over the layers; at least top_k): after a layer's routing
-  /// the host reads the selected ids, copies the experts that are not resident from the mapped weights into the
-  /// least recently used slots, and the layer's MoE reads its experts through a slot map (kernels::moe). The token
-  /// then runs as one submission per layer, recorded per step (no pipelined recording), without profiling.
+  /// budget leaves after everything else, split evenly over the layers; at least top_k with cold = copy): after a
+  /// layer's routing the host reads the selected ids, copies the experts that are not resident from the mapped
+  /// weights into the least recently used slots (or computes some on the CPU: `cold`), and the layer's MoE reads
+  /// its experts through a slot map (kernels::moe). The token then runs as one submission per layer (two with
+  /// cold = cpu / auto), the next position recorded a layer at a time in the waits (record_task), without
+  /// profiling.
   uint64_t vram_budget = 0;
   /// Host threads that copy streamed experts into the upload ring (expert cache only; at most the cores) — and
   /// compute them with cold_experts::cpu.
