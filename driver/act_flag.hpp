@@ -69,4 +69,14 @@ inline CLI::Option* add_cold_experts_flag(CLI::App* c, cold_experts& v) {
       ->default_str("copy");
 }
 
+/// The `--copy-threads N` flag of `cmfx run` and `cmfx serve` (Vulkan, with --vram-budget; `cmfx bench` has its own).
+inline CLI::Option* add_copy_threads_flag(CLI::App* c, uint32_t& v) {
+  return c
+      ->add_option("--copy-threads", v,
+                   "--backend vulkan with --vram-budget: host threads packing streamed experts and computing the "
+                   "CPU's (--cold-experts cpu|auto); at most the cores")
+      ->default_val(v)
+      ->check(CLI::Range(1u, 256u));
+}
+
 }  // namespace cmfx::driver

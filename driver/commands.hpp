@@ -84,6 +84,7 @@ struct model_run_options {
   uint64_t max_ctx = 4096;  // positions the device state holds (run: --ctx)
   uint64_t vram_budget = 0; // --vram-budget: device bytes the model may take (0 = no limit: every expert resident)
   cold_experts cold = cold_experts::copy;  // --cold-experts: misses of the expert cache copied in or run on the CPU
+  uint32_t copy_threads = 8;  // --copy-threads: host threads packing (and with --cold-experts cpu computing) experts
   uint32_t prefill_chunk = 512;  // --prefill-chunk: V4 prompt positions per device recording (0/1: token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  // --prefill-experts: the prefill chunks' experts

@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
   add_gemm_flag(cr, run.model_opts.gemm);
   add_prefill_experts_flag(cr, run.model_opts.prefill_experts);
   add_cold_experts_flag(cr, run.model_opts.cold);
+  add_copy_threads_flag(cr, run.model_opts.copy_threads);
   cr->add_flag("--stats", run.stats, "--backend vulkan: print the expert-cache statistics at the end");
   cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);
   cr->add_flag("--print-ids", run.print_ids, "Print the prompt and generated token ids on stderr");

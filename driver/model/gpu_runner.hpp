@@ -32,6 +32,7 @@ struct gpu_run_options {
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  ///< dsv4_gpu_options::gemm (--gemm)
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  ///< dsv4_gpu_options::prefill_experts
   cold_experts cold = cold_experts::copy;  ///< the graphs' cold (--cold-experts; with vram_budget)
+  uint32_t copy_threads = 8;  ///< the graphs' copy_threads (--copy-threads: packing and CPU experts of the cache)
 };
 
 class gpu_runner {

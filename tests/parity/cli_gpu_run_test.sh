@@ -88,7 +88,7 @@ check "--vram-budget: GPU ids == CPU ids" test "$(head -n 1 "$T/vc.out")" = "$(h
 check "--stats: cache line with a hit rate" grep -qE '^expert cache: [0-9]+ of [0-9]+ slots per layer.*hit rate' "$T/vc.err"
 # --cold-experts cpu: the same budget, misses not hotter than the coldest slot computed on the CPU (the ids stay
 # the CPU's: only rounding differs); a budget below copy's minimum (fewer than top_k slots) is accepted there.
-"${GPU[@]}" --raw-ids "0 5 9 100 2000 77" -n 24 --vram-budget "$((${MIN:-0} + 4096))" --cold-experts cpu --stats \
+"${GPU[@]}" --raw-ids "0 5 9 100 2000 77" -n 24 --vram-budget "$((${MIN:-0} + 4096))" --cold-experts cpu --copy-threads 2 --stats \
   >"$T/vp.out" 2>"$T/vp.err"
 check "--cold-experts cpu: exit 0" test $? -eq 0
 check "--cold-experts cpu: GPU ids == CPU ids" test "$(head -n 1 "$T/vp.out")" = "$(head -n 1 "$T/raw.cpu")"
