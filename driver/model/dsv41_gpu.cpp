@@ -354,19 +354,7 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
       ahead = record_steps(pos + 1, next_mode < 0 ? logits_mode : next_mode, next_prefill,
                            next_prefill ? -1 : owner_after);
     }
-    const auto between = [&] {
-      try {
-        (void)ahead.step();
-      } catch (...) {
-        ahead = record_task();
-      }
-    };
-    experts->run_token(pre, rec->c, rec->segs, ahead ? std::function<void()>(between) : std::function<void()>());
-    try {
-      next = ahead.finish();
-    } catch (...) {
-      next.reset();
-    }
+    next = run_cached_token(*experts, pre, *rec, std::move(ahead));
   } else {
     dev.submit_async(pre);
     dev.submit_async(rec->c);

@@ -399,19 +399,7 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
     // at a time (decode; not when tracing). A failure there only drops the speculative recording.
     record_task ahead;
     if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) ahead = record_steps(pos + 1, logits_mode);
-    const auto between = [&] {
-      try {
-        (void)ahead.step();
-      } catch (...) {
-        ahead = record_task();
-      }
-    };
-    experts->run_token(pre, rec->c, rec->segs, ahead ? std::function<void()>(between) : std::function<void()>());
-    try {
-      next = ahead.finish();
-    } catch (...) {
-      next.reset();
-    }
+    next = run_cached_token(*experts, pre, *rec, std::move(ahead));
   } else {
     dev.submit_async(pre);
     dev.submit_async(rec->c);

@@ -5,12 +5,14 @@
 #include <chrono>
 #include <coroutine>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cmfx/vk/device.hpp"
+#include "gpu_expert_cache.hpp"
 #include "gpu_graph.hpp"
 
 namespace cmfx::driver {
@@ -146,5 +148,25 @@ class record_task {
   std::coroutine_handle<promise_type> h_;
   double active_s_ = 0;
 };
+
+/// Runs a token through the expert cache (gpu_expert_cache::run_token) while `ahead` (may be empty) records the
+/// next position a layer at a time in its waits. Returns that recording, or null when there is none or when
+/// recording it failed (it is speculative: dropped, and the next step records its own).
+inline std::shared_ptr<gpu_recording> run_cached_token(gpu_expert_cache& cache, gpu::commands& pre, gpu_recording& rec,
+                                                       record_task ahead) {
+  const auto between = [&] {
+    try {
+      (void)ahead.step();
+    } catch (...) {
+      ahead = record_task();
+    }
+  };
+  cache.run_token(pre, rec.c, rec.segs, ahead ? std::function<void()>(between) : std::function<void()>());
+  try {
+    return ahead.finish();
+  } catch (...) {
+    return nullptr;
+  }
+}
 
 }  // namespace cmfx::driver

@@ -9,6 +9,7 @@
 // Toys: CMF f32 (every matrix f32), CMF q4tp (ladder matrices, stacked shared expert) and the release layout
 // (FP8 block-128 dense, MXFP4 experts, the FP8 shared expert apart from the stacked FP4 ones).
 #include <bit>
+#include <functional>
 #include <set>
 #include <algorithm>
 #include <random>
@@ -78,8 +79,11 @@ std::string selections(dsv4_trace& tc, dsv4_trace& tg, bool traced, std::string&
 /// traced = false: the GPU model runs pipelined (the next position recorded while the device runs this one, see
 /// dsv4_gpu_options::pipeline); its decisions are then not read back, logits only.
 /// prefill_chunk: the graph's option (0: rings of `window` rows, as decode needs; > 1: window + chunk rows).
+/// custom: the GPU model's options instead (cold_cpu_case); `after`: a last check of the GPU model, its message
+/// appended to the info column.
 std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, std::string& info,
-                    bool traced = true, uint32_t prefill_chunk = 0) {
+                    bool traced = true, uint32_t prefill_chunk = 0, const dsv4_gpu_options* custom = nullptr,
+                    const std::function<std::string(const dsv4_gpu_model&, std::string&)>& after = {}) {
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
@@ -87,6 +91,7 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
   go.gemm = gpu::gemm_precision::f32;  // the strict bounds below; f16 chunks: f16_chunk_case
   go.max_ctx = tokens;
   go.prefill_chunk = prefill_chunk;
+  if (custom) go = *custom;
   dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
   const dsv4_config& cf = cpu->config();
   std::mt19937_64 g(seed);
@@ -138,6 +143,11 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
                 tie.c_str(), traced ? "" : "pipelined, ", (unsigned long long)tokens, chk.worst_nmse, chk.worst_rel,
                 (unsigned long long)chk.ties, gpu.last_dispatches());
   info = b;
+  if (after) {
+    std::string more;
+    if (std::string why = after(gpu, more); !why.empty()) return why;
+    info = more + "; " + info;
+  }
   return {};
 }
 
@@ -625,48 +635,32 @@ std::string cold_cpu_case(suite& s, const std::string& path, uint64_t tokens, ui
     if (!refused) return "--cold-experts copy accepted a budget of fewer than top_k slots";
   }
   go.cold = mode;
-  dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
-  const dsv4_gpu_cache_stats& cs = gpu.cache_stats();
-  if (!cs.active || cs.cold != mode) return "the budget did not activate the expert cache in the mode asked for";
-  if (cs.slots != slots) return "slots per layer " + std::to_string(cs.slots) + ", expected " + std::to_string(slots);
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<uint32_t> pick(0, cf.vocab - 1);
-  dsv4_state st = cpu->new_state();
-  dsv4_trace tc, tg;
-  logit_check chk;
-  std::string tie;
-  uint64_t ran = 0;
-  for (uint64_t t = 0; t < tokens; ++t) {
-    const uint32_t id = pick(g);
-    const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&id, 1), st, dsv4_logits::last, &tc);
-    const std::vector<float> lg = gpu.step(id, true, &tg);
-    ran = t + 1;
-    if (auto w = chk(t, lg.data(), lc); !w.empty()) {
-      if (auto why = selections(tc, tg, true, tie); !why.empty() || tie.empty()) return w + why;
-      break;  // a selection at a CPU near-tie went the other way
-    }
-  }
-  if (auto why = selections(tc, tg, true, tie); !why.empty()) return why.substr(2);
-  if (cs.tokens != ran || cs.lookups != ran * cf.layers * cf.top_k) return "statistics: tokens or lookups do not add up";
-  if (cs.bytes_moved != (cs.lookups - cs.hits - cs.cpu_experts) * cs.slot_bytes)
-    return "statistics: bytes moved != copied misses x slot bytes";
-  if (slots == 0 && (cs.hits || cs.bytes_moved || cs.cpu_experts != cs.lookups))
-    return "statistics: without slots every selected expert must run on the CPU";
-  if (slots > 0 && (cs.cpu_experts == 0 || cs.bytes_moved == 0 || cs.hits == 0))
-    return "statistics: expected hits, copied misses and CPU experts";
-  // auto: a window filling the cache and one timing the copy rule, then one timing the CPU rule (and on)
-  if (mode == cold_experts::automatic &&
-      (ran >= 3 * auto_window && (cs.cpu_rule_tokens < auto_window || ran - cs.cpu_rule_tokens < 2 * auto_window)))
-    return "auto: " + std::to_string(cs.cpu_rule_tokens) + " of " + std::to_string(ran) +
-           " tokens with the CPU rule (expected both rules timed)";
-  if (mode == cold_experts::cpu && cs.cpu_rule_tokens != ran) return "statistics: cpu mode ran tokens with another rule";
-  char b[320];
-  std::snprintf(b, sizeof b, "%s%u slots + the stand-in, %llu tokens (%llu with the CPU rule): hit rate %.1f %%, %.2f CPU "
-                "experts/token, worst nmse %.2e, max_abs/max %.2e", tie.c_str(), cs.slots, (unsigned long long)ran,
-                (unsigned long long)cs.cpu_rule_tokens, 100.0 * double(cs.hits) / double(cs.lookups),
-                double(cs.cpu_experts) / double(ran), chk.worst_nmse, chk.worst_rel);
-  info = b;
-  return {};
+  const auto stats = [&](const dsv4_gpu_model& gpu, std::string& note) -> std::string {
+    const dsv4_gpu_cache_stats& cs = gpu.cache_stats();
+    if (!cs.active || cs.cold != mode) return "the budget did not activate the expert cache in the mode asked for";
+    if (cs.slots != slots) return "slots per layer " + std::to_string(cs.slots) + ", expected " + std::to_string(slots);
+    const uint64_t ran = cs.tokens;  // fewer than `tokens` where a CPU near-tie ended the comparison
+    if (ran == 0 || cs.lookups != ran * cf.layers * cf.top_k) return "statistics: tokens or lookups do not add up";
+    if (cs.bytes_moved != (cs.lookups - cs.hits - cs.cpu_experts) * cs.slot_bytes)
+      return "statistics: bytes moved != copied misses x slot bytes";
+    if (slots == 0 && (cs.hits || cs.bytes_moved || cs.cpu_experts != cs.lookups))
+      return "statistics: without slots every selected expert must run on the CPU";
+    if (slots > 0 && (cs.cpu_experts == 0 || cs.bytes_moved == 0 || cs.hits == 0))
+      return "statistics: expected hits, copied misses and CPU experts";
+    // auto: a window filling the cache and one timing the copy rule, then one timing the CPU rule (and on)
+    if (mode == cold_experts::automatic &&
+        (ran >= 3 * auto_window && (cs.cpu_rule_tokens < auto_window || ran - cs.cpu_rule_tokens < 2 * auto_window)))
+      return "auto: " + std::to_string(cs.cpu_rule_tokens) + " of " + std::to_string(ran) +
+             " tokens with the CPU rule (expected both rules timed)";
+    if (mode == cold_experts::cpu && cs.cpu_rule_tokens != ran) return "statistics: cpu mode ran tokens with another rule";
+    char b[200];
+    std::snprintf(b, sizeof b, "%u slots + the stand-in, %llu with the CPU rule: hit rate %.1f %%, %.2f CPU experts/token",
+                  cs.slots, (unsigned long long)cs.cpu_rule_tokens, 100.0 * double(cs.hits) / double(cs.lookups),
+                  double(cs.cpu_experts) / double(ran));
+    note = b;
+    return {};
+  };
+  return run_toy(s, path, tokens, seed, info, true, 0, &go, stats);
 }
 
 }  // namespace
