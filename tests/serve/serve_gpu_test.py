@@ -157,6 +157,17 @@ if mn:
           (look, hits))
     check("cache /metrics: bytes moved > 0", (moved or 0) > 0, moved)
     cache.kill()
+    # --cold-experts cpu: the same budget, the misses that are not hot enough computed on the CPU (only rounding
+    # differs from the copies, so the greedy text stays the CPU backend's)
+    cold = start("gpu-cold", "--backend", "vulkan", "--gemm", "f32", "--prefill-chunk", "512", "--vram-budget",
+                 str(int(mn.group(1)) + 4096), "--cold-experts", "cpu", "--copy-threads", "2")
+    st, j = post(cold, REQS[1][0], REQS[1][1])
+    check("cold-experts server: 200", st == 200, j)
+    check("cold-experts server: text == CPU text", st == 200 and text_of(j) == text_of(outs["cpu"][1]))
+    m = metrics(cold)
+    cpu_n = metric(m, "cmfx_expert_cache_cpu_experts_total")
+    check("cold-experts /metrics: experts computed on the CPU", (cpu_n or 0) > 0, m[-800:])
+    cold.kill()
 
 bad = subprocess.run([CMFX, "serve", MODEL, "--backend", "vulkan", "--parallel", "2", "--port", "0"],
                      capture_output=True, text=True, timeout=120)
