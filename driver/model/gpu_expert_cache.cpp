@@ -169,7 +169,7 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
     if (L.moe->dim != dim) throw usage_error("gpu model: the expert cache needs one model dimension for every layer");
   // Per layer: ids (top_k uint32); with cold_experts::cpu also the routing weights (top_k f32) and the MoE input.
   rec_stride_ = round_up(uint64_t(K) * 4 + (cpu ? uint64_t(K) * 4 + dim * 4 : 0), 64);
-  readback_ = dev_.alloc_upload(uint64_t(nl) * rec_stride_);
+  readback_ = dev_.alloc_readback(uint64_t(nl) * rec_stride_);
   if (cpu) {
     sum_stride_ = round_up(dim * 4, 256);  // a storage binding's offset alignment on every device we know
     cpu_sums_ = dev_.alloc_upload(uint64_t(nl) * sum_stride_);
@@ -344,7 +344,7 @@ void gpu_expert_cache::compute_on_cpu(uint32_t l, const uint8_t* rec) {
   float w[gpu::kernels::route_max_k], sel_w[gpu::kernels::route_max_k];
   std::memcpy(ids, rec, uint64_t(K) * 4);
   std::memcpy(w, rec + uint64_t(K) * 4, uint64_t(K) * 4);
-  std::memcpy(cpu_in_.data(), rec + uint64_t(K) * 8, dim * 4);  // one read of the uncached mapping
+  std::memcpy(cpu_in_.data(), rec + uint64_t(K) * 8, dim * 4);
   uint32_t sel[gpu::kernels::route_max_k];
   const uint32_t m = uint32_t(js.size());
   for (uint32_t i = 0; i < m; ++i) sel[i] = ids[js[i]], sel_w[i] = w[js[i]];

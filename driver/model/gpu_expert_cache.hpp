@@ -148,7 +148,7 @@ class gpu_expert_cache {
   uint32_t experts_, top_k_;
   std::vector<layer> layers_;
   gpu::buffer ring_;      // host-written: the packed images of one layer's missing experts
-  gpu::buffer readback_;  // host-read: every layer's selected ids (cold_experts::cpu: and weights and MoE input)
+  gpu::buffer readback_;  // host-read (cached): every layer's ids (cold_experts::cpu: and weights and MoE input)
   uint64_t rec_stride_ = 0;  // bytes per layer in readback_
   gpu::buffer cpu_sums_;  // host-written: every layer's CPU experts' sum (cold_experts::cpu)
   uint64_t sum_stride_ = 0;

@@ -275,6 +275,12 @@ buffer device_impl::alloc_upload(uint64_t bytes) {
   return adopt(make_block(size, upload_type, true), bytes);
 }
 
+buffer device_impl::alloc_readback(uint64_t bytes) {
+  if (info.host_visible) return alloc(bytes);
+  const uint64_t size = round_up(std::max<uint64_t>(bytes, 1), align);
+  return adopt(make_block(size, staging_type, true), bytes);  // host-cached where there is such a type
+}
+
 void device_impl::release(buffer& b) noexcept {
   block* blk = b.block_ < blocks.size() ? blocks[b.block_].get() : nullptr;
   if (!blk) return;
@@ -370,6 +376,14 @@ buffer device::alloc_upload(uint64_t bytes) {
     return p_->alloc_upload(bytes);
   } catch (const vk::SystemError& e) {
     throw gpu_error(std::string("alloc_upload: ") + e.what());
+  }
+}
+
+buffer device::alloc_readback(uint64_t bytes) {
+  try {
+    return p_->alloc_readback(bytes);
+  } catch (const vk::SystemError& e) {
+    throw gpu_error(std::string("alloc_readback: ") + e.what());
   }
 }
 

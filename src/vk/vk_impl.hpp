@@ -97,6 +97,7 @@ struct device_impl {
   std::unique_ptr<block> make_block(uint64_t size, uint32_t type, bool map);
   buffer alloc(uint64_t bytes);
   buffer alloc_upload(uint64_t bytes);
+  buffer alloc_readback(uint64_t bytes);
   /// Puts block b in a free slot of `blocks` and returns a buffer of `bytes` at its start.
   buffer adopt(std::unique_ptr<block> b, uint64_t bytes);
   void release(buffer& b) noexcept;

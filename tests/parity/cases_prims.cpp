@@ -213,6 +213,14 @@ std::string transfer_case(suite& s, uint64_t seed, uint64_t n, std::string& info
   c.copy(va, vb, bytes);
   s.kern.scale(c, vb, n, a);
   c.fill(sub(B.payload(), ob + f0 * 4, (f1 - f0) * 4), (f1 - f0) * 4, word);
+  // host-written memory in, host-read memory out (alloc_upload, alloc_readback): the host reads B back through a
+  // mapping, its neighbours poisoned
+  gpu::buffer up = s.dev.alloc_upload(bytes), rb = s.dev.alloc_readback(bytes + 8);
+  std::memcpy(s.dev.mapped(up), x.data(), bytes);
+  std::memset(s.dev.mapped(rb), 0xA5, bytes + 8);
+  gpu::buffer xin = s.dev.alloc(bytes);
+  c.copy(up, xin, bytes);
+  c.copy(sub(B.payload(), ob, bytes), gpu::view(rb, 4, bytes), bytes);
   s.submit(c);
   std::vector<float> ga((oa + bytes + pad) / 4), gb((ob + bytes + pad) / 4);
   std::string why;
@@ -226,6 +234,18 @@ std::string transfer_case(suite& s, uint64_t seed, uint64_t n, std::string& info
   if (d != ga.size()) return diff_msg("buffer A (update + add)", d, ga[d], wa[d]);
   d = first_diff(gb.data(), wb.data(), gb.size());
   if (d != gb.size()) return diff_msg("buffer B (copy, scale, fill)", d, gb[d], wb[d]);
+  {
+    const uint8_t* m = s.dev.mapped(rb);
+    std::vector<float> got(n);
+    std::memcpy(got.data(), m + 4, bytes);
+    d = first_diff(got.data(), wb.data() + ob / 4, n);
+    if (d != n) return diff_msg("alloc_readback copy of B, read through its mapping", d, got[d], wb[ob / 4 + d]);
+    for (const uint64_t o : {uint64_t(0), uint64_t(1), uint64_t(2), uint64_t(3), bytes + 4, bytes + 7})
+      if (m[o] != 0xA5) return "alloc_readback: byte " + std::to_string(o) + " outside the copy was written";
+    std::vector<float> xr(n);
+    s.dev.download(xin, xr.data(), bytes);
+    if (std::memcmp(xr.data(), x.data(), bytes)) return "alloc_upload: the device copy of host-written memory differs";
+  }
   info = std::to_string((bytes + gpu::commands::update_max - 1) / gpu::commands::update_max) +
          " update(s), fill [" + std::to_string(f0) + ", " + std::to_string(f1) + "): every byte exact";
   return {};

@@ -223,8 +223,13 @@ class device {
   /// source of streamed uploads (write-combined system memory on a discrete device, where the copy engine reads it
   /// over the bus; the device's own memory where every buffer is host-visible).
   buffer alloc_upload(uint64_t bytes);
-  /// The host address of a buffer from alloc_upload (or of any buffer on a host-visible device); gpu_error for
-  /// device memory the host cannot map.
+  /// Host-visible memory recordings write (commands::copy into it) and the host reads through mapped() after the
+  /// recording ran: host-cached system memory where there is such a type (reading write-combined memory from the
+  /// CPU is uncached, ~100 µs for 20 KB on the H200 host), the device's own memory where every buffer is
+  /// host-visible.
+  buffer alloc_readback(uint64_t bytes);
+  /// The host address of a buffer from alloc_upload / alloc_readback (or of any buffer on a host-visible device);
+  /// gpu_error for device memory the host cannot map.
   uint8_t* mapped(const buffer& b);
   /// Host → device / device → host copies of `bytes` at the view's offset (bytes <= the view's size).
   void upload(const view& dst, const void* src, uint64_t bytes);
