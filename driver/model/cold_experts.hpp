@@ -23,8 +23,4 @@ inline cold_experts parse_cold_experts(const std::string& v, const std::string& 
   throw usage_error(flag + ": '" + v + "' is not one of copy, cpu, auto");
 }
 
-inline const char* cold_experts_name(cold_experts m) noexcept {
-  return m == cold_experts::cpu ? "cpu" : m == cold_experts::automatic ? "auto" : "copy";
-}
-
 }  // namespace cmfx::driver

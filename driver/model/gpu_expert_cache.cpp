@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "cmfx/core/error.hpp"
@@ -200,6 +201,7 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
     L.last_use.assign(slots, 0);
     L.heat.assign(cpu ? E : 0, 0.0);
     L.heat_at.assign(cpu ? E : 0, 0);
+    L.heat_key.assign(cpu ? E : 0, -std::numeric_limits<double>::infinity());
     L.map = dev_.alloc(uint64_t(E) * 4);
     dev_.upload(L.map, L.slot_of);
     taken += L.map.size();
@@ -237,7 +239,10 @@ uint32_t gpu_expert_cache::fill(uint32_t l, const uint8_t* rec, std::vector<gpu:
     if (ids[j] < E && C.slot_of[ids[j]] != absent) C.last_use[C.slot_of[ids[j]]] = tick;
   if (heats)
     for (uint32_t j = 0; j < K; ++j)
-      if (ids[j] < E) C.heat[ids[j]] = heat(C, ids[j]) + 1.0, C.heat_at[ids[j]] = stats_.tokens;
+      if (const uint32_t e = ids[j]; e < E) {
+        C.heat[e] = heat(C, e) + 1.0, C.heat_at[e] = stats_.tokens;
+        C.heat_key[e] = std::log2(C.heat[e]) + double(C.heat_at[e]) / cold_half_life;
+      }
   // Then each miss takes a slot not used by this token: copy — the least recently used one; cpu — the one whose
   // expert is coldest, and only when it is empty or the miss is hotter by cold_margin (else the miss is computed on
   // the CPU).
@@ -256,13 +261,16 @@ uint32_t gpu_expert_cache::fill(uint32_t l, const uint8_t* rec, std::vector<gpu:
       continue;
     }
     uint32_t victim = absent;
-    double cold = 0;
+    double least = 0;  // copy: the last use; cpu: heat_key (an empty slot below every key)
     for (uint32_t s = 0; s < C.expert_in.size(); ++s) {
       if (C.last_use[s] == tick) continue;
-      const double v = cpu ? (C.expert_in[s] < 0 ? -1.0 : heat(C, uint32_t(C.expert_in[s]))) : double(C.last_use[s]);
-      if (victim == absent || v < cold) cold = v, victim = s;
+      const double v = !cpu                   ? double(C.last_use[s])
+                       : C.expert_in[s] < 0 ? -std::numeric_limits<double>::infinity()
+                                            : C.heat_key[size_t(C.expert_in[s])];
+      if (victim == absent || v < least) least = v, victim = s;
     }
-    if (cpu && (victim == absent || (C.expert_in[victim] >= 0 && !(heat(C, e) > cold + opt_.cold_margin)))) {
+    if (cpu && (victim == absent || (C.expert_in[victim] >= 0 &&
+                                     !(heat(C, e) > heat(C, uint32_t(C.expert_in[victim])) + opt_.cold_margin)))) {
       on_cpu.push_back(j);
       continue;
     }
@@ -273,7 +281,7 @@ uint32_t gpu_expert_cache::fill(uint32_t l, const uint8_t* rec, std::vector<gpu:
     C.last_use[victim] = tick;
     moves[moved++] = {e, victim};
   }
-  // The device's slot map: slot_of, and with CPU experts those pointing at the slot of zeros.
+  // The device's slot map: slot_of, and with CPU experts those pointing at the stand-in slot.
   std::vector<uint32_t> want = C.slot_of;
   for (const uint32_t j : on_cpu) want[ids[j]] = stand_in_;
   const bool map_changed = want != C.map_dev;

@@ -126,6 +126,9 @@ class gpu_expert_cache {
     std::vector<uint32_t> map_dev;   // what `map` holds (cold_experts::cpu: slot_of, CPU experts → the stand-in)
     std::vector<double> heat;        // [experts] decayed use counts (cold_experts::cpu) as of heat_at
     std::vector<uint64_t> heat_at;   // [experts] token of the last update
+    // [experts] log2(heat) + heat_at / cold_half_life: the decay scales every heat alike, so this orders the
+    // experts by their current heat without a power per comparison (the coldest-slot search)
+    std::vector<double> heat_key;
     bool cpu_used = false;           // the last token's cpu_sum of this layer is not zero
   };
   struct chunk {
