@@ -11,7 +11,10 @@
 // the partials are bit-identical — the split only shortens each invocation's chain of dependent loads.
 // HC_TAIL = 1 (with a mix): the last workgroup of each token also runs mhc_finish.comp's work on the mix
 // (kernels::hc_post_finish: a sublayer boundary in one dispatch); the finish's defines then apply too (HC_HEAD,
-// HC_NORM, HC_SG, HC_PART, HC_N, HC_COLS; common/mhc_finish.glsl).
+// HC_NORM, HC_SG, HC_PART, HC_N, HC_COLS, HC_FOLD; common/mhc_finish.glsl). With HC_FOLD = 1 (V4.1's one-sublayer
+// lag) the finish's collapse weights are fold[pc.foldoff + t·pc.fstride + j] (binding 13); with HC_COUT = 1 it
+// writes its coefficients to binding 12 at pc.cooff instead of rewriting those the post read (V4.1: a buffer per
+// site).
 // Defines: HC_MAX (ops/mhc.hpp hc_max), HC_N (= hc), HC_BLOCK (= the workgroup size), HC_POST, HC_ROWS (mix rows + 1, or 1
 // without a mix), HC_RSPLIT, HC_RPG (= ceil(HC_ROWS / HC_RSPLIT)).
 #include "common/base.glsl"
@@ -33,6 +36,7 @@ layout(push_constant) uniform hb_pc {
   uint cstride, cntoff, iters, boff;  // HC_TAIL: cntoff … rms_eps
   uint soff, yoff, nwoff, aoff;
   float norm_eps, hc_eps, head_scale, rms_eps;
+  uint foldoff, fstride, cooff, pad0;  // HC_TAIL with HC_FOLD / HC_COUT
 } pc;
 layout(std430, binding = 0) readonly buffer X { float xs[]; };
 layout(std430, binding = 1) readonly buffer O { float os[]; };      // HC_POST: the sublayer output [tokens, d]
@@ -66,7 +70,22 @@ layout(std430, binding = 5) writeonly buffer P { ACC part[]; };     // [tokens, 
 #endif
 
 #if HC_TAIL
+#ifndef HC_FOLD
 #define HC_FOLD 0
+#endif
+#ifndef HC_COUT
+#define HC_COUT 0
+#endif
+#if HC_FOLD == 2
+#error "the tail computes the next site's coefficients: HC_FOLD 0 or 1"
+#endif
+#if HC_COUT
+layout(std430, binding = 12) writeonly buffer CfO { float coeffo[]; };
+#define HCF_C(i) coeffo[i]
+#endif
+#if HC_FOLD
+layout(std430, binding = 13) readonly buffer Fd { float fold[]; };
+#endif
 #include "common/mhc_finish.glsl"
 shared bool tail_last;
 #endif
@@ -157,8 +176,8 @@ void main() {
   hcf_args a;
   a.t = t, a.hc = hc, a.d = d, a.nblk = pc.nblk, a.rows = pc.rows, a.iters = pc.iters;
   a.xoff = HC_POST != 0 ? pc.outoff : pc.xoff;
-  a.poff = pc.poff, a.boff = pc.boff, a.soff = pc.soff, a.coff = pc.coff, a.yoff = pc.yoff, a.cstride = pc.cstride;
-  a.nwoff = pc.nwoff, a.foldoff = 0u, a.fstride = 0u;
+  a.poff = pc.poff, a.boff = pc.boff, a.soff = pc.soff, a.coff = HC_COUT != 0 ? pc.cooff : pc.coff, a.yoff = pc.yoff;
+  a.cstride = pc.cstride, a.nwoff = pc.nwoff, a.foldoff = pc.foldoff, a.fstride = pc.fstride;
   a.norm_eps = pc.norm_eps, a.hc_eps = pc.hc_eps, a.head_scale = pc.head_scale, a.rms_eps = pc.rms_eps;
   hc_finish(a);
 #endif

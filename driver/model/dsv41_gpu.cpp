@@ -3,12 +3,13 @@
 // whose index keys an index source scores) is decided when recording; the token's own inputs (embedding, Engram
 // rows) are written by run() into a small command buffer submitted before it.
 //
-// Per layer: [Engram: wkv · E → gated add → mix] → hc_pre_finish_fold (the previous FFN's pre) + attn_norm →
+// Per layer: [Engram: wkv · E → gated add → mix + hc_pre_finish_fold (the previous FFN's pre) + attn_norm] →
 // projections of u (concurrent) → norms → wq_b, ix_wq_b, kv rope, compressor pooling → q / iq ropes, KV FP8,
 // index key projection → FP4 quantisations → indexer score (+ candidate pool / mask) → top-k → sparse attention over
-// [KV source's entries | window] → inverse rope → wo_a groups → wo_b → hc_post (+ mix) → hc_pre_finish_fold (the
-// attention's pre) + ffn_norm → router → routing → experts (→ shared) → hc_post (+ next mix). Head: hc_fold with the
-// last FFN's pre + norm → head matmul (→ device argmax).
+// [KV source's entries | window] → inverse rope → wo_a groups → wo_b → hc_post + mix + hc_pre_finish_fold (the
+// attention's pre) + ffn_norm (one dispatch) → router → routing → experts (→ shared) → hc_post (+ the next layer's
+// mix, hc_pre_finish_fold and attn_norm). Head: hc_fold with the last FFN's pre + norm → head matmul (→ device
+// argmax).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -80,6 +81,15 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
   }
   if (ts.on) ts.op_last = ts.last = cur->timestamp();
 
+  // A sublayer boundary is one dispatch (kernels::hc_post_finish): hc_post with the next site's mix, then — in its
+  // last workgroup — that site's hc_pre_finish_fold (collapse weighted by the previous site's pre `fold`, the new
+  // coefficients into `out`) and input norm; the Sinkhorn C apart.
+  auto folded = [&](const gpu::buffer& base, const gpu::buffer& scale, const gpu::buffer& norm_w, view fold, view out) {
+    gpu::kernels::hc_finish_args f;
+    f.base = base, f.scale = scale, f.sinkhorn = false, f.y = u, f.norm = norm_w;
+    f.fold = fold, f.fold_stride = cstride, f.coeff_out = out;
+    return f;
+  };
   std::vector<int> keys_from(cf.layers, -1);
   for (uint32_t l = 0; l < cf.layers; ++l) {
     dsv41_gpu_layer& G = layers[l];
@@ -97,13 +107,15 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
       k.engram_gate_add(*cur, X, eg_kv, G.eg_qk, 1, uint32_t(hc), uint32_t(d), ec.eps, ec.gate_clamp);
       ts.op("engram");
     }
-    if (P.engram >= 0 || l == 0) k.hc_mix(*cur, sh, X, G.hc_attn_fn, mix_rows, 1, partials);
-    // ---- attention sublayer: the collapse with the previous FFN's pre (one-hot before layer 0)
-    // the Sinkhorn C (first read by hc_post) runs apart, next to the projections
-    k.hc_pre_finish_fold(*cur, sh, partials, X, G.hc_attn_base, G.hc_attn_scale, 1, coeff_a, l ? view(coeff_f) : view(fold0),
-                         cstride, u, G.attn_norm, false);
-    ts.op("hc_pre_finish + attn_norm");
-    ts.mark(&gpu_graph_profile::hc);
+    // ---- attention sublayer: the collapse with the previous FFN's pre (one-hot before layer 0); the previous
+    // layer's MoE boundary ran it unless an Engram add came between (then: the mix of X and the finish here). The
+    // Sinkhorn C (first read by hc_post) runs apart, next to the projections.
+    if (P.engram >= 0 || l == 0) {
+      k.hc_post_finish(*cur, sh, view(), X, coeff_f, 1, view(), G.hc_attn_fn, mix_rows, partials,
+                       folded(G.hc_attn_base, G.hc_attn_scale, G.attn_norm, l ? view(coeff_f) : view(fold0), coeff_a));
+      ts.op("hc_mix + hc_pre_finish + attn_norm");
+      ts.mark(&gpu_graph_profile::hc);
+    }
     const uint32_t r = P.ratio;
     const bool full = P.mode == dsv41_mode::full, ixs = full || P.mode == dsv41_mode::reindex;
     const bool closes = full && (t + 1) % r == 0;
@@ -216,15 +228,12 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     cur->end_concurrent();
     k.matmul(*cur, G.wo_b, z, 1, attn_out);
     ts.op("wo_a groups, wo_b");
-    k.hc_post(*cur, sh, attn_out, X, coeff_a, 1, Xn, G.hc_ffn_fn, mix_rows, partials);
-    ts.op("hc_post + mix");
+    // ---- MoE sublayer: the collapse with the attention's pre, in the boundary's dispatch
+    k.hc_post_finish(*cur, sh, attn_out, X, coeff_a, 1, Xn, G.hc_ffn_fn, mix_rows, partials,
+                     folded(G.hc_ffn_base, G.hc_ffn_scale, G.ffn_norm, coeff_a, coeff_f));
+    ts.op("hc_post + mix + hc_pre_finish + ffn_norm");
     std::swap(X, Xn);
     ts.mark(&gpu_graph_profile::attn_out);
-    // ---- MoE sublayer: the collapse with the attention's pre
-    k.hc_pre_finish_fold(*cur, sh, partials, X, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff_f, coeff_a, cstride, u,
-                         G.ffn_norm, false);
-    ts.op("hc_pre_finish + ffn_norm");
-    ts.mark(&gpu_graph_profile::hc);
     route_config rc;
     rc.top_k = K;
     rc.route_scale = float(cf.route_scale);
@@ -264,11 +273,16 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     }
     ts.op("moe (+ shared expert apart, concurrent)");
     ts.mark(&gpu_graph_profile::experts);
-    // The next attention's mixes come with this hc_post unless an Engram add changes X first.
-    const bool mix_next = l + 1 < cf.layers && cf.plan[l + 1].engram < 0;
-    k.hc_post(*cur, sh, moe_out, X, coeff_f, 1, Xn, mix_next ? view(layers[l + 1].hc_attn_fn) : view(),
-              mix_next ? mix_rows : 0, mix_next ? view(partials) : view(), moe_add);
-    ts.op("hc_post + mix");
+    // The next attention's mix and collapse come with this hc_post unless an Engram add changes X first.
+    if (l + 1 < cf.layers && cf.plan[l + 1].engram < 0) {
+      const dsv41_gpu_layer& N = layers[l + 1];
+      k.hc_post_finish(*cur, sh, moe_out, X, coeff_f, 1, Xn, N.hc_attn_fn, mix_rows, partials,
+                       folded(N.hc_attn_base, N.hc_attn_scale, N.attn_norm, coeff_f, coeff_a), moe_add);
+      ts.op("hc_post + mix + hc_pre_finish + attn_norm");
+    } else {
+      k.hc_post(*cur, sh, moe_out, X, coeff_f, 1, Xn, view(), 0, view(), moe_add);
+      ts.op("hc_post");
+    }
     std::swap(X, Xn);
     ts.mark(&gpu_graph_profile::hc);
     co_yield 0;  // a layer recorded (record_task)
@@ -410,6 +424,7 @@ void dsv41_gpu_model::reset() noexcept {
 
 void dsv41_gpu_model::set_profile(bool on, std::vector<uint32_t> layers) {
   if (on && p_->experts->active()) throw usage_error("gpu model: profiling is not available with the expert cache");
+  if (on && !p_->opt.profile) p_->prof = {};  // a new profile: not the steps of an earlier one (V4.1's prompt)
   p_->opt.profile = on;
   p_->opt.profile_layers = std::move(layers);
 }

@@ -436,6 +436,7 @@ void dsv4_gpu_model::reset() noexcept {
 }
 void dsv4_gpu_model::set_profile(bool on, std::vector<uint32_t> layers) {
   if (on && p_->experts->active()) throw usage_error("gpu model: profiling is not available with the expert cache");
+  if (on && !p_->opt.profile) p_->prof = {};  // a new profile: not the steps of an earlier one (V4.1's prompt)
   p_->opt.profile = on;
   p_->opt.profile_layers = std::move(layers);
 }

@@ -44,7 +44,8 @@ class gpu_graph {
   virtual void restore_snapshot() = 0;
   /// Benchmarks only: jump to position `pos` with every state value random (gpu_state_fill_random).
   virtual void bench_seek(uint64_t pos) = 0;
-  /// Timestamps between the phases of every later step; with `layers`, also after every op of those layers.
+  /// Timestamps between the phases of every later step; with `layers`, also after every op of those layers. Turning
+  /// it on (from off) starts a new profile().
   virtual void set_profile(bool on, std::vector<uint32_t> layers = {}) = 0;
   /// The first layer of each attention kind (the per-op profile's default selection).
   virtual std::vector<uint32_t> kind_layers() const = 0;

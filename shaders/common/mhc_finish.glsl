@@ -20,9 +20,13 @@
 // HC_NBLK (= the mhc_block.comp column blocks of d: the partials per row).
 // The including shader declares the buffers part[] (ACC), base[], scale[], coeff[], ys[] (nw[] with HC_NORM,
 // fold[] with HC_FOLD), includes common/reduce.glsl with HC_NORM, and defines HCF_X(i): element i of the X whose
-// copies are collapsed. Every invocation of the workgroup calls hc_finish (it contains barriers).
+// copies are collapsed; it may define HCF_C(i) (default coeff[i]): the coefficient element i the finish writes (the
+// a.coff offsets are into it). Every invocation of the workgroup calls hc_finish (it contains barriers).
 #ifndef HC_PART
 #define HC_PART 0
+#endif
+#ifndef HCF_C
+#define HCF_C(i) coeff[i]
 #endif
 #if HC_PART != 0 && (HC_HEAD || HC_FOLD == 2)
 #error "HC_PART splits hc_pre_finish's coefficients: not with HC_HEAD or HC_FOLD 2"
@@ -103,7 +107,7 @@ void hc_finish(const hcf_args a) {
     precise const ACC zh = m[lid] * rs * ACC(a.head_scale) + ACC(base[a.boff + lid]);
     const float p = float(sigm(zh) + eps);
     pre_s[lid] = p;
-    coeff[cb + lid] = p;
+    HCF_C(cb + lid) = p;
   }
 #else
   const ACC s0 = ACC(scale[a.soff]), s1 = ACC(scale[a.soff + 1u]), s2 = ACC(scale[a.soff + 2u]);
@@ -116,8 +120,8 @@ void hc_finish(const hcf_args a) {
 #else
     pre_s[lid] = p;
 #endif
-    coeff[cb + lid] = p;
-    coeff[cb + hc + lid] = float(ACC(2) * sigm(zq));
+    HCF_C(cb + lid) = p;
+    HCF_C(cb + hc + lid) = float(ACC(2) * sigm(zq));
   }
 #if HC_SINKHORN
   const bool own = lid < hc * hc;
@@ -152,7 +156,7 @@ void hc_finish(const hcf_args a) {
       for (uint q = 0u; q < HC_N; ++q) sc += shf(w, q * hc + sk);
       w /= sc + eps;
     }
-    if (sown) coeff[cb + 2u * hc + sl] = float(w);
+    if (sown) HCF_C(cb + 2u * hc + sl) = float(w);
   }
 #else
   // row softmax + eps
@@ -191,7 +195,7 @@ void hc_finish(const hcf_args a) {
       v /= sc + eps;
     }
   }
-  if (own) coeff[cb + 2u * hc + lid] = float(v);
+  if (own) HCF_C(cb + 2u * hc + lid) = float(v);
 #endif
 #endif  // HC_SINKHORN
 #endif

@@ -144,6 +144,7 @@ device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
   in.min_storage_align = p.limits.minStorageBufferOffsetAlignment;
   in.max_shared_memory = p.limits.maxComputeSharedMemorySize;
   in.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
+  in.max_storage_buffers = p.limits.maxPerStageDescriptorStorageBuffers;
   in.max_groups_x = p.limits.maxComputeWorkGroupCount[0];
   in.max_groups_y = p.limits.maxComputeWorkGroupCount[1];
   in.timestamp_period_ns = p.limits.timestampPeriod;
@@ -245,6 +246,8 @@ std::string unsuitable(const device_info& in, const vk::raii::PhysicalDevice& pd
            std::to_string(VK_API_VERSION_MINOR(in.api_version)) + " (cmfx needs 1.2: SPIR-V 1.5 shaders)";
   if (compute_family(pd) < 0) return "no compute queue";
   if (in.max_workgroup_invocations < 256) return "maxComputeWorkGroupInvocations < 256";
+  if (in.max_storage_buffers < max_dispatch_bindings)
+    return "maxPerStageDescriptorStorageBuffers < " + std::to_string(max_dispatch_bindings);
   if (in.max_shared_memory < 16384) return "maxComputeSharedMemorySize < 16 KiB";
   if (in.subgroup_size == 0 || (in.subgroup_size & (in.subgroup_size - 1)) || in.subgroup_size > 128)
     return "subgroup size " + std::to_string(in.subgroup_size) + " (a power of two <= 128 is needed)";
@@ -374,7 +377,7 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
   // Descriptor pools grow geometrically (64, 128, 256, then 512 sets each): a short recording (one layer's part of
   // a token with the expert cache) must not pay for creating a pool sized for a whole token (measured on the H200:
   // 44 pools of 512 sets cost ≈ 25 ms per token).
-  constexpr uint32_t first_pool_sets = 64, max_pool_sets = 512, max_bindings = 12;
+  constexpr uint32_t first_pool_sets = 64, max_pool_sets = 512, max_bindings = max_dispatch_bindings;
   if (b.size() > max_bindings)
     throw gpu_error("dispatch of " + p->name + ": more than " + std::to_string(max_bindings) + " bindings");
   if (c.pools.empty() || c.sets_in_pool == c.pool_sets) {

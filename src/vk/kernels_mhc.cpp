@@ -38,6 +38,7 @@ struct block_pc {
   uint32_t cntoff, iters, boff, soff, yoff, nwoff;  // the tail (HC_TAIL)
   uint32_t aoff;                                    // o_add (HC_ADD)
   float norm_eps, hc_eps, head_scale, rms_eps;
+  uint32_t foldoff, fstride, cooff, pad0;           // the tail's fold (HC_FOLD 1) and coefficient output (HC_COUT)
 };
 struct finish_pc {
   uint32_t tokens, hc, d, nblk, rows, iters, xoff, poff, boff, soff, coff, yoff;
@@ -46,7 +47,12 @@ struct finish_pc {
   float rms_eps;  // with a norm weight: the RMSNorm of y (its eps: hc_shape::norm_eps)
   uint32_t nwoff, pad0, pad1;
 };
-static_assert(sizeof(block_pc) == 96 && sizeof(finish_pc) == 80);
+static_assert(sizeof(block_pc) == 112 && sizeof(finish_pc) == 80);
+
+/// Bytes of a fold operand: `tokens` rows of fold_stride floats, the last one hc floats.
+uint64_t fold_bytes(const kernels::hc_shape& sh, uint32_t tokens, uint32_t fold_stride) {
+  return (uint64_t(tokens - 1) * fold_stride + sh.hc) * 4;
+}
 
 /// Whether the Sinkhorn of hc_pre_finish runs in one subgroup (every lane of it a C entry: hc·hc ≤ the smallest
 /// subgroup size the device may use, with subgroup shuffles).
@@ -98,6 +104,8 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
     if (!fin->head) detail::need_view(fin->scale, 12, op, "scale");
     detail::need_view(fin->y, uint64_t(tokens) * sh.d * 4, op, "y");
     if (fin->norm) detail::need_view(fin->norm, uint64_t(sh.d) * 4, op, "norm");
+    if (fin->coeff_out) detail::need_view(fin->coeff_out, cbytes, op, "coeff_out");
+    if (fin->fold) detail::need_view(fin->fold, fold_bytes(sh, tokens, fin->fold_stride), op, "fold");
   }
   const detail::bound xb = e.bind(X, xbytes), ob = e.bind(post ? o : view(), uint64_t(tokens) * sh.d * 4),
                       cb = e.bind(post || fin ? coeff : view(), cbytes), outb = e.bind(post ? out : view(), xbytes),
@@ -109,7 +117,7 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
   pc.has_mix = mix ? 1u : 0u, pc.xoff = xb.residual / 4, pc.ooff = ob.residual / 4, pc.coff = cb.residual / 4;
   pc.outoff = outb.residual / 4, pc.fnoff = fb.residual / 4, pc.poff = pb.residual / acc_bytes(e);
   pc.cstride = kernels::hc_coeff_floats(sh.hc);
-  detail::binding b[12] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
+  detail::binding b[14] = {xb.b, ob.b, cb.b, outb.b, fb.b, pb.b};
   uint32_t nbind = 6;
   const uint32_t rsplit = mix ? std::min(row_groups, rows + 1) : 1;
   std::string defs = defines(sh.hc, post, mix ? rows + 1 : 1, rsplit);
@@ -122,7 +130,7 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
     pc.cntoff = e.take_counters(tokens), pc.iters = sh.iters, pc.boff = bb.residual / 4, pc.soff = sb.residual / 4;
     pc.yoff = yb.residual / 4, pc.nwoff = nb.residual / 4;
     pc.norm_eps = sh.norm_eps, pc.hc_eps = sh.hc_eps, pc.head_scale = fin->head_scale, pc.rms_eps = sh.norm_eps;
-    defs += "#define HC_TAIL 1\n" + finish_defines(e, sh, block, fin->head, bool(fin->norm), 0,
+    defs += "#define HC_TAIL 1\n" + finish_defines(e, sh, block, fin->head, bool(fin->norm), fin->fold ? 1 : 0,
                                                     fin->head || fin->sinkhorn ? 0 : 1);
   }
   if (o_add) {  // after the tail's bindings
@@ -130,6 +138,15 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
     b[nbind++] = ab.b;
     pc.aoff = ab.residual / 4;
     defs += "#define HC_ADD 1\n";
+  }
+  if (fin && (fin->fold || fin->coeff_out)) {  // bindings 12 and 13 (11: o_add or unused)
+    const uint64_t fbytes = fold_bytes(sh, tokens, fin->fold_stride);
+    const detail::bound ob2 = e.bind(fin->coeff_out, cbytes), fdb = e.bind(fin->fold, fbytes);
+    if (nbind == 11) b[nbind++] = e.bind(view(), 4).b;
+    b[12] = ob2.b, b[13] = fdb.b;
+    nbind = 14;
+    pc.cooff = ob2.residual / 4, pc.foldoff = fdb.residual / 4, pc.fstride = fin->fold_stride;
+    if (fin->coeff_out) defs += "#define HC_COUT 1\n";
   }
   uint32_t gx, gy;
   e.grid(uint64_t(tokens) * nblk(sh) * rsplit, gx, gy);
@@ -160,7 +177,7 @@ void run_finish(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool
     detail::need_view(y, uint64_t(tokens) * sh.d * 4, op, "y");
   }
   if (norm) detail::need_view(norm, uint64_t(sh.d) * 4, op, "norm");
-  const uint64_t fbytes = fold_mode ? (uint64_t(tokens - 1) * fold_stride + sh.hc) * 4 : 0;
+  const uint64_t fbytes = fold_mode ? fold_bytes(sh, tokens, fold_stride) : 0;
   if (fold_mode) {
     if (fold_stride < sh.hc && tokens > 1) throw usage_error(std::string(op) + ": fold_stride < hc");
     detail::need_view(fold, fbytes, op, "fold");
@@ -279,6 +296,14 @@ void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, vi
   const uint32_t want = fin.head ? sh.hc : (2 + sh.hc) * sh.hc;
   if (next_rows != want)
     throw usage_error("hc_post_finish: " + std::to_string(next_rows) + " mix rows, the finish needs " + std::to_string(want));
+  if (fin.fold && fin.head) throw usage_error("hc_post_finish: a fold with the head's finish");
+  if (fin.fold && fin.fold_stride < sh.hc && tokens > 1) throw usage_error("hc_post_finish: fold_stride < hc");
+  const auto overlaps = [](view a, view b) {
+    return a.buf == b.buf && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+  };
+  if (fin.coeff_out && overlaps(fin.coeff_out, coeff)) throw usage_error("hc_post_finish: coeff_out overlaps coeff");
+  if (fin.coeff_out && fin.fold && overlaps(fin.coeff_out, fin.fold))
+    throw usage_error("hc_post_finish: coeff_out overlaps fold");
   const detail::op_env e = detail::op_env_of(*p_);
   if (tokens > detail::op_env::counter_slots / 4) {  // more tokens than counters: the two dispatches
     if (c.in_concurrent())
@@ -286,8 +311,9 @@ void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, vi
                         " tokens are two dependent dispatches: not inside begin_concurrent");
     run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, nullptr, o_add);
     c.barrier();
-    run_finish(e, c, sh, fin.head, next_partials, post ? out : X, fin.base, fin.scale, fin.head_scale, tokens, coeff,
-               fin.y, fin.norm, 0, {}, 0, fin.head || fin.sinkhorn ? 0 : 1);
+    run_finish(e, c, sh, fin.head, next_partials, post ? out : X, fin.base, fin.scale, fin.head_scale, tokens,
+               fin.coeff_out ? fin.coeff_out : coeff, fin.y, fin.norm, fin.fold ? 1 : 0, fin.fold, fin.fold_stride,
+               fin.head || fin.sinkhorn ? 0 : 1);
     return;
   }
   run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, &fin, o_add);

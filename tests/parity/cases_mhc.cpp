@@ -288,9 +288,11 @@ std::string sinkhorn_apart_case(suite& s, uint64_t seed, bool fold, uint32_t tok
 /// is submitted again, so every counter must be back at 0. More tokens than the counters take the two-dispatch
 /// fallback (recorded outside the concurrent group, which refuses it). split_o: the sublayer output given as o and
 /// o_add — the separate hc_post then gets o + o_add summed on the host, and hc_post with o_add must write the
-/// same X' bit for bit.
+/// same X' bit for bit. fold (V4.1's boundary): the finish is hc_pre_finish_fold's — the collapse weighted by the
+/// pre of the coefficients the post read, the new coefficients written to a buffer of their own (coeff_out) and
+/// the post's left as they were.
 std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool sinkhorn, bool norm, uint32_t tokens,
-                             uint32_t hc, uint32_t d, std::string& info, bool split_o = false) {
+                             uint32_t hc, uint32_t d, std::string& info, bool split_o = false, bool fold = false) {
   rng r(seed);
   gpu::kernels::hc_shape sh;
   sh.hc = hc, sh.d = d;
@@ -313,12 +315,15 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
   guarded xadd(s.dev, xn * 4), padd(s.dev, s.kern.hc_partials_bytes(sh, tokens, rows)), cadd(s.dev, cf * 4);
   const uint64_t pbytes = s.kern.hc_partials_bytes(sh, tokens, rows);
   constexpr int runs = 5;  // 0: separate calls; 1, 2: fused, one after the other; 3, 4: fused side by side
-  std::vector<guarded> part, co, xo, y;
+  std::vector<guarded> part, co, xo, y, cout;  // cout: the finish's coefficients with fold
   for (int i = 0; i < runs; ++i) {
     part.emplace_back(s.dev, pbytes), co.emplace_back(s.dev, cf * 4), xo.emplace_back(s.dev, xn * 4);
     y.emplace_back(s.dev, yn * 4);
     s.dev.upload(co.back().payload(), c0.data(), cf * 4);
+    if (fold) cout.emplace_back(s.dev, cf * 4);
   }
+  // where run i's finish writes its coefficients
+  const auto fin_coeff = [&](int i) -> guarded& { return fold ? cout[size_t(i)] : co[size_t(i)]; };
   gpu::kernels::hc_finish_args fin;
   fin.base = bb, fin.scale = sb, fin.head = head, fin.head_scale = 0.7f, fin.sinkhorn = sinkhorn;
   fin.norm = norm ? gpu::view(nb) : gpu::view();
@@ -326,6 +331,7 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
   auto fused = [&](gpu::commands& c, int i) {
     gpu::kernels::hc_finish_args f = fin;
     f.y = y[i].payload();
+    if (fold) f.fold = co[i].payload(), f.fold_stride = per, f.coeff_out = cout[i].payload();
     s.kern.hc_post_finish(c, sh, post ? gpu::view(ob) : no, xb, co[i].payload(), tokens, post ? xo[i].payload() : no,
                           fb, rows, part[i].payload(), f, oa);
   };
@@ -341,6 +347,9 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
     s.kern.hc_mix(c, sh, xb, fb, rows, tokens, part[0].payload());
   if (head)
     s.kern.hc_head_finish(c, sh, part[0].payload(), x1, bb, 0.7f, tokens, co[0].payload(), y[0].payload(), fin.norm);
+  else if (fold)
+    s.kern.hc_pre_finish_fold(c, sh, part[0].payload(), x1, bb, sb, tokens, cout[0].payload(), co[0].payload(), per,
+                              y[0].payload(), fin.norm, sinkhorn);
   else
     s.kern.hc_pre_finish(c, sh, part[0].payload(), x1, bb, sb, tokens, co[0].payload(), y[0].payload(), fin.norm,
                          sinkhorn);
@@ -357,9 +366,14 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
         gy(runs, std::vector<float>(yn));
     for (int i = 0; i < runs; ++i) {
       std::string why;
-      if (!part[i].read(gp[i].data(), why) || !co[i].read(gc[i].data(), why) || !y[i].read(gy[i].data(), why) ||
+      if (!part[i].read(gp[i].data(), why) || !fin_coeff(i).read(gc[i].data(), why) || !y[i].read(gy[i].data(), why) ||
           !xo[i].read(gx[i].data(), why))
         return "run " + std::to_string(i) + ": " + why;
+      if (fold) {  // the post's coefficients are the fold's weights: read, never written
+        std::vector<float> kept(cf);
+        if (!co[i].read(kept.data(), why)) return "run " + std::to_string(i) + ": " + why;
+        if (std::memcmp(kept.data(), c0.data(), cf * 4)) return "run " + std::to_string(i) + ": coeff rewritten";
+      }
     }
     for (int i = 1; i < runs; ++i) {
       const std::string at = "fused run " + std::to_string(i) + ": ";
@@ -377,6 +391,9 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
     for (float v : gy[1])
       if (!std::isfinite(v)) return "y not finite";
     if (std::memcmp(gc[1].data(), c0.data(), hc * 4) == 0) return "pre left as it was: did the finish run?";
+    for (uint64_t k = 0; k < cf; ++k)  // every coefficient written (with fold: into the poisoned coeff_out)
+      if (!std::isfinite(gc[1][k]) && (sinkhorn || head || k % per < 2 * hc))
+        return "coefficient " + std::to_string(k % per) + " of token " + std::to_string(k / per) + " not finite";
     return {};
   };
   s.submit(c);
@@ -392,12 +409,13 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
   for (int i = 0; i < runs; ++i) {
     s.dev.upload(co[i].payload(), c0.data(), cf * 4);
     s.dev.upload(y[i].payload(), poison.data(), yn * 4);
+    if (fold) s.dev.upload(cout[i].payload(), std::vector<uint32_t>(cf, guarded::nan_word).data(), cf * 4);
   }
   s.submit(c);
   if (auto why = compare_runs(); !why.empty()) return "resubmitted: " + why;
   info = "bit-identical to the separate dispatches (" + std::to_string(tokens) + " token(s), 4 fused runs" +
          (fallback ? " through the two-dispatch fallback" : "") + ", submitted twice" +
-         (split_o ? "; o + o_add as the host's sum" : "") + ")";
+         (split_o ? "; o + o_add as the host's sum" : "") + (fold ? "; folded by the post's pre" : "") + ")";
   return {};
 }
 /// V4.1's lagged collapse: hc_pre_finish_fold writes the coefficients hc_pre_finish writes (bit for bit) and
@@ -517,6 +535,17 @@ void mhc_cases(suite& s) {
               " post + pre (Sinkhorn apart, norm), o + o_add",
           [=, &s](uint64_t seed, R& info) {
             return post_finish_case(s, seed, true, false, false, true, tokens, hc, d, info, true);
+          });
+  // V4.1's boundary: the collapse folded by the post's pre, the coefficients into their own buffer (decode: the
+  // Sinkhorn apart with the norm; the whole finish without; the first mix; the fallback)
+  for (auto [tokens, hc, d, mode] : {std::array<uint32_t, 4>{1, 4, 5120, 0}, {3, 4, 300, 1}, {2, 8, 64, 2},
+                                     {1, 2, 7, 0}, {2049, 2, 7, 0}})
+    s.run("hc_post_finish", "-",
+          std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) +
+              (mode == 0 ? " post + pre folded (Sinkhorn apart, norm)"
+                         : mode == 1 ? " post + pre folded, no norm" : " mix + pre folded"),
+          [=, &s](uint64_t seed, R& info) {
+            return post_finish_case(s, seed, mode != 2, false, mode != 0, mode != 1, tokens, hc, d, info, false, true);
           });
   chain(1, 4, 4096, 20, " V4 decode");
   chain(3, 4, 4096, 20, " V4");

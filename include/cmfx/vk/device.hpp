@@ -66,6 +66,10 @@ struct device_options {
   uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
 };
 
+/// Storage-buffer bindings one dispatch may take (the widest: mhc_block.comp's boundary with a fold and its own
+/// coefficient output); a device with fewer per stage is unsuitable.
+inline constexpr uint32_t max_dispatch_bindings = 14;
+
 /// What the selected device is and can do (queried once).
 struct device_info {
   uint32_t index = 0;  ///< in list_devices()
@@ -100,6 +104,7 @@ struct device_info {
   double timestamp_period_ns = 1.0;
   uint64_t max_allocation = 0, max_storage_range = 0, min_storage_align = 16, max_buffer_size = 0;
   uint32_t max_shared_memory = 0, max_workgroup_invocations = 0, max_groups_x = 0, max_groups_y = 0;
+  uint32_t max_storage_buffers = 0;  ///< maxPerStageDescriptorStorageBuffers (≥ max_dispatch_bindings needed)
   uint64_t device_local_bytes = 0;  ///< size of the heap buffers are allocated from
   bool host_visible = false;        ///< that memory is mapped directly (unified memory, lavapipe)
   std::string describe() const;     ///< one line: name, kind, API, subgroup, memory

@@ -349,13 +349,18 @@ class kernels {
   void hc_post(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
                view next_fn = {}, uint32_t next_rows = 0, view next_partials = {}, view o_add = {});
   /// The finish hc_post_finish runs on its mix: the next site's hc_pre_finish (base, scale, sinkhorn as there) or,
-  /// with head, hc_head_finish (base, head_scale); y and the optional norm as there.
+  /// with head, hc_head_finish (base, head_scale); y and the optional norm as there. fold (not with head): the
+  /// collapse uses fold's weights as hc_pre_finish_fold does (V4.1's one-sublayer lag). coeff_out: where the finish
+  /// writes its coefficients (empty: over the coeff the post read; must not overlap it).
   struct hc_finish_args {
     view base, scale;
     bool head = false;
     float head_scale = 0.0f;
     bool sinkhorn = true;
     view y, norm;
+    view fold;
+    uint32_t fold_stride = 0;
+    view coeff_out;
   };
   /// A sublayer boundary in one dispatch: hc_post (o given) or hc_mix (o empty: X' = X, out unused) with the mix
   /// next_fn [next_rows = the finish's rows] into next_partials, then the finish of that mix on X' — bit-identical
