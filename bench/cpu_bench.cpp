@@ -1,11 +1,14 @@
-// cmfx-bench-cpu: CPU matvec / small-batch GEMM of every format at the models' real shapes.
-// Names: matvec/<format>/<rows>x<cols> and gemm<n>/<format>/<rows>x<cols>. Counters: GBps (weight bytes read
-// per second) and roofline (GBps / the streaming-read bandwidth this binary measured with the same threads).
-// Weights rotate among copies whose total is >= 4x the last-level cache, so every call streams from DRAM.
+// cmfx-bench-cpu: CPU matvec / small-batch GEMM of every format at the models' real shapes, and the MoE of one token.
+// Names: matvec/<format>/<rows>x<cols>, gemm<n>/<format>/<rows>x<cols> and moe1/<format>/d<d>_i<inter>_k<k> (one
+// token through k experts: kernels::moe_forward with int8 activations — the expert cache's CPU experts). Counters:
+// GBps (weight bytes read per second) and roofline (GBps / the streaming-read bandwidth this binary measured with
+// the same threads). Weights rotate among copies (distinct experts) whose total is >= 4x the last-level cache, so
+// every call streams from DRAM.
 // usage: cmfx-bench-cpu [--threads N] [--arch generic|avx2|avx512] [--big] [google-benchmark flags]
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -13,6 +16,7 @@
 #include <string>
 
 #include "cmfx/kernels/cpu_kernels.hpp"
+#include "cmfx/kernels/moe.hpp"
 #include "roofline.hpp"
 
 namespace {
@@ -93,6 +97,55 @@ void bm_gemm(benchmark::State& st, uint64_t rows, uint64_t cols, uint64_t n, act
               " threads");
 }
 
+/// k of many distinct experts (gate, up [inter, d], down [d, inter] in F; copies of one encoded matrix each) for
+/// one token per iteration, the experts rotating so that every call streams its weights from DRAM.
+template <class F>
+void bm_moe(benchmark::State& st, uint64_t d, uint64_t inter, uint32_t k) {
+  auto make = [](uint64_t rows, uint64_t cols) {
+    std::vector<float> v(rows * cols);
+    uint64_t s = 0x9E3779B97F4A7C15ull ^ rows;
+    for (auto& x : v) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      x = 0.02f * (float(s >> 40) / float(1 << 24) - 0.5f);
+    }
+    return F::encode(v.data(), rows, cols);
+  };
+  const encoded_matrix gu = make(inter, d), dn = make(d, inter);
+  const uint64_t per = 2 * (gu.data.size() + gu.scale.size()) + dn.data.size() + dn.scale.size();
+  const uint64_t E = std::max<uint64_t>(2 * k, (working_set_bytes() + per - 1) / per);
+  std::vector<std::vector<uint8_t>> bytes;  // [3E]: gate, up, down of each expert
+  bytes.reserve(3 * E);
+  std::vector<expert_view> ex(E);
+  auto view_of = [](const std::vector<uint8_t>& b, const encoded_matrix& e, uint64_t rows, uint64_t cols) {
+    return matrix_view{b.data(), b.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                       e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  };
+  for (uint64_t e = 0; e < E; ++e) {
+    bytes.push_back(gu.data), bytes.push_back(gu.data), bytes.push_back(dn.data);
+    ex[e].gate = view_of(bytes[3 * e], gu, inter, d), ex[e].up = view_of(bytes[3 * e + 1], gu, inter, d);
+    ex[e].down = view_of(bytes[3 * e + 2], dn, d, inter);
+    ex[e].gate_fmt = ex[e].up_fmt = ex[e].down_fmt = F::id;
+  }
+  std::vector<float> x(d), out(d), w(k, 1.0f / float(k));
+  for (uint64_t i = 0; i < d; ++i) x[i] = float(int(i % 17) - 8) * 0.125f;
+  std::vector<uint32_t> ids(k);
+  moe_scratch scratch;
+  uint64_t next = 0, moved = 0;
+  for (auto _ : st) {
+    for (uint32_t j = 0; j < k; ++j) ids[j] = uint32_t((next + j) % E);
+    std::sort(ids.begin(), ids.end());
+    moe_forward(*g_pool, bench_kernels(), std::span<const expert_view>(ex), nullptr, x.data(), 1, d, ids.data(),
+                w.data(), k, 10.0f, out.data(), scratch, act_precision::i8);
+    benchmark::DoNotOptimize(out.data());
+    next = (next + k) % E;
+    moved += uint64_t(k) * per;
+  }
+  st.counters["GBps"] = benchmark::Counter(double(moved) / 1e9, benchmark::Counter::kIsRate);
+  st.counters["roofline"] = benchmark::Counter(double(moved) / g_roofline, benchmark::Counter::kIsRate);
+  st.SetLabel(std::string(cpu_arch_name(bench_kernels().arch)) + " a8, " + std::to_string(g_pool->size()) + " threads, " +
+              std::to_string(E) + " experts of " + std::to_string(per >> 10) + " KiB");
+}
+
 struct shape {
   uint64_t rows, cols;
   bool big;
@@ -147,6 +200,16 @@ int main(int argc, char** argv) {
                                        [s, n](benchmark::State& st) { bm_gemm<F>(st, s.rows, s.cols, n, act_precision::i8); })
               ->Unit(benchmark::kMicrosecond)->UseRealTime();
     }
+    // the MoE of one token (the expert cache's CPU experts): V4 (d 4096, inter 2048) and V4.1 (5120, 2304)
+    if constexpr (F::id == format::q2tp || F::id == format::q4tp || F::id == format::mxfp4)
+      for (const auto [d, inter] : {std::pair<uint64_t, uint64_t>{4096, 2048}, {5120, 2304}})
+        for (const uint32_t k : {1u, 6u}) {
+          if (!F::shape_ok(inter, d) || !F::shape_ok(d, inter)) continue;
+          benchmark::RegisterBenchmark(("moe1/" + std::string(F::name) + "/d" + std::to_string(d) + "_i" +
+                                        std::to_string(inter) + "_k" + std::to_string(k)).c_str(),
+                                       [d, inter, k](benchmark::State& st) { bm_moe<F>(st, d, inter, k); })
+              ->Unit(benchmark::kMicrosecond)->UseRealTime();
+        }
   });
   benchmark::Initialize(&rc, rest.data());
   benchmark::RunSpecifiedBenchmarks();

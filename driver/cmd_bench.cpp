@@ -77,6 +77,7 @@ int run_bench(const bench_args& a) {
     if (!a.expert_down.empty()) so41.expert_down = dsv4_synth_format(a.expert_down);
     so41.layers = a.layers;
     so41.seed = a.seed;
+    so41.variants = a.variants;
   } else {
     so.preset = dsv4_synth_preset(a.synthetic);
     so.experts = dsv4_synth_format(a.weights);
@@ -84,6 +85,7 @@ int run_bench(const bench_args& a) {
     if (!a.expert_down.empty()) so.expert_down = dsv4_synth_format(a.expert_down);
     so.layers = a.layers;
     so.seed = a.seed;
+    so.variants = a.variants;
   }
   if (a.prompt + a.tokens > a.ctx)
     throw usage_error("bench: --prompt + --tokens (" + std::to_string(a.prompt + a.tokens) + ") exceed --ctx " +
@@ -129,12 +131,12 @@ int run_bench(const bench_args& a) {
   if (v41) {
     dsv41_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
-    go.cold = a.cold, go.cold_margin = a.cold_margin;
+    go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
-    go.cold = a.cold, go.cold_margin = a.cold_margin;
+    go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
@@ -145,6 +147,8 @@ int run_bench(const bench_args& a) {
               a.synthetic.c_str(), m.layer_count(), a.weights.c_str(),
               a.expert_down.empty() ? "" : (" (w2 " + a.expert_down + ")").c_str(), a.act.c_str(), a.dense.c_str(),
               double(m.weight_bytes()) / 1e9, gen_s, up_s, double(m.state_bytes()) / 1e6, (unsigned long long)a.ctx);
+  std::printf("host matrices: %s\n", a.variants ? (std::to_string(a.variants) + " distinct per role (--variants)").c_str()
+                                                 : "the preset's variants per role (full-size presets: one, shared)");
 
   std::mt19937_64 g(a.seed);
   std::uniform_int_distribution<uint32_t> pick(0, m.vocab() - 1);

@@ -50,6 +50,7 @@ struct bench_args {
   uint32_t layers = 0;            // 0: the preset's
   int device = -1;                // Vulkan device index (-1: best)
   uint64_t seed = 1;
+  uint32_t variants = 0;          // --variants: distinct random matrices per role (0: the preset's; v4/v41-flash 1)
   uint64_t roofline_mib = 2048;   // streaming-read buffer for the roofline (capped at 1/8 of device memory and the largest allocation)
   bool far = true;                // also decode at the end of --ctx (after a seek)
   std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act)
@@ -59,6 +60,7 @@ struct bench_args {
   uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)
   cold_experts cold = cold_experts::copy;  // --cold-experts: misses of the expert cache copied in or run on the CPU
   double cold_margin = 1.0;       // --cold-margin: uses beyond the coldest slot's a miss needs to be copied in (cpu)
+  std::string cache_wait = "spin";  // --cache-wait: spin | block (the expert cache's per-layer waits; diagnostics)
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  // --prefill-experts: the prefill chunks' experts

@@ -144,6 +144,11 @@ int main(int argc, char** argv) {
   cb->add_option("--layers", bench.layers, "Layers (0 = the preset's)")->default_val(bench.layers);
   cb->add_option("--device", bench.device, "Vulkan device index (-1 = best)")->default_val(bench.device);
   cb->add_option("--seed", bench.seed, "Weights and token seed")->default_val(bench.seed);
+  cb->add_option("--variants", bench.variants,
+                 "Distinct random matrices per role (0 = the preset's: one for v4-flash / v41-flash, so every expert's "
+                 "host copy is the same bytes — the CPU's caches then flatter --cold-experts cpu and the streaming "
+                 "copies; e.g. 256 makes them read DRAM like a real model's)")
+      ->default_val(bench.variants);
   cb->add_option("--roofline-mib", bench.roofline_mib, "Streaming-read buffer of the roofline, MiB")->default_val(bench.roofline_mib);
   cb->add_flag("!--no-far", bench.far, "Skip the decode timing at the end of --ctx");
   cb->add_option("--act", bench.act, "Expert activations: f32 | i8 (int8, integer dot products)")
@@ -166,6 +171,11 @@ int main(int argc, char** argv) {
   add_gemm_flag(cb, bench.gemm);
   add_prefill_experts_flag(cb, bench.prefill_experts);
   add_cold_experts_flag(cb, bench.cold);
+  cb->add_option("--cache-wait", bench.cache_wait,
+                 "Diagnostics: how the expert cache waits for each layer's part — spin (default: on the fence's status) "
+                 "| block (the driver's blocking wait)")
+      ->check(CLI::IsMember({"spin", "block"}))
+      ->default_val(bench.cache_wait);
   cb->add_option("--cold-margin", bench.cold_margin,
                  "With --cold-experts cpu: decayed uses beyond the coldest cached expert's that a miss needs to be "
                  "copied in (larger: fewer copies, more experts on the CPU)")

@@ -42,6 +42,7 @@ struct dsv41_gpu_options {
   uint32_t copy_threads = 8;  ///< host threads copying streamed experts (expert cache only; and computing them)
   cold_experts cold = cold_experts::copy;  ///< as dsv4_gpu_options::cold
   double cold_margin = 1.0;                ///< as dsv4_gpu_options::cold_margin
+  bool cache_spin_waits = true;            ///< as dsv4_gpu_options::cache_spin_waits
   /// The official shared-runtime quirk (dsv41_options::stale_index_k): on = official (default).
   bool stale_index_k = true;
   /// The quantisations that are the V4.1 cache format (dsv41_options::qat_kv): on = official (default); off is a

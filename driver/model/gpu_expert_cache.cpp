@@ -22,6 +22,12 @@ uint64_t expert_bytes(const expert_view& e) { return view_bytes(e.gate) + view_b
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 constexpr uint32_t absent = 0xFFFFFFFFu;
 
+void spin_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 }  // namespace
 
 std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t experts) {
@@ -383,8 +389,12 @@ void gpu_expert_cache::run_token(gpu::commands& pre, gpu::commands& first, std::
     if (between) between();
     dev_.wait(pre);
     gpu::commands* prev = &first;
+    // not on a CPU device (lavapipe): its threads need the core the spin would take
+    const bool spin = opt_.spin_waits && dev_.info().kind != gpu::device_kind::cpu;
     const auto tw = [&](gpu::commands& c) {
       const auto t0 = std::chrono::steady_clock::now();
+      if (spin)
+        while (!dev_.ready(c)) spin_pause();
       dev_.wait(c);
       stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };

@@ -43,6 +43,10 @@ struct gpu_expert_cache_options {
   act_precision act = act_precision::f32;  ///< the CPU experts' activations (the graph's expert_act)
   float swiglu_limit = 10.0f;   ///< the CPU experts' SwiGLU clamp (the config's)
   double cold_margin = 1.0;     ///< cold_experts::cpu: uses a miss needs beyond the coldest slot's to be copied in
+  /// How run_token waits for each layer's part: true — spins on the fence's status (the end of a part seen
+  /// sooner, one host core busy; not on a CPU device, whose threads need the core); false — the driver's blocking
+  /// wait.
+  bool spin_waits = true;
 };
 /// Tokens after which a use counts half in cold_experts::cpu's admission rule.
 inline constexpr double cold_half_life = 64.0;

@@ -698,6 +698,18 @@ void device::submit_async(commands& cmds) {
   });
 }
 
+bool device::ready(commands& cmds) {
+  detail::commands_impl& c = cmds.impl();
+  if (!c.pending) return true;
+  bool done = false;
+  guarded("ready", [&] {
+    const vk::Result r = c.fence.getStatus();
+    if (r != vk::Result::eSuccess && r != vk::Result::eNotReady) throw gpu_error("fence status failed");
+    done = r == vk::Result::eSuccess;
+  });
+  return done;
+}
+
 void device::wait(commands& cmds) {
   detail::commands_impl& c = cmds.impl();
   if (!c.pending) return;

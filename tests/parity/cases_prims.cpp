@@ -221,7 +221,14 @@ std::string transfer_case(suite& s, uint64_t seed, uint64_t n, std::string& info
   gpu::buffer xin = s.dev.alloc(bytes);
   c.copy(up, xin, bytes);
   c.copy(sub(B.payload(), ob, bytes), gpu::view(rb, 4, bytes), bytes);
-  s.submit(c);
+  // run asynchronously and seen finished by polling (device::ready, as the expert cache's spinning waits), then
+  // wait(): every result below must be there
+  if (!s.dev.ready(c)) return "ready(): false for a recording not submitted";
+  s.dev.submit_async(c);
+  for (uint64_t polls = 0; !s.dev.ready(c); ++polls)
+    if (polls > (1ull << 34)) return "ready(): never true";
+  s.dev.wait(c);
+  if (!s.dev.ready(c)) return "ready(): false after wait()";
   std::vector<float> ga((oa + bytes + pad) / 4), gb((ob + bytes + pad) / 4);
   std::string why;
   if (!A.read(ga.data(), why) || !B.read(gb.data(), why)) return why;

@@ -253,6 +253,10 @@ class device {
   /// has run and fetches its timestamps. The host may record other work meanwhile.
   void submit_async(commands& c);
   void wait(commands& c);
+  /// Whether a submitted recording has run (its fence, without blocking); true when it is not pending. wait(c)
+  /// still fetches its timestamps. A host that spins on this instead of blocking in wait() sees the end of a
+  /// short part sooner (the driver's blocking wait may sleep).
+  bool ready(commands& c);
 
   struct memory_stats {
     uint64_t reserved = 0, in_use = 0;
