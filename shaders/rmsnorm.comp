@@ -31,7 +31,10 @@ void main() {
   const uint row = wg_index();
   if (row >= pc.rows) return;  // uniform over the workgroup
   const uint lid = gl_LocalInvocationID.x, xb = pc.xoff + row * pc.dim, yb = pc.yoff + row * pc.dim;
-  ACC ss = ACC(0);
+  // precise: no FMA contraction of the sum of squares, as in common/mhc_finish.glsl's fused norm (hc_pre_finish
+  // with a norm weight must equal hc_pre_finish + this kernel bit for bit; a device that contracts one and not the
+  // other rounds differently: the H200 failed parity hc_pre/post "+ fused norm" for one seed in s118)
+  precise ACC ss = ACC(0);
   for (uint i = lid; i < pc.dim; i += WG_SIZE) {
     const ACC v = ACC(xs[xb + i]);
     ss += v * v;

@@ -58,7 +58,12 @@ TYPED_TEST(RoundTrip, EncodeDecodeWithinBound) {
   for (auto [rows, cols] : shapes) {
     if (!F::shape_ok(rows, cols)) continue;
     const uint64_t seed = cmfx::test::fresh_seed();
-    const auto w = cmfx::test::random_weights(rows * cols, seed);
+    // Outliers only where the tensor has enough groups for the NMSE statistic: in a tensor of one or a few groups
+    // one outlier sets a group's scale and, in q2tp (levels ±s/2, ±3s/2: no zero), moves every other value of
+    // that group to ±s/2 — NMSE 2.3 for 1x32 with seed 9174709933147404788, the format's, not an encoder's error
+    // (cortiq's encoder, reproduced bit for bit, has no better code for it). The larger shapes keep the outliers.
+    const bool small = rows * cols < 4096;
+    const auto w = cmfx::test::random_weights(rows * cols, seed, 0.02f, small ? 0.0f : 0.002f);
     const encoded_matrix e = F::encode(w.data(), rows, cols);
     ASSERT_EQ(e.data.size(), F::data_bytes(rows, cols));
     ASSERT_EQ(e.scale.size(), F::scale_bytes(rows, cols));
@@ -78,9 +83,9 @@ TYPED_TEST(RoundTrip, EncodeDecodeWithinBound) {
       }
     }
     const double nmse = err / ref;
-    // Below 4096 elements one outlier group moves the NMSE a lot, so small tensors get 4x the bound (still far
+    // Below 4096 elements the NMSE of a few groups varies more, so small tensors get 4x the bound (still far
     // below what a layout bug gives: a swapped nibble order or a wrong scale plane is NMSE ~1).
-    const double bound = nmse_bound<F>() * (rows * cols < 4096 ? 4.0 : 1.0);
+    const double bound = nmse_bound<F>() * (small ? 4.0 : 1.0);
     std::printf("[ roundtrip ] %-9s %4llux%-5llu nmse %.3e (bound %.1e) max-abs %.3e\n", std::string(F::name).c_str(),
                 (unsigned long long)rows, (unsigned long long)cols, nmse, nmse_bound<F>(), maxabs);
     EXPECT_LE(nmse, bound) << F::name << " " << rows << "x" << cols << " seed " << seed;

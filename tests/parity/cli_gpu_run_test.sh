@@ -148,6 +148,12 @@ check "V4.1 --stats: cache line" grep -qE '^expert cache: [0-9]+ of [0-9]+ slots
 check "bench v41-tiny: exit 0" test $? -eq 0
 check "bench v41-tiny: JSON line with a decode rate" grep -qE '^\{"prefill_tps": [0-9.]+, "prefill_first_tps": [0-9.]+, "decode_tps": [1-9]' "$T/b41.out"
 check "bench v41-tiny: per-op profile (reindex layer)" grep -q "reindex" "$T/b41.out"
+check "bench v41-tiny: the profile holds the 8 decode steps alone (not the prompt's)" grep -q "(8 profiled decode steps" "$T/b41.out"
+"$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --variants 2 --cache-wait block >"$T/b41v.out" 2>&1
+check "bench v41-tiny --variants 2: exit 0" test $? -eq 0
+check "bench --variants 2: reported" grep -q "^host matrices: 2 distinct per role" "$T/b41v.out"
+"$CMFX" bench --synthetic v41-tiny --cache-wait nap >/dev/null 2>&1
+check "bench --cache-wait nap: exit 2" test $? -eq 2
 
 echo "cli_gpu_run: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

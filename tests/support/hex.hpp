@@ -45,15 +45,15 @@ inline std::string hex64(uint64_t v) {
 /// A fresh seed per run (printed by the caller on failure), so tests never settle on one lucky input.
 inline uint64_t fresh_seed() { return std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32); }
 
-/// Gaussian weights with a few outliers, like real checkpoints.
-inline std::vector<float> random_weights(size_t n, uint64_t seed, float sigma = 0.02f) {
+/// Gaussian weights with a few outliers (each value ×8 with probability outlier_rate), like real checkpoints.
+inline std::vector<float> random_weights(size_t n, uint64_t seed, float sigma = 0.02f, float outlier_rate = 0.002f) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.0f, sigma);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   std::vector<float> w(n);
   for (auto& x : w) {
     x = nd(rng);
-    if (u(rng) < 0.002f) x *= 8.0f;
+    if (u(rng) < outlier_rate) x *= 8.0f;
   }
   return w;
 }
