@@ -22,12 +22,6 @@ uint64_t expert_bytes(const expert_view& e) { return view_bytes(e.gate) + view_b
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 constexpr uint32_t absent = 0xFFFFFFFFu;
 
-void spin_pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 }  // namespace
 
 std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t experts) {

@@ -297,6 +297,8 @@ void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, vi
   if (next_rows != want)
     throw usage_error("hc_post_finish: " + std::to_string(next_rows) + " mix rows, the finish needs " + std::to_string(want));
   if (fin.fold && fin.head) throw usage_error("hc_post_finish: a fold with the head's finish");
+  // (hc_pre_finish_fold's rule: the fold must not be the coefficients the finish writes, so it writes elsewhere)
+  if (fin.fold && !fin.coeff_out) throw usage_error("hc_post_finish: a fold needs coeff_out");
   if (fin.fold && fin.fold_stride < sh.hc && tokens > 1) throw usage_error("hc_post_finish: fold_stride < hc");
   const auto overlaps = [](view a, view b) {
     return a.buf == b.buf && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;

@@ -3,6 +3,7 @@
 // Shapes: V4 (hc 4, d 4096), hc_max = 8, ragged d (7, 300, 1000), 1–3 tokens; 20 Sinkhorn iterations and 1.
 // Coefficients (pre, post, C: few outputs) and short outputs: per-output |got − ref| ≤ kHcRel · Σ|terms|
 // (the magnitude of the sum that produced the output); y and X' over >= 64 outputs also NMSE ≤ kNmse.
+#include "cmfx/core/error.hpp"
 #include "cmfx/ops/mhc.hpp"
 #include "cmfx/ref/ops_ref.hpp"
 #include <cstring>
@@ -336,6 +337,18 @@ std::string post_finish_case(suite& s, uint64_t seed, bool post, bool head, bool
                           fb, rows, part[i].payload(), f, oa);
   };
   gpu::commands c = s.dev.begin();
+  if (fold) {  // a fold without its own coefficient output is refused (it would be the coefficients it rewrites)
+    gpu::kernels::hc_finish_args f = fin;
+    f.y = y[0].payload(), f.fold = co[0].payload(), f.fold_stride = per;
+    bool threw = false;
+    try {
+      s.kern.hc_post_finish(c, sh, post ? gpu::view(ob) : no, xb, co[0].payload(), tokens,
+                            post ? xo[0].payload() : no, fb, rows, part[0].payload(), f, oa);
+    } catch (const usage_error&) {
+      threw = true;
+    }
+    if (!threw) return "a fold without coeff_out was accepted";
+  }
   const gpu::view x1 = post ? xo[0].payload() : gpu::view(xb);
   if (split_o) {  // hc_post with o_add alone, on a copy of the coefficients
     s.dev.upload(cadd.payload(), c0.data(), cf * 4);

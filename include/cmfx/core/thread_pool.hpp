@@ -21,6 +21,13 @@
 
 namespace cmfx {
 
+/// One pause of a spin-wait loop (x86 `pause`: yields the core's pipeline to its sibling; nothing elsewhere).
+inline void spin_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 class thread_pool {
  public:
   /// `threads` = total workers including the caller (0 = hardware concurrency). With `pin`, worker i (the
@@ -98,11 +105,6 @@ class thread_pool {
     (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 #else
     (void)i;
-#endif
-  }
-  static void spin_pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
 #endif
   }
   void do_range(unsigned w) {

@@ -349,9 +349,10 @@ class kernels {
   void hc_post(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
                view next_fn = {}, uint32_t next_rows = 0, view next_partials = {}, view o_add = {});
   /// The finish hc_post_finish runs on its mix: the next site's hc_pre_finish (base, scale, sinkhorn as there) or,
-  /// with head, hc_head_finish (base, head_scale); y and the optional norm as there. fold (not with head): the
-  /// collapse uses fold's weights as hc_pre_finish_fold does (V4.1's one-sublayer lag). coeff_out: where the finish
-  /// writes its coefficients (empty: over the coeff the post read; must not overlap it).
+  /// with head, hc_head_finish (base, head_scale); y and the optional norm as there. fold (not with head; needs
+  /// coeff_out): the collapse uses fold's weights as hc_pre_finish_fold does (V4.1's one-sublayer lag). coeff_out:
+  /// where the finish writes its coefficients (empty: over the coeff the post read; must not overlap coeff or
+  /// fold).
   struct hc_finish_args {
     view base, scale;
     bool head = false;
