@@ -3,8 +3,12 @@
 // token through k experts: kernels::moe_forward with int8 activations — the expert cache's CPU experts). Counters:
 // GBps (weight bytes read per second) and roofline (GBps / the streaming-read bandwidth this binary measured with
 // the same threads). Weights rotate among copies (distinct experts) whose total is >= 4x the last-level cache, so
-// every call streams from DRAM.
-// usage: cmfx-bench-cpu [--threads N] [--arch generic|avx2|avx512] [--big] [google-benchmark flags]
+// every call streams from DRAM. moe1/ also reports the pool's timing per dispatch (thread_pool::set_trace): fork_us
+// (the last worker's start), slowest_us and mean_us (busy time per worker), join_us (last end to return).
+// usage: cmfx-bench-cpu [--threads N] [--arch generic|avx2|avx512|avx512gfni] [--big] [--moe-chunk ROWS] [--no-pause]
+//                       [google-benchmark flags]
+//   --moe-chunk ROWS  moe1/: rows taken dynamically in chunks of ROWS (moe_forward's chunk_rows; 0 = static)
+//   --no-pause        the pool's spin-waits without the x86 pause hint (thread_pool's `pause` = false)
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -24,6 +28,8 @@ namespace {
 using namespace cmfx;
 
 unsigned g_threads = 0;
+uint64_t g_moe_chunk = 0;
+bool g_pause = true;
 int g_arch = -1;  // --arch: a cpu_arch to force (default: the best this CPU runs)
 const cpu_kernel_table& bench_kernels() {
   return g_arch < 0 ? best_cpu_kernels() : cpu_kernels_for(cpu_arch(g_arch));
@@ -131,19 +137,29 @@ void bm_moe(benchmark::State& st, uint64_t d, uint64_t inter, uint32_t k) {
   std::vector<uint32_t> ids(k);
   moe_scratch scratch;
   uint64_t next = 0, moved = 0;
+  g_pool->set_trace(true);
   for (auto _ : st) {
     for (uint32_t j = 0; j < k; ++j) ids[j] = uint32_t((next + j) % E);
     std::sort(ids.begin(), ids.end());
     moe_forward(*g_pool, bench_kernels(), std::span<const expert_view>(ex), nullptr, x.data(), 1, d, ids.data(),
-                w.data(), k, 10.0f, out.data(), scratch, act_precision::i8);
+                w.data(), k, 10.0f, out.data(), scratch, act_precision::i8, g_moe_chunk);
     benchmark::DoNotOptimize(out.data());
     next = (next + k) % E;
     moved += uint64_t(k) * per;
   }
   st.counters["GBps"] = benchmark::Counter(double(moved) / 1e9, benchmark::Counter::kIsRate);
   st.counters["roofline"] = benchmark::Counter(double(moved) / g_roofline, benchmark::Counter::kIsRate);
+  const pool_trace& tr = g_pool->trace();
+  const double runs = double(std::max<uint64_t>(1, tr.runs));
+  st.counters["fork_us"] = tr.start_us / runs;
+  st.counters["slowest_us"] = tr.slowest_us / runs;
+  st.counters["mean_us"] = tr.mean_us / runs;
+  st.counters["join_us"] = tr.join_us / runs;
+  g_pool->set_trace(false);
   st.SetLabel(std::string(cpu_arch_name(bench_kernels().arch)) + " a8, " + std::to_string(g_pool->size()) + " threads, " +
-              std::to_string(E) + " experts of " + std::to_string(per >> 10) + " KiB");
+              std::to_string(E) + " experts of " + std::to_string(per >> 10) + " KiB" +
+              (g_moe_chunk ? ", chunks of " + std::to_string(g_moe_chunk) + " rows" : ", static") +
+              (g_pause ? "" : ", no pause"));
 }
 
 struct shape {
@@ -167,19 +183,23 @@ int main(int argc, char** argv) {
       g_threads = unsigned(std::stoul(argv[++i]));
     } else if (std::strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
       const std::string a = argv[++i];
-      g_arch = a == "generic" ? 0 : a == "avx2" ? 1 : a == "avx512" ? 2 : -2;
+      g_arch = a == "generic" ? 0 : a == "avx2" ? 1 : a == "avx512" ? 2 : a == "avx512gfni" ? 3 : -2;
       if (g_arch == -2 || !cpu_supports(cpu_arch(g_arch))) {
         std::fprintf(stderr, "cmfx-bench-cpu: --arch %s: unknown or not supported by this CPU\n", a.c_str());
         return 2;
       }
     } else if (std::strcmp(argv[i], "--big") == 0) {
       big = true;
+    } else if (std::strcmp(argv[i], "--moe-chunk") == 0 && i + 1 < argc) {
+      g_moe_chunk = std::stoull(argv[++i]);
+    } else if (std::strcmp(argv[i], "--no-pause") == 0) {
+      g_pause = false;
     } else {
       rest.push_back(argv[i]);
     }
   }
   int rc = int(rest.size());
-  g_pool = std::make_unique<thread_pool>(g_threads, /*pin=*/true);
+  g_pool = std::make_unique<thread_pool>(g_threads, /*pin=*/true, g_pause);
   g_roofline = bench::measure_read_bandwidth(*g_pool, std::max<uint64_t>(1ull << 30, 8 * llc_bytes()));
   std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB)\n", g_roofline / 1e9,
               g_pool->size(), (unsigned long long)(std::max<uint64_t>(1ull << 30, 8 * llc_bytes()) >> 20));
@@ -202,7 +222,7 @@ int main(int argc, char** argv) {
     }
     // the MoE of one token (the expert cache's CPU experts): V4 (d 4096, inter 2048) and V4.1 (5120, 2304)
     if constexpr (F::id == format::q2tp || F::id == format::q4tp || F::id == format::mxfp4)
-      for (const auto [d, inter] : {std::pair<uint64_t, uint64_t>{4096, 2048}, {5120, 2304}})
+      for (const auto& [d, inter] : {std::pair<uint64_t, uint64_t>{4096, 2048}, {5120, 2304}})
         for (const uint32_t k : {1u, 6u}) {
           if (!F::shape_ok(inter, d) || !F::shape_ok(d, inter)) continue;
           benchmark::RegisterBenchmark(("moe1/" + std::string(F::name) + "/d" + std::to_string(d) + "_i" +

@@ -132,11 +132,13 @@ int run_bench(const bench_args& a) {
     dsv41_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
+    go.cache_cpu_chunk = a.cpu_chunk;
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
+    go.cache_cpu_chunk = a.cpu_chunk;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }

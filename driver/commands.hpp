@@ -60,6 +60,7 @@ struct bench_args {
   uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)
   cold_experts cold = cold_experts::copy;  // --cold-experts: misses of the expert cache copied in or run on the CPU
   double cold_margin = 1.0;       // --cold-margin: uses beyond the coldest slot's a miss needs to be copied in (cpu)
+  uint64_t cpu_chunk = 64;          // --cpu-chunk: rows per chunk of the CPU experts (0 = static partition)
   std::string cache_wait = "spin";  // --cache-wait: spin | block (the expert cache's per-layer waits; diagnostics)
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)

@@ -176,6 +176,11 @@ int main(int argc, char** argv) {
                  "| block (the driver's blocking wait)")
       ->check(CLI::IsMember({"spin", "block"}))
       ->default_val(bench.cache_wait);
+  cb->add_option("--cpu-chunk", bench.cpu_chunk,
+                 "With --cold-experts cpu: rows of the CPU experts a copy thread takes at a time (dynamic chunks; "
+                 "0 = one static range per thread)")
+      ->default_val(bench.cpu_chunk)
+      ->check(CLI::Range(uint64_t(0), uint64_t(1) << 20));
   cb->add_option("--cold-margin", bench.cold_margin,
                  "With --cold-experts cpu: decayed uses beyond the coldest cached expert's that a miss needs to be "
                  "copied in (larger: fewer copies, more experts on the CPU)")

@@ -44,7 +44,7 @@ dsv41_gpu_model::impl::impl(const dsv41_weights& w, gpu::device& d, gpu::kernels
   alloc_state();
   weight_bytes += experts->place(weight_bytes + state_bytes,
                                  {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit),
-                                  opt.cold_margin, opt.cache_spin_waits});
+                                  opt.cold_margin, opt.cache_spin_waits, opt.cache_cpu_chunk});
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
 }
 

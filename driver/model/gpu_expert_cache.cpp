@@ -357,7 +357,7 @@ void gpu_expert_cache::compute_on_cpu(uint32_t l, const uint8_t* rec) {
   const uint32_t m = uint32_t(js.size());
   for (uint32_t i = 0; i < m; ++i) sel[i] = ids[js[i]], sel_w[i] = w[js[i]];
   moe_forward(*copiers_, best_cpu_kernels(), std::span<const expert_view>(C.host), nullptr, cpu_in_.data(), 1, dim,
-              sel, sel_w, m, opt_.swiglu_limit, cpu_out_.data(), cpu_scratch_, opt_.act);
+              sel, sel_w, m, opt_.swiglu_limit, cpu_out_.data(), cpu_scratch_, opt_.act, opt_.cpu_chunk_rows);
   std::memcpy(sum, cpu_out_.data(), dim * 4);
   C.cpu_used = true;
   stats_.cpu_experts += m;

@@ -47,6 +47,9 @@ struct gpu_expert_cache_options {
   /// sooner, one host core busy; not on a CPU device, whose threads need the core); false — the driver's blocking
   /// wait.
   bool spin_waits = true;
+  /// cold_experts::cpu: the CPU experts' rows taken by the copy threads dynamically in chunks of this many rows
+  /// (moe_forward's chunk_rows; 0 = a static partition, one range per thread).
+  uint64_t cpu_chunk_rows = 64;
 };
 /// Tokens after which a use counts half in cold_experts::cpu's admission rule.
 inline constexpr double cold_half_life = 64.0;

@@ -47,7 +47,7 @@ void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch
   gemm(pool, k, F::id, v, X.data(), n, Y.data(), act_precision::i8, scratch);
   const auto st = test::compare(Y.data(), want.data(), Y.size());
   std::printf("[ gemm-i8 ] %-7s %-6s %5llux%-5llu n=%-2llu nmse %.2e max-abs %.2e (ref max %.2e)\n",
-              arch == cpu_arch::avx512 ? "avx512" : "avx2", std::string(F::name).c_str(),
+              arch == cpu_arch::avx512_gfni ? "a512gf" : arch == cpu_arch::avx512 ? "avx512" : "avx2", std::string(F::name).c_str(),
               (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)n, st.nmse, st.max_abs, st.ref_max);
   EXPECT_EQ(st.nonfinite, 0u);
   if (Y.size() >= 64) {
@@ -114,11 +114,20 @@ TEST(GemmI8Avx512, Q4tp) {
                          {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}})
     check_i8<fmt_q4tp>(r, c, n, cpu_arch::avx512);
 }
-// q2tp on AVX-512 VBMI CPUs: blocks of 16 groups, then pairs, then an odd group (608 columns = 16 + 2 + 1 groups).
+// q2tp: blocks of 16 groups, a half block of 8, then single groups (608 columns = 16 + 3 groups; 256 = a half
+// block alone; 2304 = V4.1's down, 4 blocks + a half; 800 = 16 + 8 + 1; 480 = 8 + 7).
 TEST(GemmI8Avx512, Q2tp) {
   for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull},
-                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}})
-    check_i8<fmt_q2tp>(r, c, n, cpu_arch::avx512);
+                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {3ull, 256ull, 2ull}, {17ull, 2304ull, 1ull},
+                         {11ull, 800ull, 5ull}, {6ull, 480ull, 3ull}})
+    for (cpu_arch arch : {cpu_arch::avx512, cpu_arch::avx512_gfni})
+      if (cpu_supports(arch) || arch == cpu_arch::avx512) check_i8<fmt_q2tp>(r, c, n, arch);  // (avx512 missing: skips)
+  if (!cpu_supports(cpu_arch::avx512_gfni)) std::printf("[ gemm-i8 ] this CPU has no GFNI: its q2tp kernel not tested\n");
+}
+// The GFNI table's other int8 kernels are the same code compiled again: one shape each.
+TEST(GemmI8Avx512Gfni, Q4tpAndMxfp4) {
+  check_i8<fmt_q4tp>(33, 2080, 5, cpu_arch::avx512_gfni);
+  check_i8<fmt_mxfp4>(33, 2080, 5, cpu_arch::avx512_gfni);
 }
 TEST(GemmI8Avx512, Mxfp4) {  // as q4tp: blocks of 16 groups, pairs, an odd group
   for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull},

@@ -52,7 +52,7 @@ TYPED_TEST(Gemm, MatchesFloat64Reference) {
                           {130, 256, 17}, {5, 33, 2},  {9, 200, 4},    {1024, 4096, 1}, {256, 2048, 2},
                           {37, 8224, 1}, {130, 4200, 2}, {9, 8192, 5}};
   thread_pool pool(3);
-  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512}) {
+  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512, cpu_arch::avx512_gfni}) {
     if (!cpu_supports(arch)) {
       std::printf("[ gemm ] %s kernels not runnable on this CPU: not tested\n", std::string(cpu_arch_name(arch)).c_str());
       continue;
@@ -105,7 +105,7 @@ TYPED_TEST(Gemm, MatchesFloat64Reference) {
 template <class F>
 void check_one_hot_exact() {
   thread_pool pool(2);
-  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512}) {
+  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512, cpu_arch::avx512_gfni}) {
     if (!cpu_supports(arch)) continue;
     const cpu_kernel_table& k = cpu_kernels_for(arch);
     for (const shape& s : {shape{8, 96, 0}, shape{3, 544, 0}, shape{19, 800, 0}}) {
@@ -142,7 +142,7 @@ void check_one_hot_exact() {
 template <class F>
 void check_f32_scales() {
   thread_pool pool(2);
-  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512}) {
+  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512, cpu_arch::avx512_gfni}) {
     if (!cpu_supports(arch)) continue;
     const cpu_kernel_table& k = cpu_kernels_for(arch);
     for (const shape& s : {shape{130, 200, 3}, shape{257, 1024, 1}, shape{5, 33, 2}, shape{64, 4096, 5}, shape{130, 4200, 1}}) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "cmfx/kernels/moe.hpp"
@@ -98,11 +99,16 @@ void run_case(uint64_t d, uint64_t I, uint32_t E, uint32_t top_k, uint64_t n, fl
   }
   thread_pool pool(3);
   moe_scratch scratch;
-  std::vector<float> out(n * d, NAN);
-  for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the scratch
+  std::vector<float> out(n * d, NAN), first;
+  // The second call reuses the scratch; the third and fourth take rows in dynamic chunks (20 → 24 rows: chunk
+  // edges inside experts; 8) and must give the static partition's result bit for bit.
+  const uint64_t chunks[] = {0, 0, 20, 8};
+  for (int rep = 0; rep < 4; ++rep) {
     std::fill(out.begin(), out.end(), NAN);
     moe_forward(pool, best_cpu_kernels(), views, &sh.v, X.data(), n, d, ids.data(), w.data(), top_k, limit, out.data(),
-                scratch, act);
+                scratch, act, chunks[rep]);
+    if (rep == 0) first = out;
+    else EXPECT_EQ(std::memcmp(out.data(), first.data(), out.size() * 4), 0) << "rep " << rep << ", seed " << seed;
     const auto st = test::compare(out.data(), want.data(), out.size());
     std::printf("[ moe ] %-6s %s d=%llu I=%llu E=%u k=%u n=%llu nmse %.2e max-abs %.2e\n", std::string(F::name).c_str(),
                 act == act_precision::i8 ? "i8 " : "f32", (unsigned long long)d, (unsigned long long)I, E, top_k,

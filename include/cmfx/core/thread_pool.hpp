@@ -5,7 +5,9 @@
 ///
 /// No allocation and no std::function on the hot path: the callable is passed by pointer through a
 /// type-erased trampoline, workers wait on a generation counter (spin briefly, then block on a condition
-/// variable), and the caller spins until every worker has finished its range.
+/// variable), and the caller spins until every worker has finished its range. `run_chunks` is the dynamic
+/// variant: workers take fixed-size chunks from a shared counter until none is left (for machines whose cores
+/// do not run at one speed, e.g. the vCPUs of a VM). `set_trace(true)` times every run (pool_trace).
 #if defined(__linux__)
 #include <pthread.h>
 #include <sched.h>
@@ -13,10 +15,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace cmfx {
@@ -28,12 +32,25 @@ inline void spin_pause() noexcept {
 #endif
 }
 
+/// Sums over the runs timed since set_trace(true), in microseconds (divide by `runs` for means).
+struct pool_trace {
+  uint64_t runs = 0;
+  double wall_us = 0;      ///< the caller's time in run(): fork, every range, join
+  double start_us = 0;     ///< the last worker's start after run() began (the fork's latency)
+  double slowest_us = 0;   ///< the longest worker's busy time (in run_chunks: its chunks together)
+  double mean_us = 0;      ///< the mean busy time of the workers that had work
+  double join_us = 0;      ///< from the last worker's end to the caller's return (the join's latency)
+};
+
 class thread_pool {
  public:
   /// `threads` = total workers including the caller (0 = hardware concurrency). With `pin`, worker i (the
   /// caller is worker 0) is bound to CPU i mod ncpu, which keeps two busy workers off one core on small VMs.
-  explicit thread_pool(unsigned threads = 0, bool pin = false) {
+  /// `pause`: spin-waits execute the x86 `pause` hint (default); false spins on plain loads — for hosts whose
+  /// hypervisor turns streaks of `pause` into exits (pause-loop exiting).
+  explicit thread_pool(unsigned threads = 0, bool pin = false, bool pause = true) : pause_(pause), stamps_() {
     n_ = threads ? threads : std::max(1u, std::thread::hardware_concurrency());
+    stamps_ = std::vector<stamp>(n_);
     for (unsigned i = 1; i < n_; ++i) workers_.emplace_back([this, i, pin] {
       if (pin) pin_to(i);
       loop(i);
@@ -54,6 +71,27 @@ class thread_pool {
 
   unsigned size() const noexcept { return n_; }
 
+  /// Time every following run (off: one untaken branch per run and range). Turning it on clears the sums.
+  void set_trace(bool on) {
+    trace_ = on;
+    traced_ = pool_trace{};
+  }
+  const pool_trace& trace() const noexcept { return traced_; }
+
+  /// Dynamic partition of [0, n): every worker takes chunks of `chunk` items (the last one shorter) from a shared
+  /// counter and calls fn(begin, end, worker) for each, so a slow core takes fewer. Same blocking as run().
+  template <class Fn>
+  void run_chunks(uint64_t n, Fn&& fn, uint64_t chunk) {
+    if (n == 0) return;
+    chunk = std::max<uint64_t>(1, chunk);
+    const uint64_t chunks = (n + chunk - 1) / chunk;
+    std::atomic<uint64_t> next{0};
+    run(std::min<uint64_t>(n_, chunks), [&](uint64_t, uint64_t, unsigned w) {
+      for (uint64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
+        fn(c * chunk, std::min(n, (c + 1) * chunk), w);
+    });
+  }
+
   /// Static partition of [0, n) over `size()` workers, ranges aligned to `grain` items.
   /// Blocks until every range is done. Not reentrant: one run at a time per pool.
   template <class Fn>
@@ -64,8 +102,10 @@ class thread_pool {
       fn(uint64_t(0), n, 0u);
       return;
     }
+    const clock::time_point t0 = trace_ ? clock::now() : clock::time_point{};
     job_ = &fn;
-    call_ = [](void* f, uint64_t b, uint64_t e, unsigned w) { (*static_cast<Fn*>(f))(b, e, w); };
+    using F = std::remove_reference_t<Fn>;
+    call_ = [](void* f, uint64_t b, uint64_t e, unsigned w) { (*static_cast<F*>(f))(b, e, w); };
     items_ = n;
     grain_ = grain;
     used_ = used;
@@ -81,11 +121,12 @@ class thread_pool {
     // Spin briefly, then yield: on an oversubscribed machine a worker may be descheduled, and a caller that
     // keeps spinning on its core can starve it (measured: decode 778 -> 20 tok/s with 2 threads on 2 busy cores).
     for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-      if (spins < 4000)
-        spin_pause();
+      if (spins < 2 * spin_limit())
+        pause();
       else
         std::this_thread::yield();
     }
+    if (trace_) account(t0, used);
   }
 
   /// The [begin, end) range of worker w out of `used` workers for n items (the partition `run` uses).
@@ -107,19 +148,52 @@ class thread_pool {
     (void)i;
 #endif
   }
+  using clock = std::chrono::steady_clock;
+  struct alignas(64) stamp {
+    clock::time_point begin, end;
+  };
+  void pause() const noexcept {
+    if (pause_) spin_pause();
+  }
+  /// Spins before yielding: 2000 pauses (~5–100 µs: a pause is 10–140 cycles by CPU), or as many plain loads
+  /// for about as long.
+  int spin_limit() const noexcept { return pause_ ? 2000 : 100000; }
   void do_range(unsigned w) {
     uint64_t b, e;
     partition(items_, grain_, used_, w, &b, &e);
-    if (b < e) call_(job_, b, e, w);
+    if (b >= e) return;
+    if (!trace_) return call_(job_, b, e, w);
+    stamps_[w].begin = clock::now();
+    call_(job_, b, e, w);
+    stamps_[w].end = clock::now();
+  }
+  void account(clock::time_point t0, unsigned used) {
+    const clock::time_point t1 = clock::now();
+    auto us = [](clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+    clock::time_point last_begin = t0, last_end = t0;
+    double slowest = 0, sum = 0;
+    for (unsigned w = 0; w < used; ++w) {
+      last_begin = std::max(last_begin, stamps_[w].begin);
+      last_end = std::max(last_end, stamps_[w].end);
+      const double b = us(stamps_[w].end - stamps_[w].begin);
+      slowest = std::max(slowest, b);
+      sum += b;
+    }
+    ++traced_.runs;
+    traced_.wall_us += us(t1 - t0);
+    traced_.start_us += us(last_begin - t0);
+    traced_.slowest_us += slowest;
+    traced_.mean_us += sum / used;
+    traced_.join_us += us(t1 - last_end);
   }
   void loop(unsigned w) {
     uint64_t seen = 0;
     for (;;) {
       uint64_t g;
       int spins = 0;
-      while ((g = gen_.load(std::memory_order_acquire)) == seen && ++spins < 20000) {
-        if (spins < 2000)
-          spin_pause();
+      while ((g = gen_.load(std::memory_order_acquire)) == seen && ++spins < 10 * spin_limit()) {
+        if (spins < spin_limit())
+          pause();
         else
           std::this_thread::yield();
       }
@@ -146,6 +220,10 @@ class thread_pool {
   void (*call_)(void*, uint64_t, uint64_t, unsigned) = nullptr;
   uint64_t items_ = 0, grain_ = 1;
   unsigned used_ = 1;
+  bool pause_ = true;
+  bool trace_ = false;
+  std::vector<stamp> stamps_;  // per worker: its range's start and end in the current run (trace_ only)
+  pool_trace traced_;
 };
 
 }  // namespace cmfx

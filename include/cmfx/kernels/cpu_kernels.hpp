@@ -38,9 +38,11 @@ struct cpu_kernel_table {
 const cpu_kernel_table& cpu_kernels_generic();
 const cpu_kernel_table& cpu_kernels_avx2();
 const cpu_kernel_table& cpu_kernels_avx512();
+const cpu_kernel_table& cpu_kernels_avx512_gfni();
 
 inline const cpu_kernel_table& cpu_kernels_for(cpu_arch a) {
   if (!cpu_supports(a)) throw std::runtime_error("this CPU cannot run " + std::string(cpu_arch_name(a)) + " kernels");
+  if (a == cpu_arch::avx512_gfni) return cpu_kernels_avx512_gfni();
   if (a == cpu_arch::avx512) return cpu_kernels_avx512();
   return a == cpu_arch::avx2 ? cpu_kernels_avx2() : cpu_kernels_generic();
 }

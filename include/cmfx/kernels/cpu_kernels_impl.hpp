@@ -4,7 +4,8 @@
 ///        kernel where the format has an AVX2 decoder and the TU is compiled for AVX2, the portable one
 ///        otherwise; with AVX-512 VNNI, the int8-activation kernels and the f32 kernels of the 8-bit weights (FP8,
 ///        q8_row) are the 512-bit ones (the other f32 paths stay AVX2).
-///        Included once per arch by src/cpu/kernels_<arch>.cpp.
+///        Included once per arch by src/cpu/kernels_<arch>.cpp (kernels_avx512_gfni.cpp: the int8 kernels in
+///        namespace avx512_gfni, compiled for GFNI too).
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/kernels/gemm_generic.hpp"
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -26,7 +27,7 @@ inline cpu_kernel_table make_cpu_kernel_table(cpu_arch arch) {
     if constexpr (kernels::avx2::has_i8_kernel<F>) {
 #if defined(CMFX_KERNELS_AVX512)
       // blocks of 16 groups, every int32 lane inside one group: q2tp eight groups per load, q4tp / MXFP4 four
-      t.gemm_i8[size_t(F::id)] = &kernels::avx512::gemm_rows_i8<F>;
+      t.gemm_i8[size_t(F::id)] = &kernels::CMFX_AVX512_I8_NS::gemm_rows_i8<F>;
 #else
       t.gemm_i8[size_t(F::id)] = &kernels::avx2::gemm_rows_i8<F>;
 #endif

@@ -17,6 +17,11 @@
 /// the experts its row range touches into its own act_q8 (moe_scratch::aq, grown once), so no extra dispatch is
 /// needed and only a slice on a range boundary is quantised twice. The i8 result still does not depend on the
 /// thread count: quantisation is per token, and the same slice quantises to the same bytes on every worker.
+///
+/// Partition: rows are split statically over the workers (chunk_rows = 0, the default), or with chunk_rows > 0
+/// taken dynamically in chunks of that many rows (thread_pool::run_chunks) — for hosts whose cores do not run
+/// at one speed. A worker quantises an expert's input once however many of its chunks it takes; either way every
+/// row is computed by the same code from the same bytes, so the result is identical.
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -41,6 +46,7 @@ struct moe_scratch {
   std::vector<uint64_t> drow0;
   std::vector<uint32_t> active;
   std::vector<act_q8> aq;  // act_precision::i8: two per worker (gate input, up input when its layout differs)
+  std::vector<uint64_t> aq_of;  // per worker: the active expert whose input aq holds in this phase (~0: none)
 };
 
 inline float silu(float x) noexcept { return x / (1.0f + std::exp(-x)); }
@@ -57,7 +63,7 @@ inline gemm_rows_i8_fn i8_kernel(const cpu_kernel_table& k, act_precision p, for
 inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<const expert_view> experts,
                         const expert_view* shared, const float* X, uint64_t n, uint64_t d, const uint32_t* ids,
                         const float* weights, uint32_t top_k, float limit, float* out, moe_scratch& s,
-                        act_precision act = act_precision::f32) {
+                        act_precision act = act_precision::f32, uint64_t chunk_rows = 0) {
   const uint64_t E = experts.size(), slots = E + (shared ? 1 : 0);
   // Bucket (token, weight) entries by expert, in ascending expert id; the shared expert is slot E.
   s.count.assign(slots, 0);
@@ -104,9 +110,16 @@ inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<
   s.h.resize(entries * inter);
   s.y.resize(entries * d);
   if (act == act_precision::i8 && s.aq.size() < 2 * size_t(pool.size())) s.aq.resize(2 * size_t(pool.size()));
+  auto dispatch = [&](uint64_t rows, auto&& body) {
+    s.aq_of.assign(pool.size(), ~uint64_t(0));
+    if (chunk_rows)
+      pool.run_chunks(rows, body, (chunk_rows + gemm_row_grain - 1) / gemm_row_grain * gemm_row_grain);
+    else
+      pool.run(rows, body, gemm_row_grain);
+  };
 
   // Phase 1: gate and up rows of every active expert, SwiGLU-clamp and routing weight fused per row range.
-  pool.run(s.row0[A], [&](uint64_t b, uint64_t e, unsigned wk) {
+  dispatch(s.row0[A], [&](uint64_t b, uint64_t e, unsigned wk) {
     uint64_t a = uint64_t(std::upper_bound(s.row0.begin(), s.row0.end(), b) - s.row0.begin()) - 1;
     for (uint64_t r = b; r < e; ++a) {
       const expert_view& ex = *s.ev[a];
@@ -117,10 +130,12 @@ inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<
       const gemm_rows_i8_fn ui = moe_detail::i8_kernel(k, act, ex.up_fmt, d);
       act_q8* gq = gi ? &s.aq[2 * size_t(wk)] : nullptr;
       act_q8* uq = gq;
-      if (gi) quantize_act_q8(xe, ne, d, k.i8_layout[size_t(ex.gate_fmt)], *gq);
+      const bool fresh = s.aq_of[wk] != a;  // this worker's first rows of expert a in this phase
+      s.aq_of[wk] = a;
+      if (gi && fresh) quantize_act_q8(xe, ne, d, k.i8_layout[size_t(ex.gate_fmt)], *gq);
       if (ui && (!gi || k.i8_layout[size_t(ex.up_fmt)] != gq->layout)) {
         uq = &s.aq[2 * size_t(wk) + 1];
-        quantize_act_q8(xe, ne, d, k.i8_layout[size_t(ex.up_fmt)], *uq);
+        if (fresh) quantize_act_q8(xe, ne, d, k.i8_layout[size_t(ex.up_fmt)], *uq);
       }
       if (gi)
         gi(ex.gate, *gq, s.g.data() + base * I, I, lo, hi);
@@ -140,12 +155,12 @@ inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<
       }
       r = s.row0[a] + hi;
     }
-  }, gemm_row_grain);
+  });
 
   // Phase 2: down rows of every active expert.
   s.drow0.assign(A + 1, 0);
   for (uint64_t a = 0; a < A; ++a) s.drow0[a + 1] = s.drow0[a] + d;
-  pool.run(s.drow0[A], [&](uint64_t b, uint64_t e, unsigned wk) {
+  dispatch(s.drow0[A], [&](uint64_t b, uint64_t e, unsigned wk) {
     uint64_t a = b / d;
     for (uint64_t r = b; r < e; ++a) {
       const expert_view& ex = *s.ev[a];
@@ -155,14 +170,15 @@ inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<
       if (const gemm_rows_i8_fn di = moe_detail::i8_kernel(k, act, ex.down_fmt, I);
           di && I == inter) {  // the int8 input must be contiguous [ne, I]: the expert is as wide as the leading dim
         act_q8& hq = s.aq[2 * size_t(wk)];
-        quantize_act_q8(he, ne, I, k.i8_layout[size_t(ex.down_fmt)], hq);
+        if (s.aq_of[wk] != a) quantize_act_q8(he, ne, I, k.i8_layout[size_t(ex.down_fmt)], hq);
+        s.aq_of[wk] = a;
         di(ex.down, hq, s.y.data() + base * d, d, lo, hi);
       } else {
         k.gemm[size_t(ex.down_fmt)](ex.down, he, ne, inter, s.y.data() + base * d, d, lo, hi);
       }
       r = s.drow0[a] + hi;
     }
-  }, gemm_row_grain);
+  });
 
   // Sum the contributions per token in expert order.
   std::fill(out, out + n * d, 0.0f);
