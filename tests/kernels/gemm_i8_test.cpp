@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "cmfx/kernels/cpu_kernels.hpp"
@@ -29,16 +30,26 @@ constexpr double kBoundSlack = 1.01;
 constexpr double kSumSlack = 1e-5;
 
 template <class F>
-void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch::avx2) {
+void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch::avx2, bool f32_scales = false) {
   if (!cpu_supports(arch))
     GTEST_SKIP() << "this CPU has no " << cpu_arch_name(arch) << ": its int8 kernels cannot run here";
   const cpu_kernel_table& k = cpu_kernels_for(arch);
   ASSERT_NE(k.gemm_i8[size_t(F::id)], nullptr) << F::name << " has no int8 kernel";
   const uint64_t seed = test::fresh_seed();
   const auto wf = test::random_weights(rows * cols, seed);
-  const encoded_matrix e = F::encode(wf.data(), rows, cols);
-  const matrix_view v{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
-                      e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  encoded_matrix e = F::encode(wf.data(), rows, cols);
+  scale_encoding enc = e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0;
+  if (f32_scales && !e.scale.empty()) {  // the same scales as an f32 tensor (the DeepSeek-V3 layout)
+    std::vector<uint8_t> f(e.scale.size() * 4);
+    for (size_t i = 0; i < e.scale.size(); ++i) {
+      const float x = e8m0_to_f32(e.scale[i]);
+      std::memcpy(f.data() + 4 * i, &x, 4);
+    }
+    e.scale = std::move(f);
+    enc = scale_encoding::f32;
+  }
+  const matrix_view v{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(), enc,
+                      rows, cols};
   const auto X = test::random_weights(n * cols, seed + 7, 1.0f);
   const auto want = ref::gemm(F::id, v, X.data(), n);
   std::vector<float> Y(n * rows, NAN);
@@ -108,10 +119,11 @@ TEST(GemmI8, Mxfp4) {
 
 // The AVX-512 VNNI kernels (two groups per vpdpbusd; odd group counts take the AVX2 dot for the last group):
 // the same bounds, shapes with even and odd group counts.
-// q4tp: blocks of 16 groups (four groups per load), then pairs, then an odd group.
+// q4tp: blocks of 16 groups (four groups per load), a half block of 8, then single groups.
 TEST(GemmI8Avx512, Q4tp) {
   for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull},
-                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}})
+                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {3ull, 256ull, 2ull}, {17ull, 2304ull, 1ull},
+                         {11ull, 800ull, 5ull}, {6ull, 480ull, 3ull}})
     check_i8<fmt_q4tp>(r, c, n, cpu_arch::avx512);
 }
 // q2tp: blocks of 16 groups, a half block of 8, then single groups (608 columns = 16 + 3 groups; 256 = a half
@@ -126,13 +138,16 @@ TEST(GemmI8Avx512, Q2tp) {
 }
 // The GFNI table's other int8 kernels are the same code compiled again: one shape each.
 TEST(GemmI8Avx512Gfni, Q4tpAndMxfp4) {
-  check_i8<fmt_q4tp>(33, 2080, 5, cpu_arch::avx512_gfni);
-  check_i8<fmt_mxfp4>(33, 2080, 5, cpu_arch::avx512_gfni);
+  check_i8<fmt_q4tp>(11, 800, 5, cpu_arch::avx512_gfni);
+  check_i8<fmt_mxfp4>(11, 800, 5, cpu_arch::avx512_gfni);
 }
-TEST(GemmI8Avx512, Mxfp4) {  // as q4tp: blocks of 16 groups, pairs, an odd group
+TEST(GemmI8Avx512, Mxfp4) {  // as q4tp; e8m0 scales, and f32 ones (masked loads of a half block's eight)
   for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull},
-                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}})
+                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {3ull, 256ull, 2ull}, {17ull, 2304ull, 1ull},
+                         {11ull, 800ull, 5ull}, {6ull, 480ull, 3ull}})
     check_i8<fmt_mxfp4>(r, c, n, cpu_arch::avx512);
+  for (auto [r, c, n] : {std::tuple{17ull, 2304ull, 1ull}, {11ull, 800ull, 5ull}, {6ull, 480ull, 3ull}, {9ull, 608ull, 3ull}})
+    check_i8<fmt_mxfp4>(r, c, n, cpu_arch::avx512, true);
 }
 
 }  // namespace
