@@ -154,6 +154,8 @@ check "bench v41-tiny --variants 2: exit 0" test $? -eq 0
 check "bench --variants 2: reported" grep -q "^host matrices: 2 distinct per role" "$T/b41v.out"
 "$CMFX" bench --synthetic v41-tiny --cache-wait nap >/dev/null 2>&1
 check "bench --cache-wait nap: exit 2" test $? -eq 2
+"$CMFX" bench --synthetic v41-tiny --cpu-chunk rows >/dev/null 2>&1
+check "bench --cpu-chunk rows: exit 2" test $? -eq 2
 
 echo "cli_gpu_run: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
