@@ -112,6 +112,28 @@ struct i8_row {
 template <class F>
 constexpr float i8_offset = F::id == format::q4tp ? 8.0f : (F::id == format::q2tp ? 1.5f : 0.0f);
 
+/// Per call, for tokens [0, a.n) ([n, groups] each): wsx = sx / m and boff = m · offset · bsum, so that a group's
+/// term is s_g · wsx_g · (m · dot_g − boff_g) with an exact integer in the parentheses (m = 2 for q2tp, whose
+/// offset is 1.5; offset 8 for q4tp, MXFP4's shift 12 in the AVX-512 blocks). The offset then never appears as a
+/// float sum that cancels against the products'. Used by row_tile_crumbs_q2tp here and the AVX-512 kernels.
+struct i8_token_side {
+  std::vector<float> wsx;
+  std::vector<int32_t> boff;
+  void prepare(const act_q8& a, int m, int m_offset) {
+    const uint64_t k = a.n * a.blocks;
+    if (wsx.size() < k) wsx.resize(k), boff.resize(k);
+    const float inv = 1.0f / float(m);  // 1 or 0.5: exact
+    for (uint64_t i = 0; i < k; ++i) wsx[i] = a.scale[i] * inv, boff[i] = m_offset * a.bsum[i];
+  }
+};
+
+/// The sum of the eight int32 lanes of v.
+inline int32_t hsum_i32(__m256i v) noexcept {
+  const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i q = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
 /// Per row, for the NT tokens t0 .. t0 + NT - 1 in one pass over the row's groups: sc[t * groups + g] =
 /// s_g * sx_tg (so the group loop broadcasts one float from memory), with the weight scales s_g looked up 8
 /// groups at a time (i8_row::scales8), and corr[t], the row's total offset correction
@@ -194,16 +216,15 @@ inline void q2tp_crumb_acts(const act_q8& a, std::vector<int8_t>& xt) {
 /// q2tp in blocks of 8 groups, every int32 lane inside one group: a 32-byte load holds four groups' value bytes as
 /// stored; crumb k of every byte is (w >> 2k) & 3, vpmaddubsw pairs it with activations rearranged once per call
 /// (q2tp_crumb_acts<4>), the four crumbs' int16 sums add up (≤ 4 · 762, no saturation) and one vpmaddwd leaves
-/// int32 lane L with half of group L / 2; per 8 groups one vphaddd + vpermd gives one int32 per group, then one
-/// conversion and one fma with 8 contiguous scales. Per 8 groups: 2 loads, 6 shifts, 8 ands, and per token 8
-/// vpmaddubsw + 6 adds + 2 vpmaddwd + 3 — against row_tile_i8's per group broadcast, variable shift, and, and per
-/// token vpmaddubsw, vpmaddwd, conversion, scale broadcast and fma. The last groups (fewer than 8) as row_tile_i8
-/// takes them. Same int32 dots, so the same error bound; the float sums in another order.
+/// int32 lane L with half of group L / 2; per 8 groups one vphaddd + vpermd gives one int32 dot per group, then
+/// the group terms s_g · wsx_g · (2 · dot_g − 3 · bsum_g) (i8_token_side, m = 2) with the 8 weight scales looked up
+/// in the loop — no per-row scale pass, no stored products. Per 8 groups: 2 loads, 6 shifts, 8 ands, the scale
+/// lookup, and per token 8 vpmaddubsw + 6 adds + 2 vpmaddwd + 3, a shift, a subtraction, a multiply, a conversion
+/// and an fma. The last groups (fewer than 8) one at a time.
 template <int NT>
 inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, const act_q8& a, const int8_t* xt,
-                                 uint64_t t0, float* sc, float out[NT]) noexcept {
-  float corr[NT];
-  token_scales<fmt_q2tp, NT>(d, groups, a, t0, sc, corr);
+                                 const i8_token_side& ts, uint64_t t0, float out[NT]) noexcept {
+  const auto lut = d.lut();
   const uint64_t per_token = groups / 8 * 256;
   const __m256i three = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
   const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);  // vphaddd's lanes hold groups 0 1 4 5 2 3 6 7
@@ -219,6 +240,7 @@ inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, con
       c[h][2] = _mm256_and_si256(_mm256_srli_epi16(w, 4), three);
       c[h][3] = _mm256_and_si256(_mm256_srli_epi16(w, 6), three);
     }
+    const __m256 s = d.scales8(lut, g);
     const uint64_t xo = g / 8 * 256;
     for (int t = 0; t < NT; ++t) {
       const int8_t* x = xt + (t0 + uint64_t(t)) * per_token + xo;
@@ -230,18 +252,23 @@ inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, con
         const __m256i s16 = _mm256_add_epi16(_mm256_add_epi16(prod(0), prod(1)), _mm256_add_epi16(prod(2), prod(3)));
         dh[h] = _mm256_madd_epi16(s16, ones);
       }
-      const __m256i r = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(dh[0], dh[1]), order);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(r), _mm256_loadu_ps(sc + uint64_t(t) * groups + g), acc[t]);
+      const uint64_t o = (t0 + uint64_t(t)) * a.blocks + g;
+      const __m256i dot = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(dh[0], dh[1]), order);
+      const __m256i v = _mm256_sub_epi32(_mm256_slli_epi32(dot, 1),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ts.boff.data() + o)));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(s, _mm256_loadu_ps(ts.wsx.data() + o)), acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
-  for (; g < groups; ++g)
+  for (; g < groups; ++g) {
+    const float s = d.scale1(g);
     for (int t = 0; t < NT; ++t) {
+      const uint64_t o = (t0 + uint64_t(t)) * a.blocks + g;
       const __m256i xq =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
-      out[t] += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(d.dot(g, xq)), _mm256_set1_ps(sc[uint64_t(t) * groups + g])));
+      out[t] += s * ts.wsx[o] * float(2 * hsum_i32(d.dot(g, xq)) - ts.boff[o]);
     }
-  for (int t = 0; t < NT; ++t) out[t] -= corr[t];
+  }
 }
 
 /// Rows [r0, r1) of Y = X · W^T with int8 activations: q2tp through row_tile_crumbs_q2tp, q4tp and MXFP4 through
@@ -250,16 +277,23 @@ template <class F>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
   i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
-  std::vector<float> sc(token_tile * groups);  // per call, not per row
-  std::vector<int8_t> xt;
-  if constexpr (F::id == format::q2tp) q2tp_crumb_acts<4>(a, xt);
+  // Per call, not per row; per thread, grown once (a chunked MoE calls this per chunk of rows).
+  thread_local std::vector<float> sc;
+  thread_local std::vector<int8_t> xt;
+  thread_local i8_token_side ts;
+  if constexpr (F::id == format::q2tp) {
+    q2tp_crumb_acts<4>(a, xt);
+    ts.prepare(a, 2, 3);
+  } else if (sc.size() < token_tile * groups) {
+    sc.resize(token_tile * groups);
+  }
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);
     for (uint64_t t0 = 0; t0 < n; t0 += token_tile) {
       const uint64_t nt = std::min(token_tile, n - t0);
       float y[token_tile];
       if constexpr (F::id == format::q2tp)
-        with_tile(nt, [&](auto NT) { row_tile_crumbs_q2tp<NT()>(d, groups, a, xt.data(), t0, sc.data(), y); });
+        with_tile(nt, [&](auto NT) { row_tile_crumbs_q2tp<NT()>(d, groups, a, xt.data(), ts, t0, y); });
       else
         with_tile(nt, [&](auto NT) { row_tile_i8<F, NT()>(d, groups, a, t0, sc.data(), y); });
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];

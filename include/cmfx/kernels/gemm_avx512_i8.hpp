@@ -33,6 +33,7 @@ namespace cmfx::kernels::CMFX_AVX512_I8_NS {
 
 using avx2::has_i8_kernel;
 using avx2::i8_layout;
+using avx2::i8_token_side;
 
 /// Codes g .. g + 15 of a ladder row as sixteen int32 lanes (p: the 10 bytes of the 16 codes, g % 8 == 0). With
 /// `more` (more codes of the row follow: 16 bytes from p are inside the row) a plain 16-byte load, else a masked
@@ -89,20 +90,6 @@ CMFX_AVX512_TARGET inline __m512i fold(__m512i x, __m512i y) noexcept {
   return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ia, y), _mm512_permutex2var_epi32(x, ib, y));
 }
 
-/// Per call, for tokens [0, a.n) ([n, groups] each): wsx = sx / m and boff = m · offset · bsum, so that a group's
-/// term is s_g · wsx_g · (m · dot_g − boff_g) with an exact integer in the parentheses (m = 2 for q2tp, whose
-/// offset is 1.5; offset 8 for q4tp, MXFP4's shift 12 in the blocks).
-struct i8_token_side {
-  std::vector<float> wsx;
-  std::vector<int32_t> boff;
-  void prepare(const act_q8& a, int m, int m_offset) {
-    const uint64_t k = a.n * a.blocks;
-    if (wsx.size() < k) wsx.resize(k), boff.resize(k);
-    const float inv = 1.0f / float(m);  // 1 or 0.5: exact
-    for (uint64_t i = 0; i < k; ++i) wsx[i] = a.scale[i] * inv, boff[i] = m_offset * a.bsum[i];
-  }
-};
-
 /// acc + one group term per lane, s · wsx · ((dot << Shift) − boff), for the groups at o of the token side; m
 /// masks the lanes of a half block (their token factors load as 0).
 template <int Shift>
@@ -124,10 +111,7 @@ CMFX_AVX512_TARGET inline void add_last_groups(const avx2::i8_row<F>& d, const a
     for (int t = 0; t < NT; ++t) {
       const uint64_t o = (t0 + uint64_t(t)) * a.blocks + g;
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
-      const __m256i dv = d.dot(g, xq);
-      const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(dv), _mm256_extracti128_si256(dv, 1));
-      const __m128i q = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-      const int32_t dot = _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1))));
+      const int32_t dot = avx2::hsum_i32(d.dot(g, xq));
       const int32_t off = F::id == format::mxfp4 ? 0 : ts.boff[o];
       out[t] += s * ts.wsx[o] * float(m * dot - off);
     }
