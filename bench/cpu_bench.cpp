@@ -5,10 +5,9 @@
 // the same threads). Weights rotate among copies (distinct experts) whose total is >= 4x the last-level cache, so
 // every call streams from DRAM. moe1/ also reports the pool's timing per dispatch (thread_pool::set_trace): fork_us
 // (the last worker's start), slowest_us and mean_us (busy time per worker), join_us (last end to return).
-// usage: cmfx-bench-cpu [--threads N] [--arch generic|avx2|avx512|avx512gfni] [--big] [--moe-chunk ROWS] [--no-pause]
+// usage: cmfx-bench-cpu [--threads N] [--arch generic|avx2|avx512|avx512gfni] [--big] [--moe-chunk ROWS]
 //                       [google-benchmark flags]
 //   --moe-chunk ROWS  moe1/: rows taken dynamically in chunks of ROWS (moe_forward's chunk_rows; 0 = static)
-//   --no-pause        the pool's spin-waits without the x86 pause hint (thread_pool's `pause` = false)
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -29,7 +28,6 @@ using namespace cmfx;
 
 unsigned g_threads = 0;
 uint64_t g_moe_chunk = 0;
-bool g_pause = true;
 int g_arch = -1;  // --arch: a cpu_arch to force (default: the best this CPU runs)
 const cpu_kernel_table& bench_kernels() {
   return g_arch < 0 ? best_cpu_kernels() : cpu_kernels_for(cpu_arch(g_arch));
@@ -158,8 +156,7 @@ void bm_moe(benchmark::State& st, uint64_t d, uint64_t inter, uint32_t k) {
   g_pool->set_trace(false);
   st.SetLabel(std::string(cpu_arch_name(bench_kernels().arch)) + " a8, " + std::to_string(g_pool->size()) + " threads, " +
               std::to_string(E) + " experts of " + std::to_string(per >> 10) + " KiB" +
-              (g_moe_chunk ? ", chunks of " + std::to_string(g_moe_chunk) + " rows" : ", static") +
-              (g_pause ? "" : ", no pause"));
+              (g_moe_chunk ? ", chunks of " + std::to_string(g_moe_chunk) + " rows" : ", static"));
 }
 
 struct shape {
@@ -192,14 +189,12 @@ int main(int argc, char** argv) {
       big = true;
     } else if (std::strcmp(argv[i], "--moe-chunk") == 0 && i + 1 < argc) {
       g_moe_chunk = std::stoull(argv[++i]);
-    } else if (std::strcmp(argv[i], "--no-pause") == 0) {
-      g_pause = false;
     } else {
       rest.push_back(argv[i]);
     }
   }
   int rc = int(rest.size());
-  g_pool = std::make_unique<thread_pool>(g_threads, /*pin=*/true, g_pause);
+  g_pool = std::make_unique<thread_pool>(g_threads, /*pin=*/true);
   g_roofline = bench::measure_read_bandwidth(*g_pool, std::max<uint64_t>(1ull << 30, 8 * llc_bytes()));
   std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB)\n", g_roofline / 1e9,
               g_pool->size(), (unsigned long long)(std::max<uint64_t>(1ull << 30, 8 * llc_bytes()) >> 20));

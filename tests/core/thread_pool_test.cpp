@@ -23,12 +23,10 @@ void expect_cover(thread_pool& pool, uint64_t n, Run&& run) {
 }
 
 TEST(ThreadPool, StaticRangesCoverEveryIndexOnce) {
-  for (bool pause : {true, false}) {
-    thread_pool pool(3, false, pause);
-    for (uint64_t n : {1u, 2u, 7u, 64u, 1001u})
-      for (uint64_t grain : {1u, 8u, 13u})
-        expect_cover(pool, n, [&](auto fn) { pool.run(n, fn, grain); });
-  }
+  thread_pool pool(3);
+  for (uint64_t n : {1u, 2u, 7u, 64u, 1001u})
+    for (uint64_t grain : {1u, 8u, 13u})
+      expect_cover(pool, n, [&](auto fn) { pool.run(n, fn, grain); });
 }
 
 TEST(ThreadPool, ChunksCoverEveryIndexOnceWithRaggedEnds) {

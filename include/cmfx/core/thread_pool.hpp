@@ -46,9 +46,7 @@ class thread_pool {
  public:
   /// `threads` = total workers including the caller (0 = hardware concurrency). With `pin`, worker i (the
   /// caller is worker 0) is bound to CPU i mod ncpu, which keeps two busy workers off one core on small VMs.
-  /// `pause`: spin-waits execute the x86 `pause` hint (default); false spins on plain loads — for hosts whose
-  /// hypervisor turns streaks of `pause` into exits (pause-loop exiting).
-  explicit thread_pool(unsigned threads = 0, bool pin = false, bool pause = true) : pause_(pause), stamps_() {
+  explicit thread_pool(unsigned threads = 0, bool pin = false) {
     n_ = threads ? threads : std::max(1u, std::thread::hardware_concurrency());
     stamps_ = std::vector<stamp>(n_);
     for (unsigned i = 1; i < n_; ++i) workers_.emplace_back([this, i, pin] {
@@ -121,8 +119,8 @@ class thread_pool {
     // Spin briefly, then yield: on an oversubscribed machine a worker may be descheduled, and a caller that
     // keeps spinning on its core can starve it (measured: decode 778 -> 20 tok/s with 2 threads on 2 busy cores).
     for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-      if (spins < 2 * spin_limit())
-        pause();
+      if (spins < 4000)
+        spin_pause();
       else
         std::this_thread::yield();
     }
@@ -152,12 +150,6 @@ class thread_pool {
   struct alignas(64) stamp {
     clock::time_point begin, end;
   };
-  void pause() const noexcept {
-    if (pause_) spin_pause();
-  }
-  /// Spins before yielding: 2000 pauses (~5–100 µs: a pause is 10–140 cycles by CPU), or as many plain loads
-  /// for about as long.
-  int spin_limit() const noexcept { return pause_ ? 2000 : 100000; }
   void do_range(unsigned w) {
     uint64_t b, e;
     partition(items_, grain_, used_, w, &b, &e);
@@ -191,9 +183,9 @@ class thread_pool {
     for (;;) {
       uint64_t g;
       int spins = 0;
-      while ((g = gen_.load(std::memory_order_acquire)) == seen && ++spins < 10 * spin_limit()) {
-        if (spins < spin_limit())
-          pause();
+      while ((g = gen_.load(std::memory_order_acquire)) == seen && ++spins < 20000) {
+        if (spins < 2000)
+          spin_pause();
         else
           std::this_thread::yield();
       }
@@ -220,7 +212,6 @@ class thread_pool {
   void (*call_)(void*, uint64_t, uint64_t, unsigned) = nullptr;
   uint64_t items_ = 0, grain_ = 1;
   unsigned used_ = 1;
-  bool pause_ = true;
   bool trace_ = false;
   std::vector<stamp> stamps_;  // per worker: its range's start and end in the current run (trace_ only)
   pool_trace traced_;
