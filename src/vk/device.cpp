@@ -301,6 +301,7 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   feature_chain en;
   en.link(v13);
   en.f2.features.shaderFloat64 = info.float64_ops;
+  en.f2.features.shaderInt64 = info.int64;  // the device sampler's RNG and fixed-point masses
   en.f2.features.shaderInt16 = info.storage16;
   en.f11.storageBuffer16BitAccess = info.storage16;
   en.f12.storageBuffer8BitAccess = info.storage8;

@@ -193,6 +193,7 @@ void attn_cases(suite& s);  // cases_attn.cpp
 void model_cases(suite& s);  // cases_model.cpp: the V4 GPU graph vs the CPU graph on the toys
 void model_v41_cases(suite& s);  // cases_model_v41.cpp: the V4.1 GPU graph vs the CPU graph on the V4.1 toys
 void prim_cases(suite& s);   // cases_prims.cpp: add, scale, matmul_rows, recorded transfers
-void v41_cases(suite& s);   // cases_v41.cpp: V4.1 kernels (FP4 KV fake-quant, candidate blocks, Engram gather and gate)
+void v41_cases(suite& s);
+void sample_cases(suite& s);  // cases_sample.cpp: the device sampler against cmfx::sampler   // cases_v41.cpp: V4.1 kernels (FP4 KV fake-quant, candidate blocks, Engram gather and gate)
 
 }  // namespace cmfx::parity

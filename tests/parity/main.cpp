@@ -210,6 +210,7 @@ int main(int argc, char** argv) {
     parity::model_v41_cases(s);
     parity::prim_cases(s);
     parity::v41_cases(s);
+    parity::sample_cases(s);
     int bad = s.report();
     const gpu::pipeline_stats ps = kern.stats();
     // (SPIR-V read from the disk cache was marked when compiled and is not counted again)

@@ -79,6 +79,48 @@ TEST(Sampler, RngIsTheStandardEngine) {
   EXPECT_NEAR(esum / 100000, 1.0, 0.01);
 }
 
+// rng.hpp writes MT19937-64 out (its state is handed to the device sampler): every value as std::mt19937_64's,
+// across several twists, for several seeds; the state carried over continues the same stream.
+TEST(Sampler, WrittenOutEngineMatchesStdAndCarriesItsState) {
+  for (const uint64_t seed : {0ull, 1ull, 5489ull, 0xDEADBEEFCAFEF00Dull}) {
+    std::mt19937_64 ref(seed);
+    cmfx::sample_rng r(seed);
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(r.next(), ref()) << "seed " << seed << " value " << i;
+    cmfx::sample_rng copy(12345);
+    copy.set_state(r.state());
+    for (int i = 0; i < 700; ++i) ASSERT_EQ(copy.next(), ref()) << "seed " << seed << " carried value " << i;
+  }
+}
+
+// With a temperature every sample() draws one random number, also where the largest logit is ±inf and the
+// choice is made without it (the device sampler's rule; sampler::accept_drawn advances the same way).
+TEST(Sampler, OneDrawPerSampledTokenEvenForInfiniteLogits) {
+  sampling_params p;
+  p.temperature = 0.8f;
+  p.seed = 99;
+  sampler s(16, p);
+  cmfx::sample_rng ref(99);
+  std::vector<float> z = random_logits(16, 3);
+  z[5] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(s.sample(z).token, 5);
+  (void)ref.next();
+  EXPECT_TRUE(s.rng_state().x == ref.state().x && s.rng_state().index == ref.state().index);
+  s.accept_drawn(3);
+  (void)ref.next();
+  EXPECT_EQ(s.count(3), 1u);
+  EXPECT_TRUE(s.rng_state().x == ref.state().x && s.rng_state().index == ref.state().index);
+  EXPECT_TRUE(p.device_samplable(16));
+  p.top_k = 4;
+  EXPECT_FALSE(p.device_samplable(16));
+  EXPECT_TRUE(p.device_samplable(4));  // k >= vocab keeps everything: no top-k
+  p.top_k = 0;
+  p.repetition_penalty = 1.1f;
+  EXPECT_FALSE(p.device_samplable(16));
+  p.repetition_penalty = 1.0f;
+  p.temperature = 0.0f;
+  EXPECT_FALSE(p.device_samplable(16));
+}
+
 TEST(Sampler, GreedyIsArgmaxLowerIndexOnTies) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   sampling_params p;

@@ -20,7 +20,9 @@
 ///      (OpenAI): z ← z − c·frequency − [c > 0]·presence, c = the token's count in the OUTPUT (accept()/sample()),
 ///      as vLLM applies them. Penalties act in greedy mode too.
 ///   3. temperature ≤ 0: greedy — the largest z, the LOWER index on ties (topk.hpp's rule); steps 4–8 skipped, no
-///      random number drawn.
+///      random number drawn. (With a temperature every sample() draws exactly one random number, also when the
+///      largest z is ±inf and the first such token is chosen without it: a device sampler continuing the stream
+///      stays in step — gpu::kernels::sample.)
 ///   4. Temperature: z ← z / T.
 ///   5. top-k (k > 0): keep the k largest z (ties: lower index first; exactly k are kept).
 ///   6. top-p (p < 1): over the tokens left, in descending order (same tie rule), keep each token while the
@@ -88,7 +90,22 @@ struct sampling_params {
     return temperature <= 0.0f && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
            !logprobs && top_logprobs == 0;
   }
+  /// What a device sampler (gpu::kernels::sample) computes exactly as sample() does: a temperature, top-p and min-p
+  /// over a vocabulary of `vocab`, without top-k (k ≥ vocab is no top-k), penalties or logprobs — the choice and
+  /// one draw of the RNG per token; the host then records it with sampler::accept_drawn.
+  bool device_samplable(size_t vocab) const noexcept {
+    return temperature > 0.0f && (top_k <= 0 || static_cast<size_t>(top_k) >= vocab) && repetition_penalty == 1.0f &&
+           presence_penalty == 0.0f && frequency_penalty == 0.0f && !logprobs && top_logprobs == 0;
+  }
 };
+
+/// The fractional bits of top-p's fixed-point masses for a vocabulary of `vocab`: vocab · 2^bits ≤ 2^53, so that
+/// the sum of every mass is an exact integer in a double (53 − ⌈log2 vocab⌉).
+inline int top_p_mass_bits(size_t vocab) noexcept {
+  int bits = 53;
+  for (size_t v = 1; v < vocab; v *= 2) --bits;
+  return bits;
+}
 
 struct token_logprob {
   int32_t token;
@@ -114,8 +131,7 @@ class sampler {
     bsum_.resize((vocab_ + block - 1) / block);
     bin_.resize(vocab_);
     bin_mass_.resize(bins);
-    mass_bits_ = 53;  // fixed-point masses for top-p: vocab · 2^bits ≤ 2^53
-    for (size_t v = 1; v < vocab_; v *= 2) --mass_bits_;
+    mass_bits_ = top_p_mass_bits(vocab_);  // fixed-point masses for top-p: vocab · 2^bits ≤ 2^53
     counts_.assign(vocab_, 0);
     flags_.assign(vocab_, 0);
     touched_.reserve(vocab_);
@@ -160,6 +176,14 @@ class sampler {
     touch(t);
     ++counts_[static_cast<size_t>(t)];
   }
+  /// Records a token a device sampler chose from this sampler's RNG state (params().device_samplable): accept(t)
+  /// and the one draw it made.
+  void accept_drawn(int32_t t) {
+    accept(t);
+    (void)rng_.next();
+  }
+  /// The RNG's state: where the next draw continues (a device sampler starts from it).
+  const mt19937_64_state& rng_state() const noexcept { return rng_.state(); }
   /// Forgets prompt and output, reseeds the RNG with params().seed.
   void reset() {
     for (const int32_t t : touched_) {
@@ -188,6 +212,7 @@ class sampler {
       tok = first_of(work_, zmax);
       cand_[0] = {work_[static_cast<size_t>(tok)], static_cast<uint32_t>(tok)};
       ncand_ = 1;
+      if (!greedy) (void)rng_.next();  // one draw per sampled token, whatever the logits (the device sampler's rule)
     } else {
       tok = draw(zmax);
     }

@@ -1,0 +1,393 @@
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+// The next token drawn from the logits of one position, on the device (kernels::sample): the same choice, bit for
+// bit, as cmfx::sampler::sample (include/cmfx/sample/sampler.hpp) with a temperature, top-p and min-p, no top-k,
+// penalties or logprobs, continuing the sampler's MT19937-64 stream (include/cmfx/sample/rng.hpp) from the state
+// in binding 2. Every quantity the choice depends on is computed as the sampler computes it: z = f32(l / T) (one
+// f64 quotient rounded once: the correctly rounded f32 quotient, as route.comp), the weights exp(z − z_max) by the
+// sampler's written-out f64 exp (vocab_pass.hpp; `precise`, so no fused multiply-add), top-p's fixed-point masses
+// summed as integers, and the draw's block sums added in the sampler's order. Passes (SAMPLE_PASS):
+//   1 (grid)  z = NaN → −inf, then l / T; z_max by an atomic maximum of its order key (ctrl[0]).
+//   2 (grid)  z_max = ±inf: the first index holding it (ctrl[1]); else w = exp(z − z_max); with top-p each mass
+//             into level 0 of the histogram of the descending key (its top 8 bits).
+//   3 (grid, level L = 1..3)  the cut's prefix from levels < L; masses of the entries under that prefix into level
+//             L by the next 8 bits.
+//   4 (one workgroup)  the cut: key* (the z of the last token top-p keeps), acc (the mass above it) and, where
+//             top-p keeps only some tokens of equal z, the highest index of those kept (ctrl).
+//   5 (grid)  the kept count (atomic, ctrl[CNT]) and per workgroup (cnt_wg).
+//   6 (grid)  kept tokens compacted in index order: wc = their weights, cidx = their ids.
+//   7 (one workgroup)  one uniform from the RNG (twisting first when due), the sampler's pick(): blocks of 64
+//             weights summed in order, the block sums in order, the first block and entry passing u·Σ; the id.
+// Passes 3–6 run only with top-p / min-p (without them the candidates are the vocabulary in index order).
+#include "common/base.glsl"
+
+layout(push_constant) uniform sample_pc {
+  uint n, level, mass_bits, flags;   // flags: 1 top-p, 2 min-p
+  float temp, top_p, min_p, pad0;
+  uint lo, so, ro, oo;               // word offsets of logits, scratch, out; rng in 64-bit words
+} pc;
+layout(std430, binding = 0) readonly buffer L { float logits[]; };
+layout(std430, binding = 1) buffer SU { uint su[]; };
+layout(std430, binding = 1) buffer SF { float sf[]; };
+layout(std430, binding = 1) buffer SD { double sd[]; };
+layout(std430, binding = 2) buffer R { uint64_t rng[]; };
+layout(std430, binding = 3) writeonly buffer O { uint oi[]; };
+
+// Scratch layout (32-bit words from pc.so; kernels::sample_scratch_bytes): ctrl, the histogram, then per token.
+#define CTRL 0u
+#define C_ZMAX 0u
+#define C_FIRST 1u
+#define C_CNT 2u
+#define C_KEY 3u
+#define C_IDX 4u
+#define C_ACC 6u   // uint64 as two words
+#define HIST 16u   // [4 levels][256 bins][4 parts of 14 bits]
+#define Z_AT (HIST + 4096u)
+uint rup2(uint x) { return (x + 1u) & ~1u; }
+uint w_at() { return Z_AT + rup2(pc.n); }           // doubles
+uint wc_at() { return w_at() + 2u * pc.n; }         // doubles
+uint cidx_at() { return wc_at() + 2u * pc.n; }
+uint cntwg_at() { return cidx_at() + rup2(pc.n); }  // one word per workgroup of passes 5 / 6
+uint bsum_at() { return rup2(cntwg_at() + (pc.n + WG_SIZE - 1u) / WG_SIZE); }  // doubles
+
+// Ascending order key of a non-NaN float, −0 as +0 (argmax.comp's); its inverse.
+uint key_of(float v) {
+  uint u = floatBitsToUint(v);
+  if ((u & 0x7FFFFFFFu) == 0u) u = 0u;
+  return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
+}
+float key_value(uint k) { return uintBitsToFloat((k & 0x80000000u) != 0u ? (k & 0x7FFFFFFFu) : ~k); }
+
+// vocab_pass.hpp's exp_nonpos, operation for operation.
+double exp_nonpos(double x) {
+  const uint64_t lowest_bits = 0xC086200000000000ul;  // −708.0
+  const uint64_t xb = doubleBitsToUint64(x);
+  const uint64_t keep = xb <= lowest_bits ? ~0ul : 0ul;
+  const double xc = uint64BitsToDouble((xb & keep) | (lowest_bits & ~keep));
+  precise const double t = xc * uint64BitsToDouble(0x3FF71547652B82FEul) + uint64BitsToDouble(0x4338000000000000ul);
+  precise const double k = t - uint64BitsToDouble(0x4338000000000000ul);
+  precise const double r = (xc - k * uint64BitsToDouble(0x3FE62E42FEE00000ul)) - k * uint64BitsToDouble(0x3DEA39EF35793C76ul);
+  precise double p = uint64BitsToDouble(0x3DE6124613A86D09ul);
+  p = p * r + uint64BitsToDouble(0x3E21EED8EFF8D898ul);
+  p = p * r + uint64BitsToDouble(0x3E5AE64567F544E4ul);
+  p = p * r + uint64BitsToDouble(0x3E927E4FB7789F5Cul);
+  p = p * r + uint64BitsToDouble(0x3EC71DE3A556C734ul);
+  p = p * r + uint64BitsToDouble(0x3EFA01A01A01A01Aul);
+  p = p * r + uint64BitsToDouble(0x3F2A01A01A01A01Aul);
+  p = p * r + uint64BitsToDouble(0x3F56C16C16C16C17ul);
+  p = p * r + uint64BitsToDouble(0x3F81111111111111ul);
+  p = p * r + uint64BitsToDouble(0x3FA5555555555555ul);
+  p = p * r + uint64BitsToDouble(0x3FC5555555555555ul);
+  p = p * r + 0.5LF;
+  p = p * r + 1.0LF;
+  p = p * r + 1.0LF;
+  const uint64_t e = ((doubleBitsToUint64(t) + 1023ul) << 52) & keep;
+  precise const double res = p * uint64BitsToDouble(e);
+  return res;
+}
+
+float zmax_of() { return key_value(su[pc.so + CTRL + C_ZMAX]); }
+// top-p's fixed-point mass of a weight (sampler::top_p_cut: truncation of w · 2^bits).
+uint64_t mass_of(double w) {
+  precise const double s = w * uint64BitsToDouble(uint64_t(1023u + pc.mass_bits) << 52);
+  return uint64_t(s);
+}
+uint64_t bin_mass(uint lvl, uint b) {
+  const uint o = pc.so + HIST + (lvl * 256u + b) * 4u;
+  return uint64_t(su[o]) + (uint64_t(su[o + 1u]) << 14) + (uint64_t(su[o + 2u]) << 28) + (uint64_t(su[o + 3u]) << 42);
+}
+
+shared uint64_t s_scan[WG_SIZE];
+shared uint s_u[WG_SIZE];
+shared uint s_bin, s_prefix;
+shared uint s_hist[1024];  // passes 2, 3: [256 bins][4 parts]
+shared uint64_t s_acc;
+shared double s_target;
+
+// Inclusive prefix sums over the workgroup (Hillis–Steele; every invocation calls it).
+uint64_t scan64(uint64_t v) {
+  const uint lid = gl_LocalInvocationID.x;
+  s_scan[lid] = v;
+  barrier();
+  for (uint d = 1u; d < WG_SIZE; d <<= 1) {
+    const uint64_t a = lid >= d ? s_scan[lid - d] : 0ul;
+    barrier();
+    s_scan[lid] += a;
+    barrier();
+  }
+  return s_scan[lid];
+}
+uint scan32(uint v) {
+  const uint lid = gl_LocalInvocationID.x;
+  s_u[lid] = v;
+  barrier();
+  for (uint d = 1u; d < WG_SIZE; d <<= 1) {
+    const uint a = lid >= d ? s_u[lid - d] : 0u;
+    barrier();
+    s_u[lid] += a;
+    barrier();
+  }
+  return s_u[lid];
+}
+
+// The cut's descending-key prefix of `levels` bytes and the mass above it (s_prefix, s_acc, s_target): at each
+// level the first bin (in descending z) where the running mass reaches target = top_p · total — the sampler's
+// rule, keep each token while the mass before it is < target. Every invocation calls it (WG_SIZE >= 256).
+void derive(uint levels) {
+  const uint lid = gl_LocalInvocationID.x;
+  const uint64_t total = scan64(lid < 256u ? bin_mass(0u, lid) : 0ul);
+  if (lid == 0u) {
+    s_target = double(pc.top_p) * double(s_scan[WG_SIZE - 1u]);
+    s_acc = 0ul;
+    s_prefix = 0u;
+  }
+  barrier();
+  for (uint lvl = 0u; lvl < levels; ++lvl) {
+    const uint64_t m = lid < 256u ? bin_mass(lvl, lid) : 0ul;
+    const uint64_t incl = scan64(m);
+    if (lid == 0u) s_bin = 255u;
+    barrier();
+    if (lid < 256u && double(s_acc + incl) >= s_target) atomicMin(s_bin, lid);
+    barrier();
+    if (lid == s_bin) {
+      s_acc += incl - m;
+      s_prefix = (s_prefix << 8) | lid;
+    }
+    barrier();
+  }
+}
+
+// The descending key of token i's z (smaller = larger z).
+uint dkey(uint i) { return ~key_of(sf[pc.so + Z_AT + i]); }
+
+// Whether token i is a candidate after top-p and min-p (passes 5 and 6; ctrl holds the cut).
+bool kept(uint i) {
+  if ((pc.flags & 1u) != 0u) {
+    const uint k = dkey(i), ks = su[pc.so + CTRL + C_KEY];
+    if (k > ks || (k == ks && i > su[pc.so + CTRL + C_IDX])) return false;
+  }
+  if ((pc.flags & 2u) != 0u && !(sd[(pc.so + w_at()) / 2u + i] >= double(pc.min_p))) return false;
+  return true;
+}
+
+// ---- MT19937-64 (rng.hpp): the state's 312 words and index in binding 2 from pc.ro.
+shared uint64_t mt[312];
+uint64_t mt_mix(uint64_t hi, uint64_t lo, uint64_t far) {
+  const uint64_t y = (hi & 0xFFFFFFFF80000000ul) | (lo & 0x7FFFFFFFul);
+  return far ^ (y >> 1) ^ ((y & 1ul) != 0ul ? 0xB5026F5AA96619E9ul : 0ul);
+}
+// One draw (every invocation calls it; the twist runs in two parallel phases, reads before writes); u in s_target.
+shared double s_u01;
+void draw_uniform() {
+  const uint lid = gl_LocalInvocationID.x;
+  for (uint k = lid; k < 312u; k += WG_SIZE) mt[k] = rng[pc.ro + k];
+  barrier();
+  const uint64_t idx = rng[pc.ro + 312u];
+  if (idx >= 312ul) {
+    // phase A: k < 156 from old words only
+    uint64_t a0 = 0ul, a1 = 0ul;
+    if (lid < 156u) a0 = mt_mix(mt[lid], mt[lid + 1u], mt[lid + 156u]);
+    if (lid + WG_SIZE < 156u) a1 = mt_mix(mt[lid + WG_SIZE], mt[lid + WG_SIZE + 1u], mt[lid + WG_SIZE + 156u]);
+    barrier();
+    if (lid < 156u) mt[lid] = a0;
+    if (lid + WG_SIZE < 156u) mt[lid + WG_SIZE] = a1;
+    barrier();
+    // phase B: 156 <= k < 311 from old words k, k + 1 and new words k − 156; then k = 311 from new x[0], x[155]
+    uint64_t b0 = 0ul, b1 = 0ul;
+    const uint k0 = 156u + lid, k1 = 156u + lid + WG_SIZE;
+    if (k0 < 311u) b0 = mt_mix(mt[k0], mt[k0 + 1u], mt[k0 - 156u]);
+    if (k1 < 311u) b1 = mt_mix(mt[k1], mt[k1 + 1u], mt[k1 - 156u]);
+    uint64_t last = 0ul;
+    if (lid == 0u) last = mt_mix(mt[311], mt[0], mt[155]);
+    barrier();
+    if (k0 < 311u) mt[k0] = b0;
+    if (k1 < 311u) mt[k1] = b1;
+    if (lid == 0u) mt[311] = last;
+    barrier();
+  }
+  const uint at = idx >= 312ul ? 0u : uint(idx);
+  if (lid == 0u) {
+    uint64_t z = mt[at];
+    z ^= (z >> 29) & 0x5555555555555555ul;
+    z ^= (z << 17) & 0x71D67FFFEDA60000ul;
+    z ^= (z << 37) & 0xFFF7EEE000000000ul;
+    z ^= z >> 43;
+    s_u01 = double(z >> 11) * uint64BitsToDouble(0x3CA0000000000000ul);  // 2^-53
+    rng[pc.ro + 312u] = uint64_t(at + 1u);
+  }
+  if (idx >= 312ul)
+    for (uint k = lid; k < 312u; k += WG_SIZE) rng[pc.ro + k] = mt[k];
+  barrier();
+}
+
+shared double s_win[WG_SIZE];
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x;
+  const uint n = pc.n;
+#if SAMPLE_PASS == 1
+  const uint i = wg_index() * WG_SIZE + lid;
+  uint k = 0u;
+  if (i < n) {
+    float l = logits[pc.lo + i];
+    if (isnan(l)) l = -F32_INF;
+    const float z = pc.temp == 1.0 ? l : float(double(l) / double(pc.temp));
+    sf[pc.so + Z_AT + i] = z;
+    k = key_of(z);
+  }
+#if REDUCE_SUBGROUP
+  k = subgroupMax(k);
+  if (subgroupElect()) atomicMax(su[pc.so + CTRL + C_ZMAX], k);
+#else
+  atomicMax(su[pc.so + CTRL + C_ZMAX], k);
+#endif
+#elif SAMPLE_PASS == 2 || SAMPLE_PASS == 3
+  const uint i = wg_index() * WG_SIZE + lid;
+  const float zmax = zmax_of();
+  if (isinf(zmax)) {  // uniform: the first token holding ±inf is the choice (pass 7)
+#if SAMPLE_PASS == 2
+    if (i < n && sf[pc.so + Z_AT + i] == zmax) atomicMax(su[pc.so + CTRL + C_FIRST], 0xFFFFFFFFu - i);
+#endif
+    return;
+  }
+#if SAMPLE_PASS == 2
+  double w = 0.0LF;
+  if (i < n) {
+    w = exp_nonpos(double(sf[pc.so + Z_AT + i]) - double(zmax));
+    sd[(pc.so + w_at()) / 2u + i] = w;
+  }
+  if ((pc.flags & 1u) == 0u) return;  // uniform
+  const uint lvl = 0u;
+  const bool mine = i < n;
+#else
+  const uint lvl = pc.level;
+  derive(lvl);
+  const bool mine = i < n && (dkey(i) >> (32u - 8u * lvl)) == s_prefix;
+  const double w = mine ? sd[(pc.so + w_at()) / 2u + i] : 0.0LF;
+#endif
+  // this workgroup's masses per bin and part in shared memory, then its non-zero bins added to the histogram
+  // (the z of a vocabulary crowd into a few top-byte bins: one global atomic per bin and workgroup, not per token)
+  for (uint b = lid; b < 1024u; b += WG_SIZE) s_hist[b] = 0u;
+  barrier();
+  if (mine) {
+    const uint64_t m = mass_of(w);
+    if (m != 0ul) {
+      const uint o = ((dkey(i) >> (24u - 8u * lvl)) & 0xFFu) * 4u;
+      atomicAdd(s_hist[o], uint(m & 0x3FFFul));
+      atomicAdd(s_hist[o + 1u], uint((m >> 14) & 0x3FFFul));
+      atomicAdd(s_hist[o + 2u], uint((m >> 28) & 0x3FFFul));
+      atomicAdd(s_hist[o + 3u], uint(m >> 42));
+    }
+  }
+  barrier();
+  for (uint b = lid; b < 1024u; b += WG_SIZE)
+    if (s_hist[b] != 0u) atomicAdd(su[pc.so + HIST + lvl * 1024u + b], s_hist[b]);
+#elif SAMPLE_PASS == 4
+  if (isinf(zmax_of())) return;
+  derive(4u);
+  // key* = s_prefix; the tokens of equal z there each carry mass m*; top-p keeps those of rank r (index order)
+  // with acc + r·m* < target: t_keep of them. All of them: C_IDX = every index.
+  const uint ks = s_prefix;
+  const uint64_t ms = mass_of(exp_nonpos(double(key_value(~ks)) - double(zmax_of())));
+  const uint64_t group = bin_mass(3u, ks & 0xFFu);
+  const uint64_t ties = ms == 0ul ? 0ul : group / ms;
+  // t_keep = the smallest t with acc + t·m* >= target (the kept ranks are 0 .. t_keep − 1): from the f64 quotient,
+  // then corrected by the exact comparisons the sampler makes
+  const double gap = s_target - double(s_acc);
+  uint64_t t_keep = ms == 0ul ? ties : uint64_t(max(0.0LF, ceil(gap / double(ms))));
+  while (t_keep > 0ul && double(s_acc + (t_keep - 1ul) * ms) >= s_target) --t_keep;
+  while (t_keep < ties && double(s_acc + t_keep * ms) < s_target) ++t_keep;
+  if (lid == 0u) {
+    su[pc.so + CTRL + C_KEY] = ks;
+    su[pc.so + CTRL + C_IDX] = 0xFFFFFFFFu;
+  }
+  if (t_keep >= ties) return;  // uniform
+  // Only some of the equal-z tokens: the t_keep-th of them in index order is the last kept (contiguous ranges).
+  const uint per = (n + WG_SIZE - 1u) / WG_SIZE, b0 = min(n, lid * per), b1 = min(n, b0 + per);
+  uint c = 0u;
+  for (uint j = b0; j < b1; ++j) c += dkey(j) == ks ? 1u : 0u;
+  const uint incl = scan32(c);
+  uint before = incl - c;
+  if (before < uint(t_keep) && uint(t_keep) <= incl)
+    for (uint j = b0; j < b1; ++j)
+      if (dkey(j) == ks && ++before == uint(t_keep)) su[pc.so + CTRL + C_IDX] = j;
+#elif SAMPLE_PASS == 5
+  const uint g = wg_index(), i = g * WG_SIZE + lid;
+  const uint c = i < n && kept(i) ? 1u : 0u;
+  const uint incl = scan32(c);
+  if (lid == WG_SIZE - 1u) {
+    su[pc.so + cntwg_at() + g] = incl;
+    atomicAdd(su[pc.so + CTRL + C_CNT], incl);
+  }
+#elif SAMPLE_PASS == 6
+  const uint g = wg_index(), i = g * WG_SIZE + lid;
+  uint base = 0u;
+  for (uint j = lid; j < g; j += WG_SIZE) base += su[pc.so + cntwg_at() + j];
+  base = scan32(base);
+  const uint before = s_u[WG_SIZE - 1u];
+  barrier();
+  const uint c = i < n && kept(i) ? 1u : 0u;
+  const uint at = before + scan32(c) - c;
+  if (c != 0u) {
+    sd[(pc.so + wc_at()) / 2u + at] = sd[(pc.so + w_at()) / 2u + i];
+    su[pc.so + cidx_at() + at] = i;
+  }
+#elif SAMPLE_PASS == 7
+  draw_uniform();
+  const double u = s_u01;
+  if (isinf(zmax_of())) {
+    if (lid == 0u) oi[pc.oo] = 0xFFFFFFFFu - su[pc.so + CTRL + C_FIRST];
+    return;
+  }
+  const bool ident = pc.flags == 0u;
+  const uint cnt = ident ? n : su[pc.so + CTRL + C_CNT];
+  const uint wv = ident ? (pc.so + w_at()) / 2u : (pc.so + wc_at()) / 2u;
+  const uint nb = (cnt + 63u) / 64u, bs = (pc.so + bsum_at()) / 2u;
+  // block sums, each in order
+  for (uint b = lid; b < nb; b += WG_SIZE) {
+    precise double s = 0.0LF;
+    const uint e = min(cnt, b * 64u + 64u);
+    for (uint j = b * 64u; j < e; ++j) s += sd[wv + j];
+    sd[bs + b] = s;
+  }
+  memoryBarrierBuffer();
+  barrier();
+  // total = the block sums in order; then the first block whose running total passes r = u · total (one
+  // invocation adds, a window of block sums at a time staged in shared memory)
+  precise double total = 0.0LF;
+  for (uint w0 = 0u; w0 < nb; w0 += WG_SIZE) {
+    if (w0 + lid < nb) s_win[lid] = sd[bs + w0 + lid];
+    barrier();
+    if (lid == 0u)
+      for (uint j = 0u; j < min(WG_SIZE, nb - w0); ++j) total += s_win[j];
+    barrier();
+  }
+  if (lid != 0u) return;
+  precise const double r = u * total;
+  precise double before = 0.0LF;
+  int pick = -1;
+  for (uint b = 0u; b < nb && pick < 0; ++b) {
+    precise const double next = before + sd[bs + b];
+    if (r < next) {
+      precise const double rr = r - before;
+      const uint e = min(cnt, b * 64u + 64u);
+      precise double s = 0.0LF;
+      for (uint j = b * 64u; j < e; ++j) {
+        s += sd[wv + j];
+        if (rr < s) {
+          pick = int(j);
+          break;
+        }
+      }
+      for (uint j = e; pick < 0 && j-- > b * 64u;)
+        if (sd[wv + j] > 0.0LF) pick = int(j);
+    }
+    before = next;
+  }
+  for (uint j = cnt; pick < 0 && j-- > 0u;)
+    if (sd[wv + j] > 0.0LF) pick = int(j);
+  if (pick < 0) pick = 0;
+  oi[pc.oo] = ident ? uint(pick) : su[pc.so + cidx_at() + uint(pick)];
+#endif
+}

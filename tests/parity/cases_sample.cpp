@@ -1,0 +1,139 @@
+// The device sampler (kernels::sample, shaders/sample.comp) against cmfx::sampler on the same logits and the same
+// RNG state: the chosen ids must be identical draw after draw (no tolerance: every quantity of the choice is the
+// sampler's, bit for bit — docs/VULKAN.md "Sampling on the device"), and the device's MT19937-64 state after the
+// draws must be the sampler's. Fresh logits every draw; vocabularies from 1 to the model's 129280 (ragged sizes);
+// temperature, top-p (cuts inside groups of equal logits included), min-p; NaN, ±inf, ±0; a run across the RNG's
+// twist.
+#include <algorithm>
+#include <limits>
+
+#include "cmfx/sample/sampler.hpp"
+#include "harness.hpp"
+
+namespace cmfx::parity {
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+enum class logit_kind { spread, flat, ties, flat_ties, specials, plus_inf, all_neg_inf, all_equal };
+
+std::vector<float> make_logits(rng& r, uint32_t n, logit_kind kind) {
+  // the spread of a model's logits; flat: hundreds to thousands of tokens inside a top-p of 0.5–0.95
+  const bool flat = kind == logit_kind::flat || kind == logit_kind::flat_ties;
+  std::vector<float> v = r.normal(n, flat ? 0.5f : 3.0f);
+  if (flat)  // without the harness's 8× outliers, which would dominate
+    for (float& x : v) x = std::clamp(x, -1.5f, 1.5f);
+  switch (kind) {
+    case logit_kind::spread:
+    case logit_kind::flat:
+      break;
+    case logit_kind::ties:  // few distinct values: top-p cuts land inside groups of equal z
+      for (float& x : v) x = std::round(x);
+      break;
+    case logit_kind::flat_ties:
+      for (float& x : v) x = std::round(x * 8.0f) / 8.0f;
+      break;
+    case logit_kind::specials:
+      for (float& x : v) {
+        const float u = r.uniform(0, 1);
+        if (u < 0.02f) x = std::numeric_limits<float>::quiet_NaN();
+        else if (u < 0.05f) x = -kInf;
+        else if (u < 0.08f) x = u < 0.065f ? -0.0f : 0.0f;
+      }
+      break;
+    case logit_kind::plus_inf:
+      v[r.below(n)] = kInf;
+      v[r.below(n)] = kInf;
+      break;
+    case logit_kind::all_neg_inf:
+      for (float& x : v) x = r.uniform(0, 1) < 0.5f ? -kInf : std::numeric_limits<float>::quiet_NaN();
+      break;
+    case logit_kind::all_equal:
+      std::fill(v.begin(), v.end(), 0.75f);
+      break;
+  }
+  return v;
+}
+
+std::vector<uint64_t> state_words(const mt19937_64_state& st) {
+  std::vector<uint64_t> w(st.x.begin(), st.x.end());
+  w.push_back(st.index);
+  return w;
+}
+
+// `draws` consecutive draws; `warm` host-only draws first (to start near the RNG's twist).
+std::string sample_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sample_settings set, logit_kind kind,
+                        uint32_t draws, uint32_t warm, std::string& info) {
+  rng r(seed);
+  sampling_params sp;
+  sp.temperature = set.temperature, sp.top_p = set.top_p, sp.min_p = set.min_p, sp.seed = r.g();
+  sampler smp(n, sp);
+  for (uint32_t i = 0; i < warm; ++i) (void)smp.sample(make_logits(r, n, logit_kind::spread));
+  const gpu::buffer lb = s.dev.alloc(uint64_t(n) * 4), rb = upload(s.dev, state_words(smp.rng_state()));
+  const gpu::buffer sb = s.dev.alloc(gpu::kernels::sample_scratch_bytes(n));
+  guarded out(s.dev, 4, 0xDEADBEEFu);
+  uint32_t kept_max = 0;
+  for (uint32_t d = 0; d < draws; ++d) {
+    const std::vector<float> l = make_logits(r, n, kind);
+    s.dev.upload(lb, l);
+    s.dev.upload(out.payload(), std::vector<uint32_t>{0xDEADBEEFu});
+    gpu::commands c = s.dev.begin();
+    s.kern.sample(c, lb, n, set, rb, sb, out.payload());
+    s.submit(c);
+    uint32_t got = 0;
+    std::string why;
+    if (!out.read(&got, why)) return why;
+    const int32_t want = smp.sample(l).token;
+    kept_max = std::max<uint32_t>(kept_max, uint32_t(smp.last_candidates().size()));
+    if (got != uint32_t(want))
+      return "draw " + std::to_string(d) + ": gpu token " + std::to_string(got) + ", cpu " + std::to_string(want) +
+             " (" + std::to_string(smp.last_candidates().size()) + " candidates)";
+  }
+  std::vector<uint64_t> st(313);
+  s.dev.download(rb, st.data(), st.size() * 8);
+  if (st != state_words(smp.rng_state())) return "the device's RNG state differs from the sampler's after the draws";
+  info = std::to_string(draws) + " draws identical, up to " + std::to_string(kept_max) + " candidates";
+  return {};
+}
+
+}  // namespace
+
+void sample_cases(suite& s) {
+  if (!s.kern.has_sample()) {
+    s.unsupported("sample", "-");
+    return;
+  }
+  using R = std::string;
+  using set = gpu::kernels::sample_settings;
+  auto c = [&](uint32_t n, set st, logit_kind kind, uint32_t draws, const char* note, uint32_t warm = 0) {
+    char name[160];
+    std::snprintf(name, sizeof name, "n=%u T=%g top_p=%g min_p=%g %s", n, double(st.temperature), double(st.top_p),
+                  double(st.min_p), note);
+    s.run("sample", "-", name, [=, &s](uint64_t seed, R& info) {
+      return sample_case(s, seed, n, st, kind, draws, warm, info);
+    });
+  };
+  c(1, {1.0f, 1.0f, 0.0f}, logit_kind::spread, 3, "one token");
+  c(7, {0.7f, 0.9f, 0.0f}, logit_kind::spread, 6, "ragged");
+  c(1000, {1.0f, 1.0f, 0.0f}, logit_kind::spread, 6, "temperature only");
+  c(4097, {0.6f, 1.0f, 0.0f}, logit_kind::spread, 6, "ragged, temperature only");
+  c(4097, {1.3f, 0.95f, 0.0f}, logit_kind::spread, 6, "top-p");
+  c(4097, {0.8f, 0.5f, 0.0f}, logit_kind::ties, 8, "top-p inside equal logits");
+  c(4097, {1.0f, 0.05f, 0.0f}, logit_kind::ties, 8, "top-p 0.05 inside equal logits");
+  c(4097, {1.0f, 0.7f, 0.0f}, logit_kind::flat, 8, "top-p, flat logits");
+  c(4097, {0.9f, 0.6f, 0.0f}, logit_kind::flat_ties, 8, "top-p inside large groups of equal logits");
+  c(4097, {1.0f, 0.3f, 0.0f}, logit_kind::all_equal, 3, "every logit equal");
+  c(4097, {0.9f, 1.0f, 0.05f}, logit_kind::spread, 6, "min-p");
+  c(4097, {0.9f, 0.8f, 0.1f}, logit_kind::specials, 6, "top-p + min-p, NaN / -inf / +-0");
+  c(4097, {1.0f, 0.9f, 0.0f}, logit_kind::plus_inf, 3, "+inf logits");
+  c(4097, {1.0f, 0.9f, 0.0f}, logit_kind::all_neg_inf, 3, "every logit -inf or NaN");
+  c(1000, {1.0f, 0.9f, 0.02f}, logit_kind::spread, 8, "across the RNG's twist", 308);
+  c(129280, {1.0f, 1.0f, 0.0f}, logit_kind::spread, 3, "V4 vocabulary");
+  c(129280, {0.6f, 0.95f, 0.0f}, logit_kind::spread, 3, "V4 vocabulary, top-p");
+  c(129280, {1.0f, 0.9f, 0.0f}, logit_kind::flat, 3, "V4 vocabulary, top-p, flat logits");
+  c(129280, {0.7f, 0.5f, 0.01f}, logit_kind::flat_ties, 3, "V4 vocabulary, top-p + min-p, equal logits");
+  c(129280, {1.0f, 1.0f, 0.3f}, logit_kind::flat, 3, "V4 vocabulary, min-p, flat logits");
+}
+
+}  // namespace cmfx::parity
