@@ -14,6 +14,7 @@
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
+#include "cmfx/sample/sampler.hpp"
 #include "cmfx/vk/kernels.hpp"
 #include "byte_size.hpp"
 #include "commands.hpp"
@@ -154,12 +155,22 @@ int run_bench(const bench_args& a) {
 
   std::mt19937_64 g(a.seed);
   std::uniform_int_distribution<uint32_t> pick(0, m.vocab() - 1);
+  // Decode sampling (--temp > 0): drawn on the device, chained, or the host's sampler over the logits read back.
+  sampling_params sp;
+  sp.temperature = a.temp, sp.top_p = a.top_p, sp.min_p = a.min_p, sp.seed = a.seed;
+  const bool sampled = a.temp > 0.0f, on_device = sampled && a.sampling == "device";
+  if (on_device && !(m.samples_on_device() && sp.device_samplable(m.vocab())))
+    throw usage_error("bench: --sampling device needs a graph that chains its steps on a device with f64 and 64-bit "
+                      "integers (V4 without the expert cache); use --sampling host");
+  sampler smp(m.vocab(), sp);
+  const gpu::kernels::sample_settings sset{a.temp, a.top_p, a.min_p};
   // Warm-up: builds every pipeline of a decode step (GLSL compiles are not part of the timings).
   t = clk::now();
   {
     const uint32_t w0 = pick(g);
     (void)m.forward(std::span<const uint32_t>(&w0, 1), true);
     (void)m.step_greedy(pick(g));
+    if (on_device) (void)m.decode_sampled_each(pick(g), 1, sset, smp.rng_state(), [](uint32_t) { return true; });
     // a prefill chunk's pipelines (V4): more rows than one 8-row GEMM tile, so the tiled GEMMs are built too
     std::vector<uint32_t> w16(16);
     for (uint32_t& x : w16) x = pick(g);
@@ -200,7 +211,24 @@ int run_bench(const bench_args& a) {
   uint64_t disp = 0;
   double rec = 0, busy = 0;
   t = clk::now();
-  if (a.tokens && m.chains_decode()) {  // the steps chained on the device (decode_greedy)
+  if (a.tokens && on_device) {  // sampled on the device, chained (decode_sampled_each)
+    m.decode_sampled_each(tok, a.tokens, sset, smp.rng_state(), [&](uint32_t id) {
+      smp.accept_drawn(int32_t(id));
+      tok = id;
+      return true;
+    });
+    disp = uint64_t(m.last_dispatches()) * a.tokens;
+    rec = m.last_record_seconds() * double(a.tokens);
+    busy = m.last_device_seconds() * double(a.tokens);
+  } else if (sampled) {  // the logits read back, the host's sampler
+    for (uint64_t i = 0; i < a.tokens; ++i) {
+      const std::vector<float> l = m.forward(std::span<const uint32_t>(&tok, 1), true);
+      tok = uint32_t(smp.sample(l).token);
+      disp += m.last_dispatches();
+      rec += m.last_record_seconds();
+      busy += m.last_device_seconds();
+    }
+  } else if (a.tokens && m.chains_decode()) {  // the steps chained on the device (decode_greedy)
     tok = m.decode_greedy(tok, a.tokens).back();
     disp = uint64_t(m.last_dispatches()) * a.tokens;
     rec = m.last_record_seconds() * double(a.tokens);
@@ -242,9 +270,13 @@ int run_bench(const bench_args& a) {
                 "%.1f ms (%.1f tok/s of device time)\n",
                 pre_stats.chunks, pre_stats.dispatches, pre_stats.prep_s * 1e3, pre_stats.record_s * 1e3,
                 pre_stats.device_s * 1e3, pre_stats.device_s > 0 ? double(a.prompt) / pre_stats.device_s : 0.0);
-  std::printf("decode : %llu tokens in %.2f s = %.2f tok/s at positions %llu..%llu (batch 1, greedy on the device)\n",
+  char how[160] = "greedy on the device";
+  if (sampled)
+    std::snprintf(how, sizeof how, "sampled %s: T %g, top-p %g, min-p %g", on_device ? "on the device" : "on the host",
+                  double(a.temp), double(a.top_p), double(a.min_p));
+  std::printf("decode : %llu tokens in %.2f s = %.2f tok/s at positions %llu..%llu (batch 1, %s)\n",
               (unsigned long long)a.tokens, dec_s, dec_tps, (unsigned long long)a.prompt,
-              (unsigned long long)(a.prompt + a.tokens));
+              (unsigned long long)(a.prompt + a.tokens), how);
   std::printf("         %.3f GB of weights read per token -> %.1f GB/s = %.3f of the read roofline; %.0f dispatches "
               "and %.2f ms of recording per token\n",
               bpt / 1e9, bpt * dec_tps / 1e9, bpt * dec_tps / roof, a.tokens ? double(disp) / double(a.tokens) : 0.0,

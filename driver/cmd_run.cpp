@@ -109,8 +109,8 @@ turn_result run_turn(session& s, prompt_cache& cache, const std::vector<uint32_t
   turn_result r = generate_turn(cache, s.mt.tok, prompt, ts, out);
   if (s.a.print_ids) std::fprintf(stderr, "generated ids: %s\n", join_ids(r.ids).c_str());
   if (s.a.verbose)
-    std::fprintf(stderr, "reused %llu tokens, prefilled %llu, finish %s\n", static_cast<unsigned long long>(r.reused),
-                 static_cast<unsigned long long>(r.prompt_tokens - r.reused), r.finish.c_str());
+    std::fprintf(stderr, "reused %llu tokens, prefilled %llu, finish %s, decode %s\n", static_cast<unsigned long long>(r.reused),
+                 static_cast<unsigned long long>(r.prompt_tokens - r.reused), r.finish.c_str(), r.decode_how.c_str());
   return r;
 }
 
@@ -210,6 +210,7 @@ int run_run(const run_args& a) {
   if (!a.no_stop) sp.stop_tokens = {int32_t(cfg.eos)};
   s.ts.stops = a.stops;
   s.ts.raw = a.raw;
+  s.ts.device_sampling = a.sampling == "device";
   s.ts.mode = a.think ? chat_mode::thinking : chat_mode::chat;
   s.chat.mode = s.ts.mode;
   if (a.verbose)

@@ -53,6 +53,10 @@ struct bench_args {
   uint32_t variants = 0;          // --variants: distinct random matrices per role (0: the preset's; v4/v41-flash 1)
   uint64_t roofline_mib = 2048;   // streaming-read buffer for the roofline (capped at 1/8 of device memory and the largest allocation)
   bool far = true;                // also decode at the end of --ctx (after a seek)
+  // Decode sampling: --temp 0 = greedy (the device's argmax); else temperature / top-p / min-p drawn on the device
+  // (--sampling device, chained) or from the logits read back (host: cmfx::sampler per step).
+  float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
+  std::string sampling = "device";
   std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act)
   bool profile = false;           // per-phase device time of 16 decode steps
   uint64_t profile_at = 0;        // --profile-at: position of the profiled decode steps (0: --prompt)
@@ -138,6 +142,7 @@ struct run_args {
   bool qat = false;
   bool no_stop = false;        // keep going past EOS
   bool stats = false;          // --stats: expert-cache statistics at the end (--backend vulkan)
+  std::string sampling = "device";  // --sampling: device (draws on the GPU where it can, the same choices) | host
   model_run_options model_opts;
 };
 /// -p / -i: streamed text on stdout, speed on stderr (cmd_run.cpp). --raw-ids: greedy decoding; prints the

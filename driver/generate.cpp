@@ -73,6 +73,11 @@ class gpu_backend final : public cache_backend {
   uint64_t chain_greedy(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) override {
     return r_->model().decode_greedy_each(first, max, on_token);
   }
+  bool can_sample(uint64_t steps) const override { return can_chain(steps) && r_->model().samples_on_device(); }
+  uint64_t chain_sampled(uint32_t first, uint64_t max, const gpu::kernels::sample_settings& s,
+                         const mt19937_64_state& rng, const std::function<bool(uint32_t)>& on_token) override {
+    return r_->model().decode_sampled_each(first, max, s, rng, on_token);
+  }
 
  private:
   gpu_runner* r_;
@@ -141,6 +146,30 @@ bool prompt_cache::chain_greedy(uint32_t first, uint64_t max, const std::functio
   try {
     b_->chain_greedy(first, max, [&](uint32_t id) {
       got.push_back(id);
+      return on_token(id);
+    });
+  } catch (...) {
+    if (!got.empty()) keep();
+    throw;
+  }
+  keep();
+  return true;
+}
+
+bool prompt_cache::chain_sampled(uint32_t first, uint64_t max, sampler& smp,
+                                 const std::function<bool(uint32_t)>& on_token) {
+  if (max == 0 || !smp.params().device_samplable(b_->vocab()) || !b_->can_sample(max)) return false;
+  const sampling_params& p = smp.params();
+  const gpu::kernels::sample_settings s{p.temperature, p.top_p, p.min_p};
+  std::vector<uint32_t> got;  // as chain_greedy: the state runs first and every id handed over but the last
+  auto keep = [&] {
+    live_ids_.push_back(first);
+    if (got.size() > 1) live_ids_.insert(live_ids_.end(), got.begin(), got.end() - 1);
+  };
+  try {
+    b_->chain_sampled(first, max, s, smp.rng_state(), [&](uint32_t id) {
+      got.push_back(id);
+      smp.accept_drawn(int32_t(id));
       return on_token(id);
     });
   } catch (...) {
@@ -258,8 +287,22 @@ turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::
       return std::find(sp.stop_tokens.begin(), sp.stop_tokens.end(), int32_t(id)) != sp.stop_tokens.end();
     };
     if (cache.chain_greedy(uint32_t(r.ids.back()), s.max_tokens - r.ids.size(),
-                           [&](uint32_t id) { return take(int32_t(id), is_stop(id)); }))
+                           [&](uint32_t id) { return take(int32_t(id), is_stop(id)); })) {
       go = false;  // it ran until take() said stop
+      r.decode_how = "greedy chained on the device";
+    }
+  }
+  // Sampled decode without penalties or logprobs: the draws chain on the device where the backend can (the
+  // sampler's choices, bit for bit; prompt_cache::chain_sampled), without reading the logits back.
+  if (go && s.device_sampling && sp.device_samplable(cache.vocab())) {
+    auto is_stop = [&](uint32_t id) {
+      return std::find(sp.stop_tokens.begin(), sp.stop_tokens.end(), int32_t(id)) != sp.stop_tokens.end();
+    };
+    if (cache.chain_sampled(uint32_t(r.ids.back()), s.max_tokens - r.ids.size(), smp,
+                            [&](uint32_t id) { return take(int32_t(id), is_stop(id)); })) {
+      go = false;
+      r.decode_how = "sampled on the device";
+    }
   }
   while (go) {
     logits = cache.step(static_cast<uint32_t>(r.ids.back()));

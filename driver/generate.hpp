@@ -16,6 +16,7 @@
 #include "cmfx/sample/sampler.hpp"
 #include "cmfx/text/chat.hpp"
 #include "cmfx/text/tokenizer.hpp"
+#include "cmfx/vk/kernels.hpp"
 #include "model/dsv41_forward.hpp"
 #include "model/dsv4_forward.hpp"
 
@@ -45,6 +46,13 @@ class cache_backend {
   virtual uint64_t chain_greedy(uint32_t /*first*/, uint64_t /*max*/, const std::function<bool(uint32_t)>& /*on_token*/) {
     return 0;
   }
+  /// Sampled steps chained on the device (gpu_graph::decode_sampled_each) where can_chain and the device samples;
+  /// else chain_sampled is not called.
+  virtual bool can_sample(uint64_t /*steps*/) const { return false; }
+  virtual uint64_t chain_sampled(uint32_t /*first*/, uint64_t /*max*/, const gpu::kernels::sample_settings& /*s*/,
+                                 const mt19937_64_state& /*rng*/, const std::function<bool(uint32_t)>& /*on_token*/) {
+    return 0;
+  }
 };
 
 class prompt_cache {
@@ -66,6 +74,10 @@ class prompt_cache {
   /// runs `first`, hands each argmax to on_token and runs it next, until on_token returns false or `max` ids were
   /// handed over. Returns false, running nothing, where the backend cannot chain (the caller steps instead).
   bool chain_greedy(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token);
+  /// The same with the tokens drawn on the device by `smp`'s settings from its RNG state (its params() must be
+  /// device_samplable); each handed-over id is recorded in smp (accept_drawn) before on_token sees it. Returns
+  /// false, running nothing, where the backend cannot.
+  bool chain_sampled(uint32_t first, uint64_t max, sampler& smp, const std::function<bool(uint32_t)>& on_token);
   /// Forgets everything.
   void reset();
   const std::vector<uint32_t>& tokens() const noexcept { return live_ids_; }
@@ -100,6 +112,9 @@ struct turn_settings {
   uint64_t max_tokens = 0;
   std::vector<std::string> stops; // stop strings (the text before one is kept, the string itself is not)
   bool raw = false;               // no chat output parser: the decoded text is the content
+  /// Sampled tokens drawn on the device where the backend can (the same choices: cmfx::sampler's, bit for bit);
+  /// false: the logits are read back and sampled on the host (`cmfx run --sampling host`).
+  bool device_sampling = true;
   chat_mode mode = chat_mode::chat;
 };
 
@@ -110,6 +125,9 @@ struct turn_result {
   uint64_t prompt_tokens = 0, reused = 0;
   double prefill_s = 0.0, decode_s = 0.0;
   std::string finish;        // "eos" | "stop" | "length"
+  /// How the ids after the first were chosen: "greedy chained on the device", "sampled on the device" (chained),
+  /// or "step by step" (logits read back, the host's sampler).
+  std::string decode_how = "step by step";
 };
 
 turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::vector<uint32_t>& prompt,

@@ -117,6 +117,10 @@ int main(int argc, char** argv) {
   add_cold_experts_flag(cr, run.model_opts.cold);
   add_copy_threads_flag(cr, run.model_opts.copy_threads);
   cr->add_flag("--stats", run.stats, "--backend vulkan: print the expert-cache statistics at the end");
+  cr->add_option("--sampling", run.sampling,
+                 "--backend vulkan: device = draw sampled tokens on the GPU where the settings allow (temperature, "
+                 "top-p, min-p; the same choices as the host), host = read the logits back and sample on the CPU")
+      ->check(CLI::IsMember({"device", "host"}))->default_val(run.sampling);
   cr->add_option("--ctx", run.ctx, "Max context (prompt + generated tokens)")->default_val(run.ctx);
   cr->add_flag("--print-ids", run.print_ids, "Print the prompt and generated token ids on stderr");
   cr->add_flag("-v,--verbose", run.verbose, "Load details and prompt-prefix reuse on stderr");
@@ -215,6 +219,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({0u, 1u, 2u}));
   cb->add_flag("--f64", bench.f64, "f64 accumulators (norms, softmax, mHC) where the device has f64 (default f32)");
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
+  cb->add_option("--temp", bench.temp, "Decode temperature (0 = greedy, the device's argmax)")->default_val(bench.temp);
+  cb->add_option("--top-p", bench.top_p, "Decode nucleus mass (1 = off; with --temp)")->default_val(bench.top_p);
+  cb->add_option("--min-p", bench.min_p, "Decode min-p (0 = off; with --temp)")->default_val(bench.min_p);
+  cb->add_option("--sampling", bench.sampling,
+                 "With --temp: device = drawn on the GPU, chained; host = logits read back, cmfx::sampler per step")
+      ->check(CLI::IsMember({"device", "host"}))->default_val(bench.sampling);
   cb->add_option("--shader-dir", bench.shader_dir,
                  "Read the shaders (*.comp, common/*.glsl) from this directory instead of the built-in copies "
                  "(to time a kernel variant)");

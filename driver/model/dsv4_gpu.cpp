@@ -300,7 +300,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
   if (logits_mode) {
     k.matmul(*cur, head, u, 1, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
-    if (logits_mode == 2 && ring_slot >= 0) cur->copy(view(best, 0, 4), view(ids_ring, uint64_t(ring_slot) * 4, 4), 4);
+    if (logits_mode == 3) k.sample(*cur, logits, cf.vocab, sample_set, rng_state, sample_scratch, best);
+    if (logits_mode >= 2 && ring_slot >= 0) cur->copy(view(best, 0, 4), view(ids_ring, uint64_t(ring_slot) * 4, 4), 4);
     ts.mark(&dsv4_gpu_profile::head);
   }
   rec->close();
@@ -319,7 +320,8 @@ void dsv4_gpu_model::impl::record_token(gpu::commands& pre, uint32_t tok) {
   pre.update(token, &tok, 4);
 }
 
-uint64_t dsv4_gpu_model::impl::decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
+uint64_t dsv4_gpu_model::impl::decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token,
+                                             int logits_mode) {
   if (max == 0) return 0;
   if (first >= cfg.vocab) throw usage_error("gpu model: token id " + std::to_string(first) + " >= vocab " + std::to_string(cfg.vocab));
   if (pos + max > opt.max_ctx)
@@ -349,7 +351,7 @@ uint64_t dsv4_gpu_model::impl::decode_chained(uint32_t first, uint64_t max, cons
   };
   try {
     for (uint64_t i = 0; i < max && !stop; ++i) {
-      auto r = record(p0 + i, 2, i > 0, int(i % ring_slots));
+      auto r = record(p0 + i, logits_mode, i > 0, int(i % ring_slots));
       disp += r->dispatches, rec_s += r->record_s, ++recorded;
       if (i == 0) dev.submit_async(pre);
       dev.submit_async(r->c);
@@ -549,6 +551,22 @@ uint64_t dsv4_gpu_model::max_ctx() const noexcept { return p_->opt.max_ctx; }
 uint64_t dsv4_gpu_model::decode_greedy_each(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
   if (!chains_decode()) return gpu_graph::decode_greedy_each(first, max, on_token);
   return p_->decode_chained(first, max, on_token);
+}
+
+bool dsv4_gpu_model::samples_on_device() const noexcept { return chains_decode() && p_->k.has_sample(); }
+uint64_t dsv4_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, const gpu::kernels::sample_settings& s,
+                                             const mt19937_64_state& rng, const std::function<bool(uint32_t)>& on_token) {
+  impl& m = *p_;
+  if (!samples_on_device()) throw usage_error("gpu model: this graph / device does not sample on the device");
+  if (!m.rng_state) {
+    m.rng_state = m.dev.alloc(gpu::kernels::sample_rng_bytes);
+    m.sample_scratch = m.dev.alloc(gpu::kernels::sample_scratch_bytes(m.cfg.vocab));
+  }
+  std::vector<uint64_t> words(rng.x.begin(), rng.x.end());
+  words.push_back(rng.index);
+  m.dev.upload(m.rng_state, words);
+  m.sample_set = s;
+  return m.decode_chained(first, max, on_token, 3);
 }
 
 uint32_t dsv4_gpu_model::step_greedy(uint32_t token) {

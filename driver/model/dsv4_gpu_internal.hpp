@@ -61,7 +61,11 @@ struct dsv4_gpu_model::impl {
   /// The embedding on the device (decode_greedy: a step reads its token from the previous step's argmax); empty
   /// with the expert cache or where it does not fit one binding / the budget (then decode_greedy steps one by one).
   gpu::gpu_matrix embed_dev;
-  gpu::buffer ids_ring;  // host-visible [ring_slots] u32: the chained steps' argmax ids
+  gpu::buffer ids_ring;  // host-visible [ring_slots] u32: the chained steps' argmax (or sampled) ids
+  /// Sampling on the device (logits_mode 3, kernels::sample): the settings of the current chain, the MT19937-64
+  /// state it continues (uploaded before the chain), the sampler's scratch — allocated on first use.
+  gpu::kernels::sample_settings sample_set;
+  gpu::buffer rng_state, sample_scratch;
   static constexpr uint32_t ring_slots = 4;
   std::shared_ptr<const void> keep_alive;
   gpu::device& dev;
@@ -112,7 +116,7 @@ struct dsv4_gpu_model::impl {
   impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);
   void upload_weights(const dsv4_weights& w);  // dsv4_gpu_weights.cpp
   void alloc_state();                          // dsv4_gpu_weights.cpp
-  /// Runs one token; returns after it ran. logits_mode: 0 none, 1 logits, 2 argmax.
+  /// Runs one token; returns after it ran. logits_mode: 0 none, 1 logits, 2 argmax, 3 sampled on the device.
   void run(uint32_t token, int logits_mode, dsv4_trace* trace);
   /// The token-independent work of position t (everything but the embedding and the token id). fed: the token is
   /// the previous step's argmax (`best`), looked up on the device; ring_slot ≥ 0: the argmax also copied to
@@ -120,8 +124,9 @@ struct dsv4_gpu_model::impl {
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
   /// The same, a layer per step (record_task): what run() records ahead inside the expert cache's waits.
   record_task record_steps(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
-  /// Greedy decode chained on the device (decode_greedy_each).
-  uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token);
+  /// Decode chained on the device (decode_greedy_each: logits_mode 2; decode_sampled_each: 3).
+  uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token,
+                          int logits_mode = 2);
   /// The host's part of a step: the embedding of `tok` in every hc copy of X and its id (recorded into `pre`).
   void record_token(gpu::commands& pre, uint32_t tok);
   // dsv4_gpu_chunk.cpp

@@ -15,6 +15,7 @@
 #include <random>
 
 #include "cmfx/core/error.hpp"
+#include "cmfx/sample/sampler.hpp"
 #include "commands.hpp"
 #include "harness.hpp"
 #include "model/dsv4_forward.hpp"
@@ -203,6 +204,58 @@ std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uin
   std::set<uint32_t> distinct(got.begin(), got.end());
   distinct.insert(rest.begin(), rest.end());
   info = std::to_string(k) + " + " + std::to_string(n - k) + " chained greedy ids == step by step (" +
+         std::to_string(distinct.size()) + " distinct)";
+  return {};
+}
+
+/// Sampled decode chained on the device (decode_sampled_each: kernels::sample after the head, each step reading its
+/// token from the previous draw) against the host path on a second model from the same prompt — each step's
+/// logits read back and drawn by cmfx::sampler — with the same settings and seed: stopped by the callback after
+/// k ids (the step the device ran ahead drew one number more: the host's sampler state carries on, not the
+/// device's), then continued: the same ids throughout, and the two samplers' RNG states agree at the end.
+std::string sampled_chain_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed,
+                               std::string& info) {
+  dsv4_options co;
+  co.threads = 1;
+  auto cpu = dsv4_model::open(path, co);
+  const uint32_t V = cpu->config().vocab;
+  dsv4_gpu_options go;
+  go.max_ctx = prompt + n + 1;
+  go.prefill_chunk = 0;
+  dsv4_gpu_model chained(cpu->weights(), s.dev, s.kern, go), stepped(cpu->weights(), s.dev, s.kern, go);
+  if (!chained.samples_on_device()) return "decode_sampled_each is not available on this device";
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, V - 1);
+  std::vector<uint32_t> ids(prompt);
+  for (auto& id : ids) id = pick(g);
+  (void)chained.forward(ids, false);
+  (void)stepped.forward(ids, false);
+  sampling_params sp;
+  sp.temperature = 1.2f, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.seed = g();
+  sampler on_dev(V, sp), on_host(V, sp);
+  const gpu::kernels::sample_settings set{sp.temperature, sp.top_p, sp.min_p};
+  uint32_t first = pick(g), k = n / 3;
+  std::vector<uint32_t> got;
+  auto chain = [&](uint32_t from, uint32_t max, uint32_t stop_after) {
+    return chained.decode_sampled_each(from, max, set, on_dev.rng_state(), [&](uint32_t id) {
+      on_dev.accept_drawn(int32_t(id));
+      got.push_back(id);
+      return got.size() < stop_after;
+    });
+  };
+  if (chain(first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
+  if (chain(got.back(), n - k, n) != n - k) return "the continued chain ran " + std::to_string(got.size() - k) + " ids";
+  for (uint32_t i = 0; i < n; ++i) {
+    const std::vector<float> l = stepped.step(first, true);
+    const uint32_t want = first = uint32_t(on_host.sample(l).token);
+    if (got[i] != want)
+      return "step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) + ", host-sampled " + std::to_string(want);
+  }
+  if (chained.pos() != stepped.pos()) return "positions differ after the chains";
+  if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)
+    return "the samplers' RNG states differ after the chains";
+  std::set<uint32_t> distinct(got.begin(), got.end());
+  info = std::to_string(k) + " + " + std::to_string(n - k) + " ids drawn on the device == the host's sampler (" +
          std::to_string(distinct.size()) + " distinct)";
   return {};
 }
@@ -683,6 +736,9 @@ void model_cases(suite& s) {
   });
   s.run("model_v4", "-", "greedy decode chained on the device, release toy, 8 + 20 tokens", [&](uint64_t seed, std::string& info) {
     return chained_case(s, files.make("release", "native"), 8, 20, seed, info);
+  });
+  s.run("model_v4", "-", "sampled decode chained on the device, cmf q4tp toy, 12 + 24 tokens", [&](uint64_t seed, std::string& info) {
+    return sampled_chain_case(s, files.make("cmf", "q4tp"), 12, 24, seed, info);
   });
   s.run("model_v4", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp"), seed, info);
