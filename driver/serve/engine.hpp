@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "cmfx/sample/rng.hpp"
+#include "cmfx/vk/kernels.hpp"
+
 namespace cmfx::driver {
 class dsv4_model;
 class dsv41_model;
@@ -62,6 +65,14 @@ class engine {
   virtual bool can_chain(unsigned /*slot*/, uint64_t /*steps*/) const { return false; }
   virtual uint64_t chain_greedy(unsigned /*slot*/, uint32_t /*first*/, uint64_t /*max*/,
                                 const std::function<bool(uint32_t)>& /*on_token*/) {
+    return 0;
+  }
+  /// The same with the tokens drawn on the device (gpu_graph::decode_sampled_each: settings s, continuing the
+  /// sampler's RNG state `rng`; the scheduler records each id in the slot's sampler).
+  virtual bool can_sample(unsigned /*slot*/, uint64_t /*steps*/) const { return false; }
+  virtual uint64_t chain_sampled(unsigned /*slot*/, uint32_t /*first*/, uint64_t /*max*/,
+                                 const gpu::kernels::sample_settings& /*s*/, const mt19937_64_state& /*rng*/,
+                                 const std::function<bool(uint32_t)>& /*on_token*/) {
     return 0;
   }
 };

@@ -229,7 +229,11 @@ bool scheduler::try_chain() {
   slot& s = *one;
   const gen_request& req = s.j->req;
   const sampling_params& sp = req.sp;
-  if (req.top_logprobs >= 0 || !sp.pure_greedy()) return false;
+  // greedy: the device's argmax; sampled without penalties, top-k or logprobs: drawn on the device (the slot's
+  // sampler's choices, bit for bit), each id recorded in that sampler
+  const bool greedy = sp.pure_greedy();
+  const bool sampled = !greedy && o_.device_sampling && s.smp && s.smp->params().device_samplable(vocab_);
+  if (req.top_logprobs >= 0 || !(greedy || sampled)) return false;
   // a queued request that a free slot could take ends a burst (the GPU engine has one slot: it waits anyway)
   auto queue_can_start = [&] {
     std::lock_guard lk(mu_);
@@ -240,17 +244,18 @@ bool scheduler::try_chain() {
   const uint64_t left = req.max_tokens > s.generated ? req.max_tokens - s.generated : 0;
   const uint64_t ctx_left = o_.ctx > s.tokens.size() + 1 ? o_.ctx - s.tokens.size() - 1 : 0;
   const uint64_t room = std::min({chain_burst, left, ctx_left});
-  if (room < 2 || !model_.can_chain(s.id, room)) return false;
+  if (room < 2 || !(greedy ? model_.can_chain(s.id, room) : model_.can_sample(s.id, room))) return false;
   const bool stop_eos = !req.ignore_eos;
   const uint32_t eos = model_.eos();
   uint32_t prev = static_cast<uint32_t>(s.pending);
   uint64_t n = 0;
   const auto t0 = clock_type::now();
   try {
-    model_.chain_greedy(s.id, prev, room, [&](uint32_t id) {
+    auto on_token = [&](uint32_t id) {
       s.tokens.push_back(prev);  // the step that produced id ran prev
       prev = id;
       ++n;
+      if (sampled) s.smp->accept_drawn(static_cast<int32_t>(id));
       sample_result r;
       r.token = static_cast<int32_t>(id);
       r.stop = stop_eos && id == eos;
@@ -258,7 +263,13 @@ bool scheduler::try_chain() {
       if (!s.j) return false;  // the request ended (stop, length)
       if (queue_can_start()) return false;
       return still_running(s);
-    });
+    };
+    if (greedy) {
+      model_.chain_greedy(s.id, prev, room, on_token);
+    } else {
+      const sampling_params& p = s.smp->params();
+      model_.chain_sampled(s.id, prev, room, {p.temperature, p.top_p, p.min_p}, s.smp->rng_state(), on_token);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cmfx serve: generation failed: %s\n", e.what());
     if (s.j) fail(s, 500, std::string("generation failed: ") + e.what(), "server_error", "internal_error");

@@ -34,6 +34,7 @@ struct scheduler_options {
   uint64_t ctx = 4096;
   uint64_t prefill_chunk = 256;
   bool snapshot = true;
+  bool device_sampling = true;  ///< a lone sampled request chains its draws on the device where the engine can
 };
 
 enum class submit_status { ok, queue_full, shutting_down };

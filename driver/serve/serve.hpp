@@ -32,6 +32,7 @@ struct serve_args {
   bool log_prompts = false;            // request log lines include the prompt text
   bool thinking_default = true;        // chat requests think unless they say otherwise
   bool prompt_snapshot = true;         // keep each slot's state at the end of its last prompt (prefix reuse)
+  std::string sampling = "device";     // --sampling: device (sampled requests drawn on the GPU, chained) | host
   unsigned threads = 0;                // model worker threads (0 = all cores)
   unsigned http_threads = 0;           // HTTP worker threads (0 = parallel + queue + 4)
   bool qat = false;                    // QAT fake-quant steps (as `cmfx run --qat`)

@@ -40,6 +40,10 @@ CLI::App* register_serve(CLI::App& app, serve_args& a) {
   c->add_flag("--log-prompts", a.log_prompts, "Include the prompt text in the request log on stderr");
   c->add_flag("--thinking,!--no-thinking", a.thinking_default,
               "Default thinking mode of chat requests that do not choose (default: on, as the DeepSeek API)");
+  c->add_option("--sampling", a.sampling,
+                 "--backend vulkan: device = a lone request without penalties, top-k or logprobs draws its tokens on the "
+                 "GPU, chained (the same choices as the host's sampler); host = logits read back every step")
+      ->check(CLI::IsMember({"device", "host"}))->default_val(a.sampling);
   c->add_flag("--prompt-snapshot,!--no-prompt-snapshot", a.prompt_snapshot,
               "Keep a copy of each slot's state at the end of its last prompt for prefix reuse (default: on)");
   c->add_option("--threads", a.threads, "Model worker threads (0 = all cores)")->default_val(a.threads);

@@ -131,6 +131,7 @@ int run_serve(const serve_args& a) {
   so.ctx = a.ctx;
   so.prefill_chunk = a.prefill_chunk;
   so.snapshot = a.prompt_snapshot;
+  so.device_sampling = a.sampling == "device";
   scheduler sched(*eng, tok, so, m);
   http_server http(a, std::move(key), rc, sched, m);
   const int port = http.bind();

@@ -134,7 +134,24 @@ check("gpu /metrics: cached prompt tokens counted", (metric(m, "cmfx_prompt_toke
 check("gpu /metrics: greedy decode chained on the device", (metric(m, "cmfx_decode_chained_tokens_total") or 0) > 0,
       metric(m, "cmfx_decode_chained_tokens_total"))
 check("cpu /metrics: backend cpu", 'cmfx_backend_info{backend="cpu"' in metrics(cpu))
+
+# A sampled request (temperature, top-p, min-p, a seed): drawn on the device, chained (--sampling device, the
+# default), and on a second server from the logits read back (--sampling host): the same text, token for token.
+SAMPLED = ("/v1/completions", {"model": "toy-f32", "prompt": PROMPT, "max_tokens": 16, "temperature": 1.1,
+                               "top_p": 0.95, "min_p": 0.02, "seed": 1234, "ignore_eos": True})
+chained_before = metric(metrics(gpu), "cmfx_decode_chained_tokens_total") or 0
+st, dev_j = post(gpu, *SAMPLED)
+check("gpu sampled request: 200", st == 200, dev_j)
+check("gpu /metrics: the sampled decode chained on the device",
+      (metric(metrics(gpu), "cmfx_decode_chained_tokens_total") or 0) > chained_before)
 gpu.kill()
+host = start("gpu-host-sampling", "--backend", "vulkan", "--gemm", "f32", "--sampling", "host")
+st, host_j = post(host, *SAMPLED)
+check("gpu --sampling host request: 200", st == 200, host_j)
+check("sampled on the device == sampled on the host", st == 200 and text_of(dev_j) == text_of(host_j),
+      f"{text_of(dev_j)!r} vs {text_of(host_j)!r}")
+check("sampled: 16 tokens", host_j.get("usage", {}).get("completion_tokens") == 16, host_j.get("usage"))
+host.kill()
 
 # The expert cache: the smallest budget `cmfx run` accepts, plus a little.
 r = subprocess.run([CMFX, "run", MODEL, "--backend", "vulkan", "--raw-ids", "1 2", "--vram-budget", "1"],
