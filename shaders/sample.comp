@@ -17,8 +17,9 @@
 //             top-p keeps only some tokens of equal z, the highest index of those kept (ctrl).
 //   5 (grid)  the kept count (atomic, ctrl[CNT]) and per workgroup (cnt_wg).
 //   6 (grid)  kept tokens compacted in index order: wc = their weights, cidx = their ids.
-//   7 (one workgroup)  one uniform from the RNG (twisting first when due), the sampler's pick(): blocks of 64
-//             weights summed in order, the block sums in order, the first block and entry passing u·Σ; the id.
+//   7 (grid)  the candidates' weights in blocks of 64, each summed in order (bsum).
+//   8 (one workgroup)  one uniform from the RNG (twisting first when due), the sampler's pick(): the block sums
+//             added in order, the first block whose running total passes r = u·Σ, the entry inside it; the id.
 // Passes 3–6 run only with top-p / min-p (without them the candidates are the vocabulary in index order).
 #include "common/base.glsl"
 
@@ -101,7 +102,9 @@ uint64_t bin_mass(uint lvl, uint b) {
 shared uint64_t s_scan[WG_SIZE];
 shared uint s_u[WG_SIZE];
 shared uint s_bin, s_prefix;
-shared uint s_hist[1024];  // passes 2, 3: [256 bins][4 parts]
+#if SAMPLE_PASS == 2 || SAMPLE_PASS == 3
+shared uint s_hist[1024];  // [256 bins][4 parts]
+#endif
 shared uint64_t s_acc;
 shared double s_target;
 
@@ -221,7 +224,13 @@ void draw_uniform() {
   barrier();
 }
 
-shared double s_win[WG_SIZE];
+#if SAMPLE_PASS == 8
+#define WIN 1024u
+shared double s_win[WIN];  // a window of block sums
+#endif
+#if SAMPLE_PASS == 7
+shared double s_blk[2048];  // 32 blocks of 64 weights
+#endif
 
 void main() {
   const uint lid = gl_LocalInvocationID.x;
@@ -334,6 +343,24 @@ void main() {
     su[pc.so + cidx_at() + at] = i;
   }
 #elif SAMPLE_PASS == 7
+  // block sums, each in order (the sampler's pick(): blocks of 64 weights): a workgroup stages 32 blocks of the
+  // candidates' weights in shared memory with coalesced loads, then 32 invocations add one block each
+  if (isinf(zmax_of())) return;
+  const bool ident = pc.flags == 0u;
+  const uint cnt = ident ? n : su[pc.so + CTRL + C_CNT];
+  const uint wv = ident ? (pc.so + w_at()) / 2u : (pc.so + wc_at()) / 2u;
+  const uint b0 = wg_index() * 32u, nb = (cnt + 63u) / 64u;
+  if (b0 >= nb) return;  // uniform
+  const uint e0 = b0 * 64u, e1 = min(cnt, e0 + 2048u);
+  for (uint j = e0 + lid; j < e1; j += WG_SIZE) s_blk[j - e0] = sd[wv + j];
+  barrier();
+  if (lid < 32u && b0 + lid < nb) {
+    precise double sum = 0.0LF;
+    const uint a = lid * 64u, e = min(e1 - e0, a + 64u);
+    for (uint j = a; j < e; ++j) sum += s_blk[j];
+    sd[(pc.so + bsum_at()) / 2u + b0 + lid] = sum;
+  }
+#elif SAMPLE_PASS == 8
   draw_uniform();
   const double u = s_u01;
   if (isinf(zmax_of())) {
@@ -344,46 +371,64 @@ void main() {
   const uint cnt = ident ? n : su[pc.so + CTRL + C_CNT];
   const uint wv = ident ? (pc.so + w_at()) / 2u : (pc.so + wc_at()) / 2u;
   const uint nb = (cnt + 63u) / 64u, bs = (pc.so + bsum_at()) / 2u;
-  // block sums, each in order
-  for (uint b = lid; b < nb; b += WG_SIZE) {
-    precise double s = 0.0LF;
-    const uint e = min(cnt, b * 64u + 64u);
-    for (uint j = b * 64u; j < e; ++j) s += sd[wv + j];
-    sd[bs + b] = s;
+  // the running totals P_{b+1} = P_b + S_b in order (one invocation adds, a window of block sums at a time staged
+  // in shared memory), written over the block sums; total = the last
+  // (the adds are one dependent chain; the window's values are read 8 at a time ahead of their adds)
+  precise double total = 0.0LF;
+  for (uint w0 = 0u; w0 < nb; w0 += WIN) {
+    for (uint j = lid; j < WIN && w0 + j < nb; j += WG_SIZE) s_win[j] = sd[bs + w0 + j];
+    barrier();
+    if (lid == 0u) {
+      const uint m = min(WIN, nb - w0);
+      uint j = 0u;
+      for (; j + 8u <= m; j += 8u) {
+        double v[8];
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = s_win[j + q];
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) {
+          total += v[q];
+          v[q] = total;
+        }
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) s_win[j + q] = v[q];
+      }
+      for (; j < m; ++j) {
+        total += s_win[j];
+        s_win[j] = total;
+      }
+    }
+    barrier();
+    for (uint j = lid; j < WIN && w0 + j < nb; j += WG_SIZE) sd[bs + w0 + j] = s_win[j];
+    barrier();
+  }
+  if (lid == 0u) {
+    s_target = u * total;  // r
+    s_bin = 0xFFFFFFFFu;
   }
   memoryBarrierBuffer();
   barrier();
-  // total = the block sums in order; then the first block whose running total passes r = u · total (one
-  // invocation adds, a window of block sums at a time staged in shared memory)
-  precise double total = 0.0LF;
-  for (uint w0 = 0u; w0 < nb; w0 += WG_SIZE) {
-    if (w0 + lid < nb) s_win[lid] = sd[bs + w0 + lid];
-    barrier();
-    if (lid == 0u)
-      for (uint j = 0u; j < min(WG_SIZE, nb - w0); ++j) total += s_win[j];
-    barrier();
-  }
-  if (lid != 0u) return;
-  precise const double r = u * total;
-  precise double before = 0.0LF;
-  int pick = -1;
-  for (uint b = 0u; b < nb && pick < 0; ++b) {
-    precise const double next = before + sd[bs + b];
-    if (r < next) {
-      precise const double rr = r - before;
-      const uint e = min(cnt, b * 64u + 64u);
-      precise double s = 0.0LF;
-      for (uint j = b * 64u; j < e; ++j) {
-        s += sd[wv + j];
-        if (rr < s) {
-          pick = int(j);
-          break;
-        }
-      }
-      for (uint j = e; pick < 0 && j-- > b * 64u;)
-        if (sd[wv + j] > 0.0LF) pick = int(j);
+  // the first block whose running total passes r (the totals only grow: the blocks that do are a suffix)
+  const double r = s_target;
+  for (uint b = lid; b < nb; b += WG_SIZE)
+    if (r < sd[bs + b]) {
+      atomicMin(s_bin, b);
+      break;
     }
-    before = next;
+  barrier();
+  if (lid != 0u) return;
+  int pick = -1;
+  const uint b = s_bin;
+  if (b < nb) {
+    precise const double rr = r - (b > 0u ? sd[bs + b - 1u] : 0.0LF);
+    const uint e = min(cnt, b * 64u + 64u);
+    precise double sum = 0.0LF;
+    for (uint j = b * 64u; j < e; ++j) {
+      sum += sd[wv + j];
+      if (rr < sum) {
+        pick = int(j);
+        break;
+      }
+    }
+    for (uint j = e; pick < 0 && j-- > b * 64u;)
+      if (sd[wv + j] > 0.0LF) pick = int(j);
   }
   for (uint j = cnt; pick < 0 && j-- > 0u;)
     if (sd[wv + j] > 0.0LF) pick = int(j);

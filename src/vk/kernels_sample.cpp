@@ -73,7 +73,13 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
     run(5, 0, true);
     run(6, 0, true);
   }
-  run(7, 0, false);
+  const uint64_t bgroups = (uint64_t(n) + 2047) / 2048;  // pass 7: 32 blocks of 64 per workgroup
+  uint32_t bx, by;
+  e.grid(bgroups, bx, by);
+  pc.level = 0;
+  detail::dispatch(c.impl(), e.pipe("sample.comp", "#define SAMPLE_PASS 7\n", detail::op_env::wg, 4, sizeof pc), b, &pc,
+                   sizeof pc, bx, by);
+  run(8, 0, false);
 }
 
 }  // namespace cmfx::gpu

@@ -257,7 +257,7 @@ class kernels {
   /// out[0] (uint32) = the token cmfx::sampler::sample would choose from logits [n] with these settings and the
   /// MT19937-64 state in rng (sample_rng_bytes; advanced by the one draw, as the sampler draws) — bit for bit the
   /// same choice (sampling_params::device_samplable: no top-k, penalties or logprobs). scratch: sample_scratch_bytes
-  /// (n), its view 16-byte aligned; the rng view 8-byte aligned. 4–9 dispatches (fewer without top-p / min-p) and a
+  /// (n), its view 16-byte aligned; the rng view 8-byte aligned. 5–10 dispatches (fewer without top-p / min-p) and a
   /// fill; not inside begin_concurrent.
   void sample(commands& c, view logits, uint32_t n, const sample_settings& s, view rng, view scratch, view out);
   // ---- V4.1 candidate blocks (dsv41_candidate_blocks; kernels_v41.cpp, docs/VULKAN.md "V4.1 kernels"):
