@@ -157,13 +157,13 @@ int run_bench(const bench_args& a) {
   std::uniform_int_distribution<uint32_t> pick(0, m.vocab() - 1);
   // Decode sampling (--temp > 0): drawn on the device, chained, or the host's sampler over the logits read back.
   sampling_params sp;
-  sp.temperature = a.temp, sp.top_p = a.top_p, sp.min_p = a.min_p, sp.seed = a.seed;
+  sp.temperature = a.temp, sp.top_p = a.top_p, sp.min_p = a.min_p, sp.top_k = int32_t(a.top_k), sp.seed = a.seed;
   const bool sampled = a.temp > 0.0f, on_device = sampled && a.sampling == "device";
-  if (on_device && !(m.samples_on_device() && sp.device_samplable(m.vocab())))
+  if (on_device && !(m.samples_on_device() && sp.device_samplable(m.vocab(), gpu::kernels::sample_max_top_k)))
     throw usage_error("bench: --sampling device needs a graph that chains its steps on a device with f64 and 64-bit "
                       "integers (V4 without the expert cache); use --sampling host");
   sampler smp(m.vocab(), sp);
-  const gpu::kernels::sample_settings sset{a.temp, a.top_p, a.min_p};
+  const gpu::kernels::sample_settings sset{a.temp, a.top_p, a.min_p, a.top_k};
   // Warm-up: builds every pipeline of a decode step (GLSL compiles are not part of the timings).
   t = clk::now();
   {
@@ -272,8 +272,8 @@ int run_bench(const bench_args& a) {
                 pre_stats.device_s * 1e3, pre_stats.device_s > 0 ? double(a.prompt) / pre_stats.device_s : 0.0);
   char how[160] = "greedy on the device";
   if (sampled)
-    std::snprintf(how, sizeof how, "sampled %s: T %g, top-p %g, min-p %g", on_device ? "on the device" : "on the host",
-                  double(a.temp), double(a.top_p), double(a.min_p));
+    std::snprintf(how, sizeof how, "sampled %s: T %g, top-p %g, min-p %g, top-k %u",
+                  on_device ? "on the device" : "on the host", double(a.temp), double(a.top_p), double(a.min_p), a.top_k);
   std::printf("decode : %llu tokens in %.2f s = %.2f tok/s at positions %llu..%llu (batch 1, %s)\n",
               (unsigned long long)a.tokens, dec_s, dec_tps, (unsigned long long)a.prompt,
               (unsigned long long)(a.prompt + a.tokens), how);

@@ -158,9 +158,9 @@ bool prompt_cache::chain_greedy(uint32_t first, uint64_t max, const std::functio
 
 bool prompt_cache::chain_sampled(uint32_t first, uint64_t max, sampler& smp,
                                  const std::function<bool(uint32_t)>& on_token) {
-  if (max == 0 || !smp.params().device_samplable(b_->vocab()) || !b_->can_sample(max)) return false;
+  if (max == 0 || !smp.params().device_samplable(b_->vocab(), gpu::kernels::sample_max_top_k) || !b_->can_sample(max)) return false;
   const sampling_params& p = smp.params();
-  const gpu::kernels::sample_settings s{p.temperature, p.top_p, p.min_p};
+  const gpu::kernels::sample_settings s{p.temperature, p.top_p, p.min_p, uint32_t(std::max(p.top_k, 0))};
   std::vector<uint32_t> got;  // as chain_greedy: the state runs first and every id handed over but the last
   auto keep = [&] {
     live_ids_.push_back(first);
@@ -294,7 +294,7 @@ turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::
   }
   // Sampled decode without penalties or logprobs: the draws chain on the device where the backend can (the
   // sampler's choices, bit for bit; prompt_cache::chain_sampled), without reading the logits back.
-  if (go && s.device_sampling && sp.device_samplable(cache.vocab())) {
+  if (go && s.device_sampling && sp.device_samplable(cache.vocab(), gpu::kernels::sample_max_top_k)) {
     auto is_stop = [&](uint32_t id) {
       return std::find(sp.stop_tokens.begin(), sp.stop_tokens.end(), int32_t(id)) != sp.stop_tokens.end();
     };

@@ -222,6 +222,7 @@ int main(int argc, char** argv) {
   cb->add_option("--temp", bench.temp, "Decode temperature (0 = greedy, the device's argmax)")->default_val(bench.temp);
   cb->add_option("--top-p", bench.top_p, "Decode nucleus mass (1 = off; with --temp)")->default_val(bench.top_p);
   cb->add_option("--min-p", bench.min_p, "Decode min-p (0 = off; with --temp)")->default_val(bench.min_p);
+  cb->add_option("--top-k", bench.top_k, "Decode top-k (0 = off; with --temp)")->default_val(bench.top_k);
   cb->add_option("--sampling", bench.sampling,
                  "With --temp: device = drawn on the GPU, chained; host = logits read back, cmfx::sampler per step")
       ->check(CLI::IsMember({"device", "host"}))->default_val(bench.sampling);

@@ -17,6 +17,9 @@
 //             top-p keeps only some tokens of equal z, the highest index of those kept (ctrl).
 //   5 (grid)  the kept count (atomic, ctrl[CNT]) and per workgroup (cnt_wg).
 //   6 (grid)  kept tokens compacted in index order: wc = their weights, cidx = their ids.
+//   9 (one workgroup, with top-k)  the k best tokens (kernels::topk over z: value descending, lower index first,
+//             the sampler's best_entries) in that order; top-p over them (exact prefix sums of their masses), min-p;
+//             the kept ones compacted in that order (wc, cidx, ctrl[CNT]). Then 7 and 8 as without top-k.
 //   7 (grid)  the candidates' weights in blocks of 64, each summed in order (bsum).
 //   8 (one workgroup)  one uniform from the RNG (twisting first when due), the sampler's pick(): the block sums
 //             added in order, the first block whose running total passes r = u·Σ, the entry inside it; the id.
@@ -24,7 +27,7 @@
 #include "common/base.glsl"
 
 layout(push_constant) uniform sample_pc {
-  uint n, level, mass_bits, flags;   // flags: 1 top-p, 2 min-p
+  uint n, level, mass_bits, flags;   // flags: 1 top-p, 2 min-p, 4 top-k (level: k in pass 9)
   float temp, top_p, min_p, pad0;
   uint lo, so, ro, oo;               // word offsets of logits, scratch, out; rng in 64-bit words
 } pc;
@@ -51,6 +54,7 @@ uint wc_at() { return w_at() + 2u * pc.n; }         // doubles
 uint cidx_at() { return wc_at() + 2u * pc.n; }
 uint cntwg_at() { return cidx_at() + rup2(pc.n); }  // one word per workgroup of passes 5 / 6
 uint bsum_at() { return rup2(cntwg_at() + (pc.n + WG_SIZE - 1u) / WG_SIZE); }  // doubles
+uint kidx_at() { return bsum_at() + 2u * ((pc.n + 63u) / 64u); }  // top-k ids (kernels::topk writes them)
 
 // Ascending order key of a non-NaN float, −0 as +0 (argmax.comp's); its inverse.
 uint key_of(float v) {
@@ -266,7 +270,7 @@ void main() {
     w = exp_nonpos(double(sf[pc.so + Z_AT + i]) - double(zmax));
     sd[(pc.so + w_at()) / 2u + i] = w;
   }
-  if ((pc.flags & 1u) == 0u) return;  // uniform
+  if ((pc.flags & 1u) == 0u || (pc.flags & 4u) != 0u) return;  // uniform (top-k: pass 9 cuts over the k)
   const uint lvl = 0u;
   const bool mine = i < n;
 #else
@@ -341,6 +345,37 @@ void main() {
   if (c != 0u) {
     sd[(pc.so + wc_at()) / 2u + at] = sd[(pc.so + w_at()) / 2u + i];
     su[pc.so + cidx_at() + at] = i;
+  }
+#elif SAMPLE_PASS == 9
+  if (isinf(zmax_of())) return;
+  const uint k = pc.level, wo = (pc.so + w_at()) / 2u;
+  const bool cut = (pc.flags & 1u) != 0u, mp = (pc.flags & 2u) != 0u;
+  // a contiguous run of the k candidates per invocation, in order; masses summed exactly
+  const uint per = (k + WG_SIZE - 1u) / WG_SIZE, j0 = min(k, lid * per), j1 = min(k, j0 + per);
+  uint64_t m = 0ul;
+  for (uint j = j0; j < j1; ++j) m += mass_of(sd[wo + su[pc.so + kidx_at() + j]]);
+  const uint64_t incl = scan64(m);
+  const double target = double(pc.top_p) * double(s_scan[WG_SIZE - 1u]);
+  // the sampler's sorted top-p: keep each while the mass before it is < target (the first always); then min-p
+  uint c = 0u;
+  uint64_t before = incl - m;
+  for (uint j = j0; j < j1; ++j) {
+    const double w = sd[wo + su[pc.so + kidx_at() + j]];
+    if ((!cut || j == 0u || double(before) < target) && (!mp || w >= double(pc.min_p))) ++c;
+    before += mass_of(w);
+  }
+  uint at = scan32(c) - c;
+  if (lid == WG_SIZE - 1u) su[pc.so + CTRL + C_CNT] = at + c;
+  before = incl - m;
+  for (uint j = j0; j < j1; ++j) {
+    const uint i = su[pc.so + kidx_at() + j];
+    const double w = sd[wo + i];
+    if ((!cut || j == 0u || double(before) < target) && (!mp || w >= double(pc.min_p))) {
+      sd[(pc.so + wc_at()) / 2u + at] = w;
+      su[pc.so + cidx_at() + at] = i;
+      ++at;
+    }
+    before += mass_of(w);
   }
 #elif SAMPLE_PASS == 7
   // block sums, each in order (the sampler's pick(): blocks of 64 weights): a workgroup stages 32 blocks of the

@@ -16,18 +16,19 @@ struct sample_pc {
 };
 static_assert(sizeof(sample_pc) == 48);
 
-// Scratch words before the per-token arrays (sample.comp: ctrl 16, histogram 4 × 256 × 4).
+// Scratch layout in 32-bit words (sample.comp's ctrl / histogram, then z, w, wc, cidx, cnt_wg, bsum, kidx).
 constexpr uint64_t head_words = 16 + 4096;
+constexpr uint64_t z_words = head_words;
 uint64_t rup2(uint64_t x) { return (x + 1) & ~uint64_t{1}; }
+uint64_t bsum_words(uint32_t n) {
+  const uint64_t cntwg = z_words + rup2(n) + 4 * uint64_t(n) + rup2(n);  // after z, w, wc, cidx
+  return rup2(cntwg + (n + detail::op_env::wg - 1) / detail::op_env::wg);
+}
+uint64_t kidx_words(uint32_t n) { return bsum_words(n) + 2 * ((uint64_t(n) + 63) / 64); }
 
 }  // namespace
 
-uint64_t kernels::sample_scratch_bytes(uint32_t n) {
-  const uint64_t wg = detail::op_env::wg;
-  const uint64_t cntwg = head_words + rup2(n) + 4 * uint64_t(n) + rup2(n);  // z, w, wc, cidx
-  const uint64_t bsum = rup2(cntwg + (n + wg - 1) / wg);
-  return (bsum + 2 * ((uint64_t(n) + 63) / 64)) * 4;
-}
+uint64_t kernels::sample_scratch_bytes(uint32_t n) { return (kidx_words(n) + sample_max_top_k) * 4; }
 
 bool kernels::has_sample() const { return p_ && detail::op_env_of(*p_).info.float64_ops && detail::op_env_of(*p_).info.int64; }
 
@@ -38,6 +39,9 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   if (!(s.temperature > 0.0f) || !std::isfinite(s.temperature)) throw usage_error("sample: temperature must be > 0");
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) throw usage_error("sample: top_p must be in (0, 1]");
   if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) throw usage_error("sample: min_p must be in [0, 1]");
+  const bool top_k = s.top_k > 0 && s.top_k < n;
+  if (top_k && s.top_k > sample_max_top_k)
+    throw usage_error("sample: top_k " + std::to_string(s.top_k) + " > " + std::to_string(sample_max_top_k));
   if (c.in_concurrent()) throw usage_error("sample: several dependent dispatches, not inside begin_concurrent");
   if (scratch.offset % 16 || rng.offset % 8) throw usage_error("sample: scratch must start on 16 bytes, rng on 8");
   const uint64_t sb_bytes = sample_scratch_bytes(n);
@@ -49,7 +53,7 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
                       sb = e.bind(scratch, sb_bytes), ob = e.bind(out, 4);
   if (sb.residual % 8 || rb.residual % 8) throw usage_error("sample: scratch / rng binding not 8-byte aligned");
   const bool cut = s.top_p < 1.0f, minp = s.min_p > 0.0f;
-  sample_pc pc{n, 0, uint32_t(top_p_mass_bits(n)), (cut ? 1u : 0u) | (minp ? 2u : 0u), s.temperature, s.top_p,
+  sample_pc pc{n, 0, uint32_t(top_p_mass_bits(n)), (cut ? 1u : 0u) | (minp ? 2u : 0u) | (top_k ? 4u : 0u), s.temperature, s.top_p,
                s.min_p, 0.0f, lb.residual / 4, sb.residual / 4, rb.residual / 8, ob.residual / 4};
   const detail::binding b[4] = {lb.b, sb.b, rb.b, ob.b};
   // ctrl and the histogram start at zero
@@ -65,11 +69,15 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   };
   run(1, 0, true);
   run(2, 0, true);
-  if (cut) {
+  if (top_k) {  // the k best of z in the sampler's order, then pass 9 cuts and compacts them
+    topk(c, view(*scratch.buf, scratch.offset + z_words * 4, uint64_t(n) * 4), 1, n, s.top_k,
+         view(*scratch.buf, scratch.offset + kidx_words(n) * 4, uint64_t(s.top_k) * 4));
+    run(9, s.top_k, false);
+  } else if (cut) {
     for (uint32_t l = 1; l < 4; ++l) run(3, l, true);
     run(4, 0, false);
   }
-  if (cut || minp) {
+  if (!top_k && (cut || minp)) {
     run(5, 0, true);
     run(6, 0, true);
   }

@@ -213,8 +213,8 @@ std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uin
 /// logits read back and drawn by cmfx::sampler — with the same settings and seed: stopped by the callback after
 /// k ids (the step the device ran ahead drew one number more: the host's sampler state carries on, not the
 /// device's), then continued: the same ids throughout, and the two samplers' RNG states agree at the end.
-std::string sampled_chain_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed,
-                               std::string& info) {
+std::string sampled_chain_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, int32_t top_k,
+                               uint64_t seed, std::string& info) {
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
@@ -231,9 +231,9 @@ std::string sampled_chain_case(suite& s, const std::string& path, uint64_t promp
   (void)chained.forward(ids, false);
   (void)stepped.forward(ids, false);
   sampling_params sp;
-  sp.temperature = 1.2f, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.seed = g();
+  sp.temperature = 1.2f, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.top_k = top_k, sp.seed = g();
   sampler on_dev(V, sp), on_host(V, sp);
-  const gpu::kernels::sample_settings set{sp.temperature, sp.top_p, sp.min_p};
+  const gpu::kernels::sample_settings set{sp.temperature, sp.top_p, sp.min_p, uint32_t(top_k)};
   uint32_t first = pick(g), k = n / 3;
   std::vector<uint32_t> got;
   auto chain = [&](uint32_t from, uint32_t max, uint32_t stop_after) {
@@ -738,7 +738,10 @@ void model_cases(suite& s) {
     return chained_case(s, files.make("release", "native"), 8, 20, seed, info);
   });
   s.run("model_v4", "-", "sampled decode chained on the device, cmf q4tp toy, 12 + 24 tokens", [&](uint64_t seed, std::string& info) {
-    return sampled_chain_case(s, files.make("cmf", "q4tp"), 12, 24, seed, info);
+    return sampled_chain_case(s, files.make("cmf", "q4tp"), 12, 24, 0, seed, info);
+  });
+  s.run("model_v4", "-", "sampled decode chained on the device, top-k 30, cmf q4tp toy, 8 + 12 tokens", [&](uint64_t seed, std::string& info) {
+    return sampled_chain_case(s, files.make("cmf", "q4tp"), 8, 12, 30, seed, info);
   });
   s.run("model_v4", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp"), seed, info);

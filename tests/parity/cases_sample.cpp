@@ -68,6 +68,7 @@ std::string sample_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sampl
   rng r(seed);
   sampling_params sp;
   sp.temperature = set.temperature, sp.top_p = set.top_p, sp.min_p = set.min_p, sp.seed = r.g();
+  sp.top_k = int32_t(set.top_k);
   sampler smp(n, sp);
   for (uint32_t i = 0; i < warm; ++i) (void)smp.sample(make_logits(r, n, logit_kind::spread));
   const gpu::buffer lb = s.dev.alloc(uint64_t(n) * 4), rb = upload(s.dev, state_words(smp.rng_state()));
@@ -108,8 +109,8 @@ void sample_cases(suite& s) {
   using set = gpu::kernels::sample_settings;
   auto c = [&](uint32_t n, set st, logit_kind kind, uint32_t draws, const char* note, uint32_t warm = 0) {
     char name[160];
-    std::snprintf(name, sizeof name, "n=%u T=%g top_p=%g min_p=%g %s", n, double(st.temperature), double(st.top_p),
-                  double(st.min_p), note);
+    std::snprintf(name, sizeof name, "n=%u T=%g top_p=%g min_p=%g top_k=%u %s", n, double(st.temperature),
+                  double(st.top_p), double(st.min_p), st.top_k, note);
     s.run("sample", "-", name, [=, &s](uint64_t seed, R& info) {
       return sample_case(s, seed, n, st, kind, draws, warm, info);
     });
@@ -129,7 +130,15 @@ void sample_cases(suite& s) {
   c(4097, {1.0f, 0.9f, 0.0f}, logit_kind::plus_inf, 3, "+inf logits");
   c(4097, {1.0f, 0.9f, 0.0f}, logit_kind::all_neg_inf, 3, "every logit -inf or NaN");
   c(1000, {1.0f, 0.9f, 0.02f}, logit_kind::spread, 8, "across the RNG's twist", 308);
+  c(4097, {1.0f, 1.0f, 0.0f, 40}, logit_kind::flat, 6, "top-k");
+  c(4097, {0.8f, 0.9f, 0.0f, 300}, logit_kind::flat_ties, 6, "top-k + top-p inside equal logits");
+  c(4097, {1.0f, 0.95f, 0.2f, 2048}, logit_kind::flat, 4, "top-k 2048 + top-p + min-p");
+  c(4097, {1.0f, 1.0f, 0.0f, 1}, logit_kind::ties, 4, "top-k 1");
+  c(4097, {1.0f, 0.5f, 0.0f, 64}, logit_kind::all_equal, 3, "top-k of equal logits");
+  c(4097, {1.0f, 0.9f, 0.0f, 17}, logit_kind::specials, 4, "top-k, NaN / -inf / +-0");
   c(129280, {1.0f, 1.0f, 0.0f}, logit_kind::spread, 3, "V4 vocabulary");
+  c(129280, {0.7f, 0.95f, 0.0f, 40}, logit_kind::flat_ties, 3, "V4 vocabulary, top-k 40 + top-p");
+  c(129280, {1.0f, 1.0f, 0.0f, 1}, logit_kind::flat, 3, "V4 vocabulary, top-k 1 (the long-row argmax)");
   c(129280, {0.6f, 0.95f, 0.0f}, logit_kind::spread, 3, "V4 vocabulary, top-p");
   c(129280, {1.0f, 0.9f, 0.0f}, logit_kind::flat, 3, "V4 vocabulary, top-p, flat logits");
   c(129280, {0.7f, 0.5f, 0.01f}, logit_kind::flat_ties, 3, "V4 vocabulary, top-p + min-p, equal logits");

@@ -113,6 +113,7 @@ TEST(Sampler, OneDrawPerSampledTokenEvenForInfiniteLogits) {
   p.top_k = 4;
   EXPECT_FALSE(p.device_samplable(16));
   EXPECT_TRUE(p.device_samplable(4));  // k >= vocab keeps everything: no top-k
+  EXPECT_TRUE(p.device_samplable(16, 4));  // a device top-k of up to 4
   p.top_k = 0;
   p.repetition_penalty = 1.1f;
   EXPECT_FALSE(p.device_samplable(16));

@@ -90,12 +90,13 @@ struct sampling_params {
     return temperature <= 0.0f && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
            !logprobs && top_logprobs == 0;
   }
-  /// What a device sampler (gpu::kernels::sample) computes exactly as sample() does: a temperature, top-p and min-p
-  /// over a vocabulary of `vocab`, without top-k (k ≥ vocab is no top-k), penalties or logprobs — the choice and
-  /// one draw of the RNG per token; the host then records it with sampler::accept_drawn.
-  bool device_samplable(size_t vocab) const noexcept {
-    return temperature > 0.0f && (top_k <= 0 || static_cast<size_t>(top_k) >= vocab) && repetition_penalty == 1.0f &&
-           presence_penalty == 0.0f && frequency_penalty == 0.0f && !logprobs && top_logprobs == 0;
+  /// What a device sampler (gpu::kernels::sample) computes exactly as sample() does: a temperature, top-p, min-p and
+  /// a top-k of at most max_top_k (k ≥ vocab is no top-k) over a vocabulary of `vocab`, without penalties or
+  /// logprobs — the choice and one draw of the RNG per token; the host then records it with sampler::accept_drawn.
+  bool device_samplable(size_t vocab, size_t max_top_k = 0) const noexcept {
+    const bool k_ok = top_k <= 0 || static_cast<size_t>(top_k) >= vocab || static_cast<size_t>(top_k) <= max_top_k;
+    return temperature > 0.0f && k_ok && repetition_penalty == 1.0f && presence_penalty == 0.0f &&
+           frequency_penalty == 0.0f && !logprobs && top_logprobs == 0;
   }
 };
 

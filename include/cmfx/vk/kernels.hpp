@@ -243,10 +243,14 @@ class kernels {
   /// not its order: the indexers); with k >= n every index, without a selection.
   void topk(commands& c, view scores, uint32_t rows, uint32_t n, uint32_t k, view idx, bool by_position = false);
   // ---- sampling on the device (kernels_sample.cpp, shaders/sample.comp, docs/VULKAN.md "Sampling on the device")
-  /// Settings of sample(): sampling_params' temperature (> 0), top_p (in (0, 1]) and min_p (in [0, 1]).
+  /// Settings of sample(): sampling_params' temperature (> 0), top_p (in (0, 1]), min_p (in [0, 1]) and top_k
+  /// (0 or ≥ n: off; else ≤ sample_max_top_k).
   struct sample_settings {
     float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+    uint32_t top_k = 0;
   };
+  /// Largest top-k of sample() (its candidates come from topk()).
+  static constexpr uint32_t sample_max_top_k = topk_max_k;
   /// Largest vocabulary of sample() (top-p's masses are summed in 14-bit parts into 32-bit words).
   static constexpr uint32_t sample_max_n = 1u << 18;
   /// Bytes of sample()'s scratch for n logits, and of its RNG state (mt19937_64_state: 312 words and the index).
@@ -256,7 +260,7 @@ class kernels {
   bool has_sample() const;
   /// out[0] (uint32) = the token cmfx::sampler::sample would choose from logits [n] with these settings and the
   /// MT19937-64 state in rng (sample_rng_bytes; advanced by the one draw, as the sampler draws) — bit for bit the
-  /// same choice (sampling_params::device_samplable: no top-k, penalties or logprobs). scratch: sample_scratch_bytes
+  /// same choice (sampling_params::device_samplable(n, sample_max_top_k): no penalties or logprobs). scratch: sample_scratch_bytes
   /// (n), its view 16-byte aligned; the rng view 8-byte aligned. 5–10 dispatches (fewer without top-p / min-p) and a
   /// fill; not inside begin_concurrent.
   void sample(commands& c, view logits, uint32_t n, const sample_settings& s, view rng, view scratch, view out);
