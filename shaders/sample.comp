@@ -20,6 +20,9 @@
 //   9 (one workgroup, with top-k)  the k best tokens (kernels::topk over z: value descending, lower index first,
 //             the sampler's best_entries) in that order; top-p over them (exact prefix sums of their masses), min-p;
 //             the kept ones compacted in that order (wc, cidx, ctrl[CNT]). Then 7 and 8 as without top-k.
+//   10 (grid, two-stage top-k)  the first stage's picks (rows of `tile` tokens, each row's k best in index order)
+//             as z values and token ids: the second stage (kernels::topk over them) breaks ties by position,
+//             which is index order, so the k best are the sampler's.
 //   7 (grid)  the candidates' weights in blocks of 64, each summed in order (bsum).
 //   8 (one workgroup)  one uniform from the RNG (twisting first when due), the sampler's pick(): the block sums
 //             added in order, the first block whose running total passes r = u·Σ, the entry inside it; the id.
@@ -27,9 +30,11 @@
 #include "common/base.glsl"
 
 layout(push_constant) uniform sample_pc {
-  uint n, level, mass_bits, flags;   // flags: 1 top-p, 2 min-p, 4 top-k (level: k in pass 9)
-  float temp, top_p, min_p, pad0;
+  uint n, level, mass_bits, flags;   // flags: 1 top-p, 2 min-p, 4 top-k, 8 top-k in two stages (level: k)
+  float temp, top_p, min_p;
+  uint tile;                         // two-stage top-k: tokens per first-stage row
   uint lo, so, ro, oo;               // word offsets of logits, scratch, out; rng in 64-bit words
+  uint ncand, pad1, pad2, pad3;      // two-stage top-k: first-stage candidates
 } pc;
 layout(std430, binding = 0) readonly buffer L { float logits[]; };
 layout(std430, binding = 1) buffer SU { uint su[]; };
@@ -55,6 +60,11 @@ uint cidx_at() { return wc_at() + 2u * pc.n; }
 uint cntwg_at() { return cidx_at() + rup2(pc.n); }  // one word per workgroup of passes 5 / 6
 uint bsum_at() { return rup2(cntwg_at() + (pc.n + WG_SIZE - 1u) / WG_SIZE); }  // doubles
 uint kidx_at() { return bsum_at() + 2u * ((pc.n + 63u) / 64u); }  // top-k ids (kernels::topk writes them)
+// Two-stage top-k (flag 8): the first stage's picks per row (in index order), their z and token ids; at most
+// n / 4 + SAMPLE_MAX_TOP_K of them (rows of at least 4k tokens).
+uint idx1_at() { return kidx_at() + SAMPLE_MAX_TOP_K; }
+uint cval_at() { return idx1_at() + pc.n / 4u + SAMPLE_MAX_TOP_K; }
+uint corig_at() { return cval_at() + pc.n / 4u + SAMPLE_MAX_TOP_K; }
 
 // Ascending order key of a non-NaN float, −0 as +0 (argmax.comp's); its inverse.
 uint key_of(float v) {
@@ -167,6 +177,12 @@ void derive(uint levels) {
 
 // The descending key of token i's z (smaller = larger z).
 uint dkey(uint i) { return ~key_of(sf[pc.so + Z_AT + i]); }
+
+// The token id of the j-th best (top-k: pass 9).
+uint cand_id(uint j) {
+  const uint c = su[pc.so + kidx_at() + j];
+  return (pc.flags & 8u) != 0u ? su[pc.so + corig_at() + c] : c;
+}
 
 // Whether token i is a candidate after top-p and min-p (passes 5 and 6; ctrl holds the cut).
 bool kept(uint i) {
@@ -353,14 +369,14 @@ void main() {
   // a contiguous run of the k candidates per invocation, in order; masses summed exactly
   const uint per = (k + WG_SIZE - 1u) / WG_SIZE, j0 = min(k, lid * per), j1 = min(k, j0 + per);
   uint64_t m = 0ul;
-  for (uint j = j0; j < j1; ++j) m += mass_of(sd[wo + su[pc.so + kidx_at() + j]]);
+  for (uint j = j0; j < j1; ++j) m += mass_of(sd[wo + cand_id(j)]);
   const uint64_t incl = scan64(m);
   const double target = double(pc.top_p) * double(s_scan[WG_SIZE - 1u]);
   // the sampler's sorted top-p: keep each while the mass before it is < target (the first always); then min-p
   uint c = 0u;
   uint64_t before = incl - m;
   for (uint j = j0; j < j1; ++j) {
-    const double w = sd[wo + su[pc.so + kidx_at() + j]];
+    const double w = sd[wo + cand_id(j)];
     if ((!cut || j == 0u || double(before) < target) && (!mp || w >= double(pc.min_p))) ++c;
     before += mass_of(w);
   }
@@ -368,7 +384,7 @@ void main() {
   if (lid == WG_SIZE - 1u) su[pc.so + CTRL + C_CNT] = at + c;
   before = incl - m;
   for (uint j = j0; j < j1; ++j) {
-    const uint i = su[pc.so + kidx_at() + j];
+    const uint i = cand_id(j);
     const double w = sd[wo + i];
     if ((!cut || j == 0u || double(before) < target) && (!mp || w >= double(pc.min_p))) {
       sd[(pc.so + wc_at()) / 2u + at] = w;
@@ -377,6 +393,12 @@ void main() {
     }
     before += mass_of(w);
   }
+#elif SAMPLE_PASS == 10
+  const uint j = wg_index() * WG_SIZE + lid;
+  if (j >= pc.ncand) return;
+  const uint i = (j / pc.level) * pc.tile + su[pc.so + idx1_at() + j];
+  sf[pc.so + cval_at() + j] = sf[pc.so + Z_AT + i];
+  su[pc.so + corig_at() + j] = i;
 #elif SAMPLE_PASS == 7
   // block sums, each in order (the sampler's pick(): blocks of 64 weights): a workgroup stages 32 blocks of the
   // candidates' weights in shared memory with coalesced loads, then 32 invocations add one block each

@@ -1,5 +1,7 @@
 // Host side of the device sampler (shaders/sample.comp): the passes of one draw from the logits of one position,
 // the choice cmfx::sampler makes (temperature, top-p, min-p), recorded without a host round trip.
+#include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "cmfx/sample/sampler.hpp"
@@ -11,10 +13,12 @@ namespace {
 
 struct sample_pc {
   uint32_t n, level, mass_bits, flags;
-  float temp, top_p, min_p, pad0;
+  float temp, top_p, min_p;
+  uint32_t tile;
   uint32_t lo, so, ro, oo;
+  uint32_t ncand, pad1, pad2, pad3;
 };
-static_assert(sizeof(sample_pc) == 48);
+static_assert(sizeof(sample_pc) == 64);
 
 // Scratch layout in 32-bit words (sample.comp's ctrl / histogram, then z, w, wc, cidx, cnt_wg, bsum, kidx).
 constexpr uint64_t head_words = 16 + 4096;
@@ -25,10 +29,15 @@ uint64_t bsum_words(uint32_t n) {
   return rup2(cntwg + (n + detail::op_env::wg - 1) / detail::op_env::wg);
 }
 uint64_t kidx_words(uint32_t n) { return bsum_words(n) + 2 * ((uint64_t(n) + 63) / 64); }
+// two-stage top-k: the first stage's picks, their z, their token ids (each at most n / 4 + max k)
+uint64_t cand_cap(uint32_t n) { return n / 4 + kernels::sample_max_top_k; }
+uint64_t idx1_words(uint32_t n) { return kidx_words(n) + kernels::sample_max_top_k; }
+uint64_t cval_words(uint32_t n) { return idx1_words(n) + cand_cap(n); }
+uint64_t corig_words(uint32_t n) { return cval_words(n) + cand_cap(n); }
 
 }  // namespace
 
-uint64_t kernels::sample_scratch_bytes(uint32_t n) { return (kidx_words(n) + sample_max_top_k) * 4; }
+uint64_t kernels::sample_scratch_bytes(uint32_t n) { return (corig_words(n) + cand_cap(n)) * 4; }
 
 bool kernels::has_sample() const { return p_ && detail::op_env_of(*p_).info.float64_ops && detail::op_env_of(*p_).info.int64; }
 
@@ -53,8 +62,16 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
                       sb = e.bind(scratch, sb_bytes), ob = e.bind(out, 4);
   if (sb.residual % 8 || rb.residual % 8) throw usage_error("sample: scratch / rng binding not 8-byte aligned");
   const bool cut = s.top_p < 1.0f, minp = s.min_p > 0.0f;
-  sample_pc pc{n, 0, uint32_t(top_p_mass_bits(n)), (cut ? 1u : 0u) | (minp ? 2u : 0u) | (top_k ? 4u : 0u), s.temperature, s.top_p,
-               s.min_p, 0.0f, lb.residual / 4, sb.residual / 4, rb.residual / 8, ob.residual / 4};
+  // top-k over a long vocabulary in two stages: rows of `tile` ≥ 4k tokens each give their k best in index order
+  // (many workgroups), then the k best of those (one row of at most n / 4 + k); else one row
+  const uint32_t tile = top_k ? std::max<uint32_t>(1024, std::bit_ceil(4 * s.top_k)) : 0;
+  const bool two_stage = top_k && n > tile;
+  const uint32_t full = two_stage ? n / tile : 0, tail = two_stage ? n % tile : 0;
+  const uint32_t ktail = std::min(s.top_k, tail);
+  const uint32_t ncand = two_stage ? full * s.top_k + ktail : 0;
+  sample_pc pc{n, 0, uint32_t(top_p_mass_bits(n)),
+               (cut ? 1u : 0u) | (minp ? 2u : 0u) | (top_k ? 4u : 0u) | (two_stage ? 8u : 0u), s.temperature, s.top_p,
+               s.min_p, tile, lb.residual / 4, sb.residual / 4, rb.residual / 8, ob.residual / 4, ncand, 0, 0, 0};
   const detail::binding b[4] = {lb.b, sb.b, rb.b, ob.b};
   // ctrl and the histogram start at zero
   c.fill(view(*scratch.buf, scratch.offset, head_words * 4), head_words * 4, 0);
@@ -63,16 +80,29 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   e.grid(groups, gx, gy);
   auto run = [&](int pass, uint32_t level, bool grid) {
     pc.level = level;
-    const std::string defs = "#define SAMPLE_PASS " + std::to_string(pass) + "\n";
+    const std::string defs = "#define SAMPLE_PASS " + std::to_string(pass) + "\n" + detail::def_u("SAMPLE_MAX_TOP_K", sample_max_top_k);
     detail::dispatch(c.impl(), e.pipe("sample.comp", defs, detail::op_env::wg, 4, sizeof pc), b, &pc, sizeof pc,
                      grid ? gx : 1, grid ? gy : 1);
   };
   run(1, 0, true);
   run(2, 0, true);
-  if (top_k) {  // the k best of z in the sampler's order, then pass 9 cuts and compacts them
-    topk(c, view(*scratch.buf, scratch.offset + z_words * 4, uint64_t(n) * 4), 1, n, s.top_k,
-         view(*scratch.buf, scratch.offset + kidx_words(n) * 4, uint64_t(s.top_k) * 4));
-    run(9, s.top_k, false);
+  auto part = [&](uint64_t words, uint64_t bytes) { return view(*scratch.buf, scratch.offset + words * 4, bytes); };
+  const uint32_t k = s.top_k;
+  if (top_k && !two_stage) {  // the k best of z in the sampler's order, then pass 9 cuts and compacts them
+    topk(c, part(z_words, uint64_t(n) * 4), 1, n, k, part(kidx_words(n), uint64_t(k) * 4));
+    run(9, k, false);
+  } else if (top_k) {
+    topk(c, part(z_words, uint64_t(full) * tile * 4), full, tile, k, part(idx1_words(n), uint64_t(full) * k * 4), true);
+    if (tail)
+      topk(c, part(z_words + uint64_t(full) * tile, uint64_t(tail) * 4), 1, tail, ktail,
+           part(idx1_words(n) + uint64_t(full) * k, uint64_t(ktail) * 4), true);
+    pc.level = k;
+    uint32_t cx, cy;
+    e.grid((ncand + detail::op_env::wg - 1) / detail::op_env::wg, cx, cy);
+    detail::dispatch(c.impl(), e.pipe("sample.comp", "#define SAMPLE_PASS 10\n" + detail::def_u("SAMPLE_MAX_TOP_K", sample_max_top_k),
+                                      detail::op_env::wg, 4, sizeof pc), b, &pc, sizeof pc, cx, cy);
+    topk(c, part(cval_words(n), uint64_t(ncand) * 4), 1, ncand, k, part(kidx_words(n), uint64_t(k) * 4));
+    run(9, k, false);
   } else if (cut) {
     for (uint32_t l = 1; l < 4; ++l) run(3, l, true);
     run(4, 0, false);
@@ -85,8 +115,8 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   uint32_t bx, by;
   e.grid(bgroups, bx, by);
   pc.level = 0;
-  detail::dispatch(c.impl(), e.pipe("sample.comp", "#define SAMPLE_PASS 7\n", detail::op_env::wg, 4, sizeof pc), b, &pc,
-                   sizeof pc, bx, by);
+  detail::dispatch(c.impl(), e.pipe("sample.comp", "#define SAMPLE_PASS 7\n" + detail::def_u("SAMPLE_MAX_TOP_K", sample_max_top_k),
+                                    detail::op_env::wg, 4, sizeof pc), b, &pc, sizeof pc, bx, by);
   run(8, 0, false);
 }
 

@@ -2,8 +2,8 @@
 // RNG state: the chosen ids must be identical draw after draw (no tolerance: every quantity of the choice is the
 // sampler's, bit for bit — docs/VULKAN.md "Sampling on the device"), and the device's MT19937-64 state after the
 // draws must be the sampler's. Fresh logits every draw; vocabularies from 1 to the model's 129280 (ragged sizes);
-// temperature, top-p (cuts inside groups of equal logits included), min-p; NaN, ±inf, ±0; a run across the RNG's
-// twist.
+// temperature, top-p (cuts inside groups of equal logits included), min-p, top-k (one stage and two, a ragged last
+// row); NaN, ±inf, ±0; a run across the RNG's twist.
 #include <algorithm>
 #include <limits>
 
@@ -134,11 +134,13 @@ void sample_cases(suite& s) {
   c(4097, {0.8f, 0.9f, 0.0f, 300}, logit_kind::flat_ties, 6, "top-k + top-p inside equal logits");
   c(4097, {1.0f, 0.95f, 0.2f, 2048}, logit_kind::flat, 4, "top-k 2048 + top-p + min-p");
   c(4097, {1.0f, 1.0f, 0.0f, 1}, logit_kind::ties, 4, "top-k 1");
+  c(4196, {1.0f, 1.0f, 0.0f, 300}, logit_kind::flat_ties, 4, "top-k, a last row shorter than k");
   c(4097, {1.0f, 0.5f, 0.0f, 64}, logit_kind::all_equal, 3, "top-k of equal logits");
   c(4097, {1.0f, 0.9f, 0.0f, 17}, logit_kind::specials, 4, "top-k, NaN / -inf / +-0");
   c(129280, {1.0f, 1.0f, 0.0f}, logit_kind::spread, 3, "V4 vocabulary");
   c(129280, {0.7f, 0.95f, 0.0f, 40}, logit_kind::flat_ties, 3, "V4 vocabulary, top-k 40 + top-p");
-  c(129280, {1.0f, 1.0f, 0.0f, 1}, logit_kind::flat, 3, "V4 vocabulary, top-k 1 (the long-row argmax)");
+  c(129280, {1.0f, 1.0f, 0.0f, 1}, logit_kind::flat, 3, "V4 vocabulary, top-k 1");
+  c(129280, {1.0f, 0.99f, 0.0f, 2048}, logit_kind::flat_ties, 3, "V4 vocabulary, top-k 2048 + top-p, equal logits");
   c(129280, {0.6f, 0.95f, 0.0f}, logit_kind::spread, 3, "V4 vocabulary, top-p");
   c(129280, {1.0f, 0.9f, 0.0f}, logit_kind::flat, 3, "V4 vocabulary, top-p, flat logits");
   c(129280, {0.7f, 0.5f, 0.01f}, logit_kind::flat_ties, 3, "V4 vocabulary, top-p + min-p, equal logits");
