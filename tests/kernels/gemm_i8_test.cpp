@@ -100,7 +100,8 @@ TEST(ActQ8, RoundHalfEvenMatchesNearbyint) {
   }
 }
 
-// q4tp on AVX2 (one group per step): rows of 19, 16 and 65 groups too
+// q4tp on AVX2: blocks of 8 groups (nibble lanes of two groups per load), then single groups (608 columns = 2 · 8
+// + 3 groups, 2080 = 8 · 8 + 1)
 TEST(GemmI8, Q4tp) {
   for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull},
                          {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {33ull, 2080ull, 5ull}})
@@ -112,9 +113,13 @@ TEST(GemmI8, Q2tp) {
                          {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {33ull, 2080ull, 5ull}})
     check_i8<fmt_q2tp>(r, c, n);
 }
+// MXFP4 on AVX2: the same blocks as q4tp, the e2m1 values through a vpshufb table
 TEST(GemmI8, Mxfp4) {
-  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}})
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull},
+                         {9ull, 608ull, 3ull}, {33ull, 2080ull, 5ull}})
     check_i8<fmt_mxfp4>(r, c, n);
+  for (auto [r, c, n] : {std::tuple{9ull, 608ull, 3ull}, {4ull, 256ull, 2ull}})  // the scales as an f32 tensor
+    check_i8<fmt_mxfp4>(r, c, n, cpu_arch::avx2, true);
 }
 
 // The AVX-512 VNNI kernels (two groups per vpdpbusd; odd group counts take the AVX2 dot for the last group):

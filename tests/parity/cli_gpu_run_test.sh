@@ -163,6 +163,19 @@ check "bench v41-tiny: the profile holds the 8 decode steps alone (not the promp
 "$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --variants 2 --cache-wait block >"$T/b41v.out" 2>&1
 check "bench v41-tiny --variants 2: exit 0" test $? -eq 0
 check "bench --variants 2: reported" grep -q "^host matrices: 2 distinct per role" "$T/b41v.out"
+# sampled decode in the benchmark: on the device (V4, chained), on the host, refused on the device for V4.1
+"$CMFX" bench --synthetic tiny --prompt 4 --tokens 8 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --top-p 0.9 --top-k 20 >"$T/bs.out" 2>&1
+check "bench --temp: exit 0" test $? -eq 0
+check "bench --temp: sampled on the device" grep -q "sampled on the device: T 0.8, top-p 0.9, min-p 0, top-k 20" "$T/bs.out"
+"$CMFX" bench --synthetic tiny --prompt 4 --tokens 8 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --sampling host >"$T/bsh.out" 2>&1
+check "bench --sampling host: sampled on the host" grep -q "sampled on the host" "$T/bsh.out"
+"$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 >"$T/bs41.out" 2>&1
+check "bench v41-tiny --temp (device sampling): exit 2" test $? -eq 2
+check "... naming --sampling host" grep -q -- "--sampling host" "$T/bs41.out"
+"$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --sampling host >/dev/null 2>&1
+check "bench v41-tiny --temp --sampling host: exit 0" test $? -eq 0
+"$CMFX" bench --synthetic tiny --sampling gpu >/dev/null 2>&1
+check "bench --sampling gpu: exit 2" test $? -eq 2
 "$CMFX" bench --synthetic v41-tiny --cache-wait nap >/dev/null 2>&1
 check "bench --cache-wait nap: exit 2" test $? -eq 2
 "$CMFX" bench --synthetic v41-tiny --cpu-chunk rows >/dev/null 2>&1

@@ -4,7 +4,8 @@
 ///        q2tp crumbs, MXFP4 2*e2m1), activations are int8 per 32 (act_q8.hpp), and vpmaddubsw + vpmaddwd
 ///        form the 32-element dot in exact int32. Per group: y += s_g * sx_tg * (dot_g - offset_g), with
 ///        offset = 8*sum(xq) for q4tp (nib - 8), 1.5*sum(xq) for q2tp (c - 1.5), 0 for MXFP4 (signed LUT,
-///        scaled by 1/2). The strict f32 path (gemm_avx2.hpp) stays the parity reference.
+///        scaled by 1/2), subtracted from the exact integer dot (i8_token_side). The strict f32 path
+///        (gemm_avx2.hpp) stays the parity reference.
 /// Include only from a translation unit compiled with -mavx2 -mfma -mf16c.
 #include <immintrin.h>
 
@@ -100,12 +101,6 @@ struct i8_row {
       return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xq, wv)), ones);
     }
   }
-  /// What to subtract per int32 lane (an eighth of the group's offset), in float.
-  static float lane_offset(int32_t bsum) noexcept {
-    if constexpr (F::id == format::q4tp) return float(bsum);            // 8*bsum / 8 lanes
-    if constexpr (F::id == format::q2tp) return 0.1875f * float(bsum);  // 1.5*bsum / 8 lanes
-    return 0.0f;
-  }
 };
 
 /// Offset per group of q4tp (nib - 8) and q2tp (c - 1.5) in units of sum(xq); 0 for MXFP4 (signed values).
@@ -134,65 +129,90 @@ inline int32_t hsum_i32(__m256i v) noexcept {
   return _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
-/// Per row, for the NT tokens t0 .. t0 + NT - 1 in one pass over the row's groups: sc[t * groups + g] =
-/// s_g * sx_tg (so the group loop broadcasts one float from memory), with the weight scales s_g looked up 8
-/// groups at a time (i8_row::scales8), and corr[t], the row's total offset correction
-/// offset * sum_g sc[t, g] * bsum_tg.
+/// The activations of the nibble-lane kernel (row_tile_nibbles): per token, per pair of groups (2p, 2p + 1) of the
+/// whole blocks of 8 groups, 64 bytes [A lo | B lo | A hi | B hi] — the 16 elements of group A (2p) that pair with
+/// its low nibbles (act_layout::nibble puts them first), those of group B, then the high-nibble halves — as a
+/// 32-byte load of the two groups' value bytes splits into a low and a high nibble plane. Groups past the last
+/// whole block are not rearranged.
+inline void nibble_pair_acts(const act_q8& a, std::vector<int8_t>& xt) {
+  const uint64_t blocks = a.blocks / 8, per_token = blocks * 256;
+  if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
+  for (uint64_t t = 0; t < a.n; ++t)
+    for (uint64_t p = 0; p < blocks * 4; ++p)
+      for (uint32_t half = 0; half < 2; ++half)      // low-nibble elements, then high
+        for (uint32_t i = 0; i < 2; ++i)             // group A, then B
+          std::memcpy(xt.data() + t * per_token + p * 64 + half * 32 + i * 16,
+                      a.q.data() + t * a.cols + (2 * p + i) * 32 + 16 * half, 16);
+}
+
+/// q4tp and MXFP4 in blocks of 8 groups, every int32 lane inside one group: a 32-byte load holds two groups'
+/// value bytes; its low and high nibbles (q4tp: the codes; MXFP4: 2·e2m1 through a vpshufb table, its sign moved
+/// onto the activations) pair through vpmaddubsw with activations rearranged once per call (nibble_pair_acts), the
+/// two planes' int16 sums add up (≤ 2 · 3810, no saturation), one vpmaddwd leaves int32 lanes 0–3 with group A and
+/// 4–7 with group B; per 8 groups three vphaddd and a vpermd give one int32 dot per group, then the group terms
+/// s_g · wsx_g · (dot_g − boff_g) (i8_token_side with m = 1: q4tp's offset 8 · Σxq, MXFP4's 0) with the 8 weight
+/// scales looked up in the loop — no per-row scale pass, no stored products. Per 8 groups: 4 loads, 4 shifts, 8
+/// ands (MXFP4: 8 vpshufb more), the scale lookup, and per token 8 vpmaddubsw (MXFP4: + 8 vpsignb) + 4 adds + 4
+/// vpmaddwd + 3 vphaddd + a vpermd, a subtraction, a multiply, a conversion and an fma. The last groups (fewer
+/// than 8) one at a time.
 template <class F, int NT>
-inline void token_scales(const i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float* sc,
-                         float corr[NT]) noexcept {
+inline void row_tile_nibbles(const i8_row<F>& d, uint64_t groups, const act_q8& a, const int8_t* xt,
+                             const i8_token_side& ts, uint64_t t0, float out[NT]) noexcept {
+  static_assert(F::id == format::q4tp || F::id == format::mxfp4);
   const auto lut = d.lut();
-  const float* sx[NT];
-  const int32_t* bs[NT];
-  __m256 c[NT];
-  for (int t = 0; t < NT; ++t) {
-    sx[t] = a.scale.data() + (t0 + uint64_t(t)) * a.blocks;
-    bs[t] = a.bsum.data() + (t0 + uint64_t(t)) * a.blocks;
-    c[t] = _mm256_setzero_ps();
-  }
+  const uint64_t per_token = groups / 8 * 256;
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i e2m1 = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8,
+                                        12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // the vphaddd tree's lanes: groups 0 2 4 6 1 3 5 7
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   uint64_t g = 0;
   for (; g + 8 <= groups; g += 8) {
+    __m256i w[4][2];  // per pair of groups: the low and the high nibble plane (MXFP4: as signed 2·e2m1)
+    for (int p = 0; p < 4; ++p) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d.values + 16 * (g + 2 * uint64_t(p))));
+      w[p][0] = _mm256_and_si256(v, low);
+      w[p][1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      if constexpr (F::id == format::mxfp4) {
+        w[p][0] = _mm256_shuffle_epi8(e2m1, w[p][0]);
+        w[p][1] = _mm256_shuffle_epi8(e2m1, w[p][1]);
+      }
+    }
     const __m256 s = d.scales8(lut, g);
+    const uint64_t xo = g / 8 * 256;
     for (int t = 0; t < NT; ++t) {
-      const __m256 v = _mm256_mul_ps(s, _mm256_loadu_ps(sx[t] + g));
-      _mm256_storeu_ps(sc + uint64_t(t) * groups + g, v);
-      c[t] = _mm256_fmadd_ps(v, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs[t] + g))), c[t]);
+      const int8_t* x = xt + (t0 + uint64_t(t)) * per_token + xo;
+      __m256i dp[4];
+      for (int p = 0; p < 4; ++p) {
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * p));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * p + 32));
+        __m256i s16;
+        if constexpr (F::id == format::q4tp) {
+          s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w[p][0], x0), _mm256_maddubs_epi16(w[p][1], x1));
+        } else {
+          s16 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w[p][0]), _mm256_sign_epi8(x0, w[p][0])),
+                                 _mm256_maddubs_epi16(_mm256_abs_epi8(w[p][1]), _mm256_sign_epi8(x1, w[p][1])));
+        }
+        dp[p] = _mm256_madd_epi16(s16, ones);
+      }
+      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(dp[0], dp[1]), _mm256_hadd_epi32(dp[2], dp[3]));
+      const __m256i dot = _mm256_permutevar8x32_epi32(h, order);
+      const uint64_t o = (t0 + uint64_t(t)) * a.blocks + g;
+      const __m256i v = _mm256_sub_epi32(dot, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ts.boff.data() + o)));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(s, _mm256_loadu_ps(ts.wsx.data() + o)), acc[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) corr[t] = hsum(c[t]);
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
   for (; g < groups; ++g) {
     const float s = d.scale1(g);
     for (int t = 0; t < NT; ++t) {
-      const float v = s * sx[t][g];
-      sc[uint64_t(t) * groups + g] = v;
-      corr[t] += v * float(bs[t][g]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) corr[t] *= i8_offset<F>;
-}
-
-template <class F, int NT>
-inline void row_tile_i8(const i8_row<F>& d, uint64_t groups, const act_q8& a, uint64_t t0, float* sc,
-                        float out[NT]) noexcept {
-  float corr[NT];
-  token_scales<F, NT>(d, groups, a, t0, sc, corr);
-  __m256 acc[2][NT];
-  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
-  auto step = [&](uint64_t g, __m256* acc_g) {
-    for (int t = 0; t < NT; ++t) {
+      const uint64_t o = (t0 + uint64_t(t)) * a.blocks + g;
       const __m256i xq =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
-      acc_g[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d.dot(g, xq)), _mm256_broadcast_ss(sc + uint64_t(t) * groups + g),
-                                 acc_g[t]);
+      out[t] += s * ts.wsx[o] * float(hsum_i32(d.dot(g, xq)) - ts.boff[o]);
     }
-  };
-  uint64_t g = 0;
-  for (; g + 2 <= groups; g += 2) {
-    step(g, acc[0]);
-    step(g + 1, acc[1]);
   }
-  if (g < groups) step(g, acc[0]);
-  for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[0][t], acc[1][t])) - corr[t];
 }
 
 /// q2tp's activations for the crumb-lane kernels (row_tile_crumbs_q2tp here with G = 4, its AVX-512 twin with G =
@@ -272,20 +292,20 @@ inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, con
 }
 
 /// Rows [r0, r1) of Y = X · W^T with int8 activations: q2tp through row_tile_crumbs_q2tp, q4tp and MXFP4 through
-/// row_tile_i8.
+/// row_tile_nibbles.
 template <class F>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
   i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
   // Per call, not per row; per thread, grown once (a chunked MoE calls this per chunk of rows).
-  thread_local std::vector<float> sc;
   thread_local std::vector<int8_t> xt;
   thread_local i8_token_side ts;
   if constexpr (F::id == format::q2tp) {
     q2tp_crumb_acts<4>(a, xt);
     ts.prepare(a, 2, 3);
-  } else if (sc.size() < token_tile * groups) {
-    sc.resize(token_tile * groups);
+  } else {
+    nibble_pair_acts(a, xt);
+    ts.prepare(a, 1, F::id == format::q4tp ? 8 : 0);
   }
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);
@@ -295,7 +315,7 @@ void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy,
       if constexpr (F::id == format::q2tp)
         with_tile(nt, [&](auto NT) { row_tile_crumbs_q2tp<NT()>(d, groups, a, xt.data(), ts, t0, y); });
       else
-        with_tile(nt, [&](auto NT) { row_tile_i8<F, NT()>(d, groups, a, t0, sc.data(), y); });
+        with_tile(nt, [&](auto NT) { row_tile_nibbles<F, NT()>(d, groups, a, xt.data(), ts, t0, y); });
       for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
     }
   }
