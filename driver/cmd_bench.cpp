@@ -163,14 +163,14 @@ int run_bench(const bench_args& a) {
     throw usage_error("bench: --sampling device needs a graph that chains its steps on a device with f64 and 64-bit "
                       "integers (V4 without the expert cache); use --sampling host");
   sampler smp(m.vocab(), sp);
-  const gpu::kernels::sample_settings sset{a.temp, a.top_p, a.min_p, a.top_k};
+
   // Warm-up: builds every pipeline of a decode step (GLSL compiles are not part of the timings).
   t = clk::now();
   {
     const uint32_t w0 = pick(g);
     (void)m.forward(std::span<const uint32_t>(&w0, 1), true);
     (void)m.step_greedy(pick(g));
-    if (on_device) (void)m.decode_sampled_each(pick(g), 1, sset, smp.rng_state(), [](uint32_t) { return true; });
+    if (on_device) (void)m.decode_sampled_each(pick(g), 1, device_sampling::of(smp), [](uint32_t) { return true; });
     // a prefill chunk's pipelines (V4): more rows than one 8-row GEMM tile, so the tiled GEMMs are built too
     std::vector<uint32_t> w16(16);
     for (uint32_t& x : w16) x = pick(g);
@@ -212,7 +212,7 @@ int run_bench(const bench_args& a) {
   double rec = 0, busy = 0;
   t = clk::now();
   if (a.tokens && on_device) {  // sampled on the device, chained (decode_sampled_each)
-    m.decode_sampled_each(tok, a.tokens, sset, smp.rng_state(), [&](uint32_t id) {
+    m.decode_sampled_each(tok, a.tokens, device_sampling::of(smp), [&](uint32_t id) {
       smp.accept_drawn(int32_t(id));
       tok = id;
       return true;

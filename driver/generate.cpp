@@ -74,9 +74,9 @@ class gpu_backend final : public cache_backend {
     return r_->model().decode_greedy_each(first, max, on_token);
   }
   bool can_sample(uint64_t steps) const override { return can_chain(steps) && r_->model().samples_on_device(); }
-  uint64_t chain_sampled(uint32_t first, uint64_t max, const gpu::kernels::sample_settings& s,
-                         const mt19937_64_state& rng, const std::function<bool(uint32_t)>& on_token) override {
-    return r_->model().decode_sampled_each(first, max, s, rng, on_token);
+  uint64_t chain_sampled(uint32_t first, uint64_t max, const device_sampling& ds,
+                         const std::function<bool(uint32_t)>& on_token) override {
+    return r_->model().decode_sampled_each(first, max, ds, on_token);
   }
 
  private:
@@ -159,15 +159,14 @@ bool prompt_cache::chain_greedy(uint32_t first, uint64_t max, const std::functio
 bool prompt_cache::chain_sampled(uint32_t first, uint64_t max, sampler& smp,
                                  const std::function<bool(uint32_t)>& on_token) {
   if (max == 0 || !smp.params().device_samplable(b_->vocab(), gpu::kernels::sample_max_top_k) || !b_->can_sample(max)) return false;
-  const sampling_params& p = smp.params();
-  const gpu::kernels::sample_settings s{p.temperature, p.top_p, p.min_p, uint32_t(std::max(p.top_k, 0))};
+  const device_sampling ds = device_sampling::of(smp);
   std::vector<uint32_t> got;  // as chain_greedy: the state runs first and every id handed over but the last
   auto keep = [&] {
     live_ids_.push_back(first);
     if (got.size() > 1) live_ids_.insert(live_ids_.end(), got.begin(), got.end() - 1);
   };
   try {
-    b_->chain_sampled(first, max, s, smp.rng_state(), [&](uint32_t id) {
+    b_->chain_sampled(first, max, ds, [&](uint32_t id) {
       got.push_back(id);
       smp.accept_drawn(int32_t(id));
       return on_token(id);

@@ -16,7 +16,7 @@
 #include "cmfx/sample/sampler.hpp"
 #include "cmfx/text/chat.hpp"
 #include "cmfx/text/tokenizer.hpp"
-#include "cmfx/vk/kernels.hpp"
+#include "model/device_sampling.hpp"
 #include "model/dsv41_forward.hpp"
 #include "model/dsv4_forward.hpp"
 
@@ -49,8 +49,8 @@ class cache_backend {
   /// Sampled steps chained on the device (gpu_graph::decode_sampled_each) where can_chain and the device samples;
   /// else chain_sampled is not called.
   virtual bool can_sample(uint64_t /*steps*/) const { return false; }
-  virtual uint64_t chain_sampled(uint32_t /*first*/, uint64_t /*max*/, const gpu::kernels::sample_settings& /*s*/,
-                                 const mt19937_64_state& /*rng*/, const std::function<bool(uint32_t)>& /*on_token*/) {
+  virtual uint64_t chain_sampled(uint32_t /*first*/, uint64_t /*max*/, const device_sampling& /*ds*/,
+                                 const std::function<bool(uint32_t)>& /*on_token*/) {
     return 0;
   }
 };

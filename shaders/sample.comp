@@ -8,7 +8,9 @@
 // f64 quotient rounded once: the correctly rounded f32 quotient, as route.comp), the weights exp(z − z_max) by the
 // sampler's written-out f64 exp (vocab_pass.hpp; `precise`, so no fused multiply-add), top-p's fixed-point masses
 // summed as integers, and the draw's block sums added in the sampler's order. Passes (SAMPLE_PASS):
-//   1 (grid)  z = NaN → −inf, then l / T; z_max by an atomic maximum of its order key (ctrl[0]).
+//   1 (grid)  z = NaN → −inf, the penalties (repetition on the prompt's and the output's tokens, then presence and
+//             frequency on the output's: the sampler's apply_penalties), then l / T; z_max by an atomic maximum of
+//             its order key (ctrl[0]).
 //   2 (grid)  z_max = ±inf: the first index holding it (ctrl[1]); else w = exp(z − z_max); with top-p each mass
 //             into level 0 of the histogram of the descending key (its top 8 bits).
 //   3 (grid, level L = 1..3)  the cut's prefix from levels < L; masses of the entries under that prefix into level
@@ -30,11 +32,13 @@
 #include "common/base.glsl"
 
 layout(push_constant) uniform sample_pc {
-  uint n, level, mass_bits, flags;   // flags: 1 top-p, 2 min-p, 4 top-k, 8 top-k in two stages (level: k)
+  uint n, level, mass_bits, flags;   // flags: 1 top-p, 2 min-p, 4 top-k, 8 top-k in two stages (level: k), 16 penalties
   float temp, top_p, min_p;
   uint tile;                         // two-stage top-k: tokens per first-stage row
   uint lo, so, ro, oo;               // word offsets of logits, scratch, out; rng in 64-bit words
   uint ncand, pad1, pad2, pad3;      // two-stage top-k: first-stage candidates
+  float rep, pres, freq;             // repetition, presence, frequency penalties (flag 16)
+  uint seo;                          // word offset of the seen counts (binding 4)
 } pc;
 layout(std430, binding = 0) readonly buffer L { float logits[]; };
 layout(std430, binding = 1) buffer SU { uint su[]; };
@@ -42,6 +46,9 @@ layout(std430, binding = 1) buffer SF { float sf[]; };
 layout(std430, binding = 1) buffer SD { double sd[]; };
 layout(std430, binding = 2) buffer R { uint64_t rng[]; };
 layout(std430, binding = 3) writeonly buffer O { uint oi[]; };
+// Penalties (flag 16): per token its count in the output so far, bit 31 set for a token of the prompt (the
+// sampler's counts_ and prompt flag); pass 8 counts the chosen token.
+layout(std430, binding = 4) buffer SEEN { uint seen[]; };
 
 // Scratch layout (32-bit words from pc.so; kernels::sample_scratch_bytes): ctrl, the histogram, then per token.
 #define CTRL 0u
@@ -261,6 +268,16 @@ void main() {
   if (i < n) {
     float l = logits[pc.lo + i];
     if (isnan(l)) l = -F32_INF;
+    if ((pc.flags & 16u) != 0u) {  // the sampler's apply_penalties, operation for operation
+      const uint sw = seen[pc.seo + i], c = sw & 0x7FFFFFFFu;
+      if (pc.rep != 1.0 && (c > 0u || (sw & 0x80000000u) != 0u))
+        l = l < 0.0 ? l * pc.rep : float(double(l) / double(pc.rep));
+      if (c > 0u) {
+        precise const float t = float(c) * pc.freq + pc.pres;
+        precise const float d = l - t;
+        l = d;
+      }
+    }
     const float z = pc.temp == 1.0 ? l : float(double(l) / double(pc.temp));
     sf[pc.so + Z_AT + i] = z;
     k = key_of(z);
@@ -403,7 +420,7 @@ void main() {
   // block sums, each in order (the sampler's pick(): blocks of 64 weights): a workgroup stages 32 blocks of the
   // candidates' weights in shared memory with coalesced loads, then 32 invocations add one block each
   if (isinf(zmax_of())) return;
-  const bool ident = pc.flags == 0u;
+  const bool ident = (pc.flags & 7u) == 0u;  // no top-p, min-p or top-k: the vocabulary in index order
   const uint cnt = ident ? n : su[pc.so + CTRL + C_CNT];
   const uint wv = ident ? (pc.so + w_at()) / 2u : (pc.so + wc_at()) / 2u;
   const uint b0 = wg_index() * 32u, nb = (cnt + 63u) / 64u;
@@ -421,10 +438,14 @@ void main() {
   draw_uniform();
   const double u = s_u01;
   if (isinf(zmax_of())) {
-    if (lid == 0u) oi[pc.oo] = 0xFFFFFFFFu - su[pc.so + CTRL + C_FIRST];
+    if (lid == 0u) {
+      const uint tok = 0xFFFFFFFFu - su[pc.so + CTRL + C_FIRST];
+      oi[pc.oo] = tok;
+      if ((pc.flags & 16u) != 0u) seen[pc.seo + tok] += 1u;
+    }
     return;
   }
-  const bool ident = pc.flags == 0u;
+  const bool ident = (pc.flags & 7u) == 0u;  // no top-p, min-p or top-k: the vocabulary in index order
   const uint cnt = ident ? n : su[pc.so + CTRL + C_CNT];
   const uint wv = ident ? (pc.so + w_at()) / 2u : (pc.so + wc_at()) / 2u;
   const uint nb = (cnt + 63u) / 64u, bs = (pc.so + bsum_at()) / 2u;
@@ -490,6 +511,8 @@ void main() {
   for (uint j = cnt; pick < 0 && j-- > 0u;)
     if (sd[wv + j] > 0.0LF) pick = int(j);
   if (pick < 0) pick = 0;
-  oi[pc.oo] = ident ? uint(pick) : su[pc.so + cidx_at() + uint(pick)];
+  const uint tok = ident ? uint(pick) : su[pc.so + cidx_at() + uint(pick)];
+  oi[pc.oo] = tok;
+  if ((pc.flags & 16u) != 0u) seen[pc.seo + tok] += 1u;
 #endif
 }

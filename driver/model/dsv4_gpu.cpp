@@ -300,7 +300,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
   if (logits_mode) {
     k.matmul(*cur, head, u, 1, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
-    if (logits_mode == 3) k.sample(*cur, logits, cf.vocab, sample_set, rng_state, sample_scratch, best);
+    if (logits_mode == 3)
+      k.sample(*cur, logits, cf.vocab, sample_set, rng_state, sample_scratch, best, sample_pen ? view(sample_seen) : view());
     if (logits_mode >= 2 && ring_slot >= 0) cur->copy(view(best, 0, 4), view(ids_ring, uint64_t(ring_slot) * 4, 4), 4);
     ts.mark(&dsv4_gpu_profile::head);
   }
@@ -554,18 +555,26 @@ uint64_t dsv4_gpu_model::decode_greedy_each(uint32_t first, uint64_t max, const 
 }
 
 bool dsv4_gpu_model::samples_on_device() const noexcept { return chains_decode() && p_->k.has_sample(); }
-uint64_t dsv4_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, const gpu::kernels::sample_settings& s,
-                                             const mt19937_64_state& rng, const std::function<bool(uint32_t)>& on_token) {
+uint64_t dsv4_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, const device_sampling& ds,
+                                             const std::function<bool(uint32_t)>& on_token) {
   impl& m = *p_;
   if (!samples_on_device()) throw usage_error("gpu model: this graph / device does not sample on the device");
+  if (!ds.seen.empty() && ds.seen.size() != m.cfg.vocab)
+    throw usage_error("gpu model: the penalty state holds " + std::to_string(ds.seen.size()) + " tokens, not the vocabulary's " +
+                      std::to_string(m.cfg.vocab));
   if (!m.rng_state) {
     m.rng_state = m.dev.alloc(gpu::kernels::sample_rng_bytes);
     m.sample_scratch = m.dev.alloc(gpu::kernels::sample_scratch_bytes(m.cfg.vocab));
   }
-  std::vector<uint64_t> words(rng.x.begin(), rng.x.end());
-  words.push_back(rng.index);
+  std::vector<uint64_t> words(ds.rng.x.begin(), ds.rng.x.end());
+  words.push_back(ds.rng.index);
   m.dev.upload(m.rng_state, words);
-  m.sample_set = s;
+  if (!ds.seen.empty()) {
+    if (!m.sample_seen) m.sample_seen = m.dev.alloc(uint64_t(m.cfg.vocab) * 4);
+    m.dev.upload(m.sample_seen, ds.seen);
+  }
+  m.sample_set = ds.settings;
+  m.sample_pen = !ds.seen.empty();
   return m.decode_chained(first, max, on_token, 3);
 }
 

@@ -120,8 +120,8 @@ class dsv4_gpu_model final : public gpu_graph {
   /// Sampled steps chained on the device (gpu_graph::decode_sampled_each): where chains_decode and the device has
   /// kernels::sample.
   bool samples_on_device() const noexcept override;
-  uint64_t decode_sampled_each(uint32_t first, uint64_t max, const gpu::kernels::sample_settings& s,
-                               const mt19937_64_state& rng, const std::function<bool(uint32_t)>& on_token) override;
+  uint64_t decode_sampled_each(uint32_t first, uint64_t max, const device_sampling& ds,
+                               const std::function<bool(uint32_t)>& on_token) override;
   uint64_t max_ctx() const noexcept override;
   /// Several positions: in chunks of prefill_chunk (one recording each), or token by token (chunk 0/1, the expert
   /// cache, a single id). last: the logits of the last id.

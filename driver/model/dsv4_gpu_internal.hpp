@@ -65,7 +65,8 @@ struct dsv4_gpu_model::impl {
   /// Sampling on the device (logits_mode 3, kernels::sample): the settings of the current chain, the MT19937-64
   /// state it continues (uploaded before the chain), the sampler's scratch — allocated on first use.
   gpu::kernels::sample_settings sample_set;
-  gpu::buffer rng_state, sample_scratch;
+  bool sample_pen = false;  // penalties: sample_seen holds the sampler's penalty_state words
+  gpu::buffer rng_state, sample_scratch, sample_seen;
   static constexpr uint32_t ring_slots = 4;
   std::shared_ptr<const void> keep_alive;
   gpu::device& dev;

@@ -10,8 +10,7 @@
 #include <vector>
 
 #include "cmfx/core/error.hpp"
-#include "cmfx/sample/rng.hpp"
-#include "cmfx/vk/kernels.hpp"
+#include "device_sampling.hpp"
 #include "gpu_expert_cache.hpp"
 
 namespace cmfx::driver {
@@ -97,11 +96,11 @@ class gpu_graph {
   /// Whether decode_sampled_each is available (the steps chained on the device, kernels::sample there).
   virtual bool samples_on_device() const noexcept { return false; }
   /// Sampled decode chained on the device: as decode_greedy_each, each step's token drawn on the device from its
-  /// logits with settings s (cmfx::sampler's choice, bit for bit: sampling_params::device_samplable), continuing
-  /// the MT19937-64 stream from `rng` with one draw per step. The caller's sampler records each handed-over id with
+  /// logits as the host sampler ds came from would (cmfx::sampler's choice, bit for bit: sampling_params::
+  /// device_samplable), continuing its MT19937-64 stream with one draw per step (and its penalty counts). The caller's sampler records each handed-over id with
   /// accept_drawn (a step run ahead of a stop drew too; the host's state, not the device's, carries on).
-  virtual uint64_t decode_sampled_each(uint32_t /*first*/, uint64_t /*max*/, const gpu::kernels::sample_settings& /*s*/,
-                                       const mt19937_64_state& /*rng*/, const std::function<bool(uint32_t)>& /*on_token*/) {
+  virtual uint64_t decode_sampled_each(uint32_t /*first*/, uint64_t /*max*/, const device_sampling& /*ds*/,
+                                       const std::function<bool(uint32_t)>& /*on_token*/) {
     throw usage_error("gpu model: this graph does not sample on the device");
   }
   /// decode_greedy_each for n steps; returns the n argmax ids (the last one not yet run).

@@ -13,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cmfx/sample/rng.hpp"
-#include "cmfx/vk/kernels.hpp"
+#include "model/device_sampling.hpp"
 
 namespace cmfx::driver {
 class dsv4_model;
@@ -67,11 +66,10 @@ class engine {
                                 const std::function<bool(uint32_t)>& /*on_token*/) {
     return 0;
   }
-  /// The same with the tokens drawn on the device (gpu_graph::decode_sampled_each: settings s, continuing the
-  /// sampler's RNG state `rng`; the scheduler records each id in the slot's sampler).
+  /// The same with the tokens drawn on the device (gpu_graph::decode_sampled_each: as the slot's sampler ds came
+  /// from; the scheduler records each id in that sampler).
   virtual bool can_sample(unsigned /*slot*/, uint64_t /*steps*/) const { return false; }
-  virtual uint64_t chain_sampled(unsigned /*slot*/, uint32_t /*first*/, uint64_t /*max*/,
-                                 const gpu::kernels::sample_settings& /*s*/, const mt19937_64_state& /*rng*/,
+  virtual uint64_t chain_sampled(unsigned /*slot*/, uint32_t /*first*/, uint64_t /*max*/, const device_sampling& /*ds*/,
                                  const std::function<bool(uint32_t)>& /*on_token*/) {
     return 0;
   }

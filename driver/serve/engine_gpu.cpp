@@ -87,9 +87,9 @@ class gpu_engine final : public engine {
     return r_.model().decode_greedy_each(first, max, on_token);
   }
   bool can_sample(unsigned s, uint64_t steps) const override { return can_chain(s, steps) && r_.model().samples_on_device(); }
-  uint64_t chain_sampled(unsigned, uint32_t first, uint64_t max, const gpu::kernels::sample_settings& s,
-                         const mt19937_64_state& rng, const std::function<bool(uint32_t)>& on_token) override {
-    return r_.model().decode_sampled_each(first, max, s, rng, on_token);
+  uint64_t chain_sampled(unsigned, uint32_t first, uint64_t max, const device_sampling& ds,
+                         const std::function<bool(uint32_t)>& on_token) override {
+    return r_.model().decode_sampled_each(first, max, ds, on_token);
   }
 
  private:

@@ -229,8 +229,8 @@ bool scheduler::try_chain() {
   slot& s = *one;
   const gen_request& req = s.j->req;
   const sampling_params& sp = req.sp;
-  // greedy: the device's argmax; sampled without penalties, top-k or logprobs: drawn on the device (the slot's
-  // sampler's choices, bit for bit), each id recorded in that sampler
+  // greedy: the device's argmax; sampled without logprobs (top-k ≤ 2048): drawn on the device (the slot's sampler's
+  // choices, bit for bit, penalties included), each id recorded in that sampler
   const bool greedy = sp.pure_greedy();
   const bool sampled = !greedy && o_.device_sampling && s.smp && s.smp->params().device_samplable(vocab_, gpu::kernels::sample_max_top_k);
   if (req.top_logprobs >= 0 || !(greedy || sampled)) return false;
@@ -267,8 +267,7 @@ bool scheduler::try_chain() {
     if (greedy) {
       model_.chain_greedy(s.id, prev, room, on_token);
     } else {
-      const sampling_params& p = s.smp->params();
-      model_.chain_sampled(s.id, prev, room, {p.temperature, p.top_p, p.min_p, uint32_t(std::max(p.top_k, 0))}, s.smp->rng_state(), on_token);
+      model_.chain_sampled(s.id, prev, room, device_sampling::of(*s.smp), on_token);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cmfx serve: generation failed: %s\n", e.what());

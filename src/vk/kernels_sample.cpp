@@ -17,8 +17,10 @@ struct sample_pc {
   uint32_t tile;
   uint32_t lo, so, ro, oo;
   uint32_t ncand, pad1, pad2, pad3;
+  float rep, pres, freq;
+  uint32_t seo;
 };
-static_assert(sizeof(sample_pc) == 64);
+static_assert(sizeof(sample_pc) == 80);
 
 // Scratch layout in 32-bit words (sample.comp's ctrl / histogram, then z, w, wc, cidx, cnt_wg, bsum, kidx).
 constexpr uint64_t head_words = 16 + 4096;
@@ -41,7 +43,8 @@ uint64_t kernels::sample_scratch_bytes(uint32_t n) { return (corig_words(n) + ca
 
 bool kernels::has_sample() const { return p_ && detail::op_env_of(*p_).info.float64_ops && detail::op_env_of(*p_).info.int64; }
 
-void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings& s, view rng, view scratch, view out) {
+void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings& s, view rng, view scratch, view out,
+                     view seen) {
   const detail::op_env e = detail::op_env_of(*p_);
   if (!e.info.float64_ops || !e.info.int64) throw usage_error("sample: the device has no f64 or 64-bit integers in shaders");
   if (n == 0 || n > sample_max_n) throw usage_error("sample: n must be in [1, " + std::to_string(sample_max_n) + "]");
@@ -49,6 +52,11 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) throw usage_error("sample: top_p must be in (0, 1]");
   if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) throw usage_error("sample: min_p must be in [0, 1]");
   const bool top_k = s.top_k > 0 && s.top_k < n;
+  const bool pen = s.repetition_penalty != 1.0f || s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f;
+  if (!(s.repetition_penalty > 0.0f) || !std::isfinite(s.repetition_penalty) || !std::isfinite(s.presence_penalty) ||
+      !std::isfinite(s.frequency_penalty))
+    throw usage_error("sample: repetition_penalty must be > 0 and the penalties finite");
+  if (pen) detail::need_view(seen, uint64_t(n) * 4, "sample", "seen");
   if (top_k && s.top_k > sample_max_top_k)
     throw usage_error("sample: top_k " + std::to_string(s.top_k) + " > " + std::to_string(sample_max_top_k));
   if (c.in_concurrent()) throw usage_error("sample: several dependent dispatches, not inside begin_concurrent");
@@ -59,7 +67,7 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   detail::need_view(scratch, sb_bytes, "sample", "scratch");
   detail::need_view(out, 4, "sample", "out");
   const detail::bound lb = e.bind(logits, uint64_t(n) * 4), rb = e.bind(rng, sample_rng_bytes),
-                      sb = e.bind(scratch, sb_bytes), ob = e.bind(out, 4);
+                      sb = e.bind(scratch, sb_bytes), ob = e.bind(out, 4), nb = e.bind(pen ? seen : view(), uint64_t(n) * 4);
   if (sb.residual % 8 || rb.residual % 8) throw usage_error("sample: scratch / rng binding not 8-byte aligned");
   const bool cut = s.top_p < 1.0f, minp = s.min_p > 0.0f;
   // top-k over a long vocabulary in two stages: rows of `tile` ≥ 4k tokens each give their k best in index order
@@ -70,9 +78,10 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   const uint32_t ktail = std::min(s.top_k, tail);
   const uint32_t ncand = two_stage ? full * s.top_k + ktail : 0;
   sample_pc pc{n, 0, uint32_t(top_p_mass_bits(n)),
-               (cut ? 1u : 0u) | (minp ? 2u : 0u) | (top_k ? 4u : 0u) | (two_stage ? 8u : 0u), s.temperature, s.top_p,
-               s.min_p, tile, lb.residual / 4, sb.residual / 4, rb.residual / 8, ob.residual / 4, ncand, 0, 0, 0};
-  const detail::binding b[4] = {lb.b, sb.b, rb.b, ob.b};
+               (cut ? 1u : 0u) | (minp ? 2u : 0u) | (top_k ? 4u : 0u) | (two_stage ? 8u : 0u) | (pen ? 16u : 0u),
+               s.temperature, s.top_p, s.min_p, tile, lb.residual / 4, sb.residual / 4, rb.residual / 8, ob.residual / 4,
+               ncand, 0, 0, 0, s.repetition_penalty, s.presence_penalty, s.frequency_penalty, nb.residual / 4};
+  const detail::binding b[5] = {lb.b, sb.b, rb.b, ob.b, nb.b};
   // ctrl and the histogram start at zero
   c.fill(view(*scratch.buf, scratch.offset, head_words * 4), head_words * 4, 0);
   const uint64_t groups = (uint64_t(n) + detail::op_env::wg - 1) / detail::op_env::wg;
@@ -81,7 +90,7 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   auto run = [&](int pass, uint32_t level, bool grid) {
     pc.level = level;
     const std::string defs = "#define SAMPLE_PASS " + std::to_string(pass) + "\n" + detail::def_u("SAMPLE_MAX_TOP_K", sample_max_top_k);
-    detail::dispatch(c.impl(), e.pipe("sample.comp", defs, detail::op_env::wg, 4, sizeof pc), b, &pc, sizeof pc,
+    detail::dispatch(c.impl(), e.pipe("sample.comp", defs, detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc,
                      grid ? gx : 1, grid ? gy : 1);
   };
   run(1, 0, true);
@@ -100,7 +109,7 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
     uint32_t cx, cy;
     e.grid((ncand + detail::op_env::wg - 1) / detail::op_env::wg, cx, cy);
     detail::dispatch(c.impl(), e.pipe("sample.comp", "#define SAMPLE_PASS 10\n" + detail::def_u("SAMPLE_MAX_TOP_K", sample_max_top_k),
-                                      detail::op_env::wg, 4, sizeof pc), b, &pc, sizeof pc, cx, cy);
+                                      detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc, cx, cy);
     topk(c, part(cval_words(n), uint64_t(ncand) * 4), 1, ncand, k, part(kidx_words(n), uint64_t(k) * 4));
     run(9, k, false);
   } else if (cut) {
@@ -116,7 +125,7 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   e.grid(bgroups, bx, by);
   pc.level = 0;
   detail::dispatch(c.impl(), e.pipe("sample.comp", "#define SAMPLE_PASS 7\n" + detail::def_u("SAMPLE_MAX_TOP_K", sample_max_top_k),
-                                    detail::op_env::wg, 4, sizeof pc), b, &pc, sizeof pc, bx, by);
+                                    detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc, bx, by);
   run(8, 0, false);
 }
 

@@ -214,7 +214,7 @@ std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uin
 /// k ids (the step the device ran ahead drew one number more: the host's sampler state carries on, not the
 /// device's), then continued: the same ids throughout, and the two samplers' RNG states agree at the end.
 std::string sampled_chain_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, int32_t top_k,
-                               uint64_t seed, std::string& info) {
+                               bool penalties, uint64_t seed, std::string& info) {
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
@@ -232,12 +232,15 @@ std::string sampled_chain_case(suite& s, const std::string& path, uint64_t promp
   (void)stepped.forward(ids, false);
   sampling_params sp;
   sp.temperature = 1.2f, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.top_k = top_k, sp.seed = g();
+  if (penalties) sp.repetition_penalty = 1.3f, sp.presence_penalty = 0.5f, sp.frequency_penalty = 0.4f;
   sampler on_dev(V, sp), on_host(V, sp);
-  const gpu::kernels::sample_settings set{sp.temperature, sp.top_p, sp.min_p, uint32_t(top_k)};
+  const std::vector<int32_t> prompt_ids(ids.begin(), ids.end());
+  on_dev.set_prompt(prompt_ids);
+  on_host.set_prompt(prompt_ids);
   uint32_t first = pick(g), k = n / 3;
   std::vector<uint32_t> got;
   auto chain = [&](uint32_t from, uint32_t max, uint32_t stop_after) {
-    return chained.decode_sampled_each(from, max, set, on_dev.rng_state(), [&](uint32_t id) {
+    return chained.decode_sampled_each(from, max, device_sampling::of(on_dev), [&](uint32_t id) {
       on_dev.accept_drawn(int32_t(id));
       got.push_back(id);
       return got.size() < stop_after;
@@ -254,6 +257,10 @@ std::string sampled_chain_case(suite& s, const std::string& path, uint64_t promp
   if (chained.pos() != stepped.pos()) return "positions differ after the chains";
   if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)
     return "the samplers' RNG states differ after the chains";
+  std::vector<uint32_t> cd(V), ch(V);
+  on_dev.penalty_state(cd);
+  on_host.penalty_state(ch);
+  if (cd != ch) return "the samplers' token counts differ after the chains";
   std::set<uint32_t> distinct(got.begin(), got.end());
   info = std::to_string(k) + " + " + std::to_string(n - k) + " ids drawn on the device == the host's sampler (" +
          std::to_string(distinct.size()) + " distinct)";
@@ -738,11 +745,12 @@ void model_cases(suite& s) {
     return chained_case(s, files.make("release", "native"), 8, 20, seed, info);
   });
   s.run("model_v4", "-", "sampled decode chained on the device, cmf q4tp toy, 12 + 24 tokens", [&](uint64_t seed, std::string& info) {
-    return sampled_chain_case(s, files.make("cmf", "q4tp"), 12, 24, 0, seed, info);
+    return sampled_chain_case(s, files.make("cmf", "q4tp"), 12, 24, 0, false, seed, info);
   });
-  s.run("model_v4", "-", "sampled decode chained on the device, top-k 30, cmf q4tp toy, 8 + 12 tokens", [&](uint64_t seed, std::string& info) {
-    return sampled_chain_case(s, files.make("cmf", "q4tp"), 8, 12, 30, seed, info);
-  });
+  s.run("model_v4", "-", "sampled decode chained on the device, top-k 30 + penalties, cmf q4tp toy, 8 + 12 tokens",
+        [&](uint64_t seed, std::string& info) {
+          return sampled_chain_case(s, files.make("cmf", "q4tp"), 8, 12, 30, true, seed, info);
+        });
   s.run("model_v4", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp"), seed, info);
   });

@@ -69,8 +69,20 @@ std::string sample_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sampl
   sampling_params sp;
   sp.temperature = set.temperature, sp.top_p = set.top_p, sp.min_p = set.min_p, sp.seed = r.g();
   sp.top_k = int32_t(set.top_k);
+  sp.repetition_penalty = set.repetition_penalty, sp.presence_penalty = set.presence_penalty;
+  sp.frequency_penalty = set.frequency_penalty;
   sampler smp(n, sp);
+  const bool pen = sp.has_penalties();
+  if (pen) {  // a prompt of n / 8 random tokens (some repeated), then a few host draws: counts of 0, 1 and more
+    std::vector<int32_t> prompt(std::max<uint32_t>(1, n / 8));
+    for (int32_t& t : prompt) t = int32_t(r.below(n));
+    smp.set_prompt(prompt);
+    for (int i = 0; i < 6; ++i) smp.accept(prompt[r.below(prompt.size())]);
+  }
   for (uint32_t i = 0; i < warm; ++i) (void)smp.sample(make_logits(r, n, logit_kind::spread));
+  std::vector<uint32_t> seen(n);
+  smp.penalty_state(seen);
+  const gpu::buffer nb = upload(s.dev, seen);
   const gpu::buffer lb = s.dev.alloc(uint64_t(n) * 4), rb = upload(s.dev, state_words(smp.rng_state()));
   const gpu::buffer sb = s.dev.alloc(gpu::kernels::sample_scratch_bytes(n));
   guarded out(s.dev, 4, 0xDEADBEEFu);
@@ -80,7 +92,7 @@ std::string sample_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sampl
     s.dev.upload(lb, l);
     s.dev.upload(out.payload(), std::vector<uint32_t>{0xDEADBEEFu});
     gpu::commands c = s.dev.begin();
-    s.kern.sample(c, lb, n, set, rb, sb, out.payload());
+    s.kern.sample(c, lb, n, set, rb, sb, out.payload(), pen ? gpu::view(nb) : gpu::view());
     s.submit(c);
     uint32_t got = 0;
     std::string why;
@@ -94,6 +106,12 @@ std::string sample_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sampl
   std::vector<uint64_t> st(313);
   s.dev.download(rb, st.data(), st.size() * 8);
   if (st != state_words(smp.rng_state())) return "the device's RNG state differs from the sampler's after the draws";
+  if (pen) {
+    std::vector<uint32_t> got(n);
+    s.dev.download(nb, got.data(), got.size() * 4);
+    smp.penalty_state(seen);
+    if (got != seen) return "the device's penalty counts differ from the sampler's after the draws";
+  }
   info = std::to_string(draws) + " draws identical, up to " + std::to_string(kept_max) + " candidates";
   return {};
 }
@@ -109,8 +127,10 @@ void sample_cases(suite& s) {
   using set = gpu::kernels::sample_settings;
   auto c = [&](uint32_t n, set st, logit_kind kind, uint32_t draws, const char* note, uint32_t warm = 0) {
     char name[160];
-    std::snprintf(name, sizeof name, "n=%u T=%g top_p=%g min_p=%g top_k=%u %s", n, double(st.temperature),
-                  double(st.top_p), double(st.min_p), st.top_k, note);
+    std::snprintf(name, sizeof name, "n=%u T=%g top_p=%g min_p=%g top_k=%u%s %s", n, double(st.temperature),
+                  double(st.top_p), double(st.min_p), st.top_k,
+                  st.repetition_penalty != 1.0f || st.presence_penalty != 0.0f || st.frequency_penalty != 0.0f
+                      ? " penalties" : "", note);
     s.run("sample", "-", name, [=, &s](uint64_t seed, R& info) {
       return sample_case(s, seed, n, st, kind, draws, warm, info);
     });
@@ -137,7 +157,12 @@ void sample_cases(suite& s) {
   c(4196, {1.0f, 1.0f, 0.0f, 300}, logit_kind::flat_ties, 4, "top-k, a last row shorter than k");
   c(4097, {1.0f, 0.5f, 0.0f, 64}, logit_kind::all_equal, 3, "top-k of equal logits");
   c(4097, {1.0f, 0.9f, 0.0f, 17}, logit_kind::specials, 4, "top-k, NaN / -inf / +-0");
+  c(4097, {0.9f, 1.0f, 0.0f, 0, 1.3f, 0.0f, 0.0f}, logit_kind::flat, 6, "repetition penalty");
+  c(4097, {1.0f, 0.9f, 0.0f, 0, 1.0f, 0.4f, 0.25f}, logit_kind::flat, 6, "presence + frequency penalties, top-p");
+  c(4097, {0.8f, 0.95f, 0.02f, 40, 1.1f, -0.3f, 0.6f}, logit_kind::specials, 6, "all penalties, top-k, NaN / -inf / +-0");
+  c(4097, {1.0f, 1.0f, 0.0f, 0, 1.2f, 0.5f, 0.5f}, logit_kind::plus_inf, 3, "penalties, +inf logits");
   c(129280, {1.0f, 1.0f, 0.0f}, logit_kind::spread, 3, "V4 vocabulary");
+  c(129280, {0.7f, 0.95f, 0.05f, 0, 1.05f, 0.2f, 0.1f}, logit_kind::flat, 3, "V4 vocabulary, penalties, top-p + min-p");
   c(129280, {0.7f, 0.95f, 0.0f, 40}, logit_kind::flat_ties, 3, "V4 vocabulary, top-k 40 + top-p");
   c(129280, {1.0f, 1.0f, 0.0f, 1}, logit_kind::flat, 3, "V4 vocabulary, top-k 1");
   c(129280, {1.0f, 0.99f, 0.0f, 2048}, logit_kind::flat_ties, 3, "V4 vocabulary, top-k 2048 + top-p, equal logits");

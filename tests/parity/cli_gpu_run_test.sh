@@ -41,12 +41,12 @@ check "-p: exit 0" test $? -eq 0
 check "-p: generated ids as the CPU's" test "$(grep '^generated ids' "$T/p.gpu")" = "$(grep '^generated ids' "$T/p.cpu")"
 check "-p: stats line" grep -qE 'generated [0-9]+ tokens' "$T/p.gpu"
 
-# sampled (temperature, top-p, min-p, top-k, a seed): drawn on the device (chained) or from the logits read back, the same ids
-"${GPU[@]}" -p "Hello there" --temp 1.1 --top-p 0.95 --min-p 0.02 --top-k 50 --seed 7 -n 20 --no-stop --print-ids -v \
+# sampled (temperature, top-p, min-p, top-k, a repetition penalty, a seed): drawn on the device (chained) or from the logits read back, the same ids
+"${GPU[@]}" -p "Hello there" --temp 1.1 --top-p 0.95 --min-p 0.02 --top-k 50 --repeat-penalty 1.2 --seed 7 -n 20 --no-stop --print-ids -v \
   >/dev/null 2>"$T/s.dev"
 check "-p sampled on the device: exit 0" test $? -eq 0
 check "-p sampled on the device: drawn there" grep -q "decode sampled on the device" "$T/s.dev"
-"${GPU[@]}" -p "Hello there" --temp 1.1 --top-p 0.95 --min-p 0.02 --top-k 50 --seed 7 -n 20 --no-stop --print-ids \
+"${GPU[@]}" -p "Hello there" --temp 1.1 --top-p 0.95 --min-p 0.02 --top-k 50 --repeat-penalty 1.2 --seed 7 -n 20 --no-stop --print-ids \
   --sampling host -v >/dev/null 2>"$T/s.host"
 check "-p sampled on the host: read back" grep -q "decode step by step" "$T/s.host"
 check "-p sampled: device ids == host ids" test "$(grep '^generated ids' "$T/s.dev")" = "$(grep '^generated ids' "$T/s.host")"

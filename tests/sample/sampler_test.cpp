@@ -116,7 +116,11 @@ TEST(Sampler, OneDrawPerSampledTokenEvenForInfiniteLogits) {
   EXPECT_TRUE(p.device_samplable(16, 4));  // a device top-k of up to 4
   p.top_k = 0;
   p.repetition_penalty = 1.1f;
+  EXPECT_TRUE(p.device_samplable(16));  // penalties: from penalty_state
+  EXPECT_TRUE(p.has_penalties());
+  p.logprobs = true;
   EXPECT_FALSE(p.device_samplable(16));
+  p.logprobs = false;
   p.repetition_penalty = 1.0f;
   p.temperature = 0.0f;
   EXPECT_FALSE(p.device_samplable(16));

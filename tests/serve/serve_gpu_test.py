@@ -135,10 +135,11 @@ check("gpu /metrics: greedy decode chained on the device", (metric(m, "cmfx_deco
       metric(m, "cmfx_decode_chained_tokens_total"))
 check("cpu /metrics: backend cpu", 'cmfx_backend_info{backend="cpu"' in metrics(cpu))
 
-# A sampled request (temperature, top-p, min-p, a seed): drawn on the device, chained (--sampling device, the
+# A sampled request (temperature, top-p, min-p, penalties, a seed): drawn on the device, chained (--sampling device, the
 # default), and on a second server from the logits read back (--sampling host): the same text, token for token.
 SAMPLED = ("/v1/completions", {"model": "toy-f32", "prompt": PROMPT, "max_tokens": 16, "temperature": 1.1,
-                               "top_p": 0.95, "min_p": 0.02, "seed": 1234, "ignore_eos": True})
+                               "top_p": 0.95, "min_p": 0.02, "seed": 1234, "ignore_eos": True,
+                               "presence_penalty": 0.5, "frequency_penalty": 0.3})
 chained_before = metric(metrics(gpu), "cmfx_decode_chained_tokens_total") or 0
 st, dev_j = post(gpu, *SAMPLED)
 check("gpu sampled request: 200", st == 200, dev_j)

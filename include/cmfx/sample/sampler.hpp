@@ -90,13 +90,16 @@ struct sampling_params {
     return temperature <= 0.0f && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
            !logprobs && top_logprobs == 0;
   }
-  /// What a device sampler (gpu::kernels::sample) computes exactly as sample() does: a temperature, top-p, min-p and
-  /// a top-k of at most max_top_k (k ≥ vocab is no top-k) over a vocabulary of `vocab`, without penalties or
-  /// logprobs — the choice and one draw of the RNG per token; the host then records it with sampler::accept_drawn.
+  /// What a device sampler (gpu::kernels::sample) computes exactly as sample() does: a temperature, top-p, min-p, a
+  /// top-k of at most max_top_k (k ≥ vocab is no top-k) and the penalties (from sampler::penalty_state) over a
+  /// vocabulary of `vocab`, without logprobs — the choice and one draw of the RNG per token; the host then records
+  /// it with sampler::accept_drawn.
   bool device_samplable(size_t vocab, size_t max_top_k = 0) const noexcept {
     const bool k_ok = top_k <= 0 || static_cast<size_t>(top_k) >= vocab || static_cast<size_t>(top_k) <= max_top_k;
-    return temperature > 0.0f && k_ok && repetition_penalty == 1.0f && presence_penalty == 0.0f &&
-           frequency_penalty == 0.0f && !logprobs && top_logprobs == 0;
+    return temperature > 0.0f && k_ok && !logprobs && top_logprobs == 0;
+  }
+  bool has_penalties() const noexcept {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
   }
 };
 
@@ -185,6 +188,12 @@ class sampler {
   }
   /// The RNG's state: where the next draw continues (a device sampler starts from it).
   const mt19937_64_state& rng_state() const noexcept { return rng_.state(); }
+  /// What the penalties depend on, one word per token (a device sampler's `seen`): the token's count in the output,
+  /// bit 31 set for a token of the prompt (set_prompt).
+  void penalty_state(std::span<uint32_t> out) const {
+    if (out.size() != vocab_) throw usage_error("sampler: penalty_state needs one word per token");
+    for (size_t i = 0; i < vocab_; ++i) out[i] = counts_[i] | ((flags_[i] & flag_prompt) ? 0x80000000u : 0u);
+  }
   /// Forgets prompt and output, reseeds the RNG with params().seed.
   void reset() {
     for (const int32_t t : touched_) {

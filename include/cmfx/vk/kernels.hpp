@@ -248,6 +248,7 @@ class kernels {
   struct sample_settings {
     float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
     uint32_t top_k = 0;
+    float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;  ///< need `seen`
   };
   /// Largest top-k of sample() (its candidates come from topk()).
   static constexpr uint32_t sample_max_top_k = topk_max_k;
@@ -260,10 +261,13 @@ class kernels {
   bool has_sample() const;
   /// out[0] (uint32) = the token cmfx::sampler::sample would choose from logits [n] with these settings and the
   /// MT19937-64 state in rng (sample_rng_bytes; advanced by the one draw, as the sampler draws) — bit for bit the
-  /// same choice (sampling_params::device_samplable(n, sample_max_top_k): no penalties or logprobs). scratch: sample_scratch_bytes
+  /// same choice (sampling_params::device_samplable(n, sample_max_top_k): no logprobs). With a penalty, seen (uint32
+  /// [n], sampler::penalty_state's words: the output count, bit 31 for a prompt token) is read and the chosen
+  /// token counted there, as sample() records it. scratch: sample_scratch_bytes
   /// (n), its view 16-byte aligned; the rng view 8-byte aligned. 5–10 dispatches (fewer without top-p / min-p) and a
   /// fill; not inside begin_concurrent.
-  void sample(commands& c, view logits, uint32_t n, const sample_settings& s, view rng, view scratch, view out);
+  void sample(commands& c, view logits, uint32_t n, const sample_settings& s, view rng, view scratch, view out,
+              view seen = {});
   // ---- V4.1 candidate blocks (dsv41_candidate_blocks; kernels_v41.cpp, docs/VULKAN.md "V4.1 kernels"):
   //      block_max → topk(blk, rows, nb, topk_blocks, idx) → mask_scores. nb = ceil(n / bs); lens (uint32 [rows],
   //      optional): row r has lens[r] ≤ n valid entries (no view: n), the rest count as absent.
