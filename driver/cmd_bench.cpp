@@ -158,6 +158,8 @@ int run_bench(const bench_args& a) {
   // Decode sampling (--temp > 0): drawn on the device, chained, or the host's sampler over the logits read back.
   sampling_params sp;
   sp.temperature = a.temp, sp.top_p = a.top_p, sp.min_p = a.min_p, sp.top_k = int32_t(a.top_k), sp.seed = a.seed;
+  sp.repetition_penalty = a.repeat_penalty, sp.presence_penalty = a.presence_penalty;
+  sp.frequency_penalty = a.frequency_penalty;
   const bool sampled = a.temp > 0.0f, on_device = sampled && a.sampling == "device";
   if (on_device && !(m.samples_on_device() && sp.device_samplable(m.vocab(), gpu::kernels::sample_max_top_k)))
     throw usage_error("bench: --sampling device needs a graph that chains its steps on a device with f64 and 64-bit "
@@ -193,6 +195,7 @@ int run_bench(const bench_args& a) {
   // reported beside it (the device's clocks may still be ramping up after the idle warm-up).
   std::vector<uint32_t> prompt(a.prompt);
   for (uint32_t& x : prompt) x = pick(g);
+  smp.set_prompt(std::vector<int32_t>(prompt.begin(), prompt.end()));  // the repetition penalty's prompt tokens
   const uint32_t reps = m.prefill_chunked() && a.prompt > 1 ? a.prefill_reps : 1;
   std::vector<std::pair<double, gpu_prefill_stats>> runs;
   for (uint32_t r = 0; r < reps; ++r) {
@@ -270,10 +273,11 @@ int run_bench(const bench_args& a) {
                 "%.1f ms (%.1f tok/s of device time)\n",
                 pre_stats.chunks, pre_stats.dispatches, pre_stats.prep_s * 1e3, pre_stats.record_s * 1e3,
                 pre_stats.device_s * 1e3, pre_stats.device_s > 0 ? double(a.prompt) / pre_stats.device_s : 0.0);
-  char how[160] = "greedy on the device";
+  char how[200] = "greedy on the device";
   if (sampled)
-    std::snprintf(how, sizeof how, "sampled %s: T %g, top-p %g, min-p %g, top-k %u",
-                  on_device ? "on the device" : "on the host", double(a.temp), double(a.top_p), double(a.min_p), a.top_k);
+    std::snprintf(how, sizeof how, "sampled %s: T %g, top-p %g, min-p %g, top-k %u%s",
+                  on_device ? "on the device" : "on the host", double(a.temp), double(a.top_p), double(a.min_p), a.top_k,
+                  sp.has_penalties() ? ", penalties" : "");
   std::printf("decode : %llu tokens in %.2f s = %.2f tok/s at positions %llu..%llu (batch 1, %s)\n",
               (unsigned long long)a.tokens, dec_s, dec_tps, (unsigned long long)a.prompt,
               (unsigned long long)(a.prompt + a.tokens), how);

@@ -223,6 +223,12 @@ int main(int argc, char** argv) {
   cb->add_option("--top-p", bench.top_p, "Decode nucleus mass (1 = off; with --temp)")->default_val(bench.top_p);
   cb->add_option("--min-p", bench.min_p, "Decode min-p (0 = off; with --temp)")->default_val(bench.min_p);
   cb->add_option("--top-k", bench.top_k, "Decode top-k (0 = off; with --temp)")->default_val(bench.top_k);
+  cb->add_option("--repeat-penalty", bench.repeat_penalty, "Decode repetition penalty (1 = off; with --temp)")
+      ->default_val(bench.repeat_penalty);
+  cb->add_option("--presence-penalty", bench.presence_penalty, "Decode presence penalty (0 = off; with --temp)")
+      ->default_val(bench.presence_penalty);
+  cb->add_option("--frequency-penalty", bench.frequency_penalty, "Decode frequency penalty (0 = off; with --temp)")
+      ->default_val(bench.frequency_penalty);
   cb->add_option("--sampling", bench.sampling,
                  "With --temp: device = drawn on the GPU, chained; host = logits read back, cmfx::sampler per step")
       ->check(CLI::IsMember({"device", "host"}))->default_val(bench.sampling);
