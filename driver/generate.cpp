@@ -135,47 +135,42 @@ std::vector<float> prompt_cache::step(uint32_t id) {
   return logits;
 }
 
-bool prompt_cache::chain_greedy(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
-  if (max == 0 || !b_->can_chain(max)) return false;
-  // the tokens the state runs: first, then every id handed over but the last (also when on_token throws)
+void prompt_cache::track_chain(uint32_t first, const std::function<void(const std::function<bool(uint32_t)>&)>& run,
+                               const std::function<bool(uint32_t)>& on_id) {
+  // the tokens the state runs: first, then every id handed over but the last (also when on_id throws)
   std::vector<uint32_t> got;
   auto keep = [&] {
     live_ids_.push_back(first);
     if (got.size() > 1) live_ids_.insert(live_ids_.end(), got.begin(), got.end() - 1);
   };
   try {
-    b_->chain_greedy(first, max, [&](uint32_t id) {
+    run([&](uint32_t id) {
       got.push_back(id);
-      return on_token(id);
+      return on_id(id);
     });
   } catch (...) {
     if (!got.empty()) keep();
     throw;
   }
   keep();
+}
+
+bool prompt_cache::chain_greedy(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
+  if (max == 0 || !b_->can_chain(max)) return false;
+  track_chain(first, [&](const std::function<bool(uint32_t)>& cb) { b_->chain_greedy(first, max, cb); }, on_token);
   return true;
 }
 
 bool prompt_cache::chain_sampled(uint32_t first, uint64_t max, sampler& smp,
                                  const std::function<bool(uint32_t)>& on_token) {
-  if (max == 0 || !smp.params().device_samplable(b_->vocab(), gpu::kernels::sample_max_top_k) || !b_->can_sample(max)) return false;
+  if (max == 0 || !smp.params().device_samplable(b_->vocab(), gpu::kernels::sample_max_top_k) || !b_->can_sample(max))
+    return false;
   const device_sampling ds = device_sampling::of(smp);
-  std::vector<uint32_t> got;  // as chain_greedy: the state runs first and every id handed over but the last
-  auto keep = [&] {
-    live_ids_.push_back(first);
-    if (got.size() > 1) live_ids_.insert(live_ids_.end(), got.begin(), got.end() - 1);
-  };
-  try {
-    b_->chain_sampled(first, max, ds, [&](uint32_t id) {
-      got.push_back(id);
-      smp.accept_drawn(int32_t(id));
-      return on_token(id);
-    });
-  } catch (...) {
-    if (!got.empty()) keep();
-    throw;
-  }
-  keep();
+  track_chain(first, [&](const std::function<bool(uint32_t)>& cb) { b_->chain_sampled(first, max, ds, cb); },
+              [&](uint32_t id) {
+                smp.accept_drawn(int32_t(id));
+                return on_token(id);
+              });
   return true;
 }
 

@@ -84,6 +84,10 @@ class prompt_cache {
   uint64_t vocab() const noexcept { return b_->vocab(); }
 
  private:
+  /// Runs a chain (run(cb): the backend hands each id to cb) with on_id per id, keeping live_ids_ in step with the
+  /// state: `first`, then every id handed over but the last.
+  void track_chain(uint32_t first, const std::function<void(const std::function<bool(uint32_t)>&)>& run,
+                   const std::function<bool(uint32_t)>& on_id);
   std::unique_ptr<cache_backend> b_;
   std::vector<uint32_t> live_ids_, snap_ids_;
 };

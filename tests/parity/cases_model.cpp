@@ -152,31 +152,49 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
   return {};
 }
 
+/// Two GPU graphs of one toy (prompt-chunking off, room for prompt + n + 1 positions), both after the same random
+/// prompt: one chains its decode steps, the other steps one at a time.
+struct chain_pair {
+  std::unique_ptr<dsv4_model> cpu;
+  std::unique_ptr<dsv4_gpu_model> chained, stepped;
+  std::mt19937_64 g;
+  std::vector<uint32_t> prompt_ids;
+  uint32_t vocab = 0;
+  chain_pair(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed) : g(seed) {
+    dsv4_options co;
+    co.threads = 1;
+    cpu = dsv4_model::open(path, co);
+    vocab = cpu->config().vocab;
+    dsv4_gpu_options go;
+    go.max_ctx = prompt + n + 1;
+    go.prefill_chunk = 0;
+    chained = std::make_unique<dsv4_gpu_model>(cpu->weights(), s.dev, s.kern, go);
+    stepped = std::make_unique<dsv4_gpu_model>(cpu->weights(), s.dev, s.kern, go);
+    prompt_ids.resize(prompt);
+    for (auto& id : prompt_ids) id = pick();
+  }
+  uint32_t pick() { return std::uniform_int_distribution<uint32_t>(0, vocab - 1)(g); }
+  void run_prompt() {
+    (void)chained->forward(prompt_ids, false);
+    (void)stepped->forward(prompt_ids, false);
+  }
+};
+
 /// Greedy decode chained on the device (decode_greedy_each: each step reads its token from the previous argmax
 /// through kernels::embed_rows and is submitted before the previous one ends) against step_greedy one token at a
 /// time on a second model from the same prompt: stopped by its callback after k ids (the step it ran ahead is
 /// dropped), then continued from a token that is not the argmax (the dropped step's position runs again with
 /// another token) — the same ids and positions throughout, and the step after agrees.
 std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed, std::string& info) {
-  dsv4_options co;
-  co.threads = 1;
-  auto cpu = dsv4_model::open(path, co);
+  chain_pair cp(s, path, prompt, n, seed);
+  dsv4_gpu_model &chained = *cp.chained, &stepped = *cp.stepped;
+  const uint32_t V = cp.vocab;
   // k: the step run ahead of the stop (position prompt + k) closes a ratio-4 compressor window, so the dropped
   // step pooled an entry that the continuation must pool again
-  const uint32_t V = cpu->config().vocab;
   uint32_t k = n / 3;
   while ((prompt + k + 1) % 4 != 0) ++k;
-  dsv4_gpu_options go;
-  go.max_ctx = prompt + n + 1;
-  go.prefill_chunk = 0;
-  dsv4_gpu_model chained(cpu->weights(), s.dev, s.kern, go), stepped(cpu->weights(), s.dev, s.kern, go);
   if (!chained.chains_decode()) return "decode_greedy does not chain on this device (no embedding on the device)";
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<uint32_t> pick(0, V - 1);
-  std::vector<uint32_t> ids(prompt);
-  for (auto& id : ids) id = pick(g);
-  (void)chained.forward(ids, false);
-  (void)stepped.forward(ids, false);
+  cp.run_prompt();
   auto compare = [&](const std::vector<uint32_t>& got, uint32_t first, uint64_t at, const char* part) -> std::string {
     for (uint64_t i = 0; i < got.size(); ++i) {
       const uint32_t want = first = stepped.step_greedy(first);
@@ -187,7 +205,7 @@ std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uin
     if (chained.pos() != at) return std::string(part) + ": position " + std::to_string(chained.pos()) + ", expected " + std::to_string(at);
     return {};
   };
-  const uint32_t first = pick(g);
+  const uint32_t first = cp.pick();
   std::vector<uint32_t> got;
   const uint64_t m = chained.decode_greedy_each(first, n, [&](uint32_t id) {
     got.push_back(id);
@@ -215,29 +233,19 @@ std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uin
 /// device's), then continued: the same ids throughout, and the two samplers' RNG states agree at the end.
 std::string sampled_chain_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, int32_t top_k,
                                bool penalties, uint64_t seed, std::string& info) {
-  dsv4_options co;
-  co.threads = 1;
-  auto cpu = dsv4_model::open(path, co);
-  const uint32_t V = cpu->config().vocab;
-  dsv4_gpu_options go;
-  go.max_ctx = prompt + n + 1;
-  go.prefill_chunk = 0;
-  dsv4_gpu_model chained(cpu->weights(), s.dev, s.kern, go), stepped(cpu->weights(), s.dev, s.kern, go);
+  chain_pair cp(s, path, prompt, n, seed);
+  dsv4_gpu_model &chained = *cp.chained, &stepped = *cp.stepped;
+  const uint32_t V = cp.vocab;
   if (!chained.samples_on_device()) return "decode_sampled_each is not available on this device";
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<uint32_t> pick(0, V - 1);
-  std::vector<uint32_t> ids(prompt);
-  for (auto& id : ids) id = pick(g);
-  (void)chained.forward(ids, false);
-  (void)stepped.forward(ids, false);
+  cp.run_prompt();
   sampling_params sp;
-  sp.temperature = 1.2f, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.top_k = top_k, sp.seed = g();
+  sp.temperature = 1.2f, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.top_k = top_k, sp.seed = cp.g();
   if (penalties) sp.repetition_penalty = 1.3f, sp.presence_penalty = 0.5f, sp.frequency_penalty = 0.4f;
   sampler on_dev(V, sp), on_host(V, sp);
-  const std::vector<int32_t> prompt_ids(ids.begin(), ids.end());
+  const std::vector<int32_t> prompt_ids(cp.prompt_ids.begin(), cp.prompt_ids.end());
   on_dev.set_prompt(prompt_ids);
   on_host.set_prompt(prompt_ids);
-  uint32_t first = pick(g), k = n / 3;
+  uint32_t first = cp.pick(), k = n / 3;
   std::vector<uint32_t> got;
   auto chain = [&](uint32_t from, uint32_t max, uint32_t stop_after) {
     return chained.decode_sampled_each(from, max, device_sampling::of(on_dev), [&](uint32_t id) {
