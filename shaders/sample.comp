@@ -2,8 +2,8 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 // The next token drawn from the logits of one position, on the device (kernels::sample): the same choice, bit for
-// bit, as cmfx::sampler::sample (include/cmfx/sample/sampler.hpp) with a temperature, top-p and min-p, no top-k,
-// penalties or logprobs, continuing the sampler's MT19937-64 stream (include/cmfx/sample/rng.hpp) from the state
+// bit, as cmfx::sampler::sample (include/cmfx/sample/sampler.hpp) with a temperature, top-p, min-p, top-k and the
+// penalties (no logprobs), continuing the sampler's MT19937-64 stream (include/cmfx/sample/rng.hpp) from the state
 // in binding 2. Every quantity the choice depends on is computed as the sampler computes it: z = f32(l / T) (one
 // f64 quotient rounded once: the correctly rounded f32 quotient, as route.comp), the weights exp(z − z_max) by the
 // sampler's written-out f64 exp (vocab_pass.hpp; `precise`, so no fused multiply-add), top-p's fixed-point masses
@@ -28,7 +28,8 @@
 //   7 (grid)  the candidates' weights in blocks of 64, each summed in order (bsum).
 //   8 (one workgroup)  one uniform from the RNG (twisting first when due), the sampler's pick(): the block sums
 //             added in order, the first block whose running total passes r = u·Σ, the entry inside it; the id.
-// Passes 3–6 run only with top-p / min-p (without them the candidates are the vocabulary in index order).
+// Passes 3–6 run only with top-p / min-p and no top-k, 9 and 10 only with top-k (without any of them the candidates
+// are the vocabulary in index order).
 #include "common/base.glsl"
 
 layout(push_constant) uniform sample_pc {
@@ -36,9 +37,11 @@ layout(push_constant) uniform sample_pc {
   float temp, top_p, min_p;
   uint tile;                         // two-stage top-k: tokens per first-stage row
   uint lo, so, ro, oo;               // word offsets of logits, scratch, out; rng in 64-bit words
-  uint ncand, pad1, pad2, pad3;      // two-stage top-k: first-stage candidates
+  uint ncand, seo;                   // two-stage top-k: first-stage candidates; the seen counts' offset (binding 4)
   float rep, pres, freq;             // repetition, presence, frequency penalties (flag 16)
-  uint seo;                          // word offset of the seen counts (binding 4)
+  // the scratch's regions, in words from pc.so (kernels_sample.cpp lays them out): the histogram, z, w, wc, cidx,
+  // cnt_wg, bsum, kidx, idx1, cval, corig
+  uint hist_at, z_at, w_at, wc_at, cidx_at, cntwg_at, bsum_at, kidx_at, idx1_at, cval_at, corig_at;
 } pc;
 layout(std430, binding = 0) readonly buffer L { float logits[]; };
 layout(std430, binding = 1) buffer SU { uint su[]; };
@@ -50,28 +53,13 @@ layout(std430, binding = 3) writeonly buffer O { uint oi[]; };
 // sampler's counts_ and prompt flag); pass 8 counts the chosen token.
 layout(std430, binding = 4) buffer SEEN { uint seen[]; };
 
-// Scratch layout (32-bit words from pc.so; kernels::sample_scratch_bytes): ctrl, the histogram, then per token.
-#define CTRL 0u
-#define C_ZMAX 0u
-#define C_FIRST 1u
-#define C_CNT 2u
-#define C_KEY 3u
-#define C_IDX 4u
-#define C_ACC 6u   // uint64 as two words
-#define HIST 16u   // [4 levels][256 bins][4 parts of 14 bits]
-#define Z_AT (HIST + 4096u)
-uint rup2(uint x) { return (x + 1u) & ~1u; }
-uint w_at() { return Z_AT + rup2(pc.n); }           // doubles
-uint wc_at() { return w_at() + 2u * pc.n; }         // doubles
-uint cidx_at() { return wc_at() + 2u * pc.n; }
-uint cntwg_at() { return cidx_at() + rup2(pc.n); }  // one word per workgroup of passes 5 / 6
-uint bsum_at() { return rup2(cntwg_at() + (pc.n + WG_SIZE - 1u) / WG_SIZE); }  // doubles
-uint kidx_at() { return bsum_at() + 2u * ((pc.n + 63u) / 64u); }  // top-k ids (kernels::topk writes them)
-// Two-stage top-k (flag 8): the first stage's picks per row (in index order), their z and token ids; at most
-// n / 4 + SAMPLE_MAX_TOP_K of them (rows of at least 4k tokens).
-uint idx1_at() { return kidx_at() + SAMPLE_MAX_TOP_K; }
-uint cval_at() { return idx1_at() + pc.n / 4u + SAMPLE_MAX_TOP_K; }
-uint corig_at() { return cval_at() + pc.n / 4u + SAMPLE_MAX_TOP_K; }
+// Scratch (32-bit words from pc.so; kernels::sample_scratch_bytes): the control words first (zero before the draw,
+// with the histogram), then the regions the push constants place. Control words:
+#define C_ZMAX 0u   // the largest z's order key (atomic maximum)
+#define C_FIRST 1u  // 0xFFFFFFFF − the first index holding z_max (atomic maximum), where z_max = ±inf
+#define C_CNT 2u    // the candidates' count (passes 5, 9)
+#define C_KEY 3u    // top-p's cut: the descending key of the last kept token's z
+#define C_IDX 4u    // ... and the highest index kept among tokens with that z (0xFFFFFFFF: all of them)
 
 // Ascending order key of a non-NaN float, −0 as +0 (argmax.comp's); its inverse.
 uint key_of(float v) {
@@ -109,14 +97,14 @@ double exp_nonpos(double x) {
   return res;
 }
 
-float zmax_of() { return key_value(su[pc.so + CTRL + C_ZMAX]); }
+float zmax_of() { return key_value(su[pc.so + C_ZMAX]); }
 // top-p's fixed-point mass of a weight (sampler::top_p_cut: truncation of w · 2^bits).
 uint64_t mass_of(double w) {
   precise const double s = w * uint64BitsToDouble(uint64_t(1023u + pc.mass_bits) << 52);
   return uint64_t(s);
 }
 uint64_t bin_mass(uint lvl, uint b) {
-  const uint o = pc.so + HIST + (lvl * 256u + b) * 4u;
+  const uint o = pc.so + pc.hist_at + (lvl * 256u + b) * 4u;
   return uint64_t(su[o]) + (uint64_t(su[o + 1u]) << 14) + (uint64_t(su[o + 2u]) << 28) + (uint64_t(su[o + 3u]) << 42);
 }
 
@@ -183,21 +171,21 @@ void derive(uint levels) {
 }
 
 // The descending key of token i's z (smaller = larger z).
-uint dkey(uint i) { return ~key_of(sf[pc.so + Z_AT + i]); }
+uint dkey(uint i) { return ~key_of(sf[pc.so + pc.z_at + i]); }
 
 // The token id of the j-th best (top-k: pass 9).
 uint cand_id(uint j) {
-  const uint c = su[pc.so + kidx_at() + j];
-  return (pc.flags & 8u) != 0u ? su[pc.so + corig_at() + c] : c;
+  const uint c = su[pc.so + pc.kidx_at + j];
+  return (pc.flags & 8u) != 0u ? su[pc.so + pc.corig_at + c] : c;
 }
 
 // Whether token i is a candidate after top-p and min-p (passes 5 and 6; ctrl holds the cut).
 bool kept(uint i) {
   if ((pc.flags & 1u) != 0u) {
-    const uint k = dkey(i), ks = su[pc.so + CTRL + C_KEY];
-    if (k > ks || (k == ks && i > su[pc.so + CTRL + C_IDX])) return false;
+    const uint k = dkey(i), ks = su[pc.so + C_KEY];
+    if (k > ks || (k == ks && i > su[pc.so + C_IDX])) return false;
   }
-  if ((pc.flags & 2u) != 0u && !(sd[(pc.so + w_at()) / 2u + i] >= double(pc.min_p))) return false;
+  if ((pc.flags & 2u) != 0u && !(sd[(pc.so + pc.w_at) / 2u + i] >= double(pc.min_p))) return false;
   return true;
 }
 
@@ -279,29 +267,29 @@ void main() {
       }
     }
     const float z = pc.temp == 1.0 ? l : float(double(l) / double(pc.temp));
-    sf[pc.so + Z_AT + i] = z;
+    sf[pc.so + pc.z_at + i] = z;
     k = key_of(z);
   }
 #if REDUCE_SUBGROUP
   k = subgroupMax(k);
-  if (subgroupElect()) atomicMax(su[pc.so + CTRL + C_ZMAX], k);
+  if (subgroupElect()) atomicMax(su[pc.so + C_ZMAX], k);
 #else
-  atomicMax(su[pc.so + CTRL + C_ZMAX], k);
+  atomicMax(su[pc.so + C_ZMAX], k);
 #endif
 #elif SAMPLE_PASS == 2 || SAMPLE_PASS == 3
   const uint i = wg_index() * WG_SIZE + lid;
   const float zmax = zmax_of();
   if (isinf(zmax)) {  // uniform: the first token holding ±inf is the choice (pass 7)
 #if SAMPLE_PASS == 2
-    if (i < n && sf[pc.so + Z_AT + i] == zmax) atomicMax(su[pc.so + CTRL + C_FIRST], 0xFFFFFFFFu - i);
+    if (i < n && sf[pc.so + pc.z_at + i] == zmax) atomicMax(su[pc.so + C_FIRST], 0xFFFFFFFFu - i);
 #endif
     return;
   }
 #if SAMPLE_PASS == 2
   double w = 0.0LF;
   if (i < n) {
-    w = exp_nonpos(double(sf[pc.so + Z_AT + i]) - double(zmax));
-    sd[(pc.so + w_at()) / 2u + i] = w;
+    w = exp_nonpos(double(sf[pc.so + pc.z_at + i]) - double(zmax));
+    sd[(pc.so + pc.w_at) / 2u + i] = w;
   }
   if ((pc.flags & 1u) == 0u || (pc.flags & 4u) != 0u) return;  // uniform (top-k: pass 9 cuts over the k)
   const uint lvl = 0u;
@@ -310,7 +298,7 @@ void main() {
   const uint lvl = pc.level;
   derive(lvl);
   const bool mine = i < n && (dkey(i) >> (32u - 8u * lvl)) == s_prefix;
-  const double w = mine ? sd[(pc.so + w_at()) / 2u + i] : 0.0LF;
+  const double w = mine ? sd[(pc.so + pc.w_at) / 2u + i] : 0.0LF;
 #endif
   // this workgroup's masses per bin and part in shared memory, then its non-zero bins added to the histogram
   // (the z of a vocabulary crowd into a few top-byte bins: one global atomic per bin and workgroup, not per token)
@@ -328,7 +316,7 @@ void main() {
   }
   barrier();
   for (uint b = lid; b < 1024u; b += WG_SIZE)
-    if (s_hist[b] != 0u) atomicAdd(su[pc.so + HIST + lvl * 1024u + b], s_hist[b]);
+    if (s_hist[b] != 0u) atomicAdd(su[pc.so + pc.hist_at + lvl * 1024u + b], s_hist[b]);
 #elif SAMPLE_PASS == 4
   if (isinf(zmax_of())) return;
   derive(4u);
@@ -345,8 +333,8 @@ void main() {
   while (t_keep > 0ul && double(s_acc + (t_keep - 1ul) * ms) >= s_target) --t_keep;
   while (t_keep < ties && double(s_acc + t_keep * ms) < s_target) ++t_keep;
   if (lid == 0u) {
-    su[pc.so + CTRL + C_KEY] = ks;
-    su[pc.so + CTRL + C_IDX] = 0xFFFFFFFFu;
+    su[pc.so + C_KEY] = ks;
+    su[pc.so + C_IDX] = 0xFFFFFFFFu;
   }
   if (t_keep >= ties) return;  // uniform
   // Only some of the equal-z tokens: the t_keep-th of them in index order is the last kept (contiguous ranges).
@@ -357,31 +345,31 @@ void main() {
   uint before = incl - c;
   if (before < uint(t_keep) && uint(t_keep) <= incl)
     for (uint j = b0; j < b1; ++j)
-      if (dkey(j) == ks && ++before == uint(t_keep)) su[pc.so + CTRL + C_IDX] = j;
+      if (dkey(j) == ks && ++before == uint(t_keep)) su[pc.so + C_IDX] = j;
 #elif SAMPLE_PASS == 5
   const uint g = wg_index(), i = g * WG_SIZE + lid;
   const uint c = i < n && kept(i) ? 1u : 0u;
   const uint incl = scan32(c);
   if (lid == WG_SIZE - 1u) {
-    su[pc.so + cntwg_at() + g] = incl;
-    atomicAdd(su[pc.so + CTRL + C_CNT], incl);
+    su[pc.so + pc.cntwg_at + g] = incl;
+    atomicAdd(su[pc.so + C_CNT], incl);
   }
 #elif SAMPLE_PASS == 6
   const uint g = wg_index(), i = g * WG_SIZE + lid;
   uint base = 0u;
-  for (uint j = lid; j < g; j += WG_SIZE) base += su[pc.so + cntwg_at() + j];
+  for (uint j = lid; j < g; j += WG_SIZE) base += su[pc.so + pc.cntwg_at + j];
   base = scan32(base);
   const uint before = s_u[WG_SIZE - 1u];
   barrier();
   const uint c = i < n && kept(i) ? 1u : 0u;
   const uint at = before + scan32(c) - c;
   if (c != 0u) {
-    sd[(pc.so + wc_at()) / 2u + at] = sd[(pc.so + w_at()) / 2u + i];
-    su[pc.so + cidx_at() + at] = i;
+    sd[(pc.so + pc.wc_at) / 2u + at] = sd[(pc.so + pc.w_at) / 2u + i];
+    su[pc.so + pc.cidx_at + at] = i;
   }
 #elif SAMPLE_PASS == 9
   if (isinf(zmax_of())) return;
-  const uint k = pc.level, wo = (pc.so + w_at()) / 2u;
+  const uint k = pc.level, wo = (pc.so + pc.w_at) / 2u;
   const bool cut = (pc.flags & 1u) != 0u, mp = (pc.flags & 2u) != 0u;
   // a contiguous run of the k candidates per invocation, in order; masses summed exactly
   const uint per = (k + WG_SIZE - 1u) / WG_SIZE, j0 = min(k, lid * per), j1 = min(k, j0 + per);
@@ -398,14 +386,14 @@ void main() {
     before += mass_of(w);
   }
   uint at = scan32(c) - c;
-  if (lid == WG_SIZE - 1u) su[pc.so + CTRL + C_CNT] = at + c;
+  if (lid == WG_SIZE - 1u) su[pc.so + C_CNT] = at + c;
   before = incl - m;
   for (uint j = j0; j < j1; ++j) {
     const uint i = cand_id(j);
     const double w = sd[wo + i];
     if ((!cut || j == 0u || double(before) < target) && (!mp || w >= double(pc.min_p))) {
-      sd[(pc.so + wc_at()) / 2u + at] = w;
-      su[pc.so + cidx_at() + at] = i;
+      sd[(pc.so + pc.wc_at) / 2u + at] = w;
+      su[pc.so + pc.cidx_at + at] = i;
       ++at;
     }
     before += mass_of(w);
@@ -413,16 +401,16 @@ void main() {
 #elif SAMPLE_PASS == 10
   const uint j = wg_index() * WG_SIZE + lid;
   if (j >= pc.ncand) return;
-  const uint i = (j / pc.level) * pc.tile + su[pc.so + idx1_at() + j];
-  sf[pc.so + cval_at() + j] = sf[pc.so + Z_AT + i];
-  su[pc.so + corig_at() + j] = i;
+  const uint i = (j / pc.level) * pc.tile + su[pc.so + pc.idx1_at + j];
+  sf[pc.so + pc.cval_at + j] = sf[pc.so + pc.z_at + i];
+  su[pc.so + pc.corig_at + j] = i;
 #elif SAMPLE_PASS == 7
   // block sums, each in order (the sampler's pick(): blocks of 64 weights): a workgroup stages 32 blocks of the
   // candidates' weights in shared memory with coalesced loads, then 32 invocations add one block each
   if (isinf(zmax_of())) return;
   const bool ident = (pc.flags & 7u) == 0u;  // no top-p, min-p or top-k: the vocabulary in index order
-  const uint cnt = ident ? n : su[pc.so + CTRL + C_CNT];
-  const uint wv = ident ? (pc.so + w_at()) / 2u : (pc.so + wc_at()) / 2u;
+  const uint cnt = ident ? n : su[pc.so + C_CNT];
+  const uint wv = ident ? (pc.so + pc.w_at) / 2u : (pc.so + pc.wc_at) / 2u;
   const uint b0 = wg_index() * 32u, nb = (cnt + 63u) / 64u;
   if (b0 >= nb) return;  // uniform
   const uint e0 = b0 * 64u, e1 = min(cnt, e0 + 2048u);
@@ -432,23 +420,23 @@ void main() {
     precise double sum = 0.0LF;
     const uint a = lid * 64u, e = min(e1 - e0, a + 64u);
     for (uint j = a; j < e; ++j) sum += s_blk[j];
-    sd[(pc.so + bsum_at()) / 2u + b0 + lid] = sum;
+    sd[(pc.so + pc.bsum_at) / 2u + b0 + lid] = sum;
   }
 #elif SAMPLE_PASS == 8
   draw_uniform();
   const double u = s_u01;
   if (isinf(zmax_of())) {
     if (lid == 0u) {
-      const uint tok = 0xFFFFFFFFu - su[pc.so + CTRL + C_FIRST];
+      const uint tok = 0xFFFFFFFFu - su[pc.so + C_FIRST];
       oi[pc.oo] = tok;
       if ((pc.flags & 16u) != 0u) seen[pc.seo + tok] += 1u;
     }
     return;
   }
   const bool ident = (pc.flags & 7u) == 0u;  // no top-p, min-p or top-k: the vocabulary in index order
-  const uint cnt = ident ? n : su[pc.so + CTRL + C_CNT];
-  const uint wv = ident ? (pc.so + w_at()) / 2u : (pc.so + wc_at()) / 2u;
-  const uint nb = (cnt + 63u) / 64u, bs = (pc.so + bsum_at()) / 2u;
+  const uint cnt = ident ? n : su[pc.so + C_CNT];
+  const uint wv = ident ? (pc.so + pc.w_at) / 2u : (pc.so + pc.wc_at) / 2u;
+  const uint nb = (cnt + 63u) / 64u, bs = (pc.so + pc.bsum_at) / 2u;
   // the running totals P_{b+1} = P_b + S_b in order (one invocation adds, a window of block sums at a time staged
   // in shared memory), written over the block sums; total = the last
   // (the adds are one dependent chain; the window's values are read 8 at a time ahead of their adds)
@@ -511,7 +499,7 @@ void main() {
   for (uint j = cnt; pick < 0 && j-- > 0u;)
     if (sd[wv + j] > 0.0LF) pick = int(j);
   if (pick < 0) pick = 0;
-  const uint tok = ident ? uint(pick) : su[pc.so + cidx_at() + uint(pick)];
+  const uint tok = ident ? uint(pick) : su[pc.so + pc.cidx_at + uint(pick)];
   oi[pc.oo] = tok;
   if ((pc.flags & 16u) != 0u) seen[pc.seo + tok] += 1u;
 #endif

@@ -1,5 +1,5 @@
 // Host side of the device sampler (shaders/sample.comp): the passes of one draw from the logits of one position,
-// the choice cmfx::sampler makes (temperature, top-p, min-p), recorded without a host round trip.
+// the choice cmfx::sampler makes (temperature, top-p, min-p, top-k, penalties), recorded without a host round trip.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -16,30 +16,40 @@ struct sample_pc {
   float temp, top_p, min_p;
   uint32_t tile;
   uint32_t lo, so, ro, oo;
-  uint32_t ncand, pad1, pad2, pad3;
+  uint32_t ncand, seo;
   float rep, pres, freq;
-  uint32_t seo;
+  uint32_t hist_at, z_at, w_at, wc_at, cidx_at, cntwg_at, bsum_at, kidx_at, idx1_at, cval_at, corig_at;
 };
-static_assert(sizeof(sample_pc) == 80);
+static_assert(sizeof(sample_pc) == 112);
 
-// Scratch layout in 32-bit words (sample.comp's ctrl / histogram, then z, w, wc, cidx, cnt_wg, bsum, kidx).
-constexpr uint64_t head_words = 16 + 4096;
-constexpr uint64_t z_words = head_words;
-uint64_t rup2(uint64_t x) { return (x + 1) & ~uint64_t{1}; }
-uint64_t bsum_words(uint32_t n) {
-  const uint64_t cntwg = z_words + rup2(n) + 4 * uint64_t(n) + rup2(n);  // after z, w, wc, cidx
-  return rup2(cntwg + (n + detail::op_env::wg - 1) / detail::op_env::wg);
-}
-uint64_t kidx_words(uint32_t n) { return bsum_words(n) + 2 * ((uint64_t(n) + 63) / 64); }
-// two-stage top-k: the first stage's picks, their z, their token ids (each at most n / 4 + max k)
-uint64_t cand_cap(uint32_t n) { return n / 4 + kernels::sample_max_top_k; }
-uint64_t idx1_words(uint32_t n) { return kidx_words(n) + kernels::sample_max_top_k; }
-uint64_t cval_words(uint32_t n) { return idx1_words(n) + cand_cap(n); }
-uint64_t corig_words(uint32_t n) { return cval_words(n) + cand_cap(n); }
+// The scratch's regions in 32-bit words (sample.comp reads them from the push constants): 16 control words and the
+// histogram [4 levels][256 bins][4 parts] (zeroed per draw), then z [n], w [n] f64, wc [n] f64, cidx [n], cnt_wg
+// [workgroups], bsum [n / 64] f64, kidx [max k], and for the two-stage top-k idx1, cval, corig [n / 4 + max k]
+// each. f64 regions start on even words.
+struct scratch_layout {
+  uint64_t hist, z, w, wc, cidx, cntwg, bsum, kidx, idx1, cval, corig, end;
+  explicit scratch_layout(uint32_t n) {
+    auto even = [](uint64_t x) { return (x + 1) & ~uint64_t{1}; };
+    const uint64_t cand = n / 4 + kernels::sample_max_top_k;
+    hist = 16;
+    z = hist + 4 * 256 * 4;
+    w = even(z + n);
+    wc = w + 2 * uint64_t(n);
+    cidx = wc + 2 * uint64_t(n);
+    cntwg = cidx + n;
+    bsum = even(cntwg + (n + detail::op_env::wg - 1) / detail::op_env::wg);
+    kidx = bsum + 2 * ((uint64_t(n) + 63) / 64);
+    idx1 = kidx + kernels::sample_max_top_k;
+    cval = idx1 + cand;
+    corig = cval + cand;
+    end = corig + cand;
+  }
+  static uint32_t u32(uint64_t v) { return uint32_t(v); }  // < 2^32: n ≤ sample_max_n
+};
 
 }  // namespace
 
-uint64_t kernels::sample_scratch_bytes(uint32_t n) { return (corig_words(n) + cand_cap(n)) * 4; }
+uint64_t kernels::sample_scratch_bytes(uint32_t n) { return scratch_layout(n).end * 4; }
 
 bool kernels::has_sample() const { return p_ && detail::op_env_of(*p_).info.float64_ops && detail::op_env_of(*p_).info.int64; }
 
@@ -77,56 +87,50 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   const uint32_t full = two_stage ? n / tile : 0, tail = two_stage ? n % tile : 0;
   const uint32_t ktail = std::min(s.top_k, tail);
   const uint32_t ncand = two_stage ? full * s.top_k + ktail : 0;
+  const scratch_layout L(n);
+  using S = scratch_layout;
   sample_pc pc{n, 0, uint32_t(top_p_mass_bits(n)),
                (cut ? 1u : 0u) | (minp ? 2u : 0u) | (top_k ? 4u : 0u) | (two_stage ? 8u : 0u) | (pen ? 16u : 0u),
                s.temperature, s.top_p, s.min_p, tile, lb.residual / 4, sb.residual / 4, rb.residual / 8, ob.residual / 4,
-               ncand, 0, 0, 0, s.repetition_penalty, s.presence_penalty, s.frequency_penalty, nb.residual / 4};
+               ncand, nb.residual / 4, s.repetition_penalty, s.presence_penalty, s.frequency_penalty,
+               S::u32(L.hist), S::u32(L.z), S::u32(L.w), S::u32(L.wc), S::u32(L.cidx), S::u32(L.cntwg), S::u32(L.bsum),
+               S::u32(L.kidx), S::u32(L.idx1), S::u32(L.cval), S::u32(L.corig)};
   const detail::binding b[5] = {lb.b, sb.b, rb.b, ob.b, nb.b};
   // ctrl and the histogram start at zero
-  c.fill(view(*scratch.buf, scratch.offset, head_words * 4), head_words * 4, 0);
-  const uint64_t groups = (uint64_t(n) + detail::op_env::wg - 1) / detail::op_env::wg;
-  uint32_t gx, gy;
-  e.grid(groups, gx, gy);
-  auto run = [&](int pass, uint32_t level, bool grid) {
+  c.fill(view(*scratch.buf, scratch.offset, L.z * 4), L.z * 4, 0);
+  const uint64_t per_token = (uint64_t(n) + detail::op_env::wg - 1) / detail::op_env::wg;  // a token per invocation
+  auto run = [&](int pass, uint32_t level, uint64_t groups) {
     pc.level = level;
-    const std::string defs = "#define SAMPLE_PASS " + std::to_string(pass) + "\n" + detail::def_u("SAMPLE_MAX_TOP_K", sample_max_top_k);
-    detail::dispatch(c.impl(), e.pipe("sample.comp", defs, detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc,
-                     grid ? gx : 1, grid ? gy : 1);
+    uint32_t gx, gy;
+    e.grid(groups, gx, gy);
+    const std::string defs = "#define SAMPLE_PASS " + std::to_string(pass) + "\n";
+    detail::dispatch(c.impl(), e.pipe("sample.comp", defs, detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc, gx, gy);
   };
-  run(1, 0, true);
-  run(2, 0, true);
+  run(1, 0, per_token);
+  run(2, 0, per_token);
   auto part = [&](uint64_t words, uint64_t bytes) { return view(*scratch.buf, scratch.offset + words * 4, bytes); };
   const uint32_t k = s.top_k;
   if (top_k && !two_stage) {  // the k best of z in the sampler's order, then pass 9 cuts and compacts them
-    topk(c, part(z_words, uint64_t(n) * 4), 1, n, k, part(kidx_words(n), uint64_t(k) * 4));
-    run(9, k, false);
+    topk(c, part(L.z, uint64_t(n) * 4), 1, n, k, part(L.kidx, uint64_t(k) * 4));
+    run(9, k, 1);
   } else if (top_k) {
-    topk(c, part(z_words, uint64_t(full) * tile * 4), full, tile, k, part(idx1_words(n), uint64_t(full) * k * 4), true);
+    topk(c, part(L.z, uint64_t(full) * tile * 4), full, tile, k, part(L.idx1, uint64_t(full) * k * 4), true);
     if (tail)
-      topk(c, part(z_words + uint64_t(full) * tile, uint64_t(tail) * 4), 1, tail, ktail,
-           part(idx1_words(n) + uint64_t(full) * k, uint64_t(ktail) * 4), true);
-    pc.level = k;
-    uint32_t cx, cy;
-    e.grid((ncand + detail::op_env::wg - 1) / detail::op_env::wg, cx, cy);
-    detail::dispatch(c.impl(), e.pipe("sample.comp", "#define SAMPLE_PASS 10\n" + detail::def_u("SAMPLE_MAX_TOP_K", sample_max_top_k),
-                                      detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc, cx, cy);
-    topk(c, part(cval_words(n), uint64_t(ncand) * 4), 1, ncand, k, part(kidx_words(n), uint64_t(k) * 4));
-    run(9, k, false);
+      topk(c, part(L.z + uint64_t(full) * tile, uint64_t(tail) * 4), 1, tail, ktail,
+           part(L.idx1 + uint64_t(full) * k, uint64_t(ktail) * 4), true);
+    run(10, k, (ncand + detail::op_env::wg - 1) / detail::op_env::wg);
+    topk(c, part(L.cval, uint64_t(ncand) * 4), 1, ncand, k, part(L.kidx, uint64_t(k) * 4));
+    run(9, k, 1);
   } else if (cut) {
-    for (uint32_t l = 1; l < 4; ++l) run(3, l, true);
-    run(4, 0, false);
+    for (uint32_t l = 1; l < 4; ++l) run(3, l, per_token);
+    run(4, 0, 1);
   }
   if (!top_k && (cut || minp)) {
-    run(5, 0, true);
-    run(6, 0, true);
+    run(5, 0, per_token);
+    run(6, 0, per_token);
   }
-  const uint64_t bgroups = (uint64_t(n) + 2047) / 2048;  // pass 7: 32 blocks of 64 per workgroup
-  uint32_t bx, by;
-  e.grid(bgroups, bx, by);
-  pc.level = 0;
-  detail::dispatch(c.impl(), e.pipe("sample.comp", "#define SAMPLE_PASS 7\n" + detail::def_u("SAMPLE_MAX_TOP_K", sample_max_top_k),
-                                    detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc, bx, by);
-  run(8, 0, false);
+  run(7, 0, (uint64_t(n) + 2047) / 2048);  // 32 blocks of 64 per workgroup
+  run(8, 0, 1);
 }
 
 }  // namespace cmfx::gpu
