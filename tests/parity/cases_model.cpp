@@ -15,7 +15,6 @@
 #include <random>
 
 #include "cmfx/core/error.hpp"
-#include "cmfx/sample/sampler.hpp"
 #include "commands.hpp"
 #include "harness.hpp"
 #include "model/dsv4_forward.hpp"
@@ -149,129 +148,6 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
     if (std::string why = after(gpu, more); !why.empty()) return why;
     info = more + "; " + info;
   }
-  return {};
-}
-
-/// Two GPU graphs of one toy (prompt-chunking off, room for prompt + n + 1 positions), both after the same random
-/// prompt: one chains its decode steps, the other steps one at a time.
-struct chain_pair {
-  std::unique_ptr<dsv4_model> cpu;
-  std::unique_ptr<dsv4_gpu_model> chained, stepped;
-  std::mt19937_64 g;
-  std::vector<uint32_t> prompt_ids;
-  uint32_t vocab = 0;
-  chain_pair(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed) : g(seed) {
-    dsv4_options co;
-    co.threads = 1;
-    cpu = dsv4_model::open(path, co);
-    vocab = cpu->config().vocab;
-    dsv4_gpu_options go;
-    go.max_ctx = prompt + n + 1;
-    go.prefill_chunk = 0;
-    chained = std::make_unique<dsv4_gpu_model>(cpu->weights(), s.dev, s.kern, go);
-    stepped = std::make_unique<dsv4_gpu_model>(cpu->weights(), s.dev, s.kern, go);
-    prompt_ids.resize(prompt);
-    for (auto& id : prompt_ids) id = pick();
-  }
-  uint32_t pick() { return std::uniform_int_distribution<uint32_t>(0, vocab - 1)(g); }
-  void run_prompt() {
-    (void)chained->forward(prompt_ids, false);
-    (void)stepped->forward(prompt_ids, false);
-  }
-};
-
-/// Greedy decode chained on the device (decode_greedy_each: each step reads its token from the previous argmax
-/// through kernels::embed_rows and is submitted before the previous one ends) against step_greedy one token at a
-/// time on a second model from the same prompt: stopped by its callback after k ids (the step it ran ahead is
-/// dropped), then continued from a token that is not the argmax (the dropped step's position runs again with
-/// another token) — the same ids and positions throughout, and the step after agrees.
-std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed, std::string& info) {
-  chain_pair cp(s, path, prompt, n, seed);
-  dsv4_gpu_model &chained = *cp.chained, &stepped = *cp.stepped;
-  const uint32_t V = cp.vocab;
-  // k: the step run ahead of the stop (position prompt + k) closes a ratio-4 compressor window, so the dropped
-  // step pooled an entry that the continuation must pool again
-  uint32_t k = n / 3;
-  while ((prompt + k + 1) % 4 != 0) ++k;
-  if (!chained.chains_decode()) return "decode_greedy does not chain on this device (no embedding on the device)";
-  cp.run_prompt();
-  auto compare = [&](const std::vector<uint32_t>& got, uint32_t first, uint64_t at, const char* part) -> std::string {
-    for (uint64_t i = 0; i < got.size(); ++i) {
-      const uint32_t want = first = stepped.step_greedy(first);
-      if (got[i] != want)
-        return std::string(part) + " step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) +
-               ", step by step " + std::to_string(want);
-    }
-    if (chained.pos() != at) return std::string(part) + ": position " + std::to_string(chained.pos()) + ", expected " + std::to_string(at);
-    return {};
-  };
-  const uint32_t first = cp.pick();
-  std::vector<uint32_t> got;
-  const uint64_t m = chained.decode_greedy_each(first, n, [&](uint32_t id) {
-    got.push_back(id);
-    return got.size() < k;
-  });
-  if (m != k || got.size() != k) return "the callback's stop after " + std::to_string(k) + " ids gave " + std::to_string(m);
-  if (auto why = compare(got, first, prompt + k, "stopped chain"); !why.empty()) return why;
-  const uint32_t other = (got.back() + 1) % V;  // not the argmax: the dropped step's position, another token
-  const std::vector<uint32_t> rest = chained.decode_greedy(other, n - k);
-  if (rest.size() != n - k) return "decode_greedy returned " + std::to_string(rest.size()) + " ids";
-  if (auto why = compare(rest, other, prompt + n, "continued chain"); !why.empty()) return why;
-  // one more step on each from the same token: the state the chained steps left is the stepped one's
-  if (chained.step_greedy(rest.back()) != stepped.step_greedy(rest.back())) return "the step after the chain differs";
-  std::set<uint32_t> distinct(got.begin(), got.end());
-  distinct.insert(rest.begin(), rest.end());
-  info = std::to_string(k) + " + " + std::to_string(n - k) + " chained greedy ids == step by step (" +
-         std::to_string(distinct.size()) + " distinct)";
-  return {};
-}
-
-/// Sampled decode chained on the device (decode_sampled_each: kernels::sample after the head, each step reading its
-/// token from the previous draw) against the host path on a second model from the same prompt — each step's
-/// logits read back and drawn by cmfx::sampler — with the same settings and seed: stopped by the callback after
-/// k ids (the step the device ran ahead drew one number more: the host's sampler state carries on, not the
-/// device's), then continued: the same ids throughout, and the two samplers' RNG states agree at the end.
-std::string sampled_chain_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, int32_t top_k,
-                               bool penalties, uint64_t seed, std::string& info) {
-  chain_pair cp(s, path, prompt, n, seed);
-  dsv4_gpu_model &chained = *cp.chained, &stepped = *cp.stepped;
-  const uint32_t V = cp.vocab;
-  if (!chained.samples_on_device()) return "decode_sampled_each is not available on this device";
-  cp.run_prompt();
-  sampling_params sp;
-  sp.temperature = 1.2f, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.top_k = top_k, sp.seed = cp.g();
-  if (penalties) sp.repetition_penalty = 1.3f, sp.presence_penalty = 0.5f, sp.frequency_penalty = 0.4f;
-  sampler on_dev(V, sp), on_host(V, sp);
-  const std::vector<int32_t> prompt_ids(cp.prompt_ids.begin(), cp.prompt_ids.end());
-  on_dev.set_prompt(prompt_ids);
-  on_host.set_prompt(prompt_ids);
-  uint32_t first = cp.pick(), k = n / 3;
-  std::vector<uint32_t> got;
-  auto chain = [&](uint32_t from, uint32_t max, uint32_t stop_after) {
-    return chained.decode_sampled_each(from, max, device_sampling::of(on_dev), [&](uint32_t id) {
-      on_dev.accept_drawn(int32_t(id));
-      got.push_back(id);
-      return got.size() < stop_after;
-    });
-  };
-  if (chain(first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
-  if (chain(got.back(), n - k, n) != n - k) return "the continued chain ran " + std::to_string(got.size() - k) + " ids";
-  for (uint32_t i = 0; i < n; ++i) {
-    const std::vector<float> l = stepped.step(first, true);
-    const uint32_t want = first = uint32_t(on_host.sample(l).token);
-    if (got[i] != want)
-      return "step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) + ", host-sampled " + std::to_string(want);
-  }
-  if (chained.pos() != stepped.pos()) return "positions differ after the chains";
-  if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)
-    return "the samplers' RNG states differ after the chains";
-  std::vector<uint32_t> cd(V), ch(V);
-  on_dev.penalty_state(cd);
-  on_host.penalty_state(ch);
-  if (cd != ch) return "the samplers' token counts differ after the chains";
-  std::set<uint32_t> distinct(got.begin(), got.end());
-  info = std::to_string(k) + " + " + std::to_string(n - k) + " ids drawn on the device == the host's sampler (" +
-         std::to_string(distinct.size()) + " distinct)";
   return {};
 }
 
@@ -746,19 +622,7 @@ void model_cases(suite& s) {
   s.run("model_v4", "-", "cmf f32 toy, 140 tokens, pipelined (logits only), chunk-sized rings", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("cmf", "f32"), 140, seed, info, false, 37);
   });
-  s.run("model_v4", "-", "greedy decode chained on the device, cmf q4tp toy, 12 + 30 tokens", [&](uint64_t seed, std::string& info) {
-    return chained_case(s, files.make("cmf", "q4tp"), 12, 30, seed, info);
-  });
-  s.run("model_v4", "-", "greedy decode chained on the device, release toy, 8 + 20 tokens", [&](uint64_t seed, std::string& info) {
-    return chained_case(s, files.make("release", "native"), 8, 20, seed, info);
-  });
-  s.run("model_v4", "-", "sampled decode chained on the device, cmf q4tp toy, 12 + 24 tokens", [&](uint64_t seed, std::string& info) {
-    return sampled_chain_case(s, files.make("cmf", "q4tp"), 12, 24, 0, false, seed, info);
-  });
-  s.run("model_v4", "-", "sampled decode chained on the device, top-k 30 + penalties, cmf q4tp toy, 8 + 12 tokens",
-        [&](uint64_t seed, std::string& info) {
-          return sampled_chain_case(s, files.make("cmf", "q4tp"), 8, 12, 30, true, seed, info);
-        });
+  model_chain_cases(s, files);  // cases_model_chain.cpp
   s.run("model_v4", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp"), seed, info);
   });

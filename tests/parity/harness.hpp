@@ -191,6 +191,8 @@ void moe_cases(suite& s);
 void moe_slots_cases(suite& s);  // cases_moe_slots.cpp: the expert cache's MoE
 void attn_cases(suite& s);  // cases_attn.cpp
 void model_cases(suite& s);  // cases_model.cpp: the V4 GPU graph vs the CPU graph on the toys
+struct toy_files;
+void model_chain_cases(suite& s, toy_files& files);  // cases_model_chain.cpp: decode chained on the device
 void model_v41_cases(suite& s);  // cases_model_v41.cpp: the V4.1 GPU graph vs the CPU graph on the V4.1 toys
 void prim_cases(suite& s);   // cases_prims.cpp: add, scale, matmul_rows, recorded transfers
 void v41_cases(suite& s);
