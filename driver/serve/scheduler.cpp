@@ -250,11 +250,18 @@ bool scheduler::try_chain() {
   uint32_t prev = static_cast<uint32_t>(s.pending);
   uint64_t n = 0;
   const auto t0 = clock_type::now();
+  auto t_last = t0;
   try {
     auto on_token = [&](uint32_t id) {
       s.tokens.push_back(prev);  // the step that produced id ran prev
       prev = id;
       ++n;
+      // counted before the token is emitted: the last one ends the request, and a client that reads /metrics right
+      // after its response must see its tokens
+      const auto now = clock_type::now();
+      m_.add_decode(1, std::chrono::duration<double>(now - t_last).count());
+      m_.add_chained(1);
+      t_last = now;
       if (sampled) s.smp->accept_drawn(static_cast<int32_t>(id));
       sample_result r;
       r.token = static_cast<int32_t>(id);
@@ -276,8 +283,6 @@ bool scheduler::try_chain() {
     return true;
   }
   const double secs = seconds_since(t0);
-  m_.add_decode(n, secs);
-  m_.add_chained(n);
   m_.add_step(secs, secs, 0.0, secs);
   if (s.j) update_bytes(s);
   m_.set_engine_text(model_.metrics_text());
@@ -367,6 +372,11 @@ void scheduler::step_all() {
       errors[i] = ex.what();
     }
   });
+  // Decode tokens: their share of the forward, plus the sampling's time per sampled token; counted before the tokens
+  // are emitted (a token can end its request, and the client may read /metrics right after the response).
+  const double sample_per_token = fin.empty() ? 0.0 : seconds_since(t_sample) / double(fin.size());
+  for (size_t i = 0; i < fin.size(); ++i)
+    if (decode[i] && errors[i].empty()) m_.add_decode(1, per_token + sample_per_token);
   for (size_t i = 0; i < fin.size(); ++i) {
     slot& s = *act[fin[i]];
     if (!errors[i].empty()) {
@@ -377,10 +387,6 @@ void scheduler::step_all() {
     if (s.j) update_bytes(s);
   }
   const double sample_s = seconds_since(t_sample);
-  // Decode tokens: their share of the forward, plus the sampling step's time per sampled token.
-  const double sample_per_token = fin.empty() ? 0.0 : sample_s / double(fin.size());
-  for (size_t i = 0; i < fin.size(); ++i)
-    if (decode[i]) m_.add_decode(1, per_token + sample_per_token);
   m_.add_step(secs, per_token * double(decode_tokens), sample_s, seconds_since(t_step));
   m_.set_engine_text(model_.metrics_text());
 }
