@@ -155,13 +155,17 @@ int run_bench(const bench_args& a) {
 
   std::mt19937_64 g(a.seed);
   std::uniform_int_distribution<uint32_t> pick(0, m.vocab() - 1);
-  // Decode sampling (--temp > 0): drawn on the device, chained, or the host's sampler over the logits read back.
+  // Decode sampling (--temp > 0; or greedy with --logprobs): chosen on the device, chained, or the host's sampler over
+  // the logits read back.
   sampling_params sp;
   sp.temperature = a.temp, sp.top_p = a.top_p, sp.min_p = a.min_p, sp.top_k = int32_t(a.top_k), sp.seed = a.seed;
   sp.repetition_penalty = a.repeat_penalty, sp.presence_penalty = a.presence_penalty;
   sp.frequency_penalty = a.frequency_penalty;
-  const bool sampled = a.temp > 0.0f, on_device = sampled && a.sampling == "device";
-  if (on_device && !(m.samples_on_device() && sp.device_samplable(m.vocab(), gpu::kernels::sample_max_top_k)))
+  sp.logprobs = a.logprobs >= 0, sp.top_logprobs = std::max(a.logprobs, 0);
+  const bool sampled = a.temp > 0.0f || sp.logprobs, on_device = sampled && a.sampling == "device";
+  step_logprobs lp;  // each decode token's, with --logprobs
+  if (on_device && !(m.samples_on_device() && sp.device_samplable(m.vocab(), gpu::kernels::sample_max_top_k,
+                                                                  int32_t(gpu::kernels::logprobs_max_top))))
     throw usage_error("bench: --sampling device needs a graph that chains its steps on a device with f64 and 64-bit "
                       "integers (V4 without the expert cache); use --sampling host");
   sampler smp(m.vocab(), sp);
@@ -172,7 +176,8 @@ int run_bench(const bench_args& a) {
     const uint32_t w0 = pick(g);
     (void)m.forward(std::span<const uint32_t>(&w0, 1), true);
     (void)m.step_greedy(pick(g));
-    if (on_device) (void)m.decode_sampled_each(pick(g), 1, device_sampling::of(smp), [](uint32_t) { return true; });
+    if (on_device)
+      (void)m.decode_sampled_each(pick(g), 1, device_sampling::of(smp, &lp), [](uint32_t) { return true; });
     // a prefill chunk's pipelines (V4): more rows than one 8-row GEMM tile, so the tiled GEMMs are built too
     std::vector<uint32_t> w16(16);
     for (uint32_t& x : w16) x = pick(g);
@@ -215,7 +220,7 @@ int run_bench(const bench_args& a) {
   double rec = 0, busy = 0;
   t = clk::now();
   if (a.tokens && on_device) {  // sampled on the device, chained (decode_sampled_each)
-    m.decode_sampled_each(tok, a.tokens, device_sampling::of(smp), [&](uint32_t id) {
+    m.decode_sampled_each(tok, a.tokens, device_sampling::of(smp, &lp), [&](uint32_t id) {
       smp.accept_drawn(int32_t(id));
       tok = id;
       return true;
@@ -275,9 +280,9 @@ int run_bench(const bench_args& a) {
                 pre_stats.device_s * 1e3, pre_stats.device_s > 0 ? double(a.prompt) / pre_stats.device_s : 0.0);
   char how[200] = "greedy on the device";
   if (sampled)
-    std::snprintf(how, sizeof how, "sampled %s: T %g, top-p %g, min-p %g, top-k %u%s",
-                  on_device ? "on the device" : "on the host", double(a.temp), double(a.top_p), double(a.min_p), a.top_k,
-                  sp.has_penalties() ? ", penalties" : "");
+    std::snprintf(how, sizeof how, "%s %s: T %g, top-p %g, min-p %g, top-k %u%s, logprobs %d",
+                  a.temp > 0.0f ? "sampled" : "greedy", on_device ? "on the device" : "on the host", double(a.temp),
+                  double(a.top_p), double(a.min_p), a.top_k, sp.has_penalties() ? ", penalties" : "", a.logprobs);
   std::printf("decode : %llu tokens in %.2f s = %.2f tok/s at positions %llu..%llu (batch 1, %s)\n",
               (unsigned long long)a.tokens, dec_s, dec_tps, (unsigned long long)a.prompt,
               (unsigned long long)(a.prompt + a.tokens), how);

@@ -58,6 +58,7 @@ struct bench_args {
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
   uint32_t top_k = 0;
   float repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int32_t logprobs = -1;  // --logprobs: ≥ 0, each decode token's logprob and this many alternatives
   std::string sampling = "device";
   std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act)
   bool profile = false;           // per-phase device time of 16 decode steps

@@ -286,7 +286,7 @@ turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::
       r.decode_how = "greedy chained on the device";
     }
   }
-  // Sampled decode without penalties or logprobs: the draws chain on the device where the backend can (the
+  // Sampled decode without logprobs: the draws chain on the device where the backend can (the
   // sampler's choices, bit for bit; prompt_cache::chain_sampled), without reading the logits back.
   if (go && s.device_sampling && sp.device_samplable(cache.vocab(), gpu::kernels::sample_max_top_k)) {
     auto is_stop = [&](uint32_t id) {

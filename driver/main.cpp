@@ -5,6 +5,7 @@
 
 #include "act_flag.hpp"
 #include "byte_size.hpp"
+#include "cmfx/vk/kernels.hpp"
 #include "commands.hpp"
 #include "serve/serve.hpp"
 
@@ -229,8 +230,13 @@ int main(int argc, char** argv) {
       ->default_val(bench.presence_penalty);
   cb->add_option("--frequency-penalty", bench.frequency_penalty, "Decode frequency penalty (0 = off; with --temp)")
       ->default_val(bench.frequency_penalty);
+  cb->add_option("--logprobs", bench.logprobs,
+                 "Decode logprobs of the raw logits with this many alternatives (-1 = none; also greedy, 0 = the chosen "
+                 "token's only)")
+      ->check(CLI::Range(-1, int32_t(cmfx::gpu::kernels::logprobs_max_top)))->default_val(bench.logprobs);
   cb->add_option("--sampling", bench.sampling,
-                 "With --temp: device = drawn on the GPU, chained; host = logits read back, cmfx::sampler per step")
+                 "With --temp or --logprobs: device = chosen on the GPU, chained; host = logits read back, "
+                 "cmfx::sampler per step")
       ->check(CLI::IsMember({"device", "host"}))->default_val(bench.sampling);
   cb->add_option("--shader-dir", bench.shader_dir,
                  "Read the shaders (*.comp, common/*.glsl) from this directory instead of the built-in copies "

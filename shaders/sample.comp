@@ -30,6 +30,10 @@
 //             added in order, the first block whose running total passes r = u·Σ, the entry inside it; the id.
 // Passes 3–6 run only with top-p / min-p and no top-k, 9 and 10 only with top-k (without any of them the candidates
 // are the vocabulary in index order).
+// kernels::logprobs (the numbers sampler::fill_logprobs derives a token's logprob from) reuses them on the raw logits:
+// 1 at temperature 1 without penalties (z = the logits, NaN → −inf), 2, 7, the top-k passes for the top_n best, then
+//   11 (one workgroup)  the block sums added in order (pass 8's total) and the record: z_max, the total, the chosen
+//             token's z, the top_n ids and their z.
 #include "common/base.glsl"
 
 layout(push_constant) uniform sample_pc {
@@ -60,6 +64,7 @@ layout(std430, binding = 4) buffer SEEN { uint seen[]; };
 #define C_CNT 2u    // the candidates' count (passes 5, 9)
 #define C_KEY 3u    // top-p's cut: the descending key of the last kept token's z
 #define C_IDX 4u    // ... and the highest index kept among tokens with that z (0xFFFFFFFF: all of them)
+#define C_CHOSEN 5u // logprobs (pass 11): the chosen token's id, copied in by the host's commands
 
 // Ascending order key of a non-NaN float, −0 as +0 (argmax.comp's); its inverse.
 uint key_of(float v) {
@@ -239,9 +244,43 @@ void draw_uniform() {
   barrier();
 }
 
-#if SAMPLE_PASS == 8
+#if SAMPLE_PASS == 8 || SAMPLE_PASS == 11
 #define WIN 1024u
 shared double s_win[WIN];  // a window of block sums
+// The block sums bs[0..nb) added in order (the sampler's pick(): one invocation adds, a window of block sums at a
+// time staged in shared memory; the adds are one dependent chain, the window's values read 8 at a time ahead of
+// them); running: the running totals P_{b+1} = P_b + S_b written over the block sums. Returns the total (every
+// invocation calls it).
+double ordered_total(uint nb, uint bs, bool running) {
+  const uint lid = gl_LocalInvocationID.x;
+  precise double total = 0.0LF;
+  for (uint w0 = 0u; w0 < nb; w0 += WIN) {
+    for (uint j = lid; j < WIN && w0 + j < nb; j += WG_SIZE) s_win[j] = sd[bs + w0 + j];
+    barrier();
+    if (lid == 0u) {
+      const uint m = min(WIN, nb - w0);
+      uint j = 0u;
+      for (; j + 8u <= m; j += 8u) {
+        double v[8];
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = s_win[j + q];
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) {
+          total += v[q];
+          v[q] = total;
+        }
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) s_win[j + q] = v[q];
+      }
+      for (; j < m; ++j) {
+        total += s_win[j];
+        s_win[j] = total;
+      }
+    }
+    barrier();
+    if (running)
+      for (uint j = lid; j < WIN && w0 + j < nb; j += WG_SIZE) sd[bs + w0 + j] = s_win[j];
+    barrier();
+  }
+  return total;  // invocation 0's
+}
 #endif
 #if SAMPLE_PASS == 7
 shared double s_blk[2048];  // 32 blocks of 64 weights
@@ -437,34 +476,7 @@ void main() {
   const uint cnt = ident ? n : su[pc.so + C_CNT];
   const uint wv = ident ? (pc.so + pc.w_at) / 2u : (pc.so + pc.wc_at) / 2u;
   const uint nb = (cnt + 63u) / 64u, bs = (pc.so + pc.bsum_at) / 2u;
-  // the running totals P_{b+1} = P_b + S_b in order (one invocation adds, a window of block sums at a time staged
-  // in shared memory), written over the block sums; total = the last
-  // (the adds are one dependent chain; the window's values are read 8 at a time ahead of their adds)
-  precise double total = 0.0LF;
-  for (uint w0 = 0u; w0 < nb; w0 += WIN) {
-    for (uint j = lid; j < WIN && w0 + j < nb; j += WG_SIZE) s_win[j] = sd[bs + w0 + j];
-    barrier();
-    if (lid == 0u) {
-      const uint m = min(WIN, nb - w0);
-      uint j = 0u;
-      for (; j + 8u <= m; j += 8u) {
-        double v[8];
-        [[unroll]] for (uint q = 0u; q < 8u; ++q) v[q] = s_win[j + q];
-        [[unroll]] for (uint q = 0u; q < 8u; ++q) {
-          total += v[q];
-          v[q] = total;
-        }
-        [[unroll]] for (uint q = 0u; q < 8u; ++q) s_win[j + q] = v[q];
-      }
-      for (; j < m; ++j) {
-        total += s_win[j];
-        s_win[j] = total;
-      }
-    }
-    barrier();
-    for (uint j = lid; j < WIN && w0 + j < nb; j += WG_SIZE) sd[bs + w0 + j] = s_win[j];
-    barrier();
-  }
+  const double total = ordered_total(nb, bs, true);  // the running totals over the block sums
   if (lid == 0u) {
     s_target = u * total;  // r
     s_bin = 0xFFFFFFFFu;
@@ -502,5 +514,28 @@ void main() {
   const uint tok = ident ? uint(pick) : su[pc.so + pc.cidx_at + uint(pick)];
   oi[pc.oo] = tok;
   if ((pc.flags & 16u) != 0u) seen[pc.seo + tok] += 1u;
+#elif SAMPLE_PASS == 11
+  // logprobs' record (kernels::logprobs; z = the raw logits, NaN → −inf, by pass 1 at temperature 1): m = z_max, the
+  // total of exp(z − m) (passes 2 and 7, then the block sums in order: NaN where m is ±inf, as on the host), the
+  // chosen token's z, and the top_n best tokens (pc.level; kidx from topk, value descending, lower index first)
+  // with their z
+  const float zmax = zmax_of();
+  const uint nb = (n + 63u) / 64u, bs = (pc.so + pc.bsum_at) / 2u;
+  double total = uint64BitsToDouble(0x7FF8000000000000ul);
+  if (!isinf(zmax)) total = ordered_total(nb, bs, false);  // uniform
+  if (lid == 0u) {
+    const uint64_t tb = doubleBitsToUint64(total);
+    oi[pc.oo] = floatBitsToUint(zmax);
+    oi[pc.oo + 1u] = uint(tb);
+    oi[pc.oo + 2u] = uint(tb >> 32);
+    const uint c = su[pc.so + C_CHOSEN];
+    oi[pc.oo + 3u] = c < n ? floatBitsToUint(sf[pc.so + pc.z_at + c]) : 0x7FC00000u;
+  }
+  const uint k = pc.level;
+  for (uint j = lid; j < k; j += WG_SIZE) {
+    const uint i = j < n ? cand_id(j) : 0xFFFFFFFFu;
+    oi[pc.oo + 4u + j] = i;
+    oi[pc.oo + 4u + k + j] = i < n ? floatBitsToUint(sf[pc.so + pc.z_at + i]) : 0u;
+  }
 #endif
 }

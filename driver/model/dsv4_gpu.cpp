@@ -303,6 +303,9 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     if (logits_mode == 3)
       k.sample(*cur, logits, cf.vocab, sample_set, rng_state, sample_scratch, best, sample_pen ? view(sample_seen) : view());
     if (logits_mode >= 2 && ring_slot >= 0) cur->copy(view(best, 0, 4), view(ids_ring, uint64_t(ring_slot) * 4, 4), 4);
+    if (logits_mode >= 2 && ring_slot >= 0 && lp_top >= 0)
+      k.logprobs(*cur, logits, cf.vocab, uint32_t(lp_top), best, sample_scratch,
+                 view(lp_ring, uint64_t(ring_slot) * lp_words * 4, uint64_t(lp_words) * 4));
     ts.mark(&dsv4_gpu_profile::head);
   }
   rec->close();
@@ -322,7 +325,7 @@ void dsv4_gpu_model::impl::record_token(gpu::commands& pre, uint32_t tok) {
 }
 
 uint64_t dsv4_gpu_model::impl::decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token,
-                                             int logits_mode) {
+                                             int logits_mode, step_logprobs* lp) {
   if (max == 0) return 0;
   if (first >= cfg.vocab) throw usage_error("gpu model: token id " + std::to_string(first) + " >= vocab " + std::to_string(cfg.vocab));
   if (pos + max > opt.max_ctx)
@@ -346,6 +349,10 @@ uint64_t dsv4_gpu_model::impl::decode_chained(uint32_t first, uint64_t max, cons
     dev_s += r.device_seconds();
     uint32_t id = 0;
     std::memcpy(&id, ring + (i % ring_slots) * 4, 4);
+    if (lp && lp_top >= 0) {
+      const auto* rec = reinterpret_cast<const uint32_t*>(dev.mapped(lp_ring)) + (i % ring_slots) * lp_words;
+      step_logprobs::from(std::span<const uint32_t>(rec, lp_words), uint32_t(lp_top), cfg.vocab, *lp);
+    }
     ++delivered;
     pos = p0 + delivered;
     if (!on_token(id)) stop = true;
@@ -562,10 +569,15 @@ uint64_t dsv4_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, const
   if (!ds.seen.empty() && ds.seen.size() != m.cfg.vocab)
     throw usage_error("gpu model: the penalty state holds " + std::to_string(ds.seen.size()) + " tokens, not the vocabulary's " +
                       std::to_string(m.cfg.vocab));
+  if (ds.greedy() && !ds.seen.empty()) throw usage_error("gpu model: greedy decode on the device takes no penalties");
+  if (ds.top_logprobs > int32_t(gpu::kernels::logprobs_max_top) || (ds.top_logprobs >= 0 && !ds.logprobs))
+    throw usage_error("gpu model: logprobs on the device take at most " +
+                      std::to_string(gpu::kernels::logprobs_max_top) + " alternatives and a place to go");
   if (!m.rng_state) {
     m.rng_state = m.dev.alloc(gpu::kernels::sample_rng_bytes);
     m.sample_scratch = m.dev.alloc(gpu::kernels::sample_scratch_bytes(m.cfg.vocab));
   }
+  if (ds.top_logprobs >= 0 && !m.lp_ring) m.lp_ring = m.dev.alloc_readback(uint64_t(impl::ring_slots) * impl::lp_words * 4);
   std::vector<uint64_t> words(ds.rng.x.begin(), ds.rng.x.end());
   words.push_back(ds.rng.index);
   m.dev.upload(m.rng_state, words);
@@ -575,7 +587,13 @@ uint64_t dsv4_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, const
   }
   m.sample_set = ds.settings;
   m.sample_pen = !ds.seen.empty();
-  return m.decode_chained(first, max, on_token, 3);
+  // the chain's logprobs setting, for its recordings only (run() and the chains after this one record none)
+  struct lp_scope {
+    int32_t& v;
+    ~lp_scope() { v = -1; }
+  } scope{m.lp_top};
+  m.lp_top = ds.top_logprobs;
+  return m.decode_chained(first, max, on_token, ds.greedy() ? 2 : 3, ds.logprobs);
 }
 
 uint32_t dsv4_gpu_model::step_greedy(uint32_t token) {

@@ -67,6 +67,11 @@ struct dsv4_gpu_model::impl {
   gpu::kernels::sample_settings sample_set;
   bool sample_pen = false;  // penalties: sample_seen holds the sampler's penalty_state words
   gpu::buffer rng_state, sample_scratch, sample_seen;
+  /// Logprobs of a chain's steps (kernels::logprobs after the choice): alternatives per step (−1: none, the chain's
+  /// setting) and the host-visible records [ring_slots][logprobs_words(logprobs_max_top)], beside ids_ring.
+  int32_t lp_top = -1;
+  gpu::buffer lp_ring;
+  static constexpr uint32_t lp_words = gpu::kernels::logprobs_words(gpu::kernels::logprobs_max_top);
   static constexpr uint32_t ring_slots = 4;
   std::shared_ptr<const void> keep_alive;
   gpu::device& dev;
@@ -125,9 +130,10 @@ struct dsv4_gpu_model::impl {
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
   /// The same, a layer per step (record_task): what run() records ahead inside the expert cache's waits.
   record_task record_steps(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
-  /// Decode chained on the device (decode_greedy_each: logits_mode 2; decode_sampled_each: 3).
+  /// Decode chained on the device (decode_greedy_each: logits_mode 2; decode_sampled_each: 3, or 2 when greedy);
+  /// lp (with lp_top ≥ 0): each step's logprobs, decoded there before on_token sees its id.
   uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token,
-                          int logits_mode = 2);
+                          int logits_mode = 2, step_logprobs* lp = nullptr);
   /// The host's part of a step: the embedding of `tok` in every hc copy of X and its id (recorded into `pre`).
   void record_token(gpu::commands& pre, uint32_t tok);
   // dsv4_gpu_chunk.cpp

@@ -229,11 +229,14 @@ bool scheduler::try_chain() {
   slot& s = *one;
   const gen_request& req = s.j->req;
   const sampling_params& sp = req.sp;
-  // greedy: the device's argmax; sampled without logprobs (top-k ≤ 2048): drawn on the device (the slot's sampler's
-  // choices, bit for bit, penalties included), each id recorded in that sampler
+  // greedy: the device's argmax; else chosen on the device as the slot's sampler would (drawn with a temperature,
+  // top-k ≤ 2048, penalties; or greedy with logprobs), bit for bit, with the raw logits' logprobs where asked; each id
+  // recorded in that sampler
   const bool greedy = sp.pure_greedy();
-  const bool sampled = !greedy && o_.device_sampling && s.smp && s.smp->params().device_samplable(vocab_, gpu::kernels::sample_max_top_k);
-  if (req.top_logprobs >= 0 || !(greedy || sampled)) return false;
+  const bool sampled = !greedy && o_.device_sampling && s.smp &&
+                       s.smp->params().device_samplable(vocab_, gpu::kernels::sample_max_top_k,
+                                                        int32_t(gpu::kernels::logprobs_max_top));
+  if (!(greedy || sampled)) return false;
   // a queued request that a free slot could take ends a burst (the GPU engine has one slot: it waits anyway)
   auto queue_can_start = [&] {
     std::lock_guard lk(mu_);
@@ -251,6 +254,7 @@ bool scheduler::try_chain() {
   uint64_t n = 0;
   const auto t0 = clock_type::now();
   auto t_last = t0;
+  step_logprobs lp;  // each step's, where the request asks for logprobs
   try {
     auto on_token = [&](uint32_t id) {
       s.tokens.push_back(prev);  // the step that produced id ran prev
@@ -266,6 +270,7 @@ bool scheduler::try_chain() {
       sample_result r;
       r.token = static_cast<int32_t>(id);
       r.stop = stop_eos && id == eos;
+      if (req.top_logprobs >= 0) r.logprob = lp.logprob, r.top_logprobs = lp.top;
       emit(s, r);
       if (!s.j) return false;  // the request ended (stop, length)
       if (queue_can_start()) return false;
@@ -274,7 +279,7 @@ bool scheduler::try_chain() {
     if (greedy) {
       model_.chain_greedy(s.id, prev, room, on_token);
     } else {
-      model_.chain_sampled(s.id, prev, room, device_sampling::of(*s.smp), on_token);
+      model_.chain_sampled(s.id, prev, room, device_sampling::of(*s.smp, &lp), on_token);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cmfx serve: generation failed: %s\n", e.what());

@@ -47,6 +47,55 @@ struct scratch_layout {
   static uint32_t u32(uint64_t v) { return uint32_t(v); }  // < 2^32: n ≤ sample_max_n
 };
 
+// One row's k best z (kernels::topk's order: value descending, lower index first) into the scratch's kidx, as
+// sample.comp's cand_id reads them: over a long row in two stages — rows of `tile` ≥ 4k tokens give their k best in
+// index order (many workgroups), pass 10 gathers them, and the k best of those (one row of at most n / 4 + k)
+// follow (flag 8) — else in one. `run` records a sample.comp pass (pass, level, workgroups); pc.ncand and pc.tile
+// are set here.
+// The push constants' common part: n, the offsets, the scratch's regions; the rest zero (temperature 1).
+sample_pc make_pc(uint32_t n, const scratch_layout& L, const detail::bound& lb, const detail::bound& sb,
+                  const detail::bound& ob) {
+  using S = scratch_layout;
+  sample_pc pc{};
+  pc.n = n, pc.mass_bits = uint32_t(top_p_mass_bits(n)), pc.temp = 1.0f, pc.top_p = 1.0f;
+  pc.rep = 1.0f, pc.lo = lb.residual / 4, pc.so = sb.residual / 4, pc.oo = ob.residual / 4;
+  pc.hist_at = S::u32(L.hist), pc.z_at = S::u32(L.z), pc.w_at = S::u32(L.w), pc.wc_at = S::u32(L.wc);
+  pc.cidx_at = S::u32(L.cidx), pc.cntwg_at = S::u32(L.cntwg), pc.bsum_at = S::u32(L.bsum), pc.kidx_at = S::u32(L.kidx);
+  pc.idx1_at = S::u32(L.idx1), pc.cval_at = S::u32(L.cval), pc.corig_at = S::u32(L.corig);
+  return pc;
+}
+
+// Records sample.comp's pass `pass` over `groups` workgroups.
+void run_pass(const detail::op_env& e, commands& c, const detail::binding (&b)[5], sample_pc& pc, int pass,
+              uint32_t level, uint64_t groups) {
+  pc.level = level;
+  uint32_t gx, gy;
+  e.grid(groups, gx, gy);
+  const std::string defs = "#define SAMPLE_PASS " + std::to_string(pass) + "\n";
+  detail::dispatch(c.impl(), e.pipe("sample.comp", defs, detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc, gx, gy);
+}
+
+template <class Run>
+void top_of_z(kernels& k, commands& c, view scratch, const scratch_layout& L, sample_pc& pc, uint32_t n, uint32_t kk,
+              Run&& run) {
+  auto part = [&](uint64_t words, uint64_t bytes) { return view(*scratch.buf, scratch.offset + words * 4, bytes); };
+  const uint32_t tile = std::max<uint32_t>(1024, std::bit_ceil(4 * kk));
+  pc.tile = tile;
+  if (n <= tile) {
+    k.topk(c, part(L.z, uint64_t(n) * 4), 1, n, kk, part(L.kidx, uint64_t(kk) * 4));
+    return;
+  }
+  const uint32_t full = n / tile, tail = n % tile, ktail = std::min(kk, tail);
+  pc.ncand = full * kk + ktail;
+  pc.flags |= 8u;
+  k.topk(c, part(L.z, uint64_t(full) * tile * 4), full, tile, kk, part(L.idx1, uint64_t(full) * kk * 4), true);
+  if (tail)
+    k.topk(c, part(L.z + uint64_t(full) * tile, uint64_t(tail) * 4), 1, tail, ktail,
+           part(L.idx1 + uint64_t(full) * kk, uint64_t(ktail) * 4), true);
+  run(10, kk, (pc.ncand + detail::op_env::wg - 1) / detail::op_env::wg);
+  k.topk(c, part(L.cval, uint64_t(pc.ncand) * 4), 1, pc.ncand, kk, part(L.kidx, uint64_t(kk) * 4));
+}
+
 }  // namespace
 
 uint64_t kernels::sample_scratch_bytes(uint32_t n) { return scratch_layout(n).end * 4; }
@@ -80,47 +129,21 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
                       sb = e.bind(scratch, sb_bytes), ob = e.bind(out, 4), nb = e.bind(pen ? seen : view(), uint64_t(n) * 4);
   if (sb.residual % 8 || rb.residual % 8) throw usage_error("sample: scratch / rng binding not 8-byte aligned");
   const bool cut = s.top_p < 1.0f, minp = s.min_p > 0.0f;
-  // top-k over a long vocabulary in two stages: rows of `tile` ≥ 4k tokens each give their k best in index order
-  // (many workgroups), then the k best of those (one row of at most n / 4 + k); else one row
-  const uint32_t tile = top_k ? std::max<uint32_t>(1024, std::bit_ceil(4 * s.top_k)) : 0;
-  const bool two_stage = top_k && n > tile;
-  const uint32_t full = two_stage ? n / tile : 0, tail = two_stage ? n % tile : 0;
-  const uint32_t ktail = std::min(s.top_k, tail);
-  const uint32_t ncand = two_stage ? full * s.top_k + ktail : 0;
   const scratch_layout L(n);
-  using S = scratch_layout;
-  sample_pc pc{n, 0, uint32_t(top_p_mass_bits(n)),
-               (cut ? 1u : 0u) | (minp ? 2u : 0u) | (top_k ? 4u : 0u) | (two_stage ? 8u : 0u) | (pen ? 16u : 0u),
-               s.temperature, s.top_p, s.min_p, tile, lb.residual / 4, sb.residual / 4, rb.residual / 8, ob.residual / 4,
-               ncand, nb.residual / 4, s.repetition_penalty, s.presence_penalty, s.frequency_penalty,
-               S::u32(L.hist), S::u32(L.z), S::u32(L.w), S::u32(L.wc), S::u32(L.cidx), S::u32(L.cntwg), S::u32(L.bsum),
-               S::u32(L.kidx), S::u32(L.idx1), S::u32(L.cval), S::u32(L.corig)};
+  sample_pc pc = make_pc(n, L, lb, sb, ob);
+  pc.flags = (cut ? 1u : 0u) | (minp ? 2u : 0u) | (top_k ? 4u : 0u) | (pen ? 16u : 0u);
+  pc.temp = s.temperature, pc.top_p = s.top_p, pc.min_p = s.min_p, pc.ro = rb.residual / 8, pc.seo = nb.residual / 4;
+  pc.rep = s.repetition_penalty, pc.pres = s.presence_penalty, pc.freq = s.frequency_penalty;
   const detail::binding b[5] = {lb.b, sb.b, rb.b, ob.b, nb.b};
   // ctrl and the histogram start at zero
   c.fill(view(*scratch.buf, scratch.offset, L.z * 4), L.z * 4, 0);
   const uint64_t per_token = (uint64_t(n) + detail::op_env::wg - 1) / detail::op_env::wg;  // a token per invocation
-  auto run = [&](int pass, uint32_t level, uint64_t groups) {
-    pc.level = level;
-    uint32_t gx, gy;
-    e.grid(groups, gx, gy);
-    const std::string defs = "#define SAMPLE_PASS " + std::to_string(pass) + "\n";
-    detail::dispatch(c.impl(), e.pipe("sample.comp", defs, detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc, gx, gy);
-  };
+  auto run = [&](int pass, uint32_t level, uint64_t groups) { run_pass(e, c, b, pc, pass, level, groups); };
   run(1, 0, per_token);
   run(2, 0, per_token);
-  auto part = [&](uint64_t words, uint64_t bytes) { return view(*scratch.buf, scratch.offset + words * 4, bytes); };
-  const uint32_t k = s.top_k;
-  if (top_k && !two_stage) {  // the k best of z in the sampler's order, then pass 9 cuts and compacts them
-    topk(c, part(L.z, uint64_t(n) * 4), 1, n, k, part(L.kidx, uint64_t(k) * 4));
-    run(9, k, 1);
-  } else if (top_k) {
-    topk(c, part(L.z, uint64_t(full) * tile * 4), full, tile, k, part(L.idx1, uint64_t(full) * k * 4), true);
-    if (tail)
-      topk(c, part(L.z + uint64_t(full) * tile, uint64_t(tail) * 4), 1, tail, ktail,
-           part(L.idx1 + uint64_t(full) * k, uint64_t(ktail) * 4), true);
-    run(10, k, (ncand + detail::op_env::wg - 1) / detail::op_env::wg);
-    topk(c, part(L.cval, uint64_t(ncand) * 4), 1, ncand, k, part(L.kidx, uint64_t(k) * 4));
-    run(9, k, 1);
+  if (top_k) {  // the k best of z in the sampler's order, then pass 9 cuts and compacts them
+    top_of_z(*this, c, scratch, L, pc, n, s.top_k, run);
+    run(9, s.top_k, 1);
   } else if (cut) {
     for (uint32_t l = 1; l < 4; ++l) run(3, l, per_token);
     run(4, 0, 1);
@@ -131,6 +154,37 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
   }
   run(7, 0, (uint64_t(n) + 2047) / 2048);  // 32 blocks of 64 per workgroup
   run(8, 0, 1);
+}
+
+void kernels::logprobs(commands& c, view logits, uint32_t n, uint32_t top_n, view chosen, view scratch, view out) {
+  const detail::op_env e = detail::op_env_of(*p_);
+  if (!e.info.float64_ops || !e.info.int64) throw usage_error("logprobs: the device has no f64 or 64-bit integers in shaders");
+  if (n == 0 || n > sample_max_n) throw usage_error("logprobs: n must be in [1, " + std::to_string(sample_max_n) + "]");
+  if (top_n > logprobs_max_top)
+    throw usage_error("logprobs: top_n " + std::to_string(top_n) + " > " + std::to_string(logprobs_max_top));
+  if (c.in_concurrent()) throw usage_error("logprobs: several dependent dispatches, not inside begin_concurrent");
+  if (scratch.offset % 16) throw usage_error("logprobs: scratch must start on 16 bytes");
+  const uint64_t sb_bytes = sample_scratch_bytes(n), ob_bytes = uint64_t(logprobs_words(top_n)) * 4;
+  detail::need_view(logits, uint64_t(n) * 4, "logprobs", "logits");
+  detail::need_view(chosen, 4, "logprobs", "chosen");
+  detail::need_view(scratch, sb_bytes, "logprobs", "scratch");
+  detail::need_view(out, ob_bytes, "logprobs", "out");
+  const detail::bound lb = e.bind(logits, uint64_t(n) * 4), sb = e.bind(scratch, sb_bytes), ob = e.bind(out, ob_bytes),
+                      nb = e.bind(view(), 8);
+  if (sb.residual % 8) throw usage_error("logprobs: scratch binding not 8-byte aligned");
+  const scratch_layout L(n);
+  sample_pc pc = make_pc(n, L, lb, sb, ob);
+  const detail::binding b[5] = {lb.b, sb.b, nb.b, ob.b, nb.b};
+  // ctrl and the histogram start at zero; the chosen id into ctrl (pass 11 reads its z)
+  c.fill(view(*scratch.buf, scratch.offset, L.z * 4), L.z * 4, 0);
+  c.copy(view(*chosen.buf, chosen.offset, 4), view(*scratch.buf, scratch.offset + 5 * 4, 4), 4);
+  const uint64_t per_token = (uint64_t(n) + detail::op_env::wg - 1) / detail::op_env::wg;
+  auto run = [&](int pass, uint32_t level, uint64_t groups) { run_pass(e, c, b, pc, pass, level, groups); };
+  run(1, 0, per_token);                      // z = the logits (temperature 1, no penalties), z_max
+  run(2, 0, per_token);                      // w = exp(z − z_max)
+  run(7, 0, (uint64_t(n) + 2047) / 2048);    // block sums in order
+  if (top_n) top_of_z(*this, c, scratch, L, pc, n, top_n, run);
+  run(11, top_n, 1);
 }
 
 }  // namespace cmfx::gpu

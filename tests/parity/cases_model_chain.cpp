@@ -2,6 +2,8 @@
 // and sampled (decode_sampled_each: kernels::sample after the head) on the V4 toys, against a second GPU graph of
 // the same toy stepping one token at a time — the same ids, positions and sampler state, across a stop and a
 // continuation. Registered by model_cases (cases_model.cpp) in its order.
+#include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 
@@ -96,36 +98,55 @@ std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uin
 /// logits read back and drawn by cmfx::sampler — with the same settings and seed: stopped by the callback after
 /// k ids (the step the device ran ahead drew one number more: the host's sampler state carries on, not the
 /// device's), then continued: the same ids throughout, and the two samplers' RNG states agree at the end.
+/// With logprobs (top_logprobs ≥ 0; kernels::logprobs after each choice; a temperature of 0: the device's argmax):
+/// each step's logprob and alternatives are the host sampler's, bit for bit.
 std::string sampled_chain_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, int32_t top_k,
-                               bool penalties, uint64_t seed, std::string& info) {
+                               bool penalties, uint64_t seed, std::string& info, float temperature = 1.2f,
+                               int32_t top_logprobs = -1) {
   chain_pair cp(s, path, prompt, n, seed);
   dsv4_gpu_model &chained = *cp.chained, &stepped = *cp.stepped;
   const uint32_t V = cp.vocab;
   if (!chained.samples_on_device()) return "decode_sampled_each is not available on this device";
   cp.run_prompt();
   sampling_params sp;
-  sp.temperature = 1.2f, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.top_k = top_k, sp.seed = cp.g();
+  sp.temperature = temperature, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.top_k = top_k, sp.seed = cp.g();
   if (penalties) sp.repetition_penalty = 1.3f, sp.presence_penalty = 0.5f, sp.frequency_penalty = 0.4f;
+  if (top_logprobs >= 0) sp.logprobs = true, sp.top_logprobs = top_logprobs;
   sampler on_dev(V, sp), on_host(V, sp);
   const std::vector<int32_t> prompt_ids(cp.prompt_ids.begin(), cp.prompt_ids.end());
   on_dev.set_prompt(prompt_ids);
   on_host.set_prompt(prompt_ids);
   uint32_t first = cp.pick(), k = n / 3;
   std::vector<uint32_t> got;
+  step_logprobs lp;
+  std::vector<step_logprobs> got_lp;
   auto chain = [&](uint32_t from, uint32_t max, uint32_t stop_after) {
-    return chained.decode_sampled_each(from, max, device_sampling::of(on_dev), [&](uint32_t id) {
+    return chained.decode_sampled_each(from, max, device_sampling::of(on_dev, &lp), [&](uint32_t id) {
       on_dev.accept_drawn(int32_t(id));
       got.push_back(id);
+      got_lp.push_back(lp);
       return got.size() < stop_after;
     });
   };
+  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; };
   if (chain(first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
   if (chain(got.back(), n - k, n) != n - k) return "the continued chain ran " + std::to_string(got.size() - k) + " ids";
   for (uint32_t i = 0; i < n; ++i) {
     const std::vector<float> l = stepped.step(first, true);
-    const uint32_t want = first = uint32_t(on_host.sample(l).token);
+    const sample_result& r = on_host.sample(l);
+    const uint32_t want = first = uint32_t(r.token);
     if (got[i] != want)
       return "step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) + ", host-sampled " + std::to_string(want);
+    if (top_logprobs < 0) continue;
+    const step_logprobs& g = got_lp[i];
+    if (!same(g.logprob, r.logprob))
+      return "step " + std::to_string(i) + ": logprob " + std::to_string(g.logprob) + ", host " + std::to_string(r.logprob);
+    if (g.top.size() != r.top_logprobs.size()) return "step " + std::to_string(i) + ": the alternatives' count differs";
+    for (size_t j = 0; j < g.top.size(); ++j)
+      if (g.top[j].token != r.top_logprobs[j].token || !same(g.top[j].logprob, r.top_logprobs[j].logprob))
+        return "step " + std::to_string(i) + ", alternative " + std::to_string(j) + ": " + std::to_string(g.top[j].token) +
+               " " + std::to_string(g.top[j].logprob) + ", host " + std::to_string(r.top_logprobs[j].token) + " " +
+               std::to_string(r.top_logprobs[j].logprob);
   }
   if (chained.pos() != stepped.pos()) return "positions differ after the chains";
   if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)
@@ -136,7 +157,7 @@ std::string sampled_chain_case(suite& s, const std::string& path, uint64_t promp
   if (cd != ch) return "the samplers' token counts differ after the chains";
   std::set<uint32_t> distinct(got.begin(), got.end());
   info = std::to_string(k) + " + " + std::to_string(n - k) + " ids drawn on the device == the host's sampler (" +
-         std::to_string(distinct.size()) + " distinct)";
+         std::to_string(distinct.size()) + " distinct" + (top_logprobs >= 0 ? ", logprobs identical)" : ")");
   return {};
 }
 
@@ -155,6 +176,14 @@ void model_chain_cases(suite& s, toy_files& files) {
   s.run("model_v4", "-", "sampled decode chained on the device, top-k 30 + penalties, cmf q4tp toy, 8 + 12 tokens",
         [&](uint64_t seed, std::string& info) {
           return sampled_chain_case(s, files.make("cmf", "q4tp"), 8, 12, 30, true, seed, info);
+        });
+  s.run("model_v4", "-", "sampled decode chained on the device with 5 logprobs, cmf q4tp toy, 8 + 12 tokens",
+        [&](uint64_t seed, std::string& info) {
+          return sampled_chain_case(s, files.make("cmf", "q4tp"), 8, 12, 0, false, seed, info, 1.2f, 5);
+        });
+  s.run("model_v4", "-", "greedy decode chained on the device with 3 logprobs, release toy, 8 + 12 tokens",
+        [&](uint64_t seed, std::string& info) {
+          return sampled_chain_case(s, files.make("release", "native"), 8, 12, 0, false, seed, info, 0.0f, 3);
         });
 }
 

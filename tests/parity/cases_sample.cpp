@@ -3,12 +3,16 @@
 // sampler's, bit for bit — docs/VULKAN.md "Sampling on the device"), and the device's MT19937-64 state after the
 // draws must be the sampler's. Fresh logits every draw; vocabularies from 1 to the model's 129280 (ragged sizes);
 // temperature, top-p (cuts inside groups of equal logits included), min-p, top-k (one stage and two, a ragged last
-// row); NaN, ±inf, ±0; a run across the RNG's twist.
+// row); NaN, ±inf, ±0; a run across the RNG's twist. Then kernels::logprobs after the choice (sampled or greedy):
+// the sampler's logprob and alternatives, bit for bit.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "cmfx/sample/sampler.hpp"
 #include "harness.hpp"
+#include "model/device_sampling.hpp"
 
 namespace cmfx::parity {
 
@@ -116,6 +120,80 @@ std::string sample_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sampl
   return {};
 }
 
+// A float's bits, every NaN as one (NaN payloads carry no meaning here).
+uint32_t bits_of(float v) {
+  uint32_t b = 0;
+  std::memcpy(&b, &v, 4);
+  return std::isnan(v) ? 0x7FC00000u : b;
+}
+
+// kernels::logprobs after the device's choice (kernels::sample, or the argmax when greedy) against the sampler's
+// logprobs of the raw logits over the same logits: the same token, the same logprob and alternatives, bit for bit
+// (every number they come from is computed in the sampler's order: cmfx::logsumexp_parts).
+std::string logprobs_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sample_settings set, uint32_t top_n,
+                          logit_kind kind, uint32_t draws, std::string& info) {
+  rng r(seed);
+  sampling_params sp;
+  sp.temperature = set.temperature, sp.top_p = set.top_p, sp.min_p = set.min_p, sp.seed = r.g();
+  sp.top_k = int32_t(set.top_k), sp.logprobs = true, sp.top_logprobs = int32_t(top_n);
+  sampler smp(n, sp);
+  const bool greedy = !(set.temperature > 0.0f);
+  const uint32_t words = gpu::kernels::logprobs_words(top_n);
+  const gpu::buffer lb = s.dev.alloc(uint64_t(n) * 4), rb = upload(s.dev, state_words(smp.rng_state()));
+  const gpu::buffer sb = s.dev.alloc(gpu::kernels::sample_scratch_bytes(n)), cb = s.dev.alloc(4);
+  guarded out(s.dev, uint64_t(words) * 4, 0xDEADBEEFu);
+  uint32_t finite = 0;
+  for (uint32_t d = 0; d < draws; ++d) {
+    const std::vector<float> l = make_logits(r, n, kind);
+    s.dev.upload(lb, l);
+    s.dev.upload(out.payload(), std::vector<uint32_t>(words, 0xDEADBEEFu));
+    gpu::commands c = s.dev.begin();
+    if (greedy)
+      s.kern.topk(c, lb, 1, n, 1, cb);
+    else
+      s.kern.sample(c, lb, n, set, rb, sb, cb);
+    s.kern.logprobs(c, lb, n, top_n, cb, sb, out.payload());
+    s.submit(c);
+    std::vector<uint32_t> rec(words);
+    std::string why;
+    if (!out.read(rec.data(), why)) return why;
+    uint32_t tok = 0;
+    s.dev.download(cb, &tok, 4);
+    driver::step_logprobs got;
+    driver::step_logprobs::from(rec, top_n, n, got);
+    const sample_result& want = smp.sample(l);
+    const std::string at = "draw " + std::to_string(d) + ": ";
+    // the record's m and sum: the host's, bit for bit
+    std::vector<float> z(n);
+    std::vector<double> w(n);
+    sanitize(l.data(), z.data(), n);
+    const logsumexp_parts ref = logsumexp_parts_of(z.data(), n, w.data());
+    double sum = 0.0;
+    std::memcpy(&sum, &rec[1], 8);
+    const bool same_sum = (std::isnan(sum) && std::isnan(ref.sum)) || std::memcmp(&sum, &ref.sum, 8) == 0;
+    if (rec[0] != bits_of(ref.m) || !same_sum)
+      return at + "the record's max / sum (" + std::to_string(sum) + ") differ from the host's (" +
+             std::to_string(ref.sum) + ")";
+    if (tok != uint32_t(want.token))
+      return at + "gpu token " + std::to_string(tok) + ", cpu " + std::to_string(want.token);
+    if (bits_of(got.logprob) != bits_of(want.logprob))
+      return at + "the chosen token's logprob " + std::to_string(got.logprob) + " vs " + std::to_string(want.logprob);
+    if (got.top.size() != want.top_logprobs.size())
+      return at + std::to_string(got.top.size()) + " alternatives, cpu " + std::to_string(want.top_logprobs.size());
+    for (size_t j = 0; j < got.top.size(); ++j)
+      if (got.top[j].token != want.top_logprobs[j].token ||
+          bits_of(got.top[j].logprob) != bits_of(want.top_logprobs[j].logprob))
+        return at + "alternative " + std::to_string(j) + ": gpu " + std::to_string(got.top[j].token) + " " +
+               std::to_string(got.top[j].logprob) + ", cpu " + std::to_string(want.top_logprobs[j].token) + " " +
+               std::to_string(want.top_logprobs[j].logprob);
+    for (uint32_t j = std::min(top_n, n); j < top_n; ++j)  // past n: no token
+      if (rec[4 + j] != 0xFFFFFFFFu) return at + "alternative slot " + std::to_string(j) + " past n is not empty";
+    finite += std::isfinite(want.logprob) ? 1u : 0u;
+  }
+  info = std::to_string(draws) + " draws identical (" + std::to_string(finite) + " finite logprobs)";
+  return {};
+}
+
 }  // namespace
 
 void sample_cases(suite& s) {
@@ -170,6 +248,27 @@ void sample_cases(suite& s) {
   c(129280, {1.0f, 0.9f, 0.0f}, logit_kind::flat, 3, "V4 vocabulary, top-p, flat logits");
   c(129280, {0.7f, 0.5f, 0.01f}, logit_kind::flat_ties, 3, "V4 vocabulary, top-p + min-p, equal logits");
   c(129280, {1.0f, 1.0f, 0.3f}, logit_kind::flat, 3, "V4 vocabulary, min-p, flat logits");
+
+  // logprobs of the raw logits after the choice (kernels::logprobs)
+  auto lp = [&](uint32_t n, set st, uint32_t top_n, logit_kind kind, uint32_t draws, const char* note) {
+    char name[160];
+    std::snprintf(name, sizeof name, "n=%u T=%g top_p=%g top_k=%u top_logprobs=%u %s", n, double(st.temperature),
+                  double(st.top_p), st.top_k, top_n, note);
+    s.run("logprobs", "-", name, [=, &s](uint64_t seed, R& info) {
+      return logprobs_case(s, seed, n, st, top_n, kind, draws, info);
+    });
+  };
+  lp(1, {1.0f, 1.0f, 0.0f}, 0, logit_kind::spread, 3, "one token");
+  lp(7, {0.7f, 0.9f, 0.0f}, 20, logit_kind::spread, 4, "ragged, more alternatives than tokens");
+  lp(1000, {0.0f, 1.0f, 0.0f}, 5, logit_kind::spread, 4, "greedy");
+  lp(4097, {1.0f, 0.9f, 0.0f}, 20, logit_kind::ties, 4, "alternatives among equal logits");
+  lp(4097, {0.8f, 1.0f, 0.0f}, 7, logit_kind::specials, 4, "NaN / -inf / +-0");
+  lp(4097, {1.0f, 1.0f, 0.0f}, 3, logit_kind::plus_inf, 3, "+inf logits (NaN logprobs)");
+  lp(4097, {1.0f, 0.9f, 0.0f}, 2, logit_kind::all_neg_inf, 3, "every logit -inf or NaN");
+  lp(4196, {1.0f, 1.0f, 0.0f, 40}, 64, logit_kind::flat_ties, 3, "top-k, 64 alternatives in two stages");
+  lp(129280, {0.0f, 1.0f, 0.0f}, 20, logit_kind::spread, 3, "V4 vocabulary, greedy");
+  lp(129280, {0.7f, 0.95f, 0.0f}, 1, logit_kind::flat, 3, "V4 vocabulary, top-p");
+  lp(129280, {1.0f, 1.0f, 0.05f}, 5, logit_kind::flat_ties, 3, "V4 vocabulary, min-p, equal logits");
 }
 
 }  // namespace cmfx::parity

@@ -169,6 +169,14 @@ check "bench --temp: exit 0" test $? -eq 0
 check "bench --temp: sampled on the device" grep -q "sampled on the device: T 0.8, top-p 0.9, min-p 0, top-k 20" "$T/bs.out"
 "$CMFX" bench --synthetic tiny --prompt 4 --tokens 8 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --sampling host >"$T/bsh.out" 2>&1
 check "bench --sampling host: sampled on the host" grep -q "sampled on the host" "$T/bsh.out"
+# logprobs in the benchmark: greedy and sampled, on the device (kernels::logprobs after each choice); the limit
+"$CMFX" bench --synthetic tiny --prompt 4 --tokens 8 --ctx 32 --roofline-mib 16 --no-far --logprobs 5 >"$T/blp.out" 2>&1
+check "bench --logprobs 5: exit 0" test $? -eq 0
+check "bench --logprobs 5: greedy on the device with logprobs" grep -q "greedy on the device: T 0, .*, logprobs 5" "$T/blp.out"
+"$CMFX" bench --synthetic tiny --prompt 4 --tokens 8 --ctx 32 --roofline-mib 16 --no-far --temp 0.7 --logprobs 20 >"$T/blps.out" 2>&1
+check "bench --temp --logprobs 20: sampled on the device with logprobs" grep -q "sampled on the device: T 0.7, .*, logprobs 20" "$T/blps.out"
+"$CMFX" bench --synthetic tiny --logprobs 65 >/dev/null 2>&1
+check "bench --logprobs 65: exit 2" test $? -eq 2
 "$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 >"$T/bs41.out" 2>&1
 check "bench v41-tiny --temp (device sampling): exit 2" test $? -eq 2
 check "... naming --sampling host" grep -q -- "--sampling host" "$T/bs41.out"

@@ -119,11 +119,23 @@ TEST(Sampler, OneDrawPerSampledTokenEvenForInfiniteLogits) {
   EXPECT_TRUE(p.device_samplable(16));  // penalties: from penalty_state
   EXPECT_TRUE(p.has_penalties());
   p.logprobs = true;
-  EXPECT_FALSE(p.device_samplable(16));
-  p.logprobs = false;
-  p.repetition_penalty = 1.0f;
+  EXPECT_FALSE(p.device_samplable(16));  // a device without logprobs
+  EXPECT_TRUE(p.device_samplable(16, 0, 0));  // the chosen token's (kernels::logprobs)
+  p.top_logprobs = 5;
+  EXPECT_FALSE(p.device_samplable(16, 0, 4));
+  EXPECT_TRUE(p.device_samplable(16, 0, 5));
+  p.logprobs_from = cmfx::logprob_source::processed;  // only the raw logits' on a device
+  EXPECT_FALSE(p.device_samplable(16, 0, 5));
+  p.logprobs_from = cmfx::logprob_source::raw;
   p.temperature = 0.0f;
-  EXPECT_FALSE(p.device_samplable(16));
+  EXPECT_FALSE(p.device_samplable(16, 0, 5));  // greedy with a penalty: the host's
+  p.repetition_penalty = 1.0f;
+  EXPECT_TRUE(p.device_samplable(16, 0, 5));  // greedy: the device's argmax
+  sampler g(16, p);
+  const cmfx::mt19937_64_state before = g.rng_state();
+  g.accept_drawn(7);  // a greedy choice draws nothing
+  EXPECT_EQ(g.count(7), 1u);
+  EXPECT_TRUE(g.rng_state().x == before.x && g.rng_state().index == before.index);
 }
 
 TEST(Sampler, GreedyIsArgmaxLowerIndexOnTies) {

@@ -140,18 +140,34 @@ check("cpu /metrics: backend cpu", 'cmfx_backend_info{backend="cpu"' in metrics(
 SAMPLED = ("/v1/completions", {"model": "toy-f32", "prompt": PROMPT, "max_tokens": 16, "temperature": 1.1,
                                "top_p": 0.95, "min_p": 0.02, "seed": 1234, "ignore_eos": True,
                                "presence_penalty": 0.5, "frequency_penalty": 0.3})
-chained_before = metric(metrics(gpu), "cmfx_decode_chained_tokens_total") or 0
-st, dev_j = post(gpu, *SAMPLED)
-check("gpu sampled request: 200", st == 200, dev_j)
-check("gpu /metrics: the sampled decode chained on the device",
-      (metric(metrics(gpu), "cmfx_decode_chained_tokens_total") or 0) > chained_before)
+# Logprobs (of the raw logits; kernels::logprobs after each choice): a sampled request with 5 alternatives and a
+# greedy chat request with 3 — chained too, and the same tokens and logprobs as the host's sampler gives.
+LOGPROBS = [("/v1/completions", {"model": "toy-f32", "prompt": PROMPT, "max_tokens": 12, "temperature": 0.9,
+                                 "top_p": 0.9, "seed": 77, "ignore_eos": True, "logprobs": 5}),
+            ("/v1/chat/completions", {"model": "toy-f32", "messages": [{"role": "user", "content": PROMPT}],
+                                      "max_tokens": 10, "temperature": 0, "ignore_eos": True, "logprobs": True,
+                                      "top_logprobs": 3, "thinking": {"type": "disabled"}})]
+dev_lp = {}
+for name, (path, body) in [("sampled", SAMPLED)] + [(f"logprobs {i}", r) for i, r in enumerate(LOGPROBS)]:
+    chained_before = metric(metrics(gpu), "cmfx_decode_chained_tokens_total") or 0
+    st, dev_lp[name] = post(gpu, path, body)
+    check(f"gpu {name} request: 200", st == 200, dev_lp[name])
+    check(f"gpu /metrics: the {name} decode chained on the device",
+          (metric(metrics(gpu), "cmfx_decode_chained_tokens_total") or 0) > chained_before)
 gpu.kill()
 host = start("gpu-host-sampling", "--backend", "vulkan", "--gemm", "f32", "--sampling", "host")
-st, host_j = post(host, *SAMPLED)
-check("gpu --sampling host request: 200", st == 200, host_j)
-check("sampled on the device == sampled on the host", st == 200 and text_of(dev_j) == text_of(host_j),
-      f"{text_of(dev_j)!r} vs {text_of(host_j)!r}")
-check("sampled: 16 tokens", host_j.get("usage", {}).get("completion_tokens") == 16, host_j.get("usage"))
+for name, (path, body) in [("sampled", SAMPLED)] + [(f"logprobs {i}", r) for i, r in enumerate(LOGPROBS)]:
+    st, host_j = post(host, path, body)
+    dev_j = dev_lp[name]
+    check(f"gpu --sampling host {name} request: 200", st == 200, host_j)
+    check(f"{name}: on the device == on the host", st == 200 and text_of(dev_j) == text_of(host_j),
+          f"{text_of(dev_j)!r} vs {text_of(host_j)!r}")
+    if name == "sampled":
+        check("sampled: 16 tokens", host_j.get("usage", {}).get("completion_tokens") == 16, host_j.get("usage"))
+    else:
+        lp_dev, lp_host = dev_j["choices"][0].get("logprobs"), host_j["choices"][0].get("logprobs")
+        check(f"{name}: logprobs present", bool(lp_dev) and bool(lp_host), (lp_dev, lp_host))
+        check(f"{name}: the device's logprobs == the host's", lp_dev == lp_host, (lp_dev, lp_host))
 host.kill()
 
 # The expert cache: the smallest budget `cmfx run` accepts, plus a little.

@@ -43,7 +43,8 @@
 /// Cost (129,280 logits, temperature only, dev machine): one pass for NaN / temperature / maximum, one
 /// vectorised exp pass, one summing pass.
 ///
-/// Logprobs (OpenAI `logprobs` / `top_logprobs`): log-softmax, in float64, of the distribution BEFORE any
+/// Logprobs (OpenAI `logprobs` / `top_logprobs`): log-softmax, in float64 (logsumexp_parts: the exp and the
+/// summation order fixed, so that a device computes the same bits), of the distribution BEFORE any
 /// truncation (top-k/top-p/min-p) — by default of the raw model logits (logprob_source::raw, vLLM's default
 /// `raw_logprobs`: what the model predicted, independent of sampling settings); logprob_source::processed uses
 /// the logits after penalties and temperature (steps 1–4; in greedy mode after penalties only). The chosen
@@ -90,13 +91,17 @@ struct sampling_params {
     return temperature <= 0.0f && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
            !logprobs && top_logprobs == 0;
   }
-  /// What a device sampler (gpu::kernels::sample) computes exactly as sample() does: a temperature, top-p, min-p, a
-  /// top-k of at most max_top_k (k ≥ vocab is no top-k) and the penalties (from sampler::penalty_state) over a
-  /// vocabulary of `vocab`, without logprobs — the choice and one draw of the RNG per token; the host then records
-  /// it with sampler::accept_drawn.
-  bool device_samplable(size_t vocab, size_t max_top_k = 0) const noexcept {
+  /// What a device computes exactly as sample() does (the host then records the choice with sampler::
+  /// accept_drawn): with a temperature, the draw of gpu::kernels::sample — top-p, min-p, a top-k of at most max_top_k
+  /// (k ≥ vocab is no top-k) and the penalties (from sampler::penalty_state), one draw of the RNG per token; greedy
+  /// without penalties, its argmax. Logprobs only of the raw logits, with at most max_top_logprobs alternatives
+  /// (gpu::kernels::logprobs; −1: none at all), over a vocabulary of `vocab`.
+  bool device_samplable(size_t vocab, size_t max_top_k = 0, int32_t max_top_logprobs = -1) const noexcept {
     const bool k_ok = top_k <= 0 || static_cast<size_t>(top_k) >= vocab || static_cast<size_t>(top_k) <= max_top_k;
-    return temperature > 0.0f && k_ok && !logprobs && top_logprobs == 0;
+    const bool lp = logprobs || top_logprobs > 0;
+    const bool lp_ok = !lp || (logprobs_from == logprob_source::raw && max_top_logprobs >= 0 &&
+                               top_logprobs <= max_top_logprobs);
+    return (temperature > 0.0f ? k_ok : !has_penalties()) && lp_ok;
   }
   bool has_penalties() const noexcept {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
@@ -115,6 +120,37 @@ struct token_logprob {
   int32_t token;
   float logprob;
 };
+
+/// What a token's logprob derives from (sampler::fill_logprobs; a device computes the same two numbers, bit for bit:
+/// gpu::kernels::logprobs): m = the largest z (NaN as −inf) and sum = Σ exp(z − m), each weight by sample_exp, in
+/// blocks of 64 summed in index order, then the block sums in order (pick()'s order); NaN where m is ±inf.
+struct logsumexp_parts {
+  float m = 0.0f;
+  double sum = 0.0;
+};
+/// logsumexp_parts of z [n] (NaN already −inf: sanitize); w: scratch of n doubles.
+inline logsumexp_parts logsumexp_parts_of(const float* z, size_t n, double* w) noexcept {
+  logsumexp_parts p;
+  p.m = max_of(z, n);
+  if (!std::isfinite(p.m)) {
+    p.sum = std::numeric_limits<double>::quiet_NaN();
+    return p;
+  }
+  exp_weights(z, n, static_cast<double>(p.m), w);
+  double total = 0.0;
+  for (size_t b = 0; b < n; b += 64) {
+    double s = 0.0;
+    for (size_t i = b; i < std::min(n, b + 64); ++i) s += w[i];
+    total += s;
+  }
+  p.sum = total;
+  return p;
+}
+/// A token's logprob: z − (m + log sum), in float64, rounded once (z: its logit, NaN as −inf).
+inline float logprob_from(float z, const logsumexp_parts& p) noexcept {
+  const double lse = static_cast<double>(p.m) + std::log(p.sum);
+  return static_cast<float>(static_cast<double>(z) - lse);
+}
 
 struct sample_result {
   int32_t token = -1;
@@ -161,7 +197,7 @@ class sampler {
     }
     p_ = std::move(p);
     top_.resize(std::min(static_cast<size_t>(p_.top_logprobs), vocab_));
-    if ((p_.logprobs || p_.top_logprobs > 0) && lp_.size() != vocab_) lp_.resize(vocab_);
+    if ((p_.logprobs || p_.top_logprobs > 0) && lp_.size() != vocab_) lp_.resize(vocab_), lpz_.resize(vocab_);
   }
   const sampling_params& params() const noexcept { return p_; }
   size_t vocab_size() const noexcept { return vocab_; }
@@ -180,11 +216,11 @@ class sampler {
     touch(t);
     ++counts_[static_cast<size_t>(t)];
   }
-  /// Records a token a device sampler chose from this sampler's RNG state (params().device_samplable): accept(t)
-  /// and the one draw it made.
+  /// Records a token a device chose from this sampler's RNG state (params().device_samplable): accept(t) and, with
+  /// a temperature, the one draw it made (a greedy choice draws nothing).
   void accept_drawn(int32_t t) {
     accept(t);
-    (void)rng_.next();
+    if (p_.temperature > 0.0f) (void)rng_.next();
   }
   /// The RNG's state: where the next draw continues (a device sampler starts from it).
   const mt19937_64_state& rng_state() const noexcept { return rng_.state(); }
@@ -464,18 +500,9 @@ class sampler {
 
   void fill_logprobs(std::span<const float> src, int32_t tok) {
     const size_t n = vocab_;
-    float m = -inf;
-    for (size_t i = 0; i < n; ++i) m = std::max(m, std::isnan(src[i]) ? -inf : src[i]);
-    double sum = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      const float z = std::isnan(src[i]) ? -inf : src[i];
-      sum += std::exp(static_cast<double>(z) - static_cast<double>(m));
-    }
-    const double lse = static_cast<double>(m) + std::log(sum);
-    auto lp = [&](size_t i) {
-      const float z = std::isnan(src[i]) ? -inf : src[i];
-      return static_cast<float>(static_cast<double>(z) - lse);
-    };
+    sanitize(src.data(), lpz_.data(), n);
+    const logsumexp_parts p = logsumexp_parts_of(lpz_.data(), n, w_.data());  // the draw is done with w_
+    auto lp = [&](size_t i) { return logprob_from(lpz_[i], p); };
     res_.logprob = lp(static_cast<size_t>(tok));
     if (!top_.empty()) {
       const size_t k = best_entries(src, top_.size(), lp_);
@@ -497,6 +524,7 @@ class sampler {
   std::vector<uint16_t> bin_;
   std::vector<uint64_t> bin_mass_;
   std::vector<topk_entry> cand_, lp_;
+  std::vector<float> lpz_;  // logprobs: their source, NaN → −inf
   size_t ncand_ = 0;
   std::vector<uint32_t> counts_;
   std::vector<uint8_t> flags_;

@@ -268,6 +268,18 @@ class kernels {
   /// fill; not inside begin_concurrent.
   void sample(commands& c, view logits, uint32_t n, const sample_settings& s, view rng, view scratch, view out,
               view seen = {});
+  /// Largest top_n of logprobs() (OpenAI allows 20 alternatives).
+  static constexpr uint32_t logprobs_max_top = 64;
+  /// 32-bit words of logprobs()'s record with top_n alternatives.
+  static constexpr uint32_t logprobs_words(uint32_t top_n) { return 4 + 2 * top_n; }
+  /// The numbers cmfx::sampler::fill_logprobs derives the raw-logit logprobs of one position from, bit for bit
+  /// (cmfx::logsumexp_parts; cmfx::logprob_from turns them into logprobs): out (uint32 [logprobs_words(top_n)]) =
+  /// m (f32 bits: the largest logit, NaN as −inf), the sum of exp(z − m) (f64, low word first; NaN where m is ±inf),
+  /// z of the token whose id is at chosen[0] (uint32; typically sample()'s or an argmax's out), then the top_n best
+  /// ids (value descending, lower index first; 0xFFFFFFFF past n) and their z (f32 bits). scratch: as sample()'s
+  /// (sample_scratch_bytes(n); the same one may serve both, in that order). top_n ≤ logprobs_max_top; has_sample();
+  /// 5–7 dispatches, a fill and a copy; not inside begin_concurrent.
+  void logprobs(commands& c, view logits, uint32_t n, uint32_t top_n, view chosen, view scratch, view out);
   // ---- V4.1 candidate blocks (dsv41_candidate_blocks; kernels_v41.cpp, docs/VULKAN.md "V4.1 kernels"):
   //      block_max → topk(blk, rows, nb, topk_blocks, idx) → mask_scores. nb = ceil(n / bs); lens (uint32 [rows],
   //      optional): row r has lens[r] ≤ n valid entries (no view: n), the rest count as absent.
