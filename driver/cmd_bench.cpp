@@ -166,8 +166,8 @@ int run_bench(const bench_args& a) {
   step_logprobs lp;  // each decode token's, with --logprobs
   if (on_device && !(m.samples_on_device() && sp.device_samplable(m.vocab(), gpu::kernels::sample_max_top_k,
                                                                   int32_t(gpu::kernels::logprobs_max_top))))
-    throw usage_error("bench: --sampling device needs a graph that chains its steps on a device with f64 and 64-bit "
-                      "integers (V4 without the expert cache); use --sampling host");
+    throw usage_error("bench: --sampling device needs a device with f64 and 64-bit integers in shaders (and greedy "
+                      "decode without penalties); use --sampling host");
   sampler smp(m.vocab(), sp);
 
   // Warm-up: builds every pipeline of a decode step (GLSL compiles are not part of the timings).

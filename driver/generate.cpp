@@ -73,7 +73,7 @@ class gpu_backend final : public cache_backend {
   uint64_t chain_greedy(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) override {
     return r_->model().decode_greedy_each(first, max, on_token);
   }
-  bool can_sample(uint64_t steps) const override { return can_chain(steps) && r_->model().samples_on_device(); }
+  bool can_sample(uint64_t steps) const override { return r_->model().can_sample(steps); }
   uint64_t chain_sampled(uint32_t first, uint64_t max, const device_sampling& ds,
                          const std::function<bool(uint32_t)>& on_token) override {
     return r_->model().decode_sampled_each(first, max, ds, on_token);

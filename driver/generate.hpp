@@ -46,8 +46,9 @@ class cache_backend {
   virtual uint64_t chain_greedy(uint32_t /*first*/, uint64_t /*max*/, const std::function<bool(uint32_t)>& /*on_token*/) {
     return 0;
   }
-  /// Sampled steps chained on the device (gpu_graph::decode_sampled_each) where can_chain and the device samples;
-  /// else chain_sampled is not called.
+  /// Steps whose tokens the device chooses (gpu_graph::decode_sampled_each: chained where the graph chains, else
+  /// step by step with only the ids read back) where the device samples and `steps` fit the context; else
+  /// chain_sampled is not called.
   virtual bool can_sample(uint64_t /*steps*/) const { return false; }
   virtual uint64_t chain_sampled(uint32_t /*first*/, uint64_t /*max*/, const device_sampling& /*ds*/,
                                  const std::function<bool(uint32_t)>& /*on_token*/) {

@@ -291,6 +291,8 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     k.hc_fold(*cur, sh, X, coeff_f, cstride, 1, u, norm);  // the last FFN's pre + the final norm
     k.matmul(*cur, head, u, 1, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
+    if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);
+    if (logits_mode >= 2) chooser.record_logprobs(k, *cur, logits, cf.vocab, best, 0);
     ts.mark(&gpu_graph_profile::head);
   }
   rec->close();
@@ -517,6 +519,31 @@ uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {
   uint32_t id = 0;
   m.dev.download(m.best, &id, 4);
   return id;
+}
+
+bool dsv41_gpu_model::samples_on_device() const noexcept { return p_->k.has_sample(); }
+uint64_t dsv41_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, const device_sampling& ds,
+                                              const std::function<bool(uint32_t)>& on_token) {
+  impl& m = *p_;
+  if (!samples_on_device()) throw usage_error("gpu model: this device does not sample on the device (no f64 / int64)");
+  m.next.reset();  // a recording made ahead holds no setting, or another one
+  m.chooser.begin(m.dev, ds, m.cfg.vocab);
+  struct scope {
+    impl& m;
+    ~scope() {
+      m.chooser.end();
+      m.next.reset();
+    }
+  } sc{m};
+  return step_chosen_each(first, max, on_token, [&](uint32_t tok) {
+    m.check_chunk(std::span<const uint32_t>(&tok, 1));
+    if (m.pos == 0) m.prefill_end = 1;
+    m.run(tok, m.chooser.mode(), m.pos < m.prefill_end, nullptr);
+    uint32_t id = 0;
+    m.dev.download(m.best, &id, 4);
+    if (ds.logprobs) m.chooser.read(m.dev, 0, m.cfg.vocab, *ds.logprobs);
+    return id;
+  });
 }
 
 std::vector<float> dsv41_gpu_model::state_rows(uint32_t l, int what, uint64_t first, uint64_t count) const {

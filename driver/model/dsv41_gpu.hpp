@@ -81,6 +81,10 @@ class dsv41_gpu_model final : public gpu_graph {
   std::vector<float> forward_all(std::span<const uint32_t> ids) override;
   std::vector<float> run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
   uint32_t step_greedy(uint32_t token) override;
+  /// Tokens chosen on the device step by step (gpu_graph::decode_sampled_each; V4.1 does not chain its steps).
+  bool samples_on_device() const noexcept override;
+  uint64_t decode_sampled_each(uint32_t first, uint64_t max, const device_sampling& ds,
+                               const std::function<bool(uint32_t)>& on_token) override;
 
   /// Tests: rows [first, first + count) of layer l's device state — what 0: window ring (by slot), 1: compressed
   /// entries, 2: index keys (KV sources) — as f32.

@@ -8,6 +8,7 @@
 #include "cmfx/vk/kernels.hpp"
 #include "dsv41_gpu.hpp"
 #include "dsv41_internal.hpp"
+#include "gpu_chooser.hpp"
 #include "gpu_expert_cache.hpp"
 
 namespace cmfx::driver {
@@ -82,6 +83,8 @@ struct dsv41_gpu_model::impl {
   int snap_owner = -1;
   bool has_snap = false;
   std::shared_ptr<gpu_recording> next;
+  /// Choosing on the device (decode_sampled_each: logits_mode 3 draws, 2 the argmax; logprobs after either).
+  gpu_chooser chooser;
   uint64_t pipelined = 0;  // steps that ran a recording made while the previous step ran
   /// Every id < vocab and the chunk within max_ctx (usage_error otherwise).
   void check_chunk(std::span<const uint32_t> ids) const;
@@ -89,7 +92,8 @@ struct dsv41_gpu_model::impl {
   impl(const dsv41_weights& w, gpu::device& d, gpu::kernels& kk, const dsv41_gpu_options& o);
   void upload_weights(const dsv41_weights& w);  // dsv41_gpu_weights.cpp
   void alloc_state();                           // dsv41_gpu_weights.cpp
-  /// Runs one token (prefill: part of the chunk that started at position 0); logits_mode 0 none, 1 logits, 2 argmax;
+  /// Runs one token (prefill: part of the chunk that started at position 0); logits_mode 0 none, 1 logits, 2 argmax,
+  /// 3 drawn on the device (chooser);
   /// next_mode: the next step's mode for its recording made ahead (−1: the same).
   void run(uint32_t token, int logits_mode, bool prefill, dsv41_trace* trace, int next_mode = -1);
   /// The token-independent work of position t (keys layers from prefill / prev_owner).

@@ -300,12 +300,9 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
   if (logits_mode) {
     k.matmul(*cur, head, u, 1, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
-    if (logits_mode == 3)
-      k.sample(*cur, logits, cf.vocab, sample_set, rng_state, sample_scratch, best, sample_pen ? view(sample_seen) : view());
+    if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);
     if (logits_mode >= 2 && ring_slot >= 0) cur->copy(view(best, 0, 4), view(ids_ring, uint64_t(ring_slot) * 4, 4), 4);
-    if (logits_mode >= 2 && ring_slot >= 0 && lp_top >= 0)
-      k.logprobs(*cur, logits, cf.vocab, uint32_t(lp_top), best, sample_scratch,
-                 view(lp_ring, uint64_t(ring_slot) * lp_words * 4, uint64_t(lp_words) * 4));
+    if (logits_mode >= 2) chooser.record_logprobs(k, *cur, logits, cf.vocab, best, uint32_t(std::max(ring_slot, 0)));
     ts.mark(&dsv4_gpu_profile::head);
   }
   rec->close();
@@ -349,10 +346,7 @@ uint64_t dsv4_gpu_model::impl::decode_chained(uint32_t first, uint64_t max, cons
     dev_s += r.device_seconds();
     uint32_t id = 0;
     std::memcpy(&id, ring + (i % ring_slots) * 4, 4);
-    if (lp && lp_top >= 0) {
-      const auto* rec = reinterpret_cast<const uint32_t*>(dev.mapped(lp_ring)) + (i % ring_slots) * lp_words;
-      step_logprobs::from(std::span<const uint32_t>(rec, lp_words), uint32_t(lp_top), cfg.vocab, *lp);
-    }
+    if (lp) chooser.read(dev, uint32_t(i % ring_slots), cfg.vocab, *lp);
     ++delivered;
     pos = p0 + delivered;
     if (!on_token(id)) stop = true;
@@ -561,39 +555,29 @@ uint64_t dsv4_gpu_model::decode_greedy_each(uint32_t first, uint64_t max, const 
   return p_->decode_chained(first, max, on_token);
 }
 
-bool dsv4_gpu_model::samples_on_device() const noexcept { return chains_decode() && p_->k.has_sample(); }
+bool dsv4_gpu_model::samples_on_device() const noexcept { return p_->k.has_sample(); }
 uint64_t dsv4_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, const device_sampling& ds,
                                              const std::function<bool(uint32_t)>& on_token) {
   impl& m = *p_;
-  if (!samples_on_device()) throw usage_error("gpu model: this graph / device does not sample on the device");
-  if (!ds.seen.empty() && ds.seen.size() != m.cfg.vocab)
-    throw usage_error("gpu model: the penalty state holds " + std::to_string(ds.seen.size()) + " tokens, not the vocabulary's " +
-                      std::to_string(m.cfg.vocab));
-  if (ds.greedy() && !ds.seen.empty()) throw usage_error("gpu model: greedy decode on the device takes no penalties");
-  if (ds.top_logprobs > int32_t(gpu::kernels::logprobs_max_top) || (ds.top_logprobs >= 0 && !ds.logprobs))
-    throw usage_error("gpu model: logprobs on the device take at most " +
-                      std::to_string(gpu::kernels::logprobs_max_top) + " alternatives and a place to go");
-  if (!m.rng_state) {
-    m.rng_state = m.dev.alloc(gpu::kernels::sample_rng_bytes);
-    m.sample_scratch = m.dev.alloc(gpu::kernels::sample_scratch_bytes(m.cfg.vocab));
-  }
-  if (ds.top_logprobs >= 0 && !m.lp_ring) m.lp_ring = m.dev.alloc_readback(uint64_t(impl::ring_slots) * impl::lp_words * 4);
-  std::vector<uint64_t> words(ds.rng.x.begin(), ds.rng.x.end());
-  words.push_back(ds.rng.index);
-  m.dev.upload(m.rng_state, words);
-  if (!ds.seen.empty()) {
-    if (!m.sample_seen) m.sample_seen = m.dev.alloc(uint64_t(m.cfg.vocab) * 4);
-    m.dev.upload(m.sample_seen, ds.seen);
-  }
-  m.sample_set = ds.settings;
-  m.sample_pen = !ds.seen.empty();
-  // the chain's logprobs setting, for its recordings only (run() and the chains after this one record none)
-  struct lp_scope {
-    int32_t& v;
-    ~lp_scope() { v = -1; }
-  } scope{m.lp_top};
-  m.lp_top = ds.top_logprobs;
-  return m.decode_chained(first, max, on_token, ds.greedy() ? 2 : 3, ds.logprobs);
+  if (!samples_on_device()) throw usage_error("gpu model: this device does not sample on the device (no f64 / int64)");
+  m.next.reset();  // a recording made ahead holds no setting, or another one
+  m.chooser.begin(m.dev, ds, m.cfg.vocab);
+  struct scope {
+    impl& m;
+    ~scope() {
+      m.chooser.end();
+      m.next.reset();
+    }
+  } sc{m};
+  if (chains_decode()) return m.decode_chained(first, max, on_token, m.chooser.mode(), ds.logprobs);
+  // step by step (the expert cache's steps): each choice read back as a step_greedy's argmax
+  return step_chosen_each(first, max, on_token, [&](uint32_t tok) {
+    m.run(tok, m.chooser.mode(), nullptr);
+    uint32_t id = 0;
+    m.dev.download(m.best, &id, 4);
+    if (ds.logprobs) m.chooser.read(m.dev, 0, m.cfg.vocab, *ds.logprobs);
+    return id;
+  });
 }
 
 uint32_t dsv4_gpu_model::step_greedy(uint32_t token) {

@@ -8,6 +8,7 @@
 #include "cmfx/vk/kernels.hpp"
 #include "cmfx/ops/rope.hpp"
 #include "dsv4_gpu.hpp"
+#include "gpu_chooser.hpp"
 
 namespace cmfx::driver {
 
@@ -62,16 +63,9 @@ struct dsv4_gpu_model::impl {
   /// with the expert cache or where it does not fit one binding / the budget (then decode_greedy steps one by one).
   gpu::gpu_matrix embed_dev;
   gpu::buffer ids_ring;  // host-visible [ring_slots] u32: the chained steps' argmax (or sampled) ids
-  /// Sampling on the device (logits_mode 3, kernels::sample): the settings of the current chain, the MT19937-64
-  /// state it continues (uploaded before the chain), the sampler's scratch — allocated on first use.
-  gpu::kernels::sample_settings sample_set;
-  bool sample_pen = false;  // penalties: sample_seen holds the sampler's penalty_state words
-  gpu::buffer rng_state, sample_scratch, sample_seen;
-  /// Logprobs of a chain's steps (kernels::logprobs after the choice): alternatives per step (−1: none, the chain's
-  /// setting) and the host-visible records [ring_slots][logprobs_words(logprobs_max_top)], beside ids_ring.
-  int32_t lp_top = -1;
-  gpu::buffer lp_ring;
-  static constexpr uint32_t lp_words = gpu::kernels::logprobs_words(gpu::kernels::logprobs_max_top);
+  /// Choosing on the device (decode_sampled_each: logits_mode 3 draws, 2 the argmax; logprobs after either): the
+  /// setting of the current call, its buffers.
+  gpu_chooser chooser;
   static constexpr uint32_t ring_slots = 4;
   std::shared_ptr<const void> keep_alive;
   gpu::device& dev;
@@ -130,8 +124,8 @@ struct dsv4_gpu_model::impl {
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
   /// The same, a layer per step (record_task): what run() records ahead inside the expert cache's waits.
   record_task record_steps(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
-  /// Decode chained on the device (decode_greedy_each: logits_mode 2; decode_sampled_each: 3, or 2 when greedy);
-  /// lp (with lp_top ≥ 0): each step's logprobs, decoded there before on_token sees its id.
+  /// Decode chained on the device (decode_greedy_each: logits_mode 2; decode_sampled_each: chooser.mode()); lp
+  /// (with chooser.logprobs()): each step's logprobs, decoded there before on_token sees its id.
   uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token,
                           int logits_mode = 2, step_logprobs* lp = nullptr);
   /// The host's part of a step: the embedding of `tok` in every hc copy of X and its id (recorded into `pre`).

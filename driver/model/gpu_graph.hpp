@@ -85,20 +85,19 @@ class gpu_graph {
   /// many (a step the device ran ahead of a stop is dropped: everything it wrote is keyed by its position and is
   /// written again when that position runs). Here step by step; a graph may chain the steps on the device.
   virtual uint64_t decode_greedy_each(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
-    uint64_t n = 0;
-    while (n < max) {
-      first = step_greedy(first);
-      ++n;
-      if (!on_token(first)) break;
-    }
-    return n;
+    return step_chosen_each(first, max, on_token, [&](uint32_t tok) { return step_greedy(tok); });
   }
-  /// Whether decode_sampled_each is available (the steps chained on the device, kernels::sample there).
+  /// Whether decode_sampled_each is available (kernels::sample and kernels::logprobs on this device).
   virtual bool samples_on_device() const noexcept { return false; }
-  /// Sampled decode chained on the device: as decode_greedy_each, each step's token drawn on the device from its
-  /// logits as the host sampler ds came from would (cmfx::sampler's choice, bit for bit: sampling_params::
-  /// device_samplable), continuing its MT19937-64 stream with one draw per step (and its penalty counts). The caller's sampler records each handed-over id with
-  /// accept_drawn (a step run ahead of a stop drew too; the host's state, not the device's, carries on).
+  /// Whether `steps` decode_sampled_each steps from here fit the context (and the device samples).
+  bool can_sample(uint64_t steps) const noexcept { return samples_on_device() && pos() + steps <= max_ctx(); }
+  /// Decode with each step's token chosen on the device from its logits as the host sampler ds came from would
+  /// (cmfx::sampler's choice, bit for bit: sampling_params::device_samplable) — drawn, continuing its MT19937-64
+  /// stream with one draw per step (and its penalty counts), or its argmax when greedy — with the raw logits'
+  /// logprobs in *ds.logprobs before on_token sees each id where ds asks for them. Otherwise as decode_greedy_each:
+  /// chained on the device where the graph chains its steps, else step by step (only the id and the logprobs
+  /// record read back). The caller's sampler records each handed-over id with accept_drawn (a step run ahead of a
+  /// stop drew too; the host's state, not the device's, carries on).
   virtual uint64_t decode_sampled_each(uint32_t /*first*/, uint64_t /*max*/, const device_sampling& /*ds*/,
                                        const std::function<bool(uint32_t)>& /*on_token*/) {
     throw usage_error("gpu model: this graph does not sample on the device");
@@ -131,6 +130,21 @@ class gpu_graph {
   virtual double last_device_seconds() const noexcept = 0;
   virtual const gpu_graph_profile& profile() const noexcept = 0;
   virtual const gpu_expert_cache_stats& cache_stats() const noexcept = 0;
+
+ protected:
+  /// The step-by-step loop of decode_greedy_each / decode_sampled_each: step(token) runs one position and returns
+  /// the id chosen there.
+  template <class Step>
+  static uint64_t step_chosen_each(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token,
+                                   Step&& step) {
+    uint64_t n = 0;
+    while (n < max) {
+      first = step(first);
+      ++n;
+      if (!on_token(first)) break;
+    }
+    return n;
+  }
 };
 
 }  // namespace cmfx::driver

@@ -86,7 +86,7 @@ class gpu_engine final : public engine {
   uint64_t chain_greedy(unsigned, uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) override {
     return r_.model().decode_greedy_each(first, max, on_token);
   }
-  bool can_sample(unsigned s, uint64_t steps) const override { return can_chain(s, steps) && r_.model().samples_on_device(); }
+  bool can_sample(unsigned, uint64_t steps) const override { return r_.model().can_sample(steps); }
   uint64_t chain_sampled(unsigned, uint32_t first, uint64_t max, const device_sampling& ds,
                          const std::function<bool(uint32_t)>& on_token) override {
     return r_.model().decode_sampled_each(first, max, ds, on_token);

@@ -27,7 +27,10 @@ struct chain_pair {
   std::mt19937_64 g;
   std::vector<uint32_t> prompt_ids;
   uint32_t vocab = 0;
-  chain_pair(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed) : g(seed) {
+  /// stepwise: the first graph without the embedding on the device, so that it does not chain (decode_sampled_each
+  /// then runs step by step, as with the expert cache).
+  chain_pair(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed, bool stepwise = false)
+      : g(seed) {
     dsv4_options co;
     co.threads = 1;
     cpu = dsv4_model::open(path, co);
@@ -35,8 +38,9 @@ struct chain_pair {
     dsv4_gpu_options go;
     go.max_ctx = prompt + n + 1;
     go.prefill_chunk = 0;
-    chained = std::make_unique<dsv4_gpu_model>(cpu->weights(), s.dev, s.kern, go);
     stepped = std::make_unique<dsv4_gpu_model>(cpu->weights(), s.dev, s.kern, go);
+    go.device_embedding = !stepwise;
+    chained = std::make_unique<dsv4_gpu_model>(cpu->weights(), s.dev, s.kern, go);
     prompt_ids.resize(prompt);
     for (auto& id : prompt_ids) id = pick();
   }
@@ -102,11 +106,12 @@ std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uin
 /// each step's logprob and alternatives are the host sampler's, bit for bit.
 std::string sampled_chain_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, int32_t top_k,
                                bool penalties, uint64_t seed, std::string& info, float temperature = 1.2f,
-                               int32_t top_logprobs = -1) {
-  chain_pair cp(s, path, prompt, n, seed);
+                               int32_t top_logprobs = -1, bool stepwise = false) {
+  chain_pair cp(s, path, prompt, n, seed, stepwise);
   dsv4_gpu_model &chained = *cp.chained, &stepped = *cp.stepped;
   const uint32_t V = cp.vocab;
   if (!chained.samples_on_device()) return "decode_sampled_each is not available on this device";
+  if (chained.chains_decode() == stepwise) return "the graph does not chain as the case asks";
   cp.run_prompt();
   sampling_params sp;
   sp.temperature = temperature, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.top_k = top_k, sp.seed = cp.g();
@@ -184,6 +189,10 @@ void model_chain_cases(suite& s, toy_files& files) {
   s.run("model_v4", "-", "greedy decode chained on the device with 3 logprobs, release toy, 8 + 12 tokens",
         [&](uint64_t seed, std::string& info) {
           return sampled_chain_case(s, files.make("release", "native"), 8, 12, 0, false, seed, info, 0.0f, 3);
+        });
+  s.run("model_v4", "-", "sampled decode on the device step by step (not chained), penalties + 5 logprobs, q4tp toy",
+        [&](uint64_t seed, std::string& info) {
+          return sampled_chain_case(s, files.make("cmf", "q4tp"), 8, 12, 20, true, seed, info, 0.9f, 5, true);
         });
 }
 

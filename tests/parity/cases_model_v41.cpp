@@ -11,10 +11,12 @@
 //     from the CPU chaotic, so only gross errors fail and the flips are reported;
 //   expert cache: the cached graph's logits equal the resident graph's bit for bit at every call.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
 #include "cmfx/core/error.hpp"
+#include "cmfx/sample/sampler.hpp"
 #include "harness.hpp"
 #include "model/dsv41_forward.hpp"
 #include "model/dsv41_gpu.hpp"
@@ -351,6 +353,78 @@ std::string snapshot_case(suite& s, const std::string& path, uint64_t seed, std:
   return {};
 }
 
+/// Tokens chosen on the device step by step (decode_sampled_each: kernels::sample — or the argmax when greedy — and
+/// kernels::logprobs after the head; V4.1 does not chain its steps): against a second graph of the toy after the same
+/// prompt whose logits are read back for cmfx::sampler with the same settings and seed — the same ids, logprobs
+/// (bit for bit) and sampler state, across a stop and a continuation. spare_slots ≥ 0: the choosing graph runs with
+/// the expert cache of top_k + spare_slots slots per layer (bit-identical to the resident graph), recording each
+/// next position in its waits.
+std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots, float temperature,
+                         int32_t top_logprobs, uint64_t seed, std::string& info) {
+  const dsv41_weights w = dsv41_load(path);
+  const uint32_t V = w.cfg.vocab, n = 16, prompt = 5;
+  dsv41_gpu_options go;
+  go.max_ctx = prompt + n + 1;
+  dsv41_gpu_model ref(w, s.dev, s.kern, go);
+  const uint32_t budget_slots = spare_slots >= 0 ? w.cfg.top_k + uint32_t(spare_slots) : 0;
+  if (budget_slots) {
+    const expert_view& e0 = w.layers.at(0).experts.at(0);
+    auto vb = [](const matrix_view& v) { return v.data_bytes + v.scale_bytes; };
+    const uint64_t one = vb(e0.gate) + vb(e0.up) + vb(e0.down);
+    go.vram_budget = ref.weight_bytes() + ref.state_bytes() - uint64_t(w.cfg.layers) * (w.cfg.experts - budget_slots) * one;
+  }
+  dsv41_gpu_model dev(w, s.dev, s.kern, go);
+  if (budget_slots && !dev.cache_stats().active) return "the budget did not activate the expert cache";
+  if (!dev.samples_on_device()) return "decode_sampled_each is not available on this device";
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, V - 1);
+  std::vector<uint32_t> ids(prompt);
+  for (auto& x : ids) x = pick(g);
+  (void)dev.forward(ids, false);
+  (void)ref.forward(ids, false);
+  sampling_params sp;
+  sp.temperature = temperature, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.seed = g();
+  if (temperature > 0.0f) sp.presence_penalty = 0.3f, sp.frequency_penalty = 0.2f;
+  if (top_logprobs >= 0) sp.logprobs = true, sp.top_logprobs = top_logprobs;
+  sampler on_dev(V, sp), on_host(V, sp);
+  step_logprobs lp;
+  std::vector<uint32_t> got;
+  std::vector<step_logprobs> got_lp;
+  auto chain = [&](uint32_t from, uint32_t max, uint32_t stop_after) {
+    return dev.decode_sampled_each(from, max, device_sampling::of(on_dev, &lp), [&](uint32_t id) {
+      on_dev.accept_drawn(int32_t(id));
+      got.push_back(id);
+      got_lp.push_back(lp);
+      return got.size() < stop_after;
+    });
+  };
+  uint32_t first = pick(g);
+  const uint32_t k = n / 3;
+  if (chain(first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
+  if (chain(got.back(), n - k, n) != n - k) return "the continued decode ran " + std::to_string(got.size() - k) + " ids";
+  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; };
+  for (uint32_t i = 0; i < n; ++i) {
+    const std::vector<float> l = ref.forward(std::span<const uint32_t>(&first, 1), true);
+    const sample_result& r = on_host.sample(l);
+    first = uint32_t(r.token);
+    const std::string at = "step " + std::to_string(i) + ": ";
+    if (got[i] != first) return at + "device id " + std::to_string(got[i]) + ", host-sampled " + std::to_string(first);
+    if (top_logprobs < 0) continue;
+    if (!same(got_lp[i].logprob, r.logprob) || got_lp[i].top.size() != r.top_logprobs.size())
+      return at + "logprob " + std::to_string(got_lp[i].logprob) + ", host " + std::to_string(r.logprob);
+    for (size_t j = 0; j < r.top_logprobs.size(); ++j)
+      if (got_lp[i].top[j].token != r.top_logprobs[j].token || !same(got_lp[i].top[j].logprob, r.top_logprobs[j].logprob))
+        return at + "alternative " + std::to_string(j) + " differs";
+  }
+  if (dev.pos() != ref.pos()) return "positions differ after the decode";
+  if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)
+    return "the samplers' RNG states differ after the decode";
+  info = std::to_string(k) + " + " + std::to_string(n - k) + " ids chosen on the device == the host's sampler" +
+         (top_logprobs >= 0 ? ", logprobs identical" : "") +
+         (budget_slots ? ", expert cache " + std::to_string(dev.cache_stats().slots) + " slots" : "");
+  return {};
+}
+
 }  // namespace
 
 void model_v41_cases(suite& s) {
@@ -402,6 +476,18 @@ void model_v41_cases(suite& s) {
   s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp", "v41"), seed, info);
   });
+  s.run("model_v41", "-", "sampled decode on the device (penalties, 4 logprobs), cmf q4tp toy, 5 + 16 tokens",
+        [&](uint64_t seed, std::string& info) {
+          return sampled_case(s, files.make("cmf", "q4tp", "v41"), -1, 1.1f, 4, seed, info);
+        });
+  s.run("model_v41", "-", "greedy decode on the device with 2 logprobs, expert cache (top_k + 2 slots), cmf q4tp toy",
+        [&](uint64_t seed, std::string& info) {
+          return sampled_case(s, files.make("cmf", "q4tp", "v41"), 2, 0.0f, 2, seed, info);
+        });
+  s.run("model_v41", "-", "sampled decode on the device, expert cache (top_k + 2 slots), cmf q4tp toy, 5 + 16 tokens",
+        [&](uint64_t seed, std::string& info) {
+          return sampled_case(s, files.make("cmf", "q4tp", "v41"), 2, 0.8f, -1, seed, info);
+        });
 }
 
 }  // namespace cmfx::parity

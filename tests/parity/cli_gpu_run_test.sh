@@ -148,6 +148,15 @@ printf 'hi\nhow are you\n' | "${CPU41[@]}" -i --temp 0 -n 6 --print-ids -v >/dev
 printf 'hi\nhow are you\n' | "${GPU41[@]}" -i --temp 0 -n 6 --print-ids -v >/dev/null 2>"$T/i41.gpu"
 check "V4.1 -i: exit 0" test $? -eq 0
 check "V4.1 -i: two turns" test "$(grep -c '^generated ids' "$T/i41.gpu")" -eq 2
+# V4.1 sampled: drawn on the device step by step (not chained) or from the logits read back, the same ids
+"${GPU41[@]}" -p "Hello there" --temp 0.9 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 --seed 11 -n 12 --no-stop \
+  --print-ids -v >/dev/null 2>"$T/s41.dev"
+check "V4.1 -p sampled on the device: exit 0" test $? -eq 0
+check "V4.1 -p sampled on the device: drawn there" grep -q "decode sampled on the device" "$T/s41.dev"
+"${GPU41[@]}" -p "Hello there" --temp 0.9 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 --seed 11 -n 12 --no-stop \
+  --print-ids --sampling host -v >/dev/null 2>"$T/s41.host"
+check "V4.1 -p sampled: device ids == host ids" test "$(gen41 "$T/s41.dev")" = "$(gen41 "$T/s41.host")"
+check "V4.1 -p sampled: 12 ids" test "$(gen41 "$T/s41.dev" | wc -w)" -eq 12
 check "V4.1 -i: turn 1's first 4 ids as the CPU's" test "$(gen41 "$T/i41.gpu" | cut -d' ' -f1-4)" = "$(gen41 "$T/i41.cpu" | cut -d' ' -f1-4)"
 "${GPU41[@]}" --raw-ids "1 2" --vram-budget 1 >/dev/null 2>"$T/v41.err"
 MIN41=$(grep -oE 'at least [0-9]+ bytes' "$T/v41.err" | grep -oE '[0-9]+')
@@ -163,7 +172,7 @@ check "bench v41-tiny: the profile holds the 8 decode steps alone (not the promp
 "$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --variants 2 --cache-wait block >"$T/b41v.out" 2>&1
 check "bench v41-tiny --variants 2: exit 0" test $? -eq 0
 check "bench --variants 2: reported" grep -q "^host matrices: 2 distinct per role" "$T/b41v.out"
-# sampled decode in the benchmark: on the device (V4, chained), on the host, refused on the device for V4.1
+# sampled decode in the benchmark: on the device (V4 chained, V4.1 step by step), on the host
 "$CMFX" bench --synthetic tiny --prompt 4 --tokens 8 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --top-p 0.9 --top-k 20 >"$T/bs.out" 2>&1
 check "bench --temp: exit 0" test $? -eq 0
 check "bench --temp: sampled on the device" grep -q "sampled on the device: T 0.8, top-p 0.9, min-p 0, top-k 20" "$T/bs.out"
@@ -177,9 +186,9 @@ check "bench --logprobs 5: greedy on the device with logprobs" grep -q "greedy o
 check "bench --temp --logprobs 20: sampled on the device with logprobs" grep -q "sampled on the device: T 0.7, .*, logprobs 20" "$T/blps.out"
 "$CMFX" bench --synthetic tiny --logprobs 65 >/dev/null 2>&1
 check "bench --logprobs 65: exit 2" test $? -eq 2
-"$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 >"$T/bs41.out" 2>&1
-check "bench v41-tiny --temp (device sampling): exit 2" test $? -eq 2
-check "... naming --sampling host" grep -q -- "--sampling host" "$T/bs41.out"
+"$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --logprobs 3 >"$T/bs41.out" 2>&1
+check "bench v41-tiny --temp --logprobs 3: exit 0" test $? -eq 0
+check "bench v41-tiny: sampled on the device" grep -q "sampled on the device: T 0.8, .*, logprobs 3" "$T/bs41.out"
 "$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --sampling host >/dev/null 2>&1
 check "bench v41-tiny --temp --sampling host: exit 0" test $? -eq 0
 "$CMFX" bench --synthetic tiny --sampling gpu >/dev/null 2>&1
