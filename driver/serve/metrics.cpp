@@ -87,7 +87,8 @@ std::string metrics::prometheus() const {
   prom_metric(o, "cmfx_decode_tokens_total", "counter", "Tokens produced by decode steps.", static_cast<double>(dt));
   prom_metric(o, "cmfx_decode_seconds_total", "counter", "Seconds spent in decode steps (forward + sampling).", ds);
   prom_metric(o, "cmfx_decode_chained_tokens_total", "counter",
-         "Decode tokens of greedy steps chained on the device (one request decoding alone, pure greedy).",
+         "Decode tokens chosen on the device in bursts (one request decoding alone: chained steps, or step by step "
+         "where the graph does not chain).",
          static_cast<double>(ct));
   prom_metric(o, "cmfx_prompt_tokens_per_second", "gauge", "Prefill throughput since start (tokens / prefill seconds).",
          ps > 0 ? static_cast<double>(pt) / ps : 0.0);

@@ -32,7 +32,7 @@ class metrics {
     decode_tokens_ += tokens;
     decode_s_ += seconds;
   }
-  /// Decode tokens of greedy steps chained on the device (scheduler::try_chain; also counted by add_decode).
+  /// Decode tokens chosen on the device in a burst (scheduler::try_chain; also counted by add_decode).
   void add_chained(uint64_t tokens) {
     std::lock_guard lk(m_);
     chained_tokens_ += tokens;

@@ -298,8 +298,8 @@ class sampler {
   }
 
   void apply_penalties() {
+    if (!p_.has_penalties()) return;
     const float rep = p_.repetition_penalty, pres = p_.presence_penalty, freq = p_.frequency_penalty;
-    if (rep == 1.0f && pres == 0.0f && freq == 0.0f) return;
     for (const int32_t t : touched_) {
       const auto i = static_cast<size_t>(t);
       float& z = work_[i];
