@@ -560,23 +560,12 @@ uint64_t dsv4_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, const
                                              const std::function<bool(uint32_t)>& on_token) {
   impl& m = *p_;
   if (!samples_on_device()) throw usage_error("gpu model: this device does not sample on the device (no f64 / int64)");
-  m.next.reset();  // a recording made ahead holds no setting, or another one
-  m.chooser.begin(m.dev, ds, m.cfg.vocab);
-  struct scope {
-    impl& m;
-    ~scope() {
-      m.chooser.end();
-      m.next.reset();
-    }
-  } sc{m};
+  const gpu_chooser::session session(m.chooser, m.next, m.dev, ds, m.cfg.vocab);
   if (chains_decode()) return m.decode_chained(first, max, on_token, m.chooser.mode(), ds.logprobs);
   // step by step (the expert cache's steps): each choice read back as a step_greedy's argmax
   return step_chosen_each(first, max, on_token, [&](uint32_t tok) {
     m.run(tok, m.chooser.mode(), nullptr);
-    uint32_t id = 0;
-    m.dev.download(m.best, &id, 4);
-    if (ds.logprobs) m.chooser.read(m.dev, 0, m.cfg.vocab, *ds.logprobs);
-    return id;
+    return m.chooser.read_step(m.dev, m.best, m.cfg.vocab, ds.logprobs);
   });
 }
 

@@ -5,12 +5,15 @@
 // kernels::logprobs) and the host's reading of a step's logprobs. A graph records with the setting begin() took;
 // push constants are fixed at recording, so recordings made under one setting are not run under another.
 #include <cstdint>
+#include <memory>
 
 #include "cmfx/vk/device.hpp"
 #include "cmfx/vk/kernels.hpp"
 #include "device_sampling.hpp"
 
 namespace cmfx::driver {
+
+struct gpu_recording;  // gpu_recording.hpp
 
 class gpu_chooser {
  public:
@@ -35,6 +38,30 @@ class gpu_chooser {
                        uint32_t slot) const;
   /// With logprobs: record `slot` (after its recording ran) decoded into out.
   void read(gpu::device& dev, uint32_t slot, uint32_t vocab, step_logprobs& out) const;
+  /// A step run by itself (not chained): the id in best[0] and, where lp is given, record 0 decoded into *lp.
+  uint32_t read_step(gpu::device& dev, const gpu::buffer& best, uint32_t vocab, step_logprobs* lp) const;
+
+  /// One decode_sampled_each call: begin(ds) on construction, end() on destruction, and the graph's recording made
+  /// ahead dropped at both ends (its push constants carry no setting, or another one).
+  class session {
+   public:
+    session(gpu_chooser& c, std::shared_ptr<gpu_recording>& ahead, gpu::device& dev, const device_sampling& ds,
+            uint32_t vocab)
+        : c_(c), ahead_(ahead) {
+      ahead_.reset();
+      c_.begin(dev, ds, vocab);
+    }
+    ~session() {
+      c_.end();
+      ahead_.reset();
+    }
+    session(const session&) = delete;
+    session& operator=(const session&) = delete;
+
+   private:
+    gpu_chooser& c_;
+    std::shared_ptr<gpu_recording>& ahead_;
+  };
 
  private:
   bool on_ = false, greedy_ = false, pen_ = false;

@@ -9,6 +9,7 @@
 
 #include "cmfx/sample/sampler.hpp"
 #include "harness.hpp"
+#include "logprob_check.hpp"
 #include "model/dsv4_forward.hpp"
 #include "model/dsv4_gpu.hpp"
 #include "model_toys.hpp"
@@ -133,7 +134,6 @@ std::string sampled_chain_case(suite& s, const std::string& path, uint64_t promp
       return got.size() < stop_after;
     });
   };
-  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; };
   if (chain(first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
   if (chain(got.back(), n - k, n) != n - k) return "the continued chain ran " + std::to_string(got.size() - k) + " ids";
   for (uint32_t i = 0; i < n; ++i) {
@@ -143,15 +143,7 @@ std::string sampled_chain_case(suite& s, const std::string& path, uint64_t promp
     if (got[i] != want)
       return "step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) + ", host-sampled " + std::to_string(want);
     if (top_logprobs < 0) continue;
-    const step_logprobs& g = got_lp[i];
-    if (!same(g.logprob, r.logprob))
-      return "step " + std::to_string(i) + ": logprob " + std::to_string(g.logprob) + ", host " + std::to_string(r.logprob);
-    if (g.top.size() != r.top_logprobs.size()) return "step " + std::to_string(i) + ": the alternatives' count differs";
-    for (size_t j = 0; j < g.top.size(); ++j)
-      if (g.top[j].token != r.top_logprobs[j].token || !same(g.top[j].logprob, r.top_logprobs[j].logprob))
-        return "step " + std::to_string(i) + ", alternative " + std::to_string(j) + ": " + std::to_string(g.top[j].token) +
-               " " + std::to_string(g.top[j].logprob) + ", host " + std::to_string(r.top_logprobs[j].token) + " " +
-               std::to_string(r.top_logprobs[j].logprob);
+    if (const std::string why = logprobs_differ(got_lp[i], r); !why.empty()) return "step " + std::to_string(i) + ": " + why;
   }
   if (chained.pos() != stepped.pos()) return "positions differ after the chains";
   if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)

@@ -18,6 +18,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/sample/sampler.hpp"
 #include "harness.hpp"
+#include "logprob_check.hpp"
 #include "model/dsv41_forward.hpp"
 #include "model/dsv41_gpu.hpp"
 #include "model/dsv41_weights.hpp"
@@ -402,7 +403,6 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
   const uint32_t k = n / 3;
   if (chain(first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
   if (chain(got.back(), n - k, n) != n - k) return "the continued decode ran " + std::to_string(got.size() - k) + " ids";
-  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; };
   for (uint32_t i = 0; i < n; ++i) {
     const std::vector<float> l = ref.forward(std::span<const uint32_t>(&first, 1), true);
     const sample_result& r = on_host.sample(l);
@@ -410,11 +410,7 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
     const std::string at = "step " + std::to_string(i) + ": ";
     if (got[i] != first) return at + "device id " + std::to_string(got[i]) + ", host-sampled " + std::to_string(first);
     if (top_logprobs < 0) continue;
-    if (!same(got_lp[i].logprob, r.logprob) || got_lp[i].top.size() != r.top_logprobs.size())
-      return at + "logprob " + std::to_string(got_lp[i].logprob) + ", host " + std::to_string(r.logprob);
-    for (size_t j = 0; j < r.top_logprobs.size(); ++j)
-      if (got_lp[i].top[j].token != r.top_logprobs[j].token || !same(got_lp[i].top[j].logprob, r.top_logprobs[j].logprob))
-        return at + "alternative " + std::to_string(j) + " differs";
+    if (const std::string why = logprobs_differ(got_lp[i], r); !why.empty()) return at + why;
   }
   if (dev.pos() != ref.pos()) return "positions differ after the decode";
   if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)

@@ -12,6 +12,7 @@
 
 #include "cmfx/sample/sampler.hpp"
 #include "harness.hpp"
+#include "logprob_check.hpp"
 #include "model/device_sampling.hpp"
 
 namespace cmfx::parity {
@@ -120,13 +121,6 @@ std::string sample_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sampl
   return {};
 }
 
-// A float's bits, every NaN as one (NaN payloads carry no meaning here).
-uint32_t bits_of(float v) {
-  uint32_t b = 0;
-  std::memcpy(&b, &v, 4);
-  return std::isnan(v) ? 0x7FC00000u : b;
-}
-
 // kernels::logprobs after the device's choice (kernels::sample, or the argmax when greedy) against the sampler's
 // logprobs of the raw logits over the same logits: the same token, the same logprob and alternatives, bit for bit
 // (every number they come from is computed in the sampler's order: cmfx::logsumexp_parts).
@@ -171,21 +165,14 @@ std::string logprobs_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sam
     double sum = 0.0;
     std::memcpy(&sum, &rec[1], 8);
     const bool same_sum = (std::isnan(sum) && std::isnan(ref.sum)) || std::memcmp(&sum, &ref.sum, 8) == 0;
-    if (rec[0] != bits_of(ref.m) || !same_sum)
+    float m = 0.0f;
+    std::memcpy(&m, &rec[0], 4);
+    if (!same_bits(m, ref.m) || !same_sum)
       return at + "the record's max / sum (" + std::to_string(sum) + ") differ from the host's (" +
              std::to_string(ref.sum) + ")";
     if (tok != uint32_t(want.token))
       return at + "gpu token " + std::to_string(tok) + ", cpu " + std::to_string(want.token);
-    if (bits_of(got.logprob) != bits_of(want.logprob))
-      return at + "the chosen token's logprob " + std::to_string(got.logprob) + " vs " + std::to_string(want.logprob);
-    if (got.top.size() != want.top_logprobs.size())
-      return at + std::to_string(got.top.size()) + " alternatives, cpu " + std::to_string(want.top_logprobs.size());
-    for (size_t j = 0; j < got.top.size(); ++j)
-      if (got.top[j].token != want.top_logprobs[j].token ||
-          bits_of(got.top[j].logprob) != bits_of(want.top_logprobs[j].logprob))
-        return at + "alternative " + std::to_string(j) + ": gpu " + std::to_string(got.top[j].token) + " " +
-               std::to_string(got.top[j].logprob) + ", cpu " + std::to_string(want.top_logprobs[j].token) + " " +
-               std::to_string(want.top_logprobs[j].logprob);
+    if (const std::string why = logprobs_differ(got, want); !why.empty()) return at + why;
     for (uint32_t j = std::min(top_n, n); j < top_n; ++j)  // past n: no token
       if (rec[4 + j] != 0xFFFFFFFFu) return at + "alternative slot " + std::to_string(j) + " past n is not empty";
     finite += std::isfinite(want.logprob) ? 1u : 0u;
