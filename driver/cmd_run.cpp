@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <random>
@@ -52,6 +53,8 @@ void check_flags(const run_args& a) {
   if (!(a.top_p > 0.0f && a.top_p <= 1.0f)) throw usage_error("--top-p must be in (0, 1]");
   if (!(a.min_p >= 0.0f && a.min_p <= 1.0f)) throw usage_error("--min-p must be in [0, 1]");
   if (!(a.repeat_penalty > 0.0f)) throw usage_error("--repeat-penalty must be > 0");
+  if (!std::isfinite(a.presence_penalty) || !std::isfinite(a.frequency_penalty))
+    throw usage_error("--presence-penalty and --frequency-penalty must be finite");
   if (a.backend != "vulkan" && (a.model_opts.vram_budget || a.stats))
     throw usage_error("--vram-budget and --stats are for --backend vulkan (the expert cache of the GPU graph)");
 }
@@ -206,6 +209,8 @@ int run_run(const run_args& a) {
   sp.top_k = a.top_k;
   sp.min_p = a.min_p;
   sp.repetition_penalty = a.repeat_penalty;
+  sp.presence_penalty = a.presence_penalty;
+  sp.frequency_penalty = a.frequency_penalty;
   sp.seed = a.seed_given ? a.seed : std::random_device{}();
   if (!a.no_stop) sp.stop_tokens = {int32_t(cfg.eos)};
   s.ts.stops = a.stops;

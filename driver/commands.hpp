@@ -132,6 +132,7 @@ struct run_args {
   int32_t top_k = 0;           // 0: off
   float min_p = 0.05f;
   float repeat_penalty = 1.0f; // 1: off
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;  // OpenAI's, on the output's tokens; 0: off
   uint64_t seed = 0;           // turn k of -i samples with seed + k
   bool seed_given = false;     // else a random seed
   uint64_t n = 16;             // max tokens; --raw-ids default 16, text default: the rest of --ctx

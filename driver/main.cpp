@@ -95,6 +95,12 @@ int main(int argc, char** argv) {
   cr->add_option("--min-p", run.min_p, "Drop tokens below min-p times the top probability (0 = off)")->default_val(run.min_p);
   cr->add_option("--repeat-penalty", run.repeat_penalty, "Repetition penalty on prompt and output tokens (1 = off)")
       ->default_val(run.repeat_penalty);
+  cr->add_option("--presence-penalty", run.presence_penalty,
+                 "Subtracted from the logit of every token the output holds (OpenAI's; 0 = off)")
+      ->default_val(run.presence_penalty);
+  cr->add_option("--frequency-penalty", run.frequency_penalty,
+                 "Subtracted from a token's logit once per time the output holds it (OpenAI's; 0 = off)")
+      ->default_val(run.frequency_penalty);
   auto* run_seed = cr->add_option("--seed", run.seed, "Sampling seed (default: random); same seed, same output");
   auto* run_n = cr->add_option("-n,--max-tokens", run.n,
                                "Tokens to generate (default: 16 with --raw-ids, else until EOS or --ctx is full)");

@@ -47,6 +47,14 @@ check "stdout has no stats" bash -c "! grep -q 'tok/s' '$T/a.out'"
 check "same --seed, same text" cmp -s "$T/a.out" "$T/b.out"
 "${RUN[@]}" -p "Hello! Who are you?" -n 24 --seed 2 >"$T/c.out" 2>/dev/null
 check "another --seed, other text (temp 1)" bash -c "! cmp -s '$T/a.out' '$T/c.out'"
+# presence / frequency penalties: with the same seed the draws change once the output holds tokens (their weights
+# shrink, the running sums move); a non-finite penalty is refused
+"${RUN[@]}" -p "Hello! Who are you?" -n 24 --seed 1 --print-ids >/dev/null 2>"$T/np.err"
+"${RUN[@]}" -p "Hello! Who are you?" -n 24 --seed 1 --presence-penalty 2 --frequency-penalty 2 --print-ids >/dev/null 2>"$T/pp.err"
+check "run --presence-penalty/--frequency-penalty: exit 0" test $? -eq 0
+check "... other ids than without them, same seed" bash -c "! cmp -s <(grep '^generated ids' '$T/np.err') <(grep '^generated ids' '$T/pp.err')"
+"${RUN[@]}" -p "Hi" -n 2 --presence-penalty nan >/dev/null 2>&1
+check "run --presence-penalty nan: exit 2" test $? -eq 2
 
 # Greedy text generation == --raw-ids greedy on the same encoded prompt.
 "${RUN[@]}" -p "Hello! Who are you?" -n 10 --temp 0 --print-ids >"$T/g.out" 2>"$T/g.err"

@@ -149,11 +149,11 @@ printf 'hi\nhow are you\n' | "${GPU41[@]}" -i --temp 0 -n 6 --print-ids -v >/dev
 check "V4.1 -i: exit 0" test $? -eq 0
 check "V4.1 -i: two turns" test "$(grep -c '^generated ids' "$T/i41.gpu")" -eq 2
 # V4.1 sampled: drawn on the device step by step (not chained) or from the logits read back, the same ids
-"${GPU41[@]}" -p "Hello there" --temp 0.9 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 --seed 11 -n 12 --no-stop \
+"${GPU41[@]}" -p "Hello there" --temp 0.9 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 --presence-penalty 0.4 --frequency-penalty 0.2 --seed 11 -n 12 --no-stop \
   --print-ids -v >/dev/null 2>"$T/s41.dev"
 check "V4.1 -p sampled on the device: exit 0" test $? -eq 0
 check "V4.1 -p sampled on the device: drawn there" grep -q "decode sampled on the device" "$T/s41.dev"
-"${GPU41[@]}" -p "Hello there" --temp 0.9 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 --seed 11 -n 12 --no-stop \
+"${GPU41[@]}" -p "Hello there" --temp 0.9 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 --presence-penalty 0.4 --frequency-penalty 0.2 --seed 11 -n 12 --no-stop \
   --print-ids --sampling host -v >/dev/null 2>"$T/s41.host"
 check "V4.1 -p sampled: device ids == host ids" test "$(gen41 "$T/s41.dev")" = "$(gen41 "$T/s41.host")"
 check "V4.1 -p sampled: 12 ids" test "$(gen41 "$T/s41.dev" | wc -w)" -eq 12
