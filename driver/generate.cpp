@@ -286,8 +286,8 @@ turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::
       r.decode_how = "greedy chained on the device";
     }
   }
-  // Sampled decode without logprobs: the draws chain on the device where the backend can (the
-  // sampler's choices, bit for bit; prompt_cache::chain_sampled), without reading the logits back.
+  // Sampled decode without logprobs (and greedy decode where the steps do not chain): the choices on the device where
+  // the backend can (the sampler's, bit for bit; prompt_cache::chain_sampled), without reading the logits back.
   if (go && s.device_sampling && sp.device_samplable(cache.vocab(), gpu::kernels::sample_max_top_k)) {
     auto is_stop = [&](uint32_t id) {
       return std::find(sp.stop_tokens.begin(), sp.stop_tokens.end(), int32_t(id)) != sp.stop_tokens.end();
@@ -295,7 +295,7 @@ turn_result generate_turn(prompt_cache& cache, const tokenizer& tok, const std::
     if (cache.chain_sampled(uint32_t(r.ids.back()), s.max_tokens - r.ids.size(), smp,
                             [&](uint32_t id) { return take(int32_t(id), is_stop(id)); })) {
       go = false;
-      r.decode_how = "sampled on the device";
+      r.decode_how = sp.temperature > 0.0f ? "sampled on the device" : "greedy on the device, step by step";
     }
   }
   while (go) {

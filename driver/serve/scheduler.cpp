@@ -229,14 +229,15 @@ bool scheduler::try_chain() {
   slot& s = *one;
   const gen_request& req = s.j->req;
   const sampling_params& sp = req.sp;
-  // greedy: the device's argmax; else chosen on the device as the slot's sampler would (drawn with a temperature,
-  // top-k ≤ 2048, penalties; or greedy with logprobs), bit for bit, with the raw logits' logprobs where asked; each id
-  // recorded in that sampler
+  // pure greedy: the device's argmax, chained (chain_greedy); else — and pure greedy where the graph does not chain —
+  // chosen on the device as the slot's sampler would (drawn with a temperature, top-k ≤ 2048, penalties; the argmax
+  // when greedy), bit for bit, with the raw logits' logprobs where asked (chain_sampled), each id recorded in that
+  // sampler
   const bool greedy = sp.pure_greedy();
-  const bool sampled = !greedy && o_.device_sampling && s.smp &&
-                       s.smp->params().device_samplable(vocab_, gpu::kernels::sample_max_top_k,
-                                                        int32_t(gpu::kernels::logprobs_max_top));
-  if (!(greedy || sampled)) return false;
+  const bool on_device = o_.device_sampling && s.smp &&
+                         s.smp->params().device_samplable(vocab_, gpu::kernels::sample_max_top_k,
+                                                          int32_t(gpu::kernels::logprobs_max_top));
+  if (!(greedy || on_device)) return false;
   // a queued request that a free slot could take ends a burst (the GPU engine has one slot: it waits anyway)
   auto queue_can_start = [&] {
     std::lock_guard lk(mu_);
@@ -247,7 +248,9 @@ bool scheduler::try_chain() {
   const uint64_t left = req.max_tokens > s.generated ? req.max_tokens - s.generated : 0;
   const uint64_t ctx_left = o_.ctx > s.tokens.size() + 1 ? o_.ctx - s.tokens.size() - 1 : 0;
   const uint64_t room = std::min({chain_burst, left, ctx_left});
-  if (room < 2 || !(greedy ? model_.can_chain(s.id, room) : model_.can_sample(s.id, room))) return false;
+  const bool chain_greedy = greedy && model_.can_chain(s.id, room);
+  const bool chosen = !chain_greedy && on_device && model_.can_sample(s.id, room);
+  if (room < 2 || !(chain_greedy || chosen)) return false;
   const bool stop_eos = !req.ignore_eos;
   const uint32_t eos = model_.eos();
   uint32_t prev = static_cast<uint32_t>(s.pending);
@@ -266,7 +269,7 @@ bool scheduler::try_chain() {
       m_.add_decode(1, std::chrono::duration<double>(now - t_last).count());
       m_.add_chained(1);
       t_last = now;
-      if (sampled) s.smp->accept_drawn(static_cast<int32_t>(id));
+      if (chosen) s.smp->accept_drawn(static_cast<int32_t>(id));
       sample_result r;
       r.token = static_cast<int32_t>(id);
       r.stop = stop_eos && id == eos;
@@ -276,7 +279,7 @@ bool scheduler::try_chain() {
       if (queue_can_start()) return false;
       return still_running(s);
     };
-    if (greedy) {
+    if (chain_greedy) {
       model_.chain_greedy(s.id, prev, room, on_token);
     } else {
       model_.chain_sampled(s.id, prev, room, device_sampling::of(*s.smp, &lp), on_token);

@@ -209,21 +209,25 @@ if mn:
 V41 = os.path.join(TMP, "toy-v41-f32.cmf")
 subprocess.run([CMFX, "make-toy", "--arch", "v41", "--out", V41, "--quant", "f32", "--tokenizer", TOKENIZER],
                check=True, stdout=subprocess.DEVNULL, timeout=60)
-REQ41 = ("/v1/completions", {"prompt": PROMPT, "max_tokens": 8, "temperature": 0.9, "top_p": 0.9, "seed": 5,
-                             "ignore_eos": True, "logprobs": 3, "presence_penalty": 0.3})
+REQ41 = {"sampled": ("/v1/completions", {"prompt": PROMPT, "max_tokens": 8, "temperature": 0.9, "top_p": 0.9,
+                                          "seed": 5, "ignore_eos": True, "logprobs": 3, "presence_penalty": 0.3}),
+         "greedy": ("/v1/completions", {"prompt": PROMPT, "max_tokens": 8, "temperature": 0, "ignore_eos": True})}
 out41 = {}
 for how in ("device", "host"):
     s41 = serve_util.Server(CMFX, V41, TMP, "gpu-v41-" + how, "--backend", "vulkan", "--gemm", "f32", "--sampling", how)
     servers.append(s41)
-    before = metric(metrics(s41), "cmfx_decode_chained_tokens_total") or 0
-    st, out41[how] = post(s41, *REQ41)
-    check(f"V4.1 --sampling {how}: 200", st == 200, out41[how])
-    on_dev = (metric(metrics(s41), "cmfx_decode_chained_tokens_total") or 0) > before
-    check(f"V4.1 --sampling {how}: " + ("chosen on the device" if how == "device" else "sampled on the host"),
-          on_dev == (how == "device"), on_dev)
+    for kind, req in REQ41.items():
+        before = metric(metrics(s41), "cmfx_decode_chained_tokens_total") or 0
+        st, out41[how, kind] = post(s41, *req)
+        check(f"V4.1 {kind}, --sampling {how}: 200", st == 200, out41[how, kind])
+        on_dev = (metric(metrics(s41), "cmfx_decode_chained_tokens_total") or 0) > before
+        check(f"V4.1 {kind}, --sampling {how}: " + ("chosen on the device" if how == "device" else "on the host"),
+              on_dev == (how == "device"), on_dev)
     s41.kill()
-a, b = out41["device"], out41["host"]
-check("V4.1 sampled: on the device == on the host", text_of(a) == text_of(b), f"{text_of(a)!r} vs {text_of(b)!r}")
+for kind in REQ41:
+    a, b = out41["device", kind], out41["host", kind]
+    check(f"V4.1 {kind}: on the device == on the host", text_of(a) == text_of(b), f"{text_of(a)!r} vs {text_of(b)!r}")
+a, b = out41["device", "sampled"], out41["host", "sampled"]
 check("V4.1 sampled: the same logprobs", a["choices"][0].get("logprobs") == b["choices"][0].get("logprobs") and
       bool(a["choices"][0].get("logprobs")), (a["choices"][0].get("logprobs"), b["choices"][0].get("logprobs")))
 
