@@ -117,8 +117,8 @@ class dsv4_gpu_model final : public gpu_graph {
   /// i + 1 before step i ends) — where the embedding is on the device, else step by step.
   uint64_t decode_greedy_each(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) override;
   bool chains_decode() const noexcept override;
-  /// Sampled steps chained on the device (gpu_graph::decode_sampled_each): where chains_decode and the device has
-  /// kernels::sample.
+  /// Tokens chosen on the device (gpu_graph::decode_sampled_each) where the device has kernels::sample: chained
+  /// where chains_decode, else step by step (the expert cache).
   bool samples_on_device() const noexcept override;
   uint64_t decode_sampled_each(uint32_t first, uint64_t max, const device_sampling& ds,
                                const std::function<bool(uint32_t)>& on_token) override;
