@@ -161,16 +161,22 @@ struct ladder_scales {
   }
 };
 
-/// q4tp: (nib - 8) * t[code]; q2tp: (c - 1.5) * s. Per-row scales are expanded once per row.
+/// q4tp: (nib - 8) * t[code]; q2tp: (c - 1.5) * s. Per-row scales are expanded once per row, into a per-thread
+/// buffer that only grows (no allocation per call; one decoder per thread at a time: gemm_rows).
 template <uint32_t Bits>
 struct dec_ladder {
   ladder_scales<Bits> ls;
-  std::vector<float> scales;
+  float* scales;
   const uint8_t* values = nullptr;
-  explicit dec_ladder(const matrix_view& wv) : ls(wv), scales(ls.p.gpr) {}
+  explicit dec_ladder(const matrix_view& wv) : ls(wv), scales(buffer(ls.p.gpr)) {}
+  static float* buffer(uint64_t n) {
+    thread_local std::vector<float> b;
+    if (b.size() < n) b.resize(n);
+    return b.data();
+  }
   void begin_row(uint64_t r) {
     ls.begin_row(r);
-    ls.fill(scales.data());
+    ls.fill(scales);
     values = ls.w.data + r * ls.p.gpr * (Bits == 4 ? 16 : 8);
   }
   float group(uint64_t g, __m256 v[4]) const noexcept {

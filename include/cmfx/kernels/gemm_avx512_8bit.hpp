@@ -13,6 +13,7 @@
 ///        round differently within the f32 bounds of tests/kernels/gemm_test.cpp).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "cmfx/kernels/gemm_avx2.hpp"
@@ -117,7 +118,11 @@ CMFX_AVX512BW_TARGET void gemm_rows_8bit(const matrix_view& w, const float* X, u
     if (w.cols <= 4096) return avx2::gemm_rows<F>(w, X, n, ldx, Y, ldy, r0, r1);
   constexpr uint64_t T = F::block_rows, kg = avx2::kgroup;  // q8_row: block_rows 1 (no tile), see row_end
   const uint64_t groups = w.cols / kg, tail0 = groups * kg, tpr = (w.cols + T - 1) / T;
-  std::vector<float> s(groups + 1, 1.0f);  // q8_row: every group scale 1 (the row scale comes last)
+  // the group scales (q8_row: every one 1, the row scale comes last), in a per-thread buffer that only grows (no
+  // allocation per call)
+  thread_local std::vector<float> s;
+  if (s.size() < groups + 1) s.resize(groups + 1);
+  std::fill(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(groups + 1), 1.0f);
   uint64_t s_tile_row = ~0ull;
   float y[4 * avx2::token_tile];
   for (uint64_t r = r0; r < r1;) {
