@@ -123,19 +123,11 @@ std::string sampled_chain_case(suite& s, const std::string& path, uint64_t promp
   on_dev.set_prompt(prompt_ids);
   on_host.set_prompt(prompt_ids);
   uint32_t first = cp.pick(), k = n / 3;
-  std::vector<uint32_t> got;
-  step_logprobs lp;
-  std::vector<step_logprobs> got_lp;
-  auto chain = [&](uint32_t from, uint32_t max, uint32_t stop_after) {
-    return chained.decode_sampled_each(from, max, device_sampling::of(on_dev, &lp), [&](uint32_t id) {
-      on_dev.accept_drawn(int32_t(id));
-      got.push_back(id);
-      got_lp.push_back(lp);
-      return got.size() < stop_after;
-    });
-  };
-  if (chain(first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
-  if (chain(got.back(), n - k, n) != n - k) return "the continued chain ran " + std::to_string(got.size() - k) + " ids";
+  device_choices dc;
+  const std::vector<uint32_t>& got = dc.ids;
+  if (dc.run(chained, on_dev, first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
+  if (dc.run(chained, on_dev, got.back(), n - k, n) != n - k)
+    return "the continued chain ran " + std::to_string(got.size() - k) + " ids";
   for (uint32_t i = 0; i < n; ++i) {
     const std::vector<float> l = stepped.step(first, true);
     const sample_result& r = on_host.sample(l);
@@ -143,7 +135,7 @@ std::string sampled_chain_case(suite& s, const std::string& path, uint64_t promp
     if (got[i] != want)
       return "step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) + ", host-sampled " + std::to_string(want);
     if (top_logprobs < 0) continue;
-    if (const std::string why = logprobs_differ(got_lp[i], r); !why.empty()) return "step " + std::to_string(i) + ": " + why;
+    if (const std::string why = logprobs_differ(dc.lps[i], r); !why.empty()) return "step " + std::to_string(i) + ": " + why;
   }
   if (chained.pos() != stepped.pos()) return "positions differ after the chains";
   if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)

@@ -388,21 +388,13 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
   if (temperature > 0.0f) sp.presence_penalty = 0.3f, sp.frequency_penalty = 0.2f;
   if (top_logprobs >= 0) sp.logprobs = true, sp.top_logprobs = top_logprobs;
   sampler on_dev(V, sp), on_host(V, sp);
-  step_logprobs lp;
-  std::vector<uint32_t> got;
-  std::vector<step_logprobs> got_lp;
-  auto chain = [&](uint32_t from, uint32_t max, uint32_t stop_after) {
-    return dev.decode_sampled_each(from, max, device_sampling::of(on_dev, &lp), [&](uint32_t id) {
-      on_dev.accept_drawn(int32_t(id));
-      got.push_back(id);
-      got_lp.push_back(lp);
-      return got.size() < stop_after;
-    });
-  };
+  device_choices dc;
+  const std::vector<uint32_t>& got = dc.ids;
   uint32_t first = pick(g);
   const uint32_t k = n / 3;
-  if (chain(first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
-  if (chain(got.back(), n - k, n) != n - k) return "the continued decode ran " + std::to_string(got.size() - k) + " ids";
+  if (dc.run(dev, on_dev, first, n, k) != k) return "the callback's stop after " + std::to_string(k) + " ids did not hold";
+  if (dc.run(dev, on_dev, got.back(), n - k, n) != n - k)
+    return "the continued decode ran " + std::to_string(got.size() - k) + " ids";
   for (uint32_t i = 0; i < n; ++i) {
     const std::vector<float> l = ref.forward(std::span<const uint32_t>(&first, 1), true);
     const sample_result& r = on_host.sample(l);
@@ -410,7 +402,7 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
     const std::string at = "step " + std::to_string(i) + ": ";
     if (got[i] != first) return at + "device id " + std::to_string(got[i]) + ", host-sampled " + std::to_string(first);
     if (top_logprobs < 0) continue;
-    if (const std::string why = logprobs_differ(got_lp[i], r); !why.empty()) return at + why;
+    if (const std::string why = logprobs_differ(dc.lps[i], r); !why.empty()) return at + why;
   }
   if (dev.pos() != ref.pos()) return "positions differ after the decode";
   if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)
