@@ -35,6 +35,7 @@
 //   11 (one workgroup)  the block sums added in order (pass 8's total) and the record: z_max, the total, the chosen
 //             token's z, the top_n ids and their z.
 #include "common/base.glsl"
+// SAMPLE_BLOCK (from the host: cmfx::sample_block): weights per block of the draw's and the logprobs' fixed-order sums.
 
 layout(push_constant) uniform sample_pc {
   uint n, level, mass_bits, flags;   // flags: 1 top-p, 2 min-p, 4 top-k, 8 top-k in two stages (level: k), 16 penalties
@@ -283,7 +284,7 @@ double ordered_total(uint nb, uint bs, bool running) {
 }
 #endif
 #if SAMPLE_PASS == 7
-shared double s_blk[2048];  // 32 blocks of 64 weights
+shared double s_blk[32u * SAMPLE_BLOCK];  // 32 blocks of SAMPLE_BLOCK weights
 #endif
 
 void main() {
@@ -450,14 +451,14 @@ void main() {
   const bool ident = (pc.flags & 7u) == 0u;  // no top-p, min-p or top-k: the vocabulary in index order
   const uint cnt = ident ? n : su[pc.so + C_CNT];
   const uint wv = ident ? (pc.so + pc.w_at) / 2u : (pc.so + pc.wc_at) / 2u;
-  const uint b0 = wg_index() * 32u, nb = (cnt + 63u) / 64u;
+  const uint b0 = wg_index() * 32u, nb = (cnt + SAMPLE_BLOCK - 1u) / SAMPLE_BLOCK;
   if (b0 >= nb) return;  // uniform
-  const uint e0 = b0 * 64u, e1 = min(cnt, e0 + 2048u);
+  const uint e0 = b0 * SAMPLE_BLOCK, e1 = min(cnt, e0 + 32u * SAMPLE_BLOCK);
   for (uint j = e0 + lid; j < e1; j += WG_SIZE) s_blk[j - e0] = sd[wv + j];
   barrier();
   if (lid < 32u && b0 + lid < nb) {
     precise double sum = 0.0LF;
-    const uint a = lid * 64u, e = min(e1 - e0, a + 64u);
+    const uint a = lid * SAMPLE_BLOCK, e = min(e1 - e0, a + SAMPLE_BLOCK);
     for (uint j = a; j < e; ++j) sum += s_blk[j];
     sd[(pc.so + pc.bsum_at) / 2u + b0 + lid] = sum;
   }
@@ -475,7 +476,7 @@ void main() {
   const bool ident = (pc.flags & 7u) == 0u;  // no top-p, min-p or top-k: the vocabulary in index order
   const uint cnt = ident ? n : su[pc.so + C_CNT];
   const uint wv = ident ? (pc.so + pc.w_at) / 2u : (pc.so + pc.wc_at) / 2u;
-  const uint nb = (cnt + 63u) / 64u, bs = (pc.so + pc.bsum_at) / 2u;
+  const uint nb = (cnt + SAMPLE_BLOCK - 1u) / SAMPLE_BLOCK, bs = (pc.so + pc.bsum_at) / 2u;
   const double total = ordered_total(nb, bs, true);  // the running totals over the block sums
   if (lid == 0u) {
     s_target = u * total;  // r
@@ -496,16 +497,16 @@ void main() {
   const uint b = s_bin;
   if (b < nb) {
     precise const double rr = r - (b > 0u ? sd[bs + b - 1u] : 0.0LF);
-    const uint e = min(cnt, b * 64u + 64u);
+    const uint e = min(cnt, b * SAMPLE_BLOCK + SAMPLE_BLOCK);
     precise double sum = 0.0LF;
-    for (uint j = b * 64u; j < e; ++j) {
+    for (uint j = b * SAMPLE_BLOCK; j < e; ++j) {
       sum += sd[wv + j];
       if (rr < sum) {
         pick = int(j);
         break;
       }
     }
-    for (uint j = e; pick < 0 && j-- > b * 64u;)
+    for (uint j = e; pick < 0 && j-- > b * SAMPLE_BLOCK;)
       if (sd[wv + j] > 0.0LF) pick = int(j);
   }
   for (uint j = cnt; pick < 0 && j-- > 0u;)
@@ -520,7 +521,7 @@ void main() {
   // chosen token's z, and the top_n best tokens (pc.level; kidx from topk, value descending, lower index first)
   // with their z
   const float zmax = zmax_of();
-  const uint nb = (n + 63u) / 64u, bs = (pc.so + pc.bsum_at) / 2u;
+  const uint nb = (n + SAMPLE_BLOCK - 1u) / SAMPLE_BLOCK, bs = (pc.so + pc.bsum_at) / 2u;
   double total = uint64BitsToDouble(0x7FF8000000000000ul);
   if (!isinf(zmax)) total = ordered_total(nb, bs, false);  // uniform
   if (lid == 0u) {

@@ -47,11 +47,6 @@ struct scratch_layout {
   static uint32_t u32(uint64_t v) { return uint32_t(v); }  // < 2^32: n ≤ sample_max_n
 };
 
-// One row's k best z (kernels::topk's order: value descending, lower index first) into the scratch's kidx, as
-// sample.comp's cand_id reads them: over a long row in two stages — rows of `tile` ≥ 4k tokens give their k best in
-// index order (many workgroups), pass 10 gathers them, and the k best of those (one row of at most n / 4 + k)
-// follow (flag 8) — else in one. `run` records a sample.comp pass (pass, level, workgroups); pc.ncand and pc.tile
-// are set here.
 // The push constants' common part: n, the offsets, the scratch's regions; the rest zero (temperature 1).
 sample_pc make_pc(uint32_t n, const scratch_layout& L, const detail::bound& lb, const detail::bound& sb,
                   const detail::bound& ob) {
@@ -71,10 +66,15 @@ void run_pass(const detail::op_env& e, commands& c, const detail::binding (&b)[5
   pc.level = level;
   uint32_t gx, gy;
   e.grid(groups, gx, gy);
-  const std::string defs = "#define SAMPLE_PASS " + std::to_string(pass) + "\n";
+  const std::string defs = "#define SAMPLE_PASS " + std::to_string(pass) + "\n" + detail::def_u("SAMPLE_BLOCK", sample_block);
   detail::dispatch(c.impl(), e.pipe("sample.comp", defs, detail::op_env::wg, 5, sizeof pc), b, &pc, sizeof pc, gx, gy);
 }
 
+// One row's k best z (kernels::topk's order: value descending, lower index first) into the scratch's kidx, as
+// sample.comp's cand_id reads them: over a long row in two stages — rows of `tile` ≥ 4k tokens give their k best in
+// index order (many workgroups), pass 10 gathers them, and the k best of those (one row of at most n / 4 + k)
+// follow (flag 8) — else in one. `run` records a sample.comp pass (pass, level, workgroups); pc.ncand and pc.tile
+// are set here.
 template <class Run>
 void top_of_z(kernels& k, commands& c, view scratch, const scratch_layout& L, sample_pc& pc, uint32_t n, uint32_t kk,
               Run&& run) {
@@ -152,7 +152,7 @@ void kernels::sample(commands& c, view logits, uint32_t n, const sample_settings
     run(5, 0, per_token);
     run(6, 0, per_token);
   }
-  run(7, 0, (uint64_t(n) + 2047) / 2048);  // 32 blocks of 64 per workgroup
+  run(7, 0, (uint64_t(n) + 32 * sample_block - 1) / (32 * sample_block));  // 32 blocks per workgroup
   run(8, 0, 1);
 }
 
@@ -182,7 +182,7 @@ void kernels::logprobs(commands& c, view logits, uint32_t n, uint32_t top_n, vie
   auto run = [&](int pass, uint32_t level, uint64_t groups) { run_pass(e, c, b, pc, pass, level, groups); };
   run(1, 0, per_token);                      // z = the logits (temperature 1, no penalties), z_max
   run(2, 0, per_token);                      // w = exp(z − z_max)
-  run(7, 0, (uint64_t(n) + 2047) / 2048);    // block sums in order
+  run(7, 0, (uint64_t(n) + 32 * sample_block - 1) / (32 * sample_block));  // block sums in order
   if (top_n) top_of_z(*this, c, scratch, L, pc, n, top_n, run);
   run(11, top_n, 1);
 }

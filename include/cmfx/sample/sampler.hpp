@@ -128,6 +128,8 @@ struct logsumexp_parts {
   float m = 0.0f;
   double sum = 0.0;
 };
+/// Weights per block in the sampler's fixed summation order (pick(), logsumexp_parts_of; sample.comp's 64).
+inline constexpr size_t sample_block = 64;
 /// logsumexp_parts of z [n] (NaN already −inf: sanitize); w: scratch of n doubles.
 inline logsumexp_parts logsumexp_parts_of(const float* z, size_t n, double* w) noexcept {
   logsumexp_parts p;
@@ -138,9 +140,9 @@ inline logsumexp_parts logsumexp_parts_of(const float* z, size_t n, double* w) n
   }
   exp_weights(z, n, static_cast<double>(p.m), w);
   double total = 0.0;
-  for (size_t b = 0; b < n; b += 64) {
+  for (size_t b = 0; b < n; b += sample_block) {
     double s = 0.0;
-    for (size_t i = b; i < std::min(n, b + 64); ++i) s += w[i];
+    for (size_t i = b; i < std::min(n, b + sample_block); ++i) s += w[i];
     total += s;
   }
   p.sum = total;
@@ -517,7 +519,7 @@ class sampler {
   std::vector<float> work_;
   static constexpr uint16_t bins = 1024;      // top-p buckets over z_max − z ∈ [0, bin_span) (then one last bin)
   static constexpr double bin_span = 32.0;
-  static constexpr size_t block = 64;         // weights per block in pick()
+  static constexpr size_t block = sample_block;  // weights per block in pick()
   std::vector<double> w_, wc_, bsum_;         // weights by token; by candidate; block sums
   bool cand_identity_ = false;                // the last draw's candidates: the whole vocabulary in index order
   int mass_bits_ = 0;
