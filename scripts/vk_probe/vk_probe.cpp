@@ -2,7 +2,7 @@
 // device 0's extensions of interest, its cooperative-vector type combinations (VK_NV_cooperative_vector) and queue
 // families, times 256 MiB host -> device copies on the compute queue, on a transfer-only queue and on both, and —
 // where VK_EXT_shader_float8 is exposed — checks an OpFConvert of every E4M3 byte (f8.comp, through glslang 11's
-// spirv_type) against the decode. The structures newer than Debian 12's Vulkan headers are declared here.
+// spirv_type) against the decode; then imitates the expert cache's pack-and-copy pattern. The structures newer than Debian 12's Vulkan headers are declared here.
 // Build and run (the probe reads f8_spv.h from the build directory):
 //   glslangValidator -V --target-env vulkan1.3 scripts/vk_probe/f8.comp -o /tmp/f8.spv
 //   (cd /tmp && xxd -i f8.spv > f8_spv.h) && g++ -O1 -std=c++20 -I/tmp scripts/vk_probe/vk_probe.cpp -o /tmp/vk_probe -lvulkan
@@ -45,6 +45,82 @@ static void coopvec(VkInstance inst, VkPhysicalDevice pd) {
 }
 
 #include <chrono>
+
+#include <barrier>
+#include <functional>
+#include <thread>
+// The expert cache's pattern (driver/model/gpu_expert_cache.cpp fill): per expert, host threads copy its bytes from
+// the weights into a write-combined ring, then one submission copies them to device memory while the host packs the
+// next. Timed against its two halves alone: pack everything, then copy everything.
+static void cache_pattern(VkDevice dev, VkPhysicalDeviceMemoryProperties& mp, uint32_t fam, VkQueue q) {
+  const uint64_t EX = 9600ull << 10, N = 24, RING = EX * N;
+  auto mk = [&](VkDeviceSize sz, VkMemoryPropertyFlags want, VkMemoryPropertyFlags avoid, VkBuffer& b, VkDeviceMemory& m) {
+    VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, nullptr, 0, sz, VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT};
+    if (vkCreateBuffer(dev, &bi, nullptr, &b)) return false;
+    VkMemoryRequirements r; vkGetBufferMemoryRequirements(dev, b, &r);
+    uint32_t t = 0; for (; t < mp.memoryTypeCount; ++t) if ((r.memoryTypeBits >> t & 1) && (mp.memoryTypes[t].propertyFlags & want) == want && !(mp.memoryTypes[t].propertyFlags & avoid)) break;
+    if (t == mp.memoryTypeCount) return false;
+    VkMemoryAllocateInfo ma{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, nullptr, r.size, t};
+    return !vkAllocateMemory(dev, &ma, nullptr, &m) && !vkBindBufferMemory(dev, b, m, 0);
+  };
+  VkBuffer ring, slots; VkDeviceMemory mr, ms;
+  if (!mk(RING, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, VK_MEMORY_PROPERTY_HOST_CACHED_BIT | VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, ring, mr) ||
+      !mk(RING, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT, slots, ms)) { std::printf("  cache pattern: no memory\n"); return; }
+  void* pr; vkMapMemory(dev, mr, 0, RING, 0, &pr);
+  uint8_t* ringp = static_cast<uint8_t*>(pr);
+  std::vector<uint8_t> weights(4 * RING);  // 4x the ring: every expert from memory not recently touched
+  for (uint64_t i = 0; i < weights.size(); i += 4096) weights[i] = uint8_t(i >> 12);
+  const unsigned T = 16;
+  // expert i of a round from weights into ring slot i by T threads (one slice each), then on_done(i) on thread 0
+  auto pack_all = [&](uint64_t round, const std::function<void(uint64_t)>& on_done) {
+    std::barrier sync(T);
+    std::vector<std::thread> th;
+    for (unsigned t = 0; t < T; ++t)
+      th.emplace_back([&, t] {
+        for (uint64_t i = 0; i < N; ++i) {
+          const uint8_t* from = weights.data() + ((round * N + i) % (4 * N)) * EX;
+          const uint64_t a = EX * t / T, b = EX * (t + 1) / T;
+          std::memcpy(ringp + i * EX + a, from + a, b - a);
+          sync.arrive_and_wait();
+          if (t == 0) on_done(i);
+        }
+      });
+    for (auto& x : th) x.join();
+  };
+  VkCommandPoolCreateInfo ci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, nullptr, VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, fam};
+  VkCommandPool pool; vkCreateCommandPool(dev, &ci, nullptr, &pool);
+  std::vector<VkCommandBuffer> cbs(N + 1);
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, nullptr, pool, VK_COMMAND_BUFFER_LEVEL_PRIMARY, uint32_t(N + 1)};
+  vkAllocateCommandBuffers(dev, &ai, cbs.data());
+  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO}; VkFence f; vkCreateFence(dev, &fi, nullptr, &f);
+  auto rec = [&](VkCommandBuffer cb, uint64_t i0, uint64_t i1) {
+    vkResetCommandBuffer(cb, 0);
+    VkCommandBufferBeginInfo bb{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO}; vkBeginCommandBuffer(cb, &bb);
+    for (uint64_t i = i0; i < i1; ++i)  // three pieces per expert, as gate / up / down
+      for (uint64_t p = 0; p < 3; ++p) { VkBufferCopy r{i * EX + p * EX / 3, i * EX + p * EX / 3, EX / 3}; vkCmdCopyBuffer(cb, ring, slots, 1, &r); }
+    vkEndCommandBuffer(cb);
+  };
+  auto submit = [&](VkCommandBuffer cb, VkFence fence) { VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO, nullptr, 0, nullptr, nullptr, 1, &cb}; vkQueueSubmit(q, 1, &si, fence); };
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  double best_pipe = 1e9, best_pack = 1e9, best_copy = 1e9;
+  for (uint64_t round = 0; round < 4; ++round) {
+    for (uint64_t i = 0; i < N; ++i) rec(cbs[i], i, i + 1);
+    auto t0 = now();
+    pack_all(round, [&](uint64_t i) { submit(cbs[i], i + 1 == N ? f : VK_NULL_HANDLE); });
+    vkWaitForFences(dev, 1, &f, VK_TRUE, ~0ull); vkResetFences(dev, 1, &f);
+    best_pipe = std::min(best_pipe, sec(t0, now()));
+    t0 = now();
+    pack_all(round + 1, [](uint64_t) {});
+    best_pack = std::min(best_pack, sec(t0, now()));
+    rec(cbs[N], 0, N);
+    t0 = now(); submit(cbs[N], f); vkWaitForFences(dev, 1, &f, VK_TRUE, ~0ull); vkResetFences(dev, 1, &f);
+    best_copy = std::min(best_copy, sec(t0, now()));
+  }
+  const double mb = double(N * EX) / 1e6;
+  std::printf("  cache pattern, %llu experts of 9.6 MB: pack + copy pipelined %.2f ms (%.1f GB/s); pack alone %.2f ms (%.1f GB/s, %u threads); copy alone %.2f ms (%.1f GB/s)\n",
+              (unsigned long long)N, best_pipe * 1e3, mb / best_pipe / 1e3, best_pack * 1e3, mb / best_pack / 1e3, T, best_copy * 1e3, mb / best_copy / 1e3);
+}
 static void copy_probe(VkInstance, VkPhysicalDevice pd) {
   uint32_t nq = 0; vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
   std::vector<VkQueueFamilyProperties> qf(nq); vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, qf.data());
@@ -115,6 +191,8 @@ static void copy_probe(VkInstance, VkPhysicalDevice pd) {
                   src ? "cached" : "write-combined", (unsigned long long)(chunk >> 10), SZ / best[0] / 1e9, xfer >= 0 ? SZ / best[1] / 1e9 : 0.0, xfer >= 0 ? 2 * SZ / best[2] / 1e9 : 0.0);
     }
   }
+  vkDeviceWaitIdle(dev);
+  cache_pattern(dev, mp, uint32_t(comp), qc.q);
   vkDeviceWaitIdle(dev);
 }
 int main() {
