@@ -224,6 +224,10 @@ int main(int argc, char** argv) {
                  "1 = moe_rows_g8.comp, 2 = moe_i8_tc.comp on the int8 tensor cores (emulated without them)")
       ->default_val(bench.moe_i8_tc)
       ->check(CLI::IsMember({0u, 1u, 2u}));
+  cb->add_option("--gemm-min-groups", bench.gemm_min_groups,
+                 "Prefill's dense GEMMs: a product whose grid of the largest tiles has fewer workgroups takes a "
+                 "smaller tile (0 = always the largest; gpu::matvec_tuning::gemm_min_groups)")
+      ->default_val(bench.gemm_min_groups);
   cb->add_flag("--f64", bench.f64, "f64 accumulators (norms, softmax, mHC) where the device has f64 (default f32)");
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
   cb->add_option("--temp", bench.temp, "Decode temperature (0 = greedy, the device's argmax)")->default_val(bench.temp);

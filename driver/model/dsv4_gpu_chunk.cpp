@@ -336,11 +336,12 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       k.matmul(c, G.sh_up, B.u, T, B.sh_u);
     }
     c.end_concurrent();
+    stamp("router (+ shared gate/up)");
     if (kind.hash)
       k.route_hash(c, B.rlogits, G.tid2eid, cf.vocab, B.tokens, T, E, rc, view(), B.ridx, B.rw);
     else
       k.route_score(c, B.rlogits, G.gate_bias, T, E, rc, view(), B.ridx, B.rw);
-    stamp("router + routing");
+    stamp("routing");
     if (trace) c.copy(view(B.ridx, 0, uint64_t(T) * K * 4), view(tr_experts, uint64_t(l) * T * K * 4, uint64_t(T) * K * 4), uint64_t(T) * K * 4);
     k.moe(c, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h, B.moe_out,
           prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt));

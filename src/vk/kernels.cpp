@@ -151,15 +151,32 @@ struct kernels::impl {
     gemm_tiles.emplace(key, t);
     return t;
   }
+  /// The tile of one product (rows × n batch rows) of format f: gemm_tile_of's, or a smaller one that fits where
+  /// the grid would have fewer than tune.gemm_min_groups workgroups.
+  gemm_tiling gemm_tile_for(format f, uint64_t rows, uint64_t n) const {
+    gemm_tiling t = gemm_tile_of(f);
+    if (!t.coop || !tune.gemm_min_groups) return t;
+    auto groups = [&](const gemm_tiling& g) { return ceil_div(rows, g.gm) * ceil_div(n, g.gn); };
+    for (const auto& [gm, gn] : {std::pair{64u, 128u}, std::pair{64u, 64u}}) {
+      if (groups(t) >= tune.gemm_min_groups) break;
+      if (gm * gn >= t.gm * t.gn) continue;  // not smaller than the current tile
+      std::string defs;
+      if (detail::gemm_shared_bytes(gm, gn, t.tk, t.coop, detail::gemm_ladder(f)) <= info.max_shared_memory &&
+          detail::gemm_coop_defines(t.coop, gm, gn, 256, info.subgroup_size, defs))
+        t.gm = gm, t.gn = gn;
+    }
+    return t;
+  }
   uint32_t gemm_mode(format f) const { return gemm_tile_of(f).coop; }
   /// The tiled GEMM pipeline of format f, or nullptr where the device's shared memory cannot hold its tiles (the f32
   /// ones: 64 rows × 64 batch rows × TK columns, plus the format's tables).
-  const detail::pipeline* gemm_pipe(format f, scale_encoding enc) {
-    const auto [coop, gm, gn, tk] = gemm_tile_of(f);
+  const detail::pipeline* gemm_pipe(format f, scale_encoding enc) { return gemm_pipe(f, enc, gemm_tile_of(f)); }
+  const detail::pipeline* gemm_pipe(format f, scale_encoding enc, const gemm_tiling& tile) {
+    const auto [coop, gm, gn, tk] = tile;
     if (detail::gemm_shared_bytes(gm, gn, tk, coop, detail::gemm_ladder(f)) > info.max_shared_memory ||
         tk % detail::gpu_traits(f).chunk)
       return nullptr;
-    const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, coop, gm};
+    const std::array<uint32_t, 6> key{2, uint32_t(f), uint32_t(enc), tk, coop, gm << 16 | gn};
     if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
     std::string cdefs;
     detail::gemm_coop_defines(coop, gm, gn, 256, info.subgroup_size, cdefs);
@@ -259,7 +276,9 @@ struct kernels::impl {
     // nb == 0: the tiled GEMM for all nt batch rows at once (callers check gemm_ok first)
     const bool tiled = nb == 0;
     const matvec_tuning t = dequant ? matvec_tuning{1, 1} : choose(w.rows, w.cols, tiled ? gemm_tile : nb, w.fmt);
-    const detail::pipeline* p = tiled ? gemm_pipe(w.fmt, w.scale_enc) : matrix_pipe(dequant, w.fmt, w.scale_enc, nb, t);
+    const gemm_tiling tile = tiled ? gemm_tile_for(w.fmt, std::min(R1, w.rows) - R0, nt) : gemm_tiling{};
+    const detail::pipeline* p =
+        tiled ? gemm_pipe(w.fmt, w.scale_enc, tile) : matrix_pipe(dequant, w.fmt, w.scale_enc, nb, t);
     if (!p) throw std::logic_error("run_matrix: no tiled GEMM for this format on this device");
     const uint32_t rows_per_wg = dequant ? teams : teams / t.split;
     // i8: x holds activations from quantize_act (common/act_q8.glsl), only the row kernel reads them
@@ -279,7 +298,6 @@ struct kernels::impl {
     if (per_row > room) throw usage_error("matrix rows too long for one storage binding on this device");
     uint64_t step = std::min<uint64_t>(RY, room / per_row);
     if (step >= 256) step -= step % 256;
-    const gemm_tiling tile = tiled ? gemm_tile_of(w.fmt) : gemm_tiling{};
     const uint32_t tile_rows = tile.gm;
     if (tiled && step >= tile_rows) step -= step % tile_rows;
     // Slices start on a multiple of 4 rows (the row kernel's largest rows per subgroup) past R0, so that a

@@ -409,6 +409,19 @@ void matrix_cases(suite& s) {
         return gemm_f16_case<F>(s, seed, sh.rows, sh.cols, sh.n, info);
       });
     }
+    // the smallest f16 tile that fits wherever the grid is small (matvec_tuning::gemm_min_groups; a device whose
+    // shared memory holds larger tiles — the H200's 128 × 128 — runs 64 × 64 here instead)
+    if (f16_gemm_mode(s.dev) != gpu::gemm_precision::f32 && F::shape_ok(200, 512))
+      s.run("gemm_f16", fn, "200x512 n=129, smallest tiles (gemm_min_groups)", [&](uint64_t seed, std::string& info) {
+        struct restore {
+          gpu::kernels& k;
+          ~restore() { k.set_tuning({}); }
+        } back{s.kern};
+        gpu::matvec_tuning t;
+        t.gemm_min_groups = 1u << 30;
+        s.kern.set_tuning(t);
+        return gemm_f16_case<F>(s, seed, 200, 512, 129, info);
+      });
     s.run("gemm", fn, "64x1024 n=3 element-path", [&](uint64_t seed, std::string& info) {
       return matmul_case<F>(s, seed, 64, 1024, 3, true, false, info);
     });

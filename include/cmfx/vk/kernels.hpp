@@ -173,6 +173,11 @@ struct matvec_tuning {
   /// shaders/moe_i8_tc.comp on the int8 tensor cores (device_info::coop_i8), its products emulated in plain GLSL
   /// where the device has no int8 cooperative matrices (the parity suite's way to run its layout on lavapipe).
   uint32_t moe_i8_tc = 0;
+  /// Dense tiled GEMM (gemm.comp, n > gemm_tile batch rows): N > 0 = a product whose grid of the format's largest
+  /// tiles would have fewer than N workgroups takes the next smaller tile that fits (128 × 128 → 64 × 128 → 64 × 64)
+  /// until it has N or the tile is the smallest — a few large tiles leave most of a big GPU idle (the V4 prefill's
+  /// 256-row router: 8 workgroups of 128 × 128). 0: always the largest tile.
+  uint32_t gemm_min_groups = 0;
 };
 
 class kernels {
