@@ -10,10 +10,14 @@
 //   -lvulkan /tmp/vk_probe
 #include <vulkan/vulkan.h>
 
+#include <barrier>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "f8_spv.h"
@@ -105,10 +109,16 @@ static void coopvec(VkInstance inst, VkPhysicalDevice pd) {
   std::printf("  coopvec stages 0x%x, max components %u\n", cp.st, cp.maxc);
 }
 
-#include <barrier>
-#include <chrono>
-#include <functional>
-#include <thread>
+// The first memory type among `bits` with every flag of `want` and none of `avoid` (memoryTypeCount: none).
+static uint32_t memory_type(const VkPhysicalDeviceMemoryProperties& mp, uint32_t bits, VkMemoryPropertyFlags want,
+                            VkMemoryPropertyFlags avoid) {
+  uint32_t t = 0;
+  for (; t < mp.memoryTypeCount; ++t)
+    if ((bits >> t & 1) && (mp.memoryTypes[t].propertyFlags & want) == want &&
+        !(mp.memoryTypes[t].propertyFlags & avoid))
+      break;
+  return t;
+}
 // The expert cache's pattern (driver/model/gpu_expert_cache.cpp fill): per expert, host threads copy its bytes from
 // the weights into a write-combined ring, then one submission copies them to device memory while the host packs the
 // next. Timed against its two halves alone: pack everything, then copy everything.
@@ -121,11 +131,7 @@ static void cache_pattern(VkDevice dev, VkPhysicalDeviceMemoryProperties& mp, ui
     if (vkCreateBuffer(dev, &bi, nullptr, &b)) return false;
     VkMemoryRequirements r;
     vkGetBufferMemoryRequirements(dev, b, &r);
-    uint32_t t = 0;
-    for (; t < mp.memoryTypeCount; ++t)
-      if ((r.memoryTypeBits >> t & 1) && (mp.memoryTypes[t].propertyFlags & want) == want &&
-          !(mp.memoryTypes[t].propertyFlags & avoid))
-        break;
+    const uint32_t t = memory_type(mp, r.memoryTypeBits, want, avoid);
     if (t == mp.memoryTypeCount) return false;
     VkMemoryAllocateInfo ma{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, nullptr, r.size, t};
     return !vkAllocateMemory(dev, &ma, nullptr, &m) && !vkBindBufferMemory(dev, b, m, 0);
@@ -252,11 +258,7 @@ static void copy_probe(VkInstance, VkPhysicalDevice pd) {
     if (vkCreateBuffer(dev, &bi, nullptr, &b)) return -1;
     VkMemoryRequirements r;
     vkGetBufferMemoryRequirements(dev, b, &r);
-    uint32_t t = 0;
-    for (; t < mp.memoryTypeCount; ++t)
-      if ((r.memoryTypeBits >> t & 1) && (mp.memoryTypes[t].propertyFlags & want) == want &&
-          !(mp.memoryTypes[t].propertyFlags & avoid))
-        break;
+    const uint32_t t = memory_type(mp, r.memoryTypeBits, want, avoid);
     if (t == mp.memoryTypeCount) return -1;
     VkMemoryAllocateInfo ma{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, nullptr, r.size, t};
     if (vkAllocateMemory(dev, &ma, nullptr, &m) || vkBindBufferMemory(dev, b, m, 0)) return -1;
