@@ -172,7 +172,7 @@ std::string logprobs_case(suite& s, uint64_t seed, uint32_t n, gpu::kernels::sam
              std::to_string(ref.sum) + ")";
     if (tok != uint32_t(want.token))
       return at + "gpu token " + std::to_string(tok) + ", cpu " + std::to_string(want.token);
-    if (const std::string why = logprobs_differ(got, want); !why.empty()) return at + why;
+    if (const std::string diff = logprobs_differ(got, want); !diff.empty()) return at + diff;
     for (uint32_t j = std::min(top_n, n); j < top_n; ++j)  // past n: no token
       if (rec[4 + j] != 0xFFFFFFFFu) return at + "alternative slot " + std::to_string(j) + " past n is not empty";
     finite += std::isfinite(want.logprob) ? 1u : 0u;
