@@ -128,23 +128,27 @@ struct kernels::impl {
   };
   static constexpr uint32_t gemm_rows = 64;
   mutable std::map<std::pair<uint32_t, uint32_t>, gemm_tiling> gemm_tiles;
+  /// The f16 tiles (weight rows × batch rows), largest first (H200 2026-11-30: `wo_b` of a 512-row chunk 0.75 /
+  /// 0.59 / 0.46 ms per layer with 64 × 64 / 64 × 128 / 128 × 128).
+  static constexpr std::array<std::pair<uint32_t, uint32_t>, 3> gemm_f16_tiles{{{128, 128}, {64, 128}, {64, 64}}};
+  /// Whether a gm × gn f16 tile of format f (tk columns per step, GEMM_COOP mode coop) fits the device: the shared
+  /// memory, a subgroup split, and gm = gemm_rows for the formats whose ladders live in shared memory.
+  bool gemm_fits(format f, uint32_t coop, uint32_t gm, uint32_t gn, uint32_t tk) const {
+    const bool lad = detail::gemm_ladder(f);
+    std::string defs;
+    return (gm == gemm_rows || !lad) && detail::gemm_shared_bytes(gm, gn, tk, coop, lad) <= info.max_shared_memory &&
+           detail::gemm_coop_defines(coop, gm, gn, 256, info.subgroup_size, defs);
+  }
   gemm_tiling gemm_tile_of(format f) const {
     const uint32_t want = gemm_coop();
     const auto key = std::make_pair(uint32_t(f), want);
     if (auto it = gemm_tiles.find(key); it != gemm_tiles.end()) return it->second;
-    const bool lad = detail::gemm_ladder(f);
     const uint32_t chunk = detail::gpu_traits(f).chunk, tk = detail::gemm_step(chunk, want);
-    auto fits = [&](uint32_t gm, uint32_t gn) {
-      std::string defs;
-      return detail::gemm_shared_bytes(gm, gn, tk, want, lad) <= info.max_shared_memory &&
-             detail::gemm_coop_defines(want, gm, gn, 256, info.subgroup_size, defs);
-    };
     gemm_tiling t;
     t.tk = detail::gemm_step(chunk, 0);
-    if (want)  // the largest tile that fits (H200 2026-11-30: `wo_b` of a 512-row chunk 0.75 / 0.59 / 0.46 ms per layer
-               // with 64 × 64 / 64 × 128 / 128 × 128)
-      for (const auto& [gm, gn] : {std::pair{128u, 128u}, std::pair{64u, 128u}, std::pair{64u, 64u}})
-        if ((gm == gemm_rows || !lad) && fits(gm, gn)) {
+    if (want)  // the largest tile that fits
+      for (const auto& [gm, gn] : gemm_f16_tiles)
+        if (gemm_fits(f, want, gm, gn, tk)) {
           t = {want, gm, gn, tk};
           break;
         }
@@ -156,14 +160,9 @@ struct kernels::impl {
   gemm_tiling gemm_tile_for(format f, uint64_t rows, uint64_t n) const {
     gemm_tiling t = gemm_tile_of(f);
     if (!t.coop || !tune.gemm_min_groups) return t;
-    auto groups = [&](const gemm_tiling& g) { return ceil_div(rows, g.gm) * ceil_div(n, g.gn); };
-    for (const auto& [gm, gn] : {std::pair{64u, 128u}, std::pair{64u, 64u}}) {
-      if (groups(t) >= tune.gemm_min_groups) break;
-      if (gm * gn >= t.gm * t.gn) continue;  // not smaller than the current tile
-      std::string defs;
-      if (detail::gemm_shared_bytes(gm, gn, t.tk, t.coop, detail::gemm_ladder(f)) <= info.max_shared_memory &&
-          detail::gemm_coop_defines(t.coop, gm, gn, 256, info.subgroup_size, defs))
-        t.gm = gm, t.gn = gn;
+    for (const auto& [gm, gn] : gemm_f16_tiles) {
+      if (ceil_div(rows, t.gm) * ceil_div(n, t.gn) >= tune.gemm_min_groups) break;
+      if (gm * gn < t.gm * t.gn && gemm_fits(f, t.coop, gm, gn, t.tk)) t.gm = gm, t.gn = gn;
     }
     return t;
   }
