@@ -9,8 +9,18 @@
 //            shaderFloat64: e^ with exp_f64, as the CPU's std::exp in double);
 //   out[c] = x[c] · 1/√(mean(x²) + eps) · norm[c]  (ops/rmsnorm.hpp: mean of squares and scale in ACC).
 // Invocation lid owns channels lid, lid + WG_SIZE, … (at most POOL_PT).
+// POOL_ROPE = 1: then the RoPE of each entry's last pc.rope_dim channels (adjacent pairs, common/rope.glsl) with the
+// cos/sin row cs[pc.csoff + e · pc.cs_stride …] — rope.comp's operation on the stored values, so the same bits as
+// compress_pool followed by rope(); the entry's tail is staged in shared memory to pair each channel with its
+// neighbour.
 #include "common/base.glsl"
 #include "common/reduce.glsl"
+#ifndef POOL_ROPE
+#define POOL_ROPE 0
+#endif
+#if POOL_ROPE
+#include "common/rope.glsl"
+#endif
 #if ACC_DOUBLE
 #include "common/f64math.glsl"
 #endif
@@ -20,12 +30,17 @@ layout(push_constant) uniform pool_pc {
   uint overlap, aoff, soff, woff;
   uint has_norm, noff, ooff;
   float eps;
+  uint rope_dim, csoff, cs_stride, pad;  // POOL_ROPE
 } pc;
 layout(std430, binding = 0) readonly buffer A { float av[]; };
 layout(std430, binding = 1) readonly buffer S { float sv[]; };
 layout(std430, binding = 2) readonly buffer W { uint win[]; };
 layout(std430, binding = 3) readonly buffer N { float normw[]; };
 layout(std430, binding = 4) writeonly buffer O { float ov[]; };
+#if POOL_ROPE
+layout(std430, binding = 5) readonly buffer CS { float cs[]; };
+shared float rope_s[POOL_PT * WG_SIZE];  // the entry's last rope_dim values
+#endif
 
 ACC ex(ACC x) {
 #if ACC_DOUBLE
@@ -69,8 +84,27 @@ void main() {
   }
   ss = wg_sum(ss);
   const ACC inv = ACC(1) / sqrt(ss / ACC(w) + ACC(pc.eps));
+#if POOL_ROPE
+  const uint t0 = w - pc.rope_dim;
+#endif
   [[unroll]] for (uint i = 0u; i < POOL_PT; ++i) {
     const uint c = lid + i * WG_SIZE;
-    if (c < w) ov[pc.ooff + e * w + c] = float(pc.has_norm != 0u ? ACC(x[i]) * inv * ACC(normw[pc.noff + c]) : ACC(x[i]) * inv);
+    if (c >= w) continue;
+    const float y = float(pc.has_norm != 0u ? ACC(x[i]) * inv * ACC(normw[pc.noff + c]) : ACC(x[i]) * inv);
+#if POOL_ROPE
+    if (c >= t0) {
+      rope_s[c - t0] = y;
+      continue;
+    }
+#endif
+    ov[pc.ooff + e * w + c] = y;
   }
+#if POOL_ROPE
+  barrier();
+  for (uint j = lid; j < pc.rope_dim; j += WG_SIZE) {
+    const uint jb = j & ~1u, cb = pc.csoff + e * pc.cs_stride + jb;
+    const vec2 p = rope_pair(rope_s[jb], rope_s[jb + 1u], cs[cb], cs[cb + 1u]);
+    ov[pc.ooff + e * w + t0 + j] = (j & 1u) == 0u ? p.x : p.y;
+  }
+#endif
 }

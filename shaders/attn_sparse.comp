@@ -14,6 +14,11 @@
 // Work of a tile: (A) ATT_KT groups of WG_SIZE / ATT_KT invocations, one per key, form the ATT_HB dot products of
 // their key with the heads' q (shared memory); (B) one invocation per head updates m, d and the tile's p;
 // (C) every invocation owns ATT_OPT channels of all ATT_HB heads and adds p_k · K_k[c] (coalesced rows).
+// ATT_QPREP = 1 (kernels::attn_shape::q_norm_rope; needs ATT_IROPE): q arrives before its per-head RMSNorm (no
+// weight, eps pc.q_eps) and the RoPE of its last ATT_IROPE channels by the row's cos/sin; every workgroup applies
+// both to its staged heads — rmsnorm.comp's RMS_ROPE operations in its order (strided squares, wg_sum, r = 1 /
+// sqrt(mean + eps), y = q · r, rope_pair), so the values of rmsnorm_rope() then this kernel, one dependent dispatch
+// fewer. (Split workgroups of one head block each redo it: a few hundred values.)
 // Defines: ATT_HD (head_dim), ATT_HB (heads per workgroup), ATT_KT (keys per tile, also the granule of
 // split_keys), ATT_OPT (= ceil(HD / WG)).
 #include "common/base.glsl"
@@ -25,6 +30,7 @@ layout(push_constant) uniform attn_pc {
   uint ooff;
   float scale;
   uint splits, split_keys, xoff, csoff;
+  float q_eps;  // ATT_QPREP
 } pc;
 layout(std430, binding = 0) readonly buffer Q { float qs[]; };
 layout(std430, binding = 1) readonly buffer KA { float kva[]; };
@@ -39,6 +45,15 @@ layout(std430, binding = 6) writeonly buffer X { float xs[]; };
 #if ATT_IROPE
 layout(std430, binding = 7) readonly buffer CS { float cs_rows[]; };
 #include "common/att_irope.glsl"
+#endif
+#ifndef ATT_QPREP
+#define ATT_QPREP 0
+#endif
+#if ATT_QPREP
+#if !ATT_IROPE
+#error "ATT_QPREP rotates q by the rows' cos/sin of ATT_IROPE"
+#endif
+#include "common/reduce.glsl"
 #endif
 
 const uint G = WG_SIZE / ATT_KT;  // invocations per key in (A)
@@ -68,6 +83,43 @@ void main() {
     const uint h = h0 + i / ATT_HD;
     q_s[i] = h < pc.heads ? qs[pc.qoff + (row * pc.heads + h) * ATT_HD + i % ATT_HD] : 0.0;
   }
+#if ATT_QPREP
+  barrier();  // q_s
+  {
+    ACC r[ATT_HB];
+    [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
+      precise ACC ss = ACC(0);
+      for (uint i = lid; i < ATT_HD; i += WG_SIZE) {
+        const ACC v = ACC(q_s[h * ATT_HD + i]);
+        ss += v * v;
+      }
+      ss = wg_sum(ss);
+      r[h] = ACC(1) / sqrt(ss / ACC(ATT_HD) + ACC(pc.q_eps));
+    }
+    // the new values in registers, written back after a barrier: a rope pair reads both channels' old values
+    const uint t0 = ATT_HD - ATT_IROPE;
+    float nv[ATT_HB][ATT_OPT];
+    [[unroll]] for (uint h = 0u; h < ATT_HB; ++h)
+      [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+        const uint c = lid + i * WG_SIZE;
+        nv[h][i] = 0.0;
+        if (c >= ATT_HD) continue;
+        const float y = float(ACC(q_s[h * ATT_HD + c]) * r[h]);
+        nv[h][i] = y;
+        if (c < t0) continue;
+        const uint j = c - t0, cb = pc.csoff + row * ATT_IROPE + (j & ~1u);
+        const float py = float(ACC(q_s[h * ATT_HD + (c ^ 1u)]) * r[h]);
+        nv[h][i] = (j & 1u) == 0u ? rope_pair(y, py, cs_rows[cb], cs_rows[cb + 1u]).x
+                                  : rope_pair(py, y, cs_rows[cb], cs_rows[cb + 1u]).y;
+      }
+    barrier();
+    [[unroll]] for (uint h = 0u; h < ATT_HB; ++h)
+      [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+        const uint c = lid + i * WG_SIZE;
+        if (c < ATT_HD) q_s[h * ATT_HD + c] = nv[h][i];
+      }
+  }
+#endif
   if (lid < ATT_HB) {
     const uint h = h0 + lid;
     const float sink = !partial && pc.has_sink != 0u && h < pc.heads ? sinks[pc.soff + h] : -F32_INF;

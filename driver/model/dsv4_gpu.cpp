@@ -3,8 +3,9 @@
 // (window slots, closing compressor windows, the HCA entry list, the embedding row) is known when recording and
 // travels inside the command buffer (commands::update); everything that depends on values stays on the device.
 //
-// Per layer: [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope, compressor pooling → q head
-// norm, ropes → indexer score → top-k → sparse attention → inverse rope → wo_a groups (concurrent) → wo_b → hc_post
+// Per layer: [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope, compressor pooling (+ the
+// entry's rope) → [indexer q rope] → indexer score → top-k → sparse attention (q's head norm + rope as it stages q,
+// the output's inverse rope as it writes) → wo_a groups (concurrent) → wo_b → hc_post
 // (+ the FFN's mixes, hc_pre_finish and ffn_norm: one dispatch) → router → routing → experts (→ shared) → hc_post
 // (+ the next layer's mixes, hc_pre_finish and attn_norm; after the last layer hc_head_finish and the final norm).
 // Before layer 0: hc_mix + hc_pre_finish + attn_norm (one dispatch). Head: head matmul (→ device argmax).
@@ -166,12 +167,15 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     ts.op("norms, ape, iw scale (concurrent)");
     ts.mark(&dsv4_gpu_profile::attn_proj);
     // Compressor pooling of a closing window (entry j = (t+1)/r − 1, rope at the window's first position).
+    // The entry's rope (at the window's first position) rides in the pooling's write.
     const uint64_t ne = kind.ratio ? (t + 1) / kind.ratio : 0;
     auto pool = [&](dsv4_gpu_comp& g) {
       gpu::kernels::pool_shape ps;
       ps.entries = 1, ps.ratio = g.ratio, ps.width = g.width, ps.row_floats = g.cw, ps.overlap = g.overlap, ps.eps = eps;
+      ps.rope_dim = uint32_t(rd);
       if (ne > g.max_entries) throw std::logic_error("gpu model: compressed entries beyond max_ctx");
-      k.compress_pool(*cur, ps, g.kv, g.score, g.ratio == 4 ? win4 : win128, g.norm, row(g.entries, ne - 1, g.width));
+      k.compress_pool(*cur, ps, g.kv, g.score, g.ratio == 4 ? win4 : win128, g.norm, row(g.entries, ne - 1, g.width),
+                      row(cs_comp, t + 1 - kind.ratio, rd));
     };
     cur->begin_concurrent();
     k.matmul(*cur, G.wq_b, qr, 1, q);
@@ -183,19 +187,15 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     }
     cur->end_concurrent();
     ts.op("wq_b, ix_wq_b, kv rope, pool (concurrent)");
-    cur->begin_concurrent();
-    if (cf.per_head_q_norm)  // the per-head norm and the rope of q in one dispatch
-      k.rmsnorm_rope(*cur, q, view(), q, H, uint32_t(hd), eps, cs_t, H, uint32_t(rd));
-    else
-      k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
-    if (ix_scores) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
-    if (closes) {
-      const view cs_ws = row(cs_comp, t + 1 - kind.ratio, rd);
-      k.rope(*cur, row(G.comp.entries, ne - 1, G.comp.width), cs_ws, 1, 1, G.comp.width, uint32_t(rd), false);
-      if (kind.indexer) k.rope(*cur, row(G.ix.entries, ne - 1, G.ix.width), cs_ws, 1, 1, G.ix.width, uint32_t(rd), false);
+    // q's per-head norm and rope run in the attention's workgroups (attn_shape::q_norm_rope); without a per-head
+    // norm q's rope, and the indexer's q rope, are a step of their own.
+    if (!cf.per_head_q_norm || ix_scores) {
+      cur->begin_concurrent();
+      if (!cf.per_head_q_norm) k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
+      if (ix_scores) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
+      cur->end_concurrent();
+      ts.op("q rope, indexer q rope (concurrent)");
     }
-    cur->end_concurrent();
-    ts.op("q head norm + rope, ropes (concurrent)");
     ts.mark(&dsv4_gpu_profile::compress);
     // Indexer: scores of the finished entries, top-k into the compressed part of the key list (else every
     // finished entry is a pick: written with the position parameters above).
@@ -212,6 +212,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     gpu::kernels::attn_shape as;
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
     as.inv_rope_dim = uint32_t(rd);
+    as.q_norm_rope = cf.per_head_q_norm, as.q_norm_eps = eps;
     if (kind.ratio) {
       as.keys = uint32_t(W + (kind.indexer ? cf.index_topk : ne));
       as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(R);

@@ -123,6 +123,8 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   }
   const detail::bound b_cs = e.bind(ir ? inv_rope_cs : view(), ir ? csb : 4);
   const uint32_t tc = attn_tc_mode(e, sh);
+  if (sh.q_norm_rope && (!ir || tc))
+    throw usage_error(std::string(op) + ": q_norm_rope needs inv_rope_dim > 0 and a shape not on f16 tiles");
   const bool split = pl.splits > 1 && !tc;
   if (split && c.in_concurrent())
     throw usage_error(std::string(op) + ": a split shape is two dependent dispatches: not inside begin_concurrent");
@@ -134,10 +136,11 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
     uint32_t rows, heads, keys, ka, kb, nhb, qoff, aoff, boff, ioff, soff, has_sink, ooff;
     float scale;
     uint32_t splits, split_keys, xoff, csoff;
+    float q_eps;
   } pc{sh.rows,          sh.heads,          sh.keys,           sh.kv_a_rows,     sh.kv_b_rows,
        pl.nhb,           b_q.residual / 4,  b_a.residual / 4,  b_b.residual / 4, b_i.residual / 4,
        b_s.residual / 4, sinks ? 1u : 0u,   b_o.residual / 4,  sh.scale,         pl.splits,
-       pl.split_tiles * attn_keys_per_tile, b_x.residual / 4,  b_cs.residual / 4};
+       pl.split_tiles * attn_keys_per_tile, b_x.residual / 4,  b_cs.residual / 4, sh.q_norm_eps};
   const uint32_t wg = detail::op_env::wg, opt = (sh.head_dim + wg - 1) / wg;
   const std::string ir_def = "#define ATT_IROPE " + std::to_string(ir) + "\n";  // used in #if: no u suffix
   uint32_t gx, gy;
@@ -154,7 +157,8 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
     return;
   }
   const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_HB", attn_heads_per_wg) +
-                           detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt) + ir_def;
+                           detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt) + ir_def +
+                           "#define ATT_QPREP " + (sh.q_norm_rope ? "1\n" : "0\n");
   const detail::binding b[8] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b, b_x.b, b_cs.b};
   const uint32_t nb = ir ? 8 : 7;
   e.grid(uint64_t(sh.rows) * pl.nhb * pl.splits, gx, gy);
@@ -177,7 +181,8 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
                    std::span<const detail::binding>(cb, ncb), cpc, sizeof cpc, gx, gy);
 }
 
-void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out) {
+void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out,
+                            view cs) {
   const char* op = "compress_pool";
   if (sh.width == 0 || sh.width > pool_max_width)
     throw usage_error(std::string(op) + ": width must be in [1, " + std::to_string(pool_max_width) + "]");
@@ -185,8 +190,12 @@ void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, v
   if (sh.row_floats < (sh.overlap ? 2ull : 1ull) * sh.width)
     throw usage_error(std::string(op) + ": row_floats " + std::to_string(sh.row_floats) + " < " +
                       (sh.overlap ? "2 * " : "") + "width");
+  if (sh.rope_dim % 2 || sh.rope_dim > sh.width)
+    throw usage_error(std::string(op) + ": rope_dim must be even and <= width");
   if (sh.entries == 0) return;
   const detail::op_env e = detail::op_env_of(*p_);
+  const uint64_t csb = sh.rope_dim ? (uint64_t(sh.entries - 1) * sh.cs_stride + sh.rope_dim) * 4 : 4;
+  if (sh.rope_dim) detail::need_view(cs, csb, op, "cs");
   // Rows reachable through win are the caller's; the views must at least hold one window.
   const uint64_t rb = uint64_t(sh.ratio) * sh.row_floats * 4, wb = uint64_t(sh.entries) * 8,
                  ob = uint64_t(sh.entries) * sh.width * 4;
@@ -196,20 +205,24 @@ void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, v
   if (norm) detail::need_view(norm, uint64_t(sh.width) * 4, op, "norm");
   detail::need_view(out, ob, op, "out");
   const detail::bound b_a = e.bind(a, a.bytes), b_s = e.bind(s, s.bytes), b_w = e.bind(win, wb),
-                      b_n = e.bind(norm, uint64_t(sh.width) * 4), b_o = e.bind(out, ob);
+                      b_n = e.bind(norm, uint64_t(sh.width) * 4), b_o = e.bind(out, ob),
+                      b_c = e.bind(sh.rope_dim ? cs : view(), csb);
   struct {
     uint32_t entries, ratio, width, rf, overlap, aoff, soff, woff, has_norm, noff, ooff;
     float eps;
+    uint32_t rope_dim, csoff, cs_stride, pad;
   } pc{sh.entries,      sh.ratio,         sh.width,         sh.row_floats,
        sh.overlap ? 1u : 0u, b_a.residual / 4, b_s.residual / 4, b_w.residual / 4,
-       norm ? 1u : 0u,  b_n.residual / 4, b_o.residual / 4, sh.eps};
-  const uint32_t wg = detail::op_env::wg;
-  const detail::binding b[5] = {b_a.b, b_s.b, b_w.b, b_n.b, b_o.b};
+       norm ? 1u : 0u,  b_n.residual / 4, b_o.residual / 4, sh.eps,
+       sh.rope_dim,     b_c.residual / 4, sh.cs_stride,     0};
+  const uint32_t wg = detail::op_env::wg, nb = sh.rope_dim ? 6 : 5;
+  const detail::binding b[6] = {b_a.b, b_s.b, b_w.b, b_n.b, b_o.b, b_c.b};
+  const std::string defs =
+      detail::def_u("POOL_PT", (pool_max_width + wg - 1) / wg) + "#define POOL_ROPE " + (sh.rope_dim ? "1\n" : "0\n");
   uint32_t gx, gy;
   e.grid(sh.entries, gx, gy);
-  detail::dispatch(c.impl(),
-                   e.pipe("attn_pool.comp", detail::def_u("POOL_PT", (pool_max_width + wg - 1) / wg), wg, 5, sizeof pc),
-                   b, &pc, sizeof pc, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("attn_pool.comp", defs, wg, nb, sizeof pc),
+                   std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
 }
 
 void kernels::index_score(commands& c, const index_shape& sh, view q, view keys, view w, view counts, view score) {

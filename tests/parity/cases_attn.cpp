@@ -215,9 +215,47 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   if (a.f16)  // the f32 kernel on the same inputs: the f16 mode must have run another kernel
     xg3 = attn_record(s, c, sh2, qb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
                       og3.payload(), cb);
+  // q's per-head RMSNorm + rope in the attention (attn_shape::q_norm_rope) against rmsnorm_rope then the attention
+  // (f32 kernel shapes only): q here stands for the projection's output before the norm, so scaled by 5.
+  const float q_eps = 1e-6f;
+  std::vector<float> q_raw(q);
+  for (float& v : q_raw) v *= 5.0f;
+  const gpu::buffer qrb = upload(s.dev, q_raw), qnb = s.dev.alloc(q.size() * 4);
+  guarded og4(s.dev, q.size() * 4), og5(s.dev, q.size() * 4);
+  std::unique_ptr<guarded> xg4, xg5;
+  gpu::kernels::attn_shape sh3 = sh2;
+  sh3.q_norm_rope = true;
+  sh3.q_norm_eps = q_eps;
+  if (!a.f16) {
+    s.kern.rmsnorm_rope(c, qrb, gpu::view(), qnb, rows * H, hd, q_eps, cb, H, a.rd);
+    xg4 = attn_record(s, c, sh2, qnb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
+                      og4.payload(), cb);
+    xg5 = attn_record(s, c, sh3, qrb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
+                      og5.payload(), cb);
+  }
   s.submit(c);
+  std::string qprep_note;
+  std::vector<float> qprep_out;
+  if (!a.f16) {
+    std::vector<float> sep(q.size()), inq(q.size());
+    if (auto why = read_all(og4, sep); !why.empty()) return "rmsnorm_rope then attention: " + why;
+    if (auto why = read_all(og5, inq); !why.empty()) return "q norm + rope in the attention: " + why;
+    if (auto why = scratch_intact(xg5, gpu::kernels::attn_scratch_floats(sh3)); !why.empty()) return why;
+    // bit-identical where the two pipelines compile alike (lavapipe); else a few f32 roundings of the output
+    const stats qs = compare(inq.data(), sep.data(), sep.size());
+    if (qs.nonfinite_mismatch || qs.max_abs > kFusedMaxAbsRel * qs.ref_max)
+      return "q norm + rope in the attention differs from rmsnorm_rope then attention: max-abs " +
+             std::to_string(qs.max_abs) + " of " + std::to_string(qs.ref_max) + ", " +
+             std::to_string(qs.nonfinite_mismatch) + " non-finite mismatches";
+    qprep_note = std::memcmp(inq.data(), sep.data(), sep.size() * 4) == 0
+                     ? "q prep bit-identical, "
+                     : "q prep max-abs " + std::to_string(qs.max_abs / std::max(qs.ref_max, 1e-30)) + " of max, ";
+    qprep_out = std::move(inq);
+  }
   std::vector<float> got(q.size()), fused(q.size());
   if (auto why = read_all(og, got); !why.empty()) return why;
+  if (!qprep_note.empty() && std::memcmp(qprep_out.data(), got.data(), got.size() * 4) == 0)
+    return "q norm + rope in the attention: the output equals the attention on unnormalised q";
   if (auto why = read_all(og2, fused); !why.empty()) return "fused inverse rope: " + why;
   if (a.f16) {
     std::vector<float> f32(q.size());
@@ -255,7 +293,11 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   if (a.specials)  // the all-masked row is exactly 0 (the sink takes the whole mass)
     for (uint64_t i = 0; i < uint64_t(H) * hd; ++i)
       if (got[i] != 0.0f) return "all-masked row: output " + std::to_string(i) + " = " + std::to_string(got[i]) + ", not 0";
-  if (!a.f16) return both(got, cpu, f64, info, kAttnMaxAbsRel);
+  if (!a.f16) {
+    const std::string w = both(got, cpu, f64, info, kAttnMaxAbsRel);
+    info = qprep_note + info;
+    return w;
+  }
   std::string i2;
   if (auto w = verdict(compare(got.data(), f64.data(), got.size()), kAttnF16Nmse, i2, kAttnF16MaxAbsRel); !w.empty())
     return "f16 tiles vs float64: " + w;
@@ -403,12 +445,43 @@ std::string pool_case(suite& s, uint64_t seed, const pool_cfg& p, std::string& i
   sh.row_floats = rf;
   sh.overlap = p.overlap;
   sh.eps = p.eps;
+  // The rope of each entry's tail in the pooling's write (pool_shape::rope_dim) against pooling then rope(): random
+  // rotations per entry.
+  const uint32_t rd = p.width >= 64 ? 64 : p.width & ~1u;
+  std::vector<float> csf(uint64_t(p.entries) * std::max(rd, 2u));
+  for (uint32_t i = 0; i + 1 < csf.size(); i += 2) {
+    const double th = r.uniform(-3.1f, 3.1f);
+    csf[i] = float(std::cos(th)), csf[i + 1] = float(std::sin(th));
+  }
+  const gpu::buffer csb = upload(s.dev, csf);
+  guarded og2(s.dev, uint64_t(p.entries) * p.width * 4), og3(s.dev, uint64_t(p.entries) * p.width * 4);
+  gpu::kernels::pool_shape sh2 = sh;
+  sh2.rope_dim = rd;
+  sh2.cs_stride = rd;
   gpu::commands c = s.dev.begin();
   s.kern.compress_pool(c, sh, ab, sb, wb, nb, og.payload());
+  if (rd) {
+    s.kern.compress_pool(c, sh, ab, sb, wb, nb, og3.payload());
+    s.kern.rope(c, og3.payload(), csb, p.entries, 1, p.width, rd, false);
+    s.kern.compress_pool(c, sh2, ab, sb, wb, nb, og2.payload(), csb);
+  }
   s.submit(c);
   std::vector<float> got(uint64_t(p.entries) * p.width), cpu(got.size());
   std::vector<double> f64(got.size());
   if (auto why = read_all(og, got); !why.empty()) return why;
+  std::string rope_note = "no rope tail, ";
+  if (rd) {
+    std::vector<float> sep(got.size()), fused(got.size());
+    if (auto why = read_all(og3, sep); !why.empty()) return "pool then rope: " + why;
+    if (auto why = read_all(og2, fused); !why.empty()) return "pool with its rope: " + why;
+    if (std::memcmp(sep.data(), got.data(), got.size() * 4) == 0) return "rope() left the pooled entries unchanged";
+    const stats rs = compare(fused.data(), sep.data(), sep.size());
+    if (rs.nonfinite_mismatch || rs.max_abs > kFusedMaxAbsRel * rs.ref_max)
+      return "the rope in the pooling's write differs from pooling then rope: max-abs " + std::to_string(rs.max_abs) +
+             " of " + std::to_string(rs.ref_max);
+    rope_note = std::memcmp(fused.data(), sep.data(), sep.size() * 4) == 0 ? "rope tail bit-identical, "
+                                                                              : "rope tail within f32 roundings, ";
+  }
   const uint32_t off = p.overlap ? p.width : 0;
   std::vector<double> xd(p.width);
   for (uint32_t e = 0; e < p.entries; ++e) {
@@ -435,7 +508,9 @@ std::string pool_case(suite& s, uint64_t seed, const pool_cfg& p, std::string& i
     const double inv = 1.0 / std::sqrt(ss / p.width + double(p.eps));
     for (uint32_t ch = 0; ch < p.width; ++ch) f64[uint64_t(e) * p.width + ch] = xd[ch] * inv * double(nw[ch]);
   }
-  return both(got, cpu, f64, info);
+  const std::string w = both(got, cpu, f64, info);
+  info = rope_note + info;
+  return w;
 }
 
 // ---------------------------------------------------------------- indexer scores

@@ -507,6 +507,13 @@ class kernels {
     /// inv_rope_cs [rows, inv_rope_dim], as rope(..., inverse = true)) where they are written, bit-identical to
     /// that separate call. Even, ≤ head_dim.
     uint32_t inv_rope_dim = 0;
+    /// true: q is taken before its per-head RMSNorm (no weight, eps q_norm_eps) and the RoPE of its last
+    /// inv_rope_dim channels by inv_rope_cs (not inverse), which the kernel applies to its own staged copy — the
+    /// values of rmsnorm_rope(q, {}, q', rows·heads, head_dim, q_norm_eps, inv_rope_cs, heads, inv_rope_dim) then
+    /// the attention on q', one dependent dispatch fewer (q itself is not written). Needs inv_rope_dim > 0; not for
+    /// a shape on f16 tiles (attn_f16_tiles: usage_error).
+    bool q_norm_rope = false;
+    float q_norm_eps = 0;
   };
   /// Largest head_dim of sparse_attention (q and the output accumulators of a head block live in shared memory).
   static constexpr uint32_t attn_max_head_dim = 512;
@@ -537,14 +544,19 @@ class kernels {
     uint32_t entries = 0, ratio = 0, width = 0, row_floats = 0;
     bool overlap = false;
     float eps = 0;
+    /// > 0: each entry's last rope_dim channels are then rotated as rope() rotates them (adjacent pairs), entry e by
+    /// the cos/sin row at float e · cs_stride of compress_pool's `cs` — the same bits as compress_pool then rope(),
+    /// one dispatch. Even, ≤ width.
+    uint32_t rope_dim = 0, cs_stride = 0;
   };
   /// Largest width of compress_pool (an entry lives in shared memory).
   static constexpr uint32_t pool_max_width = 2048;
   /// out [entries, width] = rmsnorm(pooled, norm, eps), pooled[c] = Σ_slots softmax_c(s)·a (per-channel softmax over
   /// the slots). win uint32 [entries, 2]: the first row (of a and s) of the closing window's `ratio` consecutive
   /// rows, and of the previous window's (0xFFFFFFFF: none; it contributes nothing; ignored without overlap).
-  /// a, s [rows, row_floats] (rows as far as win reaches); norm [width] (no view: no weight). One dispatch.
-  void compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out);
+  /// a, s [rows, row_floats] (rows as far as win reaches); norm [width] (no view: no weight); cs: the cos/sin rows
+  /// of sh.rope_dim (no view without). One dispatch.
+  void compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out, view cs = {});
 
   /// Shape of one indexer scoring dispatch (§3.3 "Lightning indexer"): rows query rows of heads × head_dim index
   /// heads against n index keys [n, head_dim].
