@@ -18,6 +18,12 @@
 #ifndef POOL_ROPE
 #define POOL_ROPE 0
 #endif
+// POOL_APE = 1: the scores are read before the compressor's absolute position embedding: row p of a window (its
+// p-th position, windows start at multiples of ratio) gets ape[pc.apoff + p · rf + channel] added as it is read —
+// one f32 add, the value an add() of the ape row before the pooling gives.
+#ifndef POOL_APE
+#define POOL_APE 0
+#endif
 #if POOL_ROPE
 #include "common/rope.glsl"
 #endif
@@ -30,13 +36,19 @@ layout(push_constant) uniform pool_pc {
   uint overlap, aoff, soff, woff;
   uint has_norm, noff, ooff;
   float eps;
-  uint rope_dim, csoff, cs_stride, pad;  // POOL_ROPE
+  uint rope_dim, csoff, cs_stride, apoff;  // POOL_ROPE; POOL_APE
 } pc;
 layout(std430, binding = 0) readonly buffer A { float av[]; };
 layout(std430, binding = 1) readonly buffer S { float sv[]; };
 layout(std430, binding = 2) readonly buffer W { uint win[]; };
 layout(std430, binding = 3) readonly buffer N { float normw[]; };
 layout(std430, binding = 4) writeonly buffer O { float ov[]; };
+#if POOL_APE
+layout(std430, binding = 6) readonly buffer Ape { float ape[]; };
+#define SCORE(row, p, ch) (sv[pc.soff + (row) * pc.rf + (ch)] + ape[pc.apoff + (p) * pc.rf + (ch)])
+#else
+#define SCORE(row, p, ch) sv[pc.soff + (row) * pc.rf + (ch)]
+#endif
 #if POOL_ROPE
 layout(std430, binding = 5) readonly buffer CS { float cs[]; };
 shared float rope_s[POOL_PT * WG_SIZE];  // the entry's last rope_dim values
@@ -65,17 +77,17 @@ void main() {
     if (c >= w) continue;
     float m = -F32_INF;
     if (prev)
-      for (uint p = 0u; p < r; ++p) m = nan_free_max(sv[pc.soff + (prev0 + p) * pc.rf + c], m);
-    for (uint p = 0u; p < r; ++p) m = nan_free_max(sv[pc.soff + (cur + p) * pc.rf + off + c], m);
+      for (uint p = 0u; p < r; ++p) m = nan_free_max(SCORE(prev0 + p, p, c), m);
+    for (uint p = 0u; p < r; ++p) m = nan_free_max(SCORE(cur + p, p, off + c), m);
     ACC den = ACC(0), num = ACC(0);
     if (prev)
       for (uint p = 0u; p < r; ++p) {
-        precise const ACC t = ex(ACC(sv[pc.soff + (prev0 + p) * pc.rf + c]) - ACC(m));
+        precise const ACC t = ex(ACC(SCORE(prev0 + p, p, c)) - ACC(m));
         den += t;
         num += t * ACC(av[pc.aoff + (prev0 + p) * pc.rf + c]);
       }
     for (uint p = 0u; p < r; ++p) {
-      precise const ACC t = ex(ACC(sv[pc.soff + (cur + p) * pc.rf + off + c]) - ACC(m));
+      precise const ACC t = ex(ACC(SCORE(cur + p, p, off + c)) - ACC(m));
       den += t;
       num += t * ACC(av[pc.aoff + (cur + p) * pc.rf + off + c]);
     }

@@ -157,17 +157,14 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     cur->begin_concurrent();
     k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
     k.rmsnorm(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps);
-    if (kind.ratio)
-      k.add(*cur, row(G.comp.ape, t % kind.ratio, G.comp.cw), row(G.comp.score, cslot, G.comp.cw), G.comp.cw);
-    if (kind.indexer) {
-      k.add(*cur, row(G.ix.ape, t % 4, G.ix.cw), row(G.ix.score, cslot, G.ix.cw), G.ix.cw);
-      if (ix_scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
-    }
+    // (the compressors' scores stay without their ape: the pooling adds it as it reads them)
+    if (ix_scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
     cur->end_concurrent();
     ts.op("norms, ape, iw scale (concurrent)");
     ts.mark(&dsv4_gpu_profile::attn_proj);
     // Compressor pooling of a closing window (entry j = (t+1)/r − 1, rope at the window's first position).
-    // The entry's rope (at the window's first position) rides in the pooling's write.
+    // The scores' ape is added as the pooling reads them, the entry's rope (at the window's first position) rides in
+    // its write.
     const uint64_t ne = kind.ratio ? (t + 1) / kind.ratio : 0;
     auto pool = [&](dsv4_gpu_comp& g) {
       gpu::kernels::pool_shape ps;
@@ -175,7 +172,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
       ps.rope_dim = uint32_t(rd);
       if (ne > g.max_entries) throw std::logic_error("gpu model: compressed entries beyond max_ctx");
       k.compress_pool(*cur, ps, g.kv, g.score, g.ratio == 4 ? win4 : win128, g.norm, row(g.entries, ne - 1, g.width),
-                      row(cs_comp, t + 1 - kind.ratio, rd));
+                      row(cs_comp, t + 1 - kind.ratio, rd), g.ape);
     };
     cur->begin_concurrent();
     k.matmul(*cur, G.wq_b, qr, 1, q);

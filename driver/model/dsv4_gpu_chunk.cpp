@@ -227,11 +227,8 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     c.begin_concurrent();
     k.rmsnorm(c, B.qr, G.q_norm, B.qr, T, cf.q_lora, eps);
     k.rmsnorm(c, B.kvc, G.kv_norm, B.kvc, T, uint32_t(hd), eps);
-    if (kind.ratio) k.add_tiled(c, G.comp.ape, kind.ratio, uint32_t(P % kind.ratio), B.csc, T, G.comp.cw);
-    if (kind.indexer) {
-      k.add_tiled(c, G.ix.ape, G.ix.ratio, uint32_t(P % G.ix.ratio), B.isc, T, G.ix.cw);
-      k.scale(c, B.iw, uint64_t(T) * IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
-    }
+    // (the compressors' scores stay without their ape: the pooling adds it as it reads them)
+    if (kind.indexer) k.scale(c, B.iw, uint64_t(T) * IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
     c.end_concurrent();
     c.begin_concurrent();
     k.matmul(c, G.wq_b, B.qr, T, B.q);
@@ -250,14 +247,17 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       to_ring(B.isc, G.ix.score, G.ix.cap, G.ix.cw);
     }
     stamp("ring copies");
-    // the entries closing inside the chunk: pooled, then roped at their windows' first positions
+    // the entries closing inside the chunk: pooled (the scores' ape added as read) and roped at their windows'
+    // first positions, one dispatch
     const uint64_t ne0 = kind.ratio ? P / kind.ratio : 0, ne1 = kind.ratio ? (P + T) / kind.ratio : 0;
     auto pool = [&](dsv4_gpu_comp& g) {
       gpu::kernels::pool_shape ps;
       ps.entries = uint32_t(ne1 - ne0), ps.ratio = g.ratio, ps.width = g.width, ps.row_floats = g.cw,
-      ps.overlap = g.overlap, ps.eps = eps;
+      ps.overlap = g.overlap, ps.eps = eps, ps.rope_dim = uint32_t(rd), ps.cs_stride = uint32_t(rd);
       if (ne1 > g.max_entries) throw std::logic_error("gpu model: compressed entries beyond max_ctx");
-      k.compress_pool(c, ps, g.kv, g.score, g.ratio == 4 ? B.win4 : B.win128, g.norm, rows(g.entries, ne0, ne1 - ne0, g.width));
+      const gpu::buffer& cs_e = kind.ratio == 4 ? cs_ent4 : cs_ent128;
+      k.compress_pool(c, ps, g.kv, g.score, g.ratio == 4 ? B.win4 : B.win128, g.norm, rows(g.entries, ne0, ne1 - ne0, g.width),
+                      rows(cs_e, ne0, ne1 - ne0, rd), g.ape);
     };
     c.begin_concurrent();
     if (cf.per_head_q_norm)  // the per-head norm and the rope of q in one dispatch
@@ -268,16 +268,6 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     if (ne1 > ne0) {
       pool(G.comp);
       if (kind.indexer) pool(G.ix);
-    }
-    c.end_concurrent();
-    c.begin_concurrent();
-    if (ne1 > ne0) {
-      const gpu::buffer& cs_e = kind.ratio == 4 ? cs_ent4 : cs_ent128;
-      k.rope(c, rows(G.comp.entries, ne0, ne1 - ne0, G.comp.width), rows(cs_e, ne0, ne1 - ne0, rd),
-             uint32_t(ne1 - ne0), 1, G.comp.width, uint32_t(rd), false);
-      if (kind.indexer)
-        k.rope(c, rows(G.ix.entries, ne0, ne1 - ne0, G.ix.width), rows(cs_e, ne0, ne1 - ne0, rd), uint32_t(ne1 - ne0),
-               1, G.ix.width, uint32_t(rd), false);
     }
     c.end_concurrent();
     stamp("q norm, ropes, pooling");

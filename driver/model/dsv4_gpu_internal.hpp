@@ -19,7 +19,7 @@ struct dsv4_gpu_comp {
   bool overlap = false;
   gpu::gpu_matrix wkv, wgate;             // [cw, dim]
   gpu::buffer ape, norm;                  // [ratio, cw], [width]
-  gpu::buffer kv, score;                  // [cap, cw]; score includes ape
+  gpu::buffer kv, score;                  // [cap, cw]; score without ape (compress_pool adds it as it reads)
   gpu::buffer entries;                    // [max_entries, width]
   uint64_t max_entries = 0;
 };

@@ -182,7 +182,7 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
 }
 
 void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out,
-                            view cs) {
+                            view cs, view ape) {
   const char* op = "compress_pool";
   if (sh.width == 0 || sh.width > pool_max_width)
     throw usage_error(std::string(op) + ": width must be in [1, " + std::to_string(pool_max_width) + "]");
@@ -196,6 +196,8 @@ void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, v
   const detail::op_env e = detail::op_env_of(*p_);
   const uint64_t csb = sh.rope_dim ? (uint64_t(sh.entries - 1) * sh.cs_stride + sh.rope_dim) * 4 : 4;
   if (sh.rope_dim) detail::need_view(cs, csb, op, "cs");
+  const uint64_t apb = uint64_t(sh.ratio) * sh.row_floats * 4;
+  if (ape) detail::need_view(ape, apb, op, "ape");
   // Rows reachable through win are the caller's; the views must at least hold one window.
   const uint64_t rb = uint64_t(sh.ratio) * sh.row_floats * 4, wb = uint64_t(sh.entries) * 8,
                  ob = uint64_t(sh.entries) * sh.width * 4;
@@ -206,19 +208,19 @@ void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, v
   detail::need_view(out, ob, op, "out");
   const detail::bound b_a = e.bind(a, a.bytes), b_s = e.bind(s, s.bytes), b_w = e.bind(win, wb),
                       b_n = e.bind(norm, uint64_t(sh.width) * 4), b_o = e.bind(out, ob),
-                      b_c = e.bind(sh.rope_dim ? cs : view(), csb);
+                      b_c = e.bind(sh.rope_dim ? cs : view(), csb), b_p = e.bind(ape, apb);
   struct {
     uint32_t entries, ratio, width, rf, overlap, aoff, soff, woff, has_norm, noff, ooff;
     float eps;
-    uint32_t rope_dim, csoff, cs_stride, pad;
+    uint32_t rope_dim, csoff, cs_stride, apoff;
   } pc{sh.entries,      sh.ratio,         sh.width,         sh.row_floats,
        sh.overlap ? 1u : 0u, b_a.residual / 4, b_s.residual / 4, b_w.residual / 4,
        norm ? 1u : 0u,  b_n.residual / 4, b_o.residual / 4, sh.eps,
-       sh.rope_dim,     b_c.residual / 4, sh.cs_stride,     0};
-  const uint32_t wg = detail::op_env::wg, nb = sh.rope_dim ? 6 : 5;
-  const detail::binding b[6] = {b_a.b, b_s.b, b_w.b, b_n.b, b_o.b, b_c.b};
-  const std::string defs =
-      detail::def_u("POOL_PT", (pool_max_width + wg - 1) / wg) + "#define POOL_ROPE " + (sh.rope_dim ? "1\n" : "0\n");
+       sh.rope_dim,     b_c.residual / 4, sh.cs_stride,     b_p.residual / 4};
+  const uint32_t wg = detail::op_env::wg, nb = ape ? 7 : sh.rope_dim ? 6 : 5;
+  const detail::binding b[7] = {b_a.b, b_s.b, b_w.b, b_n.b, b_o.b, b_c.b, b_p.b};
+  const std::string defs = detail::def_u("POOL_PT", (pool_max_width + wg - 1) / wg) + "#define POOL_ROPE " +
+                           (sh.rope_dim ? "1\n" : "0\n") + "#define POOL_APE " + (ape ? "1\n" : "0\n");
   uint32_t gx, gy;
   e.grid(sh.entries, gx, gy);
   detail::dispatch(c.impl(), e.pipe("attn_pool.comp", defs, wg, nb, sizeof pc),

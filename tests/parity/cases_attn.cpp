@@ -428,8 +428,11 @@ std::string pool_case(suite& s, uint64_t seed, const pool_cfg& p, std::string& i
   rng r(seed);
   const uint32_t rf = (p.overlap ? 2 : 1) * p.width + 3;  // padded rows: row_floats need not equal the slots
   const uint32_t nrows = (p.entries + 2) * p.ratio;
-  const std::vector<float> a = r.normal(uint64_t(nrows) * rf), sc = r.normal(uint64_t(nrows) * rf, 2.5f),
-                           nw = r.normal(p.width, 0.3f);
+  const std::vector<float> a = r.normal(uint64_t(nrows) * rf), sc_raw = r.normal(uint64_t(nrows) * rf, 2.5f),
+                           nw = r.normal(p.width, 0.3f), ape = r.normal(uint64_t(p.ratio) * rf, 0.7f);
+  // the scores with the absolute position embedding added (row i is position i: windows start at multiples of ratio)
+  std::vector<float> sc(sc_raw);
+  for (uint64_t i = 0; i < sc.size(); ++i) sc[i] += ape[(i / rf % p.ratio) * rf + i % rf];
   std::vector<uint32_t> win(2 * p.entries);
   for (uint32_t e = 0; e < p.entries; ++e) {  // windows in scrambled order; entry 0 has no previous window
     const uint32_t w0 = uint32_t((e * 7 + 1) % (p.entries + 1));
@@ -453,13 +456,15 @@ std::string pool_case(suite& s, uint64_t seed, const pool_cfg& p, std::string& i
     const double th = r.uniform(-3.1f, 3.1f);
     csf[i] = float(std::cos(th)), csf[i + 1] = float(std::sin(th));
   }
-  const gpu::buffer csb = upload(s.dev, csf);
-  guarded og2(s.dev, uint64_t(p.entries) * p.width * 4), og3(s.dev, uint64_t(p.entries) * p.width * 4);
+  const gpu::buffer csb = upload(s.dev, csf), srb = upload(s.dev, sc_raw), apb = upload(s.dev, ape);
+  guarded og2(s.dev, uint64_t(p.entries) * p.width * 4), og3(s.dev, uint64_t(p.entries) * p.width * 4),
+      og4(s.dev, uint64_t(p.entries) * p.width * 4);
   gpu::kernels::pool_shape sh2 = sh;
   sh2.rope_dim = rd;
   sh2.cs_stride = rd;
   gpu::commands c = s.dev.begin();
   s.kern.compress_pool(c, sh, ab, sb, wb, nb, og.payload());
+  s.kern.compress_pool(c, sh, ab, srb, wb, nb, og4.payload(), gpu::view(), apb);  // the ape added as read
   if (rd) {
     s.kern.compress_pool(c, sh, ab, sb, wb, nb, og3.payload());
     s.kern.rope(c, og3.payload(), csb, p.entries, 1, p.width, rd, false);
@@ -469,6 +474,15 @@ std::string pool_case(suite& s, uint64_t seed, const pool_cfg& p, std::string& i
   std::vector<float> got(uint64_t(p.entries) * p.width), cpu(got.size());
   std::vector<double> f64(got.size());
   if (auto why = read_all(og, got); !why.empty()) return why;
+  {
+    std::vector<float> wa(got.size());
+    if (auto why = read_all(og4, wa); !why.empty()) return "ape added as read: " + why;
+    const stats as = compare(wa.data(), got.data(), got.size());
+    if (as.nonfinite_mismatch || as.max_abs > kFusedMaxAbsRel * as.ref_max)
+      return "the ape added as the pooling reads differs from scores with it added: max-abs " +
+             std::to_string(as.max_abs) + " of " + std::to_string(as.ref_max);
+    if (std::memcmp(wa.data(), got.data(), got.size() * 4) != 0) info = "ape as read within f32 roundings, ";
+  }
   std::string rope_note = "no rope tail, ";
   if (rd) {
     std::vector<float> sep(got.size()), fused(got.size());
@@ -508,8 +522,9 @@ std::string pool_case(suite& s, uint64_t seed, const pool_cfg& p, std::string& i
     const double inv = 1.0 / std::sqrt(ss / p.width + double(p.eps));
     for (uint32_t ch = 0; ch < p.width; ++ch) f64[uint64_t(e) * p.width + ch] = xd[ch] * inv * double(nw[ch]);
   }
+  const std::string ape_note = info;
   const std::string w = both(got, cpu, f64, info);
-  info = rope_note + info;
+  info = ape_note + rope_note + info;
   return w;
 }
 

@@ -555,8 +555,11 @@ class kernels {
   /// the slots). win uint32 [entries, 2]: the first row (of a and s) of the closing window's `ratio` consecutive
   /// rows, and of the previous window's (0xFFFFFFFF: none; it contributes nothing; ignored without overlap).
   /// a, s [rows, row_floats] (rows as far as win reaches); norm [width] (no view: no weight); cs: the cos/sin rows
-  /// of sh.rope_dim (no view without). One dispatch.
-  void compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out, view cs = {});
+  /// of sh.rope_dim (no view without). ape [ratio, row_floats]: s holds the scores before the absolute position
+  /// embedding, and row p of every window (its p-th position) gets ape row p added as it is read (the f32 add of an
+  /// add() before the call; no view: s has it already). One dispatch.
+  void compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out, view cs = {},
+                     view ape = {});
 
   /// Shape of one indexer scoring dispatch (§3.3 "Lightning indexer"): rows query rows of heads × head_dim index
   /// heads against n index keys [n, head_dim].
