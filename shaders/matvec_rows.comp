@@ -40,14 +40,33 @@
 // Defines: TEAMS, KSPLIT (1, 2, 4, 8; divides TEAMS), RPT (1, 2, 4), ROWS_PER_WG (= TEAMS / KSPLIT * RPT), UNROLL
 // (1, 2, 4), X_TILE (f32), X_GLOBAL (f32: 1 = activations read from the buffer, 0 = staged in shared memory),
 // ACT_I8, PAIR, the format's; MOE_TAIL with MOE_LIMIT (1).
+// NORM_IN = 1 (kernels::matmul_norm_in; f32 activations read from the buffer, not the MoE mode): x arrives before
+// its RMSNorm with weight g (binding 6, word pc.noff, 16-byte aligned; eps pc.neps): every workgroup sums x² itself
+// (strided, wg_sum, in ACC) and the rows read x · g, so y = r · Σ_c W[r, c] · (x[c] · g[c]) with
+// r = 1 / sqrt(mean(x²) + eps) — the norm's values up to f32 rounding (one multiplication by r per row instead of
+// one per element), and no dependent dispatch for the norm.
 #ifndef MOE_TAIL
 #define MOE_TAIL 0
 #endif
 #if MOE_TAIL
 #define MAT_PC_TAIL
 #endif
+#ifndef NORM_IN
+#define NORM_IN 0
+#endif
+#if NORM_IN
+#define MAT_PC_NORM
+#endif
 #include "common/base.glsl"
 #include "common/formats.glsl"
+#if NORM_IN
+#if ACT_I8 || !X_GLOBAL || MOE_TAIL
+#error "NORM_IN: f32 activations read from the buffer (X_GLOBAL), not the MoE modes"
+#endif
+#include "common/reduce.glsl"
+layout(std430, binding = 6) readonly buffer NW4 { vec4 nw4[]; };
+layout(std430, binding = 3) readonly buffer X1 { float x1[]; };
+#endif
 #ifndef KSPLIT
 #define KSPLIT 1
 #endif
@@ -73,6 +92,9 @@ layout(std430, binding = 4) writeonly buffer Y { float ys[]; };
 #endif
 #ifndef MOE_ROWS
 #define MOE_ROWS 0
+#endif
+#if NORM_IN && MOE_ROWS
+#error "NORM_IN is not a MoE mode"
 #endif
 #if MOE_ROWS
 // Expert-indirect mode (kernels::moe at batch 1): virtual row block (slot, block) reads the row block of expert
@@ -132,7 +154,11 @@ uint xswz(uint kt, uint j) { return kt * XQ + (j ^ ((kt / (8u / XQ)) % XQ)); }
 #if X_GLOBAL
 // X_GLOBAL = 1: no staging — every lane reads its chunks' activations from the buffer (L1/L2-resident, shared by
 // the subgroup's RPT rows), so the hot loop starts without a barrier and the workgroup holds no shared tile.
+#if NORM_IN
+#define XLD(KT, j) (xv[(xo >> 2) + (KT) * XQ + (j)] * nw4[(pc.noff >> 2) + (KT) * XQ + (j)])
+#else
 #define XLD(KT, j) xv[(xo >> 2) + (KT) * XQ + (j)]
+#endif
 #else
 shared vec4 xsh[X_TILE / 4];
 void stage(uint xo, uint c0, uint ncols) {
@@ -331,7 +357,11 @@ vec4 fp8_dec4(raw_t q, uint j) {
   const row_t R##i = row_begin(row##i, rteam * RPT + i);            \
   float acc##i = 0.0;
 #define REDUCE(i) acc##i = subgroupAdd(acc##i);
+#if NORM_IN
+#define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + obase + i] = acc##i * nr;
+#else
 #define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + obase + i] = acc##i;
+#endif
 #if KSPLIT > 1
 shared float ksum[TEAMS * RPT];  // [subgroup][row of its team]
 #define KPUT(i) ksum[team * RPT + i] = acc##i;
@@ -383,6 +413,16 @@ void main() {
   uint k = part * LANES + lane;
   REP_U(FETCH)  // in flight while the tables are built
   tables_init(wg);
+#if NORM_IN
+  // the norm's sum of squares (rmsnorm.comp's order), while the first weights are in flight
+  precise ACC nss = ACC(0);
+  for (uint i = gl_LocalInvocationID.x; i < pc.cols; i += WG_SIZE) {
+    const ACC v = ACC(x1[xo + i]);
+    nss += v * v;
+  }
+  nss = wg_sum(nss);
+  const float nr = float(ACC(1) / sqrt(nss / ACC(pc.cols) + ACC(pc.neps)));
+#endif
   REP_U(CONSUME)
   for (k += UNROLL * KSTRIDE; k < nu; k += UNROLL * KSTRIDE) {
     REP_U(FETCH)

@@ -3,8 +3,9 @@
 // (window slots, closing compressor windows, the HCA entry list, the embedding row) is known when recording and
 // travels inside the command buffer (commands::update); everything that depends on values stays on the device.
 //
-// Per layer: [projections of u, concurrent] → norms / ape → wq_b, indexer q, kv rope, compressor pooling (+ the
-// entry's rope) → [indexer q rope] → indexer score → top-k → sparse attention (q's head norm + rope as it stages q,
+// Per layer: [projections of u, concurrent] → [q norm, iw scale: while the indexer scores] → wq_b (q's norm in its
+// workgroups otherwise), indexer q, KV norm + rope, compressor pooling (the scores' ape as read, the entry's rope as
+// written) → [indexer q rope] → indexer score → top-k → sparse attention (q's head norm + rope as it stages q,
 // the output's inverse rope as it writes) → wo_a groups (concurrent) → wo_b → hc_post
 // (+ the FFN's mixes, hc_pre_finish and ffn_norm: one dispatch) → router → routing → experts (→ shared) → hc_post
 // (+ the next layer's mixes, hc_pre_finish and attn_norm; after the last layer hc_head_finish and the final norm).
@@ -154,13 +155,17 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     }
     cur->end_concurrent();
     ts.op("projections of u (concurrent)");
-    cur->begin_concurrent();
-    k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
-    k.rmsnorm(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps);
-    // (the compressors' scores stay without their ape: the pooling adds it as it reads them)
-    if (ix_scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
-    cur->end_concurrent();
-    ts.op("norms, ape, iw scale (concurrent)");
+    // q's RMSNorm runs inside wq_b's workgroups (matmul_norm_in) and the KV latent's with its rope, so no step of
+    // their own — but where the indexer scores (its q from the normed qr, iw's scale) or the row kernel does not
+    // take wq_b. (The compressors' scores stay without their ape: the pooling adds it as it reads them.)
+    const bool q_norm_in = !ix_scores && k.norm_in_ok(G.wq_b);
+    if (!q_norm_in) {
+      cur->begin_concurrent();
+      k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
+      if (ix_scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
+      cur->end_concurrent();
+      ts.op("q norm, iw scale (concurrent)");
+    }
     ts.mark(&dsv4_gpu_profile::attn_proj);
     // Compressor pooling of a closing window (entry j = (t+1)/r − 1, rope at the window's first position).
     // The scores' ape is added as the pooling reads them, the entry's rope (at the window's first position) rides in
@@ -175,15 +180,18 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
                       row(cs_comp, t + 1 - kind.ratio, rd), g.ape);
     };
     cur->begin_concurrent();
-    k.matmul(*cur, G.wq_b, qr, 1, q);
+    if (q_norm_in)
+      k.matmul_norm_in(*cur, G.wq_b, qr, G.q_norm, eps, q);
+    else
+      k.matmul(*cur, G.wq_b, qr, 1, q);
     if (ix_scores) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
-    k.rope(*cur, kv_row, cs_t, 1, 1, uint32_t(hd), uint32_t(rd), false);
+    k.rmsnorm_rope(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps, cs_t, 1, uint32_t(rd));
     if (closes) {
       pool(G.comp);
       if (kind.indexer) pool(G.ix);
     }
     cur->end_concurrent();
-    ts.op("wq_b, ix_wq_b, kv rope, pool (concurrent)");
+    ts.op("wq_b, ix_wq_b, kv norm + rope, pool (concurrent)");
     // q's per-head norm and rope run in the attention's workgroups (attn_shape::q_norm_rope); without a per-head
     // norm q's rope, and the indexer's q rope, are a step of their own.
     if (!cf.per_head_q_norm || ix_scores) {

@@ -207,6 +207,12 @@ class kernels {
   /// each row of the attention output and writing its rows into each row of z. n == 1: as above.
   void matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, uint32_t n, uint64_t x_stride,
                    view y, uint64_t y_stride);
+  /// y = W · rmsnorm(x, norm, eps) (batch 1, x of w.cols floats): every workgroup of the row kernel sums x² itself
+  /// and reads x · norm, and each row is scaled by 1 / sqrt(mean(x²) + eps) once — the values of rmsnorm then matmul
+  /// up to f32 rounding, without the norm's dependent dispatch. Only where norm_in_ok(w) (the row kernel with f32
+  /// activations read from the buffer); usage_error otherwise. norm starts on 16 bytes.
+  void matmul_norm_in(commands& c, const gpu_matrix& w, view x, view norm, float eps, view y);
+  bool norm_in_ok(const gpu_matrix& w) const;
   /// Whether matmul(..., act_precision::i8) of a batch-1 product of format f takes the int8 path here.
   bool has_i8(format f) const;
   /// Bytes of the int8 activations of n tokens of `cols` values (shaders/common/act_q8.glsl: 40 per 32 values,
