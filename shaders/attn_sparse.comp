@@ -54,6 +54,9 @@ layout(std430, binding = 7) readonly buffer CS { float cs_rows[]; };
 #error "ATT_QPREP rotates q by the rows' cos/sin of ATT_IROPE"
 #endif
 #include "common/reduce.glsl"
+#if REDUCE_SUBGROUP
+shared ACC qss_s[ATT_HB * WG_SIZE];  // [head][subgroup]: partial sums of squares of q (as wg_sum, room for any subgroup count)
+#endif
 #endif
 
 const uint G = WG_SIZE / ATT_KT;  // invocations per key in (A)
@@ -87,6 +90,25 @@ void main() {
   barrier();  // q_s
   {
     ACC r[ATT_HB];
+#if REDUCE_SUBGROUP
+    // every head's sum in one pass: wg_sum's operations (the subgroup's sum, then the subgroups' in order) per
+    // head, with one barrier for all of them
+    [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
+      precise ACC ss = ACC(0);
+      for (uint i = lid; i < ATT_HD; i += WG_SIZE) {
+        const ACC v = ACC(q_s[h * ATT_HD + i]);
+        ss += v * v;
+      }
+      ss = acc_subgroup_sum(ss);
+      if (subgroupElect()) qss_s[h * WG_SIZE + gl_SubgroupID] = ss;
+    }
+    barrier();
+    [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
+      ACC t = ACC(0);
+      for (uint i = 0u; i < gl_NumSubgroups; ++i) t += qss_s[h * WG_SIZE + i];
+      r[h] = ACC(1) / sqrt(t / ACC(ATT_HD) + ACC(pc.q_eps));
+    }
+#else
     [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
       precise ACC ss = ACC(0);
       for (uint i = lid; i < ATT_HD; i += WG_SIZE) {
@@ -96,6 +118,7 @@ void main() {
       ss = wg_sum(ss);
       r[h] = ACC(1) / sqrt(ss / ACC(ATT_HD) + ACC(pc.q_eps));
     }
+#endif
     // the new values in registers, written back after a barrier: a rope pair reads both channels' old values
     const uint t0 = ATT_HD - ATT_IROPE;
     float nv[ATT_HB][ATT_OPT];

@@ -41,10 +41,11 @@
 // (1, 2, 4), X_TILE (f32), X_GLOBAL (f32: 1 = activations read from the buffer, 0 = staged in shared memory),
 // ACT_I8, PAIR, the format's; MOE_TAIL with MOE_LIMIT (1).
 // NORM_IN = 1 (kernels::matmul_norm_in; f32 activations read from the buffer, not the MoE mode): x arrives before
-// its RMSNorm with weight g (binding 6, word pc.noff, 16-byte aligned; eps pc.neps): every workgroup sums x² itself
-// (strided, wg_sum, in ACC) and the rows read x · g, so y = r · Σ_c W[r, c] · (x[c] · g[c]) with
-// r = 1 / sqrt(mean(x²) + eps) — the norm's values up to f32 rounding (one multiplication by r per row instead of
-// one per element), and no dependent dispatch for the norm.
+// its RMSNorm with weight g (binding 6, word pc.noff, 16-byte aligned; eps pc.neps). The rows read x · g, and each
+// lane adds the squares of the x values it reads (every value once per subgroup part: the loads serve all RPT rows;
+// the parts' sums meet with the rows' where KSPLIT > 1), so y = r · Σ_c W[r, c] · (x[c] · g[c]) with
+// r = 1 / sqrt(mean(x²) + eps) — the norm's values up to f32 rounding (f32 squares, one multiplication by r per
+// row), no prologue or barrier in the workgroup and no dependent dispatch for the norm.
 #ifndef MOE_TAIL
 #define MOE_TAIL 0
 #endif
@@ -63,9 +64,7 @@
 #if ACT_I8 || !X_GLOBAL || MOE_TAIL
 #error "NORM_IN: f32 activations read from the buffer (X_GLOBAL), not the MoE modes"
 #endif
-#include "common/reduce.glsl"
 layout(std430, binding = 6) readonly buffer NW4 { vec4 nw4[]; };
-layout(std430, binding = 3) readonly buffer X1 { float x1[]; };
 #endif
 #ifndef KSPLIT
 #define KSPLIT 1
@@ -154,11 +153,7 @@ uint xswz(uint kt, uint j) { return kt * XQ + (j ^ ((kt / (8u / XQ)) % XQ)); }
 #if X_GLOBAL
 // X_GLOBAL = 1: no staging — every lane reads its chunks' activations from the buffer (L1/L2-resident, shared by
 // the subgroup's RPT rows), so the hot loop starts without a barrier and the workgroup holds no shared tile.
-#if NORM_IN
-#define XLD(KT, j) (xv[(xo >> 2) + (KT) * XQ + (j)] * nw4[(pc.noff >> 2) + (KT) * XQ + (j)])
-#else
 #define XLD(KT, j) xv[(xo >> 2) + (KT) * XQ + (j)]
-#endif
 #else
 shared vec4 xsh[X_TILE / 4];
 void stage(uint xo, uint c0, uint ncols) {
@@ -315,7 +310,11 @@ vec4 fp8_dec4(raw_t q, uint j) {
 #define RD(j, i) acc##i += dot(decode4(R##i, Q##i, S##i, K, j), X);
 #define FIN(u, i)
 #endif
+#if NORM_IN
+#define DOTJ(j) { const vec4 XR = XLD(KT, j); xss += dot(XR, XR); const vec4 X = XR * nw4[(pc.noff >> 2) + (KT) * XQ + (j)]; ROWS(RD, j) }
+#else
 #define DOTJ(j) { const vec4 X = XLD(KT, j); ROWS(RD, j) }
+#endif
 #define CONSUME(u)                                          \
   if (k + u * KSTRIDE < nu) {                               \
     const uint KT = k + u * KSTRIDE, K = k0 + KT;           \
@@ -364,6 +363,9 @@ vec4 fp8_dec4(raw_t q, uint j) {
 #endif
 #if KSPLIT > 1
 shared float ksum[TEAMS * RPT];  // [subgroup][row of its team]
+#if NORM_IN
+shared float xsum[TEAMS];  // [subgroup]: the squares of its part of x
+#endif
 #define KPUT(i) ksum[team * RPT + i] = acc##i;
 #define KADD(i)                                                                    \
   acc##i = ksum[rteam * KSPLIT * RPT + i];                                         \
@@ -397,6 +399,9 @@ void main() {
   // rows past the end are computed on the last row (uniform control flow for the barriers) and not written
   const uint rbase = wg * ROWS_PER_WG + rteam * RPT;
   ROWS1(ROW_DECL)
+#if NORM_IN
+  float xss = 0.0, nr;  // this lane's squares of x; the norm's 1 / rms
+#endif
 #if ACT_I8
   const uint nct = pc.cols / CHUNK, k0 = 0u, nu = nct / (PAIR + 1u);
   uint k = part * LANES + lane;
@@ -413,16 +418,6 @@ void main() {
   uint k = part * LANES + lane;
   REP_U(FETCH)  // in flight while the tables are built
   tables_init(wg);
-#if NORM_IN
-  // the norm's sum of squares (rmsnorm.comp's order), while the first weights are in flight
-  precise ACC nss = ACC(0);
-  for (uint i = gl_LocalInvocationID.x; i < pc.cols; i += WG_SIZE) {
-    const ACC v = ACC(x1[xo + i]);
-    nss += v * v;
-  }
-  nss = wg_sum(nss);
-  const float nr = float(ACC(1) / sqrt(nss / ACC(pc.cols) + ACC(pc.neps)));
-#endif
   REP_U(CONSUME)
   for (k += UNROLL * KSTRIDE; k < nu; k += UNROLL * KSTRIDE) {
     REP_U(FETCH)
@@ -452,16 +447,30 @@ void main() {
   }
 #endif
   ROWS1(REDUCE)
+#if NORM_IN
+  xss = subgroupAdd(xss);
+#endif
 #if KSPLIT > 1
   if (lane == 0u) {
     ROWS1(KPUT)
+#if NORM_IN
+    xsum[team] = xss;
+#endif
   }
   barrier();
   if (part == 0u && lane == 0u) {
     ROWS1(KADD)
+#if NORM_IN
+    xss = xsum[rteam * KSPLIT];
+    for (uint p = 1u; p < KSPLIT; ++p) xss += xsum[rteam * KSPLIT + p];
+    nr = 1.0 / sqrt(xss / float(pc.cols) + pc.neps);
+#endif
     ROWS1(WRITE)
   }
 #else
+#if NORM_IN
+  nr = 1.0 / sqrt(xss / float(pc.cols) + pc.neps);
+#endif
   if (lane == 0u) {
     ROWS1(WRITE)
   }

@@ -280,7 +280,7 @@ struct kernels::impl {
   /// Whether w's batch-1 products take the row kernel with f32 activations from the buffer, the only kernel with
   /// NORM_IN (whole chunks per row, plane 0 aligned for the fast path).
   bool norm_in_ok(const gpu_matrix& w) const {
-    if (!rows_kernel(w.fmt) || w.cols % detail::gpu_traits(w.fmt).chunk) return false;
+    if (tune.norm_in == 1 || !rows_kernel(w.fmt) || w.cols % detail::gpu_traits(w.fmt).chunk) return false;
     if (choose_rows(w.rows, w.cols, w.fmt, false).x_source != 2) return false;
     const detail::slice sl = detail::slice_of(w, 0, w.rows);
     return sl.e_off == 0 && sl.off[0] % detail::gpu_traits(w.fmt).main_align == 0;
@@ -517,7 +517,8 @@ void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
   if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) || t.rows_per_team > 4 ||
       t.x_source > 2 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
-      !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2)
+      !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2 ||
+      t.norm_in > 1)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;
 }

@@ -178,6 +178,9 @@ struct matvec_tuning {
   /// until it has N or the tile is the smallest — a few large tiles leave most of a big GPU idle (the V4 prefill's
   /// 256-row router: 8 workgroups of 128 × 128). 0: always the largest tile.
   uint32_t gemm_min_groups = 0;
+  /// matmul_norm_in (the input RMSNorm inside the row kernel): 0 = where norm_in_ok; 1 = never (norm_in_ok is false:
+  /// callers record the norm as a step of its own — comparisons).
+  uint32_t norm_in = 0;
 };
 
 class kernels {
