@@ -228,11 +228,6 @@ int main(int argc, char** argv) {
                  "Prefill's dense GEMMs: a product whose grid of the largest tiles has fewer workgroups takes a "
                  "smaller tile (0 = always the largest; gpu::matvec_tuning::gemm_min_groups)")
       ->default_val(bench.gemm_min_groups);
-  cb->add_option("--norm-in", bench.norm_in,
-                 "Diagnostics: 1 = never an RMSNorm inside the following product's workgroups (the decode's q norm "
-                 "as a step of its own; 0 = where the row kernel takes it; gpu::matvec_tuning::norm_in)")
-      ->default_val(bench.norm_in)
-      ->check(CLI::IsMember({0u, 1u}));
   cb->add_flag("--f64", bench.f64, "f64 accumulators (norms, softmax, mHC) where the device has f64 (default f32)");
   cb->add_flag("--json", bench.json, "Also print one JSON line with the figures");
   cb->add_option("--temp", bench.temp, "Decode temperature (0 = greedy, the device's argmax)")->default_val(bench.temp);

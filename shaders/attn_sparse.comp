@@ -54,9 +54,6 @@ layout(std430, binding = 7) readonly buffer CS { float cs_rows[]; };
 #error "ATT_QPREP rotates q by the rows' cos/sin of ATT_IROPE"
 #endif
 #include "common/reduce.glsl"
-#if REDUCE_SUBGROUP
-shared ACC qss_s[ATT_HB * WG_SIZE];  // [head][subgroup]: partial sums of squares of q (as wg_sum, room for any subgroup count)
-#endif
 #endif
 
 const uint G = WG_SIZE / ATT_KT;  // invocations per key in (A)
@@ -92,7 +89,9 @@ void main() {
     ACC r[ATT_HB];
 #if REDUCE_SUBGROUP
     // every head's sum in one pass: wg_sum's operations (the subgroup's sum, then the subgroups' in order) per
-    // head, with one barrier for all of them
+    // head, with one barrier for all of them; the partials in reduce.glsl's red_acc ([head][subgroup]: ATT_HB ·
+    // subgroups ≤ WG_SIZE for subgroups of ≥ ATT_HB invocations) — no shared memory of its own, which would cost
+    // the split shapes' occupancy
     [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
       precise ACC ss = ACC(0);
       for (uint i = lid; i < ATT_HD; i += WG_SIZE) {
@@ -100,12 +99,12 @@ void main() {
         ss += v * v;
       }
       ss = acc_subgroup_sum(ss);
-      if (subgroupElect()) qss_s[h * WG_SIZE + gl_SubgroupID] = ss;
+      if (subgroupElect()) red_acc[h * gl_NumSubgroups + gl_SubgroupID] = ss;
     }
     barrier();
     [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) {
       ACC t = ACC(0);
-      for (uint i = 0u; i < gl_NumSubgroups; ++i) t += qss_s[h * WG_SIZE + i];
+      for (uint i = 0u; i < gl_NumSubgroups; ++i) t += red_acc[h * gl_NumSubgroups + i];
       r[h] = ACC(1) / sqrt(t / ACC(ATT_HD) + ACC(pc.q_eps));
     }
 #else

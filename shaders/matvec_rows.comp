@@ -40,32 +40,14 @@
 // Defines: TEAMS, KSPLIT (1, 2, 4, 8; divides TEAMS), RPT (1, 2, 4), ROWS_PER_WG (= TEAMS / KSPLIT * RPT), UNROLL
 // (1, 2, 4), X_TILE (f32), X_GLOBAL (f32: 1 = activations read from the buffer, 0 = staged in shared memory),
 // ACT_I8, PAIR, the format's; MOE_TAIL with MOE_LIMIT (1).
-// NORM_IN = 1 (kernels::matmul_norm_in; f32 activations read from the buffer, not the MoE mode): x arrives before
-// its RMSNorm with weight g (binding 6, word pc.noff, 16-byte aligned; eps pc.neps). The rows read x · g, and each
-// lane adds the squares of the x values it reads (every value once per subgroup part: the loads serve all RPT rows;
-// the parts' sums meet with the rows' where KSPLIT > 1), so y = r · Σ_c W[r, c] · (x[c] · g[c]) with
-// r = 1 / sqrt(mean(x²) + eps) — the norm's values up to f32 rounding (f32 squares, one multiplication by r per
-// row), no prologue or barrier in the workgroup and no dependent dispatch for the norm.
 #ifndef MOE_TAIL
 #define MOE_TAIL 0
 #endif
 #if MOE_TAIL
 #define MAT_PC_TAIL
 #endif
-#ifndef NORM_IN
-#define NORM_IN 0
-#endif
-#if NORM_IN
-#define MAT_PC_NORM
-#endif
 #include "common/base.glsl"
 #include "common/formats.glsl"
-#if NORM_IN
-#if ACT_I8 || !X_GLOBAL || MOE_TAIL
-#error "NORM_IN: f32 activations read from the buffer (X_GLOBAL), not the MoE modes"
-#endif
-layout(std430, binding = 6) readonly buffer NW4 { vec4 nw4[]; };
-#endif
 #ifndef KSPLIT
 #define KSPLIT 1
 #endif
@@ -91,9 +73,6 @@ layout(std430, binding = 4) writeonly buffer Y { float ys[]; };
 #endif
 #ifndef MOE_ROWS
 #define MOE_ROWS 0
-#endif
-#if NORM_IN && MOE_ROWS
-#error "NORM_IN is not a MoE mode"
 #endif
 #if MOE_ROWS
 // Expert-indirect mode (kernels::moe at batch 1): virtual row block (slot, block) reads the row block of expert
@@ -310,11 +289,7 @@ vec4 fp8_dec4(raw_t q, uint j) {
 #define RD(j, i) acc##i += dot(decode4(R##i, Q##i, S##i, K, j), X);
 #define FIN(u, i)
 #endif
-#if NORM_IN
-#define DOTJ(j) { const vec4 XR = XLD(KT, j); xss += dot(XR, XR); const vec4 X = XR * nw4[(pc.noff >> 2) + (KT) * XQ + (j)]; ROWS(RD, j) }
-#else
 #define DOTJ(j) { const vec4 X = XLD(KT, j); ROWS(RD, j) }
-#endif
 #define CONSUME(u)                                          \
   if (k + u * KSTRIDE < nu) {                               \
     const uint KT = k + u * KSTRIDE, K = k0 + KT;           \
@@ -356,16 +331,9 @@ vec4 fp8_dec4(raw_t q, uint j) {
   const row_t R##i = row_begin(row##i, rteam * RPT + i);            \
   float acc##i = 0.0;
 #define REDUCE(i) acc##i = subgroupAdd(acc##i);
-#if NORM_IN
-#define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + obase + i] = acc##i * nr;
-#else
 #define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + obase + i] = acc##i;
-#endif
 #if KSPLIT > 1
 shared float ksum[TEAMS * RPT];  // [subgroup][row of its team]
-#if NORM_IN
-shared float xsum[TEAMS];  // [subgroup]: the squares of its part of x
-#endif
 #define KPUT(i) ksum[team * RPT + i] = acc##i;
 #define KADD(i)                                                                    \
   acc##i = ksum[rteam * KSPLIT * RPT + i];                                         \
@@ -399,9 +367,6 @@ void main() {
   // rows past the end are computed on the last row (uniform control flow for the barriers) and not written
   const uint rbase = wg * ROWS_PER_WG + rteam * RPT;
   ROWS1(ROW_DECL)
-#if NORM_IN
-  float xss = 0.0, nr;  // this lane's squares of x; the norm's 1 / rms
-#endif
 #if ACT_I8
   const uint nct = pc.cols / CHUNK, k0 = 0u, nu = nct / (PAIR + 1u);
   uint k = part * LANES + lane;
@@ -447,30 +412,16 @@ void main() {
   }
 #endif
   ROWS1(REDUCE)
-#if NORM_IN
-  xss = subgroupAdd(xss);
-#endif
 #if KSPLIT > 1
   if (lane == 0u) {
     ROWS1(KPUT)
-#if NORM_IN
-    xsum[team] = xss;
-#endif
   }
   barrier();
   if (part == 0u && lane == 0u) {
     ROWS1(KADD)
-#if NORM_IN
-    xss = xsum[rteam * KSPLIT];
-    for (uint p = 1u; p < KSPLIT; ++p) xss += xsum[rteam * KSPLIT + p];
-    nr = 1.0 / sqrt(xss / float(pc.cols) + pc.neps);
-#endif
     ROWS1(WRITE)
   }
 #else
-#if NORM_IN
-  nr = 1.0 / sqrt(xss / float(pc.cols) + pc.neps);
-#endif
   if (lane == 0u) {
     ROWS1(WRITE)
   }

@@ -3,8 +3,8 @@
 // (window slots, closing compressor windows, the HCA entry list, the embedding row) is known when recording and
 // travels inside the command buffer (commands::update); everything that depends on values stays on the device.
 //
-// Per layer: [projections of u, concurrent] → [q norm, iw scale: while the indexer scores] → wq_b (q's norm in its
-// workgroups otherwise), indexer q, KV norm + rope, compressor pooling (the scores' ape as read, the entry's rope as
+// Per layer: [projections of u, concurrent] → q norm [, iw scale] → wq_b, indexer q, KV norm + rope, compressor
+// pooling (the scores' ape as read, the entry's rope as
 // written) → [indexer q rope] → indexer score → top-k → sparse attention (q's head norm + rope as it stages q,
 // the output's inverse rope as it writes) → wo_a groups (concurrent) → wo_b → hc_post
 // (+ the FFN's mixes, hc_pre_finish and ffn_norm: one dispatch) → router → routing → experts (→ shared) → hc_post
@@ -155,17 +155,14 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     }
     cur->end_concurrent();
     ts.op("projections of u (concurrent)");
-    // q's RMSNorm runs inside wq_b's workgroups (matmul_norm_in) and the KV latent's with its rope, so no step of
-    // their own — but where the indexer scores (its q from the normed qr, iw's scale) or the row kernel does not
-    // take wq_b. (The compressors' scores stay without their ape: the pooling adds it as it reads them.)
-    const bool q_norm_in = !ix_scores && k.norm_in_ok(G.wq_b);
-    if (!q_norm_in) {
-      cur->begin_concurrent();
-      k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
-      if (ix_scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
-      cur->end_concurrent();
-      ts.op("q norm, iw scale (concurrent)");
-    }
+    // q's RMSNorm (the KV latent's runs with its rope beside wq_b; the compressors' scores stay without their ape:
+    // the pooling adds it as it reads them). Folding q's norm into wq_b's workgroups (each summing x² itself, the
+    // rows reading x · g) measured slower than this step on the H200: docs/PERF.md "Twenty-seventh session".
+    cur->begin_concurrent();
+    k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
+    if (ix_scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
+    cur->end_concurrent();
+    ts.op("q norm, iw scale (concurrent)");
     ts.mark(&dsv4_gpu_profile::attn_proj);
     // Compressor pooling of a closing window (entry j = (t+1)/r − 1, rope at the window's first position).
     // The scores' ape is added as the pooling reads them, the entry's rope (at the window's first position) rides in
@@ -180,10 +177,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
                       row(cs_comp, t + 1 - kind.ratio, rd), g.ape);
     };
     cur->begin_concurrent();
-    if (q_norm_in)
-      k.matmul_norm_in(*cur, G.wq_b, qr, G.q_norm, eps, q);
-    else
-      k.matmul(*cur, G.wq_b, qr, 1, q);
+    k.matmul(*cur, G.wq_b, qr, 1, q);
     if (ix_scores) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
     k.rmsnorm_rope(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps, cs_t, 1, uint32_t(rd));
     if (closes) {

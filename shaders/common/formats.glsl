@@ -39,12 +39,6 @@ layout(push_constant) uniform mat_pc {
   uint woff;
   uint tpad;
 #endif
-#ifdef MAT_PC_NORM
-  uint noff;      // matvec_rows.comp's NORM_IN: the norm weight's first word (a multiple of 4) and eps
-  float neps;
-  uint npad0;
-  uint npad1;
-#endif
 } pc;
 
 // The weight planes' block names (W0*, W1*, W2*) are also listed by src/vk/spirv_nontemporal.cpp

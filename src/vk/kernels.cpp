@@ -61,8 +61,7 @@ struct kernels::impl {
     return gemm_prec == gemm_precision::f16_emulated ? 2 : 0;
   }
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
-  // (format, enc, rpt, unroll, i8, x, split, pairs, norm_in)
-  std::map<std::array<uint32_t, 9>, const detail::pipeline*> rows_pipes;
+  std::map<std::array<uint32_t, 8>, const detail::pipeline*> rows_pipes;  // (format, enc, rpt, unroll, i8, x, split, pairs)
   std::map<std::array<uint32_t, 2>, const detail::pipeline*> gather_pipes;  // embed_rows: (format, enc)
 
   explicit impl(device& d) : dev(d), info(d.info()) {
@@ -243,21 +242,18 @@ struct kernels::impl {
     return c;
   }
   /// The #defines of shaders/matvec_rows.comp for one variant (also the base of the MoE mode, kernels_moe.cpp).
-  std::string rows_defs(format f, scale_encoding enc, const matvec_tuning& t, bool i8, bool norm_in = false) const {
+  std::string rows_defs(format f, scale_encoding enc, const matvec_tuning& t, bool i8) const {
     std::ostringstream d;
-    if (norm_in) d << "#define NORM_IN 1\n";
     d << "#define TEAMS " << teams << "\n#define KSPLIT " << t.split << "\n#define RPT " << t.rows_per_team
       << "\n#define ROWS_PER_WG " << teams / t.split * t.rows_per_team << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
       << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n#define X_GLOBAL " << (t.x_source == 2 ? 1 : 0)
       << "\n#define PAIR " << (t.pairs == 2 ? 1 : 0) << "\n" << detail::tab_defines() << format_defines(f, enc);
     return d.str();
   }
-  const detail::pipeline* rows_pipe(format f, scale_encoding enc, const matvec_tuning& t, bool i8, bool norm_in = false) {
-    const std::array<uint32_t, 9> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll,  i8,
-                                      t.x_source,  t.split,       t.pairs,          norm_in};
+  const detail::pipeline* rows_pipe(format f, scale_encoding enc, const matvec_tuning& t, bool i8) {
+    const std::array<uint32_t, 8> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8, t.x_source, t.split, t.pairs};
     if (auto it = rows_pipes.find(key); it != rows_pipes.end()) return it->second;
-    const detail::pipeline* p = pipe("matvec_rows.comp", rows_defs(f, enc, t, i8, norm_in), lanes * teams,
-                                     norm_in ? 7 : 6, norm_in ? sizeof(detail::mat_pc_norm) : sizeof(mat_pc));
+    const detail::pipeline* p = pipe("matvec_rows.comp", rows_defs(f, enc, t, i8), lanes * teams, 6, sizeof(mat_pc));
     rows_pipes.emplace(key, p);
     return p;
   }
@@ -272,22 +268,9 @@ struct kernels::impl {
 
   /// matvec / GEMM (nb accumulators, nt <= nb batch rows starting at t0) or dequant, sliced by rows so that
   /// every binding stays within maxStorageBufferRange (P14).
-  /// The input RMSNorm of matmul_norm_in (matvec_rows.comp NORM_IN).
-  struct norm_in_args {
-    view weight;
-    float eps = 0;
-  };
-  /// Whether w's batch-1 products take the row kernel with f32 activations from the buffer, the only kernel with
-  /// NORM_IN (whole chunks per row, plane 0 aligned for the fast path).
-  bool norm_in_ok(const gpu_matrix& w) const {
-    if (tune.norm_in == 1 || !rows_kernel(w.fmt) || w.cols % detail::gpu_traits(w.fmt).chunk) return false;
-    if (choose_rows(w.rows, w.cols, w.fmt, false).x_source != 2) return false;
-    const detail::slice sl = detail::slice_of(w, 0, w.rows);
-    return sl.e_off == 0 && sl.off[0] % detail::gpu_traits(w.fmt).main_align == 0;
-  }
   void run_matrix(commands& c, const gpu_matrix& w, view x, uint32_t t0, uint32_t nt, uint32_t nb, view y,
                   bool dequant, bool generic, bool i8 = false, uint64_t R0 = 0, uint64_t R1 = ~uint64_t(0),
-                  uint64_t xs = 0, uint64_t ys = 0, const norm_in_args* ni = nullptr) {
+                  uint64_t xs = 0, uint64_t ys = 0) {
     const detail::format_gpu g = detail::gpu_traits(w.fmt);
     // nb == 0: the tiled GEMM for all nt batch rows at once (callers check gemm_ok first)
     const bool tiled = nb == 0;
@@ -304,9 +287,7 @@ struct kernels::impl {
     const bool use_i8 = i8;
     // the split of the whole matrix, also for a slice of its rows (wo_a's groups: 8 slices recorded concurrently)
     const matvec_tuning rt = try_rows ? choose_rows(w.rows, w.cols, w.fmt, use_i8, c.in_concurrent()) : matvec_tuning{};
-    if (ni && (!try_rows || use_i8 || rt.x_source != 2 || nt != 1))
-      throw usage_error("matmul_norm_in: no row kernel with f32 activations for this matrix here (norm_in_ok)");
-    const detail::pipeline* rp = try_rows ? rows_pipe(w.fmt, w.scale_enc, rt, use_i8, ni != nullptr) : nullptr;
+    const detail::pipeline* rp = try_rows ? rows_pipe(w.fmt, w.scale_enc, rt, use_i8) : nullptr;
     const uint64_t R = std::min(R1, w.rows), C = w.cols;  // rows [R0, R)
     const uint64_t XS = xs ? xs : C, RY = ys ? ys : R - R0;  // floats between the batch rows of x and of y
     const uint64_t out_row = dequant ? C * 4 : 4;
@@ -328,7 +309,7 @@ struct kernels::impl {
     for (uint64_t r0 = R0; r0 < R; r0 += step) {
       const uint64_t r1 = std::min(R, r0 + step);
       const detail::slice sl = detail::slice_of(w, r0, r1);
-      binding b[7];
+      binding b[6];
       uint32_t res[3] = {};
       for (int i = 0; i < 3; ++i) {
         if (sl.bytes[i] == 0) {
@@ -339,8 +320,7 @@ struct kernels::impl {
         b[i] = bd.b;
         res[i] = bd.residual;
       }
-      detail::mat_pc_norm pcn{};
-      mat_pc& pc = pcn.m;
+      mat_pc pc{};
       pc.rows = uint32_t(r1 - r0);
       pc.cols = u32(C, "cols");
       pc.n = nt;
@@ -371,24 +351,16 @@ struct kernels::impl {
       if (rows && rt.pairs == 2 && res[0] % 16) {  // chunk pairs read 16-byte value loads: a slice whose plane 0
         matvec_tuning one = rt;                    // starts off 16 bytes takes one chunk per unit (same split, same
         one.pairs = 1;                             // rows per workgroup)
-        rpp = rows_pipe(w.fmt, w.scale_enc, one, use_i8, ni != nullptr);
+        rpp = rows_pipe(w.fmt, w.scale_enc, one, use_i8);
       }
       if (i8 && !rows) throw gpu_error("matvec_q8: this matrix slice cannot take the row kernel");
-      if (ni) {
-        if (!rows) throw usage_error("matmul_norm_in: this matrix slice cannot take the row kernel (norm_in_ok)");
-        const bound nb_ = bind_range(info, ni->weight, 0, C * 4);
-        if (nb_.residual % 16) throw usage_error("matmul_norm_in: the norm weight must start on 16 bytes");
-        b[6] = nb_.b;
-        pcn.noff = nb_.residual / 4, pcn.neps = ni->eps;
-      }
       if (tiled && !pc.fast) throw std::logic_error("run_matrix: the tiled GEMM needs the fast layout");
       uint32_t gx, gy;
       if (tiled)
         grid(ceil_div(r1 - r0, tile_rows) * ceil_div(nt, tile.gn), gx, gy);
       else
         grid(ceil_div(r1 - r0, rows ? teams / rt.split * rt.rows_per_team : rows_per_wg), gx, gy);
-      detail::dispatch(c.impl(), rows ? rpp : p, std::span<const binding>(b, ni ? 7 : 6), &pcn,
-                       ni ? sizeof pcn : sizeof pc, gx, gy);
+      detail::dispatch(c.impl(), rows ? rpp : p, b, &pc, sizeof pc, gx, gy);
     }
   }
 
@@ -517,8 +489,7 @@ void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
   if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) || t.rows_per_team > 4 ||
       t.x_source > 2 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
-      !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2 ||
-      t.norm_in > 1)
+      !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;
 }
@@ -531,18 +502,6 @@ void kernels::prepare(format f, uint64_t rows, uint64_t cols) {
   p_->matrix_pipe(true, f, enc, 1, matvec_tuning{1, 1});
   if (p_->rows_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows, cols, f, false), false);
   if (p_->i8_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows, cols, f, true), true);
-}
-
-bool kernels::norm_in_ok(const gpu_matrix& w) const { return p_->norm_in_ok(w); }
-
-void kernels::matmul_norm_in(commands& c, const gpu_matrix& w, view x, view norm, float eps, view y) {
-  p_->check_matrix(w, "matmul_norm_in");
-  need(x, w.cols * 4, "matmul_norm_in", "x");
-  need(norm, w.cols * 4, "matmul_norm_in", "norm");
-  need(y, w.rows * 4, "matmul_norm_in", "y");
-  if (!p_->norm_in_ok(w)) throw usage_error("matmul_norm_in: no row kernel with f32 activations for this matrix here");
-  const impl::norm_in_args ni{norm, eps};
-  p_->run_matrix(c, w, x, 0, 1, 1, y, false, false, false, 0, ~uint64_t(0), 0, 0, &ni);
 }
 
 void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act) {

@@ -147,14 +147,6 @@ struct mat_pc {
   uint32_t rows, cols, n, r0, res0, res1, res2, e_off, xoff, x_stride, yoff, y_stride, aux0, aux1, fast, pad;
 };
 static_assert(sizeof(mat_pc) == 64);
-/// mat_pc with matvec_rows.comp's NORM_IN words (common/formats.glsl MAT_PC_NORM).
-struct mat_pc_norm {
-  mat_pc m;
-  uint32_t noff;
-  float neps;
-  uint32_t pad0, pad1;
-};
-static_assert(sizeof(mat_pc_norm) == 80);
 
 /// Binds the three planes of the whole matrix w (bindings 0–2) and fills the format part of the push constants
 /// (rows, cols, r0 = 0, plane offsets, fast = the chunked path applies to the weights). usage_error naming `op`

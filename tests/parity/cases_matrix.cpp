@@ -212,49 +212,6 @@ std::string matmul_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, u
   return verdict(compare(got.data(), ref.data(), got.size()), kNmse, info);
 }
 
-/// kernels::matmul_norm_in: y = W · rmsnorm(x, g, eps), the norm inside the row kernel, against rmsnorm then matmul
-/// on the same device (a few f32 roundings apart: the row scale applied once per row instead of once per element —
-/// max-abs ≤ 1e-5 of the largest output, NMSE ≤ 1e-10; a wrong weight, offset or scale is O(1)) and against float64
-/// W · (x · r · g) with the matvec bound (kNmse). x is scaled by 7 so that r is far from 1; eps 1e-6.
-template <class F>
-std::string norm_in_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, std::string& info) {
-  rng r(seed);
-  const host_matrix m = make_matrix<F>(r, rows, cols);
-  std::vector<float> X = r.normal(cols, 7.0f);
-  const std::vector<float> g = r.normal(cols, 0.5f);
-  const float eps = 1e-6f;
-  const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, m.v);
-  if (!s.kern.norm_in_ok(gm)) return "norm_in_ok is false for a shape the format's row kernel takes";
-  const gpu::buffer xb = upload(s.dev, X), gb = upload(s.dev, g), xn = s.dev.alloc(cols * 4);
-  guarded y(s.dev, rows * 4), y2(s.dev, rows * 4);
-  gpu::commands c = s.dev.begin();
-  s.kern.matmul_norm_in(c, gm, xb, gb, eps, y.payload());
-  s.kern.rmsnorm(c, xb, gb, xn, 1, uint32_t(cols), eps);
-  s.kern.matmul(c, gm, xn, 1, y2.payload());
-  s.submit(c);
-  std::vector<float> got(rows), sep(rows);
-  std::string why;
-  if (!y.read(got.data(), why)) return why;
-  if (!y2.read(sep.data(), why)) return "rmsnorm then matmul: " + why;
-  const stats st = compare(got.data(), sep.data(), rows);
-  if (st.nonfinite_mismatch || st.max_abs > 1e-5 * st.ref_max || st.nmse > 1e-10)
-    return "vs rmsnorm then matmul: nmse " + std::to_string(st.nmse) + ", max-abs " + std::to_string(st.max_abs) +
-           " of " + std::to_string(st.ref_max);
-  double ss = 0;
-  for (float v : X) ss += double(v) * v;
-  const double rr = 1.0 / std::sqrt(ss / double(cols) + double(eps));
-  std::vector<float> xr(cols);
-  for (uint64_t i = 0; i < cols; ++i) xr[i] = float(double(X[i]) * rr * double(g[i]));
-  const std::vector<double> ref = ref::gemm(F::id, m.v, xr.data(), 1);
-  std::string i2;
-  if (auto w = verdict(compare(got.data(), ref.data(), rows), kNmse, i2); !w.empty()) return "vs float64: " + w;
-  char b[96];
-  std::snprintf(b, sizeof b, "vs rmsnorm + matmul: nmse %.1e max-abs/max %.1e; ", st.nmse,
-                st.max_abs / std::max(st.ref_max, 1e-30));
-  info = b + i2;
-  return {};
-}
-
 /// Batch-1 matvec with int8 activations (kernels::matmul(..., act_precision::i8)). Two references:
 ///  - W · x̃ in float64, x̃ = x rounded by the CPU's act_q8 rule: the GPU computes exactly this up to float
 ///    summation order, except where its sx = absmax / 127 or 1 / sx differs in the last ulp from the CPU's (GPU
@@ -409,24 +366,6 @@ void matrix_cases(suite& s) {
         return matmul_case<F>(s, seed, sh.rows, sh.cols, 1, false, false, info);
       });
     }
-    // the input norm needs the row kernel with f32 activations (no q8_2f: a scale per column)
-    rng probe(1);
-    const host_matrix pm = make_matrix<F>(probe, 7, 96);
-    if (!s.kern.norm_in_ok(gpu::upload_matrix(s.dev, F::id, pm.v))) s.unsupported("matvec_norm_in", fn);
-    else for (const shape& sh : {shape{7, 96, 1}, shape{130, 256, 1}, shape{1024, 1024, 1}, shape{4096, 1024, 1}}) {
-      if (!F::shape_ok(sh.rows, sh.cols)) continue;
-      s.run("matvec_norm_in", fn, shape_name(sh.rows, sh.cols), [&](uint64_t seed, std::string& info) {
-        return norm_in_case<F>(s, seed, sh.rows, sh.cols, info);
-      });
-    }
-    if (s.kern.norm_in_ok(gpu::upload_matrix(s.dev, F::id, pm.v)))
-      s.run("matvec_norm_in", fn, "300x1024 split 4 (the rows' sums meet in shared memory)",
-            [&](uint64_t seed, std::string& info) {
-              s.kern.set_tuning({4, 2});
-              const std::string why = norm_in_case<F>(s, seed, 300, 1024, info);
-              s.kern.set_tuning({});
-              return why;
-            });
     s.run("matvec", fn, "64x1024 element-path", [&](uint64_t seed, std::string& info) {
       return matmul_case<F>(s, seed, 64, 1024, 1, true, false, info);
     });

@@ -584,7 +584,10 @@ std::string cold_cpu_case(suite& s, const std::string& path, uint64_t tokens, ui
     if (!cs.active || cs.cold != mode) return "the budget did not activate the expert cache in the mode asked for";
     if (cs.slots != slots) return "slots per layer " + std::to_string(cs.slots) + ", expected " + std::to_string(slots);
     const uint64_t ran = cs.tokens;  // fewer than `tokens` where a CPU near-tie ended the comparison
-    if (ran == 0 || cs.lookups != ran * cf.layers * cf.top_k) return "statistics: tokens or lookups do not add up";
+    if (ran == 0 || cs.lookups != ran * cf.layers * cf.top_k)
+      return "statistics: lookups do not add up: " + std::to_string(cs.lookups) + " for " + std::to_string(ran) +
+             " positions x " + std::to_string(cf.layers) + " layers x top " + std::to_string(cf.top_k) + " (" +
+             std::to_string(cs.tokens) + " tokens counted)";
     if (cs.bytes_moved != (cs.lookups - cs.hits - cs.cpu_experts) * cs.slot_bytes)
       return "statistics: bytes moved != copied misses x slot bytes";
     if (slots == 0 && (cs.hits || cs.bytes_moved || cs.cpu_experts != cs.lookups))

@@ -296,7 +296,11 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   }
   const gpu_expert_cache_stats& cs = gpu->cache_stats();
   if (budget_slots) {
-    if (cs.lookups != ran * cf.layers * cf.top_k) return "expert cache: lookups do not add up";
+    if (cs.lookups != ran * cf.layers * cf.top_k)
+      return "expert cache: lookups do not add up: " + std::to_string(cs.lookups) + " for " + std::to_string(ran) +
+             " positions x " + std::to_string(cf.layers) + " layers x top " + std::to_string(cf.top_k) + " (" +
+             std::to_string(cs.tokens) + " tokens counted, " + std::to_string(cs.hits) + " hits, " +
+             std::to_string(cs.cpu_experts) + " on the CPU)";
     if (cs.bytes_moved != (cs.lookups - cs.hits - cs.cpu_experts) * cs.slot_bytes)
       return "expert cache: bytes moved != copied misses x slot bytes";
     if (cs.hits == 0 || cs.hits == cs.lookups) return "expert cache: expected both hits and misses";

@@ -178,9 +178,6 @@ struct matvec_tuning {
   /// until it has N or the tile is the smallest — a few large tiles leave most of a big GPU idle (the V4 prefill's
   /// 256-row router: 8 workgroups of 128 × 128). 0: always the largest tile.
   uint32_t gemm_min_groups = 0;
-  /// matmul_norm_in (the input RMSNorm inside the row kernel): 0 = where norm_in_ok; 1 = never (norm_in_ok is false:
-  /// callers record the norm as a step of its own — comparisons).
-  uint32_t norm_in = 0;
 };
 
 class kernels {
@@ -210,12 +207,6 @@ class kernels {
   /// each row of the attention output and writing its rows into each row of z. n == 1: as above.
   void matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, uint32_t n, uint64_t x_stride,
                    view y, uint64_t y_stride);
-  /// y = W · rmsnorm(x, norm, eps) (batch 1, x of w.cols floats): every workgroup of the row kernel sums x² itself
-  /// and reads x · norm, and each row is scaled by 1 / sqrt(mean(x²) + eps) once — the values of rmsnorm then matmul
-  /// up to f32 rounding, without the norm's dependent dispatch. Only where norm_in_ok(w) (the row kernel with f32
-  /// activations read from the buffer); usage_error otherwise. norm starts on 16 bytes.
-  void matmul_norm_in(commands& c, const gpu_matrix& w, view x, view norm, float eps, view y);
-  bool norm_in_ok(const gpu_matrix& w) const;
   /// Whether matmul(..., act_precision::i8) of a batch-1 product of format f takes the int8 path here.
   bool has_i8(format f) const;
   /// Bytes of the int8 activations of n tokens of `cols` values (shaders/common/act_q8.glsl: 40 per 32 values,
