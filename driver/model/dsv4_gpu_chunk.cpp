@@ -31,6 +31,13 @@ namespace {
 
 using gpu::view;
 
+/// The router (E rows, 256 on V4-Flash) on the tensor cores' largest 128 × 128 tiles is 8 workgroups of the full
+/// K, as long as the 16-times larger shared gate/up products beside it (H200: router alone 9.85 ms per 512-token
+/// chunk, with them 16.9): its grid takes smaller tiles until it has this many workgroups (the smallest tiles:
+/// 32 for a 512-token chunk). Only the router: smaller tiles for every small product lost as much elsewhere
+/// (docs/PERF.md "Twenty-sixth session").
+constexpr uint32_t router_min_groups = 128;
+
 view rows(const gpu::buffer& b, uint64_t r0, uint64_t n, uint64_t floats) {
   return view(b, r0 * floats * 4, n * floats * 4);
 }
@@ -320,7 +327,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     rc.top_k = K;
     rc.route_scale = float(cf.route_scale);
     c.begin_concurrent();
-    k.matmul(c, G.gate, B.u, T, B.rlogits);
+    k.matmul(c, G.gate, B.u, T, B.rlogits, act_precision::f32, router_min_groups);
     if (G.shared_apart) {
       k.matmul(c, G.sh_gate, B.u, T, B.sh_g);
       k.matmul(c, G.sh_up, B.u, T, B.sh_u);

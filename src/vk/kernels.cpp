@@ -157,11 +157,13 @@ struct kernels::impl {
   }
   /// The tile of one product (rows × n batch rows) of format f: gemm_tile_of's, or a smaller one that fits where
   /// the grid would have fewer than tune.gemm_min_groups workgroups.
-  gemm_tiling gemm_tile_for(format f, uint64_t rows, uint64_t n) const {
+  /// min_groups > 0: that threshold for this product instead of the tuning's.
+  gemm_tiling gemm_tile_for(format f, uint64_t rows, uint64_t n, uint32_t min_groups = 0) const {
     gemm_tiling t = gemm_tile_of(f);
-    if (!t.coop || !tune.gemm_min_groups) return t;
+    const uint32_t want = min_groups ? min_groups : tune.gemm_min_groups;
+    if (!t.coop || !want) return t;
     for (const auto& [gm, gn] : gemm_f16_tiles) {
-      if (ceil_div(rows, t.gm) * ceil_div(n, t.gn) >= tune.gemm_min_groups) break;
+      if (ceil_div(rows, t.gm) * ceil_div(n, t.gn) >= want) break;
       if (gm * gn < t.gm * t.gn && gemm_fits(f, t.coop, gm, gn, t.tk)) t.gm = gm, t.gn = gn;
     }
     return t;
@@ -270,12 +272,12 @@ struct kernels::impl {
   /// every binding stays within maxStorageBufferRange (P14).
   void run_matrix(commands& c, const gpu_matrix& w, view x, uint32_t t0, uint32_t nt, uint32_t nb, view y,
                   bool dequant, bool generic, bool i8 = false, uint64_t R0 = 0, uint64_t R1 = ~uint64_t(0),
-                  uint64_t xs = 0, uint64_t ys = 0) {
+                  uint64_t xs = 0, uint64_t ys = 0, uint32_t min_groups = 0) {
     const detail::format_gpu g = detail::gpu_traits(w.fmt);
     // nb == 0: the tiled GEMM for all nt batch rows at once (callers check gemm_ok first)
     const bool tiled = nb == 0;
     const matvec_tuning t = dequant ? matvec_tuning{1, 1} : choose(w.rows, w.cols, tiled ? gemm_tile : nb, w.fmt);
-    const gemm_tiling tile = tiled ? gemm_tile_for(w.fmt, std::min(R1, w.rows) - R0, nt) : gemm_tiling{};
+    const gemm_tiling tile = tiled ? gemm_tile_for(w.fmt, std::min(R1, w.rows) - R0, nt, min_groups) : gemm_tiling{};
     const detail::pipeline* p =
         tiled ? gemm_pipe(w.fmt, w.scale_enc, tile) : matrix_pipe(dequant, w.fmt, w.scale_enc, nb, t);
     if (!p) throw std::logic_error("run_matrix: no tiled GEMM for this format on this device");
@@ -504,7 +506,8 @@ void kernels::prepare(format f, uint64_t rows, uint64_t cols) {
   if (p_->i8_kernel(f)) p_->rows_pipe(f, enc, p_->choose_rows(rows, cols, f, true), true);
 }
 
-void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act) {
+void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act,
+                     uint32_t min_groups) {
   p_->check_matrix(w, "matmul");
   if (n == 0) return;
   need(x, uint64_t(n) * w.cols * 4, "matmul", "x");
@@ -519,7 +522,7 @@ void kernels::matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view 
     return;
   }
   if (p_->gemm_ok(w, n, x, w.cols, 0)) {
-    p_->run_matrix(c, w, x, 0, n, 0, y, false, false);
+    p_->run_matrix(c, w, x, 0, n, 0, y, false, false, false, 0, ~uint64_t(0), 0, 0, min_groups);
     return;
   }
   for (uint32_t t0 = 0; t0 < n; t0 += gemm_tile) {

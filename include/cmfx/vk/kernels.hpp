@@ -198,7 +198,11 @@ class kernels {
   /// x holds n*cols floats, y n*rows floats.
   /// act = i8: activations quantised to int8 per 32-block and integer dot products (batch 1, q4tp / q2tp /
   /// MXFP4, devices with shaderIntegerDotProduct; elsewhere the f32 path runs) — see has_i8().
-  void matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act = act_precision::f32);
+  /// min_groups > 0: on the f16 tensor-core tiles, this product's tile as matvec_tuning::gemm_min_groups = min_groups
+  /// would choose it (smaller tiles while the grid has fewer workgroups) — e.g. a few-row product that would leave
+  /// most of the GPU idle beside larger ones; 0: the tuning's rule.
+  void matmul(commands& c, const gpu_matrix& w, view x, uint32_t n, view y, act_precision act = act_precision::f32,
+              uint32_t min_groups = 0);
   /// y[r − r0] = Σ_c W[r, c] · x[c] for rows r in [r0, r1) of w (batch 1): one row block of a matrix, e.g. one
   /// group of V4's grouped output projection wo_a. r0 must be a multiple of the format's block_rows.
   void matmul_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view x, view y);
