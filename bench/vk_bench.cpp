@@ -300,7 +300,9 @@ void bm_index_score(benchmark::State& st, uint32_t n) {
 /// timed alone (timestamps around each). Counter us_per_boundary = GPU time of the boundaries / 64.
 /// One mHC sublayer boundary per step: hc_post + hc_pre_finish (two dispatches), or with `fused` the one dispatch
 /// the decode graph records (hc_post_finish: the finish in the last workgroup; the Sinkhorn C apart, as there).
-void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = false) {
+/// after_mv (with cold and fused): instead of the streaming read, the FP8 4096 × 8192 product that precedes the
+/// boundary in the decode (wo_b; a rotating copy, its output the boundary's o), as in the model's chain.
+void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = false, bool after_mv = false) {
   constexpr uint32_t n = 64, hc = 4, d = 4096, rows = (2 + hc) * hc;
   gpu::kernels::hc_shape sh;
   sh.hc = hc, sh.d = d;
@@ -326,14 +328,16 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = f
     base.push_back(up(rnd(rows, 0.1f, 0.0f)));
     norm.push_back(up(rnd(d, 0.1f, 1.0f)));
   }
-  gpu::buffer big = thrash ? g_dev->alloc(256ull << 20) : gpu::buffer{}, sink = g_dev->alloc(256);
+  gpu::buffer big = thrash && !after_mv ? g_dev->alloc(256ull << 20) : gpu::buffer{}, sink = g_dev->alloc(256);
+  weights* mv = after_mv ? &get_weights<fmt_fp8_b128>(d, 2 * d) : nullptr;
   gpu::commands c = g_dev->begin();
   g_kern->hc_mix(c, sh, X, fn[0], rows, 1, part);
   std::vector<std::pair<uint32_t, uint32_t>> spans;
   const uint32_t t0 = c.timestamp();
   for (uint32_t i = 0; i < n; ++i) {
     const size_t j = cold ? i : 0, jn = cold ? (i + 1) % n : 0;
-    if (thrash) g_kern->stream_read(c, big, sink);
+    if (mv) g_kern->matmul(c, mv->copies[i % mv->copies.size()], mv->x, 1, o);
+    else if (thrash) g_kern->stream_read(c, big, sink);
     const uint32_t ta = thrash ? c.timestamp() : 0;
     if (fused) {
       gpu::kernels::hc_finish_args f;
@@ -535,6 +539,7 @@ int main(int argc, char** argv) {
   add("vk_mhc/post_finish/4x4096", [](benchmark::State& st) { bm_mhc(st, false, false, true); });
   add("vk_mhc/post_finish_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true, false, true); });
   add("vk_mhc/post_finish_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true); });
+  add("vk_mhc/post_finish_after_wo_b/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true, true); });
   for_each_type(all_formats{}, [&]<class F>() {
     for (const auto& [r, c] : shapes) {
       if (!F::shape_ok(r, c)) continue;
