@@ -4,9 +4,9 @@
 // travels inside the command buffer (commands::update); everything that depends on values stays on the device.
 //
 // Per layer: [projections of u, concurrent] → q norm [, iw scale] → wq_b, indexer q, KV norm + rope, compressor
-// pooling (the scores' ape as read, the entry's rope as
-// written) → [indexer q rope] → indexer score → top-k → sparse attention (q's head norm + rope as it stages q,
-// the output's inverse rope as it writes) → wo_a groups (concurrent) → wo_b → hc_post
+// pooling (the scores' ape as read, the entry's rope as written) → [indexer q rope] → indexer score → top-k →
+// sparse attention (q's head norm + rope as it stages q, the output's inverse rope as it writes) → wo_a groups
+// (concurrent) → wo_b → hc_post
 // (+ the FFN's mixes, hc_pre_finish and ffn_norm: one dispatch) → router → routing → experts (→ shared) → hc_post
 // (+ the next layer's mixes, hc_pre_finish and attn_norm; after the last layer hc_head_finish and the final norm).
 // Before layer 0: hc_mix + hc_pre_finish + attn_norm (one dispatch). Head: head matmul (→ device argmax).
@@ -164,9 +164,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     cur->end_concurrent();
     ts.op("q norm, iw scale (concurrent)");
     ts.mark(&dsv4_gpu_profile::attn_proj);
-    // Compressor pooling of a closing window (entry j = (t+1)/r − 1, rope at the window's first position).
-    // The scores' ape is added as the pooling reads them, the entry's rope (at the window's first position) rides in
-    // its write.
+    // Compressor pooling of a closing window (entry j = (t+1)/r − 1): the scores' ape added as it reads them, the
+    // entry's rope (at the window's first position) in its write.
     const uint64_t ne = kind.ratio ? (t + 1) / kind.ratio : 0;
     auto pool = [&](dsv4_gpu_comp& g) {
       gpu::kernels::pool_shape ps;
