@@ -86,31 +86,29 @@ layout(std430, binding = 7) readonly buffer SlotMap { uint slot_map[]; };
 #define ACC_DECL(t, i) float acc##i##_##t = 0.0;
 // Step u of an iteration (MOE_UNROLL steps, chunk k<u>): every weight and activation load of all steps is issued
 // before the first product.
-#define FETCH_(u, i) const raw_t q##u##_##i = fetch(R##i, row##i, k##u); const float s##u##_##i = chunk_scale(R##i, q##u##_##i);
+// A chunk's operands are formed here, once for all pairs of the tile (MXFP4: its E2M1 table lookups).
+#define FETCH_(u, i)                                                                \
+  const raw_t q##u##_##i = fetch(R##i, row##i, k##u);                               \
+  const float s##u##_##i = chunk_scale(R##i, q##u##_##i);                           \
+  const chunk_ops o##u##_##i = chunk_operands(q##u##_##i);
 #define XLD_(u, t)                                                                  \
   const uvec4 xa##u##_##t = xq4[(xb##t >> 2) + 2u * k##u], xc##u##_##t = xq4[(xb##t >> 2) + 2u * k##u + 1u]; \
   const float xs##u##_##t = xqf[xb##t + ACT_SCALE_WORD(nct) + k##u];                \
   const int xo##u##_##t = xqi[xb##t + ACT_BSUM_WORD(nct) + k##u];
 // matvec_rows.comp's RI: the chunk's scale · (sx / 2) · (integer dot − 2·off · Σ xq)
 #define RI_(u, t, i) \
-  acc##i##_##t += s##u##_##i * (xs##u##_##t * float(chunk_idot(q##u##_##i, xa##u##_##t, xc##u##_##t) - xo##u##_##t));
+  acc##i##_##t += s##u##_##i * (xs##u##_##t * float(chunk_idot_ops(o##u##_##i, xa##u##_##t, xc##u##_##t) - xo##u##_##t));
 #define FETCH0(i) FETCH_(0, i)
 #define FETCH1(i) FETCH_(1, i)
 #define XLD0(t) XLD_(0, t)
 #define XLD1(t) XLD_(1, t)
 #define RI0(t, i) RI_(0, t, i)
 #define RI1(t, i) RI_(1, t, i)
-// Ladders: pairs past the list's end are skipped (uniform over the workgroup), so a ragged last tile costs no
-// products. MXFP4: not skipped — with the skip (and the butterfly) its kernel took 15.1 instead of 7.4 ms on the
-// H200 (256 experts of 4096 × 2048, 512 tokens): most likely the per-pair branches keep the compiler from sharing
-// each weight word's E2M1 table lookups across the pairs (not isolated; docs/PERF.md "Twelfth session").
-#if defined(FMT_MXFP4)
-#define MAC0(t) ROWS(RI0, t)
-#define MAC1(t) ROWS(RI1, t)
-#else
+// Pairs past the list's end are skipped (uniform over the workgroup), so a ragged last tile costs no products.
+// (MXFP4 used to compute them: with the skip its table lookups were made per pair — 15.1 instead of 7.4 ms on the
+// H200, docs/PERF.md "Twelfth session" — until chunk_operands moved them out of the pair loop.)
 #define MAC0(t) if (i0 + t < cnt) { ROWS(RI0, t) }
 #define MAC1(t) if (i0 + t < cnt) { ROWS(RI1, t) }
-#endif
 #ifndef MOE_BUTTERFLY
 #define MOE_BUTTERFLY 0
 #endif

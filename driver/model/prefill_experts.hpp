@@ -7,10 +7,11 @@
 namespace cmfx::driver {
 
 enum class prefill_expert_mode {
-  /// The faster of the two per expert format, by the H200 kernel benchmarks (docs/PERF.md "Fourteenth session",
-  /// 256 experts of 4096 × 2048, 512 tokens): with expert_act = i8 the ladders (q4tp, q2tp) keep the int8 grouped
-  /// kernels (q2tp 3.97 ms against 6.90 on f16 tiles) and every other format takes the f16 tiles (MXFP4 5.32 ms on
-  /// gemm.comp's tiles against 7.43 in int8); with expert_act = f32, the f16 tiles (the --gemm precision).
+  /// The faster of the two per expert format, by the H200 kernel benchmarks (docs/PERF.md "Fourteenth session" and
+  /// "Twenty-eighth session", 256 experts of 4096 × 2048, 512 tokens): with expert_act = i8 the ladders (q4tp, q2tp)
+  /// keep the int8 grouped kernels (q2tp 3.57 ms against 6.89 on f16 tiles) and every other format takes the f16
+  /// tiles (MXFP4 5.31 ms on gemm.comp's tiles against 6.28 in int8); with expert_act = f32, the f16 tiles (the
+  /// --gemm precision).
   fastest,
   f16,  ///< f32 activations into kernels::moe: the --gemm tiles (f16: gemm.comp's), whatever --act says
   act,  ///< expert_act's precision (i8: the int8 grouped kernels, moe_rows_g8.comp)

@@ -30,21 +30,31 @@ uint mx_word(uint v, uint k0) {
 #else
 void i8_tables() {}
 #endif
-// Σ over the chunk's 32 weights of (integer weight) · xq for one row: the packed dot products.
+// Σ over the chunk's 32 weights of (integer weight) · xq for one row: the packed dot products. A chunk's integer
+// operands (chunk_ops, from chunk_operands) are what the dot products take: a ladder's raw words (each bit-plane
+// is one shift and mask away), MXFP4's codes as 8 words of 4 int8 (2·e2m1, element order) — 32 table lookups,
+// which moe_rows_g8.comp does once per (row, chunk) for every pair of its tile (chunk_idot_ops).
 #if defined(FMT_MXFP4)
-int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
+struct chunk_ops {
+  uvec4 a, b;  // words 0-3 pair with xa, 4-7 with xb
+};
+chunk_ops chunk_operands(raw_t q) {
+  chunk_ops o;
+  o.a = uvec4(mx_word(q.q[0], 0u), mx_word(q.q[0], 2u), mx_word(q.q[1], 0u), mx_word(q.q[1], 2u));
+  o.b = uvec4(mx_word(q.q[2], 0u), mx_word(q.q[2], 2u), mx_word(q.q[3], 0u), mx_word(q.q[3], 2u));
+  return o;
+}
+int chunk_idot_ops(chunk_ops o, uvec4 xa, uvec4 xb) {
   int s = 0;
-  [[unroll]] for (uint w = 0u; w < 4u; ++w) {
-    const uint v = q.q[w];
-    const uint lo = mx_word(v, 0u), hi = mx_word(v, 2u);
-    const uint x0 = w < 2u ? xa[2u * w] : xb[2u * w - 4u], x1 = w < 2u ? xa[2u * w + 1u] : xb[2u * w - 3u];
-    s += dot_ss(int(lo), int(x0), PACKED_4X8) + dot_ss(int(hi), int(x1), PACKED_4X8);
-  }
+  [[unroll]] for (uint j = 0u; j < 4u; ++j)
+    s += dot_ss(int(o.a[j]), int(xa[j]), PACKED_4X8) + dot_ss(int(o.b[j]), int(xb[j]), PACKED_4X8);
   return s;  // Σ (2·e2m1) · xq: the combination multiplies by sx / 2
 }
 #else
+#define chunk_ops raw_t
+chunk_ops chunk_operands(raw_t q) { return q; }
 #define PLANE_MASK (((1u << LADDER_ELEM_BITS) - 1u) * 0x01010101u)
-int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
+int chunk_idot_ops(raw_t q, uvec4 xa, uvec4 xb) {
   int s = 0;
   [[unroll]] for (uint w = 0u; w < LADDER_VALUE_BYTES / 4u; ++w) {
     const uint v = q.q[w];
@@ -57,3 +67,4 @@ int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) {
   return 2 * s;  // 2 Σ q · xq: the combination subtracts 2·off · Σ xq and multiplies by sx / 2
 }
 #endif
+int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) { return chunk_idot_ops(chunk_operands(q), xa, xb); }

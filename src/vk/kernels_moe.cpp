@@ -372,15 +372,15 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   const gpu_matrix &wgu = m.gate_up.w, &wdn = m.down.w;
   if (!k.has_i8(wgu.fmt) || !k.has_i8(wdn.fmt)) return false;
   const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), np = uint64_t(n) * S;
-  // The work split, from H200 sweeps (docs/PERF.md "Twelfth session"; 256 experts of 4096 × 2048, 512 tokens, ms per
-  // layer, run-to-run noise ~10 %): ladders 4 rows per subgroup, tiles of 4 pairs, 2 chunks in flight, the tile's
-  // sums by a butterfly of shuffles (q2tp 3.95, q4tp 4.09; tiles of 2: 4.48 / 4.56, of 8: 4.77 / 5.02; without the
-  // butterfly 4.94 / 5.25 at tiles of 2; f16 tiles 6.84 / 8.00); MXFP4 (its E2M1 table lookups) 2 rows, tiles of 4,
-  // 1 chunk, subgroupAdd sums (7.43; f16 tiles 8.01). Fewer rows per subgroup where a workgroup's rows must divide
-  // 2·I and d.
+  // The work split, from H200 sweeps (256 experts of 4096 × 2048, 512 tokens, ms per layer, run-to-run noise ~2 %
+  // within one machine start): 8 rows per subgroup, tiles of 4 pairs, 1 chunk in flight, the tile's sums by a
+  // butterfly of shuffles — q2tp 3.57, q4tp 3.68 (twenty-eighth session, docs/PERF.md; the twelfth session's 4 rows
+  // and 2 chunks: 3.99 / 4.12; 4 rows and 1 chunk 3.74 / 3.84; f16 tiles 6.89; tiles of 8 pairs: 3.91 / 3.97, of 2:
+  // 4.42 / 4.39, measured with the bit-planes formed once per row and chunk, which timed as built); MXFP4 (its E2M1 table lookups once per row and chunk, chunk_operands) 4 rows, 1 chunk: 6.28 (2
+  // rows: 6.95; f16 tiles 5.31). Fewer rows per subgroup where a workgroup's rows must divide 2·I and d.
   const matvec_tuning& tu = detail::tuning_of(p);
   const bool mx = wgu.fmt == format::mxfp4;
-  uint32_t rpt = tu.moe_rows_per_team ? tu.moe_rows_per_team : mx ? 2 : 4;
+  uint32_t rpt = tu.moe_rows_per_team ? tu.moe_rows_per_team : mx ? 4 : 8;
   while (rpt > 1 && ((2 * I) % (e.teams * rpt) || d % (e.teams * rpt))) rpt /= 2;
   const uint32_t rpw = e.teams * rpt;
   if (d % 32 || I % 32 || (2 * I) % rpw || d % rpw) return false;
@@ -398,8 +398,8 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   if (hqb.residual % 16 || xqb.residual % 16) return false;
   const detail::bound sb = m.slots ? e.bind(slot_map, E * 4) : detail::bound{};
   if (!planes_fast(e, m)) return false;
-  const uint32_t nb = tu.moe_pairs ? tu.moe_pairs : 4, unroll = tu.moe_unroll ? tu.moe_unroll : mx ? 1 : 2;
-  const bool butterfly = e.info.subgroup_shuffle && !mx;
+  const uint32_t nb = tu.moe_pairs ? tu.moe_pairs : 4, unroll = tu.moe_unroll ? tu.moe_unroll : 1;
+  const bool butterfly = e.info.subgroup_shuffle;
   const uint32_t nbind = m.slots ? 8 : 7;
   auto run = [&](const gpu_matrix& w, uint64_t rows_e, const detail::bound& in, const detail::bound& outb,
                  bool x_token) {
