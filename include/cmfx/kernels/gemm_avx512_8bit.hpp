@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cmfx/kernels/gemm_avx2.hpp"
+#include "cmfx/kernels/prefetch.hpp"
 
 #define CMFX_AVX512BW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
@@ -43,14 +44,6 @@ CMFX_AVX512BW_TARGET inline void q8_decode32(const uint8_t* q, __m512& lo, __m51
   hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16))));
 }
 
-/// Software prefetch of the line 1 KiB ahead of p in a row's weights (past a row's end: the next row's; a prefetch
-/// never faults). On dev's Zen 4 the hardware prefetchers alone left one thread streaming FP8 4096 × 8192 at ~14
-/// GB/s, 2335 µs; with this, 1990 µs (median of 5 alternated runs).
-inline constexpr uint64_t prefetch_distance_8bit = 1024;
-CMFX_AVX512BW_TARGET inline void prefetch_ahead(const uint8_t* p) noexcept {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + prefetch_distance_8bit), _MM_HINT_T0);
-}
-
 template <bool Fp8>
 CMFX_AVX512BW_TARGET inline void decode32(const uint8_t* q, __m512& lo, __m512& hi) noexcept {
   if constexpr (Fp8)
@@ -75,7 +68,7 @@ CMFX_AVX512BW_TARGET void rows_tile_8bit(const uint8_t* q, uint64_t cols, const 
     __m512 lo[NR], hi[NR];
 #pragma GCC unroll 4
     for (int i = 0; i < NR; ++i) decode32<Fp8>(q + uint64_t(i) * cols + avx2::kgroup * g, lo[i], hi[i]);
-    if ((g & 1) == 0)  // one cache line per row every other group (docs/PERF.md "Twenty-eighth session")
+    if ((g & 1) == 0)  // one line per row every other group, 1 KiB ahead (prefetch.hpp)
 #pragma GCC unroll 4
       for (int i = 0; i < NR; ++i) prefetch_ahead(q + uint64_t(i) * cols + avx2::kgroup * g);
     const __m512 sg = _mm512_set1_ps(s[g]);

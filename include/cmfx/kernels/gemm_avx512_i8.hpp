@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "cmfx/kernels/gemm_avx2_i8.hpp"
+#include "cmfx/kernels/prefetch.hpp"
 
 #if defined(CMFX_AVX512_GFNI)  // src/cpu/kernels_avx512_gfni.cpp: its own namespace, so no inline function of the
                                // plain AVX-512 TU's can be replaced by one compiled for GFNI (or the reverse)
@@ -80,18 +81,6 @@ CMFX_AVX512_TARGET inline __m512 scales16(const avx2::i8_row<F>& d, __m512 tlo, 
     if (!d.scales.empty()) return _mm512_maskz_loadu_ps(half ? __mmask16(0x00FF) : __mmask16(0xFFFF), d.scales.data() + g);
     return mxfp4_scales16(d.e8m0 + g, half ? 8 : 16);
   }
-}
-
-/// Software prefetch of the value bytes `prefetch_distance` ahead of the block being summed (lines cache lines from
-/// p + distance; past a row's end they are the next row's, whose values follow; a prefetch never faults). On dev's
-/// Zen 4 the hardware prefetchers alone left one thread streaming a 4096 × 8192 matrix at 10-14 GB/s where the same
-/// kernel sums a cache-resident one at 24-35 GB/s; with 1 KiB ahead, 4096 × 8192 from DRAM on one thread: q2tp
-/// median of 6 alternated runs 602 → 518 µs, q4tp 2134 → 1921; MXFP4 unchanged (1596 / 1615; docs/PERF.md
-/// "Twenty-eighth session").
-inline constexpr uint64_t prefetch_distance = 1024;
-CMFX_AVX512_TARGET inline void prefetch_values(const uint8_t* p, int lines) noexcept {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + prefetch_distance;  // (no pointer past the array formed)
-  for (int l = 0; l < lines; ++l) _mm_prefetch(reinterpret_cast<const char*>(a + 64 * uintptr_t(l)), _MM_HINT_T0);
 }
 
 /// Lane i of the result = lanes 2i + 2i+1 of (x | y): a group's lanes summed in pairs (row_tile_nibbles: four lanes →
@@ -195,7 +184,7 @@ CMFX_AVX512_TARGET inline void row_tile_crumbs_q2tp(const avx2::i8_row<fmt_q2tp>
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   uint64_t g = 0;
   for (; g + 16 <= groups; g += 16) {
-    prefetch_values(d.values + 8 * g, 2);
+    prefetch_ahead(d.values + 8 * g, 2);  // the block's 128 value bytes, 1 KiB ahead (prefetch.hpp)
     __m512i c[2][4];
     q2tp_planes(d.values + 8 * g, c[0]);
     q2tp_planes(d.values + 8 * (g + 8), c[1]);
@@ -274,7 +263,7 @@ CMFX_AVX512_TARGET inline void row_tile_nibbles(const avx2::i8_row<F>& d, uint64
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   uint64_t g = 0;
   for (; g + 16 <= groups; g += 16) {
-    prefetch_values(d.values + 16 * g, 4);
+    prefetch_ahead(d.values + 16 * g, 4);  // the block's 256 value bytes, 1 KiB ahead (prefetch.hpp)
     __m512i lo[4], hi[4];
     for (int c = 0; c < 4; ++c) nibble_planes<F>(d.values + 16 * (g + 4 * uint64_t(c)), lo[c], hi[c]);
     const __m512 s = scales16(d, tlo, thi, g, g + 32 <= groups, false);
