@@ -376,8 +376,9 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   // within one machine start): 8 rows per subgroup, tiles of 4 pairs, 1 chunk in flight, the tile's sums by a
   // butterfly of shuffles — q2tp 3.57, q4tp 3.68 (twenty-eighth session, docs/PERF.md; the twelfth session's 4 rows
   // and 2 chunks: 3.99 / 4.12; 4 rows and 1 chunk 3.74 / 3.84; f16 tiles 6.89; tiles of 8 pairs: 3.91 / 3.97, of 2:
-  // 4.42 / 4.39, measured with the bit-planes formed once per row and chunk, which timed as built); MXFP4 (its E2M1 table lookups once per row and chunk, chunk_operands) 4 rows, 1 chunk: 6.28 (2
-  // rows: 6.95; f16 tiles 5.31). Fewer rows per subgroup where a workgroup's rows must divide 2·I and d.
+  // 4.42 / 4.39, measured with the bit-planes formed once per row and chunk, which timed as built); MXFP4 (its
+  // E2M1 table lookups once per row and chunk, chunk_operands) 4 rows, 1 chunk: 6.28 (2 rows: 6.95; f16 tiles
+  // 5.31). Fewer rows per subgroup where a workgroup's rows must divide 2·I and d.
   const matvec_tuning& tu = detail::tuning_of(p);
   const bool mx = wgu.fmt == format::mxfp4;
   uint32_t rpt = tu.moe_rows_per_team ? tu.moe_rows_per_team : mx ? 4 : 8;
