@@ -6,8 +6,10 @@
 // every call streams from DRAM. moe1/ also reports the pool's timing per dispatch (thread_pool::set_trace): fork_us
 // (the last worker's start), slowest_us and mean_us (busy time per worker), join_us (last end to return).
 // usage: cmfx-bench-cpu [--threads N] [--arch generic|avx2|avx512|avx512gfni] [--big] [--moe-chunk ROWS]
-//                       [google-benchmark flags]
+//                       [--row-tail S] [google-benchmark flags]
 //   --moe-chunk ROWS  moe1/: rows taken dynamically in chunks of ROWS (moe_forward's chunk_rows; 0 = static)
+//   --row-tail S      matvec/, gemm, moe1/ (static): the share S of the rows taken dynamically after each worker's
+//                     static range (thread_pool::set_row_tail; 0 = all static; default 0.25)
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -28,6 +30,7 @@ using namespace cmfx;
 
 unsigned g_threads = 0;
 uint64_t g_moe_chunk = 0;
+double g_row_tail = -1;  // < 0: the pool's default
 int g_arch = -1;  // --arch: a cpu_arch to force (default: the best this CPU runs)
 const cpu_kernel_table& bench_kernels() {
   return g_arch < 0 ? best_cpu_kernels() : cpu_kernels_for(cpu_arch(g_arch));
@@ -189,6 +192,8 @@ int main(int argc, char** argv) {
       big = true;
     } else if (std::strcmp(argv[i], "--moe-chunk") == 0 && i + 1 < argc) {
       g_moe_chunk = std::stoull(argv[++i]);
+    } else if (std::strcmp(argv[i], "--row-tail") == 0 && i + 1 < argc) {
+      g_row_tail = std::stod(argv[++i]);
     } else {
       rest.push_back(argv[i]);
     }
@@ -198,6 +203,8 @@ int main(int argc, char** argv) {
   g_roofline = bench::measure_read_bandwidth(*g_pool, std::max<uint64_t>(1ull << 30, 8 * llc_bytes()));
   std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB)\n", g_roofline / 1e9,
               g_pool->size(), (unsigned long long)(std::max<uint64_t>(1ull << 30, 8 * llc_bytes()) >> 20));
+  if (g_row_tail >= 0) g_pool->set_row_tail(g_row_tail);  // the roofline above is a plain static run either way
+  std::printf("row tail: %.2f of the rows taken dynamically\n", g_pool->row_tail());
   for_each_type(all_formats{}, [&]<class F>() {
     for (const shape& s : kShapes) {
       if ((s.big && !big) || !F::shape_ok(s.rows, s.cols)) continue;

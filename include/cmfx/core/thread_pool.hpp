@@ -7,7 +7,10 @@
 /// type-erased trampoline, workers wait on a generation counter (spin briefly, then block on a condition
 /// variable), and the caller spins until every worker has finished its range. `run_chunks` is the dynamic
 /// variant: workers take fixed-size chunks from a shared counter until none is left (for machines whose cores
-/// do not run at one speed, e.g. the vCPUs of a VM). `set_trace(true)` times every run (pool_trace).
+/// do not run at one speed, e.g. the vCPUs of a VM). `run_rows` is what the row kernels call: `run` as it is, or,
+/// with `set_row_tail(share)`, static ranges over the first 1 - share of the items and the rest taken dynamically
+/// (each worker streams its own contiguous range, then the faster ones take the tail's chunks). `set_trace(true)`
+/// times every run (pool_trace).
 #if defined(__linux__)
 #include <pthread.h>
 #include <sched.h>
@@ -44,6 +47,8 @@ struct pool_trace {
 
 class thread_pool {
  public:
+  static constexpr double default_row_tail = 0.25;  ///< see set_row_tail
+
   /// `threads` = total workers including the caller (0 = hardware concurrency). With `pin`, worker i (the
   /// caller is worker 0) is bound to CPU i mod ncpu, which keeps two busy workers off one core on small VMs.
   explicit thread_pool(unsigned threads = 0, bool pin = false) {
@@ -76,6 +81,35 @@ class thread_pool {
   }
   const pool_trace& trace() const noexcept { return traced_; }
 
+  /// The share of a row kernel's items (`run_rows`) left out of the static ranges and taken dynamically in chunks,
+  /// in [0, 0.9]; 0 makes run_rows exactly run. Not to be changed while a run is in flight. Default 0.25
+  /// (`default_row_tail`): on the H200 host's 16 vCPUs, whose slowest worker took 1.2-1.5x the mean of static
+  /// ranges, it cut 4096 x 8192 matvecs by 0-17 % (q2tp 155/139 -> 129/131 us, FP8 433/382 -> 343/364) and never
+  /// lost beyond the noise (docs/PERF.md "Twenty-ninth session").
+  void set_row_tail(double share) noexcept { row_tail_ = std::clamp(share, 0.0, 0.9); }
+  double row_tail() const noexcept { return row_tail_; }
+
+  /// `run` for the row kernels (matvec, GEMM, experts): with a row tail (set_row_tail), worker w first takes the
+  /// w-th static range of [0, head) — head = n · (1 - share) rounded to `grain` — then chunks of the tail
+  /// [head, n) from a shared counter (about four per worker, multiples of `grain`), so fn may be called several
+  /// times per worker, on disjoint ranges. Every item is visited once either way.
+  template <class Fn>
+  void run_rows(uint64_t n, Fn&& fn, uint64_t grain = 1) {
+    grain = std::max<uint64_t>(1, grain);
+    const uint64_t grains = (n + grain - 1) / grain;
+    const uint64_t tail = uint64_t(double(grains) * row_tail_);
+    if (tail == 0 || n_ <= 1) return run(n, fn, grain);
+    const uint64_t head = std::min(n, (grains - tail) * grain);
+    const uint64_t chunk = std::max<uint64_t>(1, (tail + 4 * n_ - 1) / (4 * n_)) * grain;
+    std::atomic<uint64_t> next{head};
+    run_impl(n_, [&](uint64_t, uint64_t, unsigned w) {
+      uint64_t b, e;
+      partition(head, grain, n_, w, &b, &e);
+      if (b < e) fn(b, e, w);
+      for (uint64_t c; (c = next.fetch_add(chunk, std::memory_order_relaxed)) < n;) fn(c, std::min(n, c + chunk), w);
+    }, 1);
+  }
+
   /// Dynamic partition of [0, n): every worker takes chunks of `chunk` items (the last one shorter) from a shared
   /// counter and calls fn(begin, end, worker) for each, so a slow core takes fewer. Same blocking as run().
   template <class Fn>
@@ -84,16 +118,29 @@ class thread_pool {
     chunk = std::max<uint64_t>(1, chunk);
     const uint64_t chunks = (n + chunk - 1) / chunk;
     std::atomic<uint64_t> next{0};
-    run(std::min<uint64_t>(n_, chunks), [&](uint64_t, uint64_t, unsigned w) {
+    run_impl(std::min<uint64_t>(n_, chunks), [&](uint64_t, uint64_t, unsigned w) {
       for (uint64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
         fn(c * chunk, std::min(n, (c + 1) * chunk), w);
-    });
+    }, 1);
   }
 
   /// Static partition of [0, n) over `size()` workers, ranges aligned to `grain` items.
   /// Blocks until every range is done. Not reentrant: one run at a time per pool.
   template <class Fn>
   void run(uint64_t n, Fn&& fn, uint64_t grain = 1) {
+    run_impl(n, fn, grain);
+  }
+
+  /// The [begin, end) range of worker w out of `used` workers for n items (the partition `run` uses).
+  static void partition(uint64_t n, uint64_t grain, unsigned used, unsigned w, uint64_t* b, uint64_t* e) noexcept {
+    const uint64_t chunks = (n + grain - 1) / grain;
+    *b = std::min(n, chunks * w / used * grain);
+    *e = std::min(n, chunks * (w + 1) / used * grain);
+  }
+
+ private:
+  template <class Fn>
+  void run_impl(uint64_t n, Fn&& fn, uint64_t grain) {
     if (n == 0) return;
     const unsigned used = unsigned(std::min<uint64_t>(n_, (n + grain - 1) / grain));
     if (used <= 1) {
@@ -127,14 +174,6 @@ class thread_pool {
     if (trace_) account(t0, used);
   }
 
-  /// The [begin, end) range of worker w out of `used` workers for n items (the partition `run` uses).
-  static void partition(uint64_t n, uint64_t grain, unsigned used, unsigned w, uint64_t* b, uint64_t* e) noexcept {
-    const uint64_t chunks = (n + grain - 1) / grain;
-    *b = std::min(n, chunks * w / used * grain);
-    *e = std::min(n, chunks * (w + 1) / used * grain);
-  }
-
- private:
   static void pin_to(unsigned i) noexcept {
 #if defined(__linux__)
     const unsigned ncpu = std::max(1u, std::thread::hardware_concurrency());
@@ -213,6 +252,7 @@ class thread_pool {
   uint64_t items_ = 0, grain_ = 1;
   unsigned used_ = 1;
   bool trace_ = false;
+  double row_tail_ = default_row_tail;
   std::vector<stamp> stamps_;  // per worker: its range's start and end in the current run (trace_ only)
   pool_trace traced_;
 };

@@ -54,11 +54,12 @@ inline const cpu_kernel_table& best_cpu_kernels() {
 /// Rows per work item: a multiple of 8 keeps neighbouring rows (and their cache lines) on one thread.
 inline constexpr uint64_t gemm_row_grain = 8;
 
-/// Y[n, rows] = X[n, cols] · W^T over the pool, rows statically partitioned across workers.
+/// Y[n, rows] = X[n, cols] · W^T over the pool, rows statically partitioned across workers (thread_pool::run_rows:
+/// with a row tail, the last share of them taken dynamically).
 inline void gemm(thread_pool& pool, const cpu_kernel_table& k, format f, const matrix_view& w, const float* X,
                  uint64_t n, float* Y) {
   const gemm_rows_fn fn = k.gemm[size_t(f)];
-  pool.run(w.rows, [&](uint64_t r0, uint64_t r1, unsigned) { fn(w, X, n, w.cols, Y, w.rows, r0, r1); }, gemm_row_grain);
+  pool.run_rows(w.rows, [&](uint64_t r0, uint64_t r1, unsigned) { fn(w, X, n, w.cols, Y, w.rows, r0, r1); }, gemm_row_grain);
 }
 
 /// Y = X · W^T with int8 activations where the table has an integer-dot kernel for f (falls back to the f32
@@ -68,7 +69,7 @@ inline void gemm(thread_pool& pool, const cpu_kernel_table& k, format f, const m
   const gemm_rows_i8_fn fn = k.gemm_i8[size_t(f)];
   if (p == act_precision::f32 || !fn || w.cols % act_block != 0) return gemm(pool, k, f, w, X, n, Y);
   quantize_act_q8(X, n, w.cols, k.i8_layout[size_t(f)], scratch);
-  pool.run(w.rows, [&](uint64_t r0, uint64_t r1, unsigned) { fn(w, scratch, Y, w.rows, r0, r1); }, gemm_row_grain);
+  pool.run_rows(w.rows, [&](uint64_t r0, uint64_t r1, unsigned) { fn(w, scratch, Y, w.rows, r0, r1); }, gemm_row_grain);
 }
 
 /// y[rows] = W · x.

@@ -115,7 +115,7 @@ inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<
     if (chunk_rows)
       pool.run_chunks(rows, body, (chunk_rows + gemm_row_grain - 1) / gemm_row_grain * gemm_row_grain);
     else
-      pool.run(rows, body, gemm_row_grain);
+      pool.run_rows(rows, body, gemm_row_grain);
   };
 
   // Phase 1: gate and up rows of every active expert, SwiGLU-clamp and routing weight fused per row range.
