@@ -80,8 +80,8 @@ TEST(ThreadPool, RowTailCoversEveryIndexOnce) {
 }
 
 TEST(ThreadPool, RowTailGoesToTheWorkersThatAreFree) {
-  // Worker 0 (the caller) is held up in its static range until every other item is done: the tail must go to
-  // the others, and with no tail worker 0 keeps exactly its static range.
+  // Worker 0 (the caller) is held up in its static range until every other item is done: the whole tail must go
+  // to the others, and worker 0 keeps exactly its static range.
   thread_pool pool(3);
   const uint64_t n = 300;
   pool.set_row_tail(0.5);

@@ -102,7 +102,7 @@ class thread_pool {
     const uint64_t head = std::min(n, (grains - tail) * grain);
     const uint64_t chunk = std::max<uint64_t>(1, (tail + 4 * n_ - 1) / (4 * n_)) * grain;
     std::atomic<uint64_t> next{head};
-    run_impl(n_, [&](uint64_t, uint64_t, unsigned w) {
+    run(n_, [&](uint64_t, uint64_t, unsigned w) {
       uint64_t b, e;
       partition(head, grain, n_, w, &b, &e);
       if (b < e) fn(b, e, w);
@@ -118,7 +118,7 @@ class thread_pool {
     chunk = std::max<uint64_t>(1, chunk);
     const uint64_t chunks = (n + chunk - 1) / chunk;
     std::atomic<uint64_t> next{0};
-    run_impl(std::min<uint64_t>(n_, chunks), [&](uint64_t, uint64_t, unsigned w) {
+    run(std::min<uint64_t>(n_, chunks), [&](uint64_t, uint64_t, unsigned w) {
       for (uint64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
         fn(c * chunk, std::min(n, (c + 1) * chunk), w);
     }, 1);
@@ -128,19 +128,6 @@ class thread_pool {
   /// Blocks until every range is done. Not reentrant: one run at a time per pool.
   template <class Fn>
   void run(uint64_t n, Fn&& fn, uint64_t grain = 1) {
-    run_impl(n, fn, grain);
-  }
-
-  /// The [begin, end) range of worker w out of `used` workers for n items (the partition `run` uses).
-  static void partition(uint64_t n, uint64_t grain, unsigned used, unsigned w, uint64_t* b, uint64_t* e) noexcept {
-    const uint64_t chunks = (n + grain - 1) / grain;
-    *b = std::min(n, chunks * w / used * grain);
-    *e = std::min(n, chunks * (w + 1) / used * grain);
-  }
-
- private:
-  template <class Fn>
-  void run_impl(uint64_t n, Fn&& fn, uint64_t grain) {
     if (n == 0) return;
     const unsigned used = unsigned(std::min<uint64_t>(n_, (n + grain - 1) / grain));
     if (used <= 1) {
@@ -174,6 +161,14 @@ class thread_pool {
     if (trace_) account(t0, used);
   }
 
+  /// The [begin, end) range of worker w out of `used` workers for n items (the partition `run` uses).
+  static void partition(uint64_t n, uint64_t grain, unsigned used, unsigned w, uint64_t* b, uint64_t* e) noexcept {
+    const uint64_t chunks = (n + grain - 1) / grain;
+    *b = std::min(n, chunks * w / used * grain);
+    *e = std::min(n, chunks * (w + 1) / used * grain);
+  }
+
+ private:
   static void pin_to(unsigned i) noexcept {
 #if defined(__linux__)
     const unsigned ncpu = std::max(1u, std::thread::hardware_concurrency());
