@@ -2,7 +2,7 @@
 // The weight matmuls of the CPU model graphs under the run-time activation precision (dsv4_options::matmul_act,
 // dsv41_options::matmul_act): f32 = the strict path (the parity reference, bit-identical to the graphs before the
 // option existed); i8 = activations quantised to int8 per 32 values for every matrix whose format has an
-// integer-dot kernel (q4tp / q2tp / MXFP4; include/cmfx/kernels/cpu_kernels.hpp), f32 for every other format.
+// integer-dot kernel (q4tp / q2tp / MXFP4 / q8_row; include/cmfx/kernels/cpu_kernels.hpp), f32 for every other format.
 // The router gate never comes through here (it stays f32: routing is a selection).
 #include <algorithm>
 #include <cstdint>
@@ -43,7 +43,7 @@ inline void grouped_gemm(thread_pool& pool, const cpu_kernel_table& k, format f,
           for (uint64_t t = 0; t < n; ++t) std::copy_n(o + t * ldo + g * gcols, gcols, buf.data() + t * gcols);
           xg = buf.data();
         }
-        quantize_act_q8(xg, n, gcols, k.i8_layout[size_t(f)], s.group[wk]);
+        k.quantize_act(xg, n, gcols, k.i8_layout[size_t(f)], s.group[wk]);
         fi(wa, s.group[wk], z, zr, r, end);
       } else {
         fa(wa, o + g * gcols, n, ldo, z, zr, r, end);

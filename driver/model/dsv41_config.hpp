@@ -95,7 +95,8 @@ struct dsv41_options {
   /// KV source closes no group it does not republish its index keys, and it (and every later index layer until a
   /// source republishes) scores against the last publisher's keys — in the release, layer 20's. On = official.
   bool stale_index_k = true;
-  /// Activation precision of the weight matmuls whose format has an integer-dot kernel (q4tp / q2tp / MXFP4):
+  /// Activation precision of the weight matmuls whose format has an integer-dot kernel (q4tp / q2tp / MXFP4;
+  /// q8_row on the CPU):
   /// f32 (default) = the strict path, the parity reference; i8 = activations rounded to int8 per 32 values
   /// (faster; error per matmul in docs/FORMATS.md "Kernel tolerances", end to end in docs/ARCHITECTURE.md). Covers
   /// the attention projections, the routed and shared experts and the head; the router gate stays f32.

@@ -68,7 +68,8 @@ struct dsv4_options {
   bool qat_kv_fp8 = false;       // FP8 (E4M3, block 64, pow2 scale) fake-quant of the KV nope dims (window + compressed)
   bool qat_indexer_fp4 = false;  // Hadamard rotation + FP4 (E2M1, block 32) of the indexer q and keys
   bool qat_act_fp8 = false;      // FP8 block-128 fake-quant of the inputs of the FP8/FP4 Linears (not the W2 input)
-  /// Activation precision of the weight matmuls whose format has an integer-dot kernel (q4tp / q2tp / MXFP4):
+  /// Activation precision of the weight matmuls whose format has an integer-dot kernel (q4tp / q2tp / MXFP4;
+  /// q8_row on the CPU):
   /// f32 (default) = the strict path, the parity reference; i8 = activations rounded to int8 per 32 values
   /// (faster; error per matmul in docs/FORMATS.md "Kernel tolerances", end to end in docs/ARCHITECTURE.md). Covers
   /// the attention projections, the routed and shared experts and the head; the router gate stays f32.

@@ -30,7 +30,8 @@ constexpr double kBoundSlack = 1.01;
 constexpr double kSumSlack = 1e-5;
 
 template <class F>
-void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch::avx2, bool f32_scales = false) {
+void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch::avx2, bool f32_scales = false,
+              bool extremes = false) {
   if (!cpu_supports(arch))
     GTEST_SKIP() << "this CPU has no " << cpu_arch_name(arch) << ": its int8 kernels cannot run here";
   const cpu_kernel_table& k = cpu_kernels_for(arch);
@@ -47,6 +48,14 @@ void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch
     }
     e.scale = std::move(f);
     enc = scale_encoding::f32;
+  }
+  if constexpr (F::id == format::q8_row) {
+    if (extremes) {  // the int8 ends, which an encoder rarely writes: -128 (|w| = 128 as u8) and 127
+      for (uint64_t i = 0; i < rows * cols; ++i) {
+        if (i % 7 == 3) e.data[i] = 0x80;
+        else if (i % 11 == 5) e.data[i] = 0x7F;
+      }
+    }
   }
   const matrix_view v{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(), enc,
                       rows, cols};
@@ -121,6 +130,14 @@ TEST(GemmI8, Mxfp4) {
   for (auto [r, c, n] : {std::tuple{9ull, 608ull, 3ull}, {4ull, 256ull, 2ull}})  // the scales as an f32 tensor
     check_i8<fmt_mxfp4>(r, c, n, cpu_arch::avx2, true);
 }
+// q8_row on AVX2: blocks of 8 groups (one group per load, a vphaddd tree), then single groups; the row scale last
+// (608 columns = 2 · 8 + 3 groups, 2080 = 8 · 8 + 1, 8192 the shape whose f32 path left L1)
+TEST(GemmI8, Q8Row) {
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull},
+                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {33ull, 2080ull, 5ull}, {10ull, 8192ull, 2ull}})
+    check_i8<fmt_q8_row>(r, c, n);
+  check_i8<fmt_q8_row>(9, 608, 3, cpu_arch::avx2, false, true);
+}
 
 // The AVX-512 VNNI kernels (two groups per vpdpbusd; odd group counts take the AVX2 dot for the last group):
 // the same bounds, shapes with even and odd group counts.
@@ -153,6 +170,17 @@ TEST(GemmI8Avx512, Mxfp4) {  // as q4tp; e8m0 scales, and f32 ones (masked loads
     check_i8<fmt_mxfp4>(r, c, n, cpu_arch::avx512);
   for (auto [r, c, n] : {std::tuple{17ull, 2304ull, 1ull}, {11ull, 800ull, 5ull}, {6ull, 480ull, 3ull}, {9ull, 608ull, 3ull}})
     check_i8<fmt_mxfp4>(r, c, n, cpu_arch::avx512, true);
+}
+
+// q8_row: blocks of 16 groups (two per load, values flipped to w + 128 for vpdpbusd, the offset 128 · Σxq taken
+// off the exact dot), a half block of 8, then single groups (800 = 16 + 8 + 1; 480 = 8 + 7; 2304 = 4 blocks + a half).
+TEST(GemmI8Avx512, Q8Row) {
+  for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull}, {33ull, 2080ull, 5ull},
+                         {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {3ull, 256ull, 2ull}, {17ull, 2304ull, 1ull},
+                         {11ull, 800ull, 5ull}, {6ull, 480ull, 3ull}, {10ull, 8192ull, 2ull}})
+    check_i8<fmt_q8_row>(r, c, n, cpu_arch::avx512);
+  check_i8<fmt_q8_row>(11, 800, 5, cpu_arch::avx512, false, true);
+  check_i8<fmt_q8_row>(11, 800, 5, cpu_arch::avx512_gfni);
 }
 
 }  // namespace

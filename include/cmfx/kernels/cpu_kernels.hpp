@@ -28,11 +28,15 @@ using gemm_rows_fn = void (*)(const matrix_view& w, const float* X, uint64_t n, 
 using gemm_rows_i8_fn = void (*)(const matrix_view& w, const act_q8& x, float* Y, uint64_t ldy, uint64_t r0,
                                  uint64_t r1);
 
+/// Quantises activations for the int8 kernels (act_q8.hpp's quantize_act_q8, or a vector version with the same bits).
+using quantize_act_fn = void (*)(const float* X, uint64_t n, uint64_t cols, act_layout layout, act_q8& out);
+
 struct cpu_kernel_table {
   cpu_arch arch = cpu_arch::generic;
   std::array<gemm_rows_fn, format_count> gemm{};        // strict f32 activations (the parity reference)
   std::array<gemm_rows_i8_fn, format_count> gemm_i8{};  // int8 activations; nullptr where not faster/available
   std::array<act_layout, format_count> i8_layout{};
+  quantize_act_fn quantize_act = &quantize_act_q8;      // the gemm_i8 kernels' input (AVX2 tables: act_q8_avx2.hpp)
 };
 
 const cpu_kernel_table& cpu_kernels_generic();
@@ -68,7 +72,7 @@ inline void gemm(thread_pool& pool, const cpu_kernel_table& k, format f, const m
                  uint64_t n, float* Y, act_precision p, act_q8& scratch) {
   const gemm_rows_i8_fn fn = k.gemm_i8[size_t(f)];
   if (p == act_precision::f32 || !fn || w.cols % act_block != 0) return gemm(pool, k, f, w, X, n, Y);
-  quantize_act_q8(X, n, w.cols, k.i8_layout[size_t(f)], scratch);
+  k.quantize_act(X, n, w.cols, k.i8_layout[size_t(f)], scratch);
   pool.run_rows(w.rows, [&](uint64_t r0, uint64_t r1, unsigned) { fn(w, scratch, Y, w.rows, r0, r1); }, gemm_row_grain);
 }
 

@@ -9,6 +9,7 @@
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/kernels/gemm_generic.hpp"
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include "cmfx/kernels/act_q8_avx2.hpp"
 #include "cmfx/kernels/gemm_avx2.hpp"
 #include "cmfx/kernels/gemm_avx2_i8.hpp"
 #endif
@@ -22,14 +23,24 @@ namespace cmfx::detail {
 inline cpu_kernel_table make_cpu_kernel_table(cpu_arch arch) {
   cpu_kernel_table t;
   t.arch = arch;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  t.quantize_act = &kernels::avx2::quantize_act_q8;
+#endif
   for_each_type(all_formats{}, [&]<class F>() {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
     if constexpr (kernels::avx2::has_i8_kernel<F>) {
 #if defined(CMFX_KERNELS_AVX512)
-      // blocks of 16 groups, every int32 lane inside one group: q2tp eight groups per load, q4tp / MXFP4 four
-      t.gemm_i8[size_t(F::id)] = &kernels::CMFX_AVX512_I8_NS::gemm_rows_i8<F>;
+      // blocks of 16 groups, every int32 lane inside one group: q2tp eight groups per load, q4tp / MXFP4 four,
+      // q8_row two
+      if constexpr (F::id == format::q8_row)
+        t.gemm_i8[size_t(F::id)] = &kernels::CMFX_AVX512_I8_NS::gemm_rows_i8_q8;
+      else
+        t.gemm_i8[size_t(F::id)] = &kernels::CMFX_AVX512_I8_NS::gemm_rows_i8<F>;
 #else
-      t.gemm_i8[size_t(F::id)] = &kernels::avx2::gemm_rows_i8<F>;
+      if constexpr (F::id == format::q8_row)
+        t.gemm_i8[size_t(F::id)] = &kernels::avx2::gemm_rows_i8_q8;
+      else
+        t.gemm_i8[size_t(F::id)] = &kernels::avx2::gemm_rows_i8<F>;
 #endif
       t.i8_layout[size_t(F::id)] = kernels::avx2::i8_layout<F>;
     }

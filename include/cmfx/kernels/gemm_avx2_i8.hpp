@@ -1,10 +1,11 @@
 #pragma once
 /// @file gemm_avx2_i8.hpp
-/// @brief AVX2 integer-dot GEMM for the 4-bit and 2-bit formats: weights stay integers (q4tp nibbles,
-///        q2tp crumbs, MXFP4 2*e2m1), activations are int8 per 32 (act_q8.hpp), and vpmaddubsw + vpmaddwd
+/// @brief AVX2 integer-dot GEMM for the 4-bit, 2-bit and int8 formats: weights stay integers (q4tp nibbles,
+///        q2tp crumbs, MXFP4 2*e2m1, q8_row bytes), activations are int8 per 32 (act_q8.hpp), and vpmaddubsw + vpmaddwd
 ///        form the 32-element dot in exact int32. Per group: y += s_g * sx_tg * (dot_g - offset_g), with
 ///        offset = 8*sum(xq) for q4tp (nib - 8), 1.5*sum(xq) for q2tp (c - 1.5), 0 for MXFP4 (signed LUT,
-///        scaled by 1/2), subtracted from the exact integer dot (i8_token_side). The strict f32 path
+///        scaled by 1/2; q8_row: signed values, its row scale applied to the row's sum), subtracted from the exact
+///        integer dot (i8_token_side). The strict f32 path
 ///        (gemm_avx2.hpp) stays the parity reference.
 /// Include only from a translation unit compiled with -mavx2 -mfma -mf16c.
 #include <immintrin.h>
@@ -19,9 +20,12 @@ namespace cmfx::kernels::avx2 {
 
 /// Which formats have an integer-dot kernel, and the activation layout each needs.
 template <class F>
-constexpr bool has_i8_kernel = F::id == format::q4tp || F::id == format::q2tp || F::id == format::mxfp4;
+constexpr bool has_i8_kernel =
+    F::id == format::q4tp || F::id == format::q2tp || F::id == format::mxfp4 || F::id == format::q8_row;
 template <class F>
-constexpr act_layout i8_layout = F::id == format::q2tp ? act_layout::crumb : act_layout::nibble;
+constexpr act_layout i8_layout = F::id == format::q2tp   ? act_layout::crumb
+                                 : F::id == format::q8_row ? act_layout::natural
+                                                           : act_layout::nibble;
 
 /// 16 packed nibble bytes -> [16 low nibbles | 16 high nibbles] as u8 (pairs with act_layout::nibble).
 inline __m256i nibbles_u8(const uint8_t* p) noexcept {
@@ -287,6 +291,70 @@ inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, con
       const __m256i xq =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
       out[t] += s * ts.wsx[o] * float(2 * hsum_i32(d.dot(g, xq)) - ts.boff[o]);
+    }
+  }
+}
+
+/// The int32 lanes whose sum is the signed dot of 32 int8 weights and 32 int8 activations (natural layout):
+/// vpmaddubsw takes |w| as u8 (|-128| = 128 fits) against x with w's sign (vpsignb; x is in [-127, 127]), so a
+/// pair sums to at most 2 · 128 · 127 < 2^15 (no saturation), and vpmaddwd leaves eight int32 lanes.
+inline __m256i q8_dot32(__m256i w, __m256i x) noexcept {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+
+/// q8_row with int8 activations, blocks of 8 groups (256 weight bytes, 8 loads): per token 8 q8_dot32, a vphaddd
+/// tree (6) and one 128-bit-half exchange leave one exact int32 dot per group in lane order, then the group terms
+/// sx_g · dot_g (no offset: the values are signed); the row scale multiplies the row's sum once. The last groups
+/// (fewer than 8) one at a time. (The f32 path converts every weight to float and, at 8 192 columns, loses its 32 KiB
+/// of activations from L1 between rows: docs/PERF.md "CPU matvec: cmfx vs ggml".)
+template <int NT>
+inline void row_tile_q8(const int8_t* wr, uint64_t groups, const act_q8& a, uint64_t t0, float rs, float out[NT]) noexcept {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  uint64_t g = 0;
+  for (; g + 8 <= groups; g += 8) {
+    __m256i w[8];
+    for (int p = 0; p < 8; ++p) w[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 32 * (g + uint64_t(p))));
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* x = a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g;
+      __m256i d[8];
+      for (int p = 0; p < 8; ++p) d[p] = q8_dot32(w[p], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * p)));
+      // each 128-bit half: groups 0..3 (h0) and 4..7 (h1) of its four lanes per group, then the halves added
+      const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
+      const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(d[4], d[5]), _mm256_hadd_epi32(d[6], d[7]));
+      const __m256i dot = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+      const float* sx = a.scale.data() + (t0 + uint64_t(t)) * a.blocks + g;
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_loadu_ps(sx), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+  for (; g < groups; ++g) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 32 * g));
+    for (int t = 0; t < NT; ++t) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
+      out[t] += a.scale[(t0 + uint64_t(t)) * a.blocks + g] * float(hsum_i32(q8_dot32(w, x)));
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] *= rs;
+}
+
+/// The values of row r of a q8_row matrix and its f16 row scale (q8.hpp: [i8 R·C][f16 × R]).
+inline const int8_t* q8_row_values(const matrix_view& w, uint64_t r) noexcept {
+  return reinterpret_cast<const int8_t*>(w.data) + r * w.cols;
+}
+inline float q8_row_scale(const matrix_view& w, uint64_t r) noexcept { return load_f16(w.data + w.rows * w.cols + 2 * r); }
+
+/// Rows [r0, r1) of Y = X · W^T for q8_row with int8 activations in the natural layout (act_q8.hpp).
+inline void gemm_rows_i8_q8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
+  const uint64_t groups = w.cols / 32, n = a.n;
+  for (uint64_t r = r0; r < r1; ++r) {
+    const int8_t* wr = q8_row_values(w, r);
+    const float rs = q8_row_scale(w, r);
+    for (uint64_t t0 = 0; t0 < n; t0 += token_tile) {
+      const uint64_t nt = std::min(token_tile, n - t0);
+      float y[token_tile];
+      with_tile(nt, [&](auto NT) { row_tile_q8<NT()>(wr, groups, a, t0, rs, y); });
+      for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
     }
   }
 }

@@ -1,6 +1,6 @@
 #pragma once
 /// @file gemm_avx512_i8.hpp
-/// @brief AVX-512 VNNI integer-dot GEMM for q4tp, q2tp and MXFP4 with int8 activations (act_q8.hpp): exact int32
+/// @brief AVX-512 VNNI integer-dot GEMM for q4tp, q2tp, MXFP4 and q8_row with int8 activations (act_q8.hpp): exact int32
 ///        group dots with vpdpbusd (u8 weights × s8 activations, 4 products per int32 lane), blocks of 16 groups
 ///        with every int32 lane inside one group (row_tile_crumbs_q2tp, row_tile_nibbles), a row's last 8 groups
 ///        as half a block and any fewer one at a time (add_last_groups). The weights' integer offset (q2tp 1.5,
@@ -288,6 +288,75 @@ CMFX_AVX512_TARGET inline void row_tile_nibbles(const avx2::i8_row<F>& d, uint64
   }
   for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
   add_last_groups<F, NT>(d, a, ts, t0, g, groups, out);
+}
+
+// ---- q8_row: two groups per 512-bit load, every int32 lane inside one group
+// vpdpbusd takes unsigned weights, so each value byte is flipped to w + 128 (one xor); int32 lane L of a load's dot
+// holds four products of group L / 8, three folds of eight such vectors leave one int32 per group, and the offset
+// 128 · Σxq comes off the exact dot (i8_terms, m = 1, boff = 128 · bsum). Activations in the natural layout, no
+// rearrangement. Per 16 groups: 8 loads and 8 xors, and per token 8 vpdpbusd, 7 folds (2 vpermt2d + an add each)
+// and the group terms; the row scale multiplies the row's sum once.
+
+/// The exact dots of the groups at wr (u8: w + 128 already) against x, eight vectors of two groups each, folded to
+/// one int32 per group: 16 groups, or with `half` 8 (lanes 8..15 zero).
+CMFX_AVX512_TARGET inline __m512i q8_dots(const __m512i* u, const int8_t* x, bool half) noexcept {
+  __m512i d[8];
+  const int v = half ? 4 : 8;
+  for (int j = 0; j < v; ++j) d[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j], _mm512_loadu_si512(x + 64 * j));
+  if (half) return fold(fold(fold(d[0], d[1]), fold(d[2], d[3])), _mm512_setzero_si512());
+  return fold(fold(fold(d[0], d[1]), fold(d[2], d[3])), fold(fold(d[4], d[5]), fold(d[6], d[7])));
+}
+
+/// acc[t] + the group terms of tokens t0 .. t0 + NT − 1 over 16 groups from g of the row's bytes wb, or with `half`
+/// over 8 (the token factors of lanes 8..15 masked to 0).
+template <int NT>
+CMFX_AVX512_TARGET inline void q8_block(const uint8_t* wb, uint64_t g, bool half, const act_q8& a, const i8_token_side& ts,
+                                        uint64_t t0, __m512 acc[NT]) noexcept {
+  prefetch_ahead(wb + 32 * g, half ? 4 : 8);  // the block's value bytes, 1 KiB ahead (prefetch.hpp)
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  __m512i u[8];
+  for (int j = 0; j < (half ? 4 : 8); ++j) u[j] = _mm512_xor_si512(_mm512_loadu_si512(wb + 32 * g + 64 * j), flip);
+  for (int t = 0; t < NT; ++t)
+    acc[t] = i8_terms<0>(acc[t], q8_dots(u, a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g, half), _mm512_set1_ps(1.0f),
+                         ts, (t0 + uint64_t(t)) * a.blocks + g, half ? __mmask16(0x00FF) : __mmask16(0xFFFF));
+}
+
+template <int NT>
+CMFX_AVX512_TARGET inline void row_tile_q8(const int8_t* wr, uint64_t groups, const act_q8& a, const i8_token_side& ts,
+                                           uint64_t t0, float rs, float out[NT]) noexcept {
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  const auto* wb = reinterpret_cast<const uint8_t*>(wr);
+  uint64_t g = 0;
+  for (; g + 16 <= groups; g += 16) q8_block<NT>(wb, g, false, a, ts, t0, acc);
+  if (g + 8 <= groups) q8_block<NT>(wb, g, true, a, ts, t0, acc), g += 8;
+  for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+  for (; g < groups; ++g) {  // fewer than 8 left: one at a time, signed (no offset), as the AVX2 kernel
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 32 * g));
+    for (int t = 0; t < NT; ++t) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + (t0 + uint64_t(t)) * a.cols + 32 * g));
+      out[t] += a.scale[(t0 + uint64_t(t)) * a.blocks + g] * float(avx2::hsum_i32(avx2::q8_dot32(w, x)));
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] *= rs;
+}
+
+/// Rows [r0, r1) of Y = X · W^T for q8_row with int8 activations in the natural layout.
+CMFX_AVX512_TARGET inline void gemm_rows_i8_q8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0,
+                                               uint64_t r1) {
+  const uint64_t groups = w.cols / 32, n = a.n;
+  thread_local i8_token_side ts;  // per call, per thread, grown once
+  ts.prepare(a, 1, 128);
+  for (uint64_t r = r0; r < r1; ++r) {
+    const int8_t* wr = avx2::q8_row_values(w, r);
+    const float rs = avx2::q8_row_scale(w, r);
+    for (uint64_t t0 = 0; t0 < n; t0 += avx2::token_tile) {
+      const uint64_t nt = std::min(avx2::token_tile, n - t0);
+      float y[avx2::token_tile];
+      avx2::with_tile(nt, [&](auto NT) { CMFX_AVX512_I8_NS::row_tile_q8<NT()>(wr, groups, a, ts, t0, rs, y); });
+      for (uint64_t t = 0; t < nt; ++t) Y[(t0 + t) * ldy + r] = y[t];
+    }
+  }
 }
 
 /// Rows [r0, r1) of Y = X · W^T with int8 activations: q2tp through row_tile_crumbs_q2tp, q4tp and MXFP4 through

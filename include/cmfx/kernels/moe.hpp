@@ -12,7 +12,7 @@
 ///
 /// Activation precision: act_precision::f32 (default) is the strict path, the parity reference. With
 /// act_precision::i8, every expert matrix whose format has an integer-dot kernel (cpu_kernel_table::gemm_i8:
-/// q4tp / q2tp / MXFP4, cols % 32 == 0) reads its input quantised to int8 per 32 values (act_q8.hpp; error in
+/// q4tp / q2tp / MXFP4 / q8_row, cols % 32 == 0) reads its input quantised to int8 per 32 values (act_q8.hpp; error in
 /// docs/FORMATS.md "Kernel tolerances"); other formats keep the f32 path. Each worker quantises the input slices of
 /// the experts its row range touches into its own act_q8 (moe_scratch::aq, grown once), so no extra dispatch is
 /// needed and only a slice on a range boundary is quantised twice. The i8 result still does not depend on the
@@ -132,10 +132,10 @@ inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<
       act_q8* uq = gq;
       const bool fresh = s.aq_of[wk] != a;  // this worker's first rows of expert a in this phase
       s.aq_of[wk] = a;
-      if (gi && fresh) quantize_act_q8(xe, ne, d, k.i8_layout[size_t(ex.gate_fmt)], *gq);
+      if (gi && fresh) k.quantize_act(xe, ne, d, k.i8_layout[size_t(ex.gate_fmt)], *gq);
       if (ui && (!gi || k.i8_layout[size_t(ex.up_fmt)] != gq->layout)) {
         uq = &s.aq[2 * size_t(wk) + 1];
-        if (fresh) quantize_act_q8(xe, ne, d, k.i8_layout[size_t(ex.up_fmt)], *uq);
+        if (fresh) k.quantize_act(xe, ne, d, k.i8_layout[size_t(ex.up_fmt)], *uq);
       }
       if (gi)
         gi(ex.gate, *gq, s.g.data() + base * I, I, lo, hi);
@@ -170,7 +170,7 @@ inline void moe_forward(thread_pool& pool, const cpu_kernel_table& k, std::span<
       if (const gemm_rows_i8_fn di = moe_detail::i8_kernel(k, act, ex.down_fmt, I);
           di && I == inter) {  // the int8 input must be contiguous [ne, I]: the expert is as wide as the leading dim
         act_q8& hq = s.aq[2 * size_t(wk)];
-        if (s.aq_of[wk] != a) quantize_act_q8(he, ne, I, k.i8_layout[size_t(ex.down_fmt)], hq);
+        if (s.aq_of[wk] != a) k.quantize_act(he, ne, I, k.i8_layout[size_t(ex.down_fmt)], hq);
         s.aq_of[wk] = a;
         di(ex.down, hq, s.y.data() + base * d, d, lo, hi);
       } else {
