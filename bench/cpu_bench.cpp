@@ -4,12 +4,15 @@
 // GBps (weight bytes read per second) and roofline (GBps / the streaming-read bandwidth this binary measured with
 // the same threads). Weights rotate among copies (distinct experts) whose total is >= 4x the last-level cache, so
 // every call streams from DRAM. moe1/ also reports the pool's timing per dispatch (thread_pool::set_trace): fork_us
-// (the last worker's start), slowest_us and mean_us (busy time per worker), join_us (last end to return).
+// (the last worker's start), slowest_us and mean_us (busy time per worker), join_us (last end to return), and
+// pool_us (the caller's time inside the pool's run; the rest of an iteration is the serial part before the fork,
+// e.g. quantising the activations). With --pool-trace, matvec/ and gemm<n>/ report the same counters.
 // usage: cmfx-bench-cpu [--threads N] [--arch generic|avx2|avx512|avx512gfni] [--big] [--moe-chunk ROWS]
-//                       [--row-tail S] [google-benchmark flags]
+//                       [--row-tail S] [--pool-trace] [google-benchmark flags]
 //   --moe-chunk ROWS  moe1/: rows taken dynamically in chunks of ROWS (moe_forward's chunk_rows; 0 = static)
 //   --row-tail S      matvec/, gemm, moe1/ (static): the share S of the rows taken dynamically after each worker's
 //                     static range (thread_pool::set_row_tail; 0 = all static; default 0.25)
+//   --pool-trace      matvec/, gemm<n>/: time the pool too (two clock reads per worker and run; off by default)
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -31,6 +34,7 @@ using namespace cmfx;
 unsigned g_threads = 0;
 uint64_t g_moe_chunk = 0;
 double g_row_tail = -1;  // < 0: the pool's default
+bool g_pool_trace = false;  // --pool-trace
 int g_arch = -1;  // --arch: a cpu_arch to force (default: the best this CPU runs)
 const cpu_kernel_table& bench_kernels() {
   return g_arch < 0 ? best_cpu_kernels() : cpu_kernels_for(cpu_arch(g_arch));
@@ -41,6 +45,18 @@ std::unique_ptr<thread_pool> g_pool;
 uint64_t llc_bytes() {
   long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
   return l3 > 0 ? uint64_t(l3) : (32ull << 20);
+}
+
+/// The pool's timing per run since set_trace(true), as counters (see the file comment); turns tracing off.
+void report_pool_trace(benchmark::State& st) {
+  const pool_trace& tr = g_pool->trace();
+  const double runs = double(std::max<uint64_t>(1, tr.runs));
+  st.counters["pool_us"] = tr.wall_us / runs;
+  st.counters["fork_us"] = tr.start_us / runs;
+  st.counters["slowest_us"] = tr.slowest_us / runs;
+  st.counters["mean_us"] = tr.mean_us / runs;
+  st.counters["join_us"] = tr.join_us / runs;
+  g_pool->set_trace(false);
 }
 
 struct weights {
@@ -89,6 +105,7 @@ void bm_gemm(benchmark::State& st, uint64_t rows, uint64_t cols, uint64_t n, act
   act_q8 scratch;
   size_t copy = 0;
   uint64_t bytes = 0;
+  if (g_pool_trace) g_pool->set_trace(true);
   for (auto _ : st) {
     const matrix_view v{w.data[copy].data(), w.data[copy].size(), w.scale.empty() ? nullptr : w.scale.data(),
                         w.scale.size(), w.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
@@ -99,6 +116,7 @@ void bm_gemm(benchmark::State& st, uint64_t rows, uint64_t cols, uint64_t n, act
   }
   st.counters["GBps"] = benchmark::Counter(double(bytes) / 1e9, benchmark::Counter::kIsRate);
   st.counters["roofline"] = benchmark::Counter(double(bytes) / g_roofline, benchmark::Counter::kIsRate);
+  if (g_pool_trace) report_pool_trace(st);
   const bool i8 = prec == act_precision::i8 && k.gemm_i8[size_t(F::id)] != nullptr;
   st.SetLabel(std::string(cpu_arch_name(k.arch)) + (i8 ? " a8" : " f32") + ", " + std::to_string(g_pool->size()) +
               " threads");
@@ -150,13 +168,7 @@ void bm_moe(benchmark::State& st, uint64_t d, uint64_t inter, uint32_t k) {
   }
   st.counters["GBps"] = benchmark::Counter(double(moved) / 1e9, benchmark::Counter::kIsRate);
   st.counters["roofline"] = benchmark::Counter(double(moved) / g_roofline, benchmark::Counter::kIsRate);
-  const pool_trace& tr = g_pool->trace();
-  const double runs = double(std::max<uint64_t>(1, tr.runs));
-  st.counters["fork_us"] = tr.start_us / runs;
-  st.counters["slowest_us"] = tr.slowest_us / runs;
-  st.counters["mean_us"] = tr.mean_us / runs;
-  st.counters["join_us"] = tr.join_us / runs;
-  g_pool->set_trace(false);
+  report_pool_trace(st);
   st.SetLabel(std::string(cpu_arch_name(bench_kernels().arch)) + " a8, " + std::to_string(g_pool->size()) + " threads, " +
               std::to_string(E) + " experts of " + std::to_string(per >> 10) + " KiB" +
               (g_moe_chunk ? ", chunks of " + std::to_string(g_moe_chunk) + " rows" : ", static"));
@@ -192,6 +204,8 @@ int main(int argc, char** argv) {
       big = true;
     } else if (std::strcmp(argv[i], "--moe-chunk") == 0 && i + 1 < argc) {
       g_moe_chunk = std::stoull(argv[++i]);
+    } else if (std::strcmp(argv[i], "--pool-trace") == 0) {
+      g_pool_trace = true;
     } else if (std::strcmp(argv[i], "--row-tail") == 0 && i + 1 < argc) {
       g_row_tail = std::stod(argv[++i]);
     } else {

@@ -183,4 +183,58 @@ TEST(GemmI8Avx512, Q8Row) {
   check_i8<fmt_q8_row>(11, 800, 5, cpu_arch::avx512_gfni);
 }
 
+// The kernels derive a per-thread rearrangement of the activations once per quantisation (act_q8::generation)
+// and reuse it over every range of rows one thread is handed. One scratch quantised twice (same shape, new values)
+// must give, range by range, bit for bit what a fresh scratch gives; a hand-edited scratch (generation 0) is
+// rearranged again. A cache keyed wrongly returns the first input's products for the second.
+template <class F>
+void check_i8_reuse(cpu_arch arch) {
+  if (!cpu_supports(arch)) GTEST_SKIP() << "this CPU has no " << cpu_arch_name(arch);
+  const auto fn = cpu_kernels_for(arch).gemm_i8[size_t(F::id)];
+  const act_layout layout = cpu_kernels_for(arch).i8_layout[size_t(F::id)];
+  ASSERT_NE(fn, nullptr);
+  const uint64_t rows = 37, cols = 800, n = 3, seed = test::fresh_seed();
+  const auto wf = test::random_weights(rows * cols, seed);
+  const encoded_matrix e = F::encode(wf.data(), rows, cols);
+  const matrix_view v{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                      e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  auto ranges = [&](const act_q8& a) {  // rows in ranges of 1, 2, 3, ... on this thread
+    std::vector<float> Y(n * rows, NAN);
+    for (uint64_t r0 = 0, len = 1; r0 < rows; r0 += len, ++len) fn(v, a, Y.data(), rows, r0, std::min(rows, r0 + len));
+    return Y;
+  };
+  act_q8 reused;
+  std::vector<float> last;
+  for (uint64_t round = 0; round < 3; ++round) {
+    const auto X = test::random_weights(n * cols, seed + 11 + round, 1.0f);
+    act_q8 fresh;
+    quantize_act_q8(X.data(), n, cols, layout, fresh);
+    quantize_act_q8(X.data(), n, cols, layout, reused);
+    ASSERT_NE(reused.generation, 0u);
+    const auto want = ranges(fresh), got = ranges(reused);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << F::name << " round " << round << " seed " << seed;
+    last = want;
+  }
+  // edited by hand, generation 0 (unknown contents): every value and block sum negated, which negates every
+  // exact integer dot and so every output exactly (round to nearest is symmetric)
+  ranges(reused);  // this thread now holds the unedited values' rearrangement
+  for (uint64_t i = 0; i < n * cols; ++i) reused.q[i] = int8_t(-reused.q[i]);
+  for (uint64_t i = 0; i < n * reused.blocks; ++i) reused.bsum[i] = -reused.bsum[i];
+  reused.generation = 0;
+  const auto edited = ranges(reused);
+  for (uint64_t i = 0; i < edited.size(); ++i) ASSERT_EQ(edited[i], -last[i]) << F::name << " output " << i << " seed " << seed;
+}
+TEST(GemmI8, ScratchReusedAcrossQuantisations) {
+  check_i8_reuse<fmt_q4tp>(cpu_arch::avx2);
+  check_i8_reuse<fmt_q2tp>(cpu_arch::avx2);
+  check_i8_reuse<fmt_mxfp4>(cpu_arch::avx2);
+  check_i8_reuse<fmt_q8_row>(cpu_arch::avx2);
+}
+TEST(GemmI8Avx512, ScratchReusedAcrossQuantisations) {
+  check_i8_reuse<fmt_q4tp>(cpu_arch::avx512);
+  check_i8_reuse<fmt_q2tp>(cpu_arch::avx512);
+  check_i8_reuse<fmt_mxfp4>(cpu_arch::avx512);
+  check_i8_reuse<fmt_q8_row>(cpu_arch::avx512);
+}
+
 }  // namespace

@@ -8,6 +8,7 @@
 /// Error: one rounding of x to 8 bits per 32 values (relative step <= 1/254 of the block's absmax); the
 /// resulting GEMM error is measured in tests/kernels/gemm_i8_test.cpp and documented in docs/FORMATS.md.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -30,7 +31,19 @@ struct act_q8 {
   std::vector<int8_t> q;                 // [n, cols] permuted per block
   std::vector<float> scale;              // [n, blocks]
   std::vector<int32_t> bsum;             // [n, blocks]
+  /// Which quantisation filled the buffers: a process-wide unique, non-zero value per quantiser call
+  /// (next_act_generation), 0 for unknown contents. The integer kernels derive a per-thread rearrangement of the
+  /// activations once per call of the quantiser, not once per range of rows they are handed (a row tail or a
+  /// chunked MoE hands one worker many ranges), keyed by this value: code that writes q, scale or bsum by hand must
+  /// set it to 0.
+  uint64_t generation = 0;
 };
+
+/// A fresh non-zero act_q8::generation.
+inline uint64_t next_act_generation() noexcept {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 inline constexpr uint32_t act_block = 32;
 
@@ -45,6 +58,7 @@ inline uint32_t act_position(act_layout l, uint32_t j) noexcept {
 
 /// Quantises X [n, cols] (cols % 32 == 0) into `out`.
 inline void quantize_act_q8(const float* X, uint64_t n, uint64_t cols, act_layout layout, act_q8& out) {
+  out.generation = next_act_generation();
   out.layout = layout;
   out.n = n;
   out.cols = cols;

@@ -65,6 +65,7 @@ inline int32_t act_block_q8(const float* x, float inv, act_layout layout, int8_t
 /// act_q8.hpp's quantize_act_q8, bit for bit on finite inputs. Eight blocks at a time share one pair of vector
 /// divisions (sx = absmax / 127, inv = 1 / sx: IEEE divisions, as the scalar ones).
 inline void quantize_act_q8(const float* X, uint64_t n, uint64_t cols, act_layout layout, act_q8& out) {
+  out.generation = next_act_generation();
   out.layout = layout;
   out.n = n;
   out.cols = cols;

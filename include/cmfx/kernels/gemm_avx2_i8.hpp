@@ -365,15 +365,20 @@ template <class F>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
   i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
-  // Per call, not per row; per thread, grown once (a chunked MoE calls this per chunk of rows).
+  // Per thread, grown once, and derived once per quantisation of the activations (act_q8::generation), not per
+  // call: a row tail or a chunked MoE calls this for many ranges of rows of one product.
   thread_local std::vector<int8_t> xt;
   thread_local i8_token_side ts;
-  if constexpr (F::id == format::q2tp) {
-    q2tp_crumb_acts<4>(a, xt);
-    ts.prepare(a, 2, 3);
-  } else {
-    nibble_pair_acts(a, xt);
-    ts.prepare(a, 1, F::id == format::q4tp ? 8 : 0);
+  thread_local uint64_t prepared = 0;
+  if (a.generation == 0 || a.generation != prepared) {
+    if constexpr (F::id == format::q2tp) {
+      q2tp_crumb_acts<4>(a, xt);
+      ts.prepare(a, 2, 3);
+    } else {
+      nibble_pair_acts(a, xt);
+      ts.prepare(a, 1, F::id == format::q4tp ? 8 : 0);
+    }
+    prepared = a.generation;
   }
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);

@@ -345,8 +345,12 @@ CMFX_AVX512_TARGET inline void row_tile_q8(const int8_t* wr, uint64_t groups, co
 CMFX_AVX512_TARGET inline void gemm_rows_i8_q8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0,
                                                uint64_t r1) {
   const uint64_t groups = w.cols / 32, n = a.n;
-  thread_local i8_token_side ts;  // per call, per thread, grown once
-  ts.prepare(a, 1, 128);
+  thread_local i8_token_side ts;  // per thread, grown once, derived once per quantisation (act_q8::generation)
+  thread_local uint64_t prepared = 0;
+  if (a.generation == 0 || a.generation != prepared) {
+    ts.prepare(a, 1, 128);
+    prepared = a.generation;
+  }
   for (uint64_t r = r0; r < r1; ++r) {
     const int8_t* wr = avx2::q8_row_values(w, r);
     const float rs = avx2::q8_row_scale(w, r);
@@ -365,16 +369,20 @@ template <class F>
 void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy, uint64_t r0, uint64_t r1) {
   avx2::i8_row<F> d(w);
   const uint64_t groups = w.cols / 32, n = a.n;
-  // Per call, not per row; per thread, grown once (a chunked MoE calls this per chunk of rows).
+  // Per thread, grown once, and derived once per quantisation of the activations (act_q8::generation), not per
+  // call: a row tail or a chunked MoE calls this for many ranges of rows of one product.
   thread_local std::vector<int8_t> xt;
   thread_local i8_token_side ts;
-  uint64_t per_token;
-  if constexpr (F::id == format::q2tp) {
-    per_token = q2tp_crumb_acts16(a, xt);
-    ts.prepare(a, 2, 3);
-  } else {
-    per_token = nibble_lanes_acts(a, xt);
-    ts.prepare(a, 1, F::id == format::mxfp4 ? 12 : int(avx2::i8_offset<F>));
+  thread_local uint64_t prepared = 0, per_token = 0;
+  if (a.generation == 0 || a.generation != prepared) {
+    if constexpr (F::id == format::q2tp) {
+      per_token = q2tp_crumb_acts16(a, xt);
+      ts.prepare(a, 2, 3);
+    } else {
+      per_token = nibble_lanes_acts(a, xt);
+      ts.prepare(a, 1, F::id == format::mxfp4 ? 12 : int(avx2::i8_offset<F>));
+    }
+    prepared = a.generation;
   }
   for (uint64_t r = r0; r < r1; ++r) {
     d.begin_row(r);
