@@ -45,6 +45,10 @@ inline uint64_t next_act_generation() noexcept {
   return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
+/// Whether a layout derived from activations of generation `seen` must be derived again for `a` (always for
+/// generation 0). The kernels keep `seen` per thread beside their derived copy and set it once the copy is made.
+inline bool act_stale(const act_q8& a, uint64_t seen) noexcept { return a.generation == 0 || a.generation != seen; }
+
 inline constexpr uint32_t act_block = 32;
 
 inline uint32_t act_position(act_layout l, uint32_t j) noexcept {

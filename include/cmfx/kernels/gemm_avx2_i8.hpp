@@ -370,7 +370,7 @@ void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy,
   thread_local std::vector<int8_t> xt;
   thread_local i8_token_side ts;
   thread_local uint64_t prepared = 0;
-  if (a.generation == 0 || a.generation != prepared) {
+  if (act_stale(a, prepared)) {
     if constexpr (F::id == format::q2tp) {
       q2tp_crumb_acts<4>(a, xt);
       ts.prepare(a, 2, 3);

@@ -347,7 +347,7 @@ CMFX_AVX512_TARGET inline void gemm_rows_i8_q8(const matrix_view& w, const act_q
   const uint64_t groups = w.cols / 32, n = a.n;
   thread_local i8_token_side ts;  // per thread, grown once, derived once per quantisation (act_q8::generation)
   thread_local uint64_t prepared = 0;
-  if (a.generation == 0 || a.generation != prepared) {
+  if (act_stale(a, prepared)) {
     ts.prepare(a, 1, 128);
     prepared = a.generation;
   }
@@ -374,7 +374,7 @@ void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy,
   thread_local std::vector<int8_t> xt;
   thread_local i8_token_side ts;
   thread_local uint64_t prepared = 0, per_token = 0;
-  if (a.generation == 0 || a.generation != prepared) {
+  if (act_stale(a, prepared)) {
     if constexpr (F::id == format::q2tp) {
       per_token = q2tp_crumb_acts16(a, xt);
       ts.prepare(a, 2, 3);
