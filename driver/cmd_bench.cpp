@@ -128,6 +128,7 @@ int run_bench(const bench_args& a) {
   const double gen_s = since(t);
   t = clk::now();
   const act_precision xact = a.act == "i8" ? act_precision::i8 : act_precision::f32;
+  const act_precision dact = a.dense_act.empty() ? xact : a.dense_act == "i8" ? act_precision::i8 : act_precision::f32;
   const uint64_t budget = a.vram_budget.empty() ? 0 : parse_byte_size(a.vram_budget, "--vram-budget");
   std::unique_ptr<gpu_graph> mp;
   if (v41) {
@@ -142,14 +143,16 @@ int run_bench(const bench_args& a) {
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
+    go.dense_act = dact;  // the decode's q4tp / q2tp / MXFP4 dense products (--dense) too, as `cmfx run --act i8`
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
   gpu_graph& m = *mp;
   const double up_s = since(t);
-  std::printf("model: synthetic %s, %u layers, experts %s%s (%s activations), dense %s; weights %.2f GB on the device (generated %.1f s, "
+  std::printf("model: synthetic %s, %u layers, experts %s%s (%s activations), dense %s%s; weights %.2f GB on the device (generated %.1f s, "
               "uploaded %.1f s), state + scratch %.1f MB, ctx %llu\n",
               a.synthetic.c_str(), m.layer_count(), a.weights.c_str(),
               a.expert_down.empty() ? "" : (" (w2 " + a.expert_down + ")").c_str(), a.act.c_str(), a.dense.c_str(),
+              !v41 && dact == act_precision::i8 && k.has_i8(dsv4_synth_format(a.dense)) ? " (i8 activations at decode)" : "",
               double(m.weight_bytes()) / 1e9, gen_s, up_s, double(m.state_bytes()) / 1e6, (unsigned long long)a.ctx);
   std::printf("host matrices: %s\n", a.variants ? (std::to_string(a.variants) + " distinct per role (--variants)").c_str()
                                                  : "the preset's variants per role (full-size presets: one, shared)");

@@ -60,7 +60,8 @@ struct bench_args {
   float repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   int32_t logprobs = -1;  // --logprobs: ≥ 0, each decode token's logprob and this many alternatives
   std::string sampling = "device";
-  std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act)
+  std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act; and dense_act)
+  std::string dense_act;          // v4: the decode's dense products f32 | i8 (empty: as act; dense_act)
   bool profile = false;           // per-phase device time of 16 decode steps
   uint64_t profile_at = 0;        // --profile-at: position of the profiled decode steps (0: --prompt)
   std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)

@@ -162,8 +162,13 @@ int main(int argc, char** argv) {
       ->default_val(bench.variants);
   cb->add_option("--roofline-mib", bench.roofline_mib, "Streaming-read buffer of the roofline, MiB")->default_val(bench.roofline_mib);
   cb->add_flag("!--no-far", bench.far, "Skip the decode timing at the end of --ctx");
-  cb->add_option("--act", bench.act, "Expert activations: f32 | i8 (int8, integer dot products)")
+  cb->add_option("--act", bench.act,
+                 "Activations of the experts and (v4) of the decode's q4tp / q2tp / MXFP4 dense products: f32 | i8 "
+                 "(int8, integer dot products)")
       ->check(CLI::IsMember({"f32", "i8"}))->default_val(bench.act);
+  cb->add_option("--dense-act", bench.dense_act,
+                 "Diagnostics (v4): the decode's dense products alone: f32 | i8 (default: as --act)")
+      ->check(CLI::IsMember({"f32", "i8"}));
   cb->add_flag("--profile", bench.profile, "Per-phase device time of 16 decode steps (timestamps)");
   cb->add_flag("--nontemporal", bench.nontemporal,
                "Diagnostics: weight loads carry SPIR-V's Nontemporal hint (no effect measured on the H200; docs/VULKAN.md)");

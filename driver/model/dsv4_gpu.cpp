@@ -49,6 +49,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
   gpu::kernels::hc_shape sh;
   sh.hc = uint32_t(hc), sh.d = uint32_t(d), sh.norm_eps = eps, sh.hc_eps = float(cf.hc_eps), sh.iters = cf.hc_iters;
   const uint32_t mix_rows = uint32_t((2 + hc) * hc);
+  // the dense products (int8 inputs where dense_act = i8 and the format has an int8 kernel: gpu_dense_i8.hpp)
+  const gpu_dense_act da{k, opt.dense_act};
 
   // The recording starts with a full barrier: it may follow the previous token's recording and the token's own
   // parameter writes (run) in submission order without waiting on the host.
@@ -140,29 +142,49 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
     // the indexer's query side (iw, iq, scores, top-k) only where it has to choose among the finished entries
     const bool ix_scores = kind.indexer && (t + 1) / kind.ratio > cf.index_topk;
+    // With int8 inputs, u's quantisation is a step of its own before the projections (the Sinkhorn stays beside
+    // them: with the quantisation it measured 8.4 µs as a step against 4.9 for a quantisation alone, s159).
+    const std::initializer_list<const gpu::gpu_matrix*> u_users = {
+        &G.wq_a, &G.wkv, kind.ratio ? &G.comp.wkv : nullptr, kind.ratio ? &G.comp.wgate : nullptr,
+        kind.indexer ? &G.ix.wkv : nullptr, kind.indexer ? &G.ix.wgate : nullptr, ix_scores ? &G.ix_wp : nullptr};
     cur->begin_concurrent();
+    if (da.quantize(*cur, u_users, u, q_u)) {
+      cur->end_concurrent();
+      ts.op("u int8");
+      cur->begin_concurrent();
+    }
     k.hc_sinkhorn(*cur, sh, partials, G.hc_attn_base, G.hc_attn_scale, 1, coeff);
-    k.matmul(*cur, G.wq_a, u, 1, qr);
-    k.matmul(*cur, G.wkv, u, 1, kv_row);
+    da.matvec(*cur, G.wq_a, u, q_u, qr);
+    da.matvec(*cur, G.wkv, u, q_u, kv_row);
     if (kind.ratio) {
-      k.matmul(*cur, G.comp.wkv, u, 1, row(G.comp.kv, cslot, G.comp.cw));
-      k.matmul(*cur, G.comp.wgate, u, 1, row(G.comp.score, cslot, G.comp.cw));
+      da.matvec(*cur, G.comp.wkv, u, q_u, row(G.comp.kv, cslot, G.comp.cw));
+      da.matvec(*cur, G.comp.wgate, u, q_u, row(G.comp.score, cslot, G.comp.cw));
     }
     if (kind.indexer) {
-      k.matmul(*cur, G.ix.wkv, u, 1, row(G.ix.kv, cslot, G.ix.cw));
-      k.matmul(*cur, G.ix.wgate, u, 1, row(G.ix.score, cslot, G.ix.cw));
-      if (ix_scores) k.matmul(*cur, G.ix_wp, u, 1, iw);
+      da.matvec(*cur, G.ix.wkv, u, q_u, row(G.ix.kv, cslot, G.ix.cw));
+      da.matvec(*cur, G.ix.wgate, u, q_u, row(G.ix.score, cslot, G.ix.cw));
+      if (ix_scores) da.matvec(*cur, G.ix_wp, u, q_u, iw);
     }
     cur->end_concurrent();
     ts.op("projections of u (concurrent)");
     // q's RMSNorm (the KV latent's runs with its rope beside wq_b; the compressors' scores stay without their ape:
     // the pooling adds it as it reads them). Folding q's norm into wq_b's workgroups (each summing x² itself, the
     // rows reading x · g) measured slower than this step on the H200: docs/PERF.md "Twenty-seventh session".
+    // With int8 inputs for wq_b the norm writes qr's int8 copy too (kernels::rmsnorm_q8: no step of its own).
+    const std::initializer_list<const gpu::gpu_matrix*> qr_users = {&G.wq_b, ix_scores ? &G.ix_wq_b : nullptr};
+    const gpu::gpu_matrix* qr_q8 = da.first(qr_users);
     cur->begin_concurrent();
-    k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
+    if (qr_q8)
+      k.rmsnorm_q8(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps, qr_q8->fmt, q_qr.at(qr_q8->fmt));
+    else
+      k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
     if (ix_scores) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
     cur->end_concurrent();
     ts.op("q norm, iw scale (concurrent)");
+    cur->begin_concurrent();
+    const bool qr_second = da.quantize(*cur, qr_users, qr, q_qr, qr_q8);  // a second int8 format among them
+    cur->end_concurrent();
+    if (qr_second) ts.op("qr int8, a second format");
     ts.mark(&dsv4_gpu_profile::attn_proj);
     // Compressor pooling of a closing window (entry j = (t+1)/r − 1): the scores' ape added as it reads them, the
     // entry's rope (at the window's first position) in its write.
@@ -176,8 +198,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
                       row(cs_comp, t + 1 - kind.ratio, rd), g.ape);
     };
     cur->begin_concurrent();
-    k.matmul(*cur, G.wq_b, qr, 1, q);
-    if (ix_scores) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
+    da.matvec(*cur, G.wq_b, qr, q_qr, q);
+    if (ix_scores) da.matvec(*cur, G.ix_wq_b, qr, q_qr, iq);
     k.rmsnorm_rope(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps, cs_t, 1, uint32_t(rd));
     if (closes) {
       pool(G.comp);
@@ -223,12 +245,15 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     ts.mark(&dsv4_gpu_profile::attn_core);
     // Grouped output projection: z_g = wo_a[g] · o_g, then wo_b · z.
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
+    if (da.quantize(*cur, {&G.wo_a}, o, q_o)) ts.op("o int8 by group");  // one dispatch: a vector per group
     cur->begin_concurrent();
     for (uint64_t g = 0; g < Gs; ++g)
-      k.matmul_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), view(z, g * ol * 4, ol * 4));
+      da.matvec_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), q_o,
+                     view(z, g * ol * 4, ol * 4), uint32_t(g));
     cur->end_concurrent();
     ts.op("wo_a groups (concurrent)");
-    k.matmul(*cur, G.wo_b, z, 1, attn_out);
+    if (da.quantize(*cur, {&G.wo_b}, z, q_z)) ts.op("z int8");
+    da.matvec(*cur, G.wo_b, z, q_z, attn_out);
     ts.op("wo_b");
     k.hc_post_finish(*cur, sh, attn_out, X, coeff, 1, Xn, G.hc_ffn_fn, mix_rows, partials,
                      pre_of(G.hc_ffn_base, G.hc_ffn_scale, G.ffn_norm));
@@ -243,6 +268,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff);
     k.matmul(*cur, G.gate, u, 1, rlogits);
     const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
+    if (G.shared_apart) da.quantize(*cur, {&G.sh_gate, &G.sh_up}, u, q_u);
     cur->end_concurrent();
     ts.op("router (+ x int8) (concurrent)");
     // the FP8 shared expert's gate/up beside the routing (one workgroup): off the router's critical path
@@ -252,8 +278,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     else
       k.route_score(*cur, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
     if (G.shared_apart) {
-      k.matmul(*cur, G.sh_gate, u, 1, sh_g);
-      k.matmul(*cur, G.sh_up, u, 1, sh_u);
+      da.matvec(*cur, G.sh_gate, u, q_u, sh_g);
+      da.matvec(*cur, G.sh_up, u, q_u, sh_u);
     }
     cur->end_concurrent();
     ts.op("route (+ shared gate/up) (concurrent)");
@@ -297,7 +323,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     co_yield 0;  // a layer recorded (record_task)
   }
   if (logits_mode) {
-    k.matmul(*cur, head, u, 1, logits);
+    if (da.quantize(*cur, {&head}, u, q_u)) ts.op("u int8 (head)");
+    da.matvec(*cur, head, u, q_u, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);
     if (logits_mode >= 2 && ring_slot >= 0) cur->copy(view(best, 0, 4), view(ids_ring, uint64_t(ring_slot) * 4, 4), 4);

@@ -32,6 +32,11 @@ struct dsv4_gpu_options {
   /// (rounded per 32 values, integer dot products; q4tp / q2tp / MXFP4 experts on devices with integer dot
   /// products — kernels::moe). Everything else stays f32.
   act_precision expert_act = act_precision::f32;
+  /// Activations of the decode step's dense products whose format has an integer-dot kernel (q4tp / q2tp / MXFP4:
+  /// the attention, compressor and indexer projections, wo_a / wo_b, a shared expert kept apart, the head): f32
+  /// (default) or i8 — the CPU's dsv4_options::matmul_act = i8 rounds the same inputs by the same rule
+  /// (gpu_dense_i8.hpp). The router gate, FP8 / BF16 / f32 matrices and the prefill chunks stay as they are.
+  act_precision dense_act = act_precision::f32;
   /// Device bytes the model may take (weights, sequence state, scratch); 0 = no limit, every weight resident.
   /// When the routed experts do not fit, every layer keeps an expert cache of the same number of slots (what the
   /// budget leaves after everything else, split evenly over the layers; at least top_k with cold = copy): after a

@@ -9,6 +9,7 @@
 #include "cmfx/ops/rope.hpp"
 #include "dsv4_gpu.hpp"
 #include "gpu_chooser.hpp"
+#include "gpu_dense_i8.hpp"
 
 namespace cmfx::driver {
 
@@ -89,6 +90,8 @@ struct dsv4_gpu_model::impl {
   gpu::buffer X, Xn, partials, coeff, u, qr, q, o, z, attn_out, iq, iw, score, rlogits, moe_h, moe_out, sh_g,
       sh_u, sh_out, logits, best;
   gpu::buffer attn_x;  // sparse_attention's split scratch (kernels::attn_scratch_floats of one row)
+  // int8 copies of the dense products' inputs (dense_act = i8): u, qr, o by wo_a group, z
+  gpu_act_q8_slots q_u, q_qr, q_o, q_z;
 
   /// The routed experts: resident, or the expert cache when they do not fit vram_budget (made by upload_weights,
   /// placed after alloc_state).

@@ -197,6 +197,12 @@ void dsv4_gpu_model::impl::alloc_state() {
     moe_floats = std::max(moe_floats, gpu::kernels::moe_scratch_floats(G.moe, 1, c.top_k));
   moe_h = buf(moe_floats * f);
   sh_g = buf(c.moe_inter * f), sh_u = buf(c.moe_inter * f);
+  if (opt.dense_act == act_precision::i8) {
+    const uint64_t gcols = uint64_t(c.heads) * hd / c.o_groups;
+    q_u.alloc(dev, d), q_qr.alloc(dev, c.q_lora), q_o.alloc(dev, gcols, c.o_groups);
+    q_z.alloc(dev, uint64_t(c.o_groups) * c.o_lora);
+    state_bytes += q_u.buf.size() + q_qr.buf.size() + q_o.buf.size() + q_z.buf.size();
+  }
   logits = buf(uint64_t(c.vocab) * f);
   best = buf(16);
 }

@@ -81,6 +81,11 @@ struct kernels::impl {
     dev.upload(counters, zeros.data(), zeros.size() * 4);
   }
 
+  /// common/act_q8_wide.glsl's variant: its butterflies through shuffles where the subgroups hold whole blocks.
+  std::string act_wide_defines() const {
+    const bool sg = info.subgroup_arithmetic && info.subgroup_shuffle && lanes % 32 == 0;
+    return sg ? "#define ACT_WIDE_SG 1\n" : "";
+  }
   const detail::pipeline* pipe(const char* shader, const std::string& defs, uint32_t wg, uint32_t bindings,
                                uint32_t push) {
     detail::pipeline_desc d;
@@ -586,10 +591,13 @@ void kernels::quantize_act(commands& c, format f, view x, uint32_t n, uint64_t c
   } pc{n, u32(cols / 32, "blocks"), xb.residual / 4, ob.residual / 4};
   const scale_encoding enc = (f == format::mxfp4) ? scale_encoding::e8m0 : scale_encoding::none;
   const binding b[2] = {xb.b, ob.b};
+  // 32 invocations per block (quantize_act.comp ACT_WIDE), its butterflies through shuffles where the subgroups
+  // hold whole blocks
+  const std::string defs = format_defines(f, enc) + "#define ACT_WIDE 1\n" + p_->act_wide_defines();
   uint32_t gx, gy;
-  p_->grid(ceil_div(uint64_t(n) * (cols / 32), impl::wg_rows), gx, gy);
-  detail::dispatch(c.impl(), p_->pipe("quantize_act.comp", format_defines(f, enc), impl::wg_rows, 2, sizeof pc), b,
-                   &pc, sizeof pc, gx, gy);
+  p_->grid(ceil_div(uint64_t(n) * (cols / 32), impl::wg_rows / 32), gx, gy);
+  detail::dispatch(c.impl(), p_->pipe("quantize_act.comp", defs, impl::wg_rows, 2, sizeof pc), b, &pc, sizeof pc, gx,
+                   gy);
 }
 
 void kernels::matvec_q8(commands& c, const gpu_matrix& w, view xq, view y) {
@@ -597,6 +605,14 @@ void kernels::matvec_q8(commands& c, const gpu_matrix& w, view xq, view y) {
   need(xq, act_q8_bytes(w.cols), "matvec_q8", "xq");
   need(y, w.rows * 4, "matvec_q8", "y");
   p_->run_matrix(c, w, xq, 0, 1, 1, y, false, false, true);
+}
+
+void kernels::matvec_q8_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view xq, view y) {
+  p_->check_matrix(w, "matvec_q8_rows");
+  check_row_range(w, r0, r1);
+  need(xq, act_q8_bytes(w.cols), "matvec_q8_rows", "xq");
+  need(y, (r1 - r0) * 4, "matvec_q8_rows", "y");
+  p_->run_matrix(c, w, xq, 0, 1, 1, y, false, false, true, r0, r1);
 }
 
 bool kernels::has_i8(format f) const { return p_->i8_kernel(f); }
@@ -659,6 +675,32 @@ void kernels::rmsnorm(commands& c, view x, view weight, view y, uint32_t rows, u
   uint32_t gx, gy;
   p_->grid(rows, gx, gy);
   detail::dispatch(c.impl(), p_->pipe("rmsnorm.comp", "", impl::wg_rows, 3, sizeof pc), b, &pc, sizeof pc, gx, gy);
+}
+
+void kernels::rmsnorm_q8(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps, format f,
+                         view xq) {
+  if (!p_->i8_kernel(f)) throw usage_error("rmsnorm_q8: no int8-activation kernel for this format or device");
+  if (dim == 0 || dim % 32) throw usage_error("rmsnorm_q8: dim must be a positive multiple of 32");
+  if (rows == 0) return;
+  const uint64_t bytes = uint64_t(rows) * dim * 4, qbytes = act_q8_bytes(dim, rows);
+  need(x, bytes, "rmsnorm_q8", "x");
+  need(y, bytes, "rmsnorm_q8", "y");
+  need(xq, qbytes, "rmsnorm_q8", "xq");
+  if (weight) need(weight, uint64_t(dim) * 4, "rmsnorm_q8", "weight");
+  const bound xb = bind_range(p_->info, x, 0, bytes), yb = bind_range(p_->info, y, 0, bytes),
+              qb = bind_range(p_->info, xq, 0, qbytes);
+  const bound wb = weight ? bind_range(p_->info, weight, 0, uint64_t(dim) * 4) : bound{p_->dummy(), 0};
+  struct {
+    uint32_t rows, dim, xoff, woff, yoff, has_w;
+    float eps;
+    uint32_t pad, qoff, pad2, pad3, pad4;
+  } pc{rows, dim, xb.residual / 4, wb.residual / 4, yb.residual / 4, weight ? 1u : 0u, eps, 0, qb.residual / 4, 0, 0, 0};
+  const binding b[5] = {xb.b, wb.b, yb.b, p_->dummy(), qb.b};
+  const scale_encoding enc = (f == format::mxfp4) ? scale_encoding::e8m0 : scale_encoding::none;
+  const std::string defs = format_defines(f, enc) + "#define RMS_Q8 1\n" + p_->act_wide_defines();
+  uint32_t gx, gy;
+  p_->grid(rows, gx, gy);
+  detail::dispatch(c.impl(), p_->pipe("rmsnorm.comp", defs, impl::wg_rows, 5, sizeof pc), b, &pc, sizeof pc, gx, gy);
 }
 
 void kernels::rmsnorm_rope(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps, view cs,

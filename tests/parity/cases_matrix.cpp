@@ -212,6 +212,74 @@ std::string matmul_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, u
   return verdict(compare(got.data(), ref.data(), got.size()), kNmse, info);
 }
 
+/// kernels::quantize_act alone (32 invocations per block, quantize_act.comp ACT_WIDE): n vectors of cols values
+/// (block counts that leave a workgroup's 8 blocks ragged, n > 1 for the per-vector padding), the output poisoned and
+/// guarded, read back and unpacked through common/act_q8.glsl's layout (word s of a block: byte i = element
+/// act_plane_elem(s, i); then sx / 2 per block, then 2·offset·Σq per block) against the CPU's act_q8 rule
+/// (quantize_act_q8): sx / 2 within 2 ulp of the CPU's (GPU division need not be correctly rounded), every q equal
+/// to the CPU's except by one step where v / sx lies within 1e-4 of a rounding midpoint, and the sum word exactly
+/// 2·offset times the sum of the GPU's own q. Inputs with an 8x outlier every 97 values and an all-zero block.
+template <class F>
+std::string quantize_act_case(suite& s, uint64_t seed, uint32_t n, uint64_t cols, std::string& info) {
+  rng r(seed);
+  std::vector<float> X = r.normal(uint64_t(n) * cols);
+  for (uint64_t c = 0; c < X.size(); c += 97) X[c] *= 8.0f;
+  if (cols >= 64)
+    for (uint64_t c = 32; c < 64; ++c) X[c] = 0.0f;  // an all-zero block: sx = 1
+  const gpu::buffer xb = upload(s.dev, X);
+  const uint64_t blocks = cols / 32, vec_words = gpu::kernels::act_q8_bytes(cols) / 4;
+  guarded out(s.dev, gpu::kernels::act_q8_bytes(cols, n));
+  gpu::commands c = s.dev.begin();
+  s.kern.quantize_act(c, F::id, xb, n, cols, out.payload());
+  s.submit(c);
+  std::vector<uint32_t> w(vec_words * n);
+  std::string why;
+  if (!out.read(w.data(), why)) return why;
+  act_q8 q;
+  quantize_act_q8(X.data(), n, cols, act_layout::natural, q);
+  constexpr bool ladder = F::id == format::q4tp || F::id == format::q2tp;
+  if constexpr (!ladder && F::id != format::mxfp4) return "not a format with int8 activations";
+  auto plane_elem = [](uint32_t sw, uint32_t i) -> uint32_t {
+    if constexpr (ladder) {
+      const uint32_t epb = 8 / F::elem_bits, wi = sw / epb, p = sw % epb;
+      return (4 * wi + i) * epb + (F::low_bits_first ? p : epb - 1 - p);
+    } else {
+      return 4 * sw + i;
+    }
+  };
+  int32_t off2 = 0;
+  if constexpr (ladder) off2 = int32_t(2.0f * F::value_offset);
+  uint64_t near_flips = 0;
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const uint32_t* v = w.data() + t * vec_words;
+      const std::string at = "vector " + std::to_string(t) + " block " + std::to_string(b);
+      const float half_sx = std::bit_cast<float>(v[8 * blocks + b]), want_half = 0.5f * q.scale[t * blocks + b];
+      if (!(std::fabs(double(half_sx) - want_half) <= 2.0 * std::ldexp(double(want_half), -23)))
+        return at + ": sx/2 " + std::to_string(half_sx) + " against the CPU's " + std::to_string(want_half);
+      int32_t sum = 0;
+      for (uint32_t sw = 0; sw < 8; ++sw)
+        for (uint32_t i = 0; i < 4; ++i) {
+          const uint32_t e = plane_elem(sw, i);
+          const int32_t got = int8_t(uint8_t(v[8 * b + sw] >> (8 * i)));
+          const int32_t want = q.q[t * cols + b * 32 + e];
+          sum += got;
+          if (got == want) continue;
+          const double y = double(X[t * cols + b * 32 + e]) / (2.0 * double(half_sx));
+          if (std::abs(got - want) > 1 || std::fabs(std::fabs(y - std::trunc(y)) - 0.5) > 1e-4)
+            return at + " element " + std::to_string(e) + ": q " + std::to_string(got) + ", the CPU's " +
+                   std::to_string(want);
+          ++near_flips;
+        }
+      const int32_t bsum = std::bit_cast<int32_t>(v[9 * blocks + b]);
+      if (bsum != off2 * sum)
+        return at + ": sum word " + std::to_string(bsum) + ", expected " + std::to_string(off2 * sum);
+    }
+  info = std::to_string(n) + " x " + std::to_string(blocks) + " blocks packed as the CPU rounds them (" +
+         std::to_string(near_flips) + " midpoint flips)";
+  return {};
+}
+
 /// Batch-1 matvec with int8 activations (kernels::matmul(..., act_precision::i8)). Two references:
 ///  - W · x̃ in float64, x̃ = x rounded by the CPU's act_q8 rule: the GPU computes exactly this up to float
 ///    summation order, except where its sx = absmax / 127 or 1 / sx differs in the last ulp from the CPU's (GPU
@@ -475,6 +543,11 @@ void matrix_cases(suite& s) {
     if (!s.kern.has_i8(F::id)) {
       s.unsupported("matvec_i8", fn);  // int8 activations: q4tp, q2tp, MXFP4 on devices with integer dot products
     } else {
+      for (const auto& [n, cols] : {std::pair{1u, 32ull}, std::pair{3u, 96ull}, std::pair{1u, 1024ull},
+                                    std::pair{8u, 4096ull}, std::pair{2u, 4128ull}})
+        s.run("quantize_act", fn, std::to_string(n) + "x" + std::to_string(cols), [&](uint64_t seed, std::string& info) {
+          return quantize_act_case<F>(s, seed, n, cols, info);
+        });
       const shape i8s[] = {{1, 32, 1}, {7, 96, 1}, {37, 512, 1}, {130, 4096, 1}, {1024, 4096, 1}, {300, 2048, 1}};
       for (const shape& sh : i8s)
         s.run("matvec_i8", fn, shape_name(sh.rows, sh.cols), [&](uint64_t seed, std::string& info) {

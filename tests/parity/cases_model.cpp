@@ -442,6 +442,73 @@ std::string i8_chunk_case(suite& s, const std::string& path, uint32_t chunk, uin
   });
 }
 
+/// Decode steps with int8 dense products (dsv4_gpu_options::dense_act = i8: the cmf q4tp toy's projections, wo_a,
+/// wo_b and head are q4tp) and int8 experts, against the CPU graph with matmul_act = i8, which rounds the same inputs
+/// by the same rule (act_q8.hpp) before the same products: the logits agree bit-near until an input lands on the
+/// other side of a rounding step (the graphs' f32 sums differ in order), so the bound is the int8 error's
+/// (kI8Nmse, as i8_chunk_run's kSameNmse). Beside it the same GPU graph with int8 experts only (dense f32): the dense
+/// int8 path must change the logits (NMSE above kRanNmse at some row) and bring them closer to the CPU's int8 ones
+/// at most rows. Selections identical to the CPU's; a near-tie flip (CPU margin below kTie) ends the comparison.
+std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, uint64_t& rows,
+                         std::string& info) {
+  constexpr double kI8Nmse = 2e-3, kRanNmse = 1e-8, kTie = 3e-2;
+  dsv4_options co;
+  co.threads = 1;
+  co.matmul_act = act_precision::i8;
+  auto cpu = dsv4_model::open(path, co);
+  dsv4_gpu_options go;
+  go.max_ctx = tokens;
+  go.prefill_chunk = 0;
+  go.expert_act = act_precision::i8;
+  go.dense_act = act_precision::i8;
+  dsv4_gpu_model dense(cpu->weights(), s.dev, s.kern, go);
+  go.dense_act = act_precision::f32;
+  dsv4_gpu_model experts_only(cpu->weights(), s.dev, s.kern, go);
+  const dsv4_config& cf = cpu->config();
+  const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, tokens);
+  dsv4_state st = cpu->new_state();
+  dsv4_trace tc, tg;
+  double worst = 0, apart = 0;
+  uint64_t near = 0, closer = 0;
+  rows = 0;
+  std::string stop;
+  for (uint64_t t = 0; t < tokens; ++t) {
+    const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
+    const std::vector<float> ld = dense.step(ids[t], true, &tg);
+    const std::vector<float> le = experts_only.step(ids[t], true);
+    std::string what;
+    const selection_verdict v = compare_selections(tc, tg, what, kTie);
+    if (v == selection_verdict::differ) return what;
+    if (v == selection_verdict::near_tie) {
+      stop = "; stopped at " + what;
+      break;
+    }
+    const stats d = compare(ld.data(), lc.data(), lc.size()), e = compare(le.data(), lc.data(), lc.size()),
+                de = compare(ld.data(), le.data(), le.size());
+    if (d.nonfinite_mismatch || !(d.nmse <= kI8Nmse)) {
+      char b[160];
+      std::snprintf(b, sizeof b, "row %llu: int8 dense GPU vs int8 CPU nmse %.2e (bound %.0e)", (unsigned long long)t,
+                    d.nmse, kI8Nmse);
+      return b;
+    }
+    worst = std::max(worst, d.nmse), apart = std::max(apart, de.nmse);
+    near += d.nmse <= 1e-9 ? 1 : 0;
+    closer += d.nmse < e.nmse ? 1 : 0;
+    ++rows;
+  }
+  if (rows == 0) return {};  // a near-tie at row 0: the caller tries another sequence
+  if (apart < kRanNmse) return "the int8 dense products changed no logit: did they run?";
+  if (2 * closer < rows)
+    return "the int8 dense GPU is closer to the CPU's int8 logits than the f32-dense GPU at only " +
+           std::to_string(closer) + " of " + std::to_string(rows) + " rows";
+  char b[320];
+  std::snprintf(b, sizeof b, "%llu of %llu rows: vs CPU int8 worst nmse %.2e, %llu rows within 1e-9, closer than "
+                "f32-dense at %llu; vs f32-dense up to %.2e%s", (unsigned long long)rows, (unsigned long long)tokens,
+                worst, (unsigned long long)near, (unsigned long long)closer, apart, stop.c_str());
+  info = b;
+  return {};
+}
+
 /// Snapshots and resets of the device state (what `cmfx run -i` relies on): after save_snapshot at position 24,
 /// 12 more tokens, restore_snapshot and the same 12 tokens again give bit-identical logits; a reset and the first
 /// 24 tokens again reproduce the first logits bit for bit (the GPU graph is deterministic).
@@ -651,6 +718,13 @@ void model_cases(suite& s) {
     if (!s.kern.has_i8(format::q4tp)) return std::string("no int8-activation kernels on this device");
     return i8_chunk_case(s, files.make("cmf", "q4tp"), 32, 96, seed, info);
   });
+  s.run("model_v4", "-", "int8 dense products and experts vs the CPU's int8 matmuls, cmf q4tp toy, 40 tokens",
+        [&](uint64_t seed, std::string& info) {
+          if (!s.kern.has_i8(format::q4tp)) return std::string("no int8-activation kernels on this device");
+          return over_sequences(seed, 5, 1, info, [&](uint64_t sd, uint64_t& rows, std::string& ri) {
+            return dense_i8_run(s, files.make("cmf", "q4tp"), 40, sd, rows, ri);
+          });
+        });
   s.run("model_v4", "-", "int8 MoE tails vs four dispatches, cmf q4tp toy (shared stacked), 24 tokens",
         [&](uint64_t seed, std::string& info) { return tails_case(s, files.make("cmf", "q4tp"), 24, seed, info); });
   s.run("model_v4", "-", "int8 MoE tails vs four dispatches, release toy (FP8 shared apart), 24 tokens",

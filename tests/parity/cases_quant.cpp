@@ -117,6 +117,37 @@ std::string hadamard_case(suite& s, uint64_t seed, uint32_t rows, uint32_t n, fl
   return v;
 }
 
+/// kernels::rmsnorm_q8 against rmsnorm followed by quantize_act on its output: the normalised rows and the int8
+/// vectors (words, scales, sums; not the padding words after a vector) bit for bit — the same operations on the
+/// same values. Both outputs poisoned and guarded; inputs with an 8x outlier every 97 values.
+std::string rmsnorm_q8_case(suite& s, uint64_t seed, format f, uint32_t rows, uint32_t dim, std::string& info) {
+  if (!s.kern.has_i8(f)) return "no int8-activation kernel for this format on this device";
+  rng r(seed);
+  std::vector<float> x = r.normal(uint64_t(rows) * dim), w = r.normal(dim);
+  for (uint64_t i = 0; i < x.size(); i += 97) x[i] *= 8.0f;
+  const gpu::buffer xb = upload(s.dev, x), wb = upload(s.dev, w);
+  const uint64_t ybytes = uint64_t(rows) * dim * 4, qbytes = gpu::kernels::act_q8_bytes(dim, rows);
+  guarded y1(s.dev, ybytes), q1(s.dev, qbytes), y2(s.dev, ybytes), q2(s.dev, qbytes);
+  gpu::commands c = s.dev.begin();
+  s.kern.rmsnorm_q8(c, xb, wb, y1.payload(), rows, dim, 1e-6f, f, q1.payload());
+  s.kern.rmsnorm(c, xb, wb, y2.payload(), rows, dim, 1e-6f);
+  s.kern.quantize_act(c, f, y2.payload(), rows, dim, q2.payload());
+  s.submit(c);
+  std::vector<float> a(uint64_t(rows) * dim), b(a.size());
+  std::vector<uint32_t> qa(qbytes / 4), qc(qbytes / 4);
+  std::string why;
+  if (!y1.read(a.data(), why) || !y2.read(b.data(), why) || !q1.read(qa.data(), why) || !q2.read(qc.data(), why))
+    return why;
+  if (auto e = exact(a.data(), b.data(), a.size(), "normalised value"); !e.empty()) return e;
+  const uint64_t vec = qbytes / 4 / rows, used = 10 * uint64_t(dim / 32);  // words per vector; written
+  for (uint32_t t = 0; t < rows; ++t)
+    for (uint64_t i = 0; i < used; ++i)
+      if (qa[t * vec + i] != qc[t * vec + i])
+        return "int8 vector " + std::to_string(t) + " word " + std::to_string(i) + " differs from quantize_act's";
+  info = std::to_string(rows) + " x " + std::to_string(dim / 32) + " blocks: rows and int8 words bit-identical";
+  return {};
+}
+
 }  // namespace
 
 void quant_cases(suite& s) {
@@ -146,6 +177,10 @@ void quant_cases(suite& s) {
   had(5, 2, "");
   had(2, 1, " n=1");
   had(7, 512, "");
+  for (const format f : {format::q4tp, format::q2tp, format::mxfp4})
+    for (const auto& [rows, dim] : {std::pair{1u, 1024u}, std::pair{3u, 4128u}, std::pair{2u, 96u}})
+      s.run("rmsnorm_q8", std::string(format_name(f)), std::to_string(rows) + "x" + std::to_string(dim),
+            [=, &s](uint64_t seed, R& info) { return rmsnorm_q8_case(s, seed, f, rows, dim, info); });
 }
 
 }  // namespace cmfx::parity

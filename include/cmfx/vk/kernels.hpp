@@ -221,6 +221,9 @@ class kernels {
   void quantize_act(commands& c, format f, view x, uint32_t n, uint64_t cols, view out);
   /// y = W · x̃, x̃ the activations quantize_act(w.fmt, ...) wrote into xq (batch 1; xq 16-byte aligned).
   void matvec_q8(commands& c, const gpu_matrix& w, view xq, view y);
+  /// y[r − r0] = Σ_c W[r, c] · x̃[c] for rows r in [r0, r1) of w: matvec_q8 over one row block (as matmul_rows; r0 a
+  /// multiple of the format's block_rows), e.g. one group of wo_a with its group's quantised columns.
+  void matvec_q8_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view xq, view y);
   /// out[r*cols + c] = W[r, c] bit-exactly as F::decode_row. generic = true forces the element-wise path.
   void dequant(commands& c, const gpu_matrix& w, view out, bool generic = false);
   /// Embedding lookup on the device: out row i·copies + j (j < copies) = row ids[i] of w decoded to f32 (bit for
@@ -233,6 +236,9 @@ class kernels {
 
   /// y[r] = x[r] · rsqrt(mean(x[r]²) + eps) [· weight] for rows r of `dim` floats (rmsnorm / rmsnorm_heads).
   void rmsnorm(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps);
+  /// rmsnorm, and y also quantised for format f's integer-dot matvec into xq (rows vectors; has_i8(f), dim % 32 ==
+  /// 0): the bits quantize_act(c, f, y, rows, dim, xq) would write, without a step of its own.
+  void rmsnorm_q8(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps, format f, view xq);
   /// rmsnorm, then rope of each row's last rope_dim channels, in one dispatch with the values of the two: rows are
   /// the heads of tokens (row r: head r % heads of token r / heads, rotated by cs [tokens, rope_dim]).
   void rmsnorm_rope(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps, view cs,
