@@ -81,11 +81,7 @@ struct kernels::impl {
     dev.upload(counters, zeros.data(), zeros.size() * 4);
   }
 
-  /// common/act_q8_wide.glsl's variant: its butterflies through shuffles where the subgroups hold whole blocks.
-  std::string act_wide_defines() const {
-    const bool sg = info.subgroup_arithmetic && info.subgroup_shuffle && lanes % 32 == 0;
-    return sg ? "#define ACT_WIDE_SG 1\n" : "";
-  }
+  std::string act_wide_defines() const { return detail::act_wide_defines(info, lanes); }  // kernels_ops.hpp
   const detail::pipeline* pipe(const char* shader, const std::string& defs, uint32_t wg, uint32_t bindings,
                                uint32_t push) {
     detail::pipeline_desc d;
@@ -658,19 +654,34 @@ void kernels::embed_rows(commands& c, const gpu_matrix& w, view ids, uint32_t n,
   detail::dispatch(c.impl(), it->second, b, &pc, sizeof pc, gx, gy);
 }
 
-void kernels::rmsnorm(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps) {
-  if (rows == 0 || dim == 0) return;
-  const uint64_t bytes = uint64_t(rows) * dim * 4;
-  need(x, bytes, "rmsnorm", "x");
-  need(y, bytes, "rmsnorm", "y");
-  if (weight) need(weight, uint64_t(dim) * 4, "rmsnorm", "weight");
-  const bound xb = bind_range(p_->info, x, 0, bytes), yb = bind_range(p_->info, y, 0, bytes);
-  const bound wb = weight ? bind_range(p_->info, weight, 0, uint64_t(dim) * 4) : bound{p_->dummy(), 0};
-  struct {
+namespace {
+/// The checks and bindings of rmsnorm.comp's x, weight (or the dummy) and y, and its first push constants.
+struct rms_io {
+  bound x, w, y;
+  struct pc_head {
     uint32_t rows, dim, xoff, woff, yoff, has_w;
     float eps;
     uint32_t pad;
-  } pc{rows, dim, xb.residual / 4, wb.residual / 4, yb.residual / 4, weight ? 1u : 0u, eps, 0};
+  } pc;
+};
+rms_io rms_bind(const device_info& info, binding dummy, view x, view weight, view y, uint32_t rows, uint32_t dim,
+                float eps, const char* op) {
+  const uint64_t bytes = uint64_t(rows) * dim * 4;
+  need(x, bytes, op, "x");
+  need(y, bytes, op, "y");
+  if (weight) need(weight, uint64_t(dim) * 4, op, "weight");
+  rms_io r{bind_range(info, x, 0, bytes), weight ? bind_range(info, weight, 0, uint64_t(dim) * 4) : bound{dummy, 0},
+           bind_range(info, y, 0, bytes), {}};
+  r.pc = {rows, dim, r.x.residual / 4, r.w.residual / 4, r.y.residual / 4, weight ? 1u : 0u, eps, 0};
+  return r;
+}
+}  // namespace
+
+void kernels::rmsnorm(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps) {
+  if (rows == 0 || dim == 0) return;
+  const rms_io io = rms_bind(p_->info, p_->dummy(), x, weight, y, rows, dim, eps, "rmsnorm");
+  const bound &xb = io.x, &wb = io.w, &yb = io.y;
+  const rms_io::pc_head pc = io.pc;
   const binding b[3] = {xb.b, wb.b, yb.b};
   uint32_t gx, gy;
   p_->grid(rows, gx, gy);
@@ -682,20 +693,15 @@ void kernels::rmsnorm_q8(commands& c, view x, view weight, view y, uint32_t rows
   if (!p_->i8_kernel(f)) throw usage_error("rmsnorm_q8: no int8-activation kernel for this format or device");
   if (dim == 0 || dim % 32) throw usage_error("rmsnorm_q8: dim must be a positive multiple of 32");
   if (rows == 0) return;
-  const uint64_t bytes = uint64_t(rows) * dim * 4, qbytes = act_q8_bytes(dim, rows);
-  need(x, bytes, "rmsnorm_q8", "x");
-  need(y, bytes, "rmsnorm_q8", "y");
+  const uint64_t qbytes = act_q8_bytes(dim, rows);
   need(xq, qbytes, "rmsnorm_q8", "xq");
-  if (weight) need(weight, uint64_t(dim) * 4, "rmsnorm_q8", "weight");
-  const bound xb = bind_range(p_->info, x, 0, bytes), yb = bind_range(p_->info, y, 0, bytes),
-              qb = bind_range(p_->info, xq, 0, qbytes);
-  const bound wb = weight ? bind_range(p_->info, weight, 0, uint64_t(dim) * 4) : bound{p_->dummy(), 0};
+  const rms_io io = rms_bind(p_->info, p_->dummy(), x, weight, y, rows, dim, eps, "rmsnorm_q8");
+  const bound qb = bind_range(p_->info, xq, 0, qbytes);
   struct {
-    uint32_t rows, dim, xoff, woff, yoff, has_w;
-    float eps;
-    uint32_t pad, qoff, pad2, pad3, pad4;
-  } pc{rows, dim, xb.residual / 4, wb.residual / 4, yb.residual / 4, weight ? 1u : 0u, eps, 0, qb.residual / 4, 0, 0, 0};
-  const binding b[5] = {xb.b, wb.b, yb.b, p_->dummy(), qb.b};
+    rms_io::pc_head h;
+    uint32_t qoff, pad2, pad3, pad4;
+  } pc{io.pc, qb.residual / 4, 0, 0, 0};
+  const binding b[5] = {io.x.b, io.w.b, io.y.b, p_->dummy(), qb.b};
   const scale_encoding enc = (f == format::mxfp4) ? scale_encoding::e8m0 : scale_encoding::none;
   const std::string defs = format_defines(f, enc) + "#define RMS_Q8 1\n" + p_->act_wide_defines();
   uint32_t gx, gy;
@@ -708,20 +714,14 @@ void kernels::rmsnorm_rope(commands& c, view x, view weight, view y, uint32_t ro
   if (rope_dim == 0 || rope_dim % 2 || rope_dim > dim) throw usage_error("rmsnorm_rope: rope_dim must be even, <= dim");
   if (heads == 0 || rows % heads) throw usage_error("rmsnorm_rope: rows must be a multiple of heads");
   if (rows == 0) return;
-  const uint64_t bytes = uint64_t(rows) * dim * 4, cbytes = uint64_t(rows / heads) * rope_dim * 4;
-  need(x, bytes, "rmsnorm_rope", "x");
-  need(y, bytes, "rmsnorm_rope", "y");
+  const uint64_t cbytes = uint64_t(rows / heads) * rope_dim * 4;
   need(cs, cbytes, "rmsnorm_rope", "cs");
-  if (weight) need(weight, uint64_t(dim) * 4, "rmsnorm_rope", "weight");
-  const bound xb = bind_range(p_->info, x, 0, bytes), yb = bind_range(p_->info, y, 0, bytes),
-              cb = bind_range(p_->info, cs, 0, cbytes);
-  const bound wb = weight ? bind_range(p_->info, weight, 0, uint64_t(dim) * 4) : bound{p_->dummy(), 0};
+  const rms_io io = rms_bind(p_->info, p_->dummy(), x, weight, y, rows, dim, eps, "rmsnorm_rope");
+  const bound &xb = io.x, &wb = io.w, &yb = io.y, cb = bind_range(p_->info, cs, 0, cbytes);
   struct {
-    uint32_t rows, dim, xoff, woff, yoff, has_w;
-    float eps;
-    uint32_t pad, heads, rope_dim, csoff, pad1;
-  } pc{rows, dim, xb.residual / 4, wb.residual / 4, yb.residual / 4, weight ? 1u : 0u, eps, 0, heads, rope_dim,
-       cb.residual / 4, 0};
+    rms_io::pc_head h;
+    uint32_t heads, rope_dim, csoff, pad1;
+  } pc{io.pc, heads, rope_dim, cb.residual / 4, 0};
   const binding b[4] = {xb.b, wb.b, yb.b, cb.b};
   uint32_t gx, gy;
   p_->grid(rows, gx, gy);
