@@ -10,6 +10,8 @@
 // (+ the FFN's mixes, hc_pre_finish and ffn_norm: one dispatch) → router → routing → experts (→ shared) → hc_post
 // (+ the next layer's mixes, hc_pre_finish and attn_norm; after the last layer hc_head_finish and the final norm).
 // Before layer 0: hc_mix + hc_pre_finish + attn_norm (one dispatch). Head: head matmul (→ device argmax).
+// With dense_act = i8 (gpu_dense_i8.hpp) the dense products of an int8 format read int8 inputs: u quantised in a
+// step before the projections (and before the head), qr by the q norm, o before the wo_a groups, z before wo_b.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
