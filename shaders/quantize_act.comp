@@ -4,9 +4,8 @@
 // integer-dot matvec of one weight format. One invocation per block of 32 values — or, with ACT_WIDE = 1
 // (kernels::quantize_act), 32 invocations per block, one value each: coalesced loads and a short chain (the block's
 // maximum by a butterfly, each value's rounding, the packed words gathered by 8 invocations) instead of one
-// invocation's 32 loads and roundings in a row — the same operations on the same values, so the same bits.
-// ACT_WIDE_SG = 1 (subgroups of a multiple of 32 invocations with shuffles): the butterflies and gathers through
-// subgroup shuffles; 0: through shared memory (devices with smaller subgroups, e.g. lavapipe's 8).
+// invocation's 32 loads and roundings in a row — the same operations on the same values, so the same bits
+// (common/act_q8_wide.glsl, its ACT_WIDE_SG variant there).
 // ACT_SWIGLU = 1 (kernels::moe's batch-1 int8 path): the values are not read but formed, moe_act.comp's h of pair
 // p = t·KS + s from its gate/up row gu [n, 2·cols] and routing weight (common/swiglu.glsl), so the SwiGLU and
 // the quantisation of h are one dispatch; the f32 h is never stored. Defines then: MOE_TOPK, MOE_SHARED, MOE_LIMIT.

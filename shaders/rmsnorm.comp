@@ -17,7 +17,7 @@
 #define RMS_Q8 0
 #endif
 #if RMS_Q8 && RMS_ROPE
-#error "rmsnorm.comp: RMS_Q8 without RMS_ROPE"
+#error "rmsnorm.comp: RMS_Q8 and RMS_ROPE exclude each other"
 #endif
 
 layout(push_constant) uniform rms_pc {

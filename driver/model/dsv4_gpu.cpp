@@ -145,7 +145,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     // the indexer's query side (iw, iq, scores, top-k) only where it has to choose among the finished entries
     const bool ix_scores = kind.indexer && (t + 1) / kind.ratio > cf.index_topk;
     // With int8 inputs, u's quantisation is a step of its own before the projections (the Sinkhorn stays beside
-    // them: with the quantisation it measured 8.4 µs as a step against 4.9 for a quantisation alone, s159).
+    // them: beside the quantisation the step measured 8.4 µs, s159, against 4.4 for the quantisation alone, s160;
+    // written by the boundary's one-workgroup tail it cost the boundary 8.6 µs, s162).
     const std::initializer_list<const gpu::gpu_matrix*> u_users = {
         &G.wq_a, &G.wkv, kind.ratio ? &G.comp.wkv : nullptr, kind.ratio ? &G.comp.wgate : nullptr,
         kind.indexer ? &G.ix.wkv : nullptr, kind.indexer ? &G.ix.wgate : nullptr, ix_scores ? &G.ix_wp : nullptr};

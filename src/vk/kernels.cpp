@@ -81,7 +81,11 @@ struct kernels::impl {
     dev.upload(counters, zeros.data(), zeros.size() * 4);
   }
 
-  std::string act_wide_defines() const { return detail::act_wide_defines(info, lanes); }  // kernels_ops.hpp
+  /// common/act_q8_wide.glsl's variant: its butterflies through subgroup shuffles where the subgroups hold whole
+  /// blocks of 32 (subgroup arithmetic and shuffles, a subgroup size that is a multiple of 32), else shared memory.
+  std::string act_wide_defines() const {
+    return info.subgroup_arithmetic && info.subgroup_shuffle && lanes % 32 == 0 ? "#define ACT_WIDE_SG 1\n" : "";
+  }
   const detail::pipeline* pipe(const char* shader, const std::string& defs, uint32_t wg, uint32_t bindings,
                                uint32_t push) {
     detail::pipeline_desc d;
@@ -680,9 +684,8 @@ rms_io rms_bind(const device_info& info, binding dummy, view x, view weight, vie
 void kernels::rmsnorm(commands& c, view x, view weight, view y, uint32_t rows, uint32_t dim, float eps) {
   if (rows == 0 || dim == 0) return;
   const rms_io io = rms_bind(p_->info, p_->dummy(), x, weight, y, rows, dim, eps, "rmsnorm");
-  const bound &xb = io.x, &wb = io.w, &yb = io.y;
   const rms_io::pc_head pc = io.pc;
-  const binding b[3] = {xb.b, wb.b, yb.b};
+  const binding b[3] = {io.x.b, io.w.b, io.y.b};
   uint32_t gx, gy;
   p_->grid(rows, gx, gy);
   detail::dispatch(c.impl(), p_->pipe("rmsnorm.comp", "", impl::wg_rows, 3, sizeof pc), b, &pc, sizeof pc, gx, gy);
@@ -717,12 +720,12 @@ void kernels::rmsnorm_rope(commands& c, view x, view weight, view y, uint32_t ro
   const uint64_t cbytes = uint64_t(rows / heads) * rope_dim * 4;
   need(cs, cbytes, "rmsnorm_rope", "cs");
   const rms_io io = rms_bind(p_->info, p_->dummy(), x, weight, y, rows, dim, eps, "rmsnorm_rope");
-  const bound &xb = io.x, &wb = io.w, &yb = io.y, cb = bind_range(p_->info, cs, 0, cbytes);
+  const bound cb = bind_range(p_->info, cs, 0, cbytes);
   struct {
     rms_io::pc_head h;
     uint32_t heads, rope_dim, csoff, pad1;
   } pc{io.pc, heads, rope_dim, cb.residual / 4, 0};
-  const binding b[4] = {xb.b, wb.b, yb.b, cb.b};
+  const binding b[4] = {io.x.b, io.w.b, io.y.b, cb.b};
   uint32_t gx, gy;
   p_->grid(rows, gx, gy);
   detail::dispatch(c.impl(), p_->pipe("rmsnorm.comp", "#define RMS_ROPE 1\n", impl::wg_rows, 4, sizeof pc), b, &pc,

@@ -69,12 +69,6 @@ struct op_env {
 
 op_env op_env_of(kernels::impl& p);
 
-/// common/act_q8_wide.glsl's variant: its butterflies through subgroup shuffles where the subgroups hold whole blocks
-/// of 32 (subgroup arithmetic and shuffles, a subgroup size that is a multiple of 32), else through shared memory.
-inline std::string act_wide_defines(const device_info& info, uint32_t lanes) {
-  return info.subgroup_arithmetic && info.subgroup_shuffle && lanes % 32 == 0 ? "#define ACT_WIDE_SG 1\n" : "";
-}
-
 /// The batch-1 row kernel's defines (shaders/matvec_rows.comp; i8: int8 activations) for a dispatch of `rows` rows
 /// of `cols` columns in format f, and its rows per workgroup; false when the device has no such kernel for f
 /// (kernels.cpp). pairs_ok: plane 0 starts on 16 bytes (the chunk-pair variant's value loads may be chosen).
