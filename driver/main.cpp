@@ -209,6 +209,10 @@ int main(int argc, char** argv) {
   cb->add_option("--mv-rows-per-team", bench.mv_rows_per_team, "Diagnostics: batch-1 matvec rows per subgroup (1, 2, 4; 0 = from the shape)")
       ->default_val(bench.mv_rows_per_team)
       ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
+  cb->add_option("--mv-sub", bench.mv_sub,
+                 "Diagnostics: batch-1 matvec with f32 activations, lanes per chunk (1, 2, 4; 0 = chosen per format)")
+      ->default_val(bench.mv_sub)
+      ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
   cb->add_option("--mv-pairs", bench.mv_pairs,
                  "Diagnostics: q2tp int8 batch-1 row kernel, chunks per lane unit (1, 2: where the row's chunk count "
                  "is even; 0 = chosen)")

@@ -37,9 +37,15 @@
 // 16 value bytes in one load, both ladder codes from one 16-bit load (formats.glsl fetch2), their activations in 4
 // + 1 + 1 loads — instead of one 8-byte chunk with its own code and activation loads. Lane l takes units l,
 // l + KSTRIDE, ...; the loop counts units.
+// SUB > 1 (X_GLOBAL, f32 activations): a lane's unit is 1/SUB of a chunk — CHUNK_WORDS / SUB consecutive words
+// of its values (and the chunk's code / scale, the same load for the SUB lanes that share it) — so that the lanes
+// of a subgroup read the activations of consecutive units: a chunk's activations are 4·CHUNK bytes (128 for a
+// 32-value chunk), and with one chunk per lane every 16-byte activation load of the subgroup touched 32 different
+// cache lines (each line one L1 pass); with SUB lanes per chunk it touches 32 / SUB. The units of a row are its
+// chunks × SUB, lane l taking units l, l + KSTRIDE, ...
 // Defines: TEAMS, KSPLIT (1, 2, 4, 8; divides TEAMS), RPT (1, 2, 4), ROWS_PER_WG (= TEAMS / KSPLIT * RPT), UNROLL
 // (1, 2, 4), X_TILE (f32), X_GLOBAL (f32: 1 = activations read from the buffer, 0 = staged in shared memory),
-// ACT_I8, PAIR, the format's; MOE_TAIL with MOE_LIMIT (1).
+// SUB (1, 2, 4), ACT_I8, PAIR, the format's; MOE_TAIL with MOE_LIMIT (1).
 #ifndef MOE_TAIL
 #define MOE_TAIL 0
 #endif
@@ -63,7 +69,13 @@
 #if PAIR && !(ACT_I8 && defined(FMT_Q2TP))
 #error "PAIR is the int8-activation path of q2tp"
 #endif
-// Units (chunks; chunk pairs with PAIR) between a lane's consecutive units of a row.
+#ifndef SUB
+#define SUB 1
+#endif
+#if SUB > 1 && (ACT_I8 || !X_GLOBAL || !HAS_CHUNK_WORDS || CHUNK_WORDS % SUB != 0 || (CHUNK / 4) % SUB != 0)
+#error "SUB splits the words of a chunk of f32-activation products read from the buffer (X_GLOBAL)"
+#endif
+// Units (chunks; chunk pairs with PAIR; 1/SUB chunks with SUB) between a lane's consecutive units of a row.
 #define KSTRIDE (LANES * KSPLIT)
 
 #if MOE_TAIL
@@ -117,14 +129,19 @@ layout(std430, binding = 7) readonly buffer MoeSlotMap { uint moe_slot_map[]; };
 #if !ACT_I8
 layout(std430, binding = 3) readonly buffer X4 { vec4 xv[]; };
 #define XQ (CHUNK / 4)
-#if XQ == 1
+// the vec4 of activations of one unit (a chunk, or 1/SUB of one)
+#define XQS (XQ / SUB)
+#if XQS == 1
 #define REP_J(M) M(0)
-#elif XQ == 2
+#elif XQS == 2
 #define REP_J(M) M(0) M(1)
-#elif XQ == 4
+#elif XQS == 4
 #define REP_J(M) M(0) M(1) M(2) M(3)
-#elif XQ == 8
+#elif XQS == 8
 #define REP_J(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#endif
+#if SUB > 1
+raw_t fetch_sub(row_t R, uint r, uint k, uint p) { return fetch_words(R, r, k, p, CHUNK_WORDS / SUB); }
 #endif
 // vec4 j of tile chunk kt, swizzled so that 8 lanes reading 8 consecutive chunks hit 8 different 16-byte bank
 // groups (one 128-bit shared load serves 8 lanes per pass).
@@ -132,7 +149,7 @@ uint xswz(uint kt, uint j) { return kt * XQ + (j ^ ((kt / (8u / XQ)) % XQ)); }
 #if X_GLOBAL
 // X_GLOBAL = 1: no staging — every lane reads its chunks' activations from the buffer (L1/L2-resident, shared by
 // the subgroup's RPT rows), so the hot loop starts without a barrier and the workgroup holds no shared tile.
-#define XLD(KT, j) xv[(xo >> 2) + (KT) * XQ + (j)]
+#define XLD(KT, j) xv[(xo >> 2) + (KT) * XQ + XP + (j)]
 #else
 shared vec4 xsh[X_TILE / 4];
 void stage(uint xo, uint c0, uint ncols) {
@@ -254,6 +271,9 @@ void moe_tail(uint mslot, uint mblk) {
 // FR(u, i): the loads of unit k + u·KSTRIDE of row i (clamped into range; a clamped unit is not consumed).
 #if PAIR
 #define FR(u, i) const raw2_t q##u##_##i = fetch2(R##i, row##i, min(k + u * KSTRIDE, nu - 1u));
+#elif SUB > 1
+#define FR(u, i)                                                                                          \
+  const raw_t q##u##_##i = fetch_sub(R##i, row##i, min(k + u * KSTRIDE, nu - 1u) / SUB, min(k + u * KSTRIDE, nu - 1u) % SUB);
 #else
 #define FR(u, i) const raw_t q##u##_##i = fetch(R##i, row##i, k0 + min(k + u * KSTRIDE, nu - 1u));
 #endif
@@ -290,12 +310,13 @@ vec4 fp8_dec4(raw_t q, uint j) {
 #define FIN(u, i)
 #endif
 #define DOTJ(j) { const vec4 X = XLD(KT, j); ROWS(RD, j) }
-#define CONSUME(u)                                          \
-  if (k + u * KSTRIDE < nu) {                               \
-    const uint KT = k + u * KSTRIDE, K = k0 + KT;           \
-    ROWS(BIND, u)                                           \
-    REP_J(DOTJ)                                             \
-    ROWS(FIN, u)                                            \
+// KT: the unit's chunk in the tile, XP: its first vec4 of activations in the chunk (SUB)
+#define CONSUME(u)                                                                  \
+  if (k + u * KSTRIDE < nu) {                                                       \
+    const uint KT = (k + u * KSTRIDE) / SUB, K = k0 + KT, XP = (k + u * KSTRIDE) % SUB * XQS; \
+    ROWS(BIND, u)                                                                   \
+    REP_J(DOTJ)                                                                     \
+    ROWS(FIN, u)                                                                    \
   }
 #elif PAIR
 #define CODE_MASK (LADDER_RUNGS - 1u)
@@ -379,7 +400,7 @@ void main() {
     REP_U(CONSUME)
   }
 #elif X_GLOBAL
-  const uint nct = pc.cols / CHUNK, k0 = 0u, nu = nct;
+  const uint nct = pc.cols / CHUNK, k0 = 0u, nu = nct * SUB;
   uint k = part * LANES + lane;
   REP_U(FETCH)  // in flight while the tables are built
   tables_init(wg);

@@ -14,6 +14,12 @@
 //   decode4(R, q, s, k, j)      values 4j .. 4j+3 of the chunk (j < CHUNK/4, a constant at every call site:
 //                               no arrays, so no driver can leave a chunk's values in local memory)
 //   decode_elem(R, r, c)        element (r, c), any shape and alignment (generic path)
+//   CHUNK_WORDS, chunk_word(R, r, k), chunk_aux(R, r, k)   (formats whose fast-path chunks are whole 32-bit words
+//                               of plane 0, HAS_CHUNK_WORDS) the chunk's size in words, the w0 index of its first
+//                               word and fetch's second load (code / scale), for kernels that split a chunk's
+//                               words between lanes (matvec_rows.comp SUB): decode4 reads q.q[] by the index of
+//                               the word within what was loaded, so a lane that loaded words p·n .. p·n + n − 1
+//                               decodes them with j counted from its first word
 // Both paths produce exactly F::decode_row's f32 values: the same products in the same order.
 
 layout(push_constant) uniform mat_pc {
@@ -112,6 +118,20 @@ float ue8m0_bits(uint k) {
   return uintBitsToFloat(e >= -126 ? uint(e + 127) << 23 : 1u << uint(e + 149));
 }
 
+// ---------------------------------------------------------------- small integers to f32 without a conversion
+// The hot loops' value codes become floats by moving bits, not by an int → float conversion instruction (NVIDIA
+// GPUs issue those at 1/8 of the FMA rate: the f32-activation q4tp matvec was bound by them). An unsigned field
+// v < 2^21 written into the mantissa of 2^22 (whose unit in the last place is 0.5) one bit up is the float 2^22 + v,
+// exactly; subtracting 2^22 + off (off a multiple of 0.5, |off| < 2^21) leaves v − off, exactly — the same float as
+// float(v) − off. `sh` is a constant at every call site.
+#define FIELD_MAGIC 0x4A800000u  // 2^22
+#define FIELD_MAGIC_F 4194304.0
+// ((w >> sh) & mask) − off
+float field_minus(uint w, uint sh, uint mask, float off) {
+  const uint f = (sh > 0u ? w >> (sh - 1u) : w << 1) & (mask << 1);
+  return uintBitsToFloat(f | FIELD_MAGIC) - (FIELD_MAGIC_F + off);
+}
+
 #if defined(FMT_MXFP4) || defined(FMT_FP8_B128) || defined(FMT_FP8_B32)
 #if SCALE_F32
 uint load_scale_raw(uint idx) { return ld32_w1(pc.res1 + 4u * idx); }
@@ -153,6 +173,10 @@ float decode_elem(row_t R, uint r, uint c) { return uintBitsToFloat(ld32_w0(pc.r
 void tables_init(uint wg) {}
 row_t row_begin(uint r, uint slot) { return row_t(0.0, 0u, 0u); }
 raw_t fetch(row_t R, uint r, uint k) { return raw_t(w0q[(pc.res0 >> 4) + r * (pc.cols >> 3) + k], 0u); }
+#define HAS_CHUNK_WORDS 1
+#define CHUNK_WORDS 4
+uint chunk_word(row_t R, uint r, uint k) { return (pc.res0 >> 2) + (r * (pc.cols >> 3) + k) * 4u; }
+uint chunk_aux(row_t R, uint r, uint k) { return 0u; }
 float chunk_scale(row_t R, raw_t q) { return 1.0; }
 vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
   const uint a = q.q[2u * j], b = q.q[2u * j + 1u];
@@ -181,6 +205,12 @@ row_t row_begin(uint r, uint slot) { return row_t(half_bits(ld16_w1(pc.res1 + Q8
 float col_scale(uint c) { return half_bits(ld16_w2(pc.res2 + Q8_COL_SCALE_BYTES * c)); }
 #endif
 raw_t fetch(row_t R, uint r, uint k) { return raw_t(w0q[(pc.res0 >> 4) + r * (pc.cols >> 4) + k], 0u); }
+#if defined(FMT_Q8_ROW)
+#define HAS_CHUNK_WORDS 1
+#define CHUNK_WORDS 4
+uint chunk_word(row_t R, uint r, uint k) { return (pc.res0 >> 2) + (r * (pc.cols >> 4) + k) * 4u; }
+uint chunk_aux(row_t R, uint r, uint k) { return 0u; }
+#endif
 float chunk_scale(row_t R, raw_t q) { return R.s; }
 vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
   const int v = int(q.q[j]);
@@ -297,6 +327,10 @@ raw_t fetch(row_t R, uint r, uint k) {
 #endif
   return raw_t(q, group_code(r, k));
 }
+#define HAS_CHUNK_WORDS 1
+#define CHUNK_WORDS (LADDER_VALUE_BYTES / 4)
+uint chunk_word(row_t R, uint r, uint k) { return (pc.res0 >> 2) + (r * pc.aux0 + k) * CHUNK_WORDS; }
+uint chunk_aux(row_t R, uint r, uint k) { return group_code(r, k); }
 float chunk_scale(row_t R, raw_t q) { return code_scale(R, q.a); }
 #if LADDER_VALUE_BYTES == 8
 // Groups 2p and 2p + 1 of row r (matvec_rows.comp PAIR): their values in one 16-byte load (an even number of
@@ -315,13 +349,16 @@ raw2_t fetch2(row_t R, uint r, uint p) {
   return raw2_t(w0q[(pc.res0 >> 4) + ((r * pc.aux0) >> 1) + p], c);
 }
 #endif
-// element i of the chunk's value bytes
+// element i of the chunk's value bytes minus LADDER_OFFSET (ladder_elem's bits, read from the word)
 float lad_value(raw_t q, uint i) {
-  return float(ladder_elem((q.q[i / ELEMS_PER_BYTE / 4u] >> (8u * ((i / ELEMS_PER_BYTE) & 3u))) & 0xFFu, i));
+  const uint pos = i % ELEMS_PER_BYTE;
+  const uint sh = 8u * ((i / ELEMS_PER_BYTE) & 3u) +
+                  LADDER_ELEM_BITS * (LADDER_LOW_FIRST != 0 ? pos : ELEMS_PER_BYTE - 1u - pos);
+  return field_minus(q.q[i / ELEMS_PER_BYTE / 4u], sh, ELEM_MASK, LADDER_OFFSET);
 }
 vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
   const uint i = 4u * j;
-  return (vec4(lad_value(q, i), lad_value(q, i + 1u), lad_value(q, i + 2u), lad_value(q, i + 3u)) - LADDER_OFFSET) * s;
+  return vec4(lad_value(q, i), lad_value(q, i + 1u), lad_value(q, i + 2u), lad_value(q, i + 3u)) * s;
 }
 // The f16 tiles' decode (gemm.comp with GEMM_COOP, which enables f16 arithmetic): values 8m .. 8m+7 of the chunk
 // as 8 packed halves, (code − offset) · s16, s16 = the chunk's scale rounded to f16 — where decode8_h_ok(s): s16
@@ -371,6 +408,10 @@ raw_t fetch(row_t R, uint r, uint k) {
   const uint blk = r * pc.aux0 + k;
   return raw_t(w0q[(pc.res0 >> 4) + blk], load_scale_raw(blk));
 }
+#define HAS_CHUNK_WORDS 1
+#define CHUNK_WORDS 4
+uint chunk_word(row_t R, uint r, uint k) { return (pc.res0 >> 2) + (r * pc.aux0 + k) * 4u; }
+uint chunk_aux(row_t R, uint r, uint k) { return load_scale_raw(r * pc.aux0 + k); }
 float chunk_scale(row_t R, raw_t q) { return scale_value(q.a); }
 vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {  // bytes 2j, 2j+1
   const uint b = q.q[j >> 1] >> (16u * (j & 1u)), b0 = b & 0xFFu, b1 = (b >> 8) & 0xFFu;
@@ -396,6 +437,10 @@ row_t row_begin(uint r, uint slot) { return row_t(0.0, 0u, ((pc.r0 + r) / FP8_TI
 raw_t fetch(row_t R, uint r, uint k) {
   return raw_t(w0q[(pc.res0 >> 4) + r * (pc.cols >> 4) + k], load_scale_raw(R.tile + (k * 16u) / FP8_TILE));
 }
+#define HAS_CHUNK_WORDS 1
+#define CHUNK_WORDS 4
+uint chunk_word(row_t R, uint r, uint k) { return (pc.res0 >> 2) + (r * (pc.cols >> 4) + k) * 4u; }
+uint chunk_aux(row_t R, uint r, uint k) { return load_scale_raw(R.tile + (k * 16u) / FP8_TILE); }
 float chunk_scale(row_t R, raw_t q) { return scale_value(q.a); }
 vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
   const uint v = q.q[j];
@@ -435,4 +480,13 @@ bool decode8_h_ok(float s) {
 
 #else
 #error "no weight format defined (the host preamble must define one FMT_*)"
+#endif
+
+#if HAS_CHUNK_WORDS
+// Words p·n .. p·n + n − 1 of chunk k of row r (n = 1 or 2, a constant at every call site; the chunk's words
+// split between CHUNK_WORDS / n lanes) in q.q[0 ..], with the chunk's code / scale.
+raw_t fetch_words(row_t R, uint r, uint k, uint p, uint n) {
+  const uint w = chunk_word(R, r, k) + p * n;
+  return raw_t(n == 1u ? uvec4(w0[w], 0u, 0u, 0u) : uvec4(w0d[w >> 1], 0u, 0u), chunk_aux(R, r, k));
+}
 #endif

@@ -61,7 +61,7 @@ struct kernels::impl {
     return gemm_prec == gemm_precision::f16_emulated ? 2 : 0;
   }
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
-  std::map<std::array<uint32_t, 8>, const detail::pipeline*> rows_pipes;  // (format, enc, rpt, unroll, i8, x, split, pairs)
+  std::map<std::array<uint32_t, 9>, const detail::pipeline*> rows_pipes;  // (format, enc, rpt, unroll, i8, x, split, pairs, sub)
   std::map<std::array<uint32_t, 2>, const detail::pipeline*> gather_pipes;  // embed_rows: (format, enc)
 
   explicit impl(device& d) : dev(d), info(d.info()) {
@@ -235,11 +235,12 @@ struct kernels::impl {
     // the roofline, q4tp 0.15 → 0.34, MXFP4 0.19 → 0.29 (H200, docs/VULKAN.md "Activation source").
     if (!c.x_source) c.x_source = 2;
     const uint64_t all_chunks = cols / std::max<uint32_t>(1, detail::gpu_traits(f).chunk);
+    c.sub = i8 || c.x_source != 2 ? 1 : std::min(c.sub ? c.sub : default_sub(f), max_sub(f));
     const bool can_pair = i8 && f == format::q2tp && all_chunks % 2 == 0;
     c.pairs = can_pair && (c.pairs == 2 || (c.pairs == 0 && throughput)) ? 2 : 1;
     const bool can_split = i8 || c.x_source == 2;
     if (!c.split && can_split) {
-      const uint64_t chunks = all_chunks / c.pairs;  // the units lanes take
+      const uint64_t chunks = all_chunks / c.pairs * c.sub;  // the units lanes take
       const uint64_t teams_rows = (rows + c.rows_per_team - 1) / c.rows_per_team;
       c.split = 1;
       while (c.split < teams && teams_rows * c.split < want_subgroups && chunks >= uint64_t(lanes) * c.split * 2)
@@ -248,17 +249,37 @@ struct kernels::impl {
     c.split = can_split ? std::min(std::max<uint32_t>(c.split, 1), teams) : 1;
     return c;
   }
+  /// Largest matvec_tuning::sub of format f: its chunk's words (formats.glsl HAS_CHUNK_WORDS), at least one vec4
+  /// of activations per lane.
+  static uint32_t max_sub(format f) {
+    switch (f) {
+      case format::q4tp: case format::mxfp4: case format::fp8_b128: case format::fp8_b32: case format::q8_row: return 4;
+      case format::q2tp: case format::f16: case format::bf16: return 2;
+      default: return 1;
+    }
+  }
+  /// matvec_tuning::sub = 0: the fastest measured on the H200 (docs/PERF.md "Thirty-fourth session", vk_matvec at
+  /// 1024×4096, 32768×1024, 4096×8192): q4tp 2 (0.19–0.22 → 0.28–0.32 of the read roofline; 4: 0.24–0.26), q2tp 2
+  /// (0.10–0.11 → 0.14–0.16), MXFP4 4 (0.18 → 0.32–0.35), q8_row 2 (0.60–0.67 → 0.63–0.68); FP8 1 (2 and 4 slower).
+  static uint32_t default_sub(format f) {
+    switch (f) {
+      case format::q4tp: case format::q2tp: case format::q8_row: return 2;
+      case format::mxfp4: return 4;
+      default: return 1;
+    }
+  }
   /// The #defines of shaders/matvec_rows.comp for one variant (also the base of the MoE mode, kernels_moe.cpp).
   std::string rows_defs(format f, scale_encoding enc, const matvec_tuning& t, bool i8) const {
     std::ostringstream d;
     d << "#define TEAMS " << teams << "\n#define KSPLIT " << t.split << "\n#define RPT " << t.rows_per_team
       << "\n#define ROWS_PER_WG " << teams / t.split * t.rows_per_team << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
       << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n#define X_GLOBAL " << (t.x_source == 2 ? 1 : 0)
-      << "\n#define PAIR " << (t.pairs == 2 ? 1 : 0) << "\n" << detail::tab_defines() << format_defines(f, enc);
+      << "\n#define PAIR " << (t.pairs == 2 ? 1 : 0) << "\n#define SUB " << std::max<uint32_t>(t.sub, 1) << "\n"
+      << detail::tab_defines() << format_defines(f, enc);
     return d.str();
   }
   const detail::pipeline* rows_pipe(format f, scale_encoding enc, const matvec_tuning& t, bool i8) {
-    const std::array<uint32_t, 8> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8, t.x_source, t.split, t.pairs};
+    const std::array<uint32_t, 9> key{uint32_t(f), uint32_t(enc), t.rows_per_team, t.unroll, i8, t.x_source, t.split, t.pairs, t.sub};
     if (auto it = rows_pipes.find(key); it != rows_pipes.end()) return it->second;
     const detail::pipeline* p = pipe("matvec_rows.comp", rows_defs(f, enc, t, i8), lanes * teams, 6, sizeof(mat_pc));
     rows_pipes.emplace(key, p);
@@ -495,7 +516,7 @@ gemm_precision kernels::gemm_precision_used() const {
 void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
   if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) || t.rows_per_team > 4 ||
-      t.x_source > 2 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
+      t.x_source > 2 || !pow2(t.sub) || t.sub > 4 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
       !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;
@@ -863,6 +884,10 @@ op_env op_env_of(kernels::impl& p) {
 }
 
 const matvec_tuning& tuning_of(const kernels::impl& p) { return p.tune; }
+
+uint32_t f32_sub(const kernels::impl& p, format f) {
+  return std::min(p.tune.sub ? p.tune.sub : kernels::impl::default_sub(f), kernels::impl::max_sub(f));
+}
 
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,
                          bool pairs_ok, std::string& defs, uint32_t& rows_per_wg) {

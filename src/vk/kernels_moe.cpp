@@ -822,8 +822,10 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
   const detail::bound sb = m.slots ? e.bind(slot_map, E * 4) : detail::bound{};
   const uint32_t nb = m.slots ? 9 : 8;
   // phase 1: gate/up + SwiGLU → h
+  std::string sub_def;  // lanes per chunk of the matrix at hand (common/moe.glsl MOE_SUB)
   {
     const gpu_matrix& w = m.gate_up.w;
+    sub_def = "#define MOE_SUB " + std::to_string(detail::f32_sub(*p_, w.fmt)) + "\n";
     detail::binding b[9];
     mat_pc pc{};
     bind_planes(e, w, b, pc, "moe");
@@ -836,12 +838,13 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
     uint32_t gx, gy;
     e.grid(slots * (I / rpw), gx, gy);
     detail::dispatch(
-        c.impl(), e.pipe("moe_up.comp", moe_defines(e, w, rpw, top_k, m, limit), e.lanes * e.teams, nb, sizeof pc),
+        c.impl(), e.pipe("moe_up.comp", moe_defines(e, w, rpw, top_k, m, limit) + sub_def, e.lanes * e.teams, nb, sizeof pc),
         std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
   }
   // phase 2: down + the weighted sum in ascending expert id → out
   {
     const gpu_matrix& w = m.down.w;
+    sub_def = "#define MOE_SUB " + std::to_string(detail::f32_sub(*p_, w.fmt)) + "\n";
     detail::binding b[9];
     mat_pc pc{};
     bind_planes(e, w, b, pc, "moe");
@@ -853,7 +856,7 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
     uint32_t gx, gy;
     e.grid(uint64_t(n) * (d / rpw), gx, gy);
     detail::dispatch(
-        c.impl(), e.pipe("moe_down.comp", moe_defines(e, w, rpw, top_k, m, limit), e.lanes * e.teams, nb, sizeof pc),
+        c.impl(), e.pipe("moe_down.comp", moe_defines(e, w, rpw, top_k, m, limit) + sub_def, e.lanes * e.teams, nb, sizeof pc),
         std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
   }
   if (ex.add) add(c, ex.add, out, n * d);

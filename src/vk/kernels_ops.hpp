@@ -78,6 +78,10 @@ bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_
 /// The work-split overrides of kernels::set_tuning (0 fields: automatic) (kernels.cpp).
 const matvec_tuning& tuning_of(const kernels::impl& p);
 
+/// Lanes that share one chunk's words in a one-row-per-team f32 product of format f (common/moe.glsl MOE_SUB):
+/// matvec_tuning::sub where set, else the row kernel's default for f, capped at what f's chunks allow (kernels.cpp).
+uint32_t f32_sub(const kernels::impl& p, format f);
+
 /// Shared memory of one shaders/gemm.comp workgroup: the f32 weight tile (gm rows × tk columns) and activation
 /// tile (gn batch rows × tk), the ladder tables of gm rows (the largest format table), and 1.25 KiB for the LUTs.
 /// coop (gemm.comp's GEMM_COOP, 1 or 2): f16 tiles of rows padded to tk + 8 halves (with cooperative matrices the

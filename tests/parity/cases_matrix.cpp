@@ -527,6 +527,29 @@ void matrix_cases(suite& s) {
                 s.kern.set_tuning({});
                 return why;
               });
+    // A chunk's words shared by 2 or 4 lanes (matvec_tuning::sub; capped at what the format's chunks allow, 1 for
+    // formats without whole-word chunks): ragged rows, a short row whose units do not fill a subgroup, a long row
+    // over split subgroups.
+    for (const auto& [rows, cols, rpt, split] :
+         {std::tuple{37u, 512u, 2u, 0u}, std::tuple{5u, 96u, 1u, 0u}, std::tuple{64u, 16384u, 4u, 4u}})
+      for (uint32_t sub : {2u, 4u}) {
+        if (!F::shape_ok(rows, cols)) continue;
+        s.run("matvec", fn,
+              shape_name(rows, cols) + " x from buffer, rows/team " + std::to_string(rpt) +
+                  (split ? " split " + std::to_string(split) : std::string()) + ", " + std::to_string(sub) +
+                  " lanes per chunk",
+              [&](uint64_t seed, std::string& info) {
+                gpu::matvec_tuning t;
+                t.rows_per_team = rpt;
+                t.split = split;
+                t.x_source = 2;
+                t.sub = sub;
+                s.kern.set_tuning(t);
+                const std::string why = matmul_case<F>(s, seed, rows, cols, 1, false, false, info);
+                s.kern.set_tuning({});
+                return why;
+              });
+      }
     s.run("matvec", fn, "4x96x256 concurrent + dependent", [&](uint64_t seed, std::string& info) {
       return concurrent_case<F>(s, seed, info);
     });

@@ -143,6 +143,11 @@ struct matvec_tuning {
   /// Batch-1 row kernel with f32 activations: 1 = staged in shared memory per workgroup, 2 = read by every lane
   /// from the buffer (no staging barrier, no shared tile). 0: chosen per format.
   uint32_t x_source = 0;
+  /// Batch-1 row kernel with f32 activations read from the buffer (x_source 2): lanes that share one chunk's words
+  /// (1, 2 or 4; matvec_rows.comp SUB), so that a subgroup's activation loads touch fewer cache lines. Applies to
+  /// the formats whose chunks are whole words (q4tp, q2tp ≤ 2, MXFP4, FP8, q8_row, f16 / bf16 ≤ 2); elsewhere 1.
+  /// 0: chosen per format.
+  uint32_t sub = 0;
   /// Batch-1 row kernel: the subgroups a dispatch aims at. 0: 4096 (rows per subgroup 1 for ≤ 512 rows, else 2;
   /// columns split until 4096 subgroups). N > 0: also more rows per subgroup (up to 4) while rows / RPT > N, and
   /// the split until N — a dependent dispatch of more workgroups than the GPU holds at once runs in waves.
