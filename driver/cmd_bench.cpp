@@ -136,6 +136,7 @@ int run_bench(const bench_args& a) {
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk;
+    go.dense_act = dact;
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
@@ -152,7 +153,7 @@ int run_bench(const bench_args& a) {
               "uploaded %.1f s), state + scratch %.1f MB, ctx %llu\n",
               a.synthetic.c_str(), m.layer_count(), a.weights.c_str(),
               a.expert_down.empty() ? "" : (" (w2 " + a.expert_down + ")").c_str(), a.act.c_str(), a.dense.c_str(),
-              !v41 && dact == act_precision::i8 && k.has_i8(dsv4_synth_format(a.dense)) ? " (i8 activations at decode)" : "",
+              dact == act_precision::i8 && k.has_i8(dsv4_synth_format(a.dense)) ? " (i8 activations at decode)" : "",
               double(m.weight_bytes()) / 1e9, gen_s, up_s, double(m.state_bytes()) / 1e6, (unsigned long long)a.ctx);
   std::printf("host matrices: %s\n", a.variants ? (std::to_string(a.variants) + " distinct per role (--variants)").c_str()
                                                  : "the preset's variants per role (full-size presets: one, shared)");

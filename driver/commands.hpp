@@ -61,7 +61,7 @@ struct bench_args {
   int32_t logprobs = -1;  // --logprobs: ≥ 0, each decode token's logprob and this many alternatives
   std::string sampling = "device";
   std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act; and dense_act)
-  std::string dense_act;          // v4: the decode's dense products f32 | i8 (empty: as act; dense_act)
+  std::string dense_act;          // the decode's dense products f32 | i8 (empty: as act; dense_act)
   bool profile = false;           // per-phase device time of 16 decode steps
   uint64_t profile_at = 0;        // --profile-at: position of the profiled decode steps (0: --prompt)
   std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)

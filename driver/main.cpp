@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
                  "(int8, integer dot products)")
       ->check(CLI::IsMember({"f32", "i8"}))->default_val(bench.act);
   cb->add_option("--dense-act", bench.dense_act,
-                 "Diagnostics (v4): the decode's dense products alone: f32 | i8 (default: as --act)")
+                 "Diagnostics: the decode's dense products alone: f32 | i8 (default: as --act)")
       ->check(CLI::IsMember({"f32", "i8"}));
   cb->add_flag("--profile", bench.profile, "Per-phase device time of 16 decode steps (timestamps)");
   cb->add_flag("--nontemporal", bench.nontemporal,

@@ -9,7 +9,10 @@
 // [KV source's entries | window] → inverse rope → wo_a groups → wo_b → hc_post + mix + hc_pre_finish_fold (the
 // attention's pre) + ffn_norm (one dispatch) → router → routing → experts (→ shared) → hc_post (+ the next layer's
 // mix, hc_pre_finish_fold and attn_norm). Head: hc_fold with the last FFN's pre + norm → head matmul (→ device
-// argmax).
+// argmax). With dense_act = i8 the dense products of an int8 format read int8 copies of their inputs
+// (gpu_dense_i8.hpp, the V4 graph's scheme): u quantised in a step before the projections, qr by its norm, o by
+// wo_a group, z, a closing entry before ix_wk, the Engram row, u beside the router for a shared expert apart and
+// before the head.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -90,6 +93,8 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     f.fold = fold, f.fold_stride = cstride, f.coeff_out = out;
     return f;
   };
+  // the dense products (int8 inputs where dense_act = i8 and the format has an int8 kernel: gpu_dense_i8.hpp)
+  const gpu_dense_act da{k, opt.dense_act};
   std::vector<int> keys_from(cf.layers, -1);
   for (uint32_t l = 0; l < cf.layers; ++l) {
     dsv41_gpu_layer& G = layers[l];
@@ -103,7 +108,9 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     // ---- Engram (before the attention's mixes: its partial mixes are taken after the add)
     if (P.engram >= 0) {
       const engram_config& ec = engram.cfg;
-      k.matmul(*cur, G.eg_wkv, eg_E.at(size_t(P.engram)), 1, eg_kv);
+      const view eg_row = eg_E.at(size_t(P.engram));
+      if (da.quantize(*cur, {&G.eg_wkv}, eg_row, q_eg)) ts.op("Engram row int8");
+      da.matvec(*cur, G.eg_wkv, eg_row, q_eg, eg_kv);
       k.engram_gate_add(*cur, X, eg_kv, G.eg_qk, 1, uint32_t(hc), uint32_t(d), ec.eps, ec.gate_clamp);
       ts.op("engram");
     }
@@ -125,30 +132,49 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     if (ne_own > ent_cap) throw std::logic_error("gpu model: compressed entries beyond max_ctx");
     const view ent_row = closes ? row(G.entries, ne_own - 1, hd) : view();
     const view key_row = closes ? row(G.keys, ne_own - 1, IHD) : view();
+    // With int8 inputs, u's quantisation is a step before the projections (as the V4 graph's); qr's copy is written
+    // by its norm (kernels::rmsnorm_q8), a closing entry's before ix_wk, o's by wo_a group, z's before wo_b.
+    const std::initializer_list<const gpu::gpu_matrix*> u_users = {
+        &G.wq_a, &G.wkv, full ? &G.comp_wkv : nullptr, full && r > 1 ? &G.comp_wgate : nullptr,
+        ixs ? &G.ix_wp : nullptr};
     cur->begin_concurrent();
-    k.hc_sinkhorn(*cur, sh, partials, G.hc_attn_base, G.hc_attn_scale, 1, coeff_a);
-    k.matmul(*cur, G.wq_a, u, 1, qr);
-    k.matmul(*cur, G.wkv, u, 1, kv_row);
-    if (full && r > 1) {
-      k.matmul(*cur, G.comp_wkv, u, 1, row(G.pend_kv, t % r, hd));
-      k.matmul(*cur, G.comp_wgate, u, 1, row(G.pend_sc, t % r, hd));
-    } else if (full) {
-      k.matmul(*cur, G.comp_wkv, u, 1, ent_row);  // ratio 1: every token closes its group
+    if (da.quantize(*cur, u_users, u, q_u)) {
+      cur->end_concurrent();
+      ts.op("u int8");
+      cur->begin_concurrent();
     }
-    if (ixs) k.matmul(*cur, G.ix_wp, u, 1, iw);
+    k.hc_sinkhorn(*cur, sh, partials, G.hc_attn_base, G.hc_attn_scale, 1, coeff_a);
+    da.matvec(*cur, G.wq_a, u, q_u, qr);
+    da.matvec(*cur, G.wkv, u, q_u, kv_row);
+    if (full && r > 1) {
+      da.matvec(*cur, G.comp_wkv, u, q_u, row(G.pend_kv, t % r, hd));
+      da.matvec(*cur, G.comp_wgate, u, q_u, row(G.pend_sc, t % r, hd));
+    } else if (full) {
+      da.matvec(*cur, G.comp_wkv, u, q_u, ent_row);  // ratio 1: every token closes its group
+    }
+    if (ixs) da.matvec(*cur, G.ix_wp, u, q_u, iw);
     cur->end_concurrent();
     ts.op("projections of u (concurrent)");
+    const std::initializer_list<const gpu::gpu_matrix*> qr_users = {&G.wq_b, ixs ? &G.ix_wq_b : nullptr};
+    const gpu::gpu_matrix* qr_q8 = da.first(qr_users);
     cur->begin_concurrent();
-    k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
+    if (qr_q8)
+      k.rmsnorm_q8(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps, qr_q8->fmt, q_qr.at(qr_q8->fmt));
+    else
+      k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
     k.rmsnorm(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps);
     if (ixs) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
     if (full && r == 1) k.rmsnorm(*cur, ent_row, G.comp_norm, ent_row, 1, uint32_t(hd), eps);
     cur->end_concurrent();
     ts.op("norms, iw scale (concurrent)");
+    cur->begin_concurrent();
+    const bool qr_second = da.quantize(*cur, qr_users, qr, q_qr, qr_q8);  // a second int8 format among them
+    cur->end_concurrent();
+    if (qr_second) ts.op("qr int8, a second format");
     ts.mark(&gpu_graph_profile::attn_proj);
     cur->begin_concurrent();
-    k.matmul(*cur, G.wq_b, qr, 1, q);
-    if (ixs) k.matmul(*cur, G.ix_wq_b, qr, 1, iq);
+    da.matvec(*cur, G.wq_b, qr, q_qr, q);
+    if (ixs) da.matvec(*cur, G.ix_wq_b, qr, q_qr, iq);
     k.rope(*cur, kv_row, cs_t, 1, 1, uint32_t(hd), uint32_t(rd), false);
     if (closes && r > 1) {
       gpu::kernels::pool_shape ps;
@@ -158,11 +184,12 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     cur->end_concurrent();
     ts.op("wq_b, ix_wq_b, kv rope, pool (concurrent)");
     // The latent is pre-rope here: the index key is projected from it before its own rope.
+    if (closes && da.quantize(*cur, {&G.ix_wk}, ent_row, q_ent)) ts.op("entry int8");
     cur->begin_concurrent();
     k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
     if (ixs) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
     if (opt.qat_kv) k.fake_quant(*cur, kv_row, 1, uint32_t(hd), dsv41_act_block, fq::e4m3);
-    if (closes) k.matmul(*cur, G.ix_wk, ent_row, 1, key_row);
+    if (closes) da.matvec(*cur, G.ix_wk, ent_row, q_ent, key_row);
     cur->end_concurrent();
     const view cs_g = closes ? row(cs_comp, t + 1 - r, rd) : view();  // the group's position
     cur->begin_concurrent();
@@ -222,11 +249,14 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     ts.op("sparse_attention + o inverse rope");
     ts.mark(&gpu_graph_profile::attn_core);
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
+    if (da.quantize(*cur, {&G.wo_a}, o, q_o)) ts.op("o int8 by group");  // one dispatch: a vector per group
     cur->begin_concurrent();
     for (uint64_t g = 0; g < Gs; ++g)
-      k.matmul_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), view(z, g * ol * 4, ol * 4));
+      da.matvec_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), q_o,
+                     view(z, g * ol * 4, ol * 4), uint32_t(g));
     cur->end_concurrent();
-    k.matmul(*cur, G.wo_b, z, 1, attn_out);
+    if (da.quantize(*cur, {&G.wo_b}, z, q_z)) ts.op("z int8");
+    da.matvec(*cur, G.wo_b, z, q_z, attn_out);
     ts.op("wo_a groups, wo_b");
     // ---- MoE sublayer: the collapse with the attention's pre, in the boundary's dispatch
     k.hc_post_finish(*cur, sh, attn_out, X, coeff_a, 1, Xn, G.hc_ffn_fn, mix_rows, partials,
@@ -243,13 +273,14 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff_f);
     k.matmul(*cur, G.gate, u, 1, rlogits);
     const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
+    if (G.shared_apart) da.quantize(*cur, {&G.sh_gate, &G.sh_up}, u, q_u);  // its u beside the router
     cur->end_concurrent();
     // the FP8 shared expert's gate/up beside the routing (one workgroup): off the router's critical path
     cur->begin_concurrent();
     k.route_score(*cur, rlogits, G.gate_bias, 1, cf.experts, rc, view(), G.route_idx, G.route_w);
     if (G.shared_apart) {
-      k.matmul(*cur, G.sh_gate, u, 1, sh_g);
-      k.matmul(*cur, G.sh_up, u, 1, sh_u);
+      da.matvec(*cur, G.sh_gate, u, q_u, sh_g);
+      da.matvec(*cur, G.sh_up, u, q_u, sh_u);
     }
     cur->end_concurrent();
     ts.op("router + route (+ shared gate/up)");
@@ -289,7 +320,8 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
   }
   if (logits_mode) {
     k.hc_fold(*cur, sh, X, coeff_f, cstride, 1, u, norm);  // the last FFN's pre + the final norm
-    k.matmul(*cur, head, u, 1, logits);
+    if (da.quantize(*cur, {&head}, u, q_u)) ts.op("u int8 (head)");
+    da.matvec(*cur, head, u, q_u, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);
     if (logits_mode >= 2) chooser.record_logprobs(k, *cur, logits, cf.vocab, best, 0);

@@ -36,6 +36,10 @@ struct dsv41_gpu_options {
   uint64_t max_ctx = 4096;  ///< positions the device state holds
   /// Routed and shared experts' activations: f32 (the parity reference) or i8 (as dsv4_gpu_options::expert_act).
   act_precision expert_act = act_precision::f32;
+  /// The decode steps' dense products (projections, wo_a / wo_b, the Engram and index-key projections, a shared
+  /// expert kept apart, the head) whose format has an int8 kernel: int8 inputs by the CPU graph's rule
+  /// (dsv41_options::matmul_act = i8) — as dsv4_gpu_options::dense_act (gpu_dense_i8.hpp). The router stays f32.
+  act_precision dense_act = act_precision::f32;
   /// Device bytes the model may take; 0 = no limit. When the routed experts do not fit: the expert cache
   /// (gpu_expert_cache.hpp), as dsv4_gpu_options::vram_budget.
   uint64_t vram_budget = 0;

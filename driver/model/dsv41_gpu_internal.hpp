@@ -9,6 +9,7 @@
 #include "dsv41_gpu.hpp"
 #include "dsv41_internal.hpp"
 #include "gpu_chooser.hpp"
+#include "gpu_dense_i8.hpp"
 #include "gpu_expert_cache.hpp"
 
 namespace cmfx::driver {
@@ -71,6 +72,9 @@ struct dsv41_gpu_model::impl {
   gpu::buffer X, Xn, partials, coeff_a, coeff_f, u, qr, q, o, z, attn_out, iq, iw, score, cand_blk, cand_idx,
       rlogits, moe_h, moe_out, sh_g, sh_u, sh_out, eg_kv, logits, best, attn_x;
   std::unique_ptr<gpu_expert_cache> experts;
+  // int8 copies of the dense products' inputs (dense_act = i8): u, qr, o by wo_a group, z, a closing compressed
+  // entry (ix_wk), the Engram row (eg_wkv)
+  gpu_act_q8_slots q_u, q_qr, q_o, q_z, q_ent, q_eg;
 
   gpu_graph_profile prof;
   uint32_t dispatches = 0;

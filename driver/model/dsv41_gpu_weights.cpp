@@ -170,6 +170,17 @@ void dsv41_gpu_model::impl::alloc_state() {
   moe_h = buf(moe_floats * f);
   sh_g = buf(c.moe_inter * f), sh_u = buf(c.moe_inter * f);
   eg_kv = buf(uint64_t(c.hc + 1) * d * f);
+  if (opt.dense_act == act_precision::i8) {
+    const uint64_t gcols = uint64_t(c.heads) * hd / c.o_groups;
+    q_u.alloc(dev, d), q_qr.alloc(dev, c.q_lora), q_o.alloc(dev, gcols, c.o_groups);
+    q_z.alloc(dev, uint64_t(c.o_groups) * c.o_lora), q_ent.alloc(dev, hd);
+    state_bytes += q_u.buf.size() + q_qr.buf.size() + q_o.buf.size() + q_z.buf.size() + q_ent.buf.size();
+    for (const dsv41_gpu_layer& G : layers)  // every Engram layer's projection has the same input width
+      if (G.eg_wkv.rows && !q_eg.cols) {
+        q_eg.alloc(dev, G.eg_wkv.cols);
+        state_bytes += q_eg.buf.size();
+      }
+  }
   logits = buf(uint64_t(c.vocab) * f);
   best = buf(16);
 }

@@ -27,6 +27,7 @@ std::unique_ptr<gpu_runner> gpu_runner::open(const std::string& path, const gpu_
   if (r->v41_) {
     dsv41_gpu_options g;
     g.max_ctx = o.max_ctx, g.expert_act = o.expert_act, g.vram_budget = o.vram_budget, g.cold = o.cold;
+    g.dense_act = o.expert_act;  // --act i8 covers the dense products too, as the CPU graph's matmul_act
     g.copy_threads = o.copy_threads;
     r->m_ = std::make_unique<dsv41_gpu_model>(r->w41_, *r->dev_, *r->k_, g);
   } else {

@@ -25,7 +25,7 @@ struct gpu_run_options {
   int device = -1;          ///< index in gpu::list_devices(); -1: the best (discrete first)
   uint64_t max_ctx = 4096;  ///< positions the device state holds
   /// --act: i8 = int8 activations for the routed and shared experts on the GPU (expert_act of the graphs' options)
-  /// and, in the V4 graph, for its decode steps' dense products whose format has an int8 kernel (dense_act) — the
+  /// and for the decode steps' dense products whose format has an int8 kernel (dense_act of both graphs), as the
   /// CPU graph's i8 covers every projection; f32 = the parity reference.
   act_precision expert_act = act_precision::f32;
   uint64_t vram_budget = 0;  ///< the graphs' vram_budget (0: every expert resident)

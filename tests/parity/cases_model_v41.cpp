@@ -419,6 +419,58 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
 
 }  // namespace
 
+/// Int8 inputs for the decode's dense products and the experts (dsv41_gpu_options::dense_act = expert_act = i8)
+/// against the CPU graph with matmul_act = i8 (the same rounding rule), unquantised cache on both sides: the
+/// selections as the CPU's (a near-tie ends the comparison: int8 rounding moves scores by more than f32 sums, so
+/// the tie margin is the V4 int8 case's), every call's logits near the CPU's (dense_i8_tally); and the dense
+/// products' int8 inputs must show — the GPU graph with f32 dense inputs (experts int8) gives different logits,
+/// further from the CPU's int8 ones at most calls.
+std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, uint64_t& rows,
+                         std::string& info) {
+  constexpr double kTie = 3e-2;
+  dsv41_options co;
+  co.threads = 1;
+  co.qat_kv = false;
+  co.packed_kv = false;
+  co.matmul_act = act_precision::i8;
+  auto cpu = dsv41_model::open(path, co);
+  const dsv41_config& cf = cpu->config();
+  dsv41_gpu_options go;
+  go.max_ctx = tokens;
+  go.qat_kv = false;
+  go.expert_act = act_precision::i8;
+  go.dense_act = act_precision::i8;
+  dsv41_gpu_model dense(cpu->weights(), s.dev, s.kern, go);
+  go.dense_act = act_precision::f32;
+  dsv41_gpu_model experts_only(cpu->weights(), s.dev, s.kern, go);
+  const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, tokens);
+  dsv41_state st = cpu->new_state();
+  dsv41_trace tc, tg;
+  // The bound: the V4.1 toy's logits move far more per rounding than V4's (its random router is near-tied
+  // everywhere, docs/ARCHITECTURE.md), and one int8 value that the two graphs' f32 inputs put on either side of a
+  // rounding step (their sums differ in the last bits) moves the logits of that and later rows: measured on
+  // lavapipe over 7 sequences, worst NMSE 7.0e-4 (three sequences all within 1e-9, four with such a flip); the
+  // f32-dense graph is 0.1–0.9 away.
+  dense_i8_tally tally;
+  tally.bound = 1e-2;
+  for (uint64_t t = 0; t < tokens; ++t) {
+    const std::span<const uint32_t> one(&ids[t], 1);
+    const std::vector<float> lc = cpu->forward(one, st, dsv41_logits::last, &tc);
+    const std::vector<float> ld = dense.run(one, true, &tg);
+    const std::vector<float> le = experts_only.run(one, true, nullptr);
+    std::string what;
+    const selection_verdict v = compare_selections(tc, tg, what, kTie);
+    if (v == selection_verdict::differ) return what;
+    if (v == selection_verdict::near_tie) {
+      tally.stop = "; stopped at " + what;
+      break;
+    }
+    if (std::string why = tally.row(t, ld, lc, le); !why.empty()) return why;
+  }
+  rows = tally.rows;
+  return tally.finish(tokens, info);
+}
+
 void model_v41_cases(suite& s) {
   toy_files files;
   // 6 + 34 tokens: past the window (16), past index_topk (8) compressed entries of the ratio-2 sources, and the
@@ -465,6 +517,15 @@ void model_v41_cases(suite& s) {
   r.traced = false;
   run("expert cache, cold experts on the CPU (3 slots), pipelined, cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf",
       "q4tp", r);
+  if (s.kern.has_i8(format::q4tp))
+    s.run("model_v41", "-", "int8 dense products and experts vs the CPU's int8 matmuls, cmf q4tp toy, 32 tokens",
+          [&](uint64_t seed, std::string& info) {
+            return over_sequences(seed, 5, 1, info, [&](uint64_t sd, uint64_t& rows, std::string& ri) {
+              return dense_i8_run(s, files.make("cmf", "q4tp", "v41"), 32, sd, rows, ri);
+            });
+          });
+  else
+    std::printf("[ skip ] model_v41 int8 dense products: no int8-activation kernels on this device\n");
   s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp", "v41"), seed, info);
   });

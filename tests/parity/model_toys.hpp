@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "commands.hpp"
+#include "harness.hpp"
 
 namespace cmfx::parity {
 
@@ -123,5 +125,77 @@ std::string snapshot_survives_reset(Graph& gpu, Run run, uint64_t a_len, const I
   if (run(b) != lb) return "restore_snapshot after a reset and another run: other logits";
   return {};
 }
+
+/// n token ids drawn uniformly from [0, vocab) by a generator seeded with seed.
+inline std::vector<uint32_t> random_ids(uint64_t seed, uint32_t vocab, uint64_t n) {
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, vocab - 1);
+  std::vector<uint32_t> ids(n);
+  for (auto& id : ids) id = pick(g);
+  return ids;
+}
+
+/// A chunk comparison (run(seed, rows, info): "" or why it failed; rows compared before a near-tie flip) over up
+/// to `attempts` token sequences: a flip within the first min_rows rows (row 0 included: then no row was compared)
+/// tries another sequence; every sequence flipping that early means scores moved by far more than the comparison's
+/// rounding. Any other failure fails at once.
+template <class Run>
+std::string over_sequences(uint64_t seed, uint32_t attempts, uint64_t min_rows, std::string& info, Run&& run) {
+  std::string early;
+  for (uint32_t attempt = 0; attempt < attempts; ++attempt) {
+    uint64_t rows = 0;
+    std::string run_info;
+    const std::string why = run(seed + attempt * 0x9E3779B97F4A7C15ull, rows, run_info);
+    if (!why.empty()) return why;
+    if (rows >= min_rows) {
+      info = early + run_info;
+      return {};
+    }
+    early += "sequence " + std::to_string(attempt) + " flipped a near-tie at row " + std::to_string(rows) + "; ";
+  }
+  return early + "every sequence flipped a near-tie pick within the first " + std::to_string(min_rows) + " rows";
+}
+
+/// The rows of an int8-dense comparison (the model_v4 / model_v41 cases "int8 dense products and experts vs the
+/// CPU's int8 matmuls"): per row, the GPU graph with int8 dense inputs (ld) against the CPU graph with
+/// matmul_act = i8 (lc) within `bound`, and against the same GPU graph with f32 dense inputs (le); at the end, the
+/// int8 inputs must have changed the logits and be closer to the CPU's int8 ones at most rows.
+struct dense_i8_tally {
+  static constexpr double kRanNmse = 1e-8;
+  double bound = 2e-3;  // NMSE of a row against the CPU's int8 logits
+  double worst = 0, apart = 0;
+  uint64_t near = 0, closer = 0, rows = 0;
+  std::string stop;  // "; stopped at <the near-tie pick>"
+
+  std::string row(uint64_t t, const std::vector<float>& ld, const std::vector<float>& lc, const std::vector<float>& le) {
+    const stats d = compare(ld.data(), lc.data(), lc.size()), e = compare(le.data(), lc.data(), lc.size()),
+                de = compare(ld.data(), le.data(), le.size());
+    if (d.nonfinite_mismatch || !(d.nmse <= bound)) {
+      char b[160];
+      std::snprintf(b, sizeof b, "row %llu: int8 dense GPU vs int8 CPU nmse %.2e (bound %.0e)", (unsigned long long)t,
+                    d.nmse, bound);
+      return b;
+    }
+    worst = std::max(worst, d.nmse), apart = std::max(apart, de.nmse);
+    near += d.nmse <= 1e-9 ? 1 : 0;
+    closer += d.nmse < e.nmse ? 1 : 0;
+    ++rows;
+    return {};
+  }
+  /// "" or why it failed; info on success (nothing to say when no row was compared: a near-tie at row 0).
+  std::string finish(uint64_t tokens, std::string& info) const {
+    if (rows == 0) return {};
+    if (apart < kRanNmse) return "the int8 dense products changed no logit: did they run?";
+    if (2 * closer < rows)
+      return "the int8 dense GPU is closer to the CPU's int8 logits than the f32-dense GPU at only " +
+             std::to_string(closer) + " of " + std::to_string(rows) + " rows";
+    char b[320];
+    std::snprintf(b, sizeof b, "%llu of %llu rows: vs CPU int8 worst nmse %.2e, %llu rows within 1e-9, closer than "
+                  "f32-dense at %llu; vs f32-dense up to %.2e%s", (unsigned long long)rows, (unsigned long long)tokens,
+                  worst, (unsigned long long)near, (unsigned long long)closer, apart, stop.c_str());
+    info = b;
+    return {};
+  }
+};
 
 }  // namespace cmfx::parity
