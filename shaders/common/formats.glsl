@@ -119,8 +119,9 @@ float ue8m0_bits(uint k) {
 }
 
 // ---------------------------------------------------------------- small integers to f32 without a conversion
-// The hot loops' value codes become floats by moving bits, not by an int → float conversion instruction (NVIDIA
-// GPUs issue those at 1/8 of the FMA rate: the f32-activation q4tp matvec was bound by them). An unsigned field
+// The ladders' value codes become floats by moving bits, not by an int → float conversion instruction (NVIDIA
+// GPUs issue those at a fraction of the FMA rate; on the H200 this measured +3–7 % on q4tp f32 products at one lane
+// per chunk, docs/PERF.md "Thirty-fourth session" — their main bound was the activation loads). An unsigned field
 // v < 2^21 written into the mantissa of 2^22 (whose unit in the last place is 0.5) one bit up is the float 2^22 + v,
 // exactly; subtracting 2^22 + off (off a multiple of 0.5, |off| < 2^21) leaves v − off, exactly — the same float as
 // float(v) − off. `sh` is a constant at every call site.
