@@ -423,7 +423,6 @@ std::string i8_chunk_case(suite& s, const std::string& path, uint32_t chunk, uin
 /// at most rows. Selections identical to the CPU's; a near-tie flip (CPU margin below kTie) ends the comparison.
 std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, uint64_t& rows,
                          std::string& info) {
-  constexpr double kTie = 3e-2;
   dsv4_options co;
   co.threads = 1;
   co.matmul_act = act_precision::i8;
@@ -441,21 +440,11 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tg;
   dense_i8_tally tally;
-  for (uint64_t t = 0; t < tokens; ++t) {
-    const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
-    const std::vector<float> ld = dense.step(ids[t], true, &tg);
-    const std::vector<float> le = experts_only.step(ids[t], true);
-    std::string what;
-    const selection_verdict v = compare_selections(tc, tg, what, kTie);
-    if (v == selection_verdict::differ) return what;
-    if (v == selection_verdict::near_tie) {
-      tally.stop = "; stopped at " + what;
-      break;
-    }
-    if (std::string why = tally.row(t, ld, lc, le); !why.empty()) return why;
-  }
-  rows = tally.rows;
-  return tally.finish(tokens, info);
+  return tally.run(tokens, tc, tg, rows, info, [&](uint64_t t, auto& lc, auto& ld, auto& le) {
+    lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
+    ld = dense.step(ids[t], true, &tg);
+    le = experts_only.step(ids[t], true);
+  });
 }
 
 /// Snapshots and resets of the device state (what `cmfx run -i` relies on): after save_snapshot at position 24,

@@ -427,7 +427,6 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
 /// further from the CPU's int8 ones at most calls.
 std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, uint64_t& rows,
                          std::string& info) {
-  constexpr double kTie = 3e-2;
   dsv41_options co;
   co.threads = 1;
   co.qat_kv = false;
@@ -453,22 +452,12 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   // f32-dense graph is 0.1–0.9 away.
   dense_i8_tally tally;
   tally.bound = 1e-2;
-  for (uint64_t t = 0; t < tokens; ++t) {
+  return tally.run(tokens, tc, tg, rows, info, [&](uint64_t t, auto& lc, auto& ld, auto& le) {
     const std::span<const uint32_t> one(&ids[t], 1);
-    const std::vector<float> lc = cpu->forward(one, st, dsv41_logits::last, &tc);
-    const std::vector<float> ld = dense.run(one, true, &tg);
-    const std::vector<float> le = experts_only.run(one, true, nullptr);
-    std::string what;
-    const selection_verdict v = compare_selections(tc, tg, what, kTie);
-    if (v == selection_verdict::differ) return what;
-    if (v == selection_verdict::near_tie) {
-      tally.stop = "; stopped at " + what;
-      break;
-    }
-    if (std::string why = tally.row(t, ld, lc, le); !why.empty()) return why;
-  }
-  rows = tally.rows;
-  return tally.finish(tokens, info);
+    lc = cpu->forward(one, st, dsv41_logits::last, &tc);
+    ld = dense.run(one, true, &tg);
+    le = experts_only.run(one, true, nullptr);
+  });
 }
 
 void model_v41_cases(suite& s) {

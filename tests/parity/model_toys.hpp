@@ -182,6 +182,27 @@ struct dense_i8_tally {
     ++rows;
     return {};
   }
+  /// Rows 0 .. tokens − 1: step(t, lc, ld, le) computes row t's three logits and the CPU / GPU traces tc / tg; a
+  /// selection that differs fails, a pick at a near-tie (within the int8 cases' margin: int8 rounding moves scores
+  /// by more than f32 sums) ends the comparison. Then finish(); rows_out: the rows compared.
+  template <class Trace, class Step>
+  std::string run(uint64_t tokens, Trace& tc, Trace& tg, uint64_t& rows_out, std::string& info, Step&& step) {
+    constexpr double kTie = 3e-2;
+    std::vector<float> lc, ld, le;
+    for (uint64_t t = 0; t < tokens; ++t) {
+      step(t, lc, ld, le);
+      std::string what;
+      const selection_verdict v = compare_selections(tc, tg, what, kTie);
+      if (v == selection_verdict::differ) return what;
+      if (v == selection_verdict::near_tie) {
+        stop = "; stopped at " + what;
+        break;
+      }
+      if (std::string why = row(t, ld, lc, le); !why.empty()) return why;
+    }
+    rows_out = rows;
+    return finish(tokens, info);
+  }
   /// "" or why it failed; info on success (nothing to say when no row was compared: a near-tie at row 0).
   std::string finish(uint64_t tokens, std::string& info) const {
     if (rows == 0) return {};
