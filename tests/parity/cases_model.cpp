@@ -328,13 +328,17 @@ std::string tails_case(suite& s, const std::string& path, uint64_t tokens, uint6
 /// agree bit-near (lavapipe: NMSE 1e-13) until an x or h value lands on the other side of an int8 rounding step
 /// (the f32 GEMMs of the chunks sum in another order than the steps' matvecs; seen at row 11 of a toy sequence,
 /// NMSE 2.9e-4 there and carried on by the sequence state) — so the bound is the int8 error's (kSameNmse) and the
-/// rows that agree to 1e-9 are counted; both against the CPU's f32 logits within the int8 error (NMSE ≤ kI8Nmse;
-/// lavapipe 1e-4 .. 1.1e-3), every row above kRanNmse (the int8 path ran). Selections as f16_chunk_run: identical to the CPU's, a near-tie flip (CPU
-/// margin below kTieMargin) ends the comparison there, and so does a wider difference where chunk and steps picked
-/// the same (the int8 error's; a failure where they differ from each other).
+/// rows that agree to 1e-9 are counted; both against the CPU's f32 logits within the int8 error, every row above
+/// kRanNmse (the int8 path ran). The int8 error of a row's logits has a long tail (the toy's random weights amplify
+/// one rounding flip over five layers): over 17 lavapipe sequences the median row was 2.4e-4 .. 7.0e-4 and the
+/// worst 3.4e-4 .. 1.8e-3, but CI met a row at 5.08e-3 (case seed 18364265419100905117, row 5; chunk and step
+/// alike, 4e-13 apart). So the rows' median is held to kI8Median (a scale or rounding-rule error moves every row)
+/// and each row only to kI8Nmse, a gross-error bound. Selections as f16_chunk_run: identical to the CPU's, a
+/// near-tie flip (CPU margin below kTieMargin) ends the comparison there, and so does a wider difference where chunk
+/// and steps picked the same (the int8 error's; a failure where they differ from each other).
 std::string i8_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t seed,
                          uint64_t& rows, std::string& info) {
-  constexpr double kSameNmse = 2e-3, kI8Nmse = 5e-3, kRanNmse = 1e-8, kI8TieMargin = 3e-2;
+  constexpr double kSameNmse = 2e-3, kI8Median = 2e-3, kI8Nmse = 3e-2, kRanNmse = 1e-8, kI8TieMargin = 3e-2;
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
@@ -352,6 +356,7 @@ std::string i8_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tc2, tg, ts;
   double worst_same = 0, worst_i8 = 0, least_i8 = 1;
+  std::vector<double> i8_rows;  // each compared row's larger NMSE vs the CPU's f32 logits (chunk or step)
   uint64_t near = 0;
   rows = 0;
   std::string stop;
@@ -383,6 +388,7 @@ std::string i8_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint
                   i8s = compare(ls.data(), lc.data(), lc.size());
       worst_same = std::max(worst_same, same.nmse), worst_i8 = std::max({worst_i8, i8c.nmse, i8s.nmse});
       least_i8 = std::min({least_i8, i8c.nmse, i8s.nmse});
+      i8_rows.push_back(std::max(i8c.nmse, i8s.nmse));
       near += same.nmse <= 1e-9 ? 1 : 0;
       if (same.nonfinite_mismatch || i8c.nonfinite_mismatch || !(same.nmse <= kSameNmse) || !(i8c.nmse <= kI8Nmse) ||
           !(i8s.nmse <= kI8Nmse)) {
@@ -396,10 +402,17 @@ std::string i8_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint
   }
   if (rows == 0) return {};  // a near-tie flipped at row 0: the caller tries another sequence
   if (least_i8 < kRanNmse) return "a row equals the CPU's f32 logits: did the int8 experts run?";
+  std::nth_element(i8_rows.begin(), i8_rows.begin() + i8_rows.size() / 2, i8_rows.end());
+  const double median = i8_rows[i8_rows.size() / 2];
   char b[320];
+  if (!(median <= kI8Median)) {
+    std::snprintf(b, sizeof b, "vs CPU f32: the median row's nmse %.2e is above %.0e over %llu rows", median, kI8Median,
+                  (unsigned long long)rows);
+    return b;
+  }
   std::snprintf(b, sizeof b, "chunks of %u: %llu of %llu rows, chunk vs step: %llu rows within 1e-9, worst nmse %.2e; "
-                "vs CPU f32 nmse %.2e .. %.2e%s", chunk, (unsigned long long)rows, (unsigned long long)prompt,
-                (unsigned long long)near, worst_same, least_i8, worst_i8, stop.c_str());
+                "vs CPU f32 nmse %.2e .. %.2e, median %.2e%s", chunk, (unsigned long long)rows,
+                (unsigned long long)prompt, (unsigned long long)near, worst_same, least_i8, worst_i8, median, stop.c_str());
   info = b;
   return {};
 }

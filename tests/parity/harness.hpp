@@ -148,8 +148,18 @@ class suite {
   gpu::kernels& kern;
   const options& opt;
 
-  /// A fresh seed per case, derived from the run's seed (printed at the start) and the case index.
-  uint64_t next_seed() { return opt.seed * 0x9E3779B97F4A7C15ull + ++counter_; }
+  /// A fresh seed per case, derived from the run's seed (printed at the start), the case's full name and how many
+  /// cases of that name ran before it — not from its place in the run, so `--seed S --filter NAME` gives a failing
+  /// case the inputs it had in the whole run (cases registered only where a feature or the filter allows them do
+  /// not shift the others' seeds).
+  uint64_t case_seed(const std::string& full) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name, then a splitmix64 finaliser over (run seed, name, n)
+    for (unsigned char c : full) h = (h ^ c) * 0x100000001b3ull;
+    uint64_t z = opt.seed * 0x9E3779B97F4A7C15ull + h + uint64_t(seen_[full]++) * 0xD1B54A32D192ED03ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
 
   void run(const std::string& op, const std::string& fmt, const std::string& name,
            const std::function<std::string(uint64_t seed, std::string& info)>& body);
@@ -166,7 +176,7 @@ class suite {
 
  private:
   std::vector<result> results_;
-  uint64_t counter_ = 0;
+  std::map<std::string, uint32_t> seen_;  // case_seed: cases run so far per full name
 };
 
 /// Formats a float-error verdict: "" when within bounds.
