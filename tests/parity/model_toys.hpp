@@ -162,7 +162,11 @@ std::string over_sequences(uint64_t seed, uint32_t attempts, uint64_t min_rows, 
 /// int8 inputs must have changed the logits and be closer to the CPU's int8 ones at most rows.
 struct dense_i8_tally {
   static constexpr double kRanNmse = 1e-8;
-  double bound = 2e-3;  // NMSE of a row against the CPU's int8 logits
+  // NMSE of a row against the CPU's int8 logits: a gross-error bound. One int8 value that the two graphs' f32
+  // inputs put on either side of a rounding step (their sums differ in the last bits) moves that row and later ones;
+  // measured on lavapipe over 24 sequences each (2026-12-04): V4 1e-13 (no flip) .. 1.56e-3, V4.1 1e-13 .. 1.83e-3.
+  // The V4 bound was 2e-3, which a flip could pass. The f32-dense graph is 1e-1 .. 9e-1 away.
+  double bound = 1e-2;
   double worst = 0, apart = 0;
   uint64_t near = 0, closer = 0, rows = 0;
   std::string stop;  // "; stopped at <the near-tie pick>"
