@@ -27,7 +27,7 @@ demo: build
 
 unit: build
 	bash scripts/tokenizer_cases.sh $(BUILD)
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) || { bash $(CURDIR)/scripts/test_failures.sh $(abspath $(BUILD)); exit 1; }
 
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
