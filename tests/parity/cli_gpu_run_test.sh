@@ -175,6 +175,15 @@ check "bench v41-tiny: the profile holds the 8 decode steps alone (not the promp
 "$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --variants 2 --cache-wait block >"$T/b41v.out" 2>&1
 check "bench v41-tiny --variants 2: exit 0" test $? -eq 0
 check "bench --variants 2: reported" grep -q "^host matrices: 2 distinct per role" "$T/b41v.out"
+# The CPU bench counts the bytes a decode step reads itself (driver/model/token_bytes.cpp): the same count as the
+# GPU graphs' upload (bytes_per_token), for both architectures and with experts and dense formats of other sizes.
+for args in "tiny" "tiny --weights q4tp --expert-down mxfp4 --dense q8_row" "v41-tiny"; do
+  g=$("$CMFX" bench --synthetic $args --prompt 2 --tokens 2 --ctx 64 --roofline-mib 16 --no-far --json 2>/dev/null |
+      grep -oE '"bytes_per_token": [0-9]+' | grep -oE '[0-9]+$')
+  c=$("$CMFX" bench --backend cpu --threads 1 --synthetic $args --prompt 2 --tokens 2 --roofline-mib 16 --json 2>/dev/null |
+      grep -oE '"bytes_per_token": [0-9]+' | grep -oE '[0-9]+$')
+  check "bench $args: CPU bytes per token ($c) == the GPU graph's ($g)" test -n "$g" -a "$g" = "$c"
+done
 # sampled decode in the benchmark: on the device (V4 chained, V4.1 step by step), on the host
 "$CMFX" bench --synthetic tiny --prompt 4 --tokens 8 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --top-p 0.9 --top-k 20 >"$T/bs.out" 2>&1
 check "bench --temp: exit 0" test $? -eq 0

@@ -1,7 +1,9 @@
 #pragma once
-// Memory-bandwidth roofline measured in the same run as the benchmark it normalises: a streaming read (sum)
-// of a buffer much larger than the last-level cache, on the same thread pool (same threads, same pinning) that
-// runs the kernels. A matvec only reads its weights, so a read — not a copy — is the right ceiling.
+/// @file read_bandwidth.hpp
+/// @brief Memory-bandwidth roofline measured in the same run as the benchmark it normalises (cmfx-bench-cpu,
+///        cmfx-bench-verify, `cmfx bench --backend cpu`): a streaming read (sum) of a buffer much larger than the
+///        last-level cache, on a thread pool like the one that runs the kernels (same thread count and pinning). A
+///        matvec only reads its weights, so a read — not a copy — is the right ceiling.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -9,7 +11,7 @@
 
 #include "cmfx/core/thread_pool.hpp"
 
-namespace cmfx::bench {
+namespace cmfx {
 
 /// Best-of-`reps` read bandwidth in bytes/s over `bytes`, after one untimed pass (first touch of fresh pages
 /// is not a read).
@@ -42,4 +44,4 @@ inline double measure_read_bandwidth(thread_pool& pool, uint64_t bytes, int reps
   return best;
 }
 
-}  // namespace cmfx::bench
+}  // namespace cmfx
