@@ -88,6 +88,19 @@ cpu_figures time_graph(Model& m, Logits last, const bench_args& a, uint32_t voca
   return f;
 }
 
+/// The model over the synthetic weights `w`, then time_graph; bytes: the weights a decode step reads.
+template <class Model, class Options, class Weights, class Logits>
+cpu_figures build_and_time(Weights w, uint64_t (*count)(const Weights&), Logits last, const bench_args& a,
+                           act_precision act, uint64_t& bytes, uint32_t& layers) {
+  bytes = count(w);
+  layers = uint32_t(w.layers.size());
+  const uint32_t vocab = w.cfg.vocab;
+  Options co;
+  co.threads = a.threads, co.matmul_act = act;
+  Model m(std::move(w), co);
+  return time_graph(m, last, a, vocab);
+}
+
 }  // namespace
 
 int run_bench_cpu(const bench_args& a) {
@@ -111,24 +124,13 @@ int run_bench_cpu(const bench_args& a) {
   if (v41) {
     dsv41_weights w = dsv41_synthetic(so41);
     const double gen_s = since(t);
-    bpt = dsv41_token_bytes(w);
-    layers = uint32_t(w.layers.size());
-    const uint32_t vocab = w.cfg.vocab;
-    dsv41_options co;
-    co.threads = a.threads, co.matmul_act = act;
-    dsv41_model m(std::move(w), co);
-    f = time_graph(m, dsv41_logits::last, a, vocab);
+    f = build_and_time<dsv41_model, dsv41_options>(std::move(w), &dsv41_token_bytes, dsv41_logits::last, a, act, bpt,
+                                                   layers);
     f.gen_s = gen_s;
   } else {
     dsv4_weights w = dsv4_synthetic(so);
     const double gen_s = since(t);
-    bpt = dsv4_token_bytes(w);
-    layers = uint32_t(w.layers.size());
-    const uint32_t vocab = w.cfg.vocab;
-    dsv4_options co;
-    co.threads = a.threads, co.matmul_act = act;
-    dsv4_model m(std::move(w), co);
-    f = time_graph(m, dsv4_logits::last, a, vocab);
+    f = build_and_time<dsv4_model, dsv4_options>(std::move(w), &dsv4_token_bytes, dsv4_logits::last, a, act, bpt, layers);
     f.gen_s = gen_s;
   }
   const uint64_t prompt = std::max<uint64_t>(a.prompt, 1);
