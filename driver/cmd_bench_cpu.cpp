@@ -111,11 +111,16 @@ int run_bench_cpu(const bench_args& a) {
   so.threads = so41.threads = a.threads;
   const act_precision act = a.act == "i8" ? act_precision::i8 : act_precision::f32;
 
-  thread_pool pool(a.threads);
   const uint64_t rbytes = std::max<uint64_t>(a.roofline_mib, 1) << 20;
-  const double roof = measure_read_bandwidth(pool, rbytes);
+  double roof = 0;
+  unsigned threads = 0;
+  {  // its own pool, gone before the model's starts
+    thread_pool pool(a.threads);
+    roof = measure_read_bandwidth(pool, rbytes);
+    threads = pool.size();
+  }
   std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB, best of 5)\n", roof / 1e9,
-              pool.size(), (unsigned long long)(rbytes >> 20));
+              threads, (unsigned long long)(rbytes >> 20));
 
   auto t = clk::now();
   cpu_figures f;
@@ -153,7 +158,7 @@ int run_bench_cpu(const bench_args& a) {
   if (a.json)
     std::printf("{\"backend\": \"cpu\", \"threads\": %u, \"prefill_tps\": %.4f, \"decode_tps\": %.4f, \"bytes_per_token\": "
                 "%llu, \"roofline_gbps\": %.3f, \"roofline_ratio\": %.4f}\n",
-                pool.size(), pre_tps, dec_tps, (unsigned long long)bpt, roof / 1e9, roof > 0 ? gbps * 1e9 / roof : 0.0);
+                threads, pre_tps, dec_tps, (unsigned long long)bpt, roof / 1e9, roof > 0 ? gbps * 1e9 / roof : 0.0);
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cmfx/core/hash64.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/kernels.hpp"
 
@@ -153,12 +154,8 @@ class suite {
   /// case the inputs it had in the whole run (cases registered only where a feature or the filter allows them do
   /// not shift the others' seeds).
   uint64_t case_seed(const std::string& full) {
-    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name, then a splitmix64 finaliser over (run seed, name, n)
-    for (unsigned char c : full) h = (h ^ c) * 0x100000001b3ull;
-    uint64_t z = opt.seed * 0x9E3779B97F4A7C15ull + h + uint64_t(seen_[full]++) * 0xD1B54A32D192ED03ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    const uint64_t name = hash64(reinterpret_cast<const uint8_t*>(full.data()), full.size());
+    return fmix64(opt.seed * hash64_golden ^ name ^ fmix64(uint64_t(seen_[full]++) + 1));
   }
 
   void run(const std::string& op, const std::string& fmt, const std::string& name,
