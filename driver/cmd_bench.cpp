@@ -91,6 +91,9 @@ bool bench_synth_options(const bench_args& a, dsv4_synth_options& so, dsv41_synt
 
 int run_bench(const bench_args& a) {
   if (a.backend == "cpu") return run_bench_cpu(a);
+  if (a.threads != 0)  // refused rather than ignored: the Vulkan graph's host threads are --copy-threads
+    throw usage_error("bench --backend vulkan: --threads is a --backend cpu option (host threads packing streamed "
+                      "experts: --copy-threads)");
   dsv4_synth_options so;
   dsv41_synth_options so41;
   const bool v41 = bench_synth_options(a, so, so41);

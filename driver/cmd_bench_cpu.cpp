@@ -18,6 +18,7 @@
 #include "cmfx/core/read_bandwidth.hpp"
 #include "cmfx/core/thread_pool.hpp"
 #include "commands.hpp"
+#include "model/cpu_profile.hpp"
 #include "model/dsv41_forward.hpp"
 #include "model/dsv41_synthetic.hpp"
 #include "model/dsv4_forward.hpp"
@@ -44,7 +45,6 @@ void refuse_vulkan_options(const bench_args& a) {
   };
   flag(a.device != d.device, "--device");
   flag(!a.vram_budget.empty(), "--vram-budget");
-  flag(a.profile, "--profile");
   flag(a.profile_at != d.profile_at, "--profile-at");
   flag(a.temp != d.temp || a.logprobs != d.logprobs, "--temp / --logprobs (the CPU bench decodes greedily)");
   flag(!a.dense_act.empty(), "--dense-act");
@@ -57,6 +57,7 @@ void refuse_vulkan_options(const bench_args& a) {
 
 struct cpu_figures {
   double gen_s = 0, warm_s = 0, pre_s = 0, dec_s = 0;
+  cpu_profile prof;  // the decode steps' phases (--profile)
 };
 
 /// Warm-up (one token on a state of its own: first-touch allocations), the prompt's prefill in one forward call,
@@ -79,12 +80,14 @@ cpu_figures time_graph(Model& m, Logits last, const bench_args& a, uint32_t voca
   std::vector<float> logits = m.forward(std::span<const uint32_t>(prompt.data(), prompt.size()), st, last);
   f.pre_s = since(t);
   uint32_t tok = argmax(logits);
+  if (a.profile) m.set_profile(&f.prof);
   t = clk::now();
   for (uint64_t i = 0; i < a.tokens; ++i) {
     logits = m.forward(std::span<const uint32_t>(&tok, 1), st, last);
     tok = argmax(logits);
   }
   f.dec_s = since(t);
+  m.set_profile(nullptr);
   return f;
 }
 
@@ -99,6 +102,26 @@ cpu_figures build_and_time(Weights w, uint64_t (*count)(const Weights&), Logits 
   co.threads = a.threads, co.matmul_act = act;
   Model m(std::move(w), co);
   return time_graph(m, last, a, vocab);
+}
+
+/// The decode steps' phases as a table (ms per token and share of the steps' wall time; "outside" = the steps' wall
+/// time no phase covers: argmax, the forward call's set-up). Returns the JSON member `, "profile_ms": {…}`.
+std::string print_profile(const cpu_profile& p, double dec_s, uint64_t tokens) {
+  const double per = tokens ? 1e3 / double(tokens) : 0, wall = dec_s * 1e3;  // ms per token per second; ms
+  std::printf("profile: %llu decode steps, %.3f ms each (wall); exclusive time per phase (cpu_profile.hpp):\n",
+              (unsigned long long)tokens, dec_s * per);
+  std::printf("  %-10s %10s %7s %8s\n", "phase", "ms/token", "share", "calls");
+  std::string js = ", \"profile_ms\": {";
+  char buf[96];
+  auto row = [&](std::string_view name, double s, uint64_t calls, bool first) {
+    std::printf("  %-10.*s %10.3f %6.1f%% %8llu\n", int(name.size()), name.data(), s * per,
+                wall > 0 ? 100.0 * s * 1e3 / wall : 0.0, (unsigned long long)calls);
+    std::snprintf(buf, sizeof buf, "%s\"%.*s\": %.4f", first ? "" : ", ", int(name.size()), name.data(), s * per);
+    js += buf;
+  };
+  for (size_t i = 0; i < cpu_phase_names.size(); ++i) row(cpu_phase_names[i], p.seconds[i], p.calls[i], i == 0);
+  row("outside", std::max(0.0, dec_s - p.total()), 0, false);
+  return js + "}";
 }
 
 }  // namespace
@@ -155,10 +178,13 @@ int run_bench_cpu(const bench_args& a) {
               (unsigned long long)(prompt + a.tokens));
   std::printf("         %.3f GB of weights read per token -> %.2f GB/s = %.3f of the read roofline\n", double(bpt) / 1e9,
               gbps, roof > 0 ? gbps * 1e9 / roof : 0.0);
+  std::string prof_json;
+  if (a.profile) prof_json = print_profile(f.prof, f.dec_s, a.tokens);
   if (a.json)
     std::printf("{\"backend\": \"cpu\", \"threads\": %u, \"prefill_tps\": %.4f, \"decode_tps\": %.4f, \"bytes_per_token\": "
-                "%llu, \"roofline_gbps\": %.3f, \"roofline_ratio\": %.4f}\n",
-                threads, pre_tps, dec_tps, (unsigned long long)bpt, roof / 1e9, roof > 0 ? gbps * 1e9 / roof : 0.0);
+                "%llu, \"roofline_gbps\": %.3f, \"roofline_ratio\": %.4f%s}\n",
+                threads, pre_tps, dec_tps, (unsigned long long)bpt, roof / 1e9, roof > 0 ? gbps * 1e9 / roof : 0.0,
+                prof_json.c_str());
   return 0;
 }
 

@@ -64,7 +64,7 @@ struct bench_args {
   std::string sampling = "device";
   std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act; and dense_act)
   std::string dense_act;          // the decode's dense products f32 | i8 (empty: as act; dense_act)
-  bool profile = false;           // per-phase device time of 16 decode steps
+  bool profile = false;           // --profile: per-phase device time of 16 decode steps (cpu: wall time per phase)
   uint64_t profile_at = 0;        // --profile-at: position of the profiled decode steps (0: --prompt)
   std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)
   uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)

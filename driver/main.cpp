@@ -175,7 +175,9 @@ int main(int argc, char** argv) {
   cb->add_option("--dense-act", bench.dense_act,
                  "Diagnostics: the decode's dense products alone: f32 | i8 (default: as --act)")
       ->check(CLI::IsMember({"f32", "i8"}));
-  cb->add_flag("--profile", bench.profile, "Per-phase device time of 16 decode steps (timestamps)");
+  cb->add_flag("--profile", bench.profile,
+               "--backend vulkan: per-phase device time of 16 decode steps (timestamps); --backend cpu: wall time "
+               "per phase of the decode steps");
   cb->add_flag("--nontemporal", bench.nontemporal,
                "Diagnostics: weight loads carry SPIR-V's Nontemporal hint (no effect measured on the H200; docs/VULKAN.md)");
   cb->add_option("--profile-at", bench.profile_at,

@@ -301,7 +301,10 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
   // Grouped output: z_g = wo_a[g]·o_g, out = wo_b·z.
   const uint64_t G = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / G, zr = G * ol;
   std::vector<float> z(n * zr);
-  grouped_gemm(pool, kern, L.wo_a.fmt, L.wo_a.v, o.data(), n, G, ol, gcols, z.data(), opt.matmul_act, act);
+  {
+    cpu_phase_scope ph(prof, cpu_phase::dense);
+    grouped_gemm(pool, kern, L.wo_a.fmt, L.wo_a.v, o.data(), n, G, ol, gcols, z.data(), opt.matmul_act, act);
+  }
   linear(L.wo_b, z.data(), n, out);
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -108,6 +109,7 @@ void dsv41_model::impl::linear(const dsv4_matrix& m, const float* X, uint64_t n,
       act_quant_e4m3(std::span<float>(qat_buf.data() + i * m.cols(), m.cols()), dsv41_act_block);
     X = qat_buf.data();
   }
+  cpu_phase_scope ph(prof, cpu_phase::dense);
   gemm(pool, kern, m.fmt, m.v, X, n, Y, opt.matmul_act, act.whole);
 }
 
@@ -115,6 +117,7 @@ void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* o
   const dsv41_config& cf = c();
   const dsv41_layer_w& L = w.layers[l];
   const uint32_t E = cf.experts, K = cf.top_k;
+  std::optional<cpu_phase_scope> router(std::in_place, prof, cpu_phase::router);
   std::vector<float> logits(n * E);
   gemm(pool, kern, L.gate.fmt, L.gate.v, u, n, logits.data());  // router in f32, no act-quant
   std::vector<uint32_t> idx(n * K);
@@ -137,6 +140,8 @@ void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* o
       trace->experts_margin[l].push_back(float(route_score_margin(s, L.gate_bias.data(), K, biased, scratch)));
     }
   }
+  router.reset();
+  cpu_phase_scope experts(prof, cpu_phase::experts);
   const float* x = u;
   std::vector<float> xq;
   if (opt.qat_act) {
@@ -157,6 +162,7 @@ void dsv41_model::impl::engram_add(uint32_t l, float* X, uint64_t n, const dsv41
   const size_t e = size_t(cf.plan[l].engram);
   const engram_config& ec = engram.cfg;
   const uint64_t cols = ec.cols(), edim = ec.embed_dim(), d = cf.dim, hc = cf.hc;
+  cpu_phase_scope ph(prof, cpu_phase::engram);
   std::vector<float> E(n * edim);
   pool.run(n, [&](uint64_t b, uint64_t en, unsigned) {
     std::vector<int64_t> rows(cols);
@@ -187,6 +193,7 @@ std::unique_ptr<dsv41_model> dsv41_model::open(const std::string& path, const ds
 const dsv41_config& dsv41_model::config() const noexcept { return p_->w.cfg; }
 const dsv41_weights& dsv41_model::weights() const noexcept { return p_->w; }
 const dsv41_options& dsv41_model::options() const noexcept { return p_->opt; }
+void dsv41_model::set_profile(cpu_profile* p) noexcept { p_->prof = p; }
 
 std::vector<float> dsv41_model::forward(std::span<const uint32_t> ids, dsv41_state& st, dsv41_logits want,
                                         dsv41_trace* trace) {
@@ -279,6 +286,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   }
   // Embedding → hc identical copies; the first pre-mix takes copy 0.
   std::vector<float> X(n * hd_), Xn(n * hd_);
+  std::optional<cpu_phase_scope> embed(std::in_place, prof, cpu_phase::embed);
   visit_format(w.embed.fmt, [&]<class F>() {
     for (uint64_t i = 0; i < n; ++i) {
       float* x0 = X.data() + i * hd_;
@@ -286,6 +294,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
       for (uint64_t j = 1; j < hc; ++j) std::copy_n(x0, d, x0 + j * d);
     }
   });
+  embed.reset();
   std::vector<float> pre_mix(n * hc, 0.0f), next_pre(n * hc);
   for (uint64_t i = 0; i < n; ++i) pre_mix[i * hc] = 1.0f;
   std::vector<float> u(n * d), o(n * d), post(n * hc), C(n * hc * hc);
@@ -293,6 +302,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   // This sublayer's mixes (pre → next_pre) from X, its input folded with `fold` and normed into u.
   auto mixes = [&](const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
                    const std::vector<float>& fold, const std::vector<float>& norm_w) {
+    cpu_phase_scope ph(prof, cpu_phase::mhc);
     pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
       std::vector<float> y(d);
       for (uint64_t i = b; i < e; ++i) {
@@ -306,6 +316,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
     });
   };
   auto apply_post = [&]() {
+    cpu_phase_scope ph(prof, cpu_phase::mhc);
     pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
       for (uint64_t i = b; i < e; ++i)
         hc_post(std::span<const float>(o.data() + i * d, d), std::span<const float>(X.data() + i * hd_, hd_),
@@ -322,7 +333,10 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
     if (cf.plan[l].engram >= 0) engram_add(l, X.data(), n, tc);
     mixes(L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale, pre_mix, L.attn_norm);
     std::vector<float> attn_pre = next_pre;
-    attention(l, u.data(), n, tc, sh, o.data(), trace);
+    {
+      cpu_phase_scope ph(prof, cpu_phase::attention);
+      attention(l, u.data(), n, tc, sh, o.data(), trace);
+    }
     apply_post();
     mixes(L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale, attn_pre, L.ffn_norm);
     moe_ffn(l, u.data(), n, o.data(), trace);
@@ -338,6 +352,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   else
     for (const dsv41_segment& sg : segs) rows_at.push_back(sg.first + sg.count - 1);
   const uint64_t rows = rows_at.size();
+  cpu_phase_scope head(prof, cpu_phase::head);
   std::vector<float> h(rows * d);
   pool.run(rows, [&](uint64_t b, uint64_t e, unsigned) {
     for (uint64_t i = b; i < e; ++i) {

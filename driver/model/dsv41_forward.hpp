@@ -21,6 +21,8 @@
 
 namespace cmfx::driver {
 
+struct cpu_profile;
+
 /// Per-token decisions for parity tests: [layer][token], sorted ascending.
 struct dsv41_trace {
   std::vector<std::vector<std::vector<uint32_t>>> topk;     // index-source layers: compressed entries picked
@@ -63,6 +65,10 @@ class dsv41_model {
   /// Several sequences in one pass (see dsv4_model::forward_batch).
   std::vector<float> forward_batch(std::span<const uint32_t> ids, std::span<const dsv41_segment> segs,
                                    dsv41_logits want, dsv41_trace* trace = nullptr);
+
+  /// Attaches a profile (cpu_profile.hpp) that the forward calls charge their phases to, or detaches it (nullptr).
+  /// The profile must outlive its attachment.
+  void set_profile(cpu_profile* p) noexcept;
 
   struct impl;
 

@@ -10,6 +10,7 @@
 #include "act_gemm.hpp"
 #include "cmfx/ops/rope.hpp"
 #include "dsv41_engram.hpp"
+#include "cpu_profile.hpp"
 #include "dsv41_forward.hpp"
 
 namespace cmfx::driver {
@@ -46,6 +47,7 @@ struct dsv41_model::impl {
   moe_scratch moe;
   act_scratch act;  // int8 activations (opt.matmul_act == i8)
   std::vector<float> qat_buf;
+  cpu_profile* prof = nullptr;  // set_profile: phases timed while attached
   std::vector<packed_fp4_scratch<kv_main_codec>> kv_scratch;  // dsv41_attn_token_tile × index_topk decoded rows
 
   impl(dsv41_weights weights, const dsv41_options& o);

@@ -188,7 +188,10 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, con
   // Grouped output: z_g = wo_a[g]·o_g (rows g·o_lora … of wo_a, columns = one group of heads), out = wo_b·z.
   const uint64_t G = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / G, zr = G * ol;
   std::vector<float> z(n * zr);
-  grouped_gemm(pool, kern, L.wo_a.fmt, L.wo_a.v, o.data(), n, G, ol, gcols, z.data(), opt.matmul_act, act);
+  {
+    cpu_phase_scope ph(prof, cpu_phase::dense);
+    grouped_gemm(pool, kern, L.wo_a.fmt, L.wo_a.v, o.data(), n, G, ol, gcols, z.data(), opt.matmul_act, act);
+  }
   linear(L.wo_b, z.data(), n, out);
   (void)d;
 }

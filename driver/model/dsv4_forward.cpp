@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -46,6 +47,7 @@ void dsv4_model::impl::linear(const dsv4_matrix& m, const float* X, uint64_t n, 
       act_quant_e4m3(std::span<float>(qat_buf.data() + i * m.cols(), m.cols()), dsv4_act_fp8_block);
     X = qat_buf.data();
   }
+  cpu_phase_scope ph(prof, cpu_phase::dense);
   gemm(pool, kern, m.fmt, m.v, X, n, Y, opt.matmul_act, act.whole);
 }
 
@@ -54,6 +56,7 @@ void dsv4_model::impl::moe_ffn(uint32_t layer, const float* u, const uint32_t* i
   const dsv4_config& cf = c();
   const dsv4_layer_w& L = w.layers[layer];
   const uint32_t E = cf.experts, K = cf.top_k;
+  std::optional<cpu_phase_scope> router(std::in_place, prof, cpu_phase::router);
   std::vector<float> logits(n * E);
   gemm(pool, kern, L.gate.fmt, L.gate.v, u, n, logits.data());  // router in f32, no act-quant
   std::vector<uint32_t> idx(n * K);
@@ -79,6 +82,8 @@ void dsv4_model::impl::moe_ffn(uint32_t layer, const float* u, const uint32_t* i
           L.kind.hash ? std::numeric_limits<float>::infinity() : route_score_margin(s, L.gate_bias.data(), K, biased, scratch));
     }
   }
+  router.reset();
+  cpu_phase_scope experts(prof, cpu_phase::experts);
   const float* x = u;
   std::vector<float> xq;
   if (opt.qat_act_fp8) {  // the experts' gate/up (and the shared expert's) are FP4/FP8 Linears
@@ -108,6 +113,8 @@ std::vector<float> dsv4_model::forward(std::span<const uint32_t> ids, dsv4_state
 
 thread_pool& dsv4_model::pool() noexcept { return p_->pool; }
 
+void dsv4_model::set_profile(cpu_profile* p) noexcept { p_->prof = p; }
+
 std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std::span<const dsv4_segment> segs,
                                              dsv4_logits want, dsv4_trace* trace) {
   impl& m = *p_;
@@ -136,6 +143,7 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   }
   // Embedding → hc identical copies.
   std::vector<float> X(n * hd_), Xn(n * hd_);
+  std::optional<cpu_phase_scope> embed(std::in_place, m.prof, cpu_phase::embed);
   visit_format(m.w.embed.fmt, [&]<class F>() {
     for (uint64_t i = 0; i < n; ++i) {
       float* x0 = X.data() + i * hd_;
@@ -144,12 +152,14 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
     }
   });
 
+  embed.reset();
   std::vector<float> u(n * d), o(n * d);
   hc_coeffs co{std::vector<float>(n * hc), std::vector<float>(n * hc * hc)};
   const float eps = float(cf.norm_eps), hc_eps = float(cf.hc_eps);
   // hc_pre + RMSNorm for every token of the chunk → u.
   auto pre = [&](const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
                  const std::vector<float>& norm_w) {
+    cpu_phase_scope ph(m.prof, cpu_phase::mhc);
     m.pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
       std::vector<float> prew(hc);
       for (uint64_t i = b; i < e; ++i) {
@@ -162,6 +172,7 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
     });
   };
   auto post = [&]() {
+    cpu_phase_scope ph(m.prof, cpu_phase::mhc);
     m.pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
       for (uint64_t i = b; i < e; ++i)
         hc_post(std::span<const float>(o.data() + i * d, d), std::span<const float>(X.data() + i * hd_, hd_),
@@ -174,7 +185,10 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   for (uint32_t l = 0; l < cf.layers; ++l) {
     const dsv4_layer_w& L = m.w.layers[l];
     pre(L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale, L.attn_norm);
-    m.attention(l, u.data(), n, tc, o.data(), trace);
+    {
+      cpu_phase_scope ph(m.prof, cpu_phase::attention);
+      m.attention(l, u.data(), n, tc, o.data(), trace);
+    }
     post();
     pre(L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale, L.ffn_norm);
     m.moe_ffn(l, u.data(), ids.data(), n, o.data(), trace);
@@ -190,6 +204,7 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   else
     for (const dsv4_segment& sg : segs) rows_at.push_back(sg.first + sg.count - 1);
   const uint64_t rows = rows_at.size();
+  cpu_phase_scope head(m.prof, cpu_phase::head);
   std::vector<float> h(rows * d);
   m.pool.run(rows, [&](uint64_t b, uint64_t e, unsigned) {
     std::vector<float> prew(hc);

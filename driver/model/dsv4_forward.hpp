@@ -20,6 +20,8 @@ class thread_pool;
 
 namespace cmfx::driver {
 
+struct cpu_profile;
+
 /// Per-token decisions, for parity tests: [layer][token] sorted ascending.
 struct dsv4_trace {
   std::vector<std::vector<std::vector<uint32_t>>> topk;     // indexer picks (ratio-4 layers; empty elsewhere)
@@ -67,6 +69,10 @@ class dsv4_model {
   /// The worker threads of the forward pass, for a caller's own data-parallel work between forward calls (the
   /// server samples its slots on them); never from inside a forward call.
   thread_pool& pool() noexcept;
+
+  /// Attaches a profile (cpu_profile.hpp) that the forward calls charge their phases to, or detaches it (nullptr).
+  /// The profile must outlive its attachment.
+  void set_profile(cpu_profile* p) noexcept;
 
   struct impl;
 

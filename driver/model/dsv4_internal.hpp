@@ -7,6 +7,7 @@
 #include "cmfx/kernels/moe.hpp"
 #include "act_gemm.hpp"
 #include "cmfx/ops/rope.hpp"
+#include "cpu_profile.hpp"
 #include "dsv4_forward.hpp"
 
 namespace cmfx::driver {
@@ -29,6 +30,7 @@ struct dsv4_model::impl {
   moe_scratch moe;
   act_scratch act;  // int8 activations (opt.matmul_act == i8)
   std::vector<float> qat_buf;
+  cpu_profile* prof = nullptr;  // set_profile: phases timed while attached
 
   impl(dsv4_weights weights, const dsv4_options& o);
   const dsv4_config& c() const noexcept { return w.cfg; }

