@@ -93,8 +93,8 @@ cpu_figures time_graph(Model& m, Logits last, const bench_args& a, uint32_t voca
 
 /// The model over the synthetic weights `w`, then time_graph; bytes: the weights a decode step reads.
 template <class Model, class Options, class Weights, class Logits>
-cpu_figures build_and_time(Weights w, uint64_t (*count)(const Weights&), Logits last, const bench_args& a,
-                           act_precision act, uint64_t& bytes, uint32_t& layers) {
+cpu_figures build_and_time(Weights w, token_bytes (*count)(const Weights&), Logits last, const bench_args& a,
+                           act_precision act, token_bytes& bytes, uint32_t& layers) {
   bytes = count(w);
   layers = uint32_t(w.layers.size());
   const uint32_t vocab = w.cfg.vocab;
@@ -105,23 +105,36 @@ cpu_figures build_and_time(Weights w, uint64_t (*count)(const Weights&), Logits 
 }
 
 /// The decode steps' phases as a table (ms per token and share of the steps' wall time; "outside" = the steps' wall
-/// time no phase covers: argmax, the forward call's set-up). Returns the JSON member `, "profile_ms": {…}`.
-std::string print_profile(const cpu_profile& p, double dec_s, uint64_t tokens) {
+/// time no phase covers: argmax, the forward call's set-up), with the weight bytes per second of the phases that
+/// read weights (token_bytes.hpp) and their ratio to the roofline `roof` (bytes/s). Returns the JSON members
+/// `, "profile_ms": {…}, "profile_gbps": {…}`.
+std::string print_profile(const cpu_profile& p, double dec_s, uint64_t tokens, const token_bytes& tb, double roof) {
   const double per = tokens ? 1e3 / double(tokens) : 0, wall = dec_s * 1e3;  // ms per token per second; ms
   std::printf("profile: %llu decode steps, %.3f ms each (wall); exclusive time per phase (cpu_profile.hpp):\n",
               (unsigned long long)tokens, dec_s * per);
-  std::printf("  %-10s %10s %7s %8s\n", "phase", "ms/token", "share", "calls");
-  std::string js = ", \"profile_ms\": {";
+  std::printf("  %-10s %10s %7s %8s %10s %7s\n", "phase", "ms/token", "share", "calls", "MB/token", "ratio");
+  std::string js = ", \"profile_ms\": {", gb = "{";
   char buf[96];
+  auto phase_bytes = [&](std::string_view n) -> uint64_t {
+    return n == "dense" ? tb.dense : n == "router" ? tb.router : n == "experts" ? tb.experts : n == "head" ? tb.head : 0;
+  };
   auto row = [&](std::string_view name, double s, uint64_t calls, bool first) {
-    std::printf("  %-10.*s %10.3f %6.1f%% %8llu\n", int(name.size()), name.data(), s * per,
+    std::printf("  %-10.*s %10.3f %6.1f%% %8llu", int(name.size()), name.data(), s * per,
                 wall > 0 ? 100.0 * s * 1e3 / wall : 0.0, (unsigned long long)calls);
+    const uint64_t b = phase_bytes(name);
+    if (b && s > 0 && tokens) {  // weight bytes per token over this phase's seconds per token
+      const double bps = double(b) / (s / double(tokens));
+      std::printf(" %10.2f %7.3f", double(b) / 1e6, roof > 0 ? bps / roof : 0.0);
+      std::snprintf(buf, sizeof buf, "%s\"%.*s\": %.3f", gb.size() > 1 ? ", " : "", int(name.size()), name.data(), bps / 1e9);
+      gb += buf;
+    }
+    std::printf("\n");
     std::snprintf(buf, sizeof buf, "%s\"%.*s\": %.4f", first ? "" : ", ", int(name.size()), name.data(), s * per);
     js += buf;
   };
   for (size_t i = 0; i < cpu_phase_names.size(); ++i) row(cpu_phase_names[i], p.seconds[i], p.calls[i], i == 0);
   row("outside", std::max(0.0, dec_s - p.total()), 0, false);
-  return js + "}";
+  return js + "}, \"profile_gbps\": " + gb + "}";
 }
 
 }  // namespace
@@ -147,22 +160,23 @@ int run_bench_cpu(const bench_args& a) {
 
   auto t = clk::now();
   cpu_figures f;
-  uint64_t bpt = 0;
+  token_bytes tb;
   uint32_t layers = 0;
   if (v41) {
     dsv41_weights w = dsv41_synthetic(so41);
     const double gen_s = since(t);
-    f = build_and_time<dsv41_model, dsv41_options>(std::move(w), &dsv41_token_bytes, dsv41_logits::last, a, act, bpt,
+    f = build_and_time<dsv41_model, dsv41_options>(std::move(w), &dsv41_token_bytes, dsv41_logits::last, a, act, tb,
                                                    layers);
     f.gen_s = gen_s;
   } else {
     dsv4_weights w = dsv4_synthetic(so);
     const double gen_s = since(t);
-    f = build_and_time<dsv4_model, dsv4_options>(std::move(w), &dsv4_token_bytes, dsv4_logits::last, a, act, bpt, layers);
+    f = build_and_time<dsv4_model, dsv4_options>(std::move(w), &dsv4_token_bytes, dsv4_logits::last, a, act, tb, layers);
     f.gen_s = gen_s;
   }
   const uint64_t prompt = std::max<uint64_t>(a.prompt, 1);
   const double pre_tps = double(prompt) / f.pre_s, dec_tps = a.tokens ? double(a.tokens) / f.dec_s : 0;
+  const uint64_t bpt = tb.total();
   const double gbps = double(bpt) * dec_tps / 1e9;
   std::printf("model: synthetic %s on the CPU, %u layers, experts %s%s, dense %s, %s activations; generated %.1f s; "
               "host matrices: %s\n",
@@ -179,7 +193,7 @@ int run_bench_cpu(const bench_args& a) {
   std::printf("         %.3f GB of weights read per token -> %.2f GB/s = %.3f of the read roofline\n", double(bpt) / 1e9,
               gbps, roof > 0 ? gbps * 1e9 / roof : 0.0);
   std::string prof_json;
-  if (a.profile) prof_json = print_profile(f.prof, f.dec_s, a.tokens);
+  if (a.profile) prof_json = print_profile(f.prof, f.dec_s, a.tokens, tb, roof);
   if (a.json)
     std::printf("{\"backend\": \"cpu\", \"threads\": %u, \"prefill_tps\": %.4f, \"decode_tps\": %.4f, \"bytes_per_token\": "
                 "%llu, \"roofline_gbps\": %.3f, \"roofline_ratio\": %.4f%s}\n",

@@ -17,28 +17,33 @@ uint64_t moe_bytes(const std::vector<expert_view>& experts, const expert_view& s
 
 }  // namespace
 
-uint64_t dsv4_token_bytes(const dsv4_weights& w) {
-  uint64_t n = bytes(w.head);
+token_bytes dsv4_token_bytes(const dsv4_weights& w) {
+  token_bytes n;
+  n.head = bytes(w.head);
   for (const dsv4_layer_w& L : w.layers) {
-    n += bytes(L.wq_a) + bytes(L.wq_b) + bytes(L.wkv) + bytes(L.wo_a) + bytes(L.wo_b) + bytes(L.gate);
-    if (L.kind.ratio) n += bytes(L.comp.wkv) + bytes(L.comp.wgate);
+    n.dense += bytes(L.wq_a) + bytes(L.wq_b) + bytes(L.wkv) + bytes(L.wo_a) + bytes(L.wo_b);
+    n.router += bytes(L.gate);
+    if (L.kind.ratio) n.dense += bytes(L.comp.wkv) + bytes(L.comp.wgate);
     if (L.kind.indexer)
-      n += bytes(L.ix_comp.wkv) + bytes(L.ix_comp.wgate) + bytes(L.ix_wq_b) + bytes(L.ix_weights_proj);
-    n += moe_bytes(L.experts, L.shared, w.cfg.top_k);
+      n.dense += bytes(L.ix_comp.wkv) + bytes(L.ix_comp.wgate) + bytes(L.ix_wq_b) + bytes(L.ix_weights_proj);
+    n.experts += moe_bytes(L.experts, L.shared, w.cfg.top_k);
   }
   return n;
 }
 
-uint64_t dsv41_token_bytes(const dsv41_weights& w) {
-  uint64_t n = bytes(w.head);
+token_bytes dsv41_token_bytes(const dsv41_weights& w) {
+  token_bytes n;
+  n.head = bytes(w.head);
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const dsv41_layer_w& L = w.layers[l];
     const dsv41_layer_plan& P = w.cfg.plan.at(l);
-    n += bytes(L.wq_a) + bytes(L.wq_b) + bytes(L.wkv) + bytes(L.wo_a) + bytes(L.wo_b) + bytes(L.gate);
-    if (P.mode == dsv41_mode::full) n += bytes(L.comp_wkv) + (P.ratio > 1 ? bytes(L.comp_wgate) : 0) + bytes(L.ix_wk);
-    if (P.mode == dsv41_mode::full || P.mode == dsv41_mode::reindex) n += bytes(L.ix_wq_b) + bytes(L.ix_weights_proj);
-    if (P.engram >= 0) n += bytes(L.eg_wkv);
-    n += moe_bytes(L.experts, L.shared, w.cfg.top_k);
+    n.dense += bytes(L.wq_a) + bytes(L.wq_b) + bytes(L.wkv) + bytes(L.wo_a) + bytes(L.wo_b);
+    n.router += bytes(L.gate);
+    if (P.mode == dsv41_mode::full)
+      n.dense += bytes(L.comp_wkv) + (P.ratio > 1 ? bytes(L.comp_wgate) : 0) + bytes(L.ix_wk);
+    if (P.mode == dsv41_mode::full || P.mode == dsv41_mode::reindex) n.dense += bytes(L.ix_wq_b) + bytes(L.ix_weights_proj);
+    if (P.engram >= 0) n.dense += bytes(L.eg_wkv);
+    n.experts += moe_bytes(L.experts, L.shared, w.cfg.top_k);
   }
   return n;
 }

@@ -10,7 +10,14 @@
 
 namespace cmfx::driver {
 
-uint64_t dsv4_token_bytes(const dsv4_weights& w);
-uint64_t dsv41_token_bytes(const dsv41_weights& w);
+/// The count split as the CPU profile's phases split the time (cpu_profile.hpp): `dense` every projection a
+/// `linear` or wo_a's grouped product reads (Engram's wkv too), `router` the gate, `experts` top_k routed + shared.
+struct token_bytes {
+  uint64_t dense = 0, router = 0, experts = 0, head = 0;
+  uint64_t total() const noexcept { return dense + router + experts + head; }
+};
+
+token_bytes dsv4_token_bytes(const dsv4_weights& w);
+token_bytes dsv41_token_bytes(const dsv41_weights& w);
 
 }  // namespace cmfx::driver

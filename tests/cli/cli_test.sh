@@ -141,7 +141,7 @@ import json, re, sys
 text = open(sys.argv[1]).read()
 phases = ["embed", "mhc", "attention", "dense", "router", "experts", "engram", "head", "outside"]
 for p in phases:
-    assert re.search(r"^  %s +[0-9.]+ +[0-9.]+%% +[0-9]+$" % p, text, re.M), p
+    assert re.search(r"^  %s +[0-9.]+ +[0-9.]+%% +[0-9]+( +[0-9.]+ +[0-9.]+)?$" % p, text, re.M), p
 wall = float(re.search(r"^profile: 6 decode steps, ([0-9.]+) ms each", text, re.M).group(1))
 j = [json.loads(l) for l in text.splitlines() if l.startswith("{")][-1]
 prof = j["profile_ms"]
@@ -149,6 +149,9 @@ assert list(prof) == phases, prof
 assert all(v >= 0 for v in prof.values()), prof
 assert prof["engram"] > 0 and prof["experts"] > 0 and prof["dense"] > 0, prof
 assert abs(sum(prof.values()) - wall) <= 0.002 * wall + 0.002, (sum(prof.values()), wall)
+gb = j["profile_gbps"]  # weight bytes per second of the phases that read weights
+assert set(gb) <= {"dense", "router", "experts", "head"} and {"dense", "experts", "head"} <= set(gb), gb
+assert all(v > 0 for v in gb.values()), gb
 PY
 
 # tokenize / detokenize with the real tokenizer (installed by scripts/tokenizer_cases.sh before ctest).
