@@ -12,6 +12,7 @@
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/ops/fake_quant.hpp"
 #include "cmfx/ops/mhc.hpp"
+#include "cmfx/ops/mhc_pool.hpp"
 #include "cmfx/ops/rmsnorm.hpp"
 #include "cmfx/ops/routing.hpp"
 #include "dsv41_internal.hpp"
@@ -299,30 +300,22 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   for (uint64_t i = 0; i < n; ++i) pre_mix[i * hc] = 1.0f;
   std::vector<float> u(n * d), o(n * d), post(n * hc), C(n * hc * hc);
   const float eps = float(cf.norm_eps), hc_eps = float(cf.hc_eps);
+  std::vector<double> mix_scratch;
   // This sublayer's mixes (pre → next_pre) from X, its input folded with `fold` and normed into u.
   auto mixes = [&](const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
                    const std::vector<float>& fold, const std::vector<float>& norm_w) {
     cpu_phase_scope ph(prof, cpu_phase::mhc);
-    pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
-      std::vector<float> y(d);
-      for (uint64_t i = b; i < e; ++i) {
-        const std::span<const float> Xi(X.data() + i * hd_, hd_);
-        hc_pre(Xi, fn, base, scale, uint32_t(hc), eps, hc_eps, cf.hc_iters, std::span<float>(next_pre.data() + i * hc, hc),
-               std::span<float>(post.data() + i * hc, hc), std::span<float>(C.data() + i * hc * hc, hc * hc), y);
-        std::span<float> ui(u.data() + i * d, d);
-        ops_detail::hc_fold(Xi, fold.data() + i * hc, uint32_t(hc), d, ui);
-        rmsnorm(ui, norm_w.data(), eps, ui);
-      }
-    });
+    hc_pre_pool(pool, X.data(), n, uint32_t(hc), d, fn, base, scale, eps, hc_eps, cf.hc_iters, next_pre.data(),
+                post.data(), C.data(), mix_scratch, [&](uint64_t i) {
+                  std::span<float> ui(u.data() + i * d, d);
+                  ops_detail::hc_fold(std::span<const float>(X.data() + i * hd_, hd_), fold.data() + i * hc,
+                                      uint32_t(hc), d, ui);
+                  rmsnorm(ui, norm_w.data(), eps, ui);
+                });
   };
   auto apply_post = [&]() {
     cpu_phase_scope ph(prof, cpu_phase::mhc);
-    pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
-      for (uint64_t i = b; i < e; ++i)
-        hc_post(std::span<const float>(o.data() + i * d, d), std::span<const float>(X.data() + i * hd_, hd_),
-                std::span<const float>(post.data() + i * hc, hc), std::span<const float>(C.data() + i * hc * hc, hc * hc),
-                uint32_t(hc), std::span<float>(Xn.data() + i * hd_, hd_));
-    });
+    hc_post_pool(pool, o.data(), X.data(), post.data(), C.data(), n, uint32_t(hc), d, Xn.data());
     X.swap(Xn);
   };
 

@@ -12,6 +12,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/ops/fake_quant.hpp"
 #include "cmfx/ops/mhc.hpp"
+#include "cmfx/ops/mhc_pool.hpp"
 #include "cmfx/ops/rmsnorm.hpp"
 #include "cmfx/ops/routing.hpp"
 #include "dsv4_internal.hpp"
@@ -156,29 +157,23 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   std::vector<float> u(n * d), o(n * d);
   hc_coeffs co{std::vector<float>(n * hc), std::vector<float>(n * hc * hc)};
   const float eps = float(cf.norm_eps), hc_eps = float(cf.hc_eps);
-  // hc_pre + RMSNorm for every token of the chunk → u.
+  std::vector<float> prew(n * hc);
+  std::vector<double> mix_scratch;
+  // hc_pre + RMSNorm for every token of the chunk → u (ops/mhc_pool.hpp: bit-identical to hc_pre per token).
   auto pre = [&](const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
                  const std::vector<float>& norm_w) {
     cpu_phase_scope ph(m.prof, cpu_phase::mhc);
-    m.pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
-      std::vector<float> prew(hc);
-      for (uint64_t i = b; i < e; ++i) {
-        std::span<float> y(u.data() + i * d, d);
-        hc_pre(std::span<const float>(X.data() + i * hd_, hd_), fn, base, scale, uint32_t(hc), eps, hc_eps,
-               cf.hc_iters, prew, std::span<float>(co.post.data() + i * hc, hc),
-               std::span<float>(co.C.data() + i * hc * hc, hc * hc), y);
-        rmsnorm(y, norm_w.data(), eps, y);
-      }
-    });
+    hc_pre_pool(m.pool, X.data(), n, uint32_t(hc), d, fn, base, scale, eps, hc_eps, cf.hc_iters, prew.data(),
+                co.post.data(), co.C.data(), mix_scratch, [&](uint64_t i) {
+                  std::span<float> y(u.data() + i * d, d);
+                  ops_detail::hc_fold(std::span<const float>(X.data() + i * hd_, hd_), prew.data() + i * hc,
+                                      uint32_t(hc), d, y);
+                  rmsnorm(y, norm_w.data(), eps, y);
+                });
   };
   auto post = [&]() {
     cpu_phase_scope ph(m.prof, cpu_phase::mhc);
-    m.pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
-      for (uint64_t i = b; i < e; ++i)
-        hc_post(std::span<const float>(o.data() + i * d, d), std::span<const float>(X.data() + i * hd_, hd_),
-                std::span<const float>(co.post.data() + i * hc, hc), std::span<const float>(co.C.data() + i * hc * hc, hc * hc),
-                uint32_t(hc), std::span<float>(Xn.data() + i * hd_, hd_));
-    });
+    hc_post_pool(m.pool, o.data(), X.data(), co.post.data(), co.C.data(), n, uint32_t(hc), d, Xn.data());
     X.swap(Xn);
   };
 
@@ -207,11 +202,11 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   cpu_phase_scope head(m.prof, cpu_phase::head);
   std::vector<float> h(rows * d);
   m.pool.run(rows, [&](uint64_t b, uint64_t e, unsigned) {
-    std::vector<float> prew(hc);
+    std::vector<float> head_pre(hc);
     for (uint64_t i = b; i < e; ++i) {
       std::span<float> y(h.data() + i * d, d);
       hc_head(std::span<const float>(X.data() + rows_at[i] * hd_, hd_), m.w.hc_head_fn, m.w.hc_head_base,
-              m.w.hc_head_scale, uint32_t(hc), eps, hc_eps, prew, y);
+              m.w.hc_head_scale, uint32_t(hc), eps, hc_eps, head_pre, y);
       rmsnorm(y, m.w.norm.data(), eps, y);
     }
   });

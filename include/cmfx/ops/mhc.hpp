@@ -57,17 +57,14 @@ inline void hc_fold(std::span<const float> X, const float* pre, uint32_t hc, siz
 }
 }  // namespace ops_detail
 
-/// mHC pre step. X [hc·d]; hc_fn [(2+hc)·hc, hc·d] row-major; base [(2+hc)·hc]; scale [3];
-/// outputs pre [hc], post [hc], C [hc·hc] row-major (C[j·hc+k]), y [d].
-inline void hc_pre(std::span<const float> X, std::span<const float> hc_fn, std::span<const float> base,
-                   std::span<const float> scale, uint32_t hc, float norm_eps, float hc_eps, uint32_t iters,
-                   std::span<float> pre, std::span<float> post, std::span<float> C, std::span<float> y) {
-  const size_t d = ops_detail::hc_dim(X, hc);
+/// The coefficients of hc_pre from its mixes m [(2+hc)·hc] (ops_detail::hc_mixes): pre [hc], post [hc], C [hc·hc]
+/// row-major. For callers that compute the mixes elsewhere (ops/mhc_pool.hpp); hc_pre is hc_mixes, this, hc_fold.
+inline void hc_pre_coeffs(const double* m, std::span<const float> base, std::span<const float> scale, uint32_t hc,
+                          float hc_eps, uint32_t iters, std::span<float> pre, std::span<float> post, std::span<float> C) {
   const size_t rows = size_t(2 + hc) * hc;
-  if (base.size() != rows || scale.size() != 3 || pre.size() != hc || post.size() != hc || C.size() != hc * hc)
+  if (hc == 0 || hc > hc_max || base.size() != rows || scale.size() != 3 || pre.size() != hc || post.size() != hc ||
+      C.size() != hc * hc)
     throw std::invalid_argument("hc_pre: parameter or output size mismatch");
-  double m[(2 + hc_max) * hc_max];
-  ops_detail::hc_mixes(X, hc_fn, rows, norm_eps, m);
   const double s0 = scale[0], s1 = scale[1], s2 = scale[2], eps = hc_eps;
   for (uint32_t j = 0; j < hc; ++j) {
     pre[j] = float(ops_detail::sigmoid(m[j] * s0 + double(base[j])) + eps);
@@ -102,26 +99,50 @@ inline void hc_pre(std::span<const float> X, std::span<const float> hc_fn, std::
   }
   for (uint32_t j = 0; j < hc; ++j)
     for (uint32_t k = 0; k < hc; ++k) C[j * hc + k] = float(c[j][k]);
+}
+
+/// mHC pre step. X [hc·d]; hc_fn [(2+hc)·hc, hc·d] row-major; base [(2+hc)·hc]; scale [3];
+/// outputs pre [hc], post [hc], C [hc·hc] row-major (C[j·hc+k]), y [d].
+inline void hc_pre(std::span<const float> X, std::span<const float> hc_fn, std::span<const float> base,
+                   std::span<const float> scale, uint32_t hc, float norm_eps, float hc_eps, uint32_t iters,
+                   std::span<float> pre, std::span<float> post, std::span<float> C, std::span<float> y) {
+  const size_t d = ops_detail::hc_dim(X, hc);
+  const size_t rows = size_t(2 + hc) * hc;
+  if (base.size() != rows || scale.size() != 3 || pre.size() != hc || post.size() != hc || C.size() != hc * hc)
+    throw std::invalid_argument("hc_pre: parameter or output size mismatch");
+  double m[(2 + hc_max) * hc_max];
+  ops_detail::hc_mixes(X, hc_fn, rows, norm_eps, m);
+  hc_pre_coeffs(m, base, scale, hc, hc_eps, iters, pre, post, C);
   ops_detail::hc_fold(X, pre.data(), hc, d, y);
 }
 
 /// mHC post step: out[k] = post[k]·o + Σ_j C[j,k]·X[j]. o [d], X [hc·d], post [hc], C [hc·hc] row-major,
 /// out [hc·d]. out must not overlap X (every out row reads all X rows).
+inline void hc_post_cols(std::span<const float> o, std::span<const float> X, std::span<const float> post,
+                         std::span<const float> C, uint32_t hc, size_t c0, size_t c1, std::span<float> out);
+
 inline void hc_post(std::span<const float> o, std::span<const float> X, std::span<const float> post,
                     std::span<const float> C, uint32_t hc, std::span<float> out) {
+  hc_post_cols(o, X, post, C, hc, 0, ops_detail::hc_dim(X, hc), out);
+}
+
+/// hc_post on the columns [c0, c1) of every copy only (the others of `out` untouched): the same operations per
+/// element as hc_post, so column blocks computed apart (ops/mhc_pool.hpp) give hc_post's result bit for bit.
+inline void hc_post_cols(std::span<const float> o, std::span<const float> X, std::span<const float> post,
+                         std::span<const float> C, uint32_t hc, size_t c0, size_t c1, std::span<float> out) {
   const size_t d = ops_detail::hc_dim(X, hc);
-  if (o.size() != d || post.size() != hc || C.size() != hc * hc || out.size() != X.size())
+  if (o.size() != d || post.size() != hc || C.size() != hc * hc || out.size() != X.size() || c0 > c1 || c1 > d)
     throw std::invalid_argument("hc_post: size mismatch");
   const float* x = X.data();
   const float* op = o.data();
   for (uint32_t k = 0; k < hc; ++k) {
     float* dst = out.data() + k * d;
     const float p = post[k];
-    for (size_t i = 0; i < d; ++i) dst[i] = p * op[i];
+    for (size_t i = c0; i < c1; ++i) dst[i] = p * op[i];
     for (uint32_t j = 0; j < hc; ++j) {
       const float cjk = C[j * hc + k];
       const float* xj = x + j * d;
-      for (size_t i = 0; i < d; ++i) dst[i] += cjk * xj[i];
+      for (size_t i = c0; i < c1; ++i) dst[i] += cjk * xj[i];
     }
   }
 }
