@@ -173,7 +173,39 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
     std::vector<int> kfrom(n);
     for (uint64_t i = 0; i < n; ++i) kfrom[i] = keys_layer(l, i, tc);
     std::vector<float> margin(trace ? n : 0);
-    pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+    // The scores of tokens [g0, g1) (one state, one key layer kl; row stride nmax) for the key tiles [t0, t1): each
+    // tile is decoded (packed state) once and scored by every token of the group; `ktile` is the caller's scratch.
+    auto score_tiles = [&](uint64_t g0, uint64_t g1, uint32_t kl, uint64_t nmax, uint64_t t0, uint64_t t1, float* scores,
+                           std::vector<float>& ktile) {
+      const dsv41_state& st = *tc.st[g0];
+      for (uint64_t j0 = t0 * dsv41_key_tile; j0 < std::min(nmax, t1 * dsv41_key_tile); j0 += dsv41_key_tile) {
+        const uint64_t nj = std::min<uint64_t>(dsv41_key_tile, nmax - j0);
+        const float* kt = nullptr;
+        if (st.packed()) {
+          ktile.resize(size_t(dsv41_key_tile) * IHD);
+          st.read_keys(kl, j0, std::span<float>(ktile.data(), nj * IHD));
+          kt = ktile.data();
+        } else {
+          kt = st.key(kl, j0);
+        }
+        for (uint64_t i = g0; i < g1; ++i) {
+          const uint64_t ne = (tc.pos[i] + 1) / r;
+          const float* qi = iq.data() + i * IH * IHD;
+          float* si = scores + (i - g0) * nmax;
+          for (uint64_t jj = 0; jj < nj && j0 + jj < ne; ++jj) {
+            const float* kj = kt + jj * IHD;
+            double s = 0.0;
+            for (uint32_t h = 0; h < IH; ++h)
+              s += std::max(ops_detail::dot(qi + size_t(h) * IHD, kj, IHD), 0.0) * double(iw[i * IH + h]);  // ReLU first
+            si[j0 + jj] = float(s);
+          }
+        }
+      }
+    };
+    // With fewer tokens than workers (decode) each group's key tiles are split over the pool (the same scores);
+    // else a worker takes whole groups.
+    const bool split_tiles = n < pool.size();
+    auto run_groups = [&](uint64_t b, uint64_t e) {
       std::vector<float> scores, ktile;
       std::vector<topk_entry> scratch;
       // Groups of consecutive tokens of one state that score the same key layer: each key tile is decoded (packed
@@ -187,29 +219,14 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
         for (uint64_t i = g0; i < g1; ++i) nmax = std::max<uint64_t>(nmax, (tc.pos[i] + 1) / r);
         if (st.keys(kl) < nmax) throw std::logic_error("dsv4.1 indexer: index keys of layer " + std::to_string(kl) + " not ready");
         scores.assign((g1 - g0) * nmax, 0.0f);
-        for (uint64_t j0 = 0; j0 < nmax; j0 += dsv41_key_tile) {
-          const uint64_t nj = std::min<uint64_t>(dsv41_key_tile, nmax - j0);
-          const float* kt = nullptr;
-          if (st.packed()) {
-            ktile.resize(size_t(dsv41_key_tile) * IHD);
-            st.read_keys(kl, j0, std::span<float>(ktile.data(), nj * IHD));
-            kt = ktile.data();
-          } else {
-            kt = st.key(kl, j0);
-          }
-          for (uint64_t i = g0; i < g1; ++i) {
-            const uint64_t ne = (tc.pos[i] + 1) / r;
-            const float* qi = iq.data() + i * IH * IHD;
-            float* si = scores.data() + (i - g0) * nmax;
-            for (uint64_t jj = 0; jj < nj && j0 + jj < ne; ++jj) {
-              const float* kj = kt + jj * IHD;
-              double s = 0.0;
-              for (uint32_t h = 0; h < IH; ++h)
-                s += std::max(ops_detail::dot(qi + size_t(h) * IHD, kj, IHD), 0.0) * double(iw[i * IH + h]);  // ReLU first
-              si[j0 + jj] = float(s);
-            }
-          }
-        }
+        const uint64_t tiles = (nmax + dsv41_key_tile - 1) / dsv41_key_tile;
+        if (split_tiles)
+          pool.run(tiles, [&](uint64_t t0, uint64_t t1, unsigned) {
+            std::vector<float> kt;
+            score_tiles(g0, g1, kl, nmax, t0, t1, scores.data(), kt);
+          });
+        else
+          score_tiles(g0, g1, kl, nmax, 0, tiles, scores.data(), ktile);
         for (uint64_t i = g0; i < g1; ++i) {
           const uint64_t ne = (tc.pos[i] + 1) / r;
           const std::span<float> score(scores.data() + (i - g0) * nmax, ne);
@@ -238,7 +255,11 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
         }
         g0 = g1;
       }
-    });
+    };
+    if (split_tiles)
+      run_groups(0, n);
+    else
+      pool.run(n, [&](uint64_t b, uint64_t e, unsigned) { run_groups(b, e); });
     if (trace)
       for (uint64_t i = 0; i < n; ++i) {
         trace->topk[l].push_back(picks[i]);

@@ -121,29 +121,46 @@ void dsv4_model::impl::attention(uint32_t layer, const float* u, uint64_t n, con
     }
   } else if (kind.indexer) {
     if (trace) margin.resize(n);
-    pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+    // Token i's scores of entries [j0, j1).
+    auto score_entries = [&](uint64_t i, uint64_t j0, uint64_t j1, float* score) {
+      const float* qi = iq.data() + i * IH * IHD;
+      for (uint64_t j = j0; j < j1; ++j) {
+        const float* kj = S(i).ix.entry(j);
+        double s = 0.0;
+        for (uint32_t h = 0; h < IH; ++h) {
+          const double dotv = ops_detail::dot(qi + size_t(h) * IHD, kj, IHD);
+          s += std::max(dotv, 0.0) * double(iw[i * IH + h]);  // ReLU before the head weight
+        }
+        score[j] = float(s);
+      }
+    };
+    auto pick = [&](uint64_t i, std::vector<float>& score, std::vector<topk_entry>& scratch) {
+      const uint64_t ne = n_entries[i];
+      const size_t kk = std::min<uint64_t>(cf.index_topk, ne);
+      scratch.resize(ne);
+      picks[i].resize(kk);
+      topk(score, kk, scratch, picks[i]);
+      if (trace) margin[i] = selection_margin(score, kk, scratch);
+    };
+    if (n >= pool.size()) {  // a worker per token
+      pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
+        std::vector<float> score;
+        std::vector<topk_entry> scratch;
+        for (uint64_t i = b; i < e; ++i) {
+          score.assign(n_entries[i], 0.0f);
+          score_entries(i, 0, n_entries[i], score.data());
+          pick(i, score, scratch);
+        }
+      });
+    } else {  // fewer tokens than workers (decode): each token's entries split over the pool, the same scores
       std::vector<float> score;
       std::vector<topk_entry> scratch;
-      for (uint64_t i = b; i < e; ++i) {
-        const uint64_t ne = n_entries[i];
-        score.assign(ne, 0.0f);
-        const float* qi = iq.data() + i * IH * IHD;
-        for (uint64_t j = 0; j < ne; ++j) {
-          const float* kj = S(i).ix.entry(j);
-          double s = 0.0;
-          for (uint32_t h = 0; h < IH; ++h) {
-            const double dotv = ops_detail::dot(qi + size_t(h) * IHD, kj, IHD);
-            s += std::max(dotv, 0.0) * double(iw[i * IH + h]);  // ReLU before the head weight
-          }
-          score[j] = float(s);
-        }
-        const size_t kk = std::min<uint64_t>(cf.index_topk, ne);
-        scratch.resize(ne);
-        picks[i].resize(kk);
-        topk(score, kk, scratch, picks[i]);
-        if (trace) margin[i] = selection_margin(score, kk, scratch);
+      for (uint64_t i = 0; i < n; ++i) {
+        score.assign(n_entries[i], 0.0f);
+        pool.run(n_entries[i], [&](uint64_t b, uint64_t e, unsigned) { score_entries(i, b, e, score.data()); }, 16);
+        pick(i, score, scratch);
       }
-    });
+    }
   }
   if (trace && kind.indexer)
     for (uint64_t i = 0; i < n; ++i) {
