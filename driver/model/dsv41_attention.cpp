@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "cmfx/formats/exmy.hpp"
+#include "cmfx/ops/attend_keys.hpp"
 #include "cmfx/ops/fake_quant.hpp"
 #include "cmfx/ops/reduce.hpp"
 #include "cmfx/ops/rmsnorm.hpp"
@@ -303,16 +304,8 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
         }
         const float* qh = q.data() + (i * H + h) * hd;
         logit.resize(keys.size());
-        for (size_t k = 0; k < keys.size(); ++k) logit[k] = float(ops_detail::dot(qh, keys[k], hd) * scale);
-        attend_sink(logit, L.attn_sink[h], logit);
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (size_t k = 0; k < keys.size(); ++k) {
-          const double pk = logit[k];
-          const float* kr = keys[k];
-          for (uint32_t c2 = 0; c2 < hd; ++c2) acc[c2] += pk * double(kr[c2]);
-        }
         float* oh = o.data() + (i * H + h) * hd;
-        for (uint32_t c2 = 0; c2 < hd; ++c2) oh[c2] = float(acc[c2]);
+        attend_keys(qh, keys.data(), keys.size(), hd, scale, L.attn_sink[h], logit.data(), acc.data(), oh);
         apply_rope_cs(std::span<float>(oh + hd - rd, rd), cs[i], true);
       }
     });
