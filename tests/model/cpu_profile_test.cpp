@@ -102,13 +102,19 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(CpuProfile, V4ToyChargesEveryPhaseItHas) {
-  dsv4_synth_options so;
+/// The tiny preset of a synthetic model (q4tp experts) on 2 threads.
+template <class Model, class Options, class SynthOptions, class Synth>
+Model tiny_model(Synth synth) {
+  SynthOptions so;
   so.preset = "tiny";
   so.experts = format::q4tp;
-  dsv4_options mo;
+  Options mo;
   mo.threads = 2;
-  dsv4_model m(dsv4_synthetic(so), mo);
+  return Model(synth(so), mo);
+}
+
+TEST(CpuProfile, V4ToyChargesEveryPhaseItHas) {
+  dsv4_model m = tiny_model<dsv4_model, dsv4_options, dsv4_synth_options>(&dsv4_synthetic);
   const uint32_t L = m.config().layers, V = m.config().vocab;
   const std::vector<float> plain = run_steps(m, dsv4_logits::last, V, nullptr);
   cpu_profile p;
@@ -130,12 +136,7 @@ TEST(CpuProfile, V4ToyChargesEveryPhaseItHas) {
 }
 
 TEST(CpuProfile, V41ToyChargesEngramToo) {
-  dsv41_synth_options so;
-  so.preset = "tiny";
-  so.experts = format::q4tp;
-  dsv41_options mo;
-  mo.threads = 2;
-  dsv41_model m(dsv41_synthetic(so), mo);
+  dsv41_model m = tiny_model<dsv41_model, dsv41_options, dsv41_synth_options>(&dsv41_synthetic);
   const dsv41_config& c = m.config();
   uint64_t engram_layers = 0;
   for (uint32_t l = 0; l < c.layers; ++l) engram_layers += c.plan[l].engram >= 0;
