@@ -57,7 +57,7 @@ void refuse_vulkan_options(const bench_args& a) {
 
 struct cpu_figures {
   double gen_s = 0, warm_s = 0, pre_s = 0, dec_s = 0;
-  cpu_profile prof;  // the decode steps' phases (--profile)
+  cpu_profile prof, pre_prof;  // the decode steps' and the prefill call's phases (--profile)
 };
 
 /// Warm-up (one token on a state of its own: first-touch allocations), the prompt's prefill in one forward call,
@@ -76,6 +76,7 @@ cpu_figures time_graph(Model& m, Logits last, const bench_args& a, uint32_t voca
   }
   f.warm_s = since(t);
   auto st = m.new_state();
+  if (a.profile) m.set_profile(&f.pre_prof);
   t = clk::now();
   std::vector<float> logits = m.forward(std::span<const uint32_t>(prompt.data(), prompt.size()), st, last);
   f.pre_s = since(t);
@@ -104,19 +105,21 @@ cpu_figures build_and_time(Weights w, token_bytes (*count)(const Weights&), Logi
   return time_graph(m, last, a, vocab);
 }
 
-/// The decode steps' phases as a table (ms per token and share of the steps' wall time; "outside" = the steps' wall
-/// time no phase covers: argmax, the forward call's set-up), with the weight bytes per second of the phases that
-/// read weights (token_bytes.hpp) and their ratio to the roofline `roof` (bytes/s). Returns the JSON members
-/// `, "profile_ms": {…}, "profile_gbps": {…}`.
-std::string print_profile(const cpu_profile& p, double dec_s, uint64_t tokens, const token_bytes& tb, double roof) {
+/// Phases as a table: ms per token and share of the wall time `dec_s` of `tokens` tokens ("outside" = the wall time
+/// no phase covers: argmax, the forward call's set-up); with `tb` (the decode steps) also the weight bytes per
+/// second of the phases that read weights (token_bytes.hpp) and their ratio to the roofline `roof` (bytes/s).
+/// Returns the JSON members `, "<key>_ms": {…}` and, with `tb`, `, "<key>_gbps": {…}`.
+std::string print_profile(const cpu_profile& p, double dec_s, uint64_t tokens, const char* what, const token_bytes* tb,
+                          double roof, const char* key) {
   const double per = tokens ? 1e3 / double(tokens) : 0, wall = dec_s * 1e3;  // ms per token per second; ms
-  std::printf("profile: %llu decode steps, %.3f ms each (wall); exclusive time per phase (cpu_profile.hpp):\n",
-              (unsigned long long)tokens, dec_s * per);
-  std::printf("  %-10s %10s %7s %8s %10s %7s\n", "phase", "ms/token", "share", "calls", "MB/token", "ratio");
-  std::string js = ", \"profile_ms\": {", gb = "{";
+  std::printf("profile: %s, %.3f ms per token (wall); exclusive time per phase (cpu_profile.hpp):\n", what,
+              dec_s * per);
+  std::printf("  %-10s %10s %7s %8s%s\n", "phase", "ms/token", "share", "calls", tb ? "   MB/token   ratio" : "");
+  std::string js = std::string(", \"") + key + "_ms\": {", gb = "{";
   char buf[96];
   auto phase_bytes = [&](std::string_view n) -> uint64_t {
-    return n == "dense" ? tb.dense : n == "router" ? tb.router : n == "experts" ? tb.experts : n == "head" ? tb.head : 0;
+    if (!tb) return 0;
+    return n == "dense" ? tb->dense : n == "router" ? tb->router : n == "experts" ? tb->experts : n == "head" ? tb->head : 0;
   };
   auto row = [&](std::string_view name, double s, uint64_t calls, bool first) {
     std::printf("  %-10.*s %10.3f %6.1f%% %8llu", int(name.size()), name.data(), s * per,
@@ -134,7 +137,7 @@ std::string print_profile(const cpu_profile& p, double dec_s, uint64_t tokens, c
   };
   for (size_t i = 0; i < cpu_phase_names.size(); ++i) row(cpu_phase_names[i], p.seconds[i], p.calls[i], i == 0);
   row("outside", std::max(0.0, dec_s - p.total()), 0, false);
-  return js + "}, \"profile_gbps\": " + gb + "}";
+  return js + "}" + (tb ? std::string(", \"") + key + "_gbps\": " + gb + "}" : std::string());
 }
 
 }  // namespace
@@ -193,7 +196,12 @@ int run_bench_cpu(const bench_args& a) {
   std::printf("         %.3f GB of weights read per token -> %.2f GB/s = %.3f of the read roofline\n", double(bpt) / 1e9,
               gbps, roof > 0 ? gbps * 1e9 / roof : 0.0);
   std::string prof_json;
-  if (a.profile) prof_json = print_profile(f.prof, f.dec_s, a.tokens, tb, roof);
+  if (a.profile) {
+    const std::string pre = "prefill call of " + std::to_string(prompt) + " tokens";
+    prof_json = print_profile(f.pre_prof, f.pre_s, prompt, pre.c_str(), nullptr, roof, "prefill_profile");
+    const std::string dec = std::to_string(a.tokens) + " decode steps";
+    prof_json += print_profile(f.prof, f.dec_s, a.tokens, dec.c_str(), &tb, roof, "profile");
+  }
   if (a.json)
     std::printf("{\"backend\": \"cpu\", \"threads\": %u, \"prefill_tps\": %.4f, \"decode_tps\": %.4f, \"bytes_per_token\": "
                 "%llu, \"roofline_gbps\": %.3f, \"roofline_ratio\": %.4f%s}\n",

@@ -142,13 +142,18 @@ text = open(sys.argv[1]).read()
 phases = ["embed", "mhc", "attention", "dense", "router", "experts", "engram", "head", "outside"]
 for p in phases:
     assert re.search(r"^  %s +[0-9.]+ +[0-9.]+%% +[0-9]+( +[0-9.]+ +[0-9.]+)?$" % p, text, re.M), p
-wall = float(re.search(r"^profile: 6 decode steps, ([0-9.]+) ms each", text, re.M).group(1))
+wall = float(re.search(r"^profile: 6 decode steps, ([0-9.]+) ms per token", text, re.M).group(1))
+pwall = float(re.search(r"^profile: prefill call of 4 tokens, ([0-9.]+) ms per token", text, re.M).group(1))
 j = [json.loads(l) for l in text.splitlines() if l.startswith("{")][-1]
 prof = j["profile_ms"]
 assert list(prof) == phases, prof
 assert all(v >= 0 for v in prof.values()), prof
 assert prof["engram"] > 0 and prof["experts"] > 0 and prof["dense"] > 0, prof
 assert abs(sum(prof.values()) - wall) <= 0.002 * wall + 0.002, (sum(prof.values()), wall)
+pre = j["prefill_profile_ms"]  # the prefill call's phases, per prompt token
+assert list(pre) == phases and pre["experts"] > 0, pre
+assert abs(sum(pre.values()) - pwall) <= 0.002 * pwall + 0.002, (sum(pre.values()), pwall)
+assert "prefill_profile_gbps" not in j, j
 gb = j["profile_gbps"]  # weight bytes per second of the phases that read weights
 assert set(gb) <= {"dense", "router", "experts", "head"} and {"dense", "experts", "head"} <= set(gb), gb
 assert all(v > 0 for v in gb.values()), gb
