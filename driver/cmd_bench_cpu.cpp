@@ -128,7 +128,7 @@ std::string print_profile(const cpu_profile& p, double dec_s, uint64_t tokens, c
     if (b && s > 0 && tokens) {  // weight bytes per token over this phase's seconds per token
       const double bps = double(b) / (s / double(tokens));
       std::printf(" %10.2f %7.3f", double(b) / 1e6, roof > 0 ? bps / roof : 0.0);
-      std::snprintf(buf, sizeof buf, "%s\"%.*s\": %.3f", gb.size() > 1 ? ", " : "", int(name.size()), name.data(), bps / 1e9);
+      std::snprintf(buf, sizeof buf, "%s\"%.*s\": %.6g", gb.size() > 1 ? ", " : "", int(name.size()), name.data(), bps / 1e9);
       gb += buf;
     }
     std::printf("\n");
