@@ -88,8 +88,10 @@ float score(float z) {
   precise const float n = round(zf * 1.44269504), r = (zf - n * 0.693145751953125) - n * 1.428606765330187e-6;
   precise const float er = exp_reduced(r);
   // × 2^n exactly: the power of two from its bits (a device's ldexp / exp2 may be approximate)
-  if (n < -126.0) {  // y = er · 2^n would underflow f32 (a device may flush it to 0): log1p(y) = y there, and
-    // sqrt(y) = sqrt(er · 2^(n mod 2)) · 2^floor(n / 2), every factor normal
+  if (n < -100.0) {  // y = er · 2^n < 2^-99: log1p(y) = y to far below an f32 ulp, and
+    // sqrt(y) = sqrt(er · 2^(n mod 2)) · 2^floor(n / 2), every factor normal. (Below 2^-126 y itself would be
+    // subnormal, and near 2^-125 log1p_pos's s = y / (2 + y) is: a device that flushes subnormals, as NVIDIA's
+    // does, returned a score of 0 there — H200, suite seed 16737710038653918140, z / temp = −86.7.)
     const int ni = int(n), h = (ni >> 1) + 127;  // arithmetic shift: floor(n / 2)
     if (h < 1) return 0.0;  // a score below 2^-126 (z / temp < -174): 0, where the CPU's is subnormal or 0
     return sqrt(er * ((ni & 1) != 0 ? 2.0 : 1.0)) * uintBitsToFloat(uint(h) << 23);
