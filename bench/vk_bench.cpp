@@ -17,7 +17,7 @@
 // vk_mhc/post_pre[_cold|_thrash]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64
 // in a chain (cold: each its own weights, read from DRAM; thrash: + a 256 MiB read between boundaries, not timed).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
-//                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2] [--legacy] [--no-spirv-opt]
+//                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2|3] [--xreg-batches N] [--legacy] [--no-spirv-opt]
 //                      [--sub 1|2|4] (f32 row kernel: lanes per chunk, matvec_tuning::sub)
 //                      [--pairs 1|2] (q2tp int8 row kernel: chunks per lane unit)
 //                      [--concurrent-rule 1|2] (row kernel in concurrent groups: the dependent-product rule | throughput)
@@ -499,6 +499,7 @@ int main(int argc, char** argv) {
     else if (a == "--moe-i8-tc" && i + 1 < argc) g_tune.moe_i8_tc = uint32_t(std::stoul(argv[++i]));
     else if (a == "--x-source" && i + 1 < argc) g_tune.x_source = uint32_t(std::stoul(argv[++i]));
     else if (a == "--sub" && i + 1 < argc) g_tune.sub = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--xreg-batches" && i + 1 < argc) g_tune.xreg_batches = uint32_t(std::stoul(argv[++i]));
     else if (a == "--legacy") g_tune.legacy = true;
     else if (a == "--shader-dir" && i + 1 < argc) opt.shader_dir = argv[++i];
     else if (a == "--moe-tokens" && i + 1 < argc) g_moe_tokens = uint32_t(std::stoul(argv[++i]));

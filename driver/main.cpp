@@ -214,13 +214,18 @@ int main(int argc, char** argv) {
                  "Diagnostics: subgroups a batch-1 matvec dispatch aims at (rows per subgroup and column split; "
                  "0 = the default rule)")
       ->default_val(bench.mv_subgroups);
-  cb->add_option("--mv-rows-per-team", bench.mv_rows_per_team, "Diagnostics: batch-1 matvec rows per subgroup (1, 2, 4; 0 = from the shape)")
+  cb->add_option("--mv-rows-per-team", bench.mv_rows_per_team, "Diagnostics: batch-1 matvec rows per subgroup (1, 2, 4; with --mv-x-source 3 also 8, 16; 0 = from the shape)")
       ->default_val(bench.mv_rows_per_team)
-      ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
+      ->check(CLI::IsMember({0u, 1u, 2u, 4u, 8u, 16u}));
   cb->add_option("--mv-sub", bench.mv_sub,
                  "Diagnostics: batch-1 matvec with f32 activations, lanes per chunk (1, 2, 4; 0 = chosen per format)")
       ->default_val(bench.mv_sub)
       ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
+  cb->add_option("--mv-x-source", bench.mv_x_source,
+                 "Diagnostics: batch-1 matvec with f32 activations — 2 = read from the buffer, 3 = held in registers "
+                 "(shaders/matvec_xreg.comp); 0 = chosen (2)")
+      ->default_val(bench.mv_x_source)
+      ->check(CLI::IsMember({0u, 2u, 3u}));
   cb->add_option("--mv-pairs", bench.mv_pairs,
                  "Diagnostics: q2tp int8 batch-1 row kernel, chunks per lane unit (1, 2: where the row's chunk count "
                  "is even; 0 = chosen)")

@@ -280,19 +280,7 @@ void moe_tail(uint mslot, uint mblk) {
 #define FETCH(u) ROWS(FR, u)
 #if !ACT_I8
 #if defined(FMT_FP8_B128) || defined(FMT_FP8_B32)
-// E4M3 without the 256-entry shared-memory LUT (random byte indices make its lookups bank-conflict-bound): the
-// sign moves to bit 15 and exponent|mantissa to bits 7..13 of an f16, whose value is then the E4M3 value
-// times 2^-8 (bias 7 vs 15) for every code, subnormals included; 2^8 is folded into the chunk scale. Two bytes
-// per unpackHalf2x16. The NaN codes (0x7F, 0xFF) become ±480 — as in the CPU's AVX2 decoder; checkpoints hold
-// no NaN weights. Exact for every other code (dequant.comp keeps the LUT decode, bit-exact for all 256).
-vec2 e4m3_pair(uint w) {  // bytes in bits 0..7 and 16..23
-  return unpackHalf2x16(((w & 0x00800080u) << 8) | ((w & 0x007F007Fu) << 7));
-}
-vec4 fp8_dec4(raw_t q, uint j) {
-  const uint v = q.q[j];
-  const vec2 a = e4m3_pair(v & 0x00FF00FFu), b = e4m3_pair((v >> 8) & 0x00FF00FFu);
-  return vec4(a.x, b.x, a.y, b.y);
-}
+// fp8_dec4 (formats.glsl): E4M3 by moving bits, the value times 2^-8.
 // A subgroup's RPT rows (rbase a multiple of RPT, r0 a multiple of the tile) lie in one scale tile, so every row
 // takes row 0's scale (the other rows' scale loads are dead code); a clamped row past the end is never written.
 #if FP8_TILE % RPT != 0

@@ -450,6 +450,19 @@ vec4 decode4(row_t R, raw_t q, float s, uint k, uint j) {
 float decode_elem(row_t R, uint r, uint c) {
   return e4m3_lut[ld8_w0(pc.res0 + r * pc.cols + c)] * scale_value(load_scale_raw(R.tile + c / FP8_TILE));
 }
+// The batch-1 kernels' E4M3 (matvec_rows.comp, matvec_xreg.comp) without the 256-entry shared-memory LUT (random
+// byte indices make its lookups bank-conflict-bound): the sign moves to bit 15 and exponent|mantissa to bits 7..13
+// of an f16, whose value is then the E4M3 value times 2^-8 (bias 7 vs 15) for every code, subnormals included; the
+// caller folds 2^8 into the chunk scale. Two bytes per unpackHalf2x16. The NaN codes (0x7F, 0xFF) become ±480 — as in the CPU's AVX2 decoder; checkpoints hold
+// no NaN weights. Exact for every other code (dequant.comp keeps the LUT decode, bit-exact for all 256).
+vec2 e4m3_pair(uint w) {  // bytes in bits 0..7 and 16..23
+  return unpackHalf2x16(((w & 0x00800080u) << 8) | ((w & 0x007F007Fu) << 7));
+}
+vec4 fp8_dec4(raw_t q, uint j) {
+  const uint v = q.q[j];
+  const vec2 a = e4m3_pair(v & 0x00FF00FFu), b = e4m3_pair((v >> 8) & 0x00FF00FFu);
+  return vec4(a.x, b.x, a.y, b.y);
+}
 // The f16 tiles' decode (GEMM_COOP, as the ladders' above): E4M3 → f16 by moving bits, no table — the sign to bit
 // 15 and exponent|mantissa to bits 7..13 give the E4M3 value times 2^-8 exactly for every code (subnormals
 // included; the NaN codes 0x7F / 0xFF become the halves ±1.875 = ±480 · 2^-8: checkpoints hold no NaN weights, as

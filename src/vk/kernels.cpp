@@ -63,6 +63,7 @@ struct kernels::impl {
   std::map<std::array<uint32_t, 6>, const detail::pipeline*> matrix_pipes;  // no string work per call
   std::map<std::array<uint32_t, 9>, const detail::pipeline*> rows_pipes;  // (format, enc, rpt, unroll, i8, x, split, pairs, sub)
   std::map<std::array<uint32_t, 2>, const detail::pipeline*> gather_pipes;  // embed_rows: (format, enc)
+  std::map<std::array<uint32_t, 7>, const detail::pipeline*> xreg_pipes;  // (format, enc, ksplit, xc, rpt, teams, nb)
 
   explicit impl(device& d) : dev(d), info(d.info()) {
     lanes = std::clamp<uint32_t>(info.subgroup_size, 4, 64);
@@ -233,7 +234,8 @@ struct kernels::impl {
     c.unroll = std::min<uint32_t>(c.unroll, 4);
     // f32 activations read by every lane from the buffer, not staged in shared memory: FP8 0.25 → 0.64-0.69 of
     // the roofline, q4tp 0.15 → 0.34, MXFP4 0.19 → 0.29 (H200, docs/VULKAN.md "Activation source").
-    if (!c.x_source) c.x_source = 2;
+    if (!c.x_source || c.x_source == 3) c.x_source = 2;  // 3 where matvec_xreg.comp does not apply: from the buffer
+    c.rows_per_team = std::min<uint32_t>(c.rows_per_team, 4);  // (x_source 3 allows up to 16)
     const uint64_t all_chunks = cols / std::max<uint32_t>(1, detail::gpu_traits(f).chunk);
     c.sub = i8 || c.x_source != 2 ? 1 : std::min(c.sub ? c.sub : default_sub(f), max_sub(f));
     const bool can_pair = i8 && f == format::q2tp && all_chunks % 2 == 0;
@@ -267,6 +269,48 @@ struct kernels::impl {
       case format::mxfp4: return 4;
       default: return 1;
     }
+  }
+  /// The split of shaders/matvec_xreg.comp (matvec_tuning::x_source = 3, and the default for q2tp: f32
+  /// activations held in registers) for a row of `cols` columns; ksplit = 0 where it does not apply (int8
+  /// activations, another x_source, or a row whose chunks would need more than 64 activation floats per lane in a
+  /// workgroup of 256 invocations). Each lane owns xc chunks of every row, the ksplit subgroups of a row team cover
+  /// the row, a team walks nb batches of rpt rows (8 for one chunk per lane, 4 for two: the loads of a batch all in
+  /// flight), teams per workgroup fill 128 invocations.
+  struct xreg_split {
+    uint32_t ksplit = 0, xc = 0, rpt = 0, rteams = 0, nb = 0;
+    uint32_t rows_per_wg() const { return rteams * rpt * nb; }
+  };
+  xreg_split choose_xreg(uint64_t rows, uint64_t cols, format f, bool i8) const {
+    xreg_split x;
+    const uint32_t chunk = detail::gpu_traits(f).chunk;
+    // x_source 0: q2tp only (H200, f32 products: 0.14–0.16 → 0.18–0.20 of the read roofline at 1024×4096,
+    // 32768×1024 and 4096×8192 over four machine starts; q4tp, MXFP4 and FP8 within ±10 % either way: docs/PERF.md
+    // "Thirty-seventh session")
+    const bool want = tune.x_source == 3 || (tune.x_source == 0 && f == format::q2tp);
+    if (i8 || !want || chunk == 0 || chunk % 4 || cols % chunk) return x;
+    const uint64_t nct = cols / chunk, max_sg = std::max<uint32_t>(1, 256 / lanes);
+    const uint64_t xc = ceil_div(nct, uint64_t(lanes) * max_sg);
+    if (xc * chunk > 64) return x;
+    x.xc = uint32_t(xc);
+    x.ksplit = uint32_t(ceil_div(nct, uint64_t(lanes) * xc));
+    x.rpt = tune.rows_per_team ? tune.rows_per_team : xc == 1 ? 8 : 4;
+    x.rteams = std::max<uint32_t>(1, (128 / lanes) / x.ksplit);
+    // one batch per team unless asked: more (the next batch's loads in flight) measured no better on the H200 —
+    // q4tp 4096×8192 slower (12 → 17–19 µs at 2–8 batches), MXFP4 +10–20 %, q2tp within ±10 %
+    (void)rows;
+    x.nb = tune.xreg_batches ? tune.xreg_batches : 1;
+    return x;
+  }
+  const detail::pipeline* xreg_pipe(format f, scale_encoding enc, const xreg_split& x) {
+    const std::array<uint32_t, 7> key{uint32_t(f), uint32_t(enc), x.ksplit, x.xc, x.rpt, x.rteams, x.nb};
+    if (auto it = xreg_pipes.find(key); it != xreg_pipes.end()) return it->second;
+    std::ostringstream d;
+    const uint32_t t = x.ksplit * x.rteams;
+    d << "#define TEAMS " << t << "\n#define KSPLIT " << x.ksplit << "\n#define RPT " << x.rpt << "\n#define ROWS_PER_WG "
+      << x.rows_per_wg() << "\n#define XC " << x.xc << "\n#define NB " << x.nb << "\n" << detail::tab_defines() << format_defines(f, enc);
+    const detail::pipeline* p = pipe("matvec_xreg.comp", d.str(), lanes * t, 6, sizeof(mat_pc));
+    xreg_pipes.emplace(key, p);
+    return p;
   }
   /// The #defines of shaders/matvec_rows.comp for one variant (also the base of the MoE mode, kernels_moe.cpp).
   std::string rows_defs(format f, scale_encoding enc, const matvec_tuning& t, bool i8) const {
@@ -314,8 +358,12 @@ struct kernels::impl {
     const bool try_rows = !dequant && !generic && nb == 1 && rows_kernel(w.fmt);
     const bool use_i8 = i8;
     // the split of the whole matrix, also for a slice of its rows (wo_a's groups: 8 slices recorded concurrently)
-    const matvec_tuning rt = try_rows ? choose_rows(w.rows, w.cols, w.fmt, use_i8, c.in_concurrent()) : matvec_tuning{};
-    const detail::pipeline* rp = try_rows ? rows_pipe(w.fmt, w.scale_enc, rt, use_i8) : nullptr;
+    const xreg_split xr = try_rows ? choose_xreg(w.rows, w.cols, w.fmt, use_i8) : xreg_split{};
+    const matvec_tuning rt =
+        try_rows && !xr.ksplit ? choose_rows(w.rows, w.cols, w.fmt, use_i8, c.in_concurrent()) : matvec_tuning{};
+    const detail::pipeline* rp = !try_rows ? nullptr
+                                 : xr.ksplit ? xreg_pipe(w.fmt, w.scale_enc, xr)
+                                             : rows_pipe(w.fmt, w.scale_enc, rt, use_i8);
     const uint64_t R = std::min(R1, w.rows), C = w.cols;  // rows [R0, R)
     const uint64_t XS = xs ? xs : C, RY = ys ? ys : R - R0;  // floats between the batch rows of x and of y
     const uint64_t out_row = dequant ? C * 4 : 4;
@@ -387,7 +435,8 @@ struct kernels::impl {
       if (tiled)
         grid(ceil_div(r1 - r0, tile_rows) * ceil_div(nt, tile.gn), gx, gy);
       else
-        grid(ceil_div(r1 - r0, rows ? teams / rt.split * rt.rows_per_team : rows_per_wg), gx, gy);
+        grid(ceil_div(r1 - r0, !rows ? rows_per_wg : xr.ksplit ? xr.rows_per_wg() : teams / rt.split * rt.rows_per_team),
+             gx, gy);
       detail::dispatch(c.impl(), rows ? rpp : p, b, &pc, sizeof pc, gx, gy);
     }
   }
@@ -515,8 +564,8 @@ gemm_precision kernels::gemm_precision_used() const {
 
 void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
-  if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) || t.rows_per_team > 4 ||
-      t.x_source > 2 || !pow2(t.sub) || t.sub > 4 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
+  if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) ||
+      t.rows_per_team > (t.x_source == 3 ? 16u : 4u) || t.x_source > 3 || t.xreg_batches > 64 || !pow2(t.sub) || t.sub > 4 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
       !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;

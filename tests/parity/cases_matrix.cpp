@@ -550,6 +550,30 @@ void matrix_cases(suite& s) {
                 return why;
               });
       }
+    // Activations held in registers (matvec_tuning::x_source 3, shaders/matvec_xreg.comp): each lane owns chunks of
+    // every row, a subgroup walks batches of rows_per_team rows (0: the default 8 or 4; batches 0: from the rows).
+    // Ragged rows (also in the last batch), a row shorter than one subgroup's chunks, rows whose chunks leave lanes
+    // idle, long rows (two chunks per lane on 32-lane devices).
+    for (const auto& [rows, cols, rpt, nb] :
+         {std::tuple{37u, 512u, 0u, 0u}, std::tuple{5u, 96u, 0u, 0u}, std::tuple{130u, 4096u, 0u, 0u},
+          std::tuple{300u, 2048u, 1u, 0u}, std::tuple{70u, 1056u, 16u, 0u}, std::tuple{64u, 16384u, 0u, 0u},
+          std::tuple{33u, 5120u, 2u, 0u}, std::tuple{300u, 2048u, 1u, 4u}, std::tuple{130u, 4096u, 2u, 3u},
+          std::tuple{37u, 512u, 0u, 2u}, std::tuple{64u, 16384u, 0u, 2u}}) {
+      if (!F::shape_ok(rows, cols)) continue;
+      s.run("matvec", fn,
+            shape_name(rows, cols) + " x in registers" + (rpt ? ", rows/team " + std::to_string(rpt) : std::string()) +
+                (nb ? ", " + std::to_string(nb) + " batches" : std::string()),
+            [&](uint64_t seed, std::string& info) {
+              gpu::matvec_tuning t;
+              t.rows_per_team = rpt;
+              t.xreg_batches = nb;
+              t.x_source = 3;
+              s.kern.set_tuning(t);
+              const std::string why = matmul_case<F>(s, seed, rows, cols, 1, false, false, info);
+              s.kern.set_tuning({});
+              return why;
+            });
+    }
     s.run("matvec", fn, "4x96x256 concurrent + dependent", [&](uint64_t seed, std::string& info) {
       return concurrent_case<F>(s, seed, info);
     });
