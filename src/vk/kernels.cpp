@@ -283,9 +283,9 @@ struct kernels::impl {
   xreg_split choose_xreg(uint64_t rows, uint64_t cols, format f, bool i8) const {
     xreg_split x;
     const uint32_t chunk = detail::gpu_traits(f).chunk;
-    // x_source 0: q2tp only (H200, f32 products: 0.14–0.16 → 0.18–0.20 of the read roofline at 1024×4096,
-    // 32768×1024 and 4096×8192 over four machine starts; q4tp, MXFP4 and FP8 within ±10 % either way: docs/PERF.md
-    // "Thirty-seventh session")
+    // x_source 0: q2tp only (H200, f32 products, five machine starts: 0.14–0.15 → 0.18–0.20 of the read roofline
+    // at 1024×4096 and 32768×1024, 0.16 → 0.16–0.19 at 4096×8192; q4tp, MXFP4 and FP8 within ±10 % either way, and
+    // this kernel's 124–159 registers make its time vary more between starts: docs/PERF.md "Thirty-seventh session")
     const bool want = tune.x_source == 3 || (tune.x_source == 0 && f == format::q2tp);
     if (i8 || !want || chunk == 0 || chunk % 4 || cols % chunk) return x;
     const uint64_t nct = cols / chunk, max_sg = std::max<uint32_t>(1, 256 / lanes);

@@ -20,12 +20,12 @@
 namespace cmfx {
 
 /// The mixes of n tokens: m[i·rows + r] = (fn row r · X_i) · rsqrt(mean(X_i²) + norm_eps), X_i = X + i·hd (hd = hc·d),
-/// as ops_detail::hc_mixes computes them for one token. `raw`: scratch, resized to n·(rows + 1).
+/// as ops_detail::hc_mixes computes them for one token. `raw`: scratch of at least n·(rows + 1) values.
 inline void hc_mixes_pool(thread_pool& pool, const float* X, uint64_t n, size_t hd, std::span<const float> fn,
-                          size_t rows, float norm_eps, std::vector<double>& raw, double* m) {
+                          size_t rows, float norm_eps, std::span<double> raw, double* m) {
   if (fn.size() != rows * hd) throw std::invalid_argument("mhc: fn size != rows * hc * d");
   const uint64_t R = rows + 1;  // item r < rows: a dot product; r == rows: the sum of squares
-  raw.resize(n * R);
+  if (raw.size() < n * R) throw std::invalid_argument("mhc: mixes scratch smaller than n * (rows + 1)");
   pool.run(n * R, [&](uint64_t b, uint64_t e, unsigned) {
     for (uint64_t t = b; t < e; ++t) {
       const uint64_t i = t / R, r = t % R;
@@ -37,6 +37,12 @@ inline void hc_mixes_pool(thread_pool& pool, const float* X, uint64_t n, size_t 
     const double s = 1.0 / std::sqrt(raw[i * R + rows] / double(hd) + double(norm_eps));
     for (size_t r = 0; r < rows; ++r) m[i * rows + r] = raw[i * R + r] * s;
   }
+}
+/// The same with `raw` a vector resized to n·(rows + 1).
+inline void hc_mixes_pool(thread_pool& pool, const float* X, uint64_t n, size_t hd, std::span<const float> fn,
+                          size_t rows, float norm_eps, std::vector<double>& raw, double* m) {
+  raw.resize(n * (rows + 1));
+  hc_mixes_pool(pool, X, n, hd, fn, rows, norm_eps, std::span<double>(raw), m);
 }
 
 /// hc_pre of n tokens up to its fold: the coefficients pre / post / C of token i at pre + i·hc, post + i·hc,
@@ -58,10 +64,13 @@ void hc_pre_pool(thread_pool& pool, const float* X, uint64_t n, uint32_t hc, siz
     each(i);
   };
   if (n < pool.size() && rows * hd >= split_min) {
-    std::vector<double> m(n * rows);
-    hc_mixes_pool(pool, X, n, hd, fn, rows, norm_eps, scratch, m.data());
+    // scratch: the raw sums (n·(rows + 1)), then the mixes (n·rows); it only grows, so a decode allocates nothing
+    const size_t nraw = n * (rows + 1);
+    if (scratch.size() < nraw + n * rows) scratch.resize(nraw + n * rows);
+    double* m = scratch.data() + nraw;
+    hc_mixes_pool(pool, X, n, hd, fn, rows, norm_eps, std::span<double>(scratch.data(), nraw), m);
     pool.run(n, [&](uint64_t b, uint64_t e, unsigned) {
-      for (uint64_t i = b; i < e; ++i) coeffs(i, m.data() + i * rows);
+      for (uint64_t i = b; i < e; ++i) coeffs(i, m + i * rows);
     });
     return;
   }
