@@ -7,18 +7,19 @@
 // for 4-bit weights each weight byte costs 8 / RPT bytes of activation loads — the bound of its f32 products
 // (docs/VULKAN.md "f32 products"). Here the roles turn: lane l of the KSPLIT subgroups that share a row team owns
 // the chunks kc(s) = (s · KSPLIT + part) · LANES + l, s < XC, of EVERY row, loads their activations once into
-// registers (XC · CHUNK floats), then walks its team's RPT rows: per row one load of each owned chunk (the
-// subgroup's lanes read consecutive chunks: one contiguous run of bytes), its decode, and a dot product with the
-// registers. The loads of all RPT rows are issued before the first is consumed. A chunk's values are summed
-// unscaled and the sum scaled once (acc += S · C: one multiplication per chunk, not per weight).
+// registers (XC · CHUNK floats), then walks its team's rows in NB batches of RPT: per row one load of each owned
+// chunk (the subgroup's lanes read consecutive chunks: one contiguous run of bytes), its decode, and a dot product
+// with the registers. The loads of a batch's RPT rows are issued before its first row is consumed. A chunk's
+// values are summed unscaled and the sum scaled once (acc += S · C: one multiplication per chunk, not per weight).
 // Per row, one subgroupAdd; the KSPLIT subgroups' sums meet in shared memory and are added in subgroup order.
 //
-// A team walks NB batches of RPT rows: the loads of batch b + 1 are issued before batch b is consumed, so each
-// subgroup streams (a one-shot subgroup — NB = 1 — waits for its loads, computes and exits: measured at 0.39 of the
-// H200's read roofline even with no decode at all). The workgroup's ladders are built once for all its rows.
-// Defines: KSPLIT (any count, TEAMS % KSPLIT == 0), TEAMS (subgroups per workgroup), RPT (rows per team and batch),
-// NB (batches), ROWS_PER_WG (= TEAMS / KSPLIT · RPT · NB), XC (chunks per lane), the format's. Lanes whose chunk is past the row's
-// end hold zeros and skip it; rows past the end are computed on the last row and not written.
+// Batches share the activation registers and the workgroup's ladders (built once for all its rows) between
+// RPT · NB rows while a batch holds only RPT rows' loads: on the H200, 4 rows × 4 batches (64–80 registers per
+// invocation) beat 8 rows × 1 batch (124–159) and 8 rows with the next batch's loads in flight during the current
+// one (slower still), docs/PERF.md "Thirty-seventh session".
+// Defines: KSPLIT (any count, TEAMS % KSPLIT == 0), TEAMS (subgroups per workgroup), RPT (rows per team and
+// batch), NB (batches), ROWS_PER_WG (= TEAMS / KSPLIT · RPT · NB), XC (chunks per lane), the format's. Lanes whose
+// chunk is past the row's end hold zeros and skip it; rows past the end are computed on the last row, not written.
 #include "common/base.glsl"
 #include "common/formats.glsl"
 #if TEAMS % KSPLIT != 0 || ROWS_PER_WG != TEAMS / KSPLIT * RPT * NB
@@ -79,10 +80,7 @@ void main() {
 
   for (uint b = 0u; b < NB; ++b) {  // uniform over the workgroup
     // the next batch's loads in flight while this one is consumed
-    uint rown[RPT];
-    row_t Rn[RPT];
-    raw_t qn[RPT * XC];
-    if (b + 1u < NB) LOAD_BATCH(b + 1u, qn, Rn, rown)
+    if (b > 0u) LOAD_BATCH(b, q, R, row)  // (batch 0's loads were issued before the activations and the tables)
     const uint first = wg * ROWS_PER_WG + (b * RTEAMS + rteam) * RPT;
     float acc[RPT];
     [[unroll]] for (uint i = 0u; i < RPT; ++i) {
@@ -113,8 +111,5 @@ void main() {
       [[unroll]] for (uint i = 0u; i < RPT; ++i)
         if (first + i < pc.rows) ys[pc.yoff + first + i] = acc[i];
 #endif
-    row = rown;
-    R = Rn;
-    q = qn;
   }
 }

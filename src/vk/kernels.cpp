@@ -270,12 +270,12 @@ struct kernels::impl {
       default: return 1;
     }
   }
-  /// The split of shaders/matvec_xreg.comp (matvec_tuning::x_source = 3, and the default for q2tp: f32
+  /// The split of shaders/matvec_xreg.comp (matvec_tuning::x_source = 3, and the default for q4tp and q2tp: f32
   /// activations held in registers) for a row of `cols` columns; ksplit = 0 where it does not apply (int8
   /// activations, another x_source, or a row whose chunks would need more than 64 activation floats per lane in a
   /// workgroup of 256 invocations). Each lane owns xc chunks of every row, the ksplit subgroups of a row team cover
-  /// the row, a team walks nb batches of rpt rows (8 for one chunk per lane, 4 for two: the loads of a batch all in
-  /// flight), teams per workgroup fill 128 invocations.
+  /// the row, a team walks nb batches of rpt rows (the loads of a batch all in flight), teams per workgroup fill
+  /// 128 invocations.
   struct xreg_split {
     uint32_t ksplit = 0, xc = 0, rpt = 0, rteams = 0, nb = 0;
     uint32_t rows_per_wg() const { return rteams * rpt * nb; }
@@ -283,22 +283,22 @@ struct kernels::impl {
   xreg_split choose_xreg(uint64_t rows, uint64_t cols, format f, bool i8) const {
     xreg_split x;
     const uint32_t chunk = detail::gpu_traits(f).chunk;
-    // x_source 0: q2tp only (H200, f32 products, five machine starts: 0.14–0.15 → 0.18–0.20 of the read roofline
-    // at 1024×4096 and 32768×1024, 0.16 → 0.16–0.19 at 4096×8192; q4tp, MXFP4 and FP8 within ±10 % either way, and
-    // this kernel's 124–159 registers make its time vary more between starts: docs/PERF.md "Thirty-seventh session")
-    const bool want = tune.x_source == 3 || (tune.x_source == 0 && f == format::q2tp);
+    // x_source 0: the ladders (H200, f32 products at 1024×4096 / 32768×1024 / 4096×8192, 4 rows × 4 batches
+    // against the buffer-read kernel in one start: q4tp 0.28 / 0.29 / 0.32 → 0.38 / 0.36 / 0.36 of the read
+    // roofline, q2tp 0.15 / 0.14 / 0.16 → 0.21 / 0.20 / 0.19; MXFP4 and FP8 were not measured at that split:
+    // docs/PERF.md "Thirty-seventh session")
+    const bool want = tune.x_source == 3 || (tune.x_source == 0 && (f == format::q2tp || f == format::q4tp));
     if (i8 || !want || chunk == 0 || chunk % 4 || cols % chunk) return x;
     const uint64_t nct = cols / chunk, max_sg = std::max<uint32_t>(1, 256 / lanes);
     const uint64_t xc = ceil_div(nct, uint64_t(lanes) * max_sg);
     if (xc * chunk > 64) return x;
     x.xc = uint32_t(xc);
     x.ksplit = uint32_t(ceil_div(nct, uint64_t(lanes) * xc));
-    x.rpt = tune.rows_per_team ? tune.rows_per_team : xc == 1 ? 8 : 4;
+    x.rpt = tune.rows_per_team ? tune.rows_per_team : 4;
     x.rteams = std::max<uint32_t>(1, (128 / lanes) / x.ksplit);
-    // one batch per team unless asked: more (the next batch's loads in flight) measured no better on the H200 —
-    // q4tp 4096×8192 slower (12 → 17–19 µs at 2–8 batches), MXFP4 +10–20 %, q2tp within ±10 %
+    // 4 batches of 4 rows (64–80 registers per invocation; 8 rows in one batch held 124–159 and were slower)
     (void)rows;
-    x.nb = tune.xreg_batches ? tune.xreg_batches : 1;
+    x.nb = tune.xreg_batches ? tune.xreg_batches : 4;
     return x;
   }
   const detail::pipeline* xreg_pipe(format f, scale_encoding enc, const xreg_split& x) {

@@ -551,7 +551,7 @@ void matrix_cases(suite& s) {
               });
       }
     // Activations held in registers (matvec_tuning::x_source 3, shaders/matvec_xreg.comp): each lane owns chunks of
-    // every row, a subgroup walks batches of rows_per_team rows (0: the default 8 or 4; batches 0: from the rows).
+    // every row, a subgroup walks batches of rows_per_team rows (0: the defaults, 4 rows × 4 batches).
     // Ragged rows (also in the last batch), a row shorter than one subgroup's chunks, rows whose chunks leave lanes
     // idle, long rows (two chunks per lane on 32-lane devices).
     for (const auto& [rows, cols, rpt, nb] :
