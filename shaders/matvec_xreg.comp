@@ -79,8 +79,9 @@ void main() {
   tables_init(wg);  // every invocation: it may hold a barrier
 
   for (uint b = 0u; b < NB; ++b) {  // uniform over the workgroup
-    // the next batch's loads in flight while this one is consumed
-    if (b > 0u) LOAD_BATCH(b, q, R, row)  // (batch 0's loads were issued before the activations and the tables)
+    // batch 0's loads were issued before the activations and the tables; later ones here (prefetching batch b + 1
+    // during batch b doubled the registers and measured slower)
+    if (b > 0u) LOAD_BATCH(b, q, R, row)
     const uint first = wg * ROWS_PER_WG + (b * RTEAMS + rteam) * RPT;
     float acc[RPT];
     [[unroll]] for (uint i = 0u; i < RPT; ++i) {
