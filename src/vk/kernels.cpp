@@ -280,7 +280,7 @@ struct kernels::impl {
     uint32_t ksplit = 0, xc = 0, rpt = 0, rteams = 0, nb = 0;
     uint32_t rows_per_wg() const { return rteams * rpt * nb; }
   };
-  xreg_split choose_xreg(uint64_t rows, uint64_t cols, format f, bool i8) const {
+  xreg_split choose_xreg(uint64_t cols, format f, bool i8) const {
     xreg_split x;
     const uint32_t chunk = detail::gpu_traits(f).chunk;
     // x_source 0: the ladders (H200, f32 products at 1024×4096 / 32768×1024 / 4096×8192, 4 rows × 4 batches
@@ -297,7 +297,6 @@ struct kernels::impl {
     x.rpt = tune.rows_per_team ? tune.rows_per_team : 4;
     x.rteams = std::max<uint32_t>(1, (128 / lanes) / x.ksplit);
     // 4 batches of 4 rows (64–80 registers per invocation; 8 rows in one batch held 124–159 and were slower)
-    (void)rows;
     x.nb = tune.xreg_batches ? tune.xreg_batches : 4;
     return x;
   }
@@ -358,7 +357,7 @@ struct kernels::impl {
     const bool try_rows = !dequant && !generic && nb == 1 && rows_kernel(w.fmt);
     const bool use_i8 = i8;
     // the split of the whole matrix, also for a slice of its rows (wo_a's groups: 8 slices recorded concurrently)
-    const xreg_split xr = try_rows ? choose_xreg(w.rows, w.cols, w.fmt, use_i8) : xreg_split{};
+    const xreg_split xr = try_rows ? choose_xreg(w.cols, w.fmt, use_i8) : xreg_split{};
     const matvec_tuning rt =
         try_rows && !xr.ksplit ? choose_rows(w.rows, w.cols, w.fmt, use_i8, c.in_concurrent()) : matvec_tuning{};
     const detail::pipeline* rp = !try_rows ? nullptr
@@ -565,7 +564,8 @@ gemm_precision kernels::gemm_precision_used() const {
 void kernels::set_tuning(const matvec_tuning& t) {
   auto pow2 = [](uint32_t v) { return (v & (v - 1)) == 0; };
   if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) ||
-      t.rows_per_team > (t.x_source == 3 ? 16u : 4u) || t.x_source > 3 || t.xreg_batches > 64 || !pow2(t.sub) || t.sub > 4 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
+      t.rows_per_team > (t.x_source == 3 ? 16u : 4u) || t.x_source > 3 || t.xreg_batches > 64 || !pow2(t.sub) ||
+      t.sub > 4 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
       !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;

@@ -219,6 +219,18 @@ std::string matmul_case(suite& s, uint64_t seed, uint64_t rows, uint64_t cols, u
 /// (quantize_act_q8): sx / 2 within 2 ulp of the CPU's (GPU division need not be correctly rounded), every q equal
 /// to the CPU's except by one step where v / sx lies within 1e-4 of a rounding midpoint, and the sum word exactly
 /// 2·offset times the sum of the GPU's own q. Inputs with an 8x outlier every 97 values and an all-zero block.
+
+/// matmul_case at batch 1 under the matvec tuning t (restored to the automatic choice afterwards, also on a throw).
+template <class F>
+std::string tuned_matvec_case(suite& s, const gpu::matvec_tuning& t, uint64_t seed, uint64_t rows, uint64_t cols,
+                              std::string& info) {
+  struct restore {
+    gpu::kernels& k;
+    ~restore() { k.set_tuning({}); }
+  } back{s.kern};
+  s.kern.set_tuning(t);
+  return matmul_case<F>(s, seed, rows, cols, 1, false, false, info);
+}
 template <class F>
 std::string quantize_act_case(suite& s, uint64_t seed, uint32_t n, uint64_t cols, std::string& info) {
   rng r(seed);
@@ -498,10 +510,7 @@ void matrix_cases(suite& s) {
       s.run("matvec", fn, "37x512 rows/team " + std::to_string(rpt), [&](uint64_t seed, std::string& info) {
         gpu::matvec_tuning t;
         t.rows_per_team = rpt;
-        s.kern.set_tuning(t);
-        const std::string why = matmul_case<F>(s, seed, 37, 512, 1, false, false, info);
-        s.kern.set_tuning({});
-        return why;
+        return tuned_matvec_case<F>(s, t, seed, 37, 512, info);
       });
     s.run("matvec", fn, "64x16384 (several activation tiles)", [&](uint64_t seed, std::string& info) {
       return matmul_case<F>(s, seed, 64, 16384, 1, false, false, info);
@@ -522,10 +531,7 @@ void matrix_cases(suite& s) {
                 t.rows_per_team = rpt;
                 t.split = split;
                 t.x_source = 2;
-                s.kern.set_tuning(t);
-                const std::string why = matmul_case<F>(s, seed, sh.rows, sh.cols, 1, false, false, info);
-                s.kern.set_tuning({});
-                return why;
+                return tuned_matvec_case<F>(s, t, seed, sh.rows, sh.cols, info);
               });
     // A chunk's words shared by 2 or 4 lanes (matvec_tuning::sub; capped at what the format's chunks allow, 1 for
     // formats without whole-word chunks): ragged rows, a short row whose units do not fill a subgroup, a long row
@@ -544,10 +550,7 @@ void matrix_cases(suite& s) {
                 t.split = split;
                 t.x_source = 2;
                 t.sub = sub;
-                s.kern.set_tuning(t);
-                const std::string why = matmul_case<F>(s, seed, rows, cols, 1, false, false, info);
-                s.kern.set_tuning({});
-                return why;
+                return tuned_matvec_case<F>(s, t, seed, rows, cols, info);
               });
       }
     // Activations held in registers (matvec_tuning::x_source 3, shaders/matvec_xreg.comp): each lane owns chunks of
@@ -568,10 +571,7 @@ void matrix_cases(suite& s) {
               t.rows_per_team = rpt;
               t.xreg_batches = nb;
               t.x_source = 3;
-              s.kern.set_tuning(t);
-              const std::string why = matmul_case<F>(s, seed, rows, cols, 1, false, false, info);
-              s.kern.set_tuning({});
-              return why;
+              return tuned_matvec_case<F>(s, t, seed, rows, cols, info);
             });
     }
     s.run("matvec", fn, "4x96x256 concurrent + dependent", [&](uint64_t seed, std::string& info) {
