@@ -28,6 +28,14 @@ void rope_heads(float* x, uint32_t heads, uint32_t hd, const std::vector<double>
 
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
+/// The first n values of the caller's scratch `v`, which only grows: a call that needs no more than an earlier one
+/// (a decode step after a prefill) allocates nothing. The values are whatever an earlier call left.
+template <class T>
+std::span<T> grown(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return std::span<T>(v.data(), n);
+}
+
 }  // namespace
 
 void dsv41_fp4_e4m3_quant(std::span<float> x, uint32_t block) {
@@ -158,7 +166,8 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
 
   // Index sources: score the published index keys, build / apply the candidate pool, keep the top-k.
   if (pl.mode == dsv41_mode::full || pl.mode == dsv41_mode::reindex) {
-    std::vector<float> iq(n * IH * IHD), iw(n * IH);
+    // iq, iw, kfrom and the key tiles live in ix_scratch (every value read below is written first in this call)
+    const std::span<float> iq = grown(ix_scratch.iq, n * IH * IHD), iw = grown(ix_scratch.iw, n * IH);
     linear(L.ix_wq_b, qr.data(), n, iq.data());
     for (uint64_t i = 0; i < n; ++i) {
       float* row = iq.data() + i * IH * IHD;
@@ -171,21 +180,21 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
     auto& picks = sh.picks[l];
     picks.assign(n, {});
     if (pl.candidate_source) sh.candidates.assign(n, {}), sh.candidate_margin.assign(trace ? n : 0, 0.0f);
-    std::vector<int> kfrom(n);
+    const std::span<int> kfrom = grown(ix_scratch.kfrom, n);
     for (uint64_t i = 0; i < n; ++i) kfrom[i] = keys_layer(l, i, tc);
     std::vector<float> margin(trace ? n : 0);
     // The scores of tokens [g0, g1) (one state, one key layer kl; row stride nmax) for the key tiles [t0, t1): each
-    // tile is decoded (packed state) once and scored by every token of the group; `ktile` is the caller's scratch.
+    // tile is decoded (packed state) once and scored by every token of the group; `ktile`: the calling worker's
+    // scratch of dsv41_key_tile · IHD floats.
     auto score_tiles = [&](uint64_t g0, uint64_t g1, uint32_t kl, uint64_t nmax, uint64_t t0, uint64_t t1, float* scores,
-                           std::vector<float>& ktile) {
+                           float* ktile) {
       const dsv41_state& st = *tc.st[g0];
       for (uint64_t j0 = t0 * dsv41_key_tile; j0 < std::min(nmax, t1 * dsv41_key_tile); j0 += dsv41_key_tile) {
         const uint64_t nj = std::min<uint64_t>(dsv41_key_tile, nmax - j0);
         const float* kt = nullptr;
         if (st.packed()) {
-          ktile.resize(size_t(dsv41_key_tile) * IHD);
-          st.read_keys(kl, j0, std::span<float>(ktile.data(), nj * IHD));
-          kt = ktile.data();
+          st.read_keys(kl, j0, std::span<float>(ktile, nj * IHD));
+          kt = ktile;
         } else {
           kt = st.key(kl, j0);
         }
@@ -204,10 +213,10 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
       }
     };
     // With fewer tokens than workers (decode) each group's key tiles are split over the pool (the same scores);
-    // else a worker takes whole groups.
+    // else a worker takes whole groups. Either way worker wk decodes into its own ix_scratch.ktile[wk].
     const bool split_tiles = n < pool.size();
-    auto run_groups = [&](uint64_t b, uint64_t e) {
-      std::vector<float> scores, ktile;
+    auto run_groups = [&](uint64_t b, uint64_t e, unsigned wk) {
+      std::vector<float> scores;
       std::vector<topk_entry> scratch;
       // Groups of consecutive tokens of one state that score the same key layer: each key tile is decoded (packed
       // state) once per group and scored by every token of it; the keys are never all unpacked at once.
@@ -222,12 +231,11 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
         scores.assign((g1 - g0) * nmax, 0.0f);
         const uint64_t tiles = (nmax + dsv41_key_tile - 1) / dsv41_key_tile;
         if (split_tiles)
-          pool.run(tiles, [&](uint64_t t0, uint64_t t1, unsigned) {
-            std::vector<float> kt;
-            score_tiles(g0, g1, kl, nmax, t0, t1, scores.data(), kt);
+          pool.run(tiles, [&](uint64_t t0, uint64_t t1, unsigned tw) {
+            score_tiles(g0, g1, kl, nmax, t0, t1, scores.data(), ix_scratch.ktile[tw].data());
           });
         else
-          score_tiles(g0, g1, kl, nmax, 0, tiles, scores.data(), ktile);
+          score_tiles(g0, g1, kl, nmax, 0, tiles, scores.data(), ix_scratch.ktile[wk].data());
         for (uint64_t i = g0; i < g1; ++i) {
           const uint64_t ne = (tc.pos[i] + 1) / r;
           const std::span<float> score(scores.data() + (i - g0) * nmax, ne);
@@ -258,9 +266,9 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
       }
     };
     if (split_tiles)
-      run_groups(0, n);
+      run_groups(0, n, 0);  // on the calling thread, worker 0
     else
-      pool.run(n, [&](uint64_t b, uint64_t e, unsigned) { run_groups(b, e); });
+      pool.run(n, [&](uint64_t b, uint64_t e, unsigned wk) { run_groups(b, e, wk); });
     if (trace)
       for (uint64_t i = 0; i < n; ++i) {
         trace->topk[l].push_back(picks[i]);

@@ -96,7 +96,8 @@ dsv41_model::impl::impl(dsv41_weights weights, const dsv41_options& o)
       rope_swa(dsv41_rope_config(w.cfg, false)),
       rope_comp(dsv41_rope_config(w.cfg, true)),
       engram(dsv41_make_engram(w)),
-      act(pool.size()) {
+      act(pool.size()),
+      ix_scratch(pool.size(), w.cfg.index_head_dim) {
   const dsv41_config& cf = w.cfg;
   if (opt.qat_kv && (cf.head_dim % dsv41_kv_fp4_block || cf.head_dim % dsv41_act_block ||
                      (cf.index_head_dim && cf.index_head_dim % dsv41_index_fp4_block)))

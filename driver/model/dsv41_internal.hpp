@@ -37,6 +37,17 @@ struct dsv41_shared {
   std::vector<float> candidate_margin;  // [token] (traced) selection_margin of the candidate block pick
 };
 
+/// The indexer's buffers of the CPU attention, kept by the model between calls so that a decode step allocates none
+/// of them: the queries, head weights and key layers of a chunk's tokens (they only grow: a decode reuses what a
+/// prefill grew), and per pool worker one decoded key tile (sized with the model; worker w only touches its own).
+struct dsv41_index_scratch {
+  std::vector<float> iq, iw;              // [token][index head][index_head_dim], [token][index head]
+  std::vector<int> kfrom;                 // [token] the layer whose index keys the token scores
+  std::vector<std::vector<float>> ktile;  // [pool.size()] dsv41_key_tile × index_head_dim floats
+  dsv41_index_scratch(unsigned workers, size_t ihd)
+      : ktile(workers, std::vector<float>(size_t(dsv41_key_tile) * ihd)) {}
+};
+
 struct dsv41_model::impl {
   dsv41_weights w;
   dsv41_options opt;
@@ -49,6 +60,7 @@ struct dsv41_model::impl {
   std::vector<float> qat_buf;
   cpu_profile* prof = nullptr;  // set_profile: phases timed while attached
   std::vector<packed_fp4_scratch<kv_main_codec>> kv_scratch;  // dsv41_attn_token_tile × index_topk decoded rows
+  dsv41_index_scratch ix_scratch;  // the indexer's queries, weights, key layers and per-worker key tiles
 
   impl(dsv41_weights weights, const dsv41_options& o);
   const dsv41_config& c() const noexcept { return w.cfg; }
