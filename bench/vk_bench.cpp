@@ -2,7 +2,8 @@
 // Names: vk_matvec/<format>/<rows>x<cols> — f32 activations, the copies dispatched as independent work (no barrier
 // between them: kernel throughput); vk_matvec_i8/... — int8 activations (formats with that path on this device);
 // vk_matvec_chain/... — a barrier before every dispatch, as in a chain of dependent products (adds the GPU's
-// per-dispatch drain and launch time); vk_dispatch/{chain,concurrent,chain_scale/N} — the per-dispatch floor of a tiny kernel
+// per-dispatch drain and launch time); vk_matvec_chain_f32/... — the same chain with f32 activations for the formats
+// whose vk_matvec_chain takes int8 (the decode's --act f32 products); vk_dispatch/{chain,concurrent,chain_scale/N} — the per-dispatch floor of a tiny kernel
 // (counter us_per_dispatch). Counters: GBps (weight bytes read per second of GPU time) and roofline
 // (GBps / the bandwidth of a streaming-read kernel over a buffer much larger than the GPU's L2, measured in the
 // same run). Every benchmark rotates through copies of its weights whose total is >= --working-set (default
@@ -553,6 +554,11 @@ int main(int argc, char** argv) {
       add("vk_matvec_chain/" + tail, [r = r, c = c](benchmark::State& st) {
         bm_matvec<F>(st, r, c, g_kern->has_i8(F::id) ? act_precision::i8 : act_precision::f32, true);
       });
+      // the f32-activation chain of the formats whose chain above takes int8 (the decode's --act f32 products)
+      if (g_kern->has_i8(F::id))
+        add("vk_matvec_chain_f32/" + tail, [r = r, c = c](benchmark::State& st) {
+          bm_matvec<F>(st, r, c, act_precision::f32, true);
+        });
     }
   });
   // Dense GEMMs of a prefill chunk (--moe-tokens rows) on f16 tiles, at the same shapes

@@ -113,10 +113,11 @@ int run_bench(const bench_args& a) {
   gpu::device dev(dopt);
   gpu::kernels k(dev);
   if (a.mv_subgroups || a.mv_rows_per_team || a.mv_pairs || a.mv_concurrent || a.moe_tails || a.moe_i8_tc ||
-      a.gemm_min_groups || a.mv_sub || a.mv_x_source) {
+      a.gemm_min_groups || a.mv_sub || a.mv_x_source || a.mv_xreg_batches) {
     gpu::matvec_tuning tu;
     tu.target_subgroups = a.mv_subgroups, tu.rows_per_team = a.mv_rows_per_team, tu.moe_tails = a.moe_tails;
     tu.pairs = a.mv_pairs, tu.concurrent = a.mv_concurrent, tu.sub = a.mv_sub, tu.x_source = a.mv_x_source;
+    tu.xreg_batches = a.mv_xreg_batches;
     tu.moe_i8_tc = a.moe_i8_tc, tu.gemm_min_groups = a.gemm_min_groups;
     k.set_tuning(tu);
   }

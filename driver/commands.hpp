@@ -81,6 +81,7 @@ struct bench_args {
   uint32_t mv_pairs = 0;          // --mv-pairs: q2tp int8 row kernel, chunks per lane unit (1, 2; 0: chosen)
   uint32_t mv_sub = 0;            // --mv-sub: f32 row kernel, lanes per chunk (1, 2, 4; 0: chosen per format)
   uint32_t mv_x_source = 0;       // --mv-x-source: f32 row kernel, activations from the buffer (2) or registers (3)
+  uint32_t mv_xreg_batches = 0;   // --mv-xreg-batches: register kernel, batches of rows per subgroup (0: chosen)
   uint32_t mv_concurrent = 0;     // --mv-concurrent: row-kernel rule inside concurrent groups (1, 2; 0: chosen)
   bool f64 = false;               // --f64: f64 accumulators where the device has f64 (gpu::device_options::float64)
   uint32_t moe_tails = 0;         // --moe-tails: 1 = the batch-1 int8 MoE in four dispatches (gpu::matvec_tuning::moe_tails)

@@ -226,6 +226,10 @@ int main(int argc, char** argv) {
                  "(shaders/matvec_xreg.comp); 0 = chosen (3 for q4tp and q2tp, else 2)")
       ->default_val(bench.mv_x_source)
       ->check(CLI::IsMember({0u, 2u, 3u}));
+  cb->add_option("--mv-xreg-batches", bench.mv_xreg_batches,
+                 "Diagnostics: the register kernel's batches of --mv-rows-per-team rows per subgroup (0 = chosen)")
+      ->default_val(bench.mv_xreg_batches)
+      ->check(CLI::Range(0u, 16u));
   cb->add_option("--mv-pairs", bench.mv_pairs,
                  "Diagnostics: q2tp int8 batch-1 row kernel, chunks per lane unit (1, 2: where the row's chunk count "
                  "is even; 0 = chosen)")
