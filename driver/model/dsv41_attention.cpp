@@ -16,25 +16,18 @@
 #include "cmfx/ops/softmax.hpp"
 #include "cmfx/ops/topk.hpp"
 #include "dsv41_internal.hpp"
+#include "model_common.hpp"
 
 namespace cmfx::driver {
 
 namespace {
 
-void rope_heads(float* x, uint32_t heads, uint32_t hd, const std::vector<double>& cs, bool inverse) {
+void rope_heads(float* x, uint32_t heads, uint32_t hd, std::span<const double> cs, bool inverse) {
   const size_t rd = cs.size();
   for (uint32_t h = 0; h < heads; ++h) apply_rope_cs(std::span<float>(x + size_t(h) * hd + hd - rd, rd), cs, inverse);
 }
 
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-
-/// The first n values of the caller's scratch `v`, which only grows: a call that needs no more than an earlier one
-/// (a decode step after a prefill) allocates nothing. The values are whatever an earlier call left.
-template <class T>
-std::span<T> grown(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return std::span<T>(v.data(), n);
-}
 
 }  // namespace
 
@@ -51,17 +44,26 @@ void dsv41_fp4_e4m3_quant(std::span<float> x, uint32_t block) {
 }
 
 void dsv41_candidate_blocks(std::span<const float> score, uint32_t topk_blocks, uint32_t bs, std::vector<uint8_t>& mask,
-                            float* margin) {
+                            float* margin, dsv41_block_scratch* scratch_in) {
   const size_t ne = score.size(), nb = (ne + bs - 1) / bs;
-  mask.assign(ne, 0);
+  // resize + fill, not assign: a mask that grows by an entry per step grows geometrically, not at every step
+  resize_grow(mask, ne);
+  std::fill(mask.begin(), mask.end(), uint8_t(0));
   if (margin) *margin = std::numeric_limits<float>::infinity();
   if (ne == 0) return;
-  std::vector<float> blk(nb, neg_inf);
+  // The caller's buffers or local ones, resized to exactly these sizes (their capacity kept).
+  dsv41_block_scratch local;
+  dsv41_block_scratch& bsc = scratch_in ? *scratch_in : local;
+  std::vector<float>& blk = bsc.blk;
+  resize_grow(blk, nb);
+  std::fill(blk.begin(), blk.end(), neg_inf);
   for (size_t j = 0; j < ne; ++j) blk[j / bs] = std::max(blk[j / bs], score[j]);
   blk[(ne - 1) / bs] = std::numeric_limits<float>::infinity();  // the newest entry's (partial) block is pinned
-  std::vector<topk_entry> scratch(nb);
+  std::vector<topk_entry>& scratch = bsc.topk;
+  resize_grow(scratch, nb);  // topk / selection_margin write every entry they read
   if (margin && topk_blocks > 0) *margin = selection_margin(blk, topk_blocks - 1, scratch);  // the pin is not finite
-  std::vector<uint32_t> pick(std::min<size_t>(topk_blocks, nb));
+  std::vector<uint32_t>& pick = bsc.pick;
+  resize_grow(pick, std::min<size_t>(topk_blocks, nb));
   const size_t k = topk(blk, pick.size(), scratch, pick);
   for (size_t q = 0; q < k; ++q) {
     if (blk[pick[q]] == neg_inf) continue;  // fewer reachable blocks than topk_blocks: −inf picks are dropped
@@ -77,50 +79,58 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
   const uint32_t H = cf.heads, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window, r = pl.ratio;
   const float eps = float(cf.norm_eps);
   const rope_table& rope = rope_for(l);
-  std::vector<std::vector<double>> cs(n, std::vector<double>(rd));
-  for (uint64_t i = 0; i < n; ++i) rope.rotation(int64_t(tc.pos[i]), cs[i]);
+  // The buffers of this call are the model's scratch (scr, ix_scratch, only growing): every value read below is
+  // written first in this call unless it is filled here.
+  // cos/sin per position of the chunk, [token][rd].
+  const std::span<double> cs_all = grown(scr.cs, n * rd);
+  auto cs = [&](uint64_t i) { return cs_all.subspan(i * rd, rd); };
+  for (uint64_t i = 0; i < n; ++i) rope.rotation(int64_t(tc.pos[i]), cs(i));
 
   // Query: qr = RMS(wq_a·u; q_norm), q = wq_b·qr (no per-head norm in V4.1), rope tail.
-  std::vector<float> qr(n * cf.q_lora), q(n * H * hd);
+  const std::span<float> qr = grown(scr.qr, n * cf.q_lora), q = grown(scr.q, n * H * hd);
   linear(L.wq_a, u, n, qr.data());
   for (uint64_t i = 0; i < n; ++i) {
     std::span<float> row(qr.data() + i * cf.q_lora, cf.q_lora);
     rmsnorm(row, L.q_norm.data(), eps, row);
   }
   linear(L.wq_b, qr.data(), n, q.data());
-  for (uint64_t i = 0; i < n; ++i) rope_heads(q.data() + i * H * hd, H, hd, cs[i], false);
+  for (uint64_t i = 0; i < n; ++i) rope_heads(q.data() + i * H * hd, H, hd, cs(i), false);
   // Window KV: RMS(wkv·u; kv_norm), rope tail, FP8 over the whole vector (block 32).
-  std::vector<float> kv(n * hd);
+  const std::span<float> kv = grown(scr.kv, n * hd);
   linear(L.wkv, u, n, kv.data());
   for (uint64_t i = 0; i < n; ++i) {
     std::span<float> row(kv.data() + i * hd, hd);
     rmsnorm(row, L.kv_norm.data(), eps, row);
-    apply_rope_cs(row.subspan(hd - rd), cs[i], false);
+    apply_rope_cs(row.subspan(hd - rd), cs(i), false);
     if (opt.qat_kv) act_quant_e4m3(row, dsv41_act_block);
   }
 
   const uint32_t IH = cf.index_heads, IHD = cf.index_head_dim;
   if (pl.mode == dsv41_mode::full) {
     // Compressor → pre-rope latents of the groups that close in this chunk (group j stands for position j·r).
-    std::vector<float> a(n * hd), sc;
+    // lat and owner_token are cleared scratch (insert / push_back reuse their capacity)
+    const std::span<float> a = grown(scr.ca, n * hd);
+    std::span<float> sc;
     linear(L.comp_wkv, u, n, a.data());
     if (r > 1) {
-      sc.resize(n * hd);
+      sc = grown(scr.csc, n * hd);
       linear(L.comp_wgate, u, n, sc.data());
     }
-    std::vector<float> lat;
-    std::vector<uint64_t> owner_token;  // chunk row of the token that closes each group
+    std::vector<float>& lat = scr.lat;
+    lat.clear();
+    std::vector<uint64_t>& owner_token = scr.owner_token;  // chunk row of the token that closes each group
+    owner_token.clear();
+    const std::span<float> pooled = grown(scr.pooled, hd);  // one closing group, written whole
     for (uint64_t i = 0; i < n; ++i) {
       dsv41_state& st = *tc.st[i];
       const uint64_t t = tc.pos[i];
       if (r == 1) {
-        lat.insert(lat.end(), a.begin() + long(i * hd), a.begin() + long((i + 1) * hd));
+        lat.insert(lat.end(), a.data() + i * hd, a.data() + (i + 1) * hd);
       } else {
         std::copy_n(a.data() + i * hd, hd, st.pend_kv(l, t));
         std::copy_n(sc.data() + i * hd, hd, st.pend_sc(l, t));
         if ((t + 1) % r != 0) continue;
         // Per channel: softmax over the group's r scores, weighted sum of its r rows (fp32 in the reference).
-        std::vector<float> pooled(hd);
         for (uint32_t ch = 0; ch < hd; ++ch) {
           double m = -std::numeric_limits<double>::infinity();
           for (uint64_t p = t + 1 - r; p <= t; ++p) m = std::max(m, double(st.pend_sc(l, p)[ch]));
@@ -141,9 +151,9 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
     // Index keys from the pre-rope latents; then the latents become compressed KV entries (rope, FP4 / E4M3 16).
     const uint64_t m = owner_token.size();
     if (m) {
-      std::vector<float> keys(m * IHD);
+      const std::span<float> keys = grown(scr.keys, m * IHD);
       linear(L.ix_wk, lat.data(), m, keys.data());
-      std::vector<double> gcs(rd);
+      const std::span<double> gcs = grown(scr.gcs, rd);
       for (uint64_t g = 0; g < m; ++g) {
         const uint64_t i = owner_token[g], gpos = tc.pos[i] + 1 - r;
         rope.rotation(int64_t(gpos), gcs);
@@ -171,15 +181,20 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
     linear(L.ix_wq_b, qr.data(), n, iq.data());
     for (uint64_t i = 0; i < n; ++i) {
       float* row = iq.data() + i * IH * IHD;
-      rope_heads(row, IH, IHD, cs[i], false);
+      rope_heads(row, IH, IHD, cs(i), false);
       if (opt.qat_kv) act_quant_e2m1(std::span<float>(row, size_t(IH) * IHD), dsv41_index_fp4_block);
     }
     linear(L.ix_weights_proj, u, n, iw.data());
     const float wscale = float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH)));
     for (float& x : iw) x *= wscale;
+    // picks and candidates only grow (their rows keep their capacity): every row of this chunk's tokens is rewritten
+    // below (pk.resize + topk; dsv41_candidate_blocks assigns the mask) before any layer reads it.
     auto& picks = sh.picks[l];
-    picks.assign(n, {});
-    if (pl.candidate_source) sh.candidates.assign(n, {}), sh.candidate_margin.assign(trace ? n : 0, 0.0f);
+    if (picks.size() < n) picks.resize(n);
+    if (pl.candidate_source) {
+      if (sh.candidates.size() < n) sh.candidates.resize(n);
+      sh.candidate_margin.assign(trace ? n : 0, 0.0f);
+    }
     const std::span<int> kfrom = grown(ix_scratch.kfrom, n);
     for (uint64_t i = 0; i < n; ++i) kfrom[i] = keys_layer(l, i, tc);
     std::vector<float> margin(trace ? n : 0);
@@ -213,11 +228,12 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
       }
     };
     // With fewer tokens than workers (decode) each group's key tiles are split over the pool (the same scores);
-    // else a worker takes whole groups. Either way worker wk decodes into its own ix_scratch.ktile[wk].
+    // else a worker takes whole groups. Either way worker wk decodes into its own ix_scratch.ktile[wk] and keeps its
+    // scores, top-k entries and block pick in scr.wk[wk] (grown, so that a step with one more entry reallocates
+    // nothing but geometrically).
     const bool split_tiles = n < pool.size();
     auto run_groups = [&](uint64_t b, uint64_t e, unsigned wk) {
-      std::vector<float> scores;
-      std::vector<topk_entry> scratch;
+      std::vector<topk_entry>& scratch = scr.wk[wk].topk;
       // Groups of consecutive tokens of one state that score the same key layer: each key tile is decoded (packed
       // state) once per group and scored by every token of it; the keys are never all unpacked at once.
       for (uint64_t g0 = b; g0 < e;) {
@@ -228,7 +244,7 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
         uint64_t nmax = 0;
         for (uint64_t i = g0; i < g1; ++i) nmax = std::max<uint64_t>(nmax, (tc.pos[i] + 1) / r);
         if (st.keys(kl) < nmax) throw std::logic_error("dsv4.1 indexer: index keys of layer " + std::to_string(kl) + " not ready");
-        scores.assign((g1 - g0) * nmax, 0.0f);
+        const std::span<float> scores = grown_filled(scr.wk[wk].scores, (g1 - g0) * nmax, 0.0f);  // zeroed as before
         const uint64_t tiles = (nmax + dsv41_key_tile - 1) / dsv41_key_tile;
         if (split_tiles)
           pool.run(tiles, [&](uint64_t t0, uint64_t t1, unsigned tw) {
@@ -242,7 +258,7 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
           // traced: the block pick's margin belongs to the layers the pool confines (not the source's own top-k)
           if (pl.candidate_source)
             dsv41_candidate_blocks(score, cf.candidate_topk_blocks, cf.candidate_block_size, sh.candidates[i],
-                                   trace ? &sh.candidate_margin[i] : nullptr);
+                                   trace ? &sh.candidate_margin[i] : nullptr, &scr.wk[wk].blocks);
           const float block_margin = pl.uses_candidates && trace && i < sh.candidate_margin.size()
                                          ? sh.candidate_margin[i]
                                          : std::numeric_limits<float>::infinity();
@@ -252,9 +268,9 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
               if (j >= cand.size() || !cand[j]) score[j] = neg_inf;
           }
           const size_t kk = std::min<uint64_t>(cf.index_topk, ne);
-          scratch.resize(ne);
+          resize_grow(scratch, ne);
           std::vector<uint32_t>& pk = picks[i];
-          pk.resize(kk);
+          resize_grow(pk, kk);
           topk(score, kk, scratch, pk);
           if (trace) margin[i] = std::min(block_margin, selection_margin(score, kk, scratch));
           // A −inf pick (outside the candidate pool) cannot occur when the pool holds ≥ index_topk entries
@@ -282,24 +298,25 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
   // tokens go in tiles of dsv41_attn_token_tile so the scratch does not grow with the chunk.
   const std::vector<std::vector<uint32_t>>* picks = r ? &sh.picks[size_t(pl.topk_from)] : nullptr;
   const uint32_t src = r ? uint32_t(pl.kv_from) : 0;
-  std::vector<float> o(n * H * hd);
+  const std::span<float> o = grown(scr.heads, n * H * hd);
   const double scale = 1.0 / std::sqrt(double(hd));
   const bool packed = picks && tc.st[0]->packed();
   if (packed && (kv_scratch.size() != dsv41_attn_token_tile || kv_scratch[0].values() != hd))
     kv_scratch.assign(dsv41_attn_token_tile, packed_fp4_scratch<kv_main_codec>(hd, cf.index_topk));
   for (uint64_t t0 = 0; t0 < n; t0 += dsv41_attn_token_tile) {
     const uint64_t tn = std::min<uint64_t>(dsv41_attn_token_tile, n - t0);
-    std::vector<std::span<const float>> sel(tn);
+    const std::span<std::span<const float>> sel = grown(scr.sel, tn);  // read only where `packed` wrote it
     if (packed)
       pool.run(tn, [&](uint64_t b, uint64_t e, unsigned) {
         for (uint64_t k = b; k < e; ++k)
           sel[k] = kv_scratch[k].decode(tc.st[t0 + k]->layers()[src].kv_rows,
                                         std::span<const uint32_t>((*picks)[t0 + k]));
       });
-    pool.run(tn * H, [&](uint64_t b, uint64_t e, unsigned) {
-      std::vector<const float*> keys;
-      std::vector<float> logit;
-      std::vector<double> acc(hd);
+    pool.run(tn * H, [&](uint64_t b, uint64_t e, unsigned wk) {
+      // the worker's own keys, logits and accumulators (attend_keys writes every logit and clears acc)
+      std::vector<const float*>& keys = scr.wk[wk].keys;
+      std::vector<float>& logit = scr.wk[wk].logit;
+      const std::span<double> acc = grown(scr.wk[wk].acc, hd);
       for (uint64_t it = b; it < e; ++it) {
         const uint64_t i = t0 + it / H, h = it % H, t = tc.pos[i], p0 = tc.p0[i];
         keys.clear();
@@ -311,10 +328,10 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
             keys.push_back(packed ? sel[i - t0].data() + k * hd : tc.st[i]->entry(src, pk[k]));
         }
         const float* qh = q.data() + (i * H + h) * hd;
-        logit.resize(keys.size());
+        resize_grow(logit, keys.size());
         float* oh = o.data() + (i * H + h) * hd;
         attend_keys(qh, keys.data(), keys.size(), hd, scale, L.attn_sink[h], logit.data(), acc.data(), oh);
-        apply_rope_cs(std::span<float>(oh + hd - rd, rd), cs[i], true);
+        apply_rope_cs(std::span<float>(oh + hd - rd, rd), cs(i), true);
       }
     });
   }
@@ -322,7 +339,7 @@ void dsv41_model::impl::attention(uint32_t l, const float* u, uint64_t n, const 
 
   // Grouped output: z_g = wo_a[g]·o_g, out = wo_b·z.
   const uint64_t G = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / G, zr = G * ol;
-  std::vector<float> z(n * zr);
+  const std::span<float> z = grown(scr.z, n * zr);
   {
     cpu_phase_scope ph(prof, cpu_phase::dense);
     grouped_gemm(pool, kern, L.wo_a.fmt, L.wo_a.v, o.data(), n, G, ol, gcols, z.data(), opt.matmul_act, act);

@@ -7,6 +7,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
@@ -97,7 +98,8 @@ dsv41_model::impl::impl(dsv41_weights weights, const dsv41_options& o)
       rope_comp(dsv41_rope_config(w.cfg, true)),
       engram(dsv41_make_engram(w)),
       act(pool.size()),
-      ix_scratch(pool.size(), w.cfg.index_head_dim) {
+      ix_scratch(pool.size(), w.cfg.index_head_dim),
+      scr(pool.size()) {
   const dsv41_config& cf = w.cfg;
   if (opt.qat_kv && (cf.head_dim % dsv41_kv_fp4_block || cf.head_dim % dsv41_act_block ||
                      (cf.index_head_dim && cf.index_head_dim % dsv41_index_fp4_block)))
@@ -120,12 +122,13 @@ void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* o
   const dsv41_layer_w& L = w.layers[l];
   const uint32_t E = cf.experts, K = cf.top_k;
   std::optional<cpu_phase_scope> router(std::in_place, prof, cpu_phase::router);
-  std::vector<float> logits(n * E);
+  // scratch (scr): the router writes every logit, the routing every id, weight, score and entry it reads
+  const std::span<float> logits = grown(scr.logits, n * E);
   gemm(pool, kern, L.gate.fmt, L.gate.v, u, n, logits.data());  // router in f32, no act-quant
-  std::vector<uint32_t> idx(n * K);
-  std::vector<float> wts(n * K), s(E);
-  std::vector<topk_entry> scratch(E);
-  std::vector<float> biased(trace ? E : 0);
+  const std::span<uint32_t> idx = grown(scr.idx, n * K);
+  const std::span<float> wts = grown(scr.wts, n * K), s = grown(scr.s, E);
+  const std::span<topk_entry> scratch = grown(scr.route, E);
+  std::vector<float> biased(trace ? E : 0);  // traced only
   route_config rc;
   rc.top_k = K;
   rc.route_scale = float(cf.route_scale);
@@ -145,7 +148,7 @@ void dsv41_model::impl::moe_ffn(uint32_t l, const float* u, uint64_t n, float* o
   router.reset();
   cpu_phase_scope experts(prof, cpu_phase::experts);
   const float* x = u;
-  std::vector<float> xq;
+  std::vector<float>& xq = scr.xq;  // assign keeps its capacity
   if (opt.qat_act) {
     xq.assign(u, u + n * cf.dim);
     for (uint64_t i = 0; i < n; ++i) act_quant_e4m3(std::span<float>(xq.data() + i * cf.dim, cf.dim), dsv41_act_block);
@@ -165,12 +168,13 @@ void dsv41_model::impl::engram_add(uint32_t l, float* X, uint64_t n, const dsv41
   const engram_config& ec = engram.cfg;
   const uint64_t cols = ec.cols(), edim = ec.embed_dim(), d = cf.dim, hc = cf.hc;
   cpu_phase_scope ph(prof, cpu_phase::engram);
-  std::vector<float> E(n * edim);
-  pool.run(n, [&](uint64_t b, uint64_t en, unsigned) {
-    std::vector<int64_t> rows(cols);
+  // E, kv and the workers' rows: scratch (scr), every value written before it is read
+  const std::span<float> E = grown(scr.eg_e, n * edim);
+  pool.run(n, [&](uint64_t b, uint64_t en, unsigned wk) {
+    const std::span<int64_t> rows = grown(scr.wk[wk].rows, cols);
     for (uint64_t i = b; i < en; ++i) dsv41_engram_token_rows(engram, e, L, tc.st[i]->cids(), tc.pos[i], rows, E.data() + i * edim);
   });
-  std::vector<float> kv(n * ec.kv_dim());
+  const std::span<float> kv = grown(scr.eg_kv, n * ec.kv_dim());
   linear(L.eg_wkv, E.data(), n, kv.data());
   pool.run(n, [&](uint64_t b, uint64_t en, unsigned) {
     for (uint64_t i = b; i < en; ++i) {
@@ -237,7 +241,9 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   const dsv41_config& cf = c();
   const uint64_t n = ids.size(), d = cf.dim, hc = cf.hc, hd_ = hc * d;
   if (n == 0) return {};
-  dsv41_token_ctx tc;
+  // The buffers of this call are the model's scratch (scr, only growing); every value read is written first in this
+  // call unless it is filled here.
+  dsv41_token_ctx& tc = scr.tc;
   tc.st.resize(n);
   tc.pos.resize(n);
   tc.first.resize(n);
@@ -287,7 +293,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
     trace->topk_margin.resize(cf.layers);
   }
   // Embedding → hc identical copies; the first pre-mix takes copy 0.
-  std::vector<float> X(n * hd_), Xn(n * hd_);
+  std::span<float> X = grown(scr.x, n * hd_), Xn = grown(scr.xn, n * hd_);
   std::optional<cpu_phase_scope> embed(std::in_place, prof, cpu_phase::embed);
   visit_format(w.embed.fmt, [&]<class F>() {
     for (uint64_t i = 0; i < n; ++i) {
@@ -297,14 +303,16 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
     }
   });
   embed.reset();
-  std::vector<float> pre_mix(n * hc, 0.0f), next_pre(n * hc);
+  std::span<float> pre_mix = grown_filled(scr.pre, n * hc, 0.0f), next_pre = grown(scr.next_pre, n * hc);
   for (uint64_t i = 0; i < n; ++i) pre_mix[i * hc] = 1.0f;
-  std::vector<float> u(n * d), o(n * d), post(n * hc), C(n * hc * hc);
+  const std::span<float> attn_pre = grown(scr.attn_pre, n * hc);
+  const std::span<float> u = grown(scr.u, n * d), o = grown(scr.o, n * d), post = grown(scr.post, n * hc),
+                         C = grown(scr.C, n * hc * hc);
   const float eps = float(cf.norm_eps), hc_eps = float(cf.hc_eps);
-  std::vector<double> mix_scratch;
+  std::vector<double>& mix_scratch = scr.mix;
   // This sublayer's mixes (pre → next_pre) from X, its input folded with `fold` and normed into u.
   auto mixes = [&](const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
-                   const std::vector<float>& fold, const std::vector<float>& norm_w) {
+                   std::span<const float> fold, const std::vector<float>& norm_w) {
     cpu_phase_scope ph(prof, cpu_phase::mhc);
     hc_pre_pool(pool, X.data(), n, uint32_t(hc), d, fn, base, scale, eps, hc_eps, cf.hc_iters, next_pre.data(),
                 post.data(), C.data(), mix_scratch, [&](uint64_t i) {
@@ -317,16 +325,16 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   auto apply_post = [&]() {
     cpu_phase_scope ph(prof, cpu_phase::mhc);
     hc_post_pool(pool, o.data(), X.data(), post.data(), C.data(), n, uint32_t(hc), d, Xn.data());
-    X.swap(Xn);
+    std::swap(X, Xn);
   };
 
-  dsv41_shared sh;
-  sh.picks.resize(cf.layers);
+  dsv41_shared& sh = shared_rt;
+  if (sh.picks.size() < cf.layers) sh.picks.resize(cf.layers);
   for (uint32_t l = 0; l < cf.layers; ++l) {
     const dsv41_layer_w& L = w.layers[l];
     if (cf.plan[l].engram >= 0) engram_add(l, X.data(), n, tc);
     mixes(L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale, pre_mix, L.attn_norm);
-    std::vector<float> attn_pre = next_pre;
+    std::copy(next_pre.begin(), next_pre.end(), attn_pre.begin());
     {
       cpu_phase_scope ph(prof, cpu_phase::attention);
       attention(l, u.data(), n, tc, sh, o.data(), trace);
@@ -335,19 +343,20 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
     mixes(L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale, attn_pre, L.ffn_norm);
     moe_ffn(l, u.data(), n, o.data(), trace);
     apply_post();
-    pre_mix.swap(next_pre);  // the FFN's pre feeds the next layer's attention (one-sublayer lag)
+    std::swap(pre_mix, next_pre);  // the FFN's pre feeds the next layer's attention (one-sublayer lag)
   }
   for (const dsv41_segment& sg : segs) sg.st->advance(sg.count);
 
   if (want == dsv41_logits::none) return {};
-  std::vector<uint64_t> rows_at;
+  std::vector<uint64_t>& rows_at = scr.rows_at;
+  rows_at.clear();
   if (want == dsv41_logits::all)
     for (uint64_t i = 0; i < n; ++i) rows_at.push_back(i);
   else
     for (const dsv41_segment& sg : segs) rows_at.push_back(sg.first + sg.count - 1);
   const uint64_t rows = rows_at.size();
   cpu_phase_scope head(prof, cpu_phase::head);
-  std::vector<float> h(rows * d);
+  const std::span<float> h = grown(scr.h, rows * d);
   pool.run(rows, [&](uint64_t b, uint64_t e, unsigned) {
     for (uint64_t i = b; i < e; ++i) {
       std::span<float> y(h.data() + i * d, d);
@@ -356,7 +365,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
       rmsnorm(y, w.norm.data(), eps, y);
     }
   });
-  std::vector<float> logits(rows * cf.vocab);
+  std::vector<float> logits(rows * cf.vocab);  // returned: the caller's
   gemm(pool, kern, w.head.fmt, w.head.v, h.data(), rows, logits.data(), opt.matmul_act, act.whole);
   return logits;
 }

@@ -9,6 +9,7 @@
 #include "cmfx/kernels/moe.hpp"
 #include "act_gemm.hpp"
 #include "cmfx/ops/rope.hpp"
+#include "cmfx/ops/topk.hpp"
 #include "dsv41_engram.hpp"
 #include "cpu_profile.hpp"
 #include "dsv41_forward.hpp"
@@ -30,7 +31,10 @@ struct dsv41_token_ctx {
   std::vector<int> prev_owner;
 };
 
-/// Per-chunk shared runtime: the top-k of each index source and the candidate pool of the candidate source.
+/// Per-chunk shared runtime: the top-k of each index source and the candidate pool of the candidate source. The
+/// model keeps one between calls (impl::shared_rt): the rows only grow and keep their capacity, and a call rewrites
+/// every row of its tokens before reading it (an index source runs before the layers that read its picks, the
+/// candidate source before the layers that read its pool).
 struct dsv41_shared {
   std::vector<std::vector<std::vector<uint32_t>>> picks;  // [layer][token]
   std::vector<std::vector<uint8_t>> candidates;           // [token] mask over the candidate source's entries
@@ -48,6 +52,52 @@ struct dsv41_index_scratch {
       : ktile(workers, std::vector<float>(size_t(dsv41_key_tile) * ihd)) {}
 };
 
+/// dsv41_candidate_blocks's buffers, for a caller that keeps them between calls.
+struct dsv41_block_scratch {
+  std::vector<float> blk;         // [blocks] block maxima
+  std::vector<topk_entry> topk;   // [blocks]
+  std::vector<uint32_t> pick;     // [min(topk_blocks, blocks)]
+};
+
+/// One pool worker's buffers in the attention and Engram (worker w of a pool.run touches only its own). Aligned to a
+/// cache line so that two workers' vector headers (keys.push_back writes one per key) never share a line.
+struct alignas(64) dsv41_attn_worker {
+  std::vector<const float*> keys;  // the rows one (token, head) attends to: window, then picked entries
+  std::vector<float> logit;        // [keys]
+  std::vector<double> acc;         // [head_dim]
+  std::vector<float> scores;       // [group tokens][entries] the indexer's scores of a token group
+  std::vector<topk_entry> topk;    // [entries]
+  dsv41_block_scratch blocks;      // the candidate pool's block pick
+  std::vector<int64_t> rows;       // [Engram cols] one token's table rows
+};
+
+/// The forward pass's other buffers, kept by the model between calls so that a decode step allocates none of them:
+/// each only grows (model_common.hpp's grown), so a decode reuses what a prefill or the first decode step grew.
+struct dsv41_scratch {
+  // run: the token context, the hc stream (x, xn swap per sublayer), the pre-mixes (pre, next_pre and the
+  // attention's copy), the sublayer input / output, the mHC coefficients, hc_pre_pool's scratch, the head rows
+  dsv41_token_ctx tc;
+  std::vector<float> x, xn, pre, next_pre, attn_pre, u, o, post, C, h;
+  std::vector<double> mix;
+  std::vector<uint64_t> rows_at;
+  // moe_ffn: router logits, routing, per-token scores and top-k entries, the QAT copy of the input
+  std::vector<float> logits, wts, s, xq;
+  std::vector<uint32_t> idx;
+  std::vector<topk_entry> route;
+  // engram_add: the table rows and their kv projection
+  std::vector<float> eg_e, eg_kv;
+  // attention: cos/sin [token][rope_dim], the projections, the heads' output, the grouped wo_a output, the decoded
+  // picks of a token tile; full mode's compressor: inputs, latents, the tokens closing groups, a pooled group, the
+  // index keys and a group's cos/sin
+  std::vector<double> cs, gcs;
+  std::vector<float> qr, q, kv, heads, z;
+  std::vector<std::span<const float>> sel;
+  std::vector<float> ca, csc, lat, pooled, keys;
+  std::vector<uint64_t> owner_token;
+  std::vector<dsv41_attn_worker> wk;  // [pool.size()]
+  explicit dsv41_scratch(unsigned workers) : wk(workers) {}
+};
+
 struct dsv41_model::impl {
   dsv41_weights w;
   dsv41_options opt;
@@ -61,6 +111,9 @@ struct dsv41_model::impl {
   cpu_profile* prof = nullptr;  // set_profile: phases timed while attached
   std::vector<packed_fp4_scratch<kv_main_codec>> kv_scratch;  // dsv41_attn_token_tile × index_topk decoded rows
   dsv41_index_scratch ix_scratch;  // the indexer's queries, weights, key layers and per-worker key tiles
+  // Per-call buffers; one forward at a time per model (the pool runs one job at a time, like moe and act above).
+  dsv41_scratch scr;
+  dsv41_shared shared_rt;  // run's shared runtime (attention's `sh`)
 
   impl(dsv41_weights weights, const dsv41_options& o);
   const dsv41_config& c() const noexcept { return w.cfg; }
@@ -96,7 +149,8 @@ void dsv41_fp4_e4m3_quant(std::span<float> x, uint32_t block);
 /// max, the block of the newest entry pinned, the best `topk_blocks` kept (−inf blocks dropped) → mask[ne].
 /// The candidate pool's block pick; `margin` (optional) gets the selection_margin (ops/topk.hpp) of the blocks
 /// competing beside the pinned newest one.
+/// `scratch` (optional): the caller's buffers, reused (else local ones).
 void dsv41_candidate_blocks(std::span<const float> score, uint32_t topk_blocks, uint32_t bs, std::vector<uint8_t>& mask,
-                            float* margin = nullptr);
+                            float* margin = nullptr, dsv41_block_scratch* scratch = nullptr);
 
 }  // namespace cmfx::driver

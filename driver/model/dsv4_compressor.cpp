@@ -29,7 +29,10 @@ bool dsv4_compressor_step(const dsv4_compressor_w& w, dsv4_comp_state& s, uint64
   // [width, 2·width)); a missing previous window contributes nothing (score −inf). Flat → this window, [0, width).
   const bool prev = w.overlap && ws >= r;
   const uint32_t off = w.overlap ? width : 0;
-  std::vector<float> entry(width);
+  // The entry is computed in place at the end of the finished entries (they only grow: no per-window buffer).
+  const size_t at = s.entries.size();
+  s.entries.resize(at + width);
+  const std::span<float> entry(s.entries.data() + at, width);
   for (uint32_t c = 0; c < width; ++c) {
     double m = -std::numeric_limits<double>::infinity();
     if (prev)
@@ -51,14 +54,13 @@ bool dsv4_compressor_step(const dsv4_compressor_w& w, dsv4_comp_state& s, uint64
   }
   rmsnorm(entry, w.norm.data(), eps, entry);
   const uint32_t rd = rope.dim();
-  apply_rope(std::span<float>(entry).subspan(width - rd), int64_t(ws), rope, false);
+  apply_rope(entry.subspan(width - rd), int64_t(ws), rope, false);
   if (post == 1) {
-    act_quant_e4m3(std::span<float>(entry).first(width - rd), dsv4_kv_fp8_block);
+    act_quant_e4m3(entry.first(width - rd), dsv4_kv_fp8_block);
   } else if (post == 2) {
     hadamard_inplace(entry, float(1.0 / std::sqrt(double(width))));
     act_quant_e2m1(entry, dsv4_fp4_block);
   }
-  s.entries.insert(s.entries.end(), entry.begin(), entry.end());
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/ops/fake_quant.hpp"
@@ -19,15 +20,6 @@
 
 namespace cmfx::driver {
 
-namespace {
-
-/// Per-token mHC coefficients of one sublayer.
-struct hc_coeffs {
-  std::vector<float> post, C;  // [n, hc], [n, hc·hc]
-};
-
-}  // namespace
-
 dsv4_model::impl::impl(dsv4_weights weights, const dsv4_options& o)
     : w(std::move(weights)),
       opt(o),
@@ -35,7 +27,8 @@ dsv4_model::impl::impl(dsv4_weights weights, const dsv4_options& o)
       kern(best_cpu_kernels()),
       rope_swa(dsv4_rope_config(w.cfg, false)),
       rope_comp(dsv4_rope_config(w.cfg, true)),
-      act(pool.size()) {
+      act(pool.size()),
+      scr(pool.size()) {
   if (opt.qat_indexer_fp4 && (w.cfg.index_head_dim & (w.cfg.index_head_dim - 1)))
     throw usage_error("QAT indexer FP4 needs a power-of-two index head dim (Hadamard), got " +
                       std::to_string(w.cfg.index_head_dim));
@@ -58,12 +51,13 @@ void dsv4_model::impl::moe_ffn(uint32_t layer, const float* u, const uint32_t* i
   const dsv4_layer_w& L = w.layers[layer];
   const uint32_t E = cf.experts, K = cf.top_k;
   std::optional<cpu_phase_scope> router(std::in_place, prof, cpu_phase::router);
-  std::vector<float> logits(n * E);
+  // scratch (scr): the router writes every logit, the routing every id, weight, score and entry it reads
+  const std::span<float> logits = grown(scr.logits, n * E);
   gemm(pool, kern, L.gate.fmt, L.gate.v, u, n, logits.data());  // router in f32, no act-quant
-  std::vector<uint32_t> idx(n * K);
-  std::vector<float> wts(n * K), s(E);
-  std::vector<topk_entry> scratch(E);
-  std::vector<float> biased(trace ? E : 0);
+  const std::span<uint32_t> idx = grown(scr.idx, n * K);
+  const std::span<float> wts = grown(scr.wts, n * K), s = grown(scr.s, E);
+  const std::span<topk_entry> scratch = grown(scr.route, E);
+  std::vector<float> biased(trace ? E : 0);  // traced only
   route_config rc;
   rc.top_k = K;
   rc.route_scale = float(cf.route_scale);
@@ -86,7 +80,7 @@ void dsv4_model::impl::moe_ffn(uint32_t layer, const float* u, const uint32_t* i
   router.reset();
   cpu_phase_scope experts(prof, cpu_phase::experts);
   const float* x = u;
-  std::vector<float> xq;
+  std::vector<float>& xq = scr.xq;  // assign keeps its capacity
   if (opt.qat_act_fp8) {  // the experts' gate/up (and the shared expert's) are FP4/FP8 Linears
     xq.assign(u, u + n * cf.dim);
     for (uint64_t i = 0; i < n; ++i) act_quant_e4m3(std::span<float>(xq.data() + i * cf.dim, cf.dim), dsv4_act_fp8_block);
@@ -122,8 +116,10 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   const dsv4_config& cf = m.c();
   const uint64_t n = ids.size(), d = cf.dim, hc = cf.hc, hd_ = hc * d;
   if (n == 0) return {};
-  // Per-token sequence context; segments must tile the chunk in order, one per state.
-  dsv4_token_ctx tc;
+  // Per-token sequence context; segments must tile the chunk in order, one per state. The buffers of this call are
+  // the model's scratch (m.scr, only growing); every value read is written first in this call.
+  dsv4_scratch& sc = m.scr;
+  dsv4_token_ctx& tc = sc.tc;
   tc.st.resize(n);
   tc.pos.resize(n);
   tc.first.resize(n);
@@ -143,7 +139,7 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
     trace->topk_margin.resize(cf.layers);
   }
   // Embedding → hc identical copies.
-  std::vector<float> X(n * hd_), Xn(n * hd_);
+  std::span<float> X = grown(sc.x, n * hd_), Xn = grown(sc.xn, n * hd_);
   std::optional<cpu_phase_scope> embed(std::in_place, m.prof, cpu_phase::embed);
   visit_format(m.w.embed.fmt, [&]<class F>() {
     for (uint64_t i = 0; i < n; ++i) {
@@ -154,17 +150,17 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   });
 
   embed.reset();
-  std::vector<float> u(n * d), o(n * d);
-  hc_coeffs co{std::vector<float>(n * hc), std::vector<float>(n * hc * hc)};
+  const std::span<float> u = grown(sc.u, n * d), o = grown(sc.o, n * d);
+  const std::span<float> post_c = grown(sc.post, n * hc), C = grown(sc.C, n * hc * hc);  // mHC coefficients per token
   const float eps = float(cf.norm_eps), hc_eps = float(cf.hc_eps);
-  std::vector<float> prew(n * hc);
-  std::vector<double> mix_scratch;
+  const std::span<float> prew = grown(sc.prew, n * hc);
+  std::vector<double>& mix_scratch = sc.mix;
   // hc_pre + RMSNorm for every token of the chunk → u (ops/mhc_pool.hpp: bit-identical to hc_pre per token).
   auto pre = [&](const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
                  const std::vector<float>& norm_w) {
     cpu_phase_scope ph(m.prof, cpu_phase::mhc);
     hc_pre_pool(m.pool, X.data(), n, uint32_t(hc), d, fn, base, scale, eps, hc_eps, cf.hc_iters, prew.data(),
-                co.post.data(), co.C.data(), mix_scratch, [&](uint64_t i) {
+                post_c.data(), C.data(), mix_scratch, [&](uint64_t i) {
                   std::span<float> y(u.data() + i * d, d);
                   ops_detail::hc_fold(std::span<const float>(X.data() + i * hd_, hd_), prew.data() + i * hc,
                                       uint32_t(hc), d, y);
@@ -173,8 +169,8 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
   };
   auto post = [&]() {
     cpu_phase_scope ph(m.prof, cpu_phase::mhc);
-    hc_post_pool(m.pool, o.data(), X.data(), co.post.data(), co.C.data(), n, uint32_t(hc), d, Xn.data());
-    X.swap(Xn);
+    hc_post_pool(m.pool, o.data(), X.data(), post_c.data(), C.data(), n, uint32_t(hc), d, Xn.data());
+    std::swap(X, Xn);
   };
 
   for (uint32_t l = 0; l < cf.layers; ++l) {
@@ -193,16 +189,17 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
 
   if (want == dsv4_logits::none) return {};
   // Rows whose logits are wanted: every token, or the last token of each segment.
-  std::vector<uint64_t> rows_at;
+  std::vector<uint64_t>& rows_at = sc.rows_at;
+  rows_at.clear();
   if (want == dsv4_logits::all)
     for (uint64_t i = 0; i < n; ++i) rows_at.push_back(i);
   else
     for (const dsv4_segment& sg : segs) rows_at.push_back(sg.first + sg.count - 1);
   const uint64_t rows = rows_at.size();
   cpu_phase_scope head(m.prof, cpu_phase::head);
-  std::vector<float> h(rows * d);
-  m.pool.run(rows, [&](uint64_t b, uint64_t e, unsigned) {
-    std::vector<float> head_pre(hc);
+  const std::span<float> h = grown(sc.h, rows * d);
+  m.pool.run(rows, [&](uint64_t b, uint64_t e, unsigned wk) {
+    const std::span<float> head_pre = grown(sc.wk[wk].head_pre, hc);  // hc_head writes it whole
     for (uint64_t i = b; i < e; ++i) {
       std::span<float> y(h.data() + i * d, d);
       hc_head(std::span<const float>(X.data() + rows_at[i] * hd_, hd_), m.w.hc_head_fn, m.w.hc_head_base,
@@ -210,7 +207,7 @@ std::vector<float> dsv4_model::forward_batch(std::span<const uint32_t> ids, std:
       rmsnorm(y, m.w.norm.data(), eps, y);
     }
   });
-  std::vector<float> logits(rows * cf.vocab);
+  std::vector<float> logits(rows * cf.vocab);  // returned: the caller's
   gemm(m.pool, m.kern, m.w.head.fmt, m.w.head.v, h.data(), rows, logits.data(), m.opt.matmul_act, m.act.whole);
   return logits;
 }

@@ -7,6 +7,7 @@
 #include "cmfx/kernels/moe.hpp"
 #include "act_gemm.hpp"
 #include "cmfx/ops/rope.hpp"
+#include "cmfx/ops/topk.hpp"
 #include "cpu_profile.hpp"
 #include "dsv4_forward.hpp"
 
@@ -21,6 +22,40 @@ struct dsv4_token_ctx {
   std::vector<uint64_t> p0;       // [n] position of the segment's first token
 };
 
+/// One pool worker's buffers in the attention (worker w of a pool.run touches only its own). Aligned to a cache line
+/// so that two workers' vector headers (keys.push_back writes one per key) never share a line.
+struct alignas(64) dsv4_attn_worker {
+  std::vector<const float*> keys;  // the rows one (token, head) attends to: window, then picked entries
+  std::vector<float> logit;        // [keys]
+  std::vector<double> acc;         // [head_dim]
+  std::vector<float> score;        // [entries] one token's indexer scores
+  std::vector<topk_entry> topk;    // [entries]
+  std::vector<float> head_pre;     // [hc] hc_head's pre-weights (forward_batch's head)
+};
+
+/// The forward pass's buffers, kept by the model between calls so that a decode step allocates none of them: each
+/// only grows (model_common.hpp's grown), so a decode reuses what a prefill or the first decode step grew.
+struct dsv4_scratch {
+  // forward_batch: the token context, the hc stream (x, xn swap per sublayer), the sublayer input / output, the
+  // mHC coefficients, hc_pre_pool's scratch, the head rows
+  dsv4_token_ctx tc;
+  std::vector<float> x, xn, u, o, prew, post, C, h;
+  std::vector<double> mix;
+  std::vector<uint64_t> rows_at;
+  // moe_ffn: router logits, routing, per-token scores and top-k entries, the QAT copy of the input
+  std::vector<float> logits, wts, s, xq;
+  std::vector<uint32_t> idx;
+  std::vector<topk_entry> route;
+  // attention: cos/sin [token][rope_dim], the projections, compressor inputs, indexer query and weights, the heads'
+  // output, the grouped wo_a output, entries per token, picks per token (inner vectors reused)
+  std::vector<double> cs;
+  std::vector<float> qr, q, kv, ca, csc, ica, ics, iq, iw, heads, z;
+  std::vector<uint64_t> n_entries;
+  std::vector<std::vector<uint32_t>> picks;
+  std::vector<dsv4_attn_worker> wk;  // [pool.size()]
+  explicit dsv4_scratch(unsigned workers) : wk(workers) {}
+};
+
 struct dsv4_model::impl {
   dsv4_weights w;
   dsv4_options opt;
@@ -31,6 +66,8 @@ struct dsv4_model::impl {
   act_scratch act;  // int8 activations (opt.matmul_act == i8)
   std::vector<float> qat_buf;
   cpu_profile* prof = nullptr;  // set_profile: phases timed while attached
+  // Per-call buffers; one forward at a time per model (the pool runs one job at a time, like moe and act above).
+  dsv4_scratch scr;
 
   impl(dsv4_weights weights, const dsv4_options& o);
   const dsv4_config& c() const noexcept { return w.cfg; }

@@ -1,6 +1,9 @@
 #pragma once
-// Glue the DeepSeek-V4 and V4.1 graphs share: typed reads of config.json keys, and the check that a chunk's
-// segments tile it (one state per sequence, in order, each state once, token ids inside the vocabulary).
+// Glue the DeepSeek-V4 and V4.1 graphs share: typed reads of config.json keys, the check that a chunk's segments
+// tile it (one state per sequence, in order, each state once, token ids inside the vocabulary), and the scratch
+// buffers that only grow (no per-call allocation on the forward passes' hot paths).
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -14,6 +17,33 @@
 #include "cmfx/core/error.hpp"
 
 namespace cmfx::driver {
+
+/// The first n values of the caller's scratch `v`, which only grows: a call that needs no more than an earlier one
+/// (a decode step after a prefill) allocates nothing. The values are whatever an earlier call left, not the zeros
+/// of std::vector<T>(n): a buffer that is accumulated into, or read where this call did not write, takes
+/// grown_filled.
+/// v.resize(n) with the capacity grown geometrically: a buffer whose size goes up and down between uses (entries of
+/// layers with different compression ratios) while its largest size creeps up by one entry per decode step would
+/// otherwise reallocate at every new largest size (std::vector grows from its size, not its capacity).
+template <class T>
+void resize_grow(std::vector<T>& v, size_t n) {
+  if (n > v.capacity()) v.reserve(std::max(n, 2 * v.capacity()));
+  v.resize(n);
+}
+
+template <class T>
+std::span<T> grown(std::vector<T>& v, size_t n) {
+  if (v.size() < n) resize_grow(v, n);
+  return std::span<T>(v.data(), n);
+}
+
+/// grown with every one of the n values set to x (what std::vector<T>(n, x) held).
+template <class T>
+std::span<T> grown_filled(std::vector<T>& v, size_t n, const std::type_identity_t<T>& x = T{}) {
+  const std::span<T> s = grown(v, n);
+  std::fill(s.begin(), s.end(), x);
+  return s;
+}
 
 /// v as T, strictly: an integer type takes a JSON integer inside its range (no floats, no negative values for an
 /// unsigned type — nlohmann's own conversion would truncate or wrap them), a floating type any number, a vector
