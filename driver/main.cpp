@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
   cb->add_option("--mv-x-source", bench.mv_x_source,
                  "Diagnostics: batch-1 matvec with f32 activations — 2 = read from the buffer, 3 = held in registers "
-                 "(shaders/matvec_xreg.comp); 0 = chosen (3 for large q4tp, q2tp and MXFP4 products, else 2)")
+                 "(shaders/matvec_xreg.comp); 0 = chosen (2)")
       ->default_val(bench.mv_x_source)
       ->check(CLI::IsMember({0u, 2u, 3u}));
   cb->add_option("--mv-xreg-batches", bench.mv_xreg_batches,

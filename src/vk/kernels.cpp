@@ -47,8 +47,6 @@ struct kernels::impl {
   // Activation floats a matvec workgroup stages in shared memory (16 KiB: 14 workgroups fit an H200 SM, and
   // lavapipe's 32 KiB limit leaves room for the ladders and LUTs). X_TILE = this / NB.
   static constexpr uint32_t x_tile_floats = 4096;
-  // The register kernel (matvec_xreg.comp) is chosen for products of at least this many subgroups (choose_xreg).
-  static constexpr uint64_t xreg_min_subgroups = 1024;
   buffer tables;                            // exp2 of every f16, E2M1 / E4M3 code values (formats_gpu.cpp)
   buffer argmax_part;                       // topk with k = 1 on long rows: the per-workgroup composites
   buffer counters;                          // arrival counters of the last-workgroup tails (0 between uses)
@@ -272,8 +270,8 @@ struct kernels::impl {
       default: return 1;
     }
   }
-  /// The split of shaders/matvec_xreg.comp (matvec_tuning::x_source = 3, and the default for q4tp and q2tp: f32
-  /// activations held in registers) for a row of `cols` columns; ksplit = 0 where it does not apply (int8
+  /// The split of shaders/matvec_xreg.comp (matvec_tuning::x_source = 3, opt-in: f32 activations held in
+  /// registers) for a row of `cols` columns; ksplit = 0 where it does not apply (int8
   /// activations, another x_source, or a row whose chunks would need more than 64 activation floats per lane in a
   /// workgroup of 256 invocations). Each lane owns xc chunks of every row, the ksplit subgroups of a row team cover
   /// the row, a team walks nb batches of rpt rows (the loads of a batch all in flight), teams per workgroup fill
@@ -282,17 +280,16 @@ struct kernels::impl {
     uint32_t ksplit = 0, xc = 0, rpt = 0, rteams = 0, nb = 0;
     uint32_t rows_per_wg() const { return rteams * rpt * nb; }
   };
-  xreg_split choose_xreg(uint64_t rows, uint64_t cols, format f, bool i8) const {
+  xreg_split choose_xreg(uint64_t cols, format f, bool i8) const {
     xreg_split x;
     const uint32_t chunk = detail::gpu_traits(f).chunk;
-    // x_source 0: the 4-bit and 2-bit formats (H200, docs/PERF.md "Thirty-seventh session" and "Thirty-eighth
-    // session": f32 products at 32768×1024 / 4096×8192, 4 rows × 4 batches against the buffer-read kernel,
-    // independent q4tp 0.29 / 0.32 → 0.36 / 0.36 of the read roofline, q2tp 0.14 / 0.16 → 0.20 / 0.19, MXFP4
-    // 0.32 / 0.34 → 0.42 / 0.39; chained µs q4tp 18.5 / 18.8 → 17.6 / 18.5, q2tp 19.7 / 19.7 → 17.6 / 18.1, MXFP4
-    // 16.4 / 18.2 → 15.0 / 15.4). FP8 measured slower chained (15.4 / 14.8 → 15.9 / 16.8) and keeps the other.
-    const bool ladder_or_fp4 = f == format::q2tp || f == format::q4tp || f == format::mxfp4;
-    const bool want = tune.x_source == 3 || (tune.x_source == 0 && ladder_or_fp4);
-    if (i8 || !want || chunk == 0 || chunk % 4 || cols % chunk) return x;
+    // Opt-in (x_source 3) for every format. On the H200 it is the faster kernel for one large product — independent
+    // q4tp 0.29 / 0.32 → 0.36 / 0.36 of the read roofline at 32768×1024 / 4096×8192, q2tp 0.14 / 0.16 → 0.20 /
+    // 0.19, MXFP4 0.32 / 0.34 → 0.42 / 0.39; chained 2–15 % faster there — but twice as slow chained at
+    // 1024×4096 (too few workgroups), and the whole --act f32 decode with it measured 2–4 % slower in four machine
+    // starts, also when only products of >= 1024 subgroups took it (75.3 against 76.7 tok/s): docs/PERF.md
+    // "Thirty-seventh session" and "Thirty-eighth session". x_source 0 reads the activations from the buffer.
+    if (i8 || tune.x_source != 3 || chunk == 0 || chunk % 4 || cols % chunk) return x;
     const uint64_t nct = cols / chunk, max_sg = std::max<uint32_t>(1, 256 / lanes);
     const uint64_t xc = ceil_div(nct, uint64_t(lanes) * max_sg);
     if (xc * chunk > 64) return x;
@@ -302,12 +299,6 @@ struct kernels::impl {
     x.rteams = std::max<uint32_t>(1, (128 / lanes) / x.ksplit);
     // 4 batches of 4 rows (64–80 registers per invocation; 8 rows in one batch held 124–159 and were slower)
     x.nb = tune.xreg_batches ? tune.xreg_batches : 4;
-    // Chosen (x_source 0) only where the product spans at least xreg_min_subgroups subgroups: at 1024×4096 its
-    // 256 subgroups ran a dependent product in 11.8 µs against the buffer-read kernel's 6.1 (one or two batches:
-    // 8.1, 7.2), and the whole --act f32 decode, whose small products are chained, lost 3 % (74.3 against 76.7
-    // tok/s, docs/PERF.md "Thirty-eighth session").
-    const uint64_t subgroups = ceil_div(rows, uint64_t(x.rows_per_wg())) * x.ksplit * x.rteams;
-    if (tune.x_source == 0 && subgroups < xreg_min_subgroups) return xreg_split{};
     return x;
   }
   const detail::pipeline* xreg_pipe(format f, scale_encoding enc, const xreg_split& x) {
@@ -366,9 +357,8 @@ struct kernels::impl {
       throw usage_error("matvec_q8: no int8-activation kernel for this format or device");
     const bool try_rows = !dequant && !generic && nb == 1 && rows_kernel(w.fmt);
     const bool use_i8 = i8;
-    // the split of the whole matrix, also for a slice of its rows (wo_a's groups: 8 slices recorded concurrently);
-    // but the register kernel only where this dispatch's own rows are many (wo_a's slices of 1024 rows are not)
-    const xreg_split xr = try_rows ? choose_xreg(std::min(R1, w.rows) - R0, w.cols, w.fmt, use_i8) : xreg_split{};
+    // the split of the whole matrix, also for a slice of its rows (wo_a's groups: 8 slices recorded concurrently)
+    const xreg_split xr = try_rows ? choose_xreg(w.cols, w.fmt, use_i8) : xreg_split{};
     const matvec_tuning rt =
         try_rows && !xr.ksplit ? choose_rows(w.rows, w.cols, w.fmt, use_i8, c.in_concurrent()) : matvec_tuning{};
     const detail::pipeline* rp = !try_rows ? nullptr

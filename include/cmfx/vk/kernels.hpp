@@ -143,8 +143,8 @@ struct matvec_tuning {
   /// Batch-1 row kernel with f32 activations: 1 = staged in shared memory per workgroup, 2 = read by every lane
   /// from the buffer (no staging barrier, no shared tile), 3 = held in registers, each lane owning some chunks of
   /// every row while its subgroup walks batches of rows_per_team rows (shaders/matvec_xreg.comp; rows_per_team
-  /// 1–16, 0: 4; falls back to 2 where it does not apply). 0: chosen — 3 for q4tp, q2tp and MXFP4 products of
-  /// at least 1024 subgroups at that split, else 2.
+  /// 1–16, 0: 4; falls back to 2 where it does not apply; faster alone on large products, slower in the
+  /// whole decode: docs/VULKAN.md). 0: 2.
   uint32_t x_source = 0;
   /// x_source 3: batches of rows_per_team rows a subgroup walks, sharing its activation registers (1–64). 0: 4.
   uint32_t xreg_batches = 0;
