@@ -47,10 +47,9 @@ class cpu_engine final : public engine {
   uint64_t state_bytes(unsigned s) const override { return bytes_of(live_[s]) + bytes_of(snap_[s]); }
 
   std::vector<float> forward(std::span<const uint32_t> ids, std::span<const engine_segment> segs) override {
-    std::vector<Segment> sg;
-    sg.reserve(segs.size());
-    for (const engine_segment& e : segs) sg.push_back({&live(e.slot), e.first, e.count});
-    return m_.forward_batch(ids, sg, Logits::last);
+    sg_.clear();  // kept between steps: a step allocates only the logits it returns
+    for (const engine_segment& e : segs) sg_.push_back({&live(e.slot), e.first, e.count});
+    return m_.forward_batch(ids, sg_, Logits::last);
   }
 
   void parallel(size_t n, const std::function<void(size_t)>& fn) override {
@@ -82,6 +81,7 @@ class cpu_engine final : public engine {
   }
   Model& m_;
   std::vector<State> live_, snap_;
+  std::vector<Segment> sg_;  // forward's segments (one forward at a time: the scheduler's thread)
 };
 
 }  // namespace
