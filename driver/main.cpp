@@ -227,9 +227,10 @@ int main(int argc, char** argv) {
       ->default_val(bench.mv_x_source)
       ->check(CLI::IsMember({0u, 2u, 3u}));
   cb->add_option("--mv-xreg-batches", bench.mv_xreg_batches,
-                 "Diagnostics: the register kernel's batches of --mv-rows-per-team rows per subgroup (0 = chosen)")
+                 "Diagnostics: with --mv-x-source 3, the register kernel's batches of --mv-rows-per-team rows per "
+                 "subgroup (1-64; 0 = 4)")
       ->default_val(bench.mv_xreg_batches)
-      ->check(CLI::Range(0u, 16u));
+      ->check(CLI::Range(0u, 64u));
   cb->add_option("--mv-pairs", bench.mv_pairs,
                  "Diagnostics: q2tp int8 batch-1 row kernel, chunks per lane unit (1, 2: where the row's chunk count "
                  "is even; 0 = chosen)")

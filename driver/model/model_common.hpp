@@ -18,10 +18,6 @@
 
 namespace cmfx::driver {
 
-/// The first n values of the caller's scratch `v`, which only grows: a call that needs no more than an earlier one
-/// (a decode step after a prefill) allocates nothing. The values are whatever an earlier call left, not the zeros
-/// of std::vector<T>(n): a buffer that is accumulated into, or read where this call did not write, takes
-/// grown_filled.
 /// v.resize(n) with the capacity grown geometrically: a buffer whose size goes up and down between uses (entries of
 /// layers with different compression ratios) while its largest size creeps up by one entry per decode step would
 /// otherwise reallocate at every new largest size (std::vector grows from its size, not its capacity).
@@ -31,6 +27,9 @@ void resize_grow(std::vector<T>& v, size_t n) {
   v.resize(n);
 }
 
+/// The first n values of the caller's scratch `v`, which only grows (resize_grow): a call that needs no more than an
+/// earlier one allocates nothing. The values are whatever an earlier call left, not the zeros of std::vector<T>(n):
+/// a buffer that is accumulated into, or read where this call did not write, takes grown_filled.
 template <class T>
 std::span<T> grown(std::vector<T>& v, size_t n) {
   if (v.size() < n) resize_grow(v, n);

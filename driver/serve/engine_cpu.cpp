@@ -47,7 +47,7 @@ class cpu_engine final : public engine {
   uint64_t state_bytes(unsigned s) const override { return bytes_of(live_[s]) + bytes_of(snap_[s]); }
 
   std::vector<float> forward(std::span<const uint32_t> ids, std::span<const engine_segment> segs) override {
-    sg_.clear();  // kept between steps: a step allocates only the logits it returns
+    sg_.clear();  // kept between steps (its capacity grows to the most segments of a step)
     for (const engine_segment& e : segs) sg_.push_back({&live(e.slot), e.first, e.count});
     return m_.forward_batch(ids, sg_, Logits::last);
   }

@@ -60,9 +60,19 @@ uint64_t allocations_in(F&& f) {
   return g_allocs.load();
 }
 
+// This process's toys, removed at exit.
+struct toy_dir {
+  fs::path path = fs::path(CMFX_MODEL_TMP) / ("alloc-" + std::to_string(::getpid()));
+  toy_dir() { fs::create_directories(path); }
+  ~toy_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 std::string toy(const std::string& arch, const std::string& quant) {
-  const fs::path dir = fs::path(CMFX_MODEL_TMP) / ("alloc-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  static const toy_dir d;
+  const fs::path& dir = d.path;
   const fs::path p = dir / (arch + "-" + quant + ".cmf");
   if (!fs::exists(p)) {
     make_toy_args a;
