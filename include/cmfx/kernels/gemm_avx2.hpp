@@ -13,6 +13,7 @@
 #endif
 #include <immintrin.h>
 
+#include <array>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -98,8 +99,18 @@ inline void build_ladders8(const uint8_t* params, uint64_t r0, uint64_t nrows, b
   }
 }
 
-/// Codes g .. g + 7 of a ladder row as eight int32 lanes; p points at the 5 bytes of the 8 codes (byte 5g/8,
-/// g % 8 == 0). Each lane picks the two bytes that hold its code (one vpshufb), then shifts and masks.
+/// The group each of eight int32 lanes holds: natural (lane L = group L of a block of eight), or the order a
+/// kernel's vphaddd tree leaves its per-group dots in, so that the per-group factors can be produced in that order
+/// and the tree's result needs no lane permute (gemm_avx2_i8.hpp).
+struct lane_order {
+  std::array<uint8_t, 8> group;
+};
+inline constexpr lane_order natural_lanes{{0, 1, 2, 3, 4, 5, 6, 7}};
+
+/// Codes g .. g + 7 of a ladder row as eight int32 lanes, lane L holding the code of group g + O.group[L]; p
+/// points at the 5 bytes of the 8 codes (byte 5g/8, g % 8 == 0). Each lane picks the two bytes that hold its code
+/// (one vpshufb), then shifts and masks.
+template <lane_order O = natural_lanes>
 inline __m256i ladder_codes8(const uint8_t* p) noexcept {
   static_assert(ladder::code_bits == 5, "the byte picks below are those of 5-bit codes");
   uint32_t lo;
@@ -107,9 +118,13 @@ inline __m256i ladder_codes8(const uint8_t* p) noexcept {
   const uint64_t w40 = uint64_t(lo) | (uint64_t(p[4]) << 32);
   const __m256i b = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(int64_t(w40)));
   // code k: bits 5k .. 5k + 4 = byte 5k/8 (and the next), shift 5k % 8
-  const __m256i pick = _mm256_setr_epi8(0, 1, -1, -1, 0, 1, -1, -1, 1, 2, -1, -1, 1, 2, -1, -1,  //
-                                        2, 3, -1, -1, 3, 4, -1, -1, 3, 4, -1, -1, 4, 5, -1, -1);
-  const __m256i sh = _mm256_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3);
+  constexpr auto byte = [](int lane, int i) { return char(i < 2 ? 5 * O.group[lane] / 8 + i : -1); };
+  constexpr auto shift = [](int lane) { return 5 * O.group[lane] % 8; };
+  const __m256i pick = _mm256_setr_epi8(byte(0, 0), byte(0, 1), -1, -1, byte(1, 0), byte(1, 1), -1, -1,  //
+                                        byte(2, 0), byte(2, 1), -1, -1, byte(3, 0), byte(3, 1), -1, -1,  //
+                                        byte(4, 0), byte(4, 1), -1, -1, byte(5, 0), byte(5, 1), -1, -1,  //
+                                        byte(6, 0), byte(6, 1), -1, -1, byte(7, 0), byte(7, 1), -1, -1);
+  const __m256i sh = _mm256_setr_epi32(shift(0), shift(1), shift(2), shift(3), shift(4), shift(5), shift(6), shift(7));
   return _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, pick), sh),
                           _mm256_set1_epi32(int(ladder::rungs - 1)));
 }
@@ -148,9 +163,10 @@ struct ladder_scales {
     table = tables[r - block0];
     codes = w.data + p.codes + r * p.stride;
   }
-  /// Scales of groups g .. g + 7 (g % 8 == 0, g + 8 <= gpr), with lut = lut32(table).
+  /// Scales of groups g .. g + 7 (g % 8 == 0, g + 8 <= gpr) in lane order O, with lut = lut32(table).
+  template <lane_order O = natural_lanes>
   __m256 scales8(const lut32& lut, uint64_t g) const noexcept {
-    return lut(ladder_codes8(codes + g / 8 * ladder::code_bits));
+    return lut(ladder_codes8<O>(codes + g / 8 * ladder::code_bits));
   }
   float scale1(uint64_t g) const noexcept { return table[ladder::get_code(codes, g)]; }
   void fill(float* out) const noexcept {
@@ -262,17 +278,19 @@ struct dec_fp8 {
     r = row;
     q = w.data + row * w.cols;
   }
-  // 16 bytes at once in 16-bit lanes: the shift puts exponent|mantissa in bits 7..13 and the sign in bit 14; adding
-  // the sign bit to itself moves it to bit 15 (4 integer operations per 16 weights instead of 6 per 8).
-  static void cvt16(__m128i b16, __m256* lo, __m256* hi) noexcept {
-    const __m256i t = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b16), 7);
-    const __m256i h = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
-    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-  }
+  // 32 bytes at once: vpunpck{l,h}bw with zero puts each byte in the high half of a 16-bit lane (per 128-bit half:
+  // elements 0-7 and 16-23 in lo, 8-15 and 24-31 in hi); an arithmetic shift by one puts exponent|mantissa in
+  // bits 7..13 and copies the sign into bits 15 and 14; clearing bit 14 leaves the f16 bits (E4M3 value · 2^-8).
+  // Two in-lane unpacks replace two cross-lane zero extensions (measured 23.1 → 21.5 ns per 256 weights on dev).
   float group(uint64_t g, __m256 v[4]) const noexcept {
-    cvt16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kgroup * g)), &v[0], &v[1]);
-    cvt16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kgroup * g + 16)), &v[2], &v[3]);
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + kgroup * g));
+    const __m256i z = _mm256_setzero_si256(), keep = _mm256_set1_epi16(int16_t(0xBFFF));
+    const __m256i lo = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(z, b), 1), keep);
+    const __m256i hi = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(z, b), 1), keep);
+    v[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(lo));
+    v[1] = _mm256_cvtph_ps(_mm256_castsi256_si128(hi));
+    v[2] = _mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1));
+    v[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1));
     return 256.0f * detail::scale_at(w, (r / Tile) * tpr + (kgroup * g) / Tile);
   }
   static constexpr float row_scale() noexcept { return 1.0f; }

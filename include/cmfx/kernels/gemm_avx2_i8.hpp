@@ -15,6 +15,7 @@
 
 #include "cmfx/kernels/act_q8.hpp"
 #include "cmfx/kernels/gemm_avx2.hpp"
+#include "cmfx/kernels/prefetch.hpp"
 
 namespace cmfx::kernels::avx2 {
 
@@ -40,10 +41,27 @@ inline __m256i crumbs_u8(const uint8_t* p) noexcept {
   return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 2, 4, 6)), _mm256_set1_epi8(0x03));
 }
 
-/// e8m0 bytes k of eight groups -> 0.5 * 2^(k - 127) (MXFP4's scale times the 1/2 of the 2*e2m1 LUT): k << 23,
-/// with k = 0 the subnormal 2^-127 and k = 255 NaN as e8m0_to_f32, then one exact halving.
+/// The lane orders the vphaddd trees below leave their eight per-group dots in (lane L holds group group[L]).
+inline constexpr lane_order nibble_tree_lanes{{0, 2, 4, 6, 1, 3, 5, 7}};  // row_tile_nibbles
+inline constexpr lane_order crumb_tree_lanes{{0, 1, 4, 5, 2, 3, 6, 7}};   // row_tile_crumbs_q2tp
+
+/// The lane index vector of O (for vpermd / vpermps: lane L takes element O.group[L]).
+template <lane_order O>
+inline __m256i lane_index() noexcept {
+  return _mm256_setr_epi32(O.group[0], O.group[1], O.group[2], O.group[3], O.group[4], O.group[5], O.group[6],
+                           O.group[7]);
+}
+
+/// e8m0 bytes k of eight groups -> 0.5 * 2^(k - 127) (MXFP4's scale times the 1/2 of the 2*e2m1 LUT) in lane
+/// order O: k << 23, with k = 0 the subnormal 2^-127 and k = 255 NaN as e8m0_to_f32, then one exact halving.
+template <lane_order O = natural_lanes>
 inline __m256 mxfp4_scales8(const uint8_t* k8) noexcept {
-  const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(k8)));
+  __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(k8));
+  if constexpr (O.group != natural_lanes.group)
+    b = _mm_shuffle_epi8(b, _mm_setr_epi8(char(O.group[0]), char(O.group[1]), char(O.group[2]), char(O.group[3]),
+                                          char(O.group[4]), char(O.group[5]), char(O.group[6]), char(O.group[7]), -1,
+                                          -1, -1, -1, -1, -1, -1, -1));
+  const __m256i k = _mm256_cvtepu8_epi32(b);
   __m256i bits = _mm256_slli_epi32(k, 23);
   bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(k, _mm256_setzero_si256()));
   bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(k, _mm256_set1_epi32(0xFF)));
@@ -82,10 +100,17 @@ struct i8_row {
     if constexpr (is_ladder) return lut32(ls.table);
     else return no_lut{};
   }
-  /// Weight scales of groups g .. g + 7 (g % 8 == 0, g + 8 <= groups).
+  /// Weight scales of groups g .. g + 7 (g % 8 == 0, g + 8 <= groups) in lane order O.
+  template <lane_order O = natural_lanes>
   __m256 scales8([[maybe_unused]] const lut_t& l, uint64_t g) const noexcept {
-    if constexpr (is_ladder) return ls.scales8(l, g);
-    else return scales.empty() ? mxfp4_scales8(e8m0 + g) : _mm256_loadu_ps(scales.data() + g);
+    if constexpr (is_ladder) {
+      return ls.template scales8<O>(l, g);
+    } else {
+      if (scales.empty()) return mxfp4_scales8<O>(e8m0 + g);
+      const __m256 v = _mm256_loadu_ps(scales.data() + g);
+      if constexpr (O.group == natural_lanes.group) return v;
+      else return _mm256_permutevar8x32_ps(v, lane_index<O>());
+    }
   }
   float scale1(uint64_t g) const noexcept {
     if constexpr (is_ladder) return ls.scale1(g);
@@ -114,15 +139,22 @@ constexpr float i8_offset = F::id == format::q4tp ? 8.0f : (F::id == format::q2t
 /// Per call, for tokens [0, a.n) ([n, groups] each): wsx = sx / m and boff = m · offset · bsum, so that a group's
 /// term is s_g · wsx_g · (m · dot_g − boff_g) with an exact integer in the parentheses (m = 2 for q2tp, whose
 /// offset is 1.5; offset 8 for q4tp, MXFP4's shift 12 in the AVX-512 blocks). The offset then never appears as a
-/// float sum that cancels against the products'. Used by row_tile_crumbs_q2tp here and the AVX-512 kernels.
+/// float sum that cancels against the products'. Within each whole block of 8 groups the entries are stored in
+/// lane order O (the kernel's vphaddd tree's order; the groups past the last whole block in natural order).
+/// Used by the kernels here and the AVX-512 kernels (natural order).
 struct i8_token_side {
   std::vector<float> wsx;
   std::vector<int32_t> boff;
+  template <lane_order O = natural_lanes>
   void prepare(const act_q8& a, int m, int m_offset) {
-    const uint64_t k = a.n * a.blocks;
+    const uint64_t k = a.n * a.blocks, whole = a.blocks / 8 * 8;
     if (wsx.size() < k) wsx.resize(k), boff.resize(k);
     const float inv = 1.0f / float(m);  // 1 or 0.5: exact
-    for (uint64_t i = 0; i < k; ++i) wsx[i] = a.scale[i] * inv, boff[i] = m_offset * a.bsum[i];
+    for (uint64_t t = 0; t < a.n; ++t)
+      for (uint64_t g = 0; g < a.blocks; ++g) {
+        const uint64_t src = t * a.blocks + (g < whole ? g / 8 * 8 + O.group[g % 8] : g);
+        wsx[t * a.blocks + g] = a.scale[src] * inv, boff[t * a.blocks + g] = m_offset * a.bsum[src];
+      }
   }
 };
 
@@ -153,12 +185,13 @@ inline void nibble_pair_acts(const act_q8& a, std::vector<int8_t>& xt) {
 /// value bytes; its low and high nibbles (q4tp: the codes; MXFP4: 2·e2m1 through a vpshufb table, its sign moved
 /// onto the activations) pair through vpmaddubsw with activations rearranged once per call (nibble_pair_acts), the
 /// two planes' int16 sums add up (≤ 2 · 3810, no saturation), one vpmaddwd leaves int32 lanes 0–3 with group A and
-/// 4–7 with group B; per 8 groups three vphaddd and a vpermd give one int32 dot per group, then the group terms
-/// s_g · wsx_g · (dot_g − boff_g) (i8_token_side with m = 1: q4tp's offset 8 · Σxq, MXFP4's 0) with the 8 weight
-/// scales looked up in the loop — no per-row scale pass, no stored products. Per 8 groups: 4 loads, 4 shifts, 8
-/// ands (MXFP4: 8 vpshufb more), the scale lookup, and per token 8 vpmaddubsw (MXFP4: + 8 vpsignb) + 4 adds + 4
-/// vpmaddwd + 3 vphaddd + a vpermd, a subtraction, a multiply, a conversion and an fma. The last groups (fewer
-/// than 8) one at a time.
+/// 4–7 with group B; per 8 groups three vphaddd give one int32 dot per group in lane order nibble_tree_lanes, then
+/// the group terms s_g · wsx_g · (dot_g − boff_g) (i8_token_side with m = 1: q4tp's offset 8 · Σxq, MXFP4's 0)
+/// with the 8 weight scales looked up in the loop, the scales and the token side produced in that lane order
+/// (a vpermd back to group order cost 1.0 of 7.8 ns per block on dev's Zen 3) — no per-row scale pass, no stored
+/// products. Per 8 groups: 4 loads, 4 shifts, 8 ands (MXFP4: 8 vpshufb more), the scale lookup, and per token 8
+/// vpmaddubsw (MXFP4: + 8 vpsignb) + 4 adds + 4 vpmaddwd + 3 vphaddd, a subtraction, a multiply, a conversion and
+/// an fma. The last groups (fewer than 8) one at a time.
 template <class F, int NT>
 inline void row_tile_nibbles(const i8_row<F>& d, uint64_t groups, const act_q8& a, const int8_t* xt,
                              const i8_token_side& ts, uint64_t t0, float out[NT]) noexcept {
@@ -168,12 +201,12 @@ inline void row_tile_nibbles(const i8_row<F>& d, uint64_t groups, const act_q8& 
   const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   const __m256i e2m1 = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8,
                                         12, 0, -1, -2, -3, -4, -6, -8, -12);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // the vphaddd tree's lanes: groups 0 2 4 6 1 3 5 7
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   uint64_t g = 0;
   for (; g + 8 <= groups; g += 8) {
     __m256i w[4][2];  // per pair of groups: the low and the high nibble plane (MXFP4: as signed 2·e2m1)
+    prefetch_ahead<avx2_prefetch_distance>(d.values + 16 * g, 2);  // the block's 128 value bytes (prefetch.hpp)
     for (int p = 0; p < 4; ++p) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d.values + 16 * (g + 2 * uint64_t(p))));
       w[p][0] = _mm256_and_si256(v, low);
@@ -183,7 +216,7 @@ inline void row_tile_nibbles(const i8_row<F>& d, uint64_t groups, const act_q8& 
         w[p][1] = _mm256_shuffle_epi8(e2m1, w[p][1]);
       }
     }
-    const __m256 s = d.scales8(lut, g);
+    const __m256 s = d.template scales8<nibble_tree_lanes>(lut, g);
     const uint64_t xo = g / 8 * 256;
     for (int t = 0; t < NT; ++t) {
       const int8_t* x = xt + (t0 + uint64_t(t)) * per_token + xo;
@@ -200,8 +233,7 @@ inline void row_tile_nibbles(const i8_row<F>& d, uint64_t groups, const act_q8& 
         }
         dp[p] = _mm256_madd_epi16(s16, ones);
       }
-      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(dp[0], dp[1]), _mm256_hadd_epi32(dp[2], dp[3]));
-      const __m256i dot = _mm256_permutevar8x32_epi32(h, order);
+      const __m256i dot = _mm256_hadd_epi32(_mm256_hadd_epi32(dp[0], dp[1]), _mm256_hadd_epi32(dp[2], dp[3]));
       const uint64_t o = (t0 + uint64_t(t)) * a.blocks + g;
       const __m256i v = _mm256_sub_epi32(dot, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ts.boff.data() + o)));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(s, _mm256_loadu_ps(ts.wsx.data() + o)), acc[t]);
@@ -240,18 +272,18 @@ inline void q2tp_crumb_acts(const act_q8& a, std::vector<int8_t>& xt) {
 /// q2tp in blocks of 8 groups, every int32 lane inside one group: a 32-byte load holds four groups' value bytes as
 /// stored; crumb k of every byte is (w >> 2k) & 3, vpmaddubsw pairs it with activations rearranged once per call
 /// (q2tp_crumb_acts<4>), the four crumbs' int16 sums add up (≤ 4 · 762, no saturation) and one vpmaddwd leaves
-/// int32 lane L with half of group L / 2; per 8 groups one vphaddd + vpermd gives one int32 dot per group, then
-/// the group terms s_g · wsx_g · (2 · dot_g − 3 · bsum_g) (i8_token_side, m = 2) with the 8 weight scales looked up
-/// in the loop — no per-row scale pass, no stored products. Per 8 groups: 2 loads, 6 shifts, 8 ands, the scale
-/// lookup, and per token 8 vpmaddubsw + 6 adds + 2 vpmaddwd + 3, a shift, a subtraction, a multiply, a conversion
-/// and an fma. The last groups (fewer than 8) one at a time.
+/// int32 lane L with half of group L / 2; per 8 groups one vphaddd gives one int32 dot per group in lane order
+/// crumb_tree_lanes, then the group terms s_g · wsx_g · (2 · dot_g − 3 · bsum_g) (i8_token_side, m = 2) with the 8
+/// weight scales looked up in the loop, the scales and the token side produced in that lane order (no vpermd) —
+/// no per-row scale pass, no stored products. Per 8 groups: 2 loads, 6 shifts, 8 ands, the scale lookup, and per
+/// token 8 vpmaddubsw + 6 adds + 2 vpmaddwd + a vphaddd, a shift, a subtraction, a multiply, a conversion and an
+/// fma. The last groups (fewer than 8) one at a time.
 template <int NT>
 inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, const act_q8& a, const int8_t* xt,
                                  const i8_token_side& ts, uint64_t t0, float out[NT]) noexcept {
   const auto lut = d.lut();
   const uint64_t per_token = groups / 8 * 256;
   const __m256i three = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
-  const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);  // vphaddd's lanes hold groups 0 1 4 5 2 3 6 7
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   uint64_t g = 0;
@@ -264,7 +296,7 @@ inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, con
       c[h][2] = _mm256_and_si256(_mm256_srli_epi16(w, 4), three);
       c[h][3] = _mm256_and_si256(_mm256_srli_epi16(w, 6), three);
     }
-    const __m256 s = d.scales8(lut, g);
+    const __m256 s = d.template scales8<crumb_tree_lanes>(lut, g);
     const uint64_t xo = g / 8 * 256;
     for (int t = 0; t < NT; ++t) {
       const int8_t* x = xt + (t0 + uint64_t(t)) * per_token + xo;
@@ -277,7 +309,7 @@ inline void row_tile_crumbs_q2tp(const i8_row<fmt_q2tp>& d, uint64_t groups, con
         dh[h] = _mm256_madd_epi16(s16, ones);
       }
       const uint64_t o = (t0 + uint64_t(t)) * a.blocks + g;
-      const __m256i dot = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(dh[0], dh[1]), order);
+      const __m256i dot = _mm256_hadd_epi32(dh[0], dh[1]);
       const __m256i v = _mm256_sub_epi32(_mm256_slli_epi32(dot, 1),
                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ts.boff.data() + o)));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(s, _mm256_loadu_ps(ts.wsx.data() + o)), acc[t]);
@@ -373,10 +405,10 @@ void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy,
   if (act_stale(a, prepared)) {
     if constexpr (F::id == format::q2tp) {
       q2tp_crumb_acts<4>(a, xt);
-      ts.prepare(a, 2, 3);
+      ts.template prepare<crumb_tree_lanes>(a, 2, 3);
     } else {
       nibble_pair_acts(a, xt);
-      ts.prepare(a, 1, F::id == format::q4tp ? 8 : 0);
+      ts.template prepare<nibble_tree_lanes>(a, 1, F::id == format::q4tp ? 8 : 0);
     }
     prepared = a.generation;
   }

@@ -1,14 +1,17 @@
 #pragma once
 /// @file prefetch.hpp
-/// @brief Software prefetch for the AVX-512 CPU kernels that stream a matrix's rows (gemm_avx512_i8.hpp,
-///        gemm_avx512_8bit.hpp): the cache lines `prefetch_distance`
+/// @brief Software prefetch for the CPU kernels that stream a matrix's rows (gemm_avx512_i8.hpp,
+///        gemm_avx512_8bit.hpp, the AVX2 q4tp / MXFP4 kernel of gemm_avx2_i8.hpp): the cache lines `Distance`
 ///        bytes ahead of the bytes being summed (past a row's end, the next row's: every format's value bytes of
 ///        consecutive rows follow each other). A prefetch never faults, so the lines past a matrix's end are
 ///        harmless; the address is formed as an integer, so no pointer past the array is.
 ///        Why: on dev's Zen 4 the hardware prefetchers alone left one thread streaming a 4096 × 8192 matrix at
 ///        10-14 GB/s where the same int8 kernels sum a cache-resident one at 24-35 GB/s; 1 KiB ahead measured best
 ///        of 256 B - 2 KiB (docs/PERF.md "Twenty-eighth session"). The AVX2 kernels do not prefetch: with it they
-///        measured within dev's noise (q2tp 697-1062 against 741-1086 µs, q4tp and MXFP4 no better).
+///        measured within dev's noise there (q2tp 697-1062 against 741-1086 µs, q4tp and MXFP4 no better).
+///        On the Zen 3 guest that replaced it (AVX2 only, 2026-12-04) the AVX2 q4tp / MXFP4 kernel, once its
+///        per-block cost fell, gained 7-15 % at 2 threads with 2 KiB ahead (1-4 KiB measured; q2tp, compute-bound
+///        there, did not move): avx2_prefetch_distance (docs/PERF.md "Thirty-ninth session").
 #include <immintrin.h>
 
 #include <cstdint>
@@ -16,10 +19,12 @@
 namespace cmfx::kernels {
 
 inline constexpr uint64_t prefetch_distance = 1024;
+inline constexpr uint64_t avx2_prefetch_distance = 2048;
 
-/// `lines` consecutive cache lines from p + prefetch_distance into L1.
+/// `lines` consecutive cache lines from p + Distance into L1.
+template <uint64_t Distance = prefetch_distance>
 inline void prefetch_ahead(const uint8_t* p, int lines = 1) noexcept {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + prefetch_distance;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + Distance;
   for (int l = 0; l < lines; ++l) _mm_prefetch(reinterpret_cast<const char*>(a + 64 * uintptr_t(l)), _MM_HINT_T0);
 }
 
