@@ -189,7 +189,8 @@ inline void nibble_pair_acts(const act_q8& a, std::vector<int8_t>& xt) {
 /// the group terms s_g · wsx_g · (dot_g − boff_g) (i8_token_side with m = 1: q4tp's offset 8 · Σxq, MXFP4's 0)
 /// with the 8 weight scales looked up in the loop, the scales and the token side produced in that lane order
 /// (a vpermd back to group order cost 1.0 of 7.8 ns per block on dev's Zen 3) — no per-row scale pass, no stored
-/// products. Per 8 groups: 4 loads, 4 shifts, 8 ands (MXFP4: 8 vpshufb more), the scale lookup, and per token 8
+/// products. Per 8 groups: 4 loads, 2 prefetches (2 KiB ahead, prefetch.hpp), 4 shifts, 8 ands (MXFP4: 8 vpshufb
+/// more), the scale lookup, and per token 8
 /// vpmaddubsw (MXFP4: + 8 vpsignb) + 4 adds + 4 vpmaddwd + 3 vphaddd, a subtraction, a multiply, a conversion and
 /// an fma. The last groups (fewer than 8) one at a time.
 template <class F, int NT>
