@@ -118,7 +118,7 @@ inline __m256i ladder_codes8(const uint8_t* p) noexcept {
   const uint64_t w40 = uint64_t(lo) | (uint64_t(p[4]) << 32);
   const __m256i b = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(int64_t(w40)));
   // code k: bits 5k .. 5k + 4 = byte 5k/8 (and the next), shift 5k % 8
-  constexpr auto byte = [](int lane, int i) { return char(i < 2 ? 5 * O.group[lane] / 8 + i : -1); };
+  constexpr auto byte = [](int lane, int i) { return char(5 * O.group[lane] / 8 + i); };
   constexpr auto shift = [](int lane) { return 5 * O.group[lane] % 8; };
   const __m256i pick = _mm256_setr_epi8(byte(0, 0), byte(0, 1), -1, -1, byte(1, 0), byte(1, 1), -1, -1,  //
                                         byte(2, 0), byte(2, 1), -1, -1, byte(3, 0), byte(3, 1), -1, -1,  //

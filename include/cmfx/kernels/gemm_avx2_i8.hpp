@@ -190,9 +190,8 @@ inline void nibble_pair_acts(const act_q8& a, std::vector<int8_t>& xt) {
 /// with the 8 weight scales looked up in the loop, the scales and the token side produced in that lane order
 /// (a vpermd back to group order cost 1.0 of 7.8 ns per block on dev's Zen 3) — no per-row scale pass, no stored
 /// products. Per 8 groups: 4 loads, 2 prefetches (2 KiB ahead, prefetch.hpp), 4 shifts, 8 ands (MXFP4: 8 vpshufb
-/// more), the scale lookup, and per token 8
-/// vpmaddubsw (MXFP4: + 8 vpsignb) + 4 adds + 4 vpmaddwd + 3 vphaddd, a subtraction, a multiply, a conversion and
-/// an fma. The last groups (fewer than 8) one at a time.
+/// more), the scale lookup, and per token 8 vpmaddubsw (MXFP4: + 8 vpsignb) + 4 adds + 4 vpmaddwd + 3 vphaddd, a
+/// subtraction, a multiply, a conversion and an fma. The last groups (fewer than 8) one at a time.
 template <class F, int NT>
 inline void row_tile_nibbles(const i8_row<F>& d, uint64_t groups, const act_q8& a, const int8_t* xt,
                              const i8_token_side& ts, uint64_t t0, float out[NT]) noexcept {

@@ -6,7 +6,8 @@
 ///        FP8 E4M3 with tile scales (fp8_b128, fp8_b32): E4M3 → f16 bits, whose value is the E4M3 value times 2^-8
 ///        for every code, subnormals included (2^8 folded into the scale), by one zero extension to 16-bit lanes,
 ///        a shift and an add that moves the sign from bit 14 to bit 15, and two vcvtph2ps — the same bits as
-///        gemm_avx2.hpp's dec_fp8, which gets them by in-lane unpacks. The NaN codes (0x7F, 0xFF) become ±480, as in dec_fp8; checkpoints hold no NaN weights.
+///        gemm_avx2.hpp's dec_fp8, which gets them by in-lane unpacks. The NaN codes (0x7F, 0xFF) become ±480, as
+///        in dec_fp8; checkpoints hold no NaN weights.
 ///        q8_row: int8 sign-extended and converted, the row's f16 scale applied to the row's sum (as dec_dense).
 ///        Per 32-element group the products are summed in f32 over 16 lanes and then scaled once (acc += s_g ·
 ///        Σ v·x, the order of the exact path; the lane split differs from the AVX2 kernel's 8 lanes, so the two

@@ -7,9 +7,9 @@
 ///        harmless; the address is formed as an integer, so no pointer past the array is.
 ///        Why: on dev's Zen 4 the hardware prefetchers alone left one thread streaming a 4096 × 8192 matrix at
 ///        10-14 GB/s where the same int8 kernels sum a cache-resident one at 24-35 GB/s; 1 KiB ahead measured best
-///        of 256 B - 2 KiB (docs/PERF.md "Twenty-eighth session"). The AVX2 kernels did not prefetch then: with it they
-///        measured within dev's noise there (q2tp 697-1062 against 741-1086 µs, q4tp and MXFP4 no better), and
-///        again on the AVX2-only Zen 3 guest dev became (1 KiB ahead, "Twenty-ninth session"). Once the AVX2
+///        of 256 B - 2 KiB (docs/PERF.md "Twenty-eighth session"). The AVX2 kernels did not prefetch then: with
+///        it they measured within dev's noise there (q2tp 697-1062 against 741-1086 µs, q4tp and MXFP4 no better),
+///        and again on the AVX2-only Zen 3 guest dev became (1 KiB ahead, "Twenty-ninth session"). Once the AVX2
 ///        q4tp / MXFP4 kernel's per-block cost fell (thirty-ninth session, no lane permute) 2 KiB ahead gained
 ///        8-16 % at 2 threads on that guest, alternated A/B (1-4 KiB tried); q2tp, compute-bound there, did not
 ///        move and has none: avx2_prefetch_distance (docs/PERF.md "Thirty-ninth session").
