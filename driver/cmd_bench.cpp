@@ -77,6 +77,7 @@ bool bench_synth_options(const bench_args& a, dsv4_synth_options& so, dsv41_synt
     so41.layers = a.layers;
     so41.seed = a.seed;
     so41.variants = a.variants;
+    so41.shared_routed = a.shared_expert == "routed";
   } else {
     so.preset = dsv4_synth_preset(a.synthetic);
     so.experts = dsv4_synth_format(a.weights);
@@ -85,6 +86,7 @@ bool bench_synth_options(const bench_args& a, dsv4_synth_options& so, dsv41_synt
     so.layers = a.layers;
     so.seed = a.seed;
     so.variants = a.variants;
+    so.shared_routed = a.shared_expert == "routed";
   }
   return v41;
 }
@@ -159,11 +161,12 @@ int run_bench(const bench_args& a) {
   }
   gpu_graph& m = *mp;
   const double up_s = since(t);
-  std::printf("model: synthetic %s, %u layers, experts %s%s (%s activations), dense %s%s; weights %.2f GB on the device (generated %.1f s, "
+  std::printf("model: synthetic %s, %u layers, experts %s%s (%s activations), dense %s%s, shared expert %s; weights %.2f GB on the device (generated %.1f s, "
               "uploaded %.1f s), state + scratch %.1f MB, ctx %llu\n",
               a.synthetic.c_str(), m.layer_count(), a.weights.c_str(),
               a.expert_down.empty() ? "" : (" (w2 " + a.expert_down + ")").c_str(), a.act.c_str(), a.dense.c_str(),
               dact == act_precision::i8 && k.has_i8(dsv4_synth_format(a.dense)) ? " (i8 activations at decode)" : "",
+              a.shared_expert == "routed" ? "in the routed formats" : "dense",
               double(m.weight_bytes()) / 1e9, gen_s, up_s, double(m.state_bytes()) / 1e6, (unsigned long long)a.ctx);
   std::printf("host matrices: %s\n", a.variants ? (std::to_string(a.variants) + " distinct per role (--variants)").c_str()
                                                  : "the preset's variants per role (full-size presets: one, shared)");

@@ -181,10 +181,11 @@ int run_bench_cpu(const bench_args& a) {
   const double pre_tps = double(prompt) / f.pre_s, dec_tps = a.tokens ? double(a.tokens) / f.dec_s : 0;
   const uint64_t bpt = tb.total();
   const double gbps = double(bpt) * dec_tps / 1e9;
-  std::printf("model: synthetic %s on the CPU, %u layers, experts %s%s, dense %s, %s activations; generated %.1f s; "
-              "host matrices: %s\n",
+  std::printf("model: synthetic %s on the CPU, %u layers, experts %s%s, dense %s, shared expert %s, %s activations; "
+              "generated %.1f s; host matrices: %s\n",
               a.synthetic.c_str(), layers, a.weights.c_str(),
-              a.expert_down.empty() ? "" : (" (w2 " + a.expert_down + ")").c_str(), a.dense.c_str(), a.act.c_str(),
+              a.expert_down.empty() ? "" : (" (w2 " + a.expert_down + ")").c_str(), a.dense.c_str(),
+              a.shared_expert == "routed" ? "in the routed formats" : "dense", a.act.c_str(),
               f.gen_s, a.variants ? (std::to_string(a.variants) + " distinct per role (--variants)").c_str()
                                   : "the preset's variants per role (full-size presets: one, shared)");
   std::printf("warm-up: one token in %.3f s\n", f.warm_s);

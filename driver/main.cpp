@@ -151,6 +151,11 @@ int main(int argc, char** argv) {
   cb->add_option("--weights", bench.weights, "Routed experts' format (q2tp, q4tp, mxfp4, ...)")->default_val(bench.weights);
   cb->add_option("--expert-down", bench.expert_down, "Routed experts' w2 format (default: --weights)");
   cb->add_option("--dense", bench.dense, "Attention / indexer / shared-expert / head format")->default_val(bench.dense);
+  cb->add_option("--shared-expert", bench.shared_expert,
+                 "The shared expert's formats: dense (--dense, the release's FP8) | routed (gate/up --weights, w2 "
+                 "--expert-down: the CMF files' rule, stacked with the routed experts)")
+      ->check(CLI::IsMember({"dense", "routed"}))
+      ->default_val(bench.shared_expert);
   cb->add_option("--prompt", bench.prompt, "Prompt tokens (prefill)")->default_val(bench.prompt);
   cb->add_option("--tokens", bench.tokens, "Decode tokens")->default_val(bench.tokens);
   cb->add_option("--prefill-reps", bench.prefill_reps,

@@ -310,7 +310,7 @@ dsv41_weights dsv41_synthetic(const dsv41_synth_options& o) {
     }
     L.experts.resize(E);
     for (uint64_t x = 0; x < E; ++x) L.experts[x] = b.expert("ffn.experts", o.experts, down, I, d, i * E + x);
-    L.shared = b.expert("ffn.shared_experts", dn, dn, I, d, i);
+    L.shared = b.expert("ffn.shared_experts", o.shared_routed ? o.experts : dn, o.shared_routed ? down : dn, I, d, i);
   }
   store->gates.resize(c.layers);
   dsv4_synth_parallel_for(c.layers, o.threads, [&](uint64_t i, uint64_t) {

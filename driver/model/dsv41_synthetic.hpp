@@ -51,6 +51,7 @@ struct dsv41_synth_options {
   /// source and Engram layers past the end are dropped); more continue with ratio-1 reuse layers.
   uint32_t layers = 0;
   std::optional<format> expert_down;  // routed experts' w2 (nullopt: `experts`)
+  bool shared_routed = false;         // the shared expert in the routed experts' formats (dsv4_synth_options')
   /// 0: the preset's vocabulary. A smaller one makes quick v41-flash-shaped runs; the Engram compressed vocabulary
   /// is then min(preset's, vocab) (the "mod" map needs every compressed id to be some token's).
   uint32_t vocab = 0;

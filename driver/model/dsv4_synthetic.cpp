@@ -481,7 +481,7 @@ dsv4_weights dsv4_synthetic(const dsv4_synth_options& o) {
     }
     L.experts.resize(E);
     for (uint64_t e = 0; e < E; ++e) L.experts[e] = b.expert("ffn.experts", o.experts, down, I, d, i * E + e);
-    L.shared = b.expert("ffn.shared_experts", dn, dn, I, d, i);
+    L.shared = b.expert("ffn.shared_experts", o.shared_routed ? o.experts : dn, o.shared_routed ? down : dn, I, d, i);
   }
   store->gates.resize(c.layers);
   parallel_for(c.layers, o.threads, [&](uint64_t i, uint64_t) {

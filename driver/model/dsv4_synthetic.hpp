@@ -37,6 +37,10 @@ struct dsv4_synth_options {
   uint32_t layers = 0;                // 0: the preset's count (v4-flash 43, tiny 5); more continues the ratio pattern
   // --- additions ---
   std::optional<format> expert_down;  // routed experts' w2 (nullopt: `experts`; cortiq's q2tp files keep it q4tp)
+  /// The shared expert's formats: false = `dense` for all three (the release's FP8), true = the routed experts'
+  /// (gate/up `experts`, down `expert_down`) — the CMF conversion's rule (cmf-format.md: `*.shared_expert.{gate,up}`
+  /// take the expert gate/up format, every down plane q4tp), so the shared expert stacks with the routed ones.
+  bool shared_routed = false;
   uint32_t vocab = 0;                 // 0: the preset's vocabulary (a smaller one makes quick v4-flash-shaped runs)
   /// Distinct random matrices per (role, format, shape): matrix k of a role (k = layer, or layer·experts + expert)
   /// uses variant k mod `variants`. 0: the preset's default (v4-flash 1, i.e. one seed per role; tiny: every matrix

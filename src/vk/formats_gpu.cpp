@@ -104,6 +104,26 @@ std::string format_defines(format f, scale_encoding enc) {
   return d.s.str();
 }
 
+std::string act_target_defines(format f) {
+  defines d;
+  const bool ok = visit_format(f, [&]<class F>() {
+    if constexpr (requires { F::code0_zero; }) {  // the ladders (q4tp, q2tp): planes of EPB elements per byte
+      d.def("ACT_T_MX", 0);
+      d.def("ACT_T_EPB", 8 / F::elem_bits);
+      d.def("ACT_T_LOW_FIRST", F::low_bits_first ? 1 : 0);
+      d.def_i("ACT_T_OFF2", int64_t(2.0f * F::value_offset));  // a multiple of 0.5 (emit's static_assert)
+    } else if constexpr (F::id == format::mxfp4) {
+      d.def("ACT_T_MX", 1);  // natural order, signed values (no offset)
+      d.def_i("ACT_T_OFF2", 0);
+    } else {
+      throw usage_error("act_target_defines: int8 activations are defined for q4tp, q2tp and MXFP4, not " +
+                        std::string(F::name));
+    }
+  });
+  if (!ok) throw usage_error("act_target_defines: unknown format");
+  return d.s.str();
+}
+
 namespace detail {
 
 namespace {

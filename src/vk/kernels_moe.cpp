@@ -179,12 +179,13 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
     ex.side(s);
     c.end_concurrent();
   };
-  // The tails (matvec_rows.comp MOE_TAIL): the act tail needs the down matrix in the gate/up format (h is packed
-  // for it) and a workgroup's rows inside one half (gate or up) of a slot, covering whole blocks of 32 or a part
-  // of one; the sum tail cannot add extras.add (the side work of the same stage may write it).
+  // The tails (matvec_rows.comp MOE_TAIL): the act tail packs h for the down matrix's format (act_target_defines
+  // where it is not the gate/up format: the CMF q2tp file's q4tp w2) and needs a workgroup's rows inside one half
+  // (gate or up) of a slot, covering whole blocks of 32 or a part of one; the sum tail cannot add extras.add (the
+  // side work of the same stage may write it).
   const uint32_t tail_counters = detail::op_env::counter_slots / 4, wg_size = e.lanes * e.teams;
   const bool tails = detail::tuning_of(p).moe_tails != 1 && wg_size >= 32;
-  const bool act_tail = tails && m.gate_up.w.fmt == m.down.w.fmt && S * (I / 32) <= tail_counters &&
+  const bool act_tail = tails && S * (I / 32) <= tail_counters &&
                         (pl.rgu >= 32 ? pl.rgu % 32 == 0 && I % pl.rgu == 0 : 32 % pl.rgu == 0);
   const bool sum_tail = tails && !ex.add && d / pl.rdn <= tail_counters;
   const detail::bound kb = detail::bind_range(e.info, *e.counters, 0, detail::op_env::counter_slots * 4ull);
@@ -194,7 +195,9 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
     uint32_t cntoff, toff, woff, pad;
   };
   auto tail_defs = [&](int mode) {
-    return "#define MOE_TAIL " + std::to_string(mode) + "\n" + (mode == 1 ? detail::def_f("MOE_LIMIT", limit) : "");
+    if (mode != 1) return "#define MOE_TAIL " + std::to_string(mode) + "\n";
+    return "#define MOE_TAIL 1\n" + detail::def_f("MOE_LIMIT", limit) +
+           (m.down.w.fmt != m.gate_up.w.fmt ? act_target_defines(m.down.w.fmt) : std::string());
   };
   uint32_t gx, gy, s_next = 0;
   if (!ex.prepared) k.quantize_act(c, m.gate_up.w.fmt, x, 1, d, pl.xqv);

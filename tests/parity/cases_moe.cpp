@@ -270,10 +270,12 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
   return {};
 }
 
-/// Batch 1, int8, routed experts whose down matrices are in another format than their gate/up (`cmfx bench
-/// --expert-down`): h is packed for the down format, so the SwiGLU tail (which packs for the gate/up format) must
-/// not run — quantise, gate/up, SwiGLU-quantise, down + the sum tail: 4 dispatches — with the bits of the four-
-/// dispatch path (matvec_tuning::moe_tails = 1) and within the int8 bound of the CPU's i8 MoE.
+/// Batch 1, int8, routed and shared experts whose down matrices are in another format than their gate/up (the CMF
+/// q2tp file: q2tp gate/up, q4tp w2; `cmfx bench --expert-down`): h is packed for the down format, by the SwiGLU
+/// tail of the gate/up rows (act_target_defines) — quantise, gate/up + h, down + the sum: 3 dispatches — with the
+/// bits of the four-dispatch path (matvec_tuning::moe_tails = 1, whose SwiGLU-quantise step is compiled for the
+/// down format) and within the int8 bound of the CPU's i8 MoE. (h packed for the gate/up format instead fails: the
+/// planes or the offset of the two formats differ.)
 template <class FG, class FD>
 std::string moe_i8_mixed_case(suite& s, uint64_t seed, std::string& info) {
   constexpr uint32_t E = 8, k = 3;
@@ -306,12 +308,15 @@ std::string moe_i8_mixed_case(suite& s, uint64_t seed, std::string& info) {
   const uint32_t disp4 = c4.dispatch_count();
   s.submit(c4);
   s.kern.set_tuning(gpu::matvec_tuning{});
-  if (disp != 4 || disp4 != 5)
-    return "dispatches " + std::to_string(disp) + " / " + std::to_string(disp4) + " (want 4: no SwiGLU tail; 5)";
+  if (disp != 3 || disp4 != 5)
+    return "dispatches " + std::to_string(disp) + " / " + std::to_string(disp4) + " (want 3: both tails; 5)";
   std::vector<float> got(d), got4(d);
   std::string why;
   if (!og.read(got.data(), why) || !og4.read(got4.data(), why)) return why;
-  if (std::memcmp(got.data(), got4.data(), d * 4)) return "the sum tail's output differs from the four dispatches'";
+  for (uint64_t i = 0; i < d; ++i)
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(got4[i]))
+      return "tails vs four dispatches: output " + std::to_string(i) + " differs (" + std::to_string(got[i]) +
+             " vs " + std::to_string(got4[i]) + ")";
   thread_pool tp(2);
   moe_scratch scratch;
   std::vector<float> cpu(d);
@@ -320,7 +325,7 @@ std::string moe_i8_mixed_case(suite& s, uint64_t seed, std::string& info) {
   std::string i1;
   if (const std::string v = verdict(compare(got.data(), cpu.data(), d), kI8CpuNmse, i1, kI8CpuMaxAbsRel); !v.empty())
     return "vs CPU i8: " + v;
-  info = "4 dispatches (no SwiGLU tail), the bits of 5; cpu i8: " + i1;
+  info = "3 dispatches (h packed for " + std::string(FD::name) + " by the SwiGLU tail), the bits of 5; cpu i8: " + i1;
   return {};
 }
 
@@ -480,9 +485,18 @@ void moe_cases(suite& s) {
     }
     return "a shared expert of another format was stacked";
   });
-  if (s.kern.has_i8(format::q4tp) && s.kern.has_i8(format::q2tp))
-    s.run("moe_i8", "q4tp", "8x[128x256] k=3 + shared, down in q2tp (no SwiGLU tail)",
+  if (s.kern.has_i8(format::q4tp) && s.kern.has_i8(format::q2tp)) {
+    s.run("moe_i8", "q4tp", "8x[128x256] k=3 + shared, down in q2tp",
           [&](uint64_t seed, std::string& info) { return moe_i8_mixed_case<fmt_q4tp, fmt_q2tp>(s, seed, info); });
+    s.run("moe_i8", "q2tp", "8x[128x256] k=3 + shared, down in q4tp (the CMF q2tp file)",
+          [&](uint64_t seed, std::string& info) { return moe_i8_mixed_case<fmt_q2tp, fmt_q4tp>(s, seed, info); });
+  }
+  if (s.kern.has_i8(format::mxfp4) && s.kern.has_i8(format::q4tp)) {
+    s.run("moe_i8", "mxfp4", "8x[128x256] k=3 + shared, down in q4tp",
+          [&](uint64_t seed, std::string& info) { return moe_i8_mixed_case<fmt_mxfp4, fmt_q4tp>(s, seed, info); });
+    s.run("moe_i8", "q2tp", "8x[128x256] k=3 + shared, down in MXFP4",
+          [&](uint64_t seed, std::string& info) { return moe_i8_mixed_case<fmt_q2tp, fmt_mxfp4>(s, seed, info); });
+  }
   // moe_i8_tc.comp's tensor-core variants compile for a 32-wide subgroup on any device (only a device with int8
   // cooperative matrices runs them; the moe_i8 "moe_i8_tc.comp" cases run them there, emulated elsewhere)
   s.run("moe_i8", "-", "int8 tensor-core shaders compile (q4tp, q2tp; gate/up, down; resident, cached; 1, 2 and 4 blocks per step)",

@@ -47,6 +47,10 @@ gpu_matrix upload_matrix(device& dev, format f, const matrix_view& w);
 /// The GLSL #define lines of format f (the preamble of every format-specialised shader): generated from the
 /// format trait, exposed for tests and docs.
 std::string format_defines(format f, scale_encoding enc);
+/// The ACT_T_* #define lines of common/act_q8.glsl that pack int8 activation vectors for format f's integer-dot
+/// products (q4tp, q2tp, MXFP4) in a shader whose own weights are in another format (the batch-1 MoE's SwiGLU tail
+/// packs h for the down matrix). usage_error for other formats.
+std::string act_target_defines(format f);
 
 /// Expert matrices of one MoE layer stacked into one device matrix: expert e's rows are rows
 /// [e·rows_per_expert, (e+1)·rows_per_expert) of `w`, in the format's own layout of the stacked [count·rows, cols]
