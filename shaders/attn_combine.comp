@@ -8,11 +8,23 @@
 // Scratch layout (attn_sparse.comp): acc [(row·heads + h)·splits + s][ATT_HD], then the (m, d) pairs in that order.
 // Defines: ATT_HD (head_dim), ATT_OPT (= ceil(HD / WG)), ATT_MAXS (the most splits of the shape: ≥ pc.splits),
 // ATT_STAGE_ALL (1 where ATT_MAXS ≤ 32: every split's state loaded at once).
+// ATT_Q8 = 1 (kernels::sparse_attention's attn_q8_out): the output is also written as int8 activations for the
+// integer-dot products that read it (wo_a), packed for the format of the ACT_T_* defines (common/act_q8.glsl): o
+// [rows, heads, ATT_HD] seen as vectors of pc.qcols values (a multiple of 32; ATT_HD too, so a block of 32 lies
+// in one head and one vector), at binding 4 from word pc.qoff — the bits quantize_act.comp writes from o
+// (common/act_q8_wide.glsl, one value per invocation: channel c = lid + i·WG_SIZE holds value c % 32 of its block),
+// without a dependent step of its own.
 #include "common/base.glsl"
+#ifndef ATT_Q8
+#define ATT_Q8 0
+#endif
 
 layout(push_constant) uniform combine_pc {
   uint rows, heads, splits, xoff;
   uint soff, has_sink, ooff, csoff;
+#if ATT_Q8
+  uint qoff, qcols, pad0, pad1;
+#endif
 } pc;
 layout(std430, binding = 0) readonly buffer X { float xs[]; };
 layout(std430, binding = 1) readonly buffer S { float sinks[]; };
@@ -25,6 +37,14 @@ layout(std430, binding = 2) writeonly buffer O { float os[]; };
 layout(std430, binding = 3) readonly buffer CS { float cs_rows[]; };
 #include "common/att_irope.glsl"
 shared float o_s[ATT_HD];
+#endif
+
+#if ATT_Q8
+layout(std430, binding = 4) writeonly buffer QW { uint qw[]; };
+layout(std430, binding = 4) writeonly buffer QF { float qf[]; };
+layout(std430, binding = 4) writeonly buffer QI { int qi[]; };
+#include "common/act_q8.glsl"
+#include "common/act_q8_wide.glsl"
 #endif
 
 // max that never lets a NaN win (as the CPU's `a > m ? a : m`)
@@ -81,6 +101,7 @@ void main() {
 #endif
   const float inv = d > 0.0 ? 1.0 / d : 0.0;
   const bool bad = isnan(d);
+  float ov[ATT_OPT];
 #if ATT_IROPE
   [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
     const uint c = lid + i * WG_SIZE;
@@ -89,12 +110,24 @@ void main() {
   barrier();
   [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
     const uint c = lid + i * WG_SIZE;
-    if (c < ATT_HD) os[pc.ooff + rh * ATT_HD + c] = att_irope(o_s[c], o_s[c ^ 1u], c, rh / pc.heads, pc.csoff);
+    ov[i] = 0.0;
+    if (c < ATT_HD) ov[i] = att_irope(o_s[c], o_s[c ^ 1u], c, rh / pc.heads, pc.csoff);
   }
 #else
+  [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) ov[i] = bad ? d : acc[i] * inv;
+#endif
   [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
     const uint c = lid + i * WG_SIZE;
-    if (c < ATT_HD) os[pc.ooff + rh * ATT_HD + c] = bad ? d : acc[i] * inv;
+    if (c < ATT_HD) os[pc.ooff + rh * ATT_HD + c] = ov[i];
+  }
+#if ATT_Q8
+  // every invocation calls act_q8_wide ATT_OPT times (its barriers); a round's live blocks are whole (ATT_HD % 32)
+  const uint qblocks = pc.qcols / 32u;
+  [[unroll]] for (uint i = 0u; i < ATT_OPT; ++i) {
+    const uint c = lid + i * WG_SIZE;
+    const bool live = c < ATT_HD;
+    const uint f = rh * ATT_HD + (live ? c : 0u), v = f / pc.qcols;
+    act_q8_wide(live ? ov[i] : 0.0, live, pc.qoff + v * ACT_VEC_WORDS(qblocks), (f % pc.qcols) / 32u, qblocks);
   }
 #endif
 }

@@ -234,22 +234,25 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
       }
       ts.mark(&gpu_graph_profile::index);
     }
-    // ---- sparse attention with sink over [KV source's entries | window], the inverse rope in its write
+    // ---- sparse attention with sink over [KV source's entries | window], the inverse rope in its write (and with
+    // int8 inputs for wo_a o's int8 copy by group, where it splits)
+    const auto o_q8 = da.attn_q8(G.wo_a, q_o);
+    bool o_q8_done = false;
     gpu::kernels::attn_shape as;
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
     as.inv_rope_dim = uint32_t(rd);
     if (r) {
       as.keys = uint32_t(W + TK), as.kv_a_rows = uint32_t(ent_cap), as.kv_b_rows = uint32_t(W);
-      k.sparse_attention(*cur, as, q, layers.at(size_t(P.kv_from)).entries, G.ring, layers.at(size_t(P.topk_from)).idx,
-                         G.sink, o, attn_x, cs_t);
+      o_q8_done = k.sparse_attention(*cur, as, q, layers.at(size_t(P.kv_from)).entries, G.ring,
+                                     layers.at(size_t(P.topk_from)).idx, G.sink, o, attn_x, cs_t, o_q8 ? &*o_q8 : nullptr);
     } else {
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(W), as.kv_b_rows = 0;
-      k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x, cs_t);
+      o_q8_done = k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x, cs_t, o_q8 ? &*o_q8 : nullptr);
     }
     ts.op("sparse_attention + o inverse rope");
     ts.mark(&gpu_graph_profile::attn_core);
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
-    if (da.quantize(*cur, {&G.wo_a}, o, q_o)) ts.op("o int8 by group");  // one dispatch: a vector per group
+    if (!o_q8_done && da.quantize(*cur, {&G.wo_a}, o, q_o)) ts.op("o int8 by group");  // one dispatch: a vector per group
     cur->begin_concurrent();
     for (uint64_t g = 0; g < Gs; ++g)
       da.matvec_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), q_o,

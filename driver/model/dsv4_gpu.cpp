@@ -231,7 +231,10 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
       ts.op("topk");
       ts.mark(&dsv4_gpu_profile::index);
     }
-    // Sparse attention with sink over [window | compressed], the inverse rope of the output's tail in its write.
+    // Sparse attention with sink over [window | compressed], the inverse rope of the output's tail in its write;
+    // with int8 inputs for wo_a the combine also writes o's int8 copy by group (no "o int8" step where it splits).
+    const auto o_q8 = da.attn_q8(G.wo_a, q_o);
+    bool o_q8_done = false;
     gpu::kernels::attn_shape as;
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
     as.inv_rope_dim = uint32_t(rd);
@@ -239,16 +242,17 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     if (kind.ratio) {
       as.keys = uint32_t(W + (kind.indexer ? cf.index_topk : ne));
       as.kv_a_rows = uint32_t(G.comp.max_entries), as.kv_b_rows = uint32_t(R);
-      k.sparse_attention(*cur, as, q, G.comp.entries, G.ring, G.idx, G.sink, o, attn_x, cs_t);
+      o_q8_done = k.sparse_attention(*cur, as, q, G.comp.entries, G.ring, G.idx, G.sink, o, attn_x, cs_t,
+                                     o_q8 ? &*o_q8 : nullptr);
     } else {
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(R), as.kv_b_rows = 0;
-      k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x, cs_t);
+      o_q8_done = k.sparse_attention(*cur, as, q, G.ring, view(), swa_idx, G.sink, o, attn_x, cs_t, o_q8 ? &*o_q8 : nullptr);
     }
     ts.op("sparse_attention + o inverse rope");
     ts.mark(&dsv4_gpu_profile::attn_core);
     // Grouped output projection: z_g = wo_a[g] · o_g, then wo_b · z.
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
-    if (da.quantize(*cur, {&G.wo_a}, o, q_o)) ts.op("o int8 by group");  // one dispatch: a vector per group
+    if (!o_q8_done && da.quantize(*cur, {&G.wo_a}, o, q_o)) ts.op("o int8 by group");  // one dispatch: a vector per group
     cur->begin_concurrent();
     for (uint64_t g = 0; g < Gs; ++g)
       da.matvec_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), q_o,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 
 #include "cmfx/formats/format.hpp"
@@ -75,6 +76,12 @@ struct gpu_dense_act {
       recorded = true;
     }
     return recorded;
+  }
+  /// Where w reads int8 activations: the q8 output of kernels::sparse_attention that packs its o into q (all of q's
+  /// vectors, for w's format) — the attention's combine writes it, no quantisation step of its own.
+  std::optional<gpu::kernels::attn_q8_out> attn_q8(const gpu::gpu_matrix& w, const gpu_act_q8_slots& q) const {
+    if (!i8(w)) return std::nullopt;
+    return gpu::kernels::attn_q8_out{q.all(w.fmt), w.fmt, uint32_t(q.cols)};
   }
   /// y = W · x: through vector v of q (quantize recorded it in an earlier step) where w takes int8 activations.
   void matvec(gpu::commands& c, const gpu::gpu_matrix& w, gpu::view x, const gpu_act_q8_slots& q, gpu::view y,

@@ -94,15 +94,23 @@ uint64_t kernels::attn_scratch_floats(const attn_shape& sh) {
 
 bool kernels::attn_f16_tiles(const attn_shape& sh) const { return attn_tc_mode(detail::op_env_of(*p_), sh) != 0; }
 
-void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
-                               view o, view scratch, view inv_rope_cs) {
+bool kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
+                               view o, view scratch, view inv_rope_cs, const attn_q8_out* q8) {
   const char* op = "sparse_attention";
   if (sh.head_dim == 0 || sh.head_dim > attn_max_head_dim)
     throw usage_error(std::string(op) + ": head_dim must be in [1, " + std::to_string(attn_max_head_dim) + "]");
   if (sh.heads == 0) throw usage_error(std::string(op) + ": heads must be > 0");
   if (uint64_t(sh.kv_a_rows) + sh.kv_b_rows > 0x7FFFFFFFull)
     throw usage_error(std::string(op) + ": more KV rows than an int32 index can name");
-  if (sh.rows == 0) return;
+  if (q8) {
+    const uint64_t total = uint64_t(sh.rows) * sh.heads * sh.head_dim;
+    if (!has_i8(q8->f)) throw usage_error(std::string(op) + ": q8 output: no int8-activation kernel for its format");
+    if (q8->vec_cols == 0 || q8->vec_cols % 32 || total % q8->vec_cols)
+      throw usage_error(std::string(op) + ": q8 output: vec_cols must be a multiple of 32 dividing rows · heads · "
+                        "head_dim");
+    detail::need_view(q8->q, act_q8_bytes(q8->vec_cols, uint32_t(total / q8->vec_cols)), op, "q8");
+  }
+  if (sh.rows == 0) return false;
   const detail::op_env e = detail::op_env_of(*p_);
   const attn_plan pl = plan_of(sh);
   const uint64_t hd = sh.head_dim, qb = uint64_t(sh.rows) * sh.heads * hd * 4, ab = uint64_t(sh.kv_a_rows) * hd * 4,
@@ -154,7 +162,7 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
     e.grid(uint64_t(sh.rows) * pc.nhb, gx, gy);
     detail::dispatch(c.impl(), e.pipe("attn_tc.comp", defs, wg, nb, sizeof pc), std::span<const detail::binding>(b, nb),
                      &pc, sizeof pc, gx, gy);
-    return;
+    return false;
   }
   const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_HB", attn_heads_per_wg) +
                            detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt) + ir_def +
@@ -164,21 +172,29 @@ void kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   e.grid(uint64_t(sh.rows) * pl.nhb * pl.splits, gx, gy);
   detail::dispatch(c.impl(), e.pipe("attn_sparse.comp", defs, wg, nb, sizeof pc),
                    std::span<const detail::binding>(b, nb), &pc, sizeof pc, gx, gy);
-  if (!split) return;
-  // Combine the splits of each (row, head) with the sink (shaders/attn_combine.comp).
-  const uint32_t cpc[8] = {sh.rows,          sh.heads,        pl.splits, b_x.residual / 4, b_s.residual / 4,
-                           sinks ? 1u : 0u,  b_o.residual / 4, b_cs.residual / 4};
-  const detail::binding cb[4] = {b_x.b, b_s.b, b_o.b, b_cs.b};
-  const uint32_t ncb = ir ? 4 : 3;
+  if (!split) return false;
+  if (q8 && sh.head_dim % 32) q8 = nullptr;  // a block of 32 would span two heads' workgroups: the caller quantises
+  // Combine the splits of each (row, head) with the sink (shaders/attn_combine.comp), with q8 also o's int8 copy
+  // (ATT_Q8: binding 4, two more push words).
+  const uint64_t total = uint64_t(sh.rows) * sh.heads * sh.head_dim;
+  const detail::bound b_q8 = q8 ? e.bind(q8->q, act_q8_bytes(q8->vec_cols, uint32_t(total / q8->vec_cols)))
+                                : detail::bound{};
+  const uint32_t cpc[12] = {sh.rows,          sh.heads,        pl.splits, b_x.residual / 4, b_s.residual / 4,
+                            sinks ? 1u : 0u,  b_o.residual / 4, b_cs.residual / 4,
+                            q8 ? b_q8.residual / 4 : 0u, q8 ? q8->vec_cols : 0u, 0u, 0u};
+  const detail::binding cb[5] = {b_x.b, b_s.b, b_o.b, b_cs.b, b_q8.b};
+  const uint32_t ncb = q8 ? 5 : ir ? 4 : 3, pcb = q8 ? 48 : 32;
+  std::string cdefs = detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_OPT", opt) +
+                      detail::def_u("ATT_MAXS", pl.max_splits) + "#define ATT_STAGE_ALL " +
+                     (pl.max_splits <= 32 ? "1" : "0") + "\n" + ir_def;
+  if (q8) {
+    cdefs += "#define ATT_Q8 1\n" + act_target_defines(q8->f);
+    if (e.info.subgroup_arithmetic && e.info.subgroup_shuffle && e.lanes % 32 == 0) cdefs += "#define ACT_WIDE_SG 1\n";
+  }
   e.grid(uint64_t(sh.rows) * sh.heads, gx, gy);
-  detail::dispatch(c.impl(),
-                   e.pipe("attn_combine.comp",
-                          detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_OPT", opt) +
-                              detail::def_u("ATT_MAXS", pl.max_splits) + "#define ATT_STAGE_ALL " +
-                              (pl.max_splits <= 32 ? "1" : "0") + "\n" + ir_def,
-                          wg, ncb,
-                          sizeof cpc),
-                   std::span<const detail::binding>(cb, ncb), cpc, sizeof cpc, gx, gy);
+  detail::dispatch(c.impl(), e.pipe("attn_combine.comp", cdefs, wg, ncb, pcb), std::span<const detail::binding>(cb, ncb),
+                   cpc, pcb, gx, gy);
+  return bool(q8);
 }
 
 void kernels::compress_pool(commands& c, const pool_shape& sh, view a, view s, view win, view norm, view out,

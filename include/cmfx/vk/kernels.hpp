@@ -550,8 +550,19 @@ class kernels {
   /// second dispatch combines them with the sink (flash decoding; then never inside begin_concurrent); otherwise
   /// one dispatch. scratch holds attn_scratch_floats(sh) floats (no view when that is 0). The inverse RoPE of the
   /// output's rope tail: sh.inv_rope_dim with inv_rope_cs, or a separate rope(..., inverse = true) call.
-  void sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
-                        view o, view scratch, view inv_rope_cs = {});
+  /// q8 (optional): where the shape splits, the combine also writes o as int8 activations for format f's
+  /// integer-dot products (has_i8(f)) — o [rows, heads, head_dim] seen as rows·heads·head_dim / vec_cols vectors of
+  /// vec_cols values (a multiple of 32 dividing that count), packed into q as quantize_act(c, f, o, vectors,
+  /// vec_cols, q) would write them, bit for bit, without a step of its own (e.g. o by wo_a group). Returns whether
+  /// it did: a shape that does not split, or a head_dim that is not a multiple of 32, leaves q alone, and the
+  /// caller quantises.
+  struct attn_q8_out {
+    view q;
+    format f = format::q4tp;
+    uint32_t vec_cols = 0;
+  };
+  bool sparse_attention(commands& c, const attn_shape& sh, view q, view kv_a, view kv_b, view idx, view sinks,
+                        view o, view scratch, view inv_rope_cs = {}, const attn_q8_out* q8 = nullptr);
   /// Scratch floats of sparse_attention for sh: depends on rows, heads and head_dim only (not on keys), so one
   /// buffer serves every key count of a row/head shape; 0 when the shape never splits (many rows, e.g. prefill).
   static uint64_t attn_scratch_floats(const attn_shape& sh);
