@@ -36,7 +36,7 @@ layout(push_constant) uniform hb_pc {
   uint cstride, cntoff, iters, boff;  // HC_TAIL: cntoff … rms_eps
   uint soff, yoff, nwoff, aoff;
   float norm_eps, hc_eps, head_scale, rms_eps;
-  uint foldoff, fstride, cooff, pad0;  // HC_TAIL with HC_FOLD / HC_COUT
+  uint foldoff, fstride, cooff, qoff;  // HC_TAIL with HC_FOLD / HC_COUT / HC_Q8
 } pc;
 layout(std430, binding = 0) readonly buffer X { float xs[]; };
 layout(std430, binding = 1) readonly buffer O { float os[]; };      // HC_POST: the sublayer output [tokens, d]
@@ -85,6 +85,19 @@ layout(std430, binding = 12) writeonly buffer CfO { float coeffo[]; };
 #endif
 #if HC_FOLD
 layout(std430, binding = 13) readonly buffer Fd { float fold[]; };
+#endif
+#ifndef HC_Q8
+#define HC_Q8 0
+#endif
+#if HC_Q8
+#if HC_COUT
+#error "HC_Q8 takes binding 12: not with HC_COUT"
+#endif
+// y's int8 copy (kernels::hc_finish_args::y_q8): the vectors of common/act_q8.glsl for the ACT_T_* format
+layout(std430, binding = 12) writeonly buffer HQW { uint hqw[]; };
+layout(std430, binding = 12) writeonly buffer HQF { float hqf[]; };
+layout(std430, binding = 12) writeonly buffer HQI { int hqi[]; };
+#include "common/act_q8.glsl"
 #endif
 #include "common/mhc_finish.glsl"
 shared bool tail_last;
@@ -177,7 +190,7 @@ void main() {
   a.t = t, a.hc = hc, a.d = d, a.nblk = pc.nblk, a.rows = pc.rows, a.iters = pc.iters;
   a.xoff = HC_POST != 0 ? pc.outoff : pc.xoff;
   a.poff = pc.poff, a.boff = pc.boff, a.soff = pc.soff, a.coff = HC_COUT != 0 ? pc.cooff : pc.coff, a.yoff = pc.yoff;
-  a.cstride = pc.cstride, a.nwoff = pc.nwoff, a.foldoff = pc.foldoff, a.fstride = pc.fstride;
+  a.cstride = pc.cstride, a.nwoff = pc.nwoff, a.foldoff = pc.foldoff, a.fstride = pc.fstride, a.qoff = pc.qoff;
   a.norm_eps = pc.norm_eps, a.hc_eps = pc.hc_eps, a.head_scale = pc.head_scale, a.rms_eps = pc.rms_eps;
   hc_finish(a);
 #endif

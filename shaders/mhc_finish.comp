@@ -36,7 +36,7 @@ void main() {
   hcf_args a;
   a.t = t, a.hc = pc.hc, a.d = pc.d, a.nblk = pc.nblk, a.rows = pc.rows, a.iters = pc.iters, a.xoff = pc.xoff;
   a.poff = pc.poff, a.boff = pc.boff, a.soff = pc.soff, a.coff = pc.coff, a.yoff = pc.yoff, a.cstride = pc.cstride;
-  a.nwoff = pc.nwoff, a.foldoff = pc.foldoff, a.fstride = pc.fstride;
+  a.nwoff = pc.nwoff, a.foldoff = pc.foldoff, a.fstride = pc.fstride, a.qoff = 0u;
   a.norm_eps = pc.norm_eps, a.hc_eps = pc.hc_eps, a.head_scale = pc.head_scale, a.rms_eps = pc.rms_eps;
   hc_finish(a);
 }

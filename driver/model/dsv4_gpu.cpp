@@ -13,6 +13,7 @@
 // With dense_act = i8 (gpu_dense_i8.hpp) the dense products of an int8 format read int8 inputs: u quantised in a
 // step before the projections (and before the head), qr by the q norm, o before the wo_a groups, z before wo_b.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -116,13 +117,27 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
 
   // A sublayer boundary is one dispatch (kernels::hc_post_finish): hc_post (or the first hc_mix) with the next
   // site's mix, then — in its last workgroup — that site's hc_pre_finish and input norm (the Sinkhorn C apart).
-  auto pre_of = [&](const gpu::buffer& base, const gpu::buffer& scale, const gpu::buffer& norm_w) {
+  // q_w: where that site's first product of u reads int8 activations, the finish also writes u's copy for its
+  // format (hc_finish_args::y_q8: no "u int8" step before the attention projections).
+  auto pre_of = [&](const gpu::buffer& base, const gpu::buffer& scale, const gpu::buffer& norm_w,
+                    const gpu::gpu_matrix* q_w = nullptr) {
     gpu::kernels::hc_finish_args f;
     f.base = base, f.scale = scale, f.sinkhorn = false, f.y = u, f.norm = norm_w;
+    da.finish_q8(f, q_w, q_u);
     return f;
   };
+  // The products of the attention site's u (its int8 copy once per format among them; the first format's written
+  // by the boundary before the site): the indexer's query side only where it has to choose among the finished
+  // entries (ix_scores below).
+  auto u_users = [&](const dsv4_gpu_layer& N) {
+    const bool ixs = N.kind.indexer && (t + 1) / N.kind.ratio > cf.index_topk;
+    return std::array<const gpu::gpu_matrix*, 7>{
+        &N.wq_a, &N.wkv, N.kind.ratio ? &N.comp.wkv : nullptr, N.kind.ratio ? &N.comp.wgate : nullptr,
+        N.kind.indexer ? &N.ix.wkv : nullptr, N.kind.indexer ? &N.ix.wgate : nullptr, ixs ? &N.ix_wp : nullptr};
+  };
   k.hc_post_finish(*cur, sh, view(), X, coeff, 1, view(), layers.at(0).hc_attn_fn, mix_rows, partials,
-                   pre_of(layers[0].hc_attn_base, layers[0].hc_attn_scale, layers[0].attn_norm));
+                   pre_of(layers[0].hc_attn_base, layers[0].hc_attn_scale, layers[0].attn_norm,
+                          da.first(u_users(layers[0]))));
   ts.op("hc_mix + hc_pre_finish + attn_norm");
   ts.mark(&dsv4_gpu_profile::hc);
   for (uint32_t l = 0; l < cf.layers; ++l) {
@@ -144,14 +159,13 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
     // the indexer's query side (iw, iq, scores, top-k) only where it has to choose among the finished entries
     const bool ix_scores = kind.indexer && (t + 1) / kind.ratio > cf.index_topk;
-    // With int8 inputs, u's quantisation is a step of its own before the projections (the Sinkhorn stays beside
-    // them: beside the quantisation the step measured 8.4 µs, s159, against 4.4 for the quantisation alone, s160;
-    // written by the boundary's one-workgroup tail it cost the boundary 8.6 µs, s162).
-    const std::initializer_list<const gpu::gpu_matrix*> u_users = {
-        &G.wq_a, &G.wkv, kind.ratio ? &G.comp.wkv : nullptr, kind.ratio ? &G.comp.wgate : nullptr,
-        kind.indexer ? &G.ix.wkv : nullptr, kind.indexer ? &G.ix.wgate : nullptr, ix_scores ? &G.ix_wp : nullptr};
+    // With int8 inputs, u's copy for the first int8 format among its products comes from the boundary before
+    // (hc_finish_args::y_q8: one invocation per block in its finish; the 32-lane quantiser there cost the boundary
+    // 8.6 µs, s162, against 4.4 for the step); another format's copy is a step of its own before the projections
+    // (the Sinkhorn stays beside them).
+    const auto uu = u_users(G);
     cur->begin_concurrent();
-    if (da.quantize(*cur, u_users, u, q_u)) {
+    if (da.quantize(*cur, uu, u, q_u, da.first(uu))) {
       cur->end_concurrent();
       ts.op("u int8");
       cur->begin_concurrent();
@@ -314,11 +328,12 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     if (!last) {
       const dsv4_gpu_layer& N = layers[l + 1];
       k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, N.hc_attn_fn, mix_rows, partials,
-                       pre_of(N.hc_attn_base, N.hc_attn_scale, N.attn_norm), moe_add);
+                       pre_of(N.hc_attn_base, N.hc_attn_scale, N.attn_norm, da.first(u_users(N))), moe_add);
       ts.op("hc_post + mix + hc_pre_finish + attn_norm");
     } else if (logits_mode) {  // + hc_head_finish and the final norm
       gpu::kernels::hc_finish_args f;
       f.base = hc_head_base, f.head = true, f.head_scale = hc_head_scale, f.y = u, f.norm = norm;
+      da.finish_q8(f, &head, q_u);  // the head's u int8 (no step of its own)
       k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, hc_head_fn, uint32_t(hc), partials, f, moe_add);
       ts.op("hc_post + hc_head_finish + norm");
     } else {
@@ -330,7 +345,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     co_yield 0;  // a layer recorded (record_task)
   }
   if (logits_mode) {
-    if (da.quantize(*cur, {&head}, u, q_u)) ts.op("u int8 (head)");
+    // (u's int8 copy for an int8 head: written by the last boundary's finish)
     da.matvec(*cur, head, u, q_u, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);

@@ -54,8 +54,9 @@ struct gpu_dense_act {
 
   /// Whether the batch-1 product of w reads int8 activations.
   bool i8(const gpu::gpu_matrix& w) const { return act == act_precision::i8 && k.has_i8(w.fmt); }
-  /// The first of ws (null entries skipped) that reads int8 activations, or null.
-  const gpu::gpu_matrix* first(std::initializer_list<const gpu::gpu_matrix*> ws) const {
+  /// The first of ws (null entries skipped) that reads int8 activations, or null. (Ws: a braced list, or an array.)
+  template <class Ws = std::initializer_list<const gpu::gpu_matrix*>>
+  const gpu::gpu_matrix* first(const Ws& ws) const {
     for (const gpu::gpu_matrix* w : ws)
       if (w && i8(*w)) return w;
     return nullptr;
@@ -64,8 +65,9 @@ struct gpu_dense_act {
   /// int8 format among ws (null entries skipped); the caller wraps it in a concurrent group where it records more
   /// than one. Returns whether anything was recorded.
   /// skip: a format whose copy the caller writes otherwise (kernels::rmsnorm_q8).
-  bool quantize(gpu::commands& c, std::initializer_list<const gpu::gpu_matrix*> ws, gpu::view x,
-                const gpu_act_q8_slots& q, const gpu::gpu_matrix* skip = nullptr) const {
+  template <class Ws = std::initializer_list<const gpu::gpu_matrix*>>
+  bool quantize(gpu::commands& c, const Ws& ws, gpu::view x, const gpu_act_q8_slots& q,
+                const gpu::gpu_matrix* skip = nullptr) const {
     bool done[std::size(gpu_act_q8_slots::formats)] = {};
     if (skip) done[gpu_act_q8_slots::slot(skip->fmt)] = true;
     bool recorded = false;
@@ -76,6 +78,11 @@ struct gpu_dense_act {
       recorded = true;
     }
     return recorded;
+  }
+  /// Where w (may be null) reads int8 activations: a boundary's finish writes x's copy for w's format
+  /// (kernels::hc_finish_args::y_q8, x its y) — then quantize(..., skip = w) leaves that format out.
+  void finish_q8(gpu::kernels::hc_finish_args& f, const gpu::gpu_matrix* w, const gpu_act_q8_slots& q) const {
+    if (w && i8(*w)) f.y_q8 = q.all(w->fmt), f.y_q8_fmt = w->fmt;
   }
   /// Where w reads int8 activations: the q8 output of kernels::sparse_attention that packs its o into q (all of q's
   /// vectors, for w's format) — the attention's combine writes it, no quantisation step of its own.

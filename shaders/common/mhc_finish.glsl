@@ -15,7 +15,10 @@
 // does not need is computed off the decode's critical path.
 // HC_NORM = 1: the RMSNorm that follows the collapse, in the same dispatch: the operations of rmsnorm.comp on the
 // stored y values in its order (strided partial sums, wg_sum, r = 1 / sqrt(mean + eps), y · r · weight), so
-// bit-identical.
+// bit-identical. HC_Q8 = 1 (with HC_NORM; d % 32 == 0): y also quantised to int8 (common/act_q8.glsl's vectors,
+// hqw / hqf / hqi from word a.qoff, one per token): the normed values staged in shared memory (a 33-float stride
+// per block: no bank conflicts), then one invocation per block runs act_q8_block — quantize_act.comp's operations,
+// so its bits — a few hundred instructions per invocation instead of a dependent quantisation step.
 // Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_PART, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)),
 // HC_NBLK (= the mhc_block.comp column blocks of d: the partials per row).
 // The including shader declares the buffers part[] (ACC), base[], scale[], coeff[], ys[] (nw[] with HC_NORM,
@@ -24,6 +27,12 @@
 // a.coff offsets are into it). Every invocation of the workgroup calls hc_finish (it contains barriers).
 #ifndef HC_PART
 #define HC_PART 0
+#endif
+#ifndef HC_Q8
+#define HC_Q8 0
+#endif
+#if HC_Q8 && !HC_NORM
+#error "HC_Q8 quantises the normed y: needs HC_NORM"
 #endif
 #ifndef HCF_C
 #define HCF_C(i) coeff[i]
@@ -52,6 +61,9 @@ ACC shf(ACC v, uint i) {
 #endif
 
 shared ACC m[(2 + HC_MAX) * HC_MAX + 1];
+#if HC_Q8
+shared float hq_s[HC_COLS * WG_SIZE / 32u * 33u];  // the normed y by block of 32, 33 floats apart
+#endif
 shared float pre_s[HC_MAX];
 shared ACC cm[HC_MAX * HC_MAX];
 
@@ -60,7 +72,7 @@ ACC sigm(ACC x) { return ACC(1) / (ACC(1) + EXP(-x)); }
 
 /// The scalars of one token's finish (offsets in elements of their buffers).
 struct hcf_args {
-  uint t, hc, d, nblk, rows, iters, xoff, poff, boff, soff, coff, yoff, cstride, nwoff, foldoff, fstride;
+  uint t, hc, d, nblk, rows, iters, xoff, poff, boff, soff, coff, yoff, cstride, nwoff, foldoff, fstride, qoff;
   float norm_eps, hc_eps, head_scale, rms_eps;
 };
 
@@ -224,8 +236,26 @@ void hc_finish(const hcf_args a) {
   const ACC r = ACC(1) / sqrt(ss / ACC(d) + ACC(a.rms_eps));
   [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
     const uint c = lid + i * WG_SIZE;
-    if (c < d) ys[a.yoff + t * d + c] = float(ACC(yv[i]) * r * ACC(nwr[i]));
+    if (c < d) {
+      const float u = float(ACC(yv[i]) * r * ACC(nwr[i]));
+      ys[a.yoff + t * d + c] = u;
+#if HC_Q8
+      hq_s[(c / 32u) * 33u + c % 32u] = u;
+#endif
+    }
   }
+#if HC_Q8
+  barrier();
+  const uint qblocks = d / 32u, qbase = a.qoff + t * ACT_VEC_WORDS(qblocks);
+  for (uint b = lid; b < qblocks; b += WG_SIZE) {
+    float v[32];
+    [[unroll]] for (uint i = 0u; i < 32u; ++i) v[i] = hq_s[b * 33u + i];
+    const act_block q = act_q8_block(v);
+    [[unroll]] for (uint s = 0u; s < 8u; ++s) hqw[qbase + 8u * b + s] = q.w[s];
+    hqf[qbase + ACT_SCALE_WORD(qblocks) + b] = q.half_sx;
+    hqi[qbase + ACT_BSUM_WORD(qblocks) + b] = q.bsum2;
+  }
+#endif
 #endif
 #endif  // HC_COLLAPSE
 }

@@ -38,7 +38,7 @@ struct block_pc {
   uint32_t cntoff, iters, boff, soff, yoff, nwoff;  // the tail (HC_TAIL)
   uint32_t aoff;                                    // o_add (HC_ADD)
   float norm_eps, hc_eps, head_scale, rms_eps;
-  uint32_t foldoff, fstride, cooff, pad0;           // the tail's fold (HC_FOLD 1) and coefficient output (HC_COUT)
+  uint32_t foldoff, fstride, cooff, qoff;           // the tail's fold (HC_FOLD 1), coefficient output (HC_COUT), y_q8 (HC_Q8)
 };
 struct finish_pc {
   uint32_t tokens, hc, d, nblk, rows, iters, xoff, poff, boff, soff, coff, yoff;
@@ -138,6 +138,14 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
     b[nbind++] = ab.b;
     pc.aoff = ab.residual / 4;
     defs += "#define HC_ADD 1\n";
+  }
+  if (fin && fin->y_q8) {  // binding 12 (11: o_add or unused); HC_COUT takes 12 (usage_error in hc_post_finish)
+    const detail::bound qb = e.bind(fin->y_q8, kernels::act_q8_bytes(sh.d, tokens));
+    if (nbind == 11) b[nbind++] = e.bind(view(), 4).b;
+    b[12] = qb.b;
+    nbind = 13;
+    pc.qoff = qb.residual / 4;
+    defs += "#define HC_Q8 1\n" + act_target_defines(fin->y_q8_fmt);
   }
   if (fin && (fin->fold || fin->coeff_out)) {  // bindings 12 and 13 (11: o_add or unused)
     const uint64_t fbytes = fold_bytes(sh, tokens, fin->fold_stride);
@@ -306,6 +314,12 @@ void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, vi
   if (fin.coeff_out && overlaps(fin.coeff_out, coeff)) throw usage_error("hc_post_finish: coeff_out overlaps coeff");
   if (fin.coeff_out && fin.fold && overlaps(fin.coeff_out, fin.fold))
     throw usage_error("hc_post_finish: coeff_out overlaps fold");
+  if (fin.y_q8) {
+    if (!fin.norm || sh.d % 32) throw usage_error("hc_post_finish: y_q8 needs the norm and d a multiple of 32");
+    if (fin.coeff_out) throw usage_error("hc_post_finish: y_q8 with coeff_out (no binding left)");
+    if (!has_i8(fin.y_q8_fmt)) throw usage_error("hc_post_finish: y_q8: no int8-activation kernel for its format");
+    detail::need_view(fin.y_q8, act_q8_bytes(sh.d, tokens), "hc_post_finish", "y_q8");
+  }
   const detail::op_env e = detail::op_env_of(*p_);
   if (tokens > detail::op_env::counter_slots / 4) {  // more tokens than counters: the two dispatches
     if (c.in_concurrent())
@@ -316,6 +330,10 @@ void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, vi
     run_finish(e, c, sh, fin.head, next_partials, post ? out : X, fin.base, fin.scale, fin.head_scale, tokens,
                fin.coeff_out ? fin.coeff_out : coeff, fin.y, fin.norm, fin.fold ? 1 : 0, fin.fold, fin.fold_stride,
                fin.head || fin.sinkhorn ? 0 : 1);
+    if (fin.y_q8) {
+      c.barrier();
+      quantize_act(c, fin.y_q8_fmt, fin.y, tokens, sh.d, fin.y_q8);
+    }
     return;
   }
   run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, &fin, o_add);

@@ -282,6 +282,62 @@ std::string sinkhorn_apart_case(suite& s, uint64_t seed, bool fold, uint32_t tok
   info = "pre/post/y + C apart == the whole call, bit for bit";
   return {};
 }
+/// The boundary's int8 copy of y (hc_finish_args::y_q8: the finish quantises its normed y for the next products):
+/// the bytes quantize_act(fmt, y) writes from the y the same call wrote, and y itself the bits of the call without
+/// the copy. Both boundary finishes (the next site's pre, the head's); the two-dispatch fallback past the counters.
+std::string post_finish_q8_case(suite& s, uint64_t seed, bool head, uint32_t tokens, uint32_t hc, uint32_t d, format f,
+                                std::string& info) {
+  rng r(seed);
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d;
+  const uint32_t rows = head ? hc : (2 + hc) * hc, n = hc * d, per = gpu::kernels::hc_coeff_floats(hc);
+  const uint64_t xn = uint64_t(tokens) * n, yn = uint64_t(tokens) * d, qb = gpu::kernels::act_q8_bytes(d, tokens);
+  std::vector<float> c0(uint64_t(tokens) * per), nw = r.normal(d, 0.1f);
+  for (float& v : c0) v = r.uniform(0.05f, 1.0f);
+  for (float& v : nw) v += 1.0f;
+  const gpu::buffer xb = upload(s.dev, r.normal(xn)), ob = upload(s.dev, r.normal(yn)),
+                    fb = upload(s.dev, r.normal(uint64_t(rows) * n, 0.02f)), bb = upload(s.dev, r.normal(rows, 0.1f)),
+                    sb = upload(s.dev, std::vector<float>{0.5f, 0.45f, 0.55f}), nb = upload(s.dev, nw);
+  const uint64_t pbytes = s.kern.hc_partials_bytes(sh, tokens, rows);
+  std::vector<guarded> co, xo, part, y;
+  for (int i = 0; i < 2; ++i) {
+    co.emplace_back(s.dev, c0.size() * 4), xo.emplace_back(s.dev, xn * 4), part.emplace_back(s.dev, pbytes);
+    y.emplace_back(s.dev, yn * 4);
+    s.dev.upload(co.back().payload(), c0.data(), c0.size() * 4);
+  }
+  guarded q8(s.dev, qb), ref(s.dev, qb);
+  gpu::commands c = s.dev.begin();
+  for (int i = 0; i < 2; ++i) {  // 0: plain; 1: with y's int8 copy
+    gpu::kernels::hc_finish_args fin;
+    fin.base = bb, fin.scale = sb, fin.head = head, fin.head_scale = 0.7f, fin.sinkhorn = false, fin.norm = nb;
+    fin.y = y[size_t(i)].payload();
+    if (i == 1) fin.y_q8 = q8.payload(), fin.y_q8_fmt = f;
+    s.kern.hc_post_finish(c, sh, ob, xb, co[size_t(i)].payload(), tokens, xo[size_t(i)].payload(), fb, rows,
+                          part[size_t(i)].payload(), fin);
+  }
+  const uint32_t disp = c.dispatch_count();
+  c.barrier();
+  s.kern.quantize_act(c, f, y[1].payload(), tokens, d, ref.payload());
+  s.submit(c);
+  const bool fallback = tokens > 2048;  // op_env::counter_slots / 4: post, finish (+ the quantisation)
+  if (disp != (fallback ? 5u : 2u)) return std::to_string(disp) + " dispatches for the two boundaries";
+  std::vector<float> y0(yn), y1(yn);
+  std::vector<uint32_t> got(qb / 4), want(qb / 4);
+  std::string why;
+  if (!y[0].read(y0.data(), why) || !y[1].read(y1.data(), why) || !q8.read(got.data(), why) ||
+      !ref.read(want.data(), why))
+    return why;
+  if (std::memcmp(y0.data(), y1.data(), yn * 4)) return "y with the int8 copy differs from y without it";
+  for (uint64_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i])
+      return "int8 copy word " + std::to_string(i) + " = " + std::to_string(got[i]) + ", quantize_act wrote " +
+             std::to_string(want[i]);
+  for (float v : y1)
+    if (!std::isfinite(v)) return "y not finite";
+  info = std::to_string(tokens) + " vector(s): the bytes of quantize_act" + (fallback ? " (two-dispatch fallback)" : "");
+  return {};
+}
+
 /// A sublayer boundary in one dispatch (kernels::hc_post_finish: the finish in the last workgroup of each token)
 /// == hc_post (or hc_mix without o) + hc_pre_finish / hc_head_finish, bit for bit: X', the partials, the
 /// coefficients (rewritten in place, as the models do) and y. The fused call runs twice one after the other and
@@ -549,6 +605,17 @@ void mhc_cases(suite& s) {
           [=, &s](uint64_t seed, R& info) {
             return post_finish_case(s, seed, true, false, false, true, tokens, hc, d, info, true);
           });
+  // y's int8 copy written by the finish (the decode's boundary before the attention projections and the head)
+  for (auto [tokens, hc, d, head, fi] : {std::array<uint32_t, 5>{1, 4, 4096, 0, 0}, {1, 4, 4096, 1, 0}, {3, 4, 288, 0, 1},
+                                        {2, 8, 64, 0, 2}, {2049, 2, 64, 0, 0}}) {
+    const format f = fi == 0 ? format::q4tp : fi == 1 ? format::q2tp : format::mxfp4;
+    if (!s.kern.has_i8(f)) continue;
+    s.run("hc_post_finish", "-",
+          std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) +
+              (head ? " post + head (norm)" : " post + pre (Sinkhorn apart, norm)") + ", y's int8 copy for " +
+              std::string(format_name(f)),
+          [=, &s](uint64_t seed, R& info) { return post_finish_q8_case(s, seed, head, tokens, hc, d, f, info); });
+  }
   // V4.1's boundary: the collapse folded by the post's pre, the coefficients into their own buffer (decode: the
   // Sinkhorn apart with the norm; the whole finish without; the first mix; the fallback)
   for (auto [tokens, hc, d, mode] : {std::array<uint32_t, 4>{1, 4, 5120, 0}, {3, 4, 300, 1}, {2, 8, 64, 2},

@@ -429,11 +429,16 @@ class kernels {
     view fold;
     uint32_t fold_stride = 0;
     view coeff_out;
+    /// With norm (d % 32 == 0): y also quantised for format y_q8_fmt's integer-dot products (has_i8) into y_q8 —
+    /// the bits quantize_act(c, y_q8_fmt, y, tokens, d, y_q8) writes, by the finish itself (one invocation per
+    /// block of 32 from shared memory), without a step of its own. Not with coeff_out (V4.1: no binding left).
+    view y_q8;
+    format y_q8_fmt = format::q4tp;
   };
   /// A sublayer boundary in one dispatch: hc_post (o given) or hc_mix (o empty: X' = X, out unused) with the mix
   /// next_fn [next_rows = the finish's rows] into next_partials, then the finish of that mix on X' — bit-identical
   /// to the separate calls; the last workgroup of each token runs the finish (arrival counters on the device).
-  /// coeff is read by the post, then rewritten by the finish. o_add as in hc_post.
+  /// coeff is read by the post, then rewritten by the finish. o_add as in hc_post. fin.y_q8: y's int8 copy too.
   void hc_post_finish(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
                       view next_fn, uint32_t next_rows, view next_partials, const hc_finish_args& fin,
                       view o_add = {});
