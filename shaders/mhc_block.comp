@@ -28,6 +28,9 @@
 #ifndef HC_ADD
 #define HC_ADD 0
 #endif
+#ifndef HC_Q8
+#define HC_Q8 0
+#endif
 
 layout(push_constant) uniform hb_pc {
   uint tokens, hc, d, nblk;
@@ -53,7 +56,11 @@ layout(std430, binding = 3) coherent buffer Out { float outs[]; };
 layout(std430, binding = 5) coherent buffer P { ACC part[]; };
 layout(std430, binding = 6) readonly buffer Bs { float base[]; };
 layout(std430, binding = 7) readonly buffer Sc { float scale[]; };
+#if HC_Q8
+layout(std430, binding = 8) coherent buffer Y { float ys[]; };  // the finish reads its y back (HC_Q8)
+#else
 layout(std430, binding = 8) buffer Y { float ys[]; };
+#endif
 #if HC_NORM
 layout(std430, binding = 9) readonly buffer Nw { float nw[]; };
 #endif
@@ -85,9 +92,6 @@ layout(std430, binding = 12) writeonly buffer CfO { float coeffo[]; };
 #endif
 #if HC_FOLD
 layout(std430, binding = 13) readonly buffer Fd { float fold[]; };
-#endif
-#ifndef HC_Q8
-#define HC_Q8 0
 #endif
 #if HC_Q8
 #if HC_COUT

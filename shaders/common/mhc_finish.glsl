@@ -61,9 +61,7 @@ ACC shf(ACC v, uint i) {
 #endif
 
 shared ACC m[(2 + HC_MAX) * HC_MAX + 1];
-#if HC_Q8
-shared float hq_s[HC_COLS * WG_SIZE / 32u * 33u];  // the normed y by block of 32, 33 floats apart
-#endif
+
 shared float pre_s[HC_MAX];
 shared ACC cm[HC_MAX * HC_MAX];
 
@@ -239,17 +237,15 @@ void hc_finish(const hcf_args a) {
     if (c < d) {
       const float u = float(ACC(yv[i]) * r * ACC(nwr[i]));
       ys[a.yoff + t * d + c] = u;
-#if HC_Q8
-      hq_s[(c / 32u) * 33u + c % 32u] = u;
-#endif
     }
   }
 #if HC_Q8
+  memoryBarrierBuffer();  // the workgroup's y writes, read back below through the coherent binding
   barrier();
   const uint qblocks = d / 32u, qbase = a.qoff + t * ACT_VEC_WORDS(qblocks);
   for (uint b = lid; b < qblocks; b += WG_SIZE) {
     float v[32];
-    [[unroll]] for (uint i = 0u; i < 32u; ++i) v[i] = hq_s[b * 33u + i];
+    [[unroll]] for (uint i = 0u; i < 32u; ++i) v[i] = ys[a.yoff + t * d + b * 32u + i];
     const act_block q = act_q8_block(v);
     [[unroll]] for (uint s = 0u; s < 8u; ++s) hqw[qbase + 8u * b + s] = q.w[s];
     hqf[qbase + ACT_SCALE_WORD(qblocks) + b] = q.half_sx;
