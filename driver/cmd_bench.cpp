@@ -149,6 +149,9 @@ int run_bench(const bench_args& a) {
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk;
     go.dense_act = dact;
+    if (a.fold_quant == "u" || a.fold_quant == "both")
+      throw usage_error("bench: --fold-quant u / both: V4.1's boundaries have no binding left for u's int8 copy (o only)");
+    go.fold_o_q8 = a.fold_quant == "o";
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
@@ -157,6 +160,8 @@ int run_bench(const bench_args& a) {
     go.cache_cpu_chunk = a.cpu_chunk;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     go.dense_act = dact;  // the decode's q4tp / q2tp / MXFP4 dense products (--dense) too, as `cmfx run --act i8`
+    go.fold_o_q8 = a.fold_quant == "o" || a.fold_quant == "both";
+    go.fold_u_q8 = a.fold_quant == "u" || a.fold_quant == "both";
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
   gpu_graph& m = *mp;

@@ -46,6 +46,7 @@ struct bench_args {
   unsigned threads = 0;           // --threads, --backend cpu: worker threads of the graph and the roofline (0 = all)
   std::string weights = "q2tp";   // routed experts' format
   std::string expert_down;        // routed experts' w2 format (empty: --weights)
+  std::string fold_quant = "none";  // --fold-quant: none | o | u | both (dsv4_gpu_options::fold_o_q8 / fold_u_q8)
   std::string shared_expert = "dense";  // --shared-expert: dense (--dense for all three) | routed (--weights, w2 --expert-down)
   std::string dense = "fp8_b128"; // attention / compressor / indexer projections, shared expert, head
   uint64_t prompt = 512, tokens = 256, ctx = 16384;

@@ -235,8 +235,8 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
       ts.mark(&gpu_graph_profile::index);
     }
     // ---- sparse attention with sink over [KV source's entries | window], the inverse rope in its write (and with
-    // int8 inputs for wo_a o's int8 copy by group, where it splits)
-    const auto o_q8 = da.attn_q8(G.wo_a, q_o);
+    // fold_o_q8, int8 inputs for wo_a, o's int8 copy by group, where it splits)
+    const auto o_q8 = opt.fold_o_q8 ? da.attn_q8(G.wo_a, q_o) : std::nullopt;
     bool o_q8_done = false;
     gpu::kernels::attn_shape as;
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));

@@ -123,7 +123,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
                     const gpu::gpu_matrix* q_w = nullptr) {
     gpu::kernels::hc_finish_args f;
     f.base = base, f.scale = scale, f.sinkhorn = false, f.y = u, f.norm = norm_w;
-    da.finish_q8(f, q_w, q_u);
+    if (opt.fold_u_q8) da.finish_q8(f, q_w, q_u);
     return f;
   };
   // The products of the attention site's u (its int8 copy once per format among them; the first format's written
@@ -159,13 +159,13 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     const uint64_t cslot = kind.ratio ? t % G.comp.cap : 0;
     // the indexer's query side (iw, iq, scores, top-k) only where it has to choose among the finished entries
     const bool ix_scores = kind.indexer && (t + 1) / kind.ratio > cf.index_topk;
-    // With int8 inputs, u's copy for the first int8 format among its products comes from the boundary before
-    // (hc_finish_args::y_q8: one invocation per block in its finish; the 32-lane quantiser there cost the boundary
-    // 8.6 µs, s162, against 4.4 for the step); another format's copy is a step of its own before the projections
-    // (the Sinkhorn stays beside them).
+    // With int8 inputs, u's copy is a step of its own before the projections (the Sinkhorn stays beside them) — or,
+    // with fold_u_q8, for the first int8 format among its products written by the boundary before (hc_finish_args::
+    // y_q8; the 32-lane quantiser there cost the boundary 8.6 µs, s162; the per-block one staged in shared memory
+    // 3 µs, s188), another format's copy in the step.
     const auto uu = u_users(G);
     cur->begin_concurrent();
-    if (da.quantize(*cur, uu, u, q_u, da.first(uu))) {
+    if (da.quantize(*cur, uu, u, q_u, opt.fold_u_q8 ? da.first(uu) : nullptr)) {
       cur->end_concurrent();
       ts.op("u int8");
       cur->begin_concurrent();
@@ -246,8 +246,9 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
       ts.mark(&dsv4_gpu_profile::index);
     }
     // Sparse attention with sink over [window | compressed], the inverse rope of the output's tail in its write;
-    // with int8 inputs for wo_a the combine also writes o's int8 copy by group (no "o int8" step where it splits).
-    const auto o_q8 = da.attn_q8(G.wo_a, q_o);
+    // with fold_o_q8 (int8 inputs for wo_a) the combine also writes o's int8 copy by group (no "o int8" step where
+    // it splits).
+    const auto o_q8 = opt.fold_o_q8 ? da.attn_q8(G.wo_a, q_o) : std::nullopt;
     bool o_q8_done = false;
     gpu::kernels::attn_shape as;
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
@@ -333,7 +334,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     } else if (logits_mode) {  // + hc_head_finish and the final norm
       gpu::kernels::hc_finish_args f;
       f.base = hc_head_base, f.head = true, f.head_scale = hc_head_scale, f.y = u, f.norm = norm;
-      da.finish_q8(f, &head, q_u);  // the head's u int8 (no step of its own)
+      if (opt.fold_u_q8) da.finish_q8(f, &head, q_u);  // the head's u int8 (no step of its own)
       k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, hc_head_fn, uint32_t(hc), partials, f, moe_add);
       ts.op("hc_post + hc_head_finish + norm");
     } else {
@@ -345,7 +346,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     co_yield 0;  // a layer recorded (record_task)
   }
   if (logits_mode) {
-    // (u's int8 copy for an int8 head: written by the last boundary's finish)
+    if (!opt.fold_u_q8 && da.quantize(*cur, {&head}, u, q_u)) ts.op("u int8 (head)");  // (else the boundary's)
     da.matvec(*cur, head, u, q_u, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);

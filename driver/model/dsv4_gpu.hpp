@@ -37,6 +37,11 @@ struct dsv4_gpu_options {
   /// (default) or i8 — the CPU's dsv4_options::matmul_act = i8 rounds the same inputs by the same rule
   /// (gpu_dense_i8.hpp). The router gate, FP8 / BF16 / f32 matrices and the prefill chunks stay as they are.
   act_precision dense_act = act_precision::f32;
+  /// With int8 dense inputs, int8 copies written by their producers instead of a quantisation step each (docs/VULKAN.md
+  /// "Quantisation steps folded into their producers"): o's by the split attention's combine (fold_o_q8), u's by
+  /// the boundary's finish before the attention site and the head (fold_u_q8). The same bits; off by default: both
+  /// together measured 1 % slower on the H200 (docs/PERF.md "Fortieth session"), apart not yet.
+  bool fold_o_q8 = false, fold_u_q8 = false;
   /// Device bytes the model may take (weights, sequence state, scratch); 0 = no limit, every weight resident.
   /// When the routed experts do not fit, every layer keeps an expert cache of the same number of slots (what the
   /// budget leaves after everything else, split evenly over the layers; at least top_k with cold = copy): after a

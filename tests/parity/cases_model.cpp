@@ -9,6 +9,7 @@
 // Toys: CMF f32 (every matrix f32), CMF q4tp (ladder matrices, stacked shared expert) and the release layout
 // (FP8 block-128 dense, MXFP4 experts, the FP8 shared expert apart from the stacked FP4 ones).
 #include <bit>
+#include <cstring>
 #include <functional>
 #include <set>
 #include <algorithm>
@@ -434,6 +435,8 @@ std::string i8_chunk_case(suite& s, const std::string& path, uint32_t chunk, uin
 /// (kI8Nmse, as i8_chunk_run's kSameNmse). Beside it the same GPU graph with int8 experts only (dense f32): the dense
 /// int8 path must change the logits (NMSE above kRanNmse at some row) and bring them closer to the CPU's int8 ones
 /// at most rows. Selections identical to the CPU's; a near-tie flip (CPU margin below kTie) ends the comparison.
+/// And the graph with o's and u's int8 copies written by their producers (fold_o_q8, fold_u_q8) must give the
+/// dense int8 graph's logits bit for bit (the same int8 inputs, one step fewer each).
 std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, uint64_t& rows,
                          std::string& info) {
   dsv4_options co;
@@ -446,6 +449,9 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   go.expert_act = act_precision::i8;
   go.dense_act = act_precision::i8;
   dsv4_gpu_model dense(cpu->weights(), s.dev, s.kern, go);
+  go.fold_o_q8 = go.fold_u_q8 = true;
+  dsv4_gpu_model folded(cpu->weights(), s.dev, s.kern, go);
+  go.fold_o_q8 = go.fold_u_q8 = false;
   go.dense_act = act_precision::f32;
   dsv4_gpu_model experts_only(cpu->weights(), s.dev, s.kern, go);
   const dsv4_config& cf = cpu->config();
@@ -453,11 +459,20 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tg;
   dense_i8_tally tally;
-  return tally.run(tokens, tc, tg, rows, info, [&](uint64_t t, auto& lc, auto& ld, auto& le) {
+  std::string fold_err;
+  const std::string why = tally.run(tokens, tc, tg, rows, info, [&](uint64_t t, auto& lc, auto& ld, auto& le) {
     lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
     ld = dense.step(ids[t], true, &tg);
     le = experts_only.step(ids[t], true);
+    const std::vector<float> lf = folded.step(ids[t], true);
+    if (fold_err.empty() && (lf.size() != ld.size() || std::memcmp(lf.data(), ld.data(), ld.size() * 4)))
+      fold_err = "o / u int8 copies by their producers: logits at position " + std::to_string(t) +
+                 " differ from the quantisation steps'";
   });
+  if (!why.empty()) return why;
+  if (!fold_err.empty()) return fold_err;
+  info += "; folded o / u copies bit-identical";
+  return {};
 }
 
 /// Snapshots and resets of the device state (what `cmfx run -i` relies on): after save_snapshot at position 24,

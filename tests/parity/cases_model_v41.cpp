@@ -424,7 +424,8 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
 /// selections as the CPU's (a near-tie ends the comparison: int8 rounding moves scores by more than f32 sums, so
 /// the tie margin is the V4 int8 case's), every call's logits near the CPU's (dense_i8_tally); and the dense
 /// products' int8 inputs must show — the GPU graph with f32 dense inputs (experts int8) gives different logits,
-/// further from the CPU's int8 ones at most calls.
+/// further from the CPU's int8 ones at most calls. With o's int8 copy written by the attention's combine
+/// (fold_o_q8) the logits must be the dense int8 graph's bit for bit.
 std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, uint64_t& rows,
                          std::string& info) {
   dsv41_options co;
@@ -440,18 +441,30 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   go.expert_act = act_precision::i8;
   go.dense_act = act_precision::i8;
   dsv41_gpu_model dense(cpu->weights(), s.dev, s.kern, go);
+  go.fold_o_q8 = true;
+  dsv41_gpu_model folded(cpu->weights(), s.dev, s.kern, go);
+  go.fold_o_q8 = false;
   go.dense_act = act_precision::f32;
   dsv41_gpu_model experts_only(cpu->weights(), s.dev, s.kern, go);
   const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, tokens);
   dsv41_state st = cpu->new_state();
   dsv41_trace tc, tg;
   dense_i8_tally tally;  // its bound: model_toys.hpp
-  return tally.run(tokens, tc, tg, rows, info, [&](uint64_t t, auto& lc, auto& ld, auto& le) {
+  std::string fold_err;
+  const std::string why = tally.run(tokens, tc, tg, rows, info, [&](uint64_t t, auto& lc, auto& ld, auto& le) {
     const std::span<const uint32_t> one(&ids[t], 1);
     lc = cpu->forward(one, st, dsv41_logits::last, &tc);
     ld = dense.run(one, true, &tg);
     le = experts_only.run(one, true, nullptr);
+    const std::vector<float> lf = folded.run(one, true, nullptr);
+    if (fold_err.empty() && (lf.size() != ld.size() || std::memcmp(lf.data(), ld.data(), ld.size() * 4)))
+      fold_err = "o's int8 copy by the combine: logits at position " + std::to_string(t) +
+                 " differ from the quantisation step's";
   });
+  if (!why.empty()) return why;
+  if (!fold_err.empty()) return fold_err;
+  info += "; folded o copy bit-identical";
+  return {};
 }
 
 void model_v41_cases(suite& s) {
