@@ -16,8 +16,8 @@
 // HC_NORM = 1: the RMSNorm that follows the collapse, in the same dispatch: the operations of rmsnorm.comp on the
 // stored y values in its order (strided partial sums, wg_sum, r = 1 / sqrt(mean + eps), y · r · weight), so
 // bit-identical. HC_Q8 = 1 (with HC_NORM; d % 32 == 0): y also quantised to int8 (common/act_q8.glsl's vectors,
-// hqw / hqf / hqi from word a.qoff, one per token): the normed values staged in shared memory (a 33-float stride
-// per block: no bank conflicts), then one invocation per block runs act_q8_block — quantize_act.comp's operations,
+// hqw / hqf / hqi from word a.qoff, one per token): the normed values written to y are read back through its
+// coherent binding after a barrier, and one invocation per block runs act_q8_block — quantize_act.comp's operations,
 // so its bits — a few hundred instructions per invocation instead of a dependent quantisation step.
 // Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_PART, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)),
 // HC_NBLK (= the mhc_block.comp column blocks of d: the partials per row).
