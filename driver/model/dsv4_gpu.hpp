@@ -40,7 +40,8 @@ struct dsv4_gpu_options {
   /// With int8 dense inputs, int8 copies written by their producers instead of a quantisation step each (docs/VULKAN.md
   /// "Quantisation steps folded into their producers"): o's by the split attention's combine (fold_o_q8), u's by
   /// the boundary's finish before the attention site and the head (fold_u_q8). The same bits; off by default: both
-  /// together (u then staged in shared memory; the readback is not timed yet) measured 1 % slower on the H200 (docs/PERF.md "Fortieth session"), apart not yet.
+  /// together (u then staged in shared memory; the readback is not timed yet) measured 1 % slower on the H200
+  /// (docs/PERF.md "Fortieth session"), apart not yet.
   bool fold_o_q8 = false, fold_u_q8 = false;
   /// Device bytes the model may take (weights, sequence state, scratch); 0 = no limit, every weight resident.
   /// When the routed experts do not fit, every layer keeps an expert cache of the same number of slots (what the

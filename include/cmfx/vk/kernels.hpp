@@ -431,7 +431,8 @@ class kernels {
     view coeff_out;
     /// With norm (d % 32 == 0): y also quantised for format y_q8_fmt's integer-dot products (has_i8) into y_q8 —
     /// the bits quantize_act(c, y_q8_fmt, y, tokens, d, y_q8) writes, by the finish itself (one invocation per
-    /// block of 32, reading y back through a coherent binding), without a step of its own. Not with coeff_out (V4.1: no binding left).
+    /// block of 32, reading y back through a coherent binding), without a step of its own. Not with coeff_out
+    /// (V4.1: no binding left).
     view y_q8;
     format y_q8_fmt = format::q4tp;
   };
