@@ -393,74 +393,6 @@ std::string attn_split_case(suite& s, uint64_t seed, const split_cfg& a, std::st
   return {};
 }
 
-// The int8 copy of the output written by the split attention's combine (attn_q8_out: o as vectors of vec_cols
-// values, e.g. by wo_a group) against quantize_act on the float output the same dispatch wrote: the same bytes
-// (every word of the vectors and their padding), and a shape that does not split must say so (returns false) and
-// leave the copy to the caller. With the inverse rope in the write (the decode's attention) or without.
-struct q8_attn_cfg {
-  uint32_t rows, heads, hd, keys, vec_cols;
-  format f;
-  uint32_t rope = 0;
-  float masked = 0;
-  int32_t empty_row = -1;
-  bool want_split = true;
-};
-std::string attn_q8_case(suite& s, uint64_t seed, const q8_attn_cfg& a, std::string& info) {
-  if (!s.kern.has_i8(a.f)) return "no int8-activation kernel for the format here";  // the caller checks has_i8
-  rng r(seed);
-  const uint32_t H = a.heads, hd = a.hd, rows = a.rows, keys = a.keys, na = keys / 2 + 3;
-  const std::vector<float> kv = r.normal(uint64_t(na) * hd), q = r.normal(uint64_t(rows) * H * hd, 2.0f),
-                           sinks = r.normal(H, 1.5f), cs = r.normal(uint64_t(rows) * std::max(a.rope, 1u), 0.5f);
-  std::vector<int32_t> idx(uint64_t(rows) * keys);
-  for (uint32_t t = 0; t < rows; ++t)
-    for (uint32_t k = 0; k < keys; ++k)
-      idx[uint64_t(t) * keys + k] =
-          int32_t(t) == a.empty_row || (a.masked > 0 && r.uniform(0, 1) < a.masked) ? -1 : int32_t(r.below(na));
-  const gpu::buffer qb = upload(s.dev, q), kb = upload(s.dev, kv), ib = upload(s.dev, idx), sb = upload(s.dev, sinks),
-                    cb = upload(s.dev, cs);
-  const uint64_t total = uint64_t(rows) * H * hd, nv = total / a.vec_cols;
-  const uint64_t qbytes = gpu::kernels::act_q8_bytes(a.vec_cols, uint32_t(nv));
-  guarded og(s.dev, total * 4), q8(s.dev, qbytes), ref(s.dev, qbytes);
-  gpu::kernels::attn_shape sh{rows, H, hd, keys, na, 0, float(1.0 / std::sqrt(double(hd)))};
-  sh.inv_rope_dim = a.rope;
-  const gpu::kernels::attn_q8_out out{q8.payload(), a.f, a.vec_cols};
-  const uint64_t xf = gpu::kernels::attn_scratch_floats(sh);
-  std::unique_ptr<guarded> xg = xf ? std::make_unique<guarded>(s.dev, xf * 4) : nullptr;
-  gpu::commands c = s.dev.begin();
-  const bool wrote = s.kern.sparse_attention(c, sh, qb, kb, gpu::view(), ib, sinks.empty() ? gpu::view() : gpu::view(sb),
-                                             og.payload(), xg ? xg->payload() : gpu::view(),
-                                             a.rope ? gpu::view(cb) : gpu::view(), &out);
-  const uint32_t dispatches = c.dispatch_count();
-  c.barrier();
-  s.kern.quantize_act(c, a.f, og.payload(), uint32_t(nv), a.vec_cols, ref.payload());
-  s.submit(c);
-  if (a.want_split != (dispatches == 2))
-    return "shape " + std::string(dispatches == 2 ? "splits" : "does not split") + ": the case no longer tests what it names";
-  if (wrote != (dispatches == 2))
-    return std::string("sparse_attention returned ") + (wrote ? "true" : "false") + " with " +
-           std::to_string(dispatches) + " dispatches";
-  std::vector<uint32_t> got(qbytes / 4), want(qbytes / 4);
-  std::vector<float> o(total);
-  std::string why;
-  if (!og.read(o.data(), why) || !ref.read(want.data(), why) || !q8.read(got.data(), why)) return why;
-  if (auto w = scratch_intact(xg, xf); !w.empty()) return w;
-  uint64_t live = 0;
-  for (uint64_t i = 0; i < got.size(); ++i) {
-    if (!wrote) {  // untouched: still the poison
-      if (got[i] != guarded::nan_word) return "a shape that does not split wrote the int8 copy (word " + std::to_string(i) + ")";
-      continue;
-    }
-    if (got[i] != want[i])
-      return "int8 copy word " + std::to_string(i) + " = " + std::to_string(got[i]) + ", quantize_act wrote " +
-             std::to_string(want[i]);
-    live += want[i] != guarded::nan_word;
-  }
-  info = wrote ? std::to_string(nv) + " vectors of " + std::to_string(a.vec_cols) + ": the bytes of quantize_act (" +
-                     std::to_string(live) + " words), split"
-               : "1 pass: the copy left to the caller";
-  return {};
-}
-
 // An invalid index (past the KV rows, or < −1) inside one split of row 0 makes all of row 0 NaN (every head) and
 // leaves row 1 finite. isolate: row 0's other slots masked and no sink, so the split holding the bad index has no
 // finite logit (max −inf, denominator NaN) and every other split is empty.
@@ -773,16 +705,6 @@ void attn_cases(suite& s) {
   sp("one pass 3x5x512 keys 7 no sink, all-masked row 0", {3, 5, 512, 7, false, 0, false, 0, 1.0f, false});
   sp("one pass (many rows) 128x16x64 keys 300, masked, all-masked row 5",
      {128, 16, 64, 300, true, 0.1f, true, 5, 1.0f, false});
-  auto q8 = [&](const R& name, q8_attn_cfg a) {
-    if (!s.kern.has_i8(a.f)) return;  // no int8 kernels on this device: the matvec_i8 rows say unsupported
-    s.run("sparse_attn", "-", name, [=, &s](uint64_t seed, R& info) { return attn_q8_case(s, seed, a, info); });
-  };
-  q8("int8 copy q4tp: decode 1x64x512 keys 640 rope 64, by group of 4096", {1, 64, 512, 640, 4096, format::q4tp, 64});
-  q8("int8 copy q2tp: 1x64x512 keys 130 masked 20%, by group of 4096", {1, 64, 512, 130, 4096, format::q2tp, 0, 0.2f});
-  q8("int8 copy mxfp4: 3x5x96 keys 130 rope 32, all-masked row 1, a vector per row", {3, 5, 96, 130, 480, format::mxfp4, 32, 0, 1});
-  q8("int8 copy q4tp: 1x6x64 keys 1100, vectors of 32", {1, 6, 64, 1100, 32, format::q4tp});
-  q8("int8 copy q4tp: one pass 1x64x512 keys 7 (the caller quantises)",
-     {1, 64, 512, 7, 4096, format::q4tp, 64, 0, -1, false});
   auto sb = [&](const R& name, uint32_t H, uint32_t hd, uint32_t keys, int32_t bad, bool isolate) {
     s.run("sparse_attn", "-", name, [=, &s](uint64_t seed, R& info) {
       return attn_split_invalid_case(s, seed, H, hd, keys, bad, isolate, info);

@@ -459,20 +459,14 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tg;
   dense_i8_tally tally;
-  std::string fold_err;
+  fold_check fc;
   const std::string why = tally.run(tokens, tc, tg, rows, info, [&](uint64_t t, auto& lc, auto& ld, auto& le) {
     lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
     ld = dense.step(ids[t], true, &tg);
     le = experts_only.step(ids[t], true);
-    const std::vector<float> lf = folded.step(ids[t], true);
-    if (fold_err.empty() && (lf.size() != ld.size() || std::memcmp(lf.data(), ld.data(), ld.size() * 4)))
-      fold_err = "o / u int8 copies by their producers: logits at position " + std::to_string(t) +
-                 " differ from the quantisation steps'";
+    fc.row(t, ld, folded.step(ids[t], true), dense.last_dispatches(), folded.last_dispatches());
   });
-  if (!why.empty()) return why;
-  if (!fold_err.empty()) return fold_err;
-  info += "; folded o / u copies bit-identical";
-  return {};
+  return why.empty() ? fc.verdict(info) : why;
 }
 
 /// Snapshots and resets of the device state (what `cmfx run -i` relies on): after save_snapshot at position 24,

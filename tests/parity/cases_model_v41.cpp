@@ -450,21 +450,15 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   dsv41_state st = cpu->new_state();
   dsv41_trace tc, tg;
   dense_i8_tally tally;  // its bound: model_toys.hpp
-  std::string fold_err;
+  fold_check fc;
   const std::string why = tally.run(tokens, tc, tg, rows, info, [&](uint64_t t, auto& lc, auto& ld, auto& le) {
     const std::span<const uint32_t> one(&ids[t], 1);
     lc = cpu->forward(one, st, dsv41_logits::last, &tc);
     ld = dense.run(one, true, &tg);
     le = experts_only.run(one, true, nullptr);
-    const std::vector<float> lf = folded.run(one, true, nullptr);
-    if (fold_err.empty() && (lf.size() != ld.size() || std::memcmp(lf.data(), ld.data(), ld.size() * 4)))
-      fold_err = "o's int8 copy by the combine: logits at position " + std::to_string(t) +
-                 " differ from the quantisation step's";
+    fc.row(t, ld, folded.run(one, true, nullptr), dense.last_dispatches(), folded.last_dispatches());
   });
-  if (!why.empty()) return why;
-  if (!fold_err.empty()) return fold_err;
-  info += "; folded o copy bit-identical";
-  return {};
+  return why.empty() ? fc.verdict(info) : why;
 }
 
 void model_v41_cases(suite& s) {

@@ -197,6 +197,7 @@ void quant_cases(suite& s);
 void moe_cases(suite& s);
 void moe_slots_cases(suite& s);  // cases_moe_slots.cpp: the expert cache's MoE
 void attn_cases(suite& s);  // cases_attn.cpp
+void attn_q8_cases(suite& s);  // cases_attn_q8.cpp: the attention output's int8 copy
 void model_cases(suite& s);  // cases_model.cpp: the V4 GPU graph vs the CPU graph on the toys
 struct toy_files;
 void model_chain_cases(suite& s, toy_files& files);  // cases_model_chain.cpp: decode chained on the device

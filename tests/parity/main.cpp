@@ -206,6 +206,7 @@ int main(int argc, char** argv) {
     parity::moe_cases(s);
     parity::moe_slots_cases(s);
     parity::attn_cases(s);
+    parity::attn_q8_cases(s);
     parity::model_cases(s);
     parity::model_v41_cases(s);
     parity::prim_cases(s);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <random>
@@ -155,6 +156,27 @@ std::string over_sequences(uint64_t seed, uint32_t attempts, uint64_t min_rows, 
   }
   return early + "every sequence flipped a near-tie pick within the first " + std::to_string(min_rows) + " rows";
 }
+
+/// The int8-dense cases' folded graph (dsv4_gpu_options::fold_o_q8 / fold_u_q8): per row its logits must be the
+/// plain graph's bit for bit, and at some row it must have recorded fewer dispatches (the folds ran at all).
+struct fold_check {
+  std::string err;
+  bool fewer = false;
+  void row(uint64_t t, const std::vector<float>& plain, const std::vector<float>& folded, uint32_t plain_dispatches,
+           uint32_t folded_dispatches) {
+    fewer |= folded_dispatches < plain_dispatches;
+    if (err.empty() && (folded.size() != plain.size() || std::memcmp(folded.data(), plain.data(), plain.size() * 4)))
+      err = "int8 copies by their producers: logits at position " + std::to_string(t) +
+            " differ from the quantisation steps'";
+  }
+  /// "" or the failure; on success appends what was checked to info.
+  std::string verdict(std::string& info) const {
+    if (!err.empty()) return err;
+    if (!fewer) return "the folded graph never recorded fewer dispatches: did the folds run?";
+    info += "; folded copies bit-identical, fewer dispatches";
+    return {};
+  }
+};
 
 /// The rows of an int8-dense comparison (the model_v4 / model_v41 cases "int8 dense products and experts vs the
 /// CPU's int8 matmuls"): per row, the GPU graph with int8 dense inputs (ld) against the CPU graph with
