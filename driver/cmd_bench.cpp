@@ -99,6 +99,8 @@ int run_bench(const bench_args& a) {
   dsv4_synth_options so;
   dsv41_synth_options so41;
   const bool v41 = bench_synth_options(a, so, so41);
+  if (v41 && (a.fold_quant == "u" || a.fold_quant == "both"))  // refused before any device work
+    throw usage_error("bench: --fold-quant u / both: V4.1's boundaries have no binding left for u's int8 copy (o only)");
   if (a.prompt + a.tokens > a.ctx)
     throw usage_error("bench: --prompt + --tokens (" + std::to_string(a.prompt + a.tokens) + ") exceed --ctx " +
                       std::to_string(a.ctx));
@@ -149,8 +151,6 @@ int run_bench(const bench_args& a) {
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk;
     go.dense_act = dact;
-    if (a.fold_quant == "u" || a.fold_quant == "both")
-      throw usage_error("bench: --fold-quant u / both: V4.1's boundaries have no binding left for u's int8 copy (o only)");
     go.fold_o_q8 = a.fold_quant == "o";
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {

@@ -29,8 +29,9 @@
 // inputs, so that it costs no dependent dispatch of its own. Each workgroup makes its rows visible and counts its
 // arrival (device-scope arrival counters, binding 8 from word pc.cntoff, 0 between uses); the last to arrive does:
 //   MOE_TAIL 1 (gate/up rows): per block of 32 h values of a slot (its 32 gate and 32 up rows): h = SwiGLU · routing
-//     weight (common/swiglu.glsl; weights at binding 10, pc.woff) quantised for the down rows (common/act_q8.glsl:
-//     the down matrix must have this format) into binding 9 at pc.toff — quantize_act.comp's ACT_SWIGLU values;
+//     weight (common/swiglu.glsl; weights at binding 10, pc.woff) quantised for the down rows (common/act_q8.glsl;
+//     the ACT_T_* defines where the down matrix has another format) into binding 9 at pc.toff —
+//     quantize_act.comp's ACT_SWIGLU values;
 //   MOE_TAIL 2 (down rows): per row block, the slots' rows summed as moe_sum.comp does (common/moe_sum.glsl; a bad
 //     routed id makes the row NaN) into binding 9 at pc.toff.
 // PAIR = 1 (q2tp with ACT_I8, an even number of chunks per row): a lane's unit is two consecutive chunks — their

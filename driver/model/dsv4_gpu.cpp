@@ -161,8 +161,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     const bool ix_scores = kind.indexer && (t + 1) / kind.ratio > cf.index_topk;
     // With int8 inputs, u's copy is a step of its own before the projections (the Sinkhorn stays beside them) — or,
     // with fold_u_q8, for the first int8 format among its products written by the boundary before (hc_finish_args::
-    // y_q8; the 32-lane quantiser there cost the boundary 8.6 µs, s162; the per-block one staged in shared memory
-    // 3 µs, s188), another format's copy in the step.
+    // y_q8, read back from y; the 32-lane quantiser there cost the boundary 8.6 µs, s162, a per-block one staged in
+    // shared memory 3 µs, s188; the readback is not timed yet), another format's copy in the step.
     const auto uu = u_users(G);
     cur->begin_concurrent();
     if (da.quantize(*cur, uu, u, q_u, opt.fold_u_q8 ? da.first(uu) : nullptr)) {
