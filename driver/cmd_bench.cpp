@@ -92,6 +92,10 @@ bool bench_synth_options(const bench_args& a, dsv4_synth_options& so, dsv41_synt
 }
 
 int run_bench(const bench_args& a) {
+  // refused rather than ignored: the folds write int8 copies for the dense products' int8 inputs, on the device
+  if (a.fold_quant != "none" && (a.backend == "cpu" || (a.dense_act.empty() ? a.act : a.dense_act) != "i8"))
+    throw usage_error("bench: --fold-quant " + a.fold_quant + " needs --backend vulkan and int8 dense products (--act i8, "
+                      "or --dense-act i8)");
   if (a.backend == "cpu") return run_bench_cpu(a);
   if (a.threads != 0)  // refused rather than ignored: the Vulkan graph's host threads are --copy-threads
     throw usage_error("bench --backend vulkan: --threads is a --backend cpu option (host threads packing streamed "
@@ -117,11 +121,13 @@ int run_bench(const bench_args& a) {
   gpu::device dev(dopt);
   gpu::kernels k(dev);
   if (a.mv_subgroups || a.mv_rows_per_team || a.mv_pairs || a.mv_concurrent || a.moe_tails || a.moe_i8_tc ||
-      a.gemm_min_groups || a.mv_sub || a.mv_x_source || a.mv_xreg_batches) {
+      a.gemm_min_groups || a.mv_sub || a.mv_x_source || a.mv_xreg_batches || a.moe_b1_rpt ||
+      a.moe_b1_pairs || a.moe_b1_unroll) {
     gpu::matvec_tuning tu;
     tu.target_subgroups = a.mv_subgroups, tu.rows_per_team = a.mv_rows_per_team, tu.moe_tails = a.moe_tails;
     tu.pairs = a.mv_pairs, tu.concurrent = a.mv_concurrent, tu.sub = a.mv_sub, tu.x_source = a.mv_x_source;
     tu.xreg_batches = a.mv_xreg_batches;
+    tu.moe_b1_rows_per_team = a.moe_b1_rpt, tu.moe_b1_pairs = a.moe_b1_pairs, tu.moe_b1_unroll = a.moe_b1_unroll;
     tu.moe_i8_tc = a.moe_i8_tc, tu.gemm_min_groups = a.gemm_min_groups;
     k.set_tuning(tu);
   }

@@ -256,6 +256,19 @@ int main(int argc, char** argv) {
                  "(0 = the tails where they apply)")
       ->default_val(bench.moe_tails)
       ->check(CLI::IsMember({0u, 1u}));
+  cb->add_option("--moe-b1-rows-per-team", bench.moe_b1_rpt,
+                 "Diagnostics: the decode's int8 MoE dispatches, rows per subgroup (1, 2, 4; 0 = as --mv-rows-per-team)")
+      ->default_val(bench.moe_b1_rpt)
+      ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
+  cb->add_option("--moe-b1-pairs", bench.moe_b1_pairs,
+                 "Diagnostics: the decode's int8 MoE dispatches, q2tp chunks per lane unit (1, 2; 0 = as --mv-pairs)")
+      ->default_val(bench.moe_b1_pairs)
+      ->check(CLI::IsMember({0u, 1u, 2u}));
+  cb->add_option("--moe-b1-unroll", bench.moe_b1_unroll,
+                 "Diagnostics: the decode's int8 MoE dispatches, chunks a lane loads before decoding (1, 2, 4; 0 = "
+                 "chosen per format)")
+      ->default_val(bench.moe_b1_unroll)
+      ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
   cb->add_option("--moe-i8-tc", bench.moe_i8_tc,
                  "Diagnostics: the prefill's int8 expert products — 0 = the default kernel (moe_rows_g8.comp), "
                  "1 = moe_rows_g8.comp, 2 = moe_i8_tc.comp on the int8 tensor cores (emulated without them)")

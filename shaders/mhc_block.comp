@@ -120,6 +120,15 @@ void main() {
   const uint c = b * HC_BLOCK + lid;
   const bool live = c < d;
   const uint xrow = pc.xoff + t * hc * d;
+  // This workgroup's rows of fn (the next mix) for this column, requested first: they do not depend on X', so their
+  // latency (a cold read per layer) overlaps the loads of X, o and the coefficients below.
+  const uint r0 = rg * HC_RPG;
+  float fv[HC_RPG * HC_N];
+  [[unroll]] for (uint r = 0u; r < HC_RPG; ++r)
+    [[unroll]] for (uint k = 0u; k < HC_N; ++k) {
+      const uint rr = r0 + r;
+      fv[r * HC_N + k] = pc.has_mix != 0u && live && rr + 1u < HC_ROWS ? fn[pc.fnoff + rr * hc * d + k * d + c] : 0.0;
+    }
   // This column of X' in registers. hc = HC_N is a compile-time constant: every loop below is unrolled, so all
   // the loads of X, o and the coefficients are in flight together (a loop over a run-time hc made each of them
   // wait for the previous one).
@@ -147,14 +156,14 @@ void main() {
   // and all the loads of fn are in flight together), then one reduction step for all rows: the sums are the
   // per-row wg_sum's (subgroup sums, then the subgroups in order), with two barriers instead of two per row.
   precise ACC acc[HC_RPG];  // precise: no FMA contraction, so every pipeline of this source (with or without HC_TAIL) sums alike
-  const uint pb = pc.poff + (t * pc.nblk + b) * (pc.rows + 1u), r0 = rg * HC_RPG;
+  const uint pb = pc.poff + (t * pc.nblk + b) * (pc.rows + 1u);
   [[unroll]] for (uint r = 0u; r < HC_RPG; ++r) {
     const uint rr = r0 + r;
     acc[r] = ACC(0);
     if (live && rr < HC_ROWS)
       [[unroll]] for (uint k = 0u; k < HC_N; ++k) {
         const ACC x = ACC(xv[k]);
-        acc[r] += rr + 1u < HC_ROWS ? ACC(fn[pc.fnoff + rr * hc * d + k * d + c]) * x : x * x;
+        acc[r] += rr + 1u < HC_ROWS ? ACC(fv[r * HC_N + k]) * x : x * x;
       }
   }
 #if REDUCE_SUBGROUP

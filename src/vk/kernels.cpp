@@ -222,8 +222,9 @@ struct kernels::impl {
   /// concurrent (recorded inside a concurrent group) with matvec_tuning::concurrent = 2: 4 rows per subgroup and
   /// q2tp chunk pairs — faster for many independent products, 3.4 % slower in the decode's small groups (docs/VULKAN.md
   /// "Batch-1 products"), hence opt-in.
-  matvec_tuning choose_rows(uint64_t rows, uint64_t cols, format f, bool i8, bool concurrent = false) const {
-    matvec_tuning c = tune;
+  matvec_tuning choose_rows(uint64_t rows, uint64_t cols, format f, bool i8, bool concurrent = false,
+                            const matvec_tuning* base = nullptr) const {
+    matvec_tuning c = base ? *base : tune;
     const bool throughput = concurrent && c.concurrent == 2;
     const uint64_t want_subgroups = c.target_subgroups ? c.target_subgroups : 4096;
     if (!c.rows_per_team) {
@@ -942,7 +943,12 @@ uint32_t f32_sub(const kernels::impl& p, format f) {
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,
                          bool pairs_ok, std::string& defs, uint32_t& rows_per_wg) {
   if (i8 ? !p.i8_kernel(f) : !p.rows_kernel(f)) return false;
-  matvec_tuning t = p.choose_rows(rows, cols, f, i8);
+  // (the batch-1 MoE's dispatches, its only caller: matvec_tuning::moe_b1_* in place of the general choices)
+  matvec_tuning base = p.tune;
+  if (base.moe_b1_rows_per_team) base.rows_per_team = base.moe_b1_rows_per_team;
+  if (base.moe_b1_pairs) base.pairs = base.moe_b1_pairs;
+  if (base.moe_b1_unroll) base.unroll = base.moe_b1_unroll;
+  matvec_tuning t = p.choose_rows(rows, cols, f, i8, false, &base);
   if (!pairs_ok) t.pairs = 1;  // (same split: it only counts units)
   defs = p.rows_defs(f, enc, t, i8);
   rows_per_wg = p.teams / t.split * t.rows_per_team;

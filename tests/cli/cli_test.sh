@@ -131,6 +131,11 @@ check "... naming both options" grep -q -- "--vram-budget, --profile-at are --ba
 "$CMFX" bench --synthetic tiny --threads 2 >/dev/null 2>"$T/bv.err"
 check "bench --backend vulkan --threads: exit 2 (refused, not ignored)" test $? -eq 2
 check "... pointing at --copy-threads" grep -q -- "--threads is a --backend cpu option.*--copy-threads" "$T/bv.err"
+for fq in "--backend cpu --act i8" "--act f32" "--act i8 --dense-act f32"; do
+  "$CMFX" bench --synthetic tiny --fold-quant o $fq >/dev/null 2>"$T/bf.err"
+  check "bench --fold-quant o $fq: exit 2 (refused, not ignored)" test $? -eq 2
+  check "... saying what it needs" grep -q -- "--fold-quant o needs --backend vulkan and int8 dense products" "$T/bf.err"
+done
 # --profile on the CPU: the decode steps' time per phase (driver/model/cpu_profile.hpp); the phases and the time
 # outside them add up to the steps' wall time (a consistency check of the table, not a timing bound).
 "$CMFX" bench --backend cpu --threads 2 --synthetic v41-tiny --prompt 4 --tokens 6 --roofline-mib 16 --profile \

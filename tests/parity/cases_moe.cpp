@@ -6,6 +6,7 @@
 // real d 4096 / I 2048 for q4tp and mxfp4 (3 experts: the host encoders dominate the time), and a chain
 // route_score → moe on the device. Also: a bad expert id gives NaN for its token only; refused uploads.
 // Bounds: NMSE ≤ kNmse and max-abs ≤ kMaxAbsRel · max(1, max|ref|) (verdict), against both references.
+#include <array>
 #include <bit>
 
 #include "cmfx/core/error.hpp"
@@ -187,7 +188,7 @@ std::string bad_id_case(suite& s, uint64_t seed, std::string& info) {
 template <class F>
 std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, bool shared,
                         std::string& info, uint32_t n = 1, bool tails_expected = false,
-                        double ref_nmse = kI8RefNmse, uint32_t i8_tc = 0) {
+                        double ref_nmse = kI8RefNmse, uint32_t i8_tc = 0, const gpu::matvec_tuning& base = {}) {
   rng r(seed);
   const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);
   const std::vector<expert_view> views = views_of(ex, E);
@@ -210,7 +211,7 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
   guarded hg(s.dev, hn * 4), og(s.dev, nd * 4);
   // i8_tc (n >= 2): matvec_tuning::moe_i8_tc for this run — 2: moe_i8_tc.comp must run (emulated without int8
   // cooperative matrices), 1: moe_rows_g8.comp must
-  gpu::matvec_tuning tt;
+  gpu::matvec_tuning tt = base;  // (base: the batch-1 row split, matvec_tuning::moe_b1_*, of both runs below)
   tt.moe_i8_tc = i8_tc;
   s.kern.set_tuning(tt);
   const bool tc = n >= 2 && s.kern.moe_runs_i8_tc(gm, n, k, hg.payload());
@@ -229,7 +230,7 @@ std::string moe_i8_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_
     // batch 1: quantise, gate/up, SwiGLU-quantise, down, sum — or with the tails (matvec_tuning::moe_tails, where
     // they apply: tails_expected) quantise, gate/up + h, down + sum. The four-dispatch path must give the same bits.
     guarded og4(s.dev, nd * 4);
-    gpu::matvec_tuning t;
+    gpu::matvec_tuning t = base;
     t.moe_tails = 1;
     s.kern.set_tuning(t);
     gpu::commands c4 = s.dev.begin();
@@ -556,6 +557,20 @@ void moe_cases(suite& s) {
       s.run("moe_i8", fn, "3x[2048x4096] k=2 + shared, model shape", [&](uint64_t seed, R& info) {
         return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info, 1, true);
       });
+      // the batch-1 row split of the MoE's dispatches alone (matvec_tuning::moe_b1_*, `cmfx bench --moe-b1-*`):
+      // 4 rows per subgroup with q2tp chunk pairs; 1 row with 4 chunks in flight per lane
+      for (const auto& [rpt, pairs, unroll] : {std::array<uint32_t, 3>{4, 2, 0}, std::array<uint32_t, 3>{1, 1, 4}}) {
+        gpu::matvec_tuning b1;
+        b1.moe_b1_rows_per_team = rpt, b1.moe_b1_pairs = pairs, b1.moe_b1_unroll = unroll;
+        const R how = ", row split " + std::to_string(rpt) + " rows" + (pairs == 2 ? ", pairs" : "") +
+                      (unroll ? ", unroll " + std::to_string(unroll) : "");
+        s.run("moe_i8", fn, "3x[2048x4096] k=2 + shared, model shape" + how, [&, b1](uint64_t seed, R& info) {
+          return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info, 1, true, kI8RefNmse, 0, b1);
+        });
+        s.run("moe_i8", fn, "8x[128x256] k=3 + shared" + how, [&, b1](uint64_t seed, R& info) {
+          return moe_i8_case<F>(s, seed, 8, 256, 128, 3, true, info, 1, true, kI8RefNmse, 0, b1);
+        });
+      }
       // n >= 2: the expert-grouped int8 kernels (moe_rows_g8.comp; prefill chunks with --act i8): tiles of 4, 8
       // and 16 pairs by the mean count per expert, ragged last tiles, experts with no pair
       struct g8_shape {

@@ -182,6 +182,11 @@ struct matvec_tuning {
   /// and down row dispatches where that applies (shaders/matvec_rows.comp MOE_TAIL: 2 dependent dispatches);
   /// 1 = never (4 dispatches: comparisons).
   uint32_t moe_tails = 0;
+  /// Batch-1 int8 MoE (kernels::moe at n = 1, the row kernel's MOE_ROWS dispatches: the decode's largest
+  /// products, every selected expert's gate/up or down rows at once): rows per subgroup (1, 2, 4), q2tp chunk pairs
+  /// (1, 2) and chunks a lane loads before decoding (1, 2, 4) in place of rows_per_team / pairs / unroll. 0: those
+  /// (the dependent-product rule of every batch-1 product).
+  uint32_t moe_b1_rows_per_team = 0, moe_b1_pairs = 0, moe_b1_unroll = 0;
   /// Expert-grouped int8 products (prefill chunks with q4tp / q2tp experts and int8 activations): 0 = the faster
   /// measured kernel (kernels_moe.cpp i8tc_default: moe_rows_g8.comp for now); 1 = shaders/moe_rows_g8.comp; 2 =
   /// shaders/moe_i8_tc.comp on the int8 tensor cores (device_info::coop_i8), its products emulated in plain GLSL
