@@ -103,6 +103,7 @@ int run_bench(const bench_args& a) {
   dsv4_synth_options so;
   dsv41_synth_options so41;
   const bool v41 = bench_synth_options(a, so, so41);
+  if (v41 && a.fuse_route) throw usage_error("bench: --fuse-route is a V4 option (V4.1's graph routes apart)");
   if (v41 && (a.fold_quant == "u" || a.fold_quant == "both"))  // refused before any device work
     throw usage_error("bench: --fold-quant u / both: V4.1's boundaries have no binding left for u's int8 copy (o only)");
   if (a.prompt + a.tokens > a.ctx)
@@ -168,6 +169,7 @@ int run_bench(const bench_args& a) {
     go.dense_act = dact;  // the decode's q4tp / q2tp / MXFP4 dense products (--dense) too, as `cmfx run --act i8`
     go.fold_o_q8 = a.fold_quant == "o" || a.fold_quant == "both";
     go.fold_u_q8 = a.fold_quant == "u" || a.fold_quant == "both";
+    go.fuse_route = a.fuse_route;
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
   gpu_graph& m = *mp;

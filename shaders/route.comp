@@ -10,9 +10,18 @@
 //   w[j]  = s[idx[j]] · (route_scale / (Σ_j s[idx[j]] + norm_eps)), in ACC, sum in j order.
 // Defines: ROUTE_MAX (scores per row held in shared memory), ROUTE_HASH (0 / 1), ROUTE_SG (score mode: > 0 = the
 // top-k in subgroup 0 with ROUTE_SG keys per lane; 0 = over the workgroup).
+// ROUTE_FUSED = 1 (kernels::router_route; one token): the router's logits z[e] = Σ_c W[e, c]·x[c] (W f32, or bf16
+// with RT_BF16 = 1, [n, d], binding 7; x f32 [d], binding 8) in the same dispatch — each workgroup computes RT_RPW rows, each row over
+// WG_SIZE / RT_RPW invocations (4 consecutive columns per load, strided, at most RT_LOADS loads each; the partials
+// added by subgroups, then the subgroups in order, or by a shared-memory tree), writes them to logits, and the last
+// workgroup to count itself (binding 9, per-call arrival counter) reads them back and routes: one dependent step
+// instead of two. (A row's subgroups are taken as consecutive local ids, as on every device met so far.)
 #include "common/base.glsl"
 #if ACC_DOUBLE
 #include "common/f64math.glsl"
+#endif
+#ifndef ROUTE_FUSED
+#define ROUTE_FUSED 0
 #endif
 
 layout(push_constant) uniform route_pc {
@@ -21,8 +30,30 @@ layout(push_constant) uniform route_pc {
   uint ioff, woff, toff, vocab;
   float temp, route_scale, norm_eps;
   uint taboff;
+#if ROUTE_FUSED
+  uint xoff, wtoff, cntoff, d;
+#endif
 } pc;
+#if ROUTE_FUSED
+layout(std430, binding = 0) coherent buffer L { float logits[]; };  // written by every workgroup, read by the last
+#if RT_BF16  // the router's weights [n, d] (d % 4 == 0), 4 at a time (pc.wtoff, the row bases: in those units)
+layout(std430, binding = 7) readonly buffer Wr { uvec2 wr[]; };
+vec4 w4(const uint i) {  // bf16: element 2m in the low half of word m (little-endian)
+  const uvec2 p = wr[i];
+  return vec4(uintBitsToFloat(p.x << 16), uintBitsToFloat(p.x & 0xFFFF0000u), uintBitsToFloat(p.y << 16),
+              uintBitsToFloat(p.y & 0xFFFF0000u));
+}
+#else
+layout(std430, binding = 7) readonly buffer Wr { vec4 wr[]; };
+vec4 w4(const uint i) { return wr[i]; }
+#endif
+layout(std430, binding = 8) readonly buffer Xr { vec4 xr[]; };      // its input [d]
+layout(std430, binding = 9) coherent buffer Cnt { uint cnt[]; };    // arrival counter, 0 between uses
+shared float rt_red[WG_SIZE];
+shared bool rt_last;
+#else
 layout(std430, binding = 0) readonly buffer L { float logits[]; };
+#endif
 layout(std430, binding = 1) readonly buffer B { float bias[]; };
 layout(std430, binding = 2) writeonly buffer S { float s_out[]; };
 layout(std430, binding = 3) writeonly buffer I { uint idx_out[]; };
@@ -108,9 +139,64 @@ uint value_key(float v) {  // order-preserving, NaN → −inf, −0 → +0 (as 
 }
 bool key_less(uint ah, uint al, uint bh, uint bl) { return ah < bh || (ah == bh && al < bl); }
 
+#if ROUTE_FUSED
+// Workgroup g's RT_RPW logit rows; true in the last workgroup to finish (which then routes the token).
+bool router_rows(const uint g, const uint lid) {
+  const uint T = WG_SIZE / RT_RPW, rr = lid / T, j = lid % T, e = g * RT_RPW + rr, q = pc.d / 4u;
+  float acc = 0.0;
+  if (e < pc.n) {
+    const uint wb = pc.wtoff + e * q, xb = pc.xoff / 4u;
+    vec4 wv[RT_LOADS], xv[RT_LOADS];  // all of this invocation's loads in flight together (q ≤ RT_LOADS · T)
+    [[unroll]] for (uint i = 0u; i < RT_LOADS; ++i) {
+      const bool inr = j + i * T < q;
+      wv[i] = inr ? w4(wb + j + i * T) : vec4(0.0);
+      xv[i] = inr ? xr[xb + j + i * T] : vec4(0.0);
+    }
+    [[unroll]] for (uint i = 0u; i < RT_LOADS; ++i) acc += dot(wv[i], xv[i]);
+  }
+#if REDUCE_SUBGROUP
+  // T is a multiple of the subgroup size (host): a row's subgroups are consecutive, added in order
+  acc = subgroupAdd(acc);
+  if (subgroupElect()) rt_red[gl_SubgroupID] = acc;
+  barrier();
+  const uint spr = T / gl_SubgroupSize;
+  if (lid < RT_RPW && g * RT_RPW + lid < pc.n) {
+    float z = 0.0;
+    for (uint i = 0u; i < spr; ++i) z += rt_red[lid * spr + i];
+    logits[pc.loff + g * RT_RPW + lid] = z;
+  }
+#else
+  rt_red[lid] = acc;
+  barrier();
+  for (uint st = T / 2u; st > 0u; st >>= 1) {
+    if (j < st) rt_red[lid] += rt_red[lid + st];
+    barrier();
+  }
+  if (j == 0u && e < pc.n) logits[pc.loff + e] = rt_red[lid];
+#endif
+  memoryBarrierBuffer();
+  barrier();
+  if (lid == 0u) {  // device-scope fences on both sides of the count (release before, acquire after)
+    memoryBarrierBuffer();
+    rt_last = atomicAdd(cnt[pc.cntoff], 1u) + 1u == (pc.n + RT_RPW - 1u) / RT_RPW;
+    memoryBarrierBuffer();
+  }
+  barrier();
+  if (!rt_last) return false;  // uniform (shared)
+  if (lid == 0u) cnt[pc.cntoff] = 0u;
+  memoryBarrierBuffer();
+  return true;
+}
+#endif
+
 void main() {
+#if ROUTE_FUSED
+  if (!router_rows(wg_index(), gl_LocalInvocationID.x)) return;  // uniform
+  const uint row = 0u;
+#else
   const uint row = wg_index();
   if (row >= pc.rows) return;  // uniform over the workgroup
+#endif
   const uint lid = gl_LocalInvocationID.x, n = pc.n, k = pc.k;
   for (uint e = lid; e < n; e += WG_SIZE) {
     const float s = score(logits[pc.loff + row * n + e]);

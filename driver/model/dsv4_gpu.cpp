@@ -288,23 +288,29 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     rc.route_scale = float(cf.route_scale);
     cur->begin_concurrent();
     k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff);
-    k.matmul(*cur, G.gate, u, 1, rlogits);
+    // with fuse_route the routing runs in the router's dispatch (kernels::router_route), where it applies
+    const bool routed = opt.fuse_route && k.router_route(*cur, G.gate, u, rlogits, G.gate_bias,
+                                                         kind.hash ? view(G.tid2eid) : view(), cf.vocab, token, rc,
+                                                         G.route_idx, G.route_w);
+    if (!routed) k.matmul(*cur, G.gate, u, 1, rlogits);
     const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
     if (G.shared_apart) da.quantize(*cur, {&G.sh_gate, &G.sh_up}, u, q_u);
     cur->end_concurrent();
-    ts.op("router (+ x int8) (concurrent)");
+    ts.op(routed ? "router + route (+ x int8) (concurrent)" : "router (+ x int8) (concurrent)");
     // the FP8 shared expert's gate/up beside the routing (one workgroup): off the router's critical path
-    cur->begin_concurrent();
-    if (kind.hash)
-      k.route_hash(*cur, rlogits, G.tid2eid, cf.vocab, token, 1, E, rc, view(), G.route_idx, G.route_w);
-    else
-      k.route_score(*cur, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
-    if (G.shared_apart) {
-      da.matvec(*cur, G.sh_gate, u, q_u, sh_g);
-      da.matvec(*cur, G.sh_up, u, q_u, sh_u);
+    if (!routed || G.shared_apart) {
+      cur->begin_concurrent();
+      if (!routed && kind.hash)
+        k.route_hash(*cur, rlogits, G.tid2eid, cf.vocab, token, 1, E, rc, view(), G.route_idx, G.route_w);
+      else if (!routed)
+        k.route_score(*cur, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
+      if (G.shared_apart) {
+        da.matvec(*cur, G.sh_gate, u, q_u, sh_g);
+        da.matvec(*cur, G.sh_up, u, q_u, sh_u);
+      }
+      cur->end_concurrent();
+      ts.op(routed ? "shared gate/up (concurrent)" : "route (+ shared gate/up) (concurrent)");
     }
-    cur->end_concurrent();
-    ts.op("route (+ shared gate/up) (concurrent)");
     ts.mark(&dsv4_gpu_profile::route);
     if (segmented) {  // the selected ids to the host; run() makes those experts resident here
       cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);

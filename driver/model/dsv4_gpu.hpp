@@ -43,6 +43,10 @@ struct dsv4_gpu_options {
   /// together (u then staged in shared memory; the readback is not timed yet) measured 1 % slower on the H200
   /// (docs/PERF.md "Fortieth session"), apart not yet.
   bool fold_o_q8 = false, fold_u_q8 = false;
+  /// The router's logits and the routing in one dispatch (kernels::router_route: the last of the router's
+  /// workgroups routes; where the router is f32). Off by default until measured; the logits' sums run in another
+  /// order than the router's matvec, so selections may differ from the default at near-ties.
+  bool fuse_route = false;
   /// Device bytes the model may take (weights, sequence state, scratch); 0 = no limit, every weight resident.
   /// When the routed experts do not fit, every layer keeps an expert cache of the same number of slots (what the
   /// budget leaves after everything else, split evenly over the layers; at least top_k with cold = copy): after a

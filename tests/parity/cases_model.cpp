@@ -637,6 +637,31 @@ std::string cold_cpu_case(suite& s, const std::string& path, uint64_t tokens, ui
   return run_toy(s, path, tokens, seed, info, true, 0, &go, stats);
 }
 
+/// dsv4_gpu_options::fuse_route (kernels::router_route): the graph within the bounds of every other case against
+/// the CPU (selections exact except near-ties), and at position 0 one dispatch per layer fewer than the plain graph.
+std::string fused_route_case(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, std::string& info) {
+  dsv4_gpu_options go;
+  go.gemm = gpu::gemm_precision::f32;
+  go.max_ctx = tokens;
+  dsv4_options co;
+  co.threads = 1;
+  auto cpu = dsv4_model::open(path, co);
+  uint32_t disp[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    go.fuse_route = fused == 1;
+    dsv4_gpu_model g(cpu->weights(), s.dev, s.kern, go);
+    (void)g.step(1, true, nullptr);
+    disp[fused] = g.last_dispatches();
+  }
+  const uint32_t layers = cpu->config().layers;
+  if (disp[0] != disp[1] + layers)
+    return "fused routing: " + std::to_string(disp[1]) + " dispatches at position 0 against " +
+           std::to_string(disp[0]) + " (want " + std::to_string(layers) + " fewer)";
+  const std::string why = run_toy(s, path, tokens, seed, info, true, 0, &go);
+  info += "; " + std::to_string(layers) + " dispatches fewer";
+  return why;
+}
+
 }  // namespace
 
 void model_cases(suite& s) {
@@ -652,6 +677,12 @@ void model_cases(suite& s) {
   s.run("model_v4", "-", "cmf f32 toy, 140 tokens, pipelined (logits only), chunk-sized rings", [&](uint64_t seed, std::string& info) {
     return run_toy(s, files.make("cmf", "f32"), 140, seed, info, false, 37);
   });
+  s.run("model_v4", "-", "router and routing in one dispatch (fuse_route), cmf f32 toy, 40 tokens",
+        [&](uint64_t seed, std::string& info) { return fused_route_case(s, files.make("cmf", "f32"), 40, seed, info); });
+  s.run("model_v4", "-", "router and routing in one dispatch (fuse_route), release toy (shared apart), 24 tokens",
+        [&](uint64_t seed, std::string& info) {
+          return fused_route_case(s, files.make("release", "native"), 24, seed, info);
+        });
   model_chain_cases(s, files);  // cases_model_chain.cpp
   s.run("model_v4", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp"), seed, info);

@@ -8,9 +8,12 @@
 //   weights:   per-output |w − ref| ≤ kRouteWRel · |ref| (k outputs per token: too few for NMSE).
 #include <bit>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "cmfx/core/error.hpp"
+#include "cmfx/formats/format_list.hpp"
 #include "cmfx/ops/routing.hpp"
 #include "cmfx/ref/ops_ref.hpp"
 #include "harness.hpp"
@@ -182,6 +185,107 @@ std::string hash_case(suite& s, uint64_t seed, uint32_t rows, uint32_t n, uint32
   return {};
 }
 
+/// kernels::router_route (route.comp ROUTE_FUSED): two layers' router + routing of one token recorded back to back
+/// (the arrival counter must return to 0 between them). Checks: each logits vector within the float64 product
+/// (NMSE, max-abs), and ids and weights bit-identical to route_score / route_hash run on those logits (the routing
+/// itself is route.comp's, covered above against the CPU). A shape it does not take returns false and records
+/// nothing.
+std::string router_case(suite& s, uint64_t seed, uint32_t n, uint64_t d, bool hash, format wf, std::string& info) {
+  rng r(seed);
+  route_config cfg;
+  cfg.norm_eps = 1e-20f;
+  const uint32_t k = cfg.top_k, vocab = 1000;
+  std::vector<std::vector<float>> W(2), x(2);
+  std::vector<gpu::gpu_matrix> gm;
+  std::vector<gpu::buffer> xb;
+  for (int l = 0; l < 2; ++l) {
+    W[l] = r.normal(uint64_t(n) * d, float(2.0 / std::sqrt(double(d))));
+    x[l] = r.normal(d);
+    std::vector<uint8_t> bytes(W[l].size() * (wf == format::bf16 ? 2 : 4));
+    for (size_t i = 0; i < W[l].size(); ++i) {
+      if (wf == format::bf16) {  // W rounded to bf16 (to nearest, ties to even), its upper halves stored
+        uint32_t u = std::bit_cast<uint32_t>(W[l][i]);
+        u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+        W[l][i] = std::bit_cast<float>(u);
+        std::memcpy(&bytes[i * 2], reinterpret_cast<const uint8_t*>(&u) + 2, 2);
+      } else {
+        std::memcpy(&bytes[i * 4], &W[l][i], 4);
+      }
+    }
+    gm.push_back(gpu::upload_matrix(s.dev, wf, matrix_view{bytes.data(), bytes.size(), nullptr, 0,
+                                                           scale_encoding::none, n, d}));
+    xb.push_back(upload(s.dev, x[l]));
+  }
+  const std::vector<float> bias = r.normal(n, 0.3f);
+  std::vector<int32_t> table(uint64_t(vocab) * k);
+  for (auto& v : table) v = int32_t(r.below(n));
+  const std::vector<uint32_t> token{uint32_t(r.below(vocab))};
+  const gpu::buffer bb = upload(s.dev, bias), tb = gpu::upload_tid2eid(s.dev, table, k, n), kb = upload(s.dev, token);
+  std::vector<guarded> zg, ig, wg, sg, ig2, wg2, sg2;
+  for (int l = 0; l < 2; ++l) {
+    zg.emplace_back(s.dev, uint64_t(n) * 4), ig.emplace_back(s.dev, k * 4, 0xDEADBEEFu), wg.emplace_back(s.dev, k * 4);
+    ig2.emplace_back(s.dev, k * 4, 0xDEADBEEFu), wg2.emplace_back(s.dev, k * 4);
+    sg.emplace_back(s.dev, uint64_t(n) * 4), sg2.emplace_back(s.dev, uint64_t(n) * 4);
+  }
+  const gpu::view bias_v = hash ? gpu::view() : gpu::view(bb), tab_v = hash ? gpu::view(tb) : gpu::view();
+  gpu::commands c = s.dev.begin();
+  for (int l = 0; l < 2; ++l)
+    if (!s.kern.router_route(c, gm[l], xb[l], zg[l].payload(), bias_v, tab_v, vocab, kb, cfg, ig[l].payload(),
+                             wg[l].payload(), sg[l].payload()))
+      return "router_route did not take " + std::to_string(n) + " x " + std::to_string(d);
+  if (c.dispatch_count() != 2) return std::to_string(c.dispatch_count()) + " dispatches for two tokens' routing (want 2)";
+  for (int l = 0; l < 2; ++l) {  // the plain routing of the fused logits, for comparison
+    if (hash)
+      s.kern.route_hash(c, zg[l].payload(), tb, vocab, kb, 1, n, cfg, sg2[l].payload(), ig2[l].payload(),
+                        wg2[l].payload());
+    else
+      s.kern.route_score(c, zg[l].payload(), bb, 1, n, cfg, sg2[l].payload(), ig2[l].payload(), wg2[l].payload());
+  }
+  s.submit(c);
+  std::string worst;
+  for (int l = 0; l < 2; ++l) {
+    std::vector<float> z(n), w(k), w2(k), sc(n), sc2(n);
+    std::vector<uint32_t> id(k), id2(k);
+    std::string why;
+    if (!zg[l].read(z.data(), why) || !ig[l].read(id.data(), why) || !wg[l].read(w.data(), why) ||
+        !ig2[l].read(id2.data(), why) || !wg2[l].read(w2.data(), why) || !sg[l].read(sc.data(), why) ||
+        !sg2[l].read(sc2.data(), why))
+      return why;
+    std::vector<double> ref(n);
+    for (uint32_t e = 0; e < n; ++e) {
+      double a = 0;
+      for (uint64_t cc = 0; cc < d; ++cc) a += double(W[l][e * d + cc]) * double(x[l][cc]);
+      ref[e] = a;
+    }
+    const std::string at = "layer " + std::to_string(l) + ": ";
+    if (const std::string v = verdict(compare(z.data(), ref.data(), n), 1e-10, worst, 1e-5); !v.empty())
+      return at + "logits vs float64: " + v;
+    // every score from the finished logits (a routing that ran before some workgroup wrote its rows reads poison)
+    for (uint32_t e = 0; e < n; ++e)
+      if (std::bit_cast<uint32_t>(sc[e]) != std::bit_cast<uint32_t>(sc2[e]))
+        return at + "score " + std::to_string(e) + ": fused " + std::to_string(sc[e]) + ", routed apart " +
+               std::to_string(sc2[e]);
+    for (uint32_t j = 0; j < k; ++j)
+      if (id[j] != id2[j] || std::bit_cast<uint32_t>(w[j]) != std::bit_cast<uint32_t>(w2[j]))
+        return at + "slot " + std::to_string(j) + ": fused id " + std::to_string(id[j]) + " w " + std::to_string(w[j]) +
+               ", routed apart id " + std::to_string(id2[j]) + " w " + std::to_string(w2[j]);
+  }
+  // a router the fused mode does not take: false, nothing recorded
+  const uint64_t d_odd = d + 2;
+  const std::vector<float> Wo = r.normal(uint64_t(n) * d_odd), xo = r.normal(d_odd);
+  const gpu::gpu_matrix go = gpu::upload_matrix(
+      s.dev, format::f32,
+      matrix_view{reinterpret_cast<const uint8_t*>(Wo.data()), Wo.size() * 4, nullptr, 0, scale_encoding::none, n, d_odd});
+  const gpu::buffer xo_b = upload(s.dev, xo);
+  gpu::commands c2 = s.dev.begin();
+  if (s.kern.router_route(c2, go, xo_b, zg[0].payload(), bias_v, tab_v, vocab, kb, cfg, ig[0].payload(),
+                          wg[0].payload()) ||
+      c2.dispatch_count() != 0)
+    return "router_route took " + std::to_string(d_odd) + " columns (not a multiple of 4)";
+  info = "logits " + worst + "; scores, ids and weights the bits of route_" + (hash ? "hash" : "score") + " apart";
+  return {};
+}
+
 }  // namespace
 
 void route_cases(suite& s) {
@@ -211,6 +315,14 @@ void route_cases(suite& s) {
     cfg.norm_eps = 1e-20f;
     return hash_case(s, seed, 3, 384, 129280, cfg, info);
   });
+  for (const auto& [n, d, hash, wf] :
+       {std::tuple<uint32_t, uint64_t, bool, format>{256, 4096, false, format::f32}, {384, 4096, false, format::f32},
+        {256, 4096, false, format::bf16}, {100, 1024, false, format::f32}, {256, 4096, true, format::f32},
+        {384, 7168, true, format::bf16}, {64, 256, false, format::f32}, {8, 64, true, format::bf16}})
+    s.run("router_route", "-",
+          std::to_string(n) + "x" + std::to_string(d) + " " + std::string(format_name(wf)) +
+              (hash ? " hash" : " score") + ", two layers in one recording",
+          [&, n, d, hash, wf](uint64_t seed, R& info) { return router_case(s, seed, n, d, hash, wf, info); });
   s.run("route_hash", "-", "bad table rejected on upload", [&](uint64_t, R& info) -> R {
     const std::vector<int32_t> bad = {0, 1, 2, 7, 3, 256};  // 256 is not an expert of 256
     try {

@@ -371,6 +371,15 @@ class kernels {
   /// host by upload_tid2eid); w from the unbiased scores of logits as route_score. tokens: uint32 [rows].
   void route_hash(commands& c, view logits, view tid2eid, uint64_t vocab, view tokens, uint32_t rows, uint32_t n,
                   const route_config& cfg, view s, view idx, view w);
+  /// The router and the routing of one token in one dispatch (shaders/route.comp ROUTE_FUSED): logits [n] =
+  /// gate (f32 or bf16 [n, d]) · x [d], every workgroup a few rows, and the last to finish routes them as
+  /// route_score (bias) or, with tid2eid, as route_hash (token: uint32 [1]) — one dependent step instead of matmul +
+  /// route. The logits' sums run in another order than matmul's (selections may differ at near-ties). Returns
+  /// false, recording nothing, where it does not apply (gate not f32 / bf16, d not a multiple of 4 or above 8192,
+  /// unaligned views); the caller then records matmul + route_score / route_hash. s: the scores, as route_score
+  /// writes them (optional).
+  bool router_route(commands& c, const gpu_matrix& gate, view x, view logits, view bias, view tid2eid, uint64_t vocab,
+                    view token, const route_config& cfg, view idx, view w, view s = {});
 
   /// Shape and constants of one mHC site (ops/mhc.hpp): hc copies of a d-vector, `iters` Sinkhorn iterations.
   /// Defaults are V4's (driver/model/dsv4_config.hpp: hc 4, eps 1e-6, 20 iterations); d has none.
