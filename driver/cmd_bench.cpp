@@ -103,7 +103,6 @@ int run_bench(const bench_args& a) {
   dsv4_synth_options so;
   dsv41_synth_options so41;
   const bool v41 = bench_synth_options(a, so, so41);
-  if (v41 && a.fuse_route) throw usage_error("bench: --fuse-route is a V4 option (V4.1's graph routes apart)");
   if (v41 && (a.fold_quant == "u" || a.fold_quant == "both"))  // refused before any device work
     throw usage_error("bench: --fold-quant u / both: V4.1's boundaries have no binding left for u's int8 copy (o only)");
   if (a.prompt + a.tokens > a.ctx)
@@ -159,6 +158,7 @@ int run_bench(const bench_args& a) {
     go.cache_cpu_chunk = a.cpu_chunk;
     go.dense_act = dact;
     go.fold_o_q8 = a.fold_quant == "o";
+    go.fuse_route = a.fuse_route;
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;

@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   cb->add_option("--expert-down", bench.expert_down, "Routed experts' w2 format (default: --weights)");
   cb->add_option("--dense", bench.dense, "Attention / indexer / shared-expert / head format")->default_val(bench.dense);
   cb->add_flag("--fuse-route", bench.fuse_route,
-              "V4: the router's logits and the routing in one dispatch (the last of the router's workgroups routes; "
+              "The router's logits and the routing in one dispatch (the last of the router's workgroups routes; "
               "selections may differ from the default at near-ties)");
   cb->add_option("--fold-quant", bench.fold_quant,
                  "--act i8: int8 copies written by their producers instead of quantisation steps — o by the attention's "

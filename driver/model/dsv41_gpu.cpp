@@ -274,18 +274,23 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     rc.temp = float(cf.gate_temp);
     cur->begin_concurrent();
     k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff_f);
-    k.matmul(*cur, G.gate, u, 1, rlogits);
+    // with fuse_route the routing runs in the router's dispatch (kernels::router_route), where it applies
+    const bool routed = opt.fuse_route && k.router_route(*cur, G.gate, u, rlogits, G.gate_bias, view(), 0, view(),
+                                                         rc, G.route_idx, G.route_w);
+    if (!routed) k.matmul(*cur, G.gate, u, 1, rlogits);
     const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
     if (G.shared_apart) da.quantize(*cur, {&G.sh_gate, &G.sh_up}, u, q_u);  // its u beside the router
     cur->end_concurrent();
     // the FP8 shared expert's gate/up beside the routing (one workgroup): off the router's critical path
-    cur->begin_concurrent();
-    k.route_score(*cur, rlogits, G.gate_bias, 1, cf.experts, rc, view(), G.route_idx, G.route_w);
-    if (G.shared_apart) {
-      da.matvec(*cur, G.sh_gate, u, q_u, sh_g);
-      da.matvec(*cur, G.sh_up, u, q_u, sh_u);
+    if (!routed || G.shared_apart) {
+      cur->begin_concurrent();
+      if (!routed) k.route_score(*cur, rlogits, G.gate_bias, 1, cf.experts, rc, view(), G.route_idx, G.route_w);
+      if (G.shared_apart) {
+        da.matvec(*cur, G.sh_gate, u, q_u, sh_g);
+        da.matvec(*cur, G.sh_up, u, q_u, sh_u);
+      }
+      cur->end_concurrent();
     }
-    cur->end_concurrent();
     ts.op("router + route (+ shared gate/up)");
     ts.mark(&gpu_graph_profile::route);
     if (segmented) {  // the selected ids to the host; the expert cache makes those experts resident here

@@ -111,6 +111,7 @@ struct toy_run {
                              // must then equal a resident graph's bit for bit
   bool cold_cpu = false;     // with budget_slots: --cold-experts cpu (a slot of zeros besides them; the misses not
                              // admitted run on the CPU, so the logits meet the CPU bounds but are not the resident's)
+  bool fuse_route = false;   // dsv41_gpu_options::fuse_route (the router's logits and the routing in one dispatch)
 };
 
 /// The quantised cache state, GPU against CPU (f32 rows after the same quantisation: packed_kv off), after the step
@@ -155,6 +156,7 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   go.max_ctx = prompt + decode;
   go.stale_index_k = r.stale;
   go.qat_kv = r.quant;
+  go.fuse_route = r.fuse_route;
   std::unique_ptr<dsv41_gpu_model> gpu = std::make_unique<dsv41_gpu_model>(cpu->weights(), s.dev, s.kern, go);
   std::unique_ptr<dsv41_gpu_model> resident;
   if (budget_slots) {
@@ -482,6 +484,8 @@ void model_v41_cases(suite& s) {
   run("cmf f32 toy, 1+39 tokens, pipelined (logits only)", "cmf", "f32", r);
   r.quant = false, r.prompt = 6, r.decode = 34, r.fixed_seed = 0;
   run("cmf f32 toy, unquantised cache, 6+34 tokens, pipelined (logits only)", "cmf", "f32", r);
+  r.quant = false, r.traced = true, r.fuse_route = true;
+  run("router and routing in one dispatch (fuse_route), cmf f32 toy, unquantised cache, 6+34 tokens", "cmf", "f32", r);
   r = toy_run{};
   r.fixed_seed = 13;
   run("cmf q4tp toy, 4+20 tokens", "cmf", "q4tp", r);
