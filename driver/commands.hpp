@@ -47,7 +47,7 @@ struct bench_args {
   std::string weights = "q2tp";   // routed experts' format
   std::string expert_down;        // routed experts' w2 format (empty: --weights)
   std::string fold_quant = "none";  // --fold-quant: none | o | u | both (dsv4_gpu_options::fold_o_q8 / fold_u_q8)
-  bool fuse_route = false;           // --fuse-route: V4's router and routing in one dispatch (dsv4_gpu_options::fuse_route)
+  bool fuse_route = false;           // --fuse-route: router + routing in one dispatch (dsv4/dsv41_gpu_options)
   std::string shared_expert = "dense";  // --shared-expert: dense (--dense for all three) | routed (--weights, w2 --expert-down)
   std::string dense = "fp8_b128"; // attention / compressor / indexer projections, shared expert, head
   uint64_t prompt = 512, tokens = 256, ctx = 16384;

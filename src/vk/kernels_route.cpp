@@ -75,8 +75,8 @@ bool route(detail::op_env e, commands& c, bool hash, view logits, view bias, vie
                                           std::to_string(n));
     detail::need_view(x, gate->cols * 4, op, "x");
     const uint32_t sgs = e.info.subgroup_arithmetic ? std::max<uint32_t>(e.lanes, 1) : 1;
-    if ((gate->fmt != format::f32 && gate->fmt != format::bf16) || gate->cols % 4 || T % sgs || (gate->cols / 4 + T - 1) / T > fused_max_loads)
-      return false;
+    const bool fmt_ok = gate->fmt == format::f32 || gate->fmt == format::bf16;
+    if (!fmt_ok || gate->cols % 4 || T % sgs || (gate->cols / 4 + T - 1) / T > fused_max_loads) return false;
   }
   const uint64_t nb = uint64_t(rows) * n * 4, kb = uint64_t(rows) * cfg.top_k * 4;
   detail::need_view(logits, nb, op, "logits");
@@ -133,8 +133,10 @@ bool route(detail::op_env e, commands& c, bool hash, view logits, view bias, vie
     if (gb.residual % (4 * eb) || xb.residual % 16) return false;
     b[7] = gb.b, b[8] = xb.b, b[9] = cb.b;
     nbind = 10, pcs = sizeof fpc, pcp = &fpc;
-    fpc.xoff = xb.residual / 4, fpc.wtoff = gb.residual / (4 * eb), fpc.cntoff = e.take_counters(1), fpc.d = uint32_t(d);
-    defs += "#define ROUTE_FUSED 1\n#define RT_BF16 " + std::string(eb == 2 ? "1" : "0") + "\n" + detail::def_u("RT_RPW", rpw) + detail::def_u("RT_LOADS", uint32_t((d / 4 + T - 1) / T));
+    fpc.xoff = xb.residual / 4, fpc.wtoff = gb.residual / (4 * eb), fpc.cntoff = e.take_counters(1);
+    fpc.d = uint32_t(d);
+    defs += "#define ROUTE_FUSED 1\n#define RT_BF16 " + std::string(eb == 2 ? "1" : "0") + "\n" +
+            detail::def_u("RT_RPW", rpw) + detail::def_u("RT_LOADS", uint32_t((d / 4 + T - 1) / T));
     e.grid((n + rpw - 1) / rpw, gx, gy);
   } else {
     e.grid(rows, gx, gy);
