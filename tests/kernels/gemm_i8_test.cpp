@@ -31,13 +31,16 @@ constexpr double kSumSlack = 1e-5;
 
 template <class F>
 void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch::avx2, bool f32_scales = false,
-              bool extremes = false) {
+              bool extremes = false, uint64_t zero_every = 0) {
   if (!cpu_supports(arch))
     GTEST_SKIP() << "this CPU has no " << cpu_arch_name(arch) << ": its int8 kernels cannot run here";
   const cpu_kernel_table& k = cpu_kernels_for(arch);
   ASSERT_NE(k.gemm_i8[size_t(F::id)], nullptr) << F::name << " has no int8 kernel";
   const uint64_t seed = test::fresh_seed();
-  const auto wf = test::random_weights(rows * cols, seed);
+  auto wf = test::random_weights(rows * cols, seed);
+  if (zero_every)  // every zero_every-th group of 32 all zero (q2tp: code 0, the exact zero rung)
+    for (uint64_t i = 0; i < rows * cols; ++i)
+      if ((i / 32) % zero_every == 0) wf[i] = 0.0f;
   encoded_matrix e = F::encode(wf.data(), rows, cols);
   scale_encoding enc = e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0;
   if (f32_scales && !e.scale.empty()) {  // the same scales as an f32 tensor (the DeepSeek-V3 layout)
@@ -121,6 +124,24 @@ TEST(GemmI8, Q2tp) {
   for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull},
                          {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {33ull, 2080ull, 5ull}})
     check_i8<fmt_q2tp>(r, c, n);
+}
+// q2tp's zero rung (code 0: the whole group is 0, whatever its crumbs): every third group, and in 2080 columns
+// (65 groups) every fifth, all zero — in whole blocks of 8 and in the single groups, on every arch this CPU has.
+// The AVX2 kernel's scale lookup (lut_geometric) masks code 0 off; the decoded rows must hold those zeros.
+TEST(GemmI8, Q2tpZeroRung) {
+  for (cpu_arch arch : {cpu_arch::avx2, cpu_arch::avx512, cpu_arch::avx512_gfni}) {
+    if (!cpu_supports(arch)) continue;
+    for (auto [r, c, n, z] : {std::tuple{9ull, 608ull, 3ull, 3ull}, {33ull, 2080ull, 1ull, 5ull}, {4ull, 1024ull, 2ull, 3ull}})
+      check_i8<fmt_q2tp>(r, c, n, arch, false, false, z);
+  }
+  const uint64_t rows = 2, cols = 256;
+  auto wf = test::random_weights(rows * cols, 5);
+  for (uint64_t i = 0; i < 32; ++i) wf[i] = 0.0f;
+  const encoded_matrix e = fmt_q2tp::encode(wf.data(), rows, cols);
+  const matrix_view v{e.data.data(), e.data.size(), nullptr, 0, scale_encoding::none, rows, cols};
+  std::vector<float> row(cols);
+  fmt_q2tp::decode_row(v, 0, row.data());
+  for (uint64_t i = 0; i < 32; ++i) ASSERT_EQ(row[i], 0.0f) << "an all-zero group must decode to zeros (code 0)";
 }
 // MXFP4 on AVX2: the same blocks as q4tp, the e2m1 values through a vpshufb table
 TEST(GemmI8, Mxfp4) {

@@ -56,8 +56,9 @@ inline void unpack_nibbles(const uint8_t* p, __m128i* lo16, __m128i* hi16) noexc
 /// per lane as ladder::build, so the same bits, for an eighth of the latency chain per row.
 /// out[l][c] = the weight scale of code c in row r0 + l, for l < nrows: rung c, or with code0_zero (q2tp)
 /// 0 for code 0 and rung c - 1 otherwise — a direct 32-entry lookup table either way.
+/// ratios (optional): ratio[l] = exp2f(step) of row r0 + l (the geometric lookup of the int8 kernels, lut_geometric).
 inline void build_ladders8(const uint8_t* params, uint64_t r0, uint64_t nrows, bool code0_zero,
-                           float out[8][ladder::rungs]) noexcept {
+                           float out[8][ladder::rungs], float* ratios = nullptr) noexcept {
   const float* e2 = ladder::exp2f_of_f16();
   alignas(32) float lo[8] = {}, ra[8] = {};
   for (uint64_t l = 0; l < nrows; ++l) {
@@ -65,6 +66,7 @@ inline void build_ladders8(const uint8_t* params, uint64_t r0, uint64_t nrows, b
     lo[l] = e2[load_u16(pp)];
     ra[l] = e2[load_u16(pp + 2)];
   }
+  if (ratios) std::memcpy(ratios, ra, sizeof ra);
   // col[c][l]: entry c of row l's table; the rows are turned into table rows 8x8 at a time by an in-register
   // transpose (unpack, shuffle, permute2f128).
   alignas(32) float col[ladder::rungs][8];
@@ -144,6 +146,30 @@ struct lut32 {
   }
 };
 
+/// The int8 kernels' scale lookup (gemm_avx2_i8.hpp). A ladder row is geometric — rung j = t0 · r^j — so the
+/// scale of code c = 8h + l is taken as A[l] · B[h], A the scales of codes 0..7 and B[h] = r^(8h) (in both 128-bit
+/// halves): one vpermps, one in-lane vpermilps and a multiply instead of lut32's four vpermps and three blends.
+/// vpermps was the busiest port of the int8 q2tp block on Zen 3 (llvm-mca -mcpu=znver3: 8 of 16 cycles on FP1).
+/// Within a few ulp of the table, not bit-identical to it (r^(8h) by squaring and one more rounding instead of the
+/// 31-step product); the strict f32 path keeps lut32 and the trait's exact scales, and the int8 path's own error
+/// (activations in int8 per 32) is far larger. Zero0 (q2tp): code 0 is the exact zero rung (masked off), code c
+/// is rung c − 1, so A[0] = rung −1 = t0 / r and codes 8, 16, 24 come out as rungs 7, 15, 23.
+template <bool Zero0>
+struct lut_geometric {
+  __m256 a, b;
+  lut_geometric(const float* t, float r) noexcept {
+    a = _mm256_loadu_ps(t);
+    if constexpr (Zero0) a = _mm256_blend_ps(a, _mm256_set1_ps(t[1] / r), 1);
+    const float r2 = r * r, r4 = r2 * r2, r8 = r4 * r4, r16 = r8 * r8, r24 = r16 * r8;
+    b = _mm256_setr_ps(1.0f, r8, r16, r24, 1.0f, r8, r16, r24);
+  }
+  __m256 operator()(__m256i c) const noexcept {
+    const __m256 s = _mm256_mul_ps(_mm256_permutevar8x32_ps(a, c), _mm256_permutevar_ps(b, _mm256_srli_epi32(c, 3)));
+    if constexpr (!Zero0) return s;
+    else return _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(c, _mm256_setzero_si256())), s);
+  }
+};
+
 /// Per-row weight scales of a ladder tensor (q4tp: t[code]; q2tp: 0 for code 0, else t[code - 1]): the tables
 /// of 8 rows at a time (build_ladders8), the current row's codes, and scales 8 groups at a time.
 template <uint32_t Bits>
@@ -151,21 +177,25 @@ struct ladder_scales {
   const matrix_view& w;
   ladder::planes p;
   alignas(32) float tables[8][ladder::rungs];
+  float ratios[8] = {};
   uint64_t block0 = ~uint64_t(0);
   const float* table = nullptr;        // the current row's 32 scales by code
+  float ratio = 0.0f;                  // the current row's exp2f(step)
   const uint8_t* codes = nullptr;      // the current row's code bits
   explicit ladder_scales(const matrix_view& wv) : w(wv), p(wv.rows, wv.cols, Bits == 4 ? 16 : 8) {}
   void begin_row(uint64_t r) noexcept {
     if (block0 == ~uint64_t(0) || r < block0 || r - block0 >= 8) {  // a new block of 8 rows
       block0 = r;
-      build_ladders8(w.data + p.params, r, std::min<uint64_t>(8, w.rows - r), Bits == 2, tables);
+      build_ladders8(w.data + p.params, r, std::min<uint64_t>(8, w.rows - r), Bits == 2, tables, ratios);
     }
     table = tables[r - block0];
+    ratio = ratios[r - block0];
     codes = w.data + p.codes + r * p.stride;
   }
-  /// Scales of groups g .. g + 7 (g % 8 == 0, g + 8 <= gpr) in lane order O, with lut = lut32(table).
-  template <lane_order O = natural_lanes>
-  __m256 scales8(const lut32& lut, uint64_t g) const noexcept {
+  /// Scales of groups g .. g + 7 (g % 8 == 0, g + 8 <= gpr) in lane order O, with lut = lut32(table) (exact) or
+  /// lut_geometric<Bits == 2>(table, ratio).
+  template <lane_order O = natural_lanes, class Lut>
+  __m256 scales8(const Lut& lut, uint64_t g) const noexcept {
     return lut(ladder_codes8<O>(codes + g / 8 * ladder::code_bits));
   }
   float scale1(uint64_t g) const noexcept { return table[ladder::get_code(codes, g)]; }

@@ -92,12 +92,12 @@ struct i8_row {
         for (uint64_t g = 0; g < spr; ++g) scales[g] = 0.5f * detail::scale_at(w, r * spr + g);
     }
   }
-  /// The scale lookup state of the current row, held in registers over the per-token pass (the ladder table;
-  /// nothing for MXFP4).
+  /// The scale lookup state of the current row, held in registers over the per-token pass (the ladder's
+  /// geometric factors, lut_geometric; nothing for MXFP4).
   struct no_lut {};
-  using lut_t = std::conditional_t<is_ladder, lut32, no_lut>;
+  using lut_t = std::conditional_t<is_ladder, lut_geometric<F::id == format::q2tp>, no_lut>;
   lut_t lut() const noexcept {
-    if constexpr (is_ladder) return lut32(ls.table);
+    if constexpr (is_ladder) return lut_t(ls.table, ls.ratio);
     else return no_lut{};
   }
   /// Weight scales of groups g .. g + 7 (g % 8 == 0, g + 8 <= groups) in lane order O.
