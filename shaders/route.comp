@@ -15,7 +15,7 @@
 // WG_SIZE / RT_RPW invocations (4 consecutive columns per load, strided, at most RT_LOADS loads each; the partials
 // added by subgroups, then the subgroups in order, or by a shared-memory tree), writes them to logits, and the last
 // workgroup to count itself (binding 9, per-call arrival counter) reads them back and routes: one dependent step
-// instead of two. (A row's subgroups are taken as consecutive local ids, as on every device met so far.)
+// instead of two. (Rows are split by (subgroup, lane) slot, so no mapping of local ids onto subgroups is assumed.)
 #include "common/base.glsl"
 #if ACC_DOUBLE
 #include "common/f64math.glsl"
@@ -155,7 +155,8 @@ bool router_rows(const uint g, const uint lid) {
     [[unroll]] for (uint i = 0u; i < RT_LOADS; ++i) acc += dot(wv[i], xv[i]);
   }
 #if REDUCE_SUBGROUP
-  // T is a multiple of the subgroup size (host): a row's subgroups are consecutive, added in order
+  // T is a multiple of the subgroup size (host) and lid is the (subgroup, lane) slot (main): a row's subgroups
+  // are consecutive, added in order
   acc = subgroupAdd(acc);
   if (subgroupElect()) rt_red[gl_SubgroupID] = acc;
   barrier();
@@ -191,7 +192,14 @@ bool router_rows(const uint g, const uint lid) {
 
 void main() {
 #if ROUTE_FUSED
-  if (!router_rows(wg_index(), gl_LocalInvocationID.x)) return;  // uniform
+#if REDUCE_SUBGROUP
+  // rows by (subgroup, lane), not by local id: a row's T = WG_SIZE / RT_RPW slots are then whole subgroups however
+  // the implementation maps local ids onto subgroups (full subgroups: WG_SIZE and T multiples of the size, host)
+  const uint slot = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+#else
+  const uint slot = gl_LocalInvocationID.x;
+#endif
+  if (!router_rows(wg_index(), slot)) return;  // uniform
   const uint row = 0u;
 #else
   const uint row = wg_index();
