@@ -82,11 +82,6 @@ struct kernels::impl {
     dev.upload(counters, zeros.data(), zeros.size() * 4);
   }
 
-  /// common/act_q8_wide.glsl's variant: its butterflies through subgroup shuffles where the subgroups hold whole
-  /// blocks of 32 (subgroup arithmetic and shuffles, a subgroup size that is a multiple of 32), else shared memory.
-  std::string act_wide_defines() const {
-    return info.subgroup_arithmetic && info.subgroup_shuffle && lanes % 32 == 0 ? "#define ACT_WIDE_SG 1\n" : "";
-  }
   const detail::pipeline* pipe(const char* shader, const std::string& defs, uint32_t wg, uint32_t bindings,
                                uint32_t push) {
     detail::pipeline_desc d;
@@ -665,7 +660,7 @@ void kernels::quantize_act(commands& c, format f, view x, uint32_t n, uint64_t c
   const binding b[2] = {xb.b, ob.b};
   // 32 invocations per block (quantize_act.comp ACT_WIDE), its butterflies through shuffles where the subgroups
   // hold whole blocks
-  const std::string defs = format_defines(f, enc) + "#define ACT_WIDE 1\n" + p_->act_wide_defines();
+  const std::string defs = format_defines(f, enc) + "#define ACT_WIDE 1\n" + detail::op_env_of(*p_).act_wide_defines();
   uint32_t gx, gy;
   p_->grid(ceil_div(uint64_t(n) * (cols / 32), impl::wg_rows / 32), gx, gy);
   detail::dispatch(c.impl(), p_->pipe("quantize_act.comp", defs, impl::wg_rows, 2, sizeof pc), b, &pc, sizeof pc, gx,
@@ -778,7 +773,7 @@ void kernels::rmsnorm_q8(commands& c, view x, view weight, view y, uint32_t rows
   } pc{io.pc, qb.residual / 4, 0, 0, 0};
   const binding b[5] = {io.x.b, io.w.b, io.y.b, p_->dummy(), qb.b};
   const scale_encoding enc = (f == format::mxfp4) ? scale_encoding::e8m0 : scale_encoding::none;
-  const std::string defs = format_defines(f, enc) + "#define RMS_Q8 1\n" + p_->act_wide_defines();
+  const std::string defs = format_defines(f, enc) + "#define RMS_Q8 1\n" + detail::op_env_of(*p_).act_wide_defines();
   uint32_t gx, gy;
   p_->grid(rows, gx, gy);
   detail::dispatch(c.impl(), p_->pipe("rmsnorm.comp", defs, impl::wg_rows, 5, sizeof pc), b, &pc, sizeof pc, gx, gy);

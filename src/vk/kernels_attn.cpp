@@ -189,7 +189,7 @@ bool kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
                      (pl.max_splits <= 32 ? "1" : "0") + "\n" + ir_def;
   if (q8) {
     cdefs += "#define ATT_Q8 1\n" + act_target_defines(q8->f);
-    if (e.info.subgroup_arithmetic && e.info.subgroup_shuffle && e.lanes % 32 == 0) cdefs += "#define ACT_WIDE_SG 1\n";
+    cdefs += e.act_wide_defines();
   }
   e.grid(uint64_t(sh.rows) * sh.heads, gx, gy);
   detail::dispatch(c.impl(), e.pipe("attn_combine.comp", cdefs, wg, ncb, pcb), std::span<const detail::binding>(cb, ncb),

@@ -41,6 +41,12 @@ struct op_env {
     return first;
   }
 
+  /// common/act_q8_wide.glsl's variant: its butterflies through subgroup shuffles where the subgroups hold whole
+  /// blocks of 32 (subgroup arithmetic and shuffles, a subgroup size that is a multiple of 32), else shared memory.
+  std::string act_wide_defines() const {
+    return info.subgroup_arithmetic && info.subgroup_shuffle && lanes % 32 == 0 ? "#define ACT_WIDE_SG 1\n" : "";
+  }
+
   const pipeline* pipe(const char* shader, const std::string& defs, uint32_t wg_size, uint32_t bindings,
                        uint32_t push) const {
     pipeline_desc d;
