@@ -184,7 +184,7 @@ CMFX_AVX512_TARGET inline void row_tile_crumbs_q2tp(const avx2::i8_row<fmt_q2tp>
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   uint64_t g = 0;
   for (; g + 16 <= groups; g += 16) {
-    prefetch_ahead(d.values + 8 * g, 2);  // the block's 128 value bytes, 1 KiB ahead (prefetch.hpp)
+    prefetch_ahead<avx512_q2tp_prefetch_distance>(d.values + 8 * g, 2);  // the block's 128 value bytes (prefetch.hpp)
     __m512i c[2][4];
     q2tp_planes(d.values + 8 * g, c[0]);
     q2tp_planes(d.values + 8 * (g + 8), c[1]);
