@@ -93,7 +93,8 @@ bool bench_synth_options(const bench_args& a, dsv4_synth_options& so, dsv41_synt
 
 int run_bench(const bench_args& a) {
   // refused rather than ignored: the folds write int8 copies for the dense products' int8 inputs, on the device
-  if (a.fold_quant != "none" && (a.backend == "cpu" || (a.dense_act.empty() ? a.act : a.dense_act) != "i8"))
+  const bool fold_given = a.fold_quant != "default" && a.fold_quant != "none";
+  if (fold_given && (a.backend == "cpu" || (a.dense_act.empty() ? a.act : a.dense_act) != "i8"))
     throw usage_error("bench: --fold-quant " + a.fold_quant + " needs --backend vulkan and int8 dense products (--act i8, "
                       "or --dense-act i8)");
   if (a.backend == "cpu") return run_bench_cpu(a);
@@ -157,8 +158,8 @@ int run_bench(const bench_args& a) {
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk;
     go.dense_act = dact;
-    go.fold_o_q8 = a.fold_quant == "o";
-    go.fuse_route = a.fuse_route;
+    if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
+    if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
@@ -167,9 +168,11 @@ int run_bench(const bench_args& a) {
     go.cache_cpu_chunk = a.cpu_chunk;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     go.dense_act = dact;  // the decode's q4tp / q2tp / MXFP4 dense products (--dense) too, as `cmfx run --act i8`
-    go.fold_o_q8 = a.fold_quant == "o" || a.fold_quant == "both";
-    go.fold_u_q8 = a.fold_quant == "u" || a.fold_quant == "both";
-    go.fuse_route = a.fuse_route;
+    if (a.fold_quant != "default") {
+      go.fold_o_q8 = a.fold_quant == "o" || a.fold_quant == "both";
+      go.fold_u_q8 = a.fold_quant == "u" || a.fold_quant == "both";
+    }
+    if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
   gpu_graph& m = *mp;

@@ -151,13 +151,16 @@ int main(int argc, char** argv) {
   cb->add_option("--weights", bench.weights, "Routed experts' format (q2tp, q4tp, mxfp4, ...)")->default_val(bench.weights);
   cb->add_option("--expert-down", bench.expert_down, "Routed experts' w2 format (default: --weights)");
   cb->add_option("--dense", bench.dense, "Attention / indexer / shared-expert / head format")->default_val(bench.dense);
-  cb->add_flag("--fuse-route", bench.fuse_route,
-              "The router's logits and the routing in one dispatch (the last of the router's workgroups routes; "
-              "selections may differ from the default at near-ties)");
+  cb->add_option("--fuse-route", bench.fuse_route,
+                 "The router's logits and the routing in one dispatch (the last of the router's workgroups routes; "
+                 "selections may differ from two dispatches at near-ties): default (V4 on, V4.1 off) | on | off")
+      ->check(CLI::IsMember({"default", "on", "off"}))
+      ->default_val(bench.fuse_route);
   cb->add_option("--fold-quant", bench.fold_quant,
                  "--act i8: int8 copies written by their producers instead of quantisation steps — o by the attention's "
-                 "combine, u by the boundary before the attention site and the head (V4.1: o only): none | o | u | both")
-      ->check(CLI::IsMember({"none", "o", "u", "both"}))
+                 "combine, u by the boundary before the attention site and the head (V4.1: o only): default (V4 o, V4.1 "
+                 "none; where the dense products take int8) | none | o | u | both")
+      ->check(CLI::IsMember({"default", "none", "o", "u", "both"}))
       ->default_val(bench.fold_quant);
   cb->add_option("--shared-expert", bench.shared_expert,
                  "The shared expert's formats: dense (--dense, the release's FP8) | routed (gate/up --weights, w2 "

@@ -39,14 +39,15 @@ struct dsv4_gpu_options {
   act_precision dense_act = act_precision::f32;
   /// With int8 dense inputs, int8 copies written by their producers instead of a quantisation step each (docs/VULKAN.md
   /// "Quantisation steps folded into their producers"): o's by the split attention's combine (fold_o_q8), u's by
-  /// the boundary's finish before the attention site and the head (fold_u_q8). The same bits; off by default: both
-  /// together (u then staged in shared memory; the readback is not timed yet) measured 1 % slower on the H200
-  /// (docs/PERF.md "Fortieth session"), apart not yet.
-  bool fold_o_q8 = false, fold_u_q8 = false;
+  /// the boundary's finish before the attention site and the head (fold_u_q8). The same bits. o on by default:
+  /// +0.8 % decode on the H200, alternated twice (docs/PERF.md "Forty-second session"); u off: with o it measured
+  /// 1 % slower (u then staged in shared memory; "Fortieth session"), alone 4 % slower in one run.
+  bool fold_o_q8 = true, fold_u_q8 = false;
   /// The router's logits and the routing in one dispatch (kernels::router_route: the last of the router's
-  /// workgroups routes; where the router is f32). Off by default until measured; the logits' sums run in another
-  /// order than the router's matvec, so selections may differ from the default at near-ties.
-  bool fuse_route = false;
+  /// workgroups routes; where the router is f32 or bf16). On by default: +1.6–1.9 % decode on the H200, alternated
+  /// twice (docs/PERF.md "Forty-second session"). The logits' sums run in another order than the router's matvec,
+  /// so selections may differ from two dispatches at near-ties.
+  bool fuse_route = true;
   /// Device bytes the model may take (weights, sequence state, scratch); 0 = no limit, every weight resident.
   /// When the routed experts do not fit, every layer keeps an expert cache of the same number of slots (what the
   /// budget leaves after everything else, split evenly over the layers; at least top_k with cold = copy): after a
