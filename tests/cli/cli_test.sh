@@ -136,6 +136,10 @@ for fq in "--backend cpu --act i8" "--act f32" "--act i8 --dense-act f32"; do
   check "bench --fold-quant o $fq: exit 2 (refused, not ignored)" test $? -eq 2
   check "... saying what it needs" grep -q -- "--fold-quant o needs --backend vulkan and int8 dense products" "$T/bf.err"
 done
+# --fuse-route takes default | on | off (the V4 graph's default is on): anything else is a usage error
+"$CMFX" bench --synthetic tiny --fuse-route yes >/dev/null 2>"$T/bfr.err"
+check "bench --fuse-route yes: exit 2" test $? -eq 2
+check "... naming the values" grep -q -- "--fuse-route" "$T/bfr.err"
 # --profile on the CPU: the decode steps' time per phase (driver/model/cpu_profile.hpp); the phases and the time
 # outside them add up to the steps' wall time (a consistency check of the table, not a timing bound).
 "$CMFX" bench --backend cpu --threads 2 --synthetic v41-tiny --prompt 4 --tokens 6 --roofline-mib 16 --profile \
