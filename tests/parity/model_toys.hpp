@@ -214,9 +214,9 @@ struct dense_i8_tally {
   /// score: the margin grows to kDrift · sqrt(worst). Measured on lavapipe (2026-12-04): V4.1 flips at CPU margin
   /// 2.4e-2 and 3.2e-2 after rows of worst NMSE 4.7e-4 and 1.4e-3 (sqrt: 2.2e-2, 3.7e-2); and (2026-12-05, run
   /// seed 11694911059620531820, lavapipe) an indexer pick of V4.1's layer 8 at CPU margin 3.75e-2 with no drift
-  /// before it (29 rows of worst NMSE 2.4e-13), the same at d225fae, before any change of that session: an int8
-  /// input rounded the other way moves an index score by that much on its own, so kTie is 5e-2 (was 3e-2). A bug in
-  /// a selection kernel differs by more, or at many rows.
+  /// before it (29 rows of worst NMSE 2.4e-13), the same at d225fae, before any change of that session — taken to
+  /// be an int8 input of the indexer rounded the other way (not traced to the value), so kTie is 5e-2 (was 3e-2). A
+  /// bug in a selection kernel differs by more, or at many rows.
   double tie_margin() const {
     constexpr double kTie = 5e-2, kDrift = 2.0;
     return std::max(kTie, kDrift * std::sqrt(worst));
