@@ -153,7 +153,9 @@ struct lut32 {
 /// Within a few ulp of the table, not bit-identical to it (r^(8h) by squaring and one more rounding instead of the
 /// 31-step product); the strict f32 path keeps lut32 and the trait's exact scales, and the int8 path's own error
 /// (activations in int8 per 32) is far larger. Zero0 (q2tp): code 0 is the exact zero rung (masked off), code c
-/// is rung c − 1, so A[0] = rung −1 = t0 / r and codes 8, 16, 24 come out as rungs 7, 15, 23.
+/// is rung c − 1, so A[0] = rung −1 = t0 / r and codes 8, 16, 24 come out as rungs 7, 15, 23. Limit: r^24
+/// overflows f32 for a step above 128/24 in log2 per rung (group scales of one row spanning 2^165), where the table
+/// may still be finite; no encoder writes such a row, the strict path would still be exact.
 template <bool Zero0>
 struct lut_geometric {
   __m256 a, b;
