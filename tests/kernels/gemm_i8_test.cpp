@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cmfx/kernels/cpu_kernels.hpp"
+#include "cmfx/kernels/gemm_avx512_fp8_a8.hpp"
 #include "cmfx/ref/gemm_ref.hpp"
 #include "support/hex.hpp"
 #include "support/metrics.hpp"
@@ -31,11 +32,14 @@ constexpr double kSumSlack = 1e-5;
 
 template <class F>
 void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch::avx2, bool f32_scales = false,
-              bool extremes = false, uint64_t zero_every = 0) {
+              bool extremes = false, uint64_t zero_every = 0, gemm_rows_i8_fn kernel = nullptr) {
   if (!cpu_supports(arch))
     GTEST_SKIP() << "this CPU has no " << cpu_arch_name(arch) << ": its int8 kernels cannot run here";
   const cpu_kernel_table& k = cpu_kernels_for(arch);
-  ASSERT_NE(k.gemm_i8[size_t(F::id)], nullptr) << F::name << " has no int8 kernel";
+  // kernel: one outside the table (natural activation layout), else the table's
+  const gemm_rows_i8_fn fn = kernel ? kernel : k.gemm_i8[size_t(F::id)];
+  const act_layout layout = kernel ? act_layout::natural : k.i8_layout[size_t(F::id)];
+  ASSERT_NE(fn, nullptr) << F::name << " has no int8 kernel";
   const uint64_t seed = test::fresh_seed();
   auto wf = test::random_weights(rows * cols, seed);
   if (zero_every)  // every zero_every-th group of 32 all zero (q2tp: code 0, the exact zero rung)
@@ -67,7 +71,8 @@ void check_i8(uint64_t rows, uint64_t cols, uint64_t n, cpu_arch arch = cpu_arch
   std::vector<float> Y(n * rows, NAN);
   thread_pool pool(2);
   act_q8 scratch;
-  gemm(pool, k, F::id, v, X.data(), n, Y.data(), act_precision::i8, scratch);
+  k.quantize_act(X.data(), n, cols, layout, scratch);  // then the kernel over the pool, as gemm() calls it
+  pool.run_rows(rows, [&](uint64_t r0, uint64_t r1, unsigned) { fn(v, scratch, Y.data(), rows, r0, r1); }, gemm_row_grain);
   const auto st = test::compare(Y.data(), want.data(), Y.size());
   std::printf("[ gemm-i8 ] %-7s %-6s %5llux%-5llu n=%-2llu nmse %.2e max-abs %.2e (ref max %.2e)\n",
               arch == cpu_arch::avx512_gfni ? "a512gf" : arch == cpu_arch::avx512 ? "avx512" : "avx2", std::string(F::name).c_str(),
@@ -204,15 +209,69 @@ TEST(GemmI8Avx512, Q8Row) {
   check_i8<fmt_q8_row>(11, 800, 5, cpu_arch::avx512_gfni);
 }
 
+// FP8 with int8 activations (gemm_avx512_fp8_a8.hpp: E4M3 and the int8 values both exact in bf16, vdpbf16ps):
+// the int8 bounds above at shapes with even and odd group counts (a lone last group: 96, 480, 608, 800, 2080),
+// many tokens (4-token tiles and their rest), tile rows cut by the row ranges (130, 257 rows), e8m0 and f32 tile
+// scales, 128 × 128 and 32 × 32 tiles; only on CPUs with AVX-512 BF16 and VBMI. The kernel is not in the dispatch
+// table (docs/PERF.md "Forty-third session": slower than the f32 kernel from DRAM on dev), so it is called directly.
+template <class F>
+constexpr gemm_rows_i8_fn fp8_a8 = &cmfx::kernels::avx512::gemm_rows_i8_fp8<F>;
+bool fp8_a8_here() {
+  if (cpu_supports(cpu_arch::avx512) && cmfx::kernels::avx512::cpu_has_fp8_a8()) return true;
+  std::printf("[ gemm-i8 ] this CPU has no AVX-512 BF16 + VBMI: the FP8 int8-activation kernel is not tested\n");
+  return false;
+}
+TEST(GemmI8Avx512Bf16, Fp8) {
+  if (!fp8_a8_here()) GTEST_SKIP() << "no AVX-512 BF16 + VBMI on this CPU";
+  for (cpu_arch arch : {cpu_arch::avx512}) {
+    for (auto [r, c, n] : {std::tuple{1ull, 32ull, 1ull}, {7ull, 96ull, 3ull}, {130ull, 4096ull, 1ull}, {64ull, 1024ull, 9ull},
+                           {33ull, 2080ull, 5ull}, {9ull, 608ull, 3ull}, {5ull, 512ull, 12ull}, {257ull, 256ull, 2ull},
+                           {17ull, 2304ull, 1ull}, {11ull, 800ull, 5ull}, {6ull, 480ull, 3ull}, {10ull, 8192ull, 2ull}})
+      check_i8<fmt_fp8_b128>(r, c, n, arch, false, false, 0, fp8_a8<fmt_fp8_b128>);
+    check_i8<fmt_fp8_b128>(17, 2304, 3, arch, true, false, 0, fp8_a8<fmt_fp8_b128>);
+    check_i8<fmt_fp8_b32>(33, 800, 5, arch, false, false, 0, fp8_a8<fmt_fp8_b32>);
+    check_i8<fmt_fp8_b32>(65, 2080, 2, arch, true, false, 0, fp8_a8<fmt_fp8_b32>);
+  }
+}
+// Every E4M3 code decoded exactly: row r holds code r (NaN codes 0x7F / 0xFF excepted) at three columns — in the
+// first register of a 64-column pair (5), in the second (47), in a lone last group (70 of 96 columns) — and
+// token t's only non-zero activation is 127 at the t-th of them, so that the int8 rounding is exact (sx = 1) and
+// y[t, r] = 127 · value(r) · tile scale, one product, exactly. The other columns hold random codes.
+TEST(GemmI8Avx512Bf16, Fp8EveryCodeExact) {
+  if (!fp8_a8_here()) GTEST_SKIP() << "no AVX-512 BF16 + VBMI on this CPU";
+  const uint64_t rows = 256, cols = 96, n = 3, hot[3] = {5, 47, 70}, seed = test::fresh_seed();
+  const auto wf = test::random_weights(rows * cols, seed);
+  encoded_matrix e = fmt_fp8_b128::encode(wf.data(), rows, cols);
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t h : hot) e.data[r * cols + h] = uint8_t((r & 0x7F) == 0x7F ? 0 : r);
+  const matrix_view v{e.data.data(), e.data.size(), e.scale.data(), e.scale.size(), scale_encoding::e8m0, rows, cols};
+  std::vector<float> X(n * cols, 0.0f);
+  for (uint64_t t = 0; t < n; ++t) X[t * cols + hot[t]] = 127.0f;
+  {
+    std::vector<float> Y(n * rows, NAN);
+    act_q8 scratch;
+    quantize_act_q8(X.data(), n, cols, act_layout::natural, scratch);
+    thread_pool pool(2);
+    pool.run_rows(rows, [&](uint64_t r0, uint64_t r1, unsigned) { fp8_a8<fmt_fp8_b128>(v, scratch, Y.data(), rows, r0, r1); },
+                  gemm_row_grain);
+    for (uint64_t t = 0; t < n; ++t)
+      for (uint64_t r = 0; r < rows; ++r) {
+        const uint8_t code = (r & 0x7F) == 0x7F ? 0 : uint8_t(r);
+        const float want = 127.0f * e4m3::decode(code) * e8m0_to_f32(e.scale[(r / 128) * 1]);
+        ASSERT_EQ(Y[t * rows + r], want) << "code 0x" << std::hex << unsigned(code) << std::dec << " token " << t
+                                         << " seed " << seed;
+      }
+  }
+}
 // The kernels derive a per-thread rearrangement of the activations once per quantisation (act_q8::generation)
 // and reuse it over every range of rows one thread is handed. One scratch quantised twice (same shape, new values)
 // must give, range by range, bit for bit what a fresh scratch gives; a hand-edited scratch (generation 0) is
 // rearranged again. A cache keyed wrongly returns the first input's products for the second.
 template <class F>
-void check_i8_reuse(cpu_arch arch) {
+void check_i8_reuse(cpu_arch arch, gemm_rows_i8_fn kernel = nullptr) {
   if (!cpu_supports(arch)) GTEST_SKIP() << "this CPU has no " << cpu_arch_name(arch);
-  const auto fn = cpu_kernels_for(arch).gemm_i8[size_t(F::id)];
-  const act_layout layout = cpu_kernels_for(arch).i8_layout[size_t(F::id)];
+  const auto fn = kernel ? kernel : cpu_kernels_for(arch).gemm_i8[size_t(F::id)];
+  const act_layout layout = kernel ? act_layout::natural : cpu_kernels_for(arch).i8_layout[size_t(F::id)];
   ASSERT_NE(fn, nullptr);
   const uint64_t rows = 37, cols = 800, n = 3, seed = test::fresh_seed();
   const auto wf = test::random_weights(rows * cols, seed);
@@ -256,6 +315,7 @@ TEST(GemmI8Avx512, ScratchReusedAcrossQuantisations) {
   check_i8_reuse<fmt_q2tp>(cpu_arch::avx512);
   check_i8_reuse<fmt_mxfp4>(cpu_arch::avx512);
   check_i8_reuse<fmt_q8_row>(cpu_arch::avx512);
+  if (cmfx::kernels::avx512::cpu_has_fp8_a8()) check_i8_reuse<fmt_fp8_b128>(cpu_arch::avx512, fp8_a8<fmt_fp8_b128>);
 }
 
 }  // namespace
