@@ -97,6 +97,9 @@ int run_bench(const bench_args& a) {
   if (fold_given && (a.backend == "cpu" || (a.dense_act.empty() ? a.act : a.dense_act) != "i8"))
     throw usage_error("bench: --fold-quant " + a.fold_quant + " needs --backend vulkan and int8 dense products (--act i8, "
                       "or --dense-act i8)");
+  if (a.prefill_shared != "default" && (a.backend == "cpu" || a.shared_expert != "routed"))
+    throw usage_error("bench: --prefill-shared " + a.prefill_shared + " needs --backend vulkan and --shared-expert "
+                      "routed (the shared expert stacked with the routed ones)");
   if (a.backend == "cpu") return run_bench_cpu(a);
   if (a.threads != 0)  // refused rather than ignored: the Vulkan graph's host threads are --copy-threads
     throw usage_error("bench --backend vulkan: --threads is a --backend cpu option (host threads packing streamed "
@@ -104,6 +107,8 @@ int run_bench(const bench_args& a) {
   dsv4_synth_options so;
   dsv41_synth_options so41;
   const bool v41 = bench_synth_options(a, so, so41);
+  if (v41 && a.prefill_shared != "default")
+    throw usage_error("bench: --prefill-shared: V4.1 prompts run token by token (no prefill chunks)");
   if (v41 && (a.fold_quant == "u" || a.fold_quant == "both"))  // refused before any device work
     throw usage_error("bench: --fold-quant u / both: V4.1's boundaries have no binding left for u's int8 copy (o only)");
   if (a.prompt + a.tokens > a.ctx)
@@ -173,6 +178,7 @@ int run_bench(const bench_args& a) {
       go.fold_u_q8 = a.fold_quant == "u" || a.fold_quant == "both";
     }
     if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
+    if (a.prefill_shared != "default") go.prefill_shared_apart = a.prefill_shared == "apart";
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
   gpu_graph& m = *mp;

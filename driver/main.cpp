@@ -162,6 +162,11 @@ int main(int argc, char** argv) {
                  "none; where the dense products take int8) | none | o | u | both")
       ->check(CLI::IsMember({"default", "none", "o", "u", "both"}))
       ->default_val(bench.fold_quant);
+  cb->add_option("--prefill-shared", bench.prefill_shared,
+                 "V4 prefill chunks with the shared expert stacked (--shared-expert routed): default | apart (three "
+                 "tiled GEMMs on copies of its matrices) | stacked (one more expert of the grouped MoE kernels)")
+      ->check(CLI::IsMember({"default", "apart", "stacked"}))
+      ->default_val(bench.prefill_shared);
   cb->add_option("--shared-expert", bench.shared_expert,
                  "The shared expert's formats: dense (--dense, the release's FP8) | routed (gate/up --weights, w2 "
                  "--expert-down: the CMF files' rule, stacked with the routed experts)")

@@ -31,7 +31,7 @@ void main() {
 #else
   const uint E = pc.pad, NS = E;
 #endif
-  const uint d = pc.rows / (NS + MOE_SHARED), I = pc.cols;
+  const uint d = MOE_DIM, I = pc.cols;
   const uint bpt = d / ROWS_PER_WG;  // row blocks per token
   const uint g = wg_index();
   if (g >= pc.n * bpt) return;  // uniform over the workgroup

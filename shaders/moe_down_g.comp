@@ -3,7 +3,8 @@
 // Expert-grouped MoE phase 2 (kernels::moe with n >= 2; moe_down.comp is the per-pair kernel): one workgroup per
 // (expert e, block of ROWS_PER_WG rows of d) walks e's pairs in tiles of MOE_NB: y[p, r] = W2_e[r, :] · h[p, :]
 // for every pair p = t·KS + j of e. moe_sum.comp then adds a token's slots in ascending expert id.
-// Push constants: mat_pc with rows = (NS + MOE_SHARED)·d, cols = I, n = tokens, xoff = h, x_stride = the lists'
+// Push constants: mat_pc with rows = the stack's ((NS + MOE_SHARED)·d, or more: a routed_only_scope leaves the
+// shared expert in it; d = MOE_DIM), cols = I, n = tokens, xoff = h, x_stride = the lists'
 // first word, yoff = y, pad = E (or the slot map's offset with MOE_SLOTS, E = MOE_E).
 // Defines: TEAMS, ROWS_PER_WG (divides d), MOE_TOPK, MOE_SHARED, MOE_NB, MOE_FAST, the format's.
 #include "common/base.glsl"
@@ -26,7 +27,7 @@ void main() {
 #else
   const uint E = pc.pad, NS = E;
 #endif
-  const uint KS = MOE_TOPK + MOE_SHARED, d = pc.rows / (NS + MOE_SHARED), I = pc.cols;
+  const uint KS = MOE_TOPK + MOE_SHARED, d = MOE_DIM, I = pc.cols;
   const uint bpe = d / ROWS_PER_WG, ne = E + MOE_SHARED;
   const uint g = wg_index();
   if (g >= ne * bpe) return;  // uniform over the workgroup

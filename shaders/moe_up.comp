@@ -33,7 +33,7 @@ void main() {
 #else
   const uint E = pc.pad, NS = E;
 #endif
-  const uint KS = MOE_TOPK + MOE_SHARED, I = pc.rows / (2u * (NS + MOE_SHARED)), d = pc.cols;
+  const uint KS = MOE_TOPK + MOE_SHARED, I = MOE_INTER, d = pc.cols;
   const uint bpp = I / ROWS_PER_WG;  // row blocks per (token, slot)
   const uint g = wg_index();
   if (g >= pc.n * KS * bpp) return;  // uniform over the workgroup

@@ -4,7 +4,8 @@
 // (expert e, block of ROWS_PER_WG rows of I) walks e's pairs (moe_group.comp's list) in tiles of MOE_NB, so the
 // expert's gate/up rows are read once per tile instead of once per (token, slot). First the gate rows (g into h),
 // then the up rows: h[p, q] = silu(min(g, L)) · clamp(u, −L, L) · w[t, j] — moe_up.comp's expression.
-// Push constants: mat_pc with rows = 2(NS + MOE_SHARED)·I, cols = d, n = tokens, xoff = x, x_stride = the lists'
+// Push constants: mat_pc with rows = the stack's (2(NS + MOE_SHARED)·I, or more: a routed_only_scope leaves the
+// shared expert in it; I = MOE_INTER), cols = d, n = tokens, xoff = x, x_stride = the lists'
 // first word (binding 6: counts, then lists), yoff = h, y_stride = weights offset, pad = E (or the slot map's
 // offset with MOE_SLOTS, E = MOE_E). Workgroup E is the shared expert (stacked at index NS).
 // Defines: TEAMS, ROWS_PER_WG (divides I), MOE_TOPK, MOE_SHARED, MOE_LIMIT, MOE_NB, MOE_FAST, the format's.
@@ -30,7 +31,7 @@ void main() {
 #else
   const uint E = pc.pad, NS = E;
 #endif
-  const uint KS = MOE_TOPK + MOE_SHARED, I = pc.rows / (2u * (NS + MOE_SHARED)), d = pc.cols;
+  const uint KS = MOE_TOPK + MOE_SHARED, I = MOE_INTER, d = pc.cols;
   const uint bpe = I / ROWS_PER_WG, ne = E + MOE_SHARED;
   const uint g = wg_index();
   if (g >= ne * bpe) return;  // uniform over the workgroup

@@ -48,6 +48,13 @@ struct dsv4_gpu_options {
   /// twice (docs/PERF.md "Forty-second session"). The logits' sums run in another order than the router's matvec,
   /// so selections may differ from two dispatches at near-ties.
   bool fuse_route = true;
+  /// Prefill chunks: a shared expert stacked with the routed ones (the CMF files' formats) runs apart, as three
+  /// tiled GEMMs like a shared expert of other formats, from copies of its matrices uploaded beside the stack
+  /// (~10 MB per layer; not under a vram_budget, which turns the chunks off), instead of as one more expert of the
+  /// grouped MoE kernels with every token of the chunk. Decode steps keep it stacked. Off until measured: the CMF
+  /// layout's prefill ran 1340 tok/s with the shared expert stacked against 1533–1555 with it apart (q4tp)
+  /// (docs/PERF.md "Forty-third session"), which this is meant to recover; no device time was left to time it.
+  bool prefill_shared_apart = false;
   /// Device bytes the model may take (weights, sequence state, scratch); 0 = no limit, every weight resident.
   /// When the routed experts do not fit, every layer keeps an expert cache of the same number of slots (what the
   /// budget leaves after everything else, split evenly over the layers; at least top_k with cold = copy): after a

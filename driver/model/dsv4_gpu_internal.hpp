@@ -36,7 +36,8 @@ struct dsv4_gpu_layer {
   gpu::buffer gate_bias, tid2eid;
   gpu::gpu_moe moe;
   bool shared_apart = false;  // the shared expert's formats differ from the routed experts': matmul path
-  gpu::gpu_matrix sh_gate, sh_up, sh_down;
+  bool shared_apart_chunks = false;  // stacked, but apart in prefill chunks (dsv4_gpu_options::prefill_shared_apart)
+  gpu::gpu_matrix sh_gate, sh_up, sh_down;  // with shared_apart or shared_apart_chunks
   // state
   gpu::buffer ring;            // [window, head_dim] window KV by position mod window
   gpu::buffer idx;             // int32 [keys_cap]: [window slots | compressed slots] (ratio > 0 layers)

@@ -52,6 +52,8 @@ std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t r
                         float limit) {
   return "#define TEAMS " + std::to_string(e.teams) + "\n#define ROWS_PER_WG " + std::to_string(rpw) + "\n" +
          detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + std::string(m.shared ? "1" : "0") + "\n" +
+         detail::def_u("MOE_DIM", m.dim) + detail::def_u("MOE_INTER", m.inter) +  // not from the stack's rows: a
+         // routed_only_scope leaves the shared expert in them
          detail::def_f("MOE_LIMIT", limit) + slot_defines(m) + detail::tab_defines() +
          format_defines(w.fmt, w.scale_enc);
 }

@@ -479,7 +479,7 @@ void matrix_cases(suite& s) {
       });
     }
     // the f16 modes: 64-column steps, aligned and ragged rows and batch rows
-    for (const shape& sh : {shape{64, 1024, 9}, shape{130, 256, 70}, shape{200, 512, 129}}) {
+    for (const shape& sh : {shape{64, 1024, 9}, shape{130, 256, 70}, shape{200, 512, 129}, shape{32, 64, 32}, shape{64, 32, 32}}) {
       if (!F::shape_ok(sh.rows, sh.cols)) continue;
       if (f16_gemm_mode(s.dev) == gpu::gemm_precision::f32) {
         s.unsupported("gemm_f16", fn);

@@ -159,7 +159,8 @@ std::string run_toy(suite& s, const std::string& path, uint64_t tokens, uint64_t
 /// single steps continue from the state the chunks left, compared the same way — a chunk that wrote a ring row, an
 /// entry or a pending window wrongly shows up there.
 std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t decode,
-                       uint64_t seed, std::string& info) {
+                       uint64_t seed, std::string& info,
+                       bool shared_apart = dsv4_gpu_options{}.prefill_shared_apart) {
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
@@ -167,6 +168,7 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
   go.gemm = gpu::gemm_precision::f32;  // the strict bounds below; f16 chunks: f16_chunk_case
   go.max_ctx = prompt + decode;
   go.prefill_chunk = chunk;
+  go.prefill_shared_apart = shared_apart;
   dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
   const dsv4_config& cf = cpu->config();
   const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, prompt + decode);
@@ -215,7 +217,7 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
 /// margin is 3e-2 — still far below a wiring error's.
 /// One token sequence of f16_chunk_case; rows: the rows compared before a near-tie flip (or all).
 std::string f16_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t seed,
-                          uint64_t& rows, std::string& info) {
+                          uint64_t& rows, std::string& info, bool shared_apart) {
   constexpr double kF16ModelNmse = 3e-4, kF16ModelMaxAbsRel = 5e-2, kF16TieMargin = 3e-2;
   dsv4_options co;
   co.threads = 1;
@@ -224,6 +226,7 @@ std::string f16_chunk_run(suite& s, const std::string& path, uint32_t chunk, uin
   go.max_ctx = prompt;
   go.prefill_chunk = chunk;
   go.gemm = f16_gemm_mode(s.dev);
+  go.prefill_shared_apart = shared_apart;
   dsv4_gpu_model gpu(cpu->weights(), s.dev, s.kern, go);
   const dsv4_config& cf = cpu->config();
   const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, prompt);
@@ -271,9 +274,9 @@ std::string f16_chunk_run(suite& s, const std::string& path, uint32_t chunk, uin
 /// 15 lavapipe runs, at row 9 once on the H200's tensor cores, CPU margin 2.2e-3; at row 0 once in a clean-clone
 /// run of 2026-11-30).
 std::string f16_chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t seed,
-                           std::string& info) {
+                           std::string& info, bool shared_apart = dsv4_gpu_options{}.prefill_shared_apart) {
   return over_sequences(seed, 3, 16, info, [&](uint64_t sd, uint64_t& rows, std::string& ri) {
-    return f16_chunk_run(s, path, chunk, prompt, sd, rows, ri);
+    return f16_chunk_run(s, path, chunk, prompt, sd, rows, ri, shared_apart);
   });
 }
 
@@ -701,13 +704,25 @@ void model_cases(suite& s) {
   s.run("model_v4", "-", "prefill chunks of 24, release toy, 50 + 6 positions", [&](uint64_t seed, std::string& info) {
     return chunk_case(s, files.make("release", "native"), 24, 50, 6, seed, info);
   });
+  // the cmf q4tp toy's stacked shared expert both ways in the chunks (dsv4_gpu_options::prefill_shared_apart: three
+  // GEMMs on copies of its matrices while the MoE runs the routed experts alone, or one more expert of the MoE)
+  const bool apart_default = dsv4_gpu_options{}.prefill_shared_apart;
+  s.run("model_v4", "-", std::string("prefill chunks of 16, cmf q4tp toy, the shared expert ") +
+        (apart_default ? "stacked" : "apart") + ", 40 + 8 positions", [&](uint64_t seed, std::string& info) {
+    return chunk_case(s, files.make("cmf", "q4tp"), 16, 40, 8, seed, info, !apart_default);
+  });
   // Cases of a feature the device lacks (f16 GEMM modes, int8 kernels) are not run — a device without them is not
   // a failure — and say so; the op's other cases fill its cell of the coverage table.
   if (f16_gemm_mode(s.dev) != gpu::gemm_precision::f32)
+  {
     s.run("model_v4", "-", "prefill chunks of 32 with f16 GEMMs, cmf q4tp toy, 96 positions", [&](uint64_t seed, std::string& info) {
       return f16_chunk_case(s, files.make("cmf", "q4tp"), 32, 96, seed, info);
     });
-  else
+    s.run("model_v4", "-", std::string("prefill chunks of 32 with f16 GEMMs, cmf q4tp toy, the shared expert ") +
+          (apart_default ? "stacked" : "apart") + ", 96 positions", [&](uint64_t seed, std::string& info) {
+      return f16_chunk_case(s, files.make("cmf", "q4tp"), 32, 96, seed, info, !apart_default);
+    });
+  } else
     std::printf("[ skip ] model_v4 prefill chunks with f16 GEMMs: no f16 GEMM mode on this device\n");
   if (s.kern.has_i8(format::q4tp)) {
     s.run("model_v4", "-", "prefill chunks of 32 with int8 experts vs int8 steps, cmf q4tp toy, 96 positions", [&](uint64_t seed, std::string& info) {

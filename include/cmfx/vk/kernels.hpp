@@ -101,6 +101,24 @@ gpu_moe alloc_moe_slots(device& dev, const expert_view& proto, uint32_t experts,
 void write_moe_slot(device& dev, const gpu_moe& m, uint32_t slot, const expert_view& ex);
 /// Device bytes of one expert of m (gate, up and down, all planes): what write_moe_slot moves.
 uint64_t moe_slot_bytes(const gpu_moe& m);
+/// While it lives (and `on`), m describes its routed experts alone: shared = false and the stacked counts without
+/// the shared expert — the buffers unchanged, the shared expert left in them unread, every plane where it was. For
+/// recording kernels::moe (which bakes m into the commands it records) while the shared expert runs apart
+/// (kernels::matmul on copies of its matrices). Restores m when it ends.
+class routed_only_scope {
+ public:
+  explicit routed_only_scope(gpu_moe& m, bool on = true) : m_(on && m.shared ? &m : nullptr) {
+    if (m_) m_->shared = false, m_->gate_up.count -= 2, m_->down.count -= 1;
+  }
+  ~routed_only_scope() {
+    if (m_) m_->shared = true, m_->gate_up.count += 2, m_->down.count += 1;
+  }
+  routed_only_scope(const routed_only_scope&) = delete;
+  routed_only_scope& operator=(const routed_only_scope&) = delete;
+
+ private:
+  gpu_moe* m_;
+};
 /// write_moe_slot in two halves, for streaming without host waits: moe_slot_sources lists the expert's host
 /// spans (checked as write_moe_slot checks them) whose concatenation, moe_slot_bytes(m) bytes, is the packed image
 /// the caller copies into host-visible memory (e.g. a mapped device::alloc_upload buffer, with as many threads as
