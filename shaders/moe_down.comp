@@ -5,7 +5,7 @@
 // then (MOE_SHARED) the shared expert E's term last, as moe_forward. One workgroup per (token, block of
 // ROWS_PER_WG rows of d); the slots are sorted once per workgroup. An id ≥ E makes the token's outputs NaN.
 // Push constants: mat_pc with rows = (E + MOE_SHARED)·d, cols = I, n = tokens, xoff = h, x_stride = ids offset,
-// yoff = out, pad = E. Defines: TEAMS, ROWS_PER_WG (divides d), MOE_TOPK, MOE_SHARED, and the format's.
+// yoff = out, pad = E. Defines: TEAMS, ROWS_PER_WG (divides d), MOE_TOPK, MOE_SHARED, MOE_DIM, MOE_INTER, and the format's.
 // Expert cache (MOE_SLOTS > 0): as moe_up.comp — rows = (MOE_SLOTS + MOE_SHARED)·d, routed expert e read at
 // stacked index slot_map[e] (binding 8, first word pc.pad; E = the define MOE_E), the sum order still ascending
 // expert id; an entry ≥ MOE_SLOTS makes the token's outputs NaN.

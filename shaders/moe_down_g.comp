@@ -6,7 +6,7 @@
 // Push constants: mat_pc with rows = the stack's ((NS + MOE_SHARED)·d, or more: a routed_only_scope leaves the
 // shared expert in it; d = MOE_DIM), cols = I, n = tokens, xoff = h, x_stride = the lists'
 // first word, yoff = y, pad = E (or the slot map's offset with MOE_SLOTS, E = MOE_E).
-// Defines: TEAMS, ROWS_PER_WG (divides d), MOE_TOPK, MOE_SHARED, MOE_NB, MOE_FAST, the format's.
+// Defines: TEAMS, ROWS_PER_WG (divides d), MOE_TOPK, MOE_SHARED, MOE_DIM, MOE_INTER, MOE_NB, MOE_FAST, the format's.
 #include "common/base.glsl"
 #include "common/formats.glsl"
 #include "common/moe.glsl"

@@ -8,7 +8,7 @@
 // KS = MOE_TOPK + MOE_SHARED slots per token. An id ≥ E gives NaN rows (route_score / route_hash never write one).
 // Push constants: common/formats.glsl's mat_pc with rows = 2(E + MOE_SHARED)·I, cols = d, n = tokens, xoff = x,
 // x_stride = ids offset, yoff = h, y_stride = weights offset, pad = E (routed experts).
-// Defines: TEAMS, ROWS_PER_WG (divides I), MOE_TOPK, MOE_SHARED, MOE_LIMIT, and the format's (formats_gpu.cpp).
+// Defines: TEAMS, ROWS_PER_WG (divides I), MOE_TOPK, MOE_SHARED, MOE_DIM, MOE_INTER, MOE_LIMIT, and the format's (formats_gpu.cpp).
 // Expert cache (MOE_SLOTS > 0, kernels::moe's slot_map): the stacked matrix holds MOE_SLOTS routed experts and the
 // shared one at index MOE_SLOTS; routed expert e is read at index slot_map[e] (binding 8, first word pc.pad), the
 // routed count is the define MOE_E; an entry ≥ MOE_SLOTS gives NaN rows like an invalid id.

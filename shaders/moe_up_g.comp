@@ -8,7 +8,8 @@
 // shared expert in it; I = MOE_INTER), cols = d, n = tokens, xoff = x, x_stride = the lists'
 // first word (binding 6: counts, then lists), yoff = h, y_stride = weights offset, pad = E (or the slot map's
 // offset with MOE_SLOTS, E = MOE_E). Workgroup E is the shared expert (stacked at index NS).
-// Defines: TEAMS, ROWS_PER_WG (divides I), MOE_TOPK, MOE_SHARED, MOE_LIMIT, MOE_NB, MOE_FAST, the format's.
+// Defines: TEAMS, ROWS_PER_WG (divides I), MOE_TOPK, MOE_SHARED, MOE_DIM, MOE_INTER, MOE_LIMIT, MOE_NB, MOE_FAST, the
+// format's.
 #include "common/base.glsl"
 #include "common/formats.glsl"
 #include "common/moe.glsl"
