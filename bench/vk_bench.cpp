@@ -13,6 +13,8 @@
 // vk_moe_f16|f32|i8/<format>/<experts>x4096x2048/n<tokens> — the expert-grouped MoE of a prefill chunk (bm_moe;
 // i8: int8 activations, moe_i8_tc.comp on int8 tensor cores or moe_rows_g8.comp (--moe-i8-tc), where the device
 // has integer dot products).
+// vk_moe_b1/q2tp_q4tp/<experts>x4096x2048 — the decode's batch-1 MoE on the CMF q2tp layout, 64 calls chained, each
+// with its own experts (bm_moe_b1; counters us_per_moe, GBps, roofline).
 // vk_gemm_f16/<format>/<rows>x<cols>/n<tokens> — a dense GEMM of a prefill chunk of --moe-tokens rows on f16
 // tiles (tensor cores where the device has them), chained (bm_gemm; counters ms, TFLOPS).
 // vk_mhc/post_pre[_cold|_thrash]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64
@@ -23,6 +25,8 @@
 //                      [--pairs 1|2] (q2tp int8 row kernel: chunks per lane unit)
 //                      [--concurrent-rule 1|2] (row kernel in concurrent groups: the dependent-product rule | throughput)
 //                      [--moe-rpt 1|2|4|8] [--moe-pairs 2|4|8|16] [--moe-unroll 1|2] (the grouped int8 MoE kernel)
+//                      [--moe-b1-rpt 1|2|4] [--moe-b1-pairs 1|2] [--moe-b1-unroll 1|2|4] [--moe-tails 0|1]
+//                      (the decode's batch-1 int8 MoE, vk_moe_b1: matvec_tuning::moe_b1_* / moe_tails)
 //                      [--moe-tiles 0|1|2] (the grouped f16 MoE: gemm.comp's tiles (0, 1) | moe_tc.comp (2))
 //                      [--moe-i8-tc 0|1|2] (the grouped int8 MoE: the default kernel (0) | moe_rows_g8.comp (1) |
 //                      moe_i8_tc.comp on the int8 tensor cores, emulated without them (2))
@@ -423,6 +427,63 @@ void bm_moe(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t n
   st.counters["precision"] = double(int(g_kern->gemm_precision_used()));
 }
 
+/// The decode's MoE at batch 1 (kernels::moe with n = 1 and int8 activations: the row kernel's MOE_ROWS dispatches
+/// with their tails) on the CMF q2tp file's layout: E routed experts of G gate/up [I, d] and D down [d, I] and the
+/// shared expert stacked after them, top k. 64 calls chained (kernels::moe's dispatches depend on the previous
+/// call's, as in a decode step), each with its own k distinct experts drawn uniformly, so their weights come from
+/// DRAM as in the model (E · 9 MB ≫ the L2). Counters: us_per_moe, GBps (the planes of the k + 1 experts a call reads
+/// / its time) and roofline — the figure to hold against the decode profile's per-layer MoE time.
+template <class G, class D>
+void bm_moe_b1(benchmark::State& st, uint32_t E, uint64_t d, uint64_t I, uint32_t k) {
+  if (E < k) {
+    st.SkipWithError("vk_moe_b1: needs --moe-experts >= 6");
+    return;
+  }
+  constexpr uint32_t calls = 64;
+  std::mt19937_64 g(E * 11 + k);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  auto enc = [&]<class F>(uint64_t rows, uint64_t cols) {
+    std::vector<float> v(rows * cols);
+    for (auto& f : v) f = nd(g);
+    return F::encode(v.data(), rows, cols);
+  };
+  const encoded_matrix eg = enc.template operator()<G>(I, d), eu = enc.template operator()<G>(I, d),
+                       ed = enc.template operator()<D>(d, I);
+  auto view_of = [](const encoded_matrix& e, uint64_t rows, uint64_t cols) {
+    return matrix_view{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                       e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  };
+  const expert_view one{view_of(eg, I, d), view_of(eu, I, d), view_of(ed, d, I), G::id, G::id, D::id};
+  const std::vector<expert_view> experts(E, one);
+  const gpu::gpu_moe m = gpu::upload_moe(*g_dev, experts, &one);
+  std::vector<float> x(d), w(uint64_t(calls) * k, 1.0f / float(k));
+  for (auto& f : x) f = nd(g) * 50.0f;
+  std::vector<uint32_t> ids(uint64_t(calls) * k), perm(E);
+  for (uint32_t t = 0; t < calls; ++t) {
+    for (uint32_t e = 0; e < E; ++e) perm[e] = e;
+    for (uint32_t j = 0; j < k; ++j) {
+      std::swap(perm[j], perm[j + g() % (E - j)]);
+      ids[uint64_t(t) * k + j] = perm[j];
+    }
+  }
+  gpu::buffer xb = g_dev->alloc(x.size() * 4), ib = g_dev->alloc(ids.size() * 4), wb = g_dev->alloc(w.size() * 4),
+              hb = g_dev->alloc(gpu::kernels::moe_scratch_floats(m, 1, k) * 4), ob = g_dev->alloc(d * 4);
+  g_dev->upload(xb, x);
+  g_dev->upload(ib, ids.data(), ids.size() * 4);
+  g_dev->upload(wb, w);
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  for (uint32_t t = 0; t < calls; ++t)
+    g_kern->moe(c, m, xb, 1, gpu::view(ib, uint64_t(t) * k * 4, k * 4), gpu::view(wb, uint64_t(t) * k * 4, k * 4), k,
+                10.0f, hb, ob, act_precision::i8);
+  const uint32_t t1 = c.timestamp();
+  const double per = time_recording(st, c, t0, t1) / calls;
+  const double bytes = double(gpu::moe_slot_bytes(m)) * (k + 1);
+  st.counters["us_per_moe"] = per * 1e6;
+  st.counters["GBps"] = per > 0 ? bytes / per / 1e9 : 0.0;
+  st.counters["roofline"] = per > 0 && g_roofline > 0 ? bytes / per / g_roofline : 0.0;
+}
+
 /// A dense GEMM of a prefill chunk: Y [n, rows] = X [n, cols] · Wᵀ in precision p (kernels::matmul with n batch
 /// rows: gemm.comp's tiles), dependent products in a chain as in the model (a barrier before each), rotating through
 /// the weight copies of get_weights. Counters: ms per product, TFLOPS (2·n·rows·cols per product), precision (as
@@ -497,6 +558,10 @@ int main(int argc, char** argv) {
     else if (a == "--moe-pairs" && i + 1 < argc) g_tune.moe_pairs = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-unroll" && i + 1 < argc) g_tune.moe_unroll = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-tiles" && i + 1 < argc) g_tune.moe_tiles = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-b1-rpt" && i + 1 < argc) g_tune.moe_b1_rows_per_team = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-b1-pairs" && i + 1 < argc) g_tune.moe_b1_pairs = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-b1-unroll" && i + 1 < argc) g_tune.moe_b1_unroll = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-tails" && i + 1 < argc) g_tune.moe_tails = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-i8-tc" && i + 1 < argc) g_tune.moe_i8_tc = uint32_t(std::stoul(argv[++i]));
     else if (a == "--x-source" && i + 1 < argc) g_tune.x_source = uint32_t(std::stoul(argv[++i]));
     else if (a == "--sub" && i + 1 < argc) g_tune.sub = uint32_t(std::stoul(argv[++i]));
@@ -583,6 +648,10 @@ int main(int argc, char** argv) {
             bm_moe<F>(st, g_moe_experts, 4096, 2048, g_moe_tokens, 6, gpu::gemm_precision::f32, act_precision::i8);
           });
   });
+  // The decode's batch-1 MoE on the CMF q2tp layout (q2tp gate/up, q4tp down, the shared expert stacked), top 6
+  if (g_kern->has_i8(format::q2tp) && g_kern->has_i8(format::q4tp))
+    add("vk_moe_b1/q2tp_q4tp/" + std::to_string(g_moe_experts) + "x4096x2048",
+        [](benchmark::State& st) { bm_moe_b1<fmt_q2tp, fmt_q4tp>(st, g_moe_experts, 4096, 2048, 6); });
   int ac = int(rest.size());
   benchmark::Initialize(&ac, rest.data());
   benchmark::RunSpecifiedBenchmarks();
