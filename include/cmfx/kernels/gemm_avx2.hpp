@@ -20,6 +20,7 @@
 
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/kernels/gemm_generic.hpp"
+#include "cmfx/kernels/token_tile.hpp"
 
 namespace cmfx::kernels::avx2 {
 
@@ -404,16 +405,7 @@ concept has_avx2_decoder = requires { typename decoder_for<F>::type; };
 /// so the accumulators stay in registers (a runtime-indexed array spilled them: 3x slower, measured).
 inline constexpr uint64_t token_tile = 4;
 
-/// Calls fn(std::integral_constant<int, NT>) with NT = nt in [1, 4].
-template <class Fn>
-inline void with_tile(uint64_t nt, Fn&& fn) {
-  switch (nt) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 3: fn(std::integral_constant<int, 3>{}); break;
-    default: fn(std::integral_constant<int, 4>{}); break;
-  }
-}
+using kernels::with_tile;  // (token_tile.hpp)
 
 // flatten: the decoder's group() must inline into the token loop; GCC's per-TU inlining budget otherwise
 // dropped dec_mxfp4::group to an out-of-line call once this TU grew (matvec-f32/mxfp4 −33 %, measured).

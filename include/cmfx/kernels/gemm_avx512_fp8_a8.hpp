@@ -33,6 +33,7 @@
 #include "cmfx/formats/mx.hpp"
 #include "cmfx/kernels/act_q8.hpp"
 #include "cmfx/kernels/prefetch.hpp"
+#include "cmfx/kernels/token_tile.hpp"
 
 #define CMFX_AVX512BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,avx2,fma,f16c")))
@@ -190,16 +191,6 @@ CMFX_AVX512BF16_TARGET void rows_tile(const uint8_t* q, uint64_t cols, uint64_t 
     for (int t = 0; t < NT; ++t) out[i * NT + t] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
-/// Calls fn(std::integral_constant<int, NT>) for NT = nt in [1, 4].
-template <class Fn>
-inline void with_tokens(uint64_t nt, Fn&& fn) {
-  switch (nt) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 3: fn(std::integral_constant<int, 3>{}); break;
-    default: fn(std::integral_constant<int, 4>{}); break;
-  }
-}
 
 /// Rows per pass: one while a token tile's activation words and scales (3 bytes per column and token) stay well
 /// inside L1, else four for ≤ 2 tokens, two for more (accumulators NR · NT ≤ 8).
@@ -233,7 +224,7 @@ CMFX_AVX512BF16_TARGET void gemm_rows_i8_fp8(const matrix_view& w, const act_q8&
         }
       const uint16_t* xt = s.x.data() + t0 * xs;
       const uint64_t want = fp8a8::rows_per_pass(nt, w.cols);
-      fp8a8::with_tokens(nt, [&](auto NT) {
+      kernels::with_tile(nt, [&](auto NT) {
         for (uint64_t rr = r; rr < row_end;) {
           const uint64_t left = row_end - rr, nr = left >= want ? want : left >= 2 ? 2 : 1;
           const uint8_t* q = w.data + rr * w.cols;
