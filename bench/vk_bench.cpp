@@ -19,6 +19,7 @@
 // tiles (tensor cores where the device has them), chained (bm_gemm; counters ms, TFLOPS).
 // vk_mhc/post_pre[_cold|_thrash]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64
 // in a chain (cold: each its own weights, read from DRAM; thrash: + a 256 MiB read between boundaries, not timed).
+// vk_mhc/chunk/<n>x4x4096 — one mHC boundary of a prefill chunk of --moe-tokens tokens (hc_post + hc_pre_finish).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2|3] [--xreg-batches N] [--legacy] [--no-spirv-opt]
 //                      [--sub 1|2|4] (f32 row kernel: lanes per chunk, matvec_tuning::sub)
@@ -27,6 +28,7 @@
 //                      [--moe-rpt 1|2|4|8] [--moe-pairs 2|4|8|16] [--moe-unroll 1|2] (the grouped int8 MoE kernel)
 //                      [--moe-b1-rpt 1|2|4] [--moe-b1-pairs 1|2] [--moe-b1-unroll 1|2|4] [--moe-tails 0|1]
 //                      (the decode's batch-1 int8 MoE, vk_moe_b1: matvec_tuning::moe_b1_* / moe_tails)
+//                      [--hc-tokens T] (vk_mhc/chunk: tokens per mHC block workgroup, matvec_tuning::hc_tokens)
 //                      [--moe-tiles 0|1|2] (the grouped f16 MoE: gemm.comp's tiles (0, 1) | moe_tc.comp (2))
 //                      [--moe-i8-tc 0|1|2] (the grouped int8 MoE: the default kernel (0) | moe_rows_g8.comp (1) |
 //                      moe_i8_tc.comp on the int8 tensor cores, emulated without them (2))
@@ -364,6 +366,39 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = f
   st.counters["us_per_boundary"] = time_spans(st, c, spans) / n * 1e6;
 }
 
+/// An mHC sublayer boundary of a prefill chunk of n tokens (hc_post with the next mix, then hc_pre_finish with the
+/// norm: the two dispatches dsv4_gpu_chunk.cpp records), 16 in a chain, each with its own fn (cold). Counter
+/// us_per_boundary; matvec_tuning::hc_tokens (--hc-tokens) sets the tokens per mhc_block.comp workgroup.
+void bm_mhc_chunk(benchmark::State& st, uint32_t n) {
+  constexpr uint32_t chain = 16, hc = 4, d = 4096, rows = (2 + hc) * hc;
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d;
+  std::mt19937_64 g(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto up = [&](uint64_t count, float scale, float bias) {
+    std::vector<float> v(count);
+    for (auto& f : v) f = bias + scale * nd(g);
+    gpu::buffer b = g_dev->alloc(v.size() * 4);
+    g_dev->upload(b, v);
+    return b;
+  };
+  gpu::buffer X = up(uint64_t(n) * hc * d, 1.0f, 0.0f), Xn = up(uint64_t(n) * hc * d, 1.0f, 0.0f),
+              o = up(uint64_t(n) * d, 1.0f, 0.0f), scale = up(3, 0.1f, 1.0f), base = up(rows, 0.1f, 0.0f),
+              norm = up(d, 0.1f, 1.0f), coeff = up(uint64_t(n) * gpu::kernels::hc_coeff_floats(hc), 0.1f, 0.5f),
+              u = g_dev->alloc(uint64_t(n) * d * 4), part = g_dev->alloc(g_kern->hc_partials_bytes(sh, n, rows));
+  std::vector<gpu::buffer> fn;
+  for (uint32_t i = 0; i < chain; ++i) fn.push_back(up(uint64_t(rows) * hc * d, 0.01f, 0.0f));
+  gpu::commands c = g_dev->begin();
+  const uint32_t t0 = c.timestamp();
+  for (uint32_t i = 0; i < chain; ++i) {
+    g_kern->hc_post(c, sh, o, X, coeff, n, Xn, fn[i], rows, part);
+    g_kern->hc_pre_finish(c, sh, part, Xn, base, scale, n, coeff, u, norm);
+    std::swap(X, Xn);
+  }
+  const uint32_t t1 = c.timestamp();
+  st.counters["us_per_boundary"] = time_recording(st, c, t0, t1) / chain * 1e6;
+}
+
 /// The expert-grouped MoE of a prefill chunk (kernels::moe with n tokens: gate/up tiles + SwiGLU + down tiles + the
 /// weighted sum) at V4-Flash's shape: E experts of [I, d] gate/up and [d, I] down in format F, top-k routes per
 /// token drawn uniformly (distinct per token), no shared expert (V4-Flash's is FP8: a dense GEMM). Every expert is
@@ -561,6 +596,7 @@ int main(int argc, char** argv) {
     else if (a == "--moe-b1-rpt" && i + 1 < argc) g_tune.moe_b1_rows_per_team = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-b1-pairs" && i + 1 < argc) g_tune.moe_b1_pairs = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-b1-unroll" && i + 1 < argc) g_tune.moe_b1_unroll = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--hc-tokens" && i + 1 < argc) g_tune.hc_tokens = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-tails" && i + 1 < argc) g_tune.moe_tails = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-i8-tc" && i + 1 < argc) g_tune.moe_i8_tc = uint32_t(std::stoul(argv[++i]));
     else if (a == "--x-source" && i + 1 < argc) g_tune.x_source = uint32_t(std::stoul(argv[++i]));
@@ -608,6 +644,8 @@ int main(int argc, char** argv) {
   add("vk_mhc/post_finish/4x4096", [](benchmark::State& st) { bm_mhc(st, false, false, true); });
   add("vk_mhc/post_finish_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true, false, true); });
   add("vk_mhc/post_finish_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true); });
+  add("vk_mhc/chunk/" + std::to_string(g_moe_tokens) + "x4x4096",
+      [](benchmark::State& st) { bm_mhc_chunk(st, g_moe_tokens); });
   add("vk_mhc/post_finish_after_wo_b/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true, true); });
   for_each_type(all_formats{}, [&]<class F>() {
     for (const auto& [r, c] : shapes) {

@@ -285,6 +285,11 @@ int main(int argc, char** argv) {
                  "1 = moe_rows_g8.comp, 2 = moe_i8_tc.comp on the int8 tensor cores (emulated without them)")
       ->default_val(bench.moe_i8_tc)
       ->check(CLI::IsMember({0u, 1u, 2u}));
+  cb->add_option("--hc-tokens", bench.hc_tokens,
+                 "Prefill chunks' mHC blocks: tokens one workgroup walks with the mix weights in registers (1-64; the "
+                 "same bits for every value; 0 = chosen, 8; gpu::matvec_tuning::hc_tokens)")
+      ->default_val(bench.hc_tokens)
+      ->check(CLI::Range(0u, 64u));
   cb->add_option("--gemm-min-groups", bench.gemm_min_groups,
                  "Prefill's dense GEMMs: a product whose grid of the largest tiles has fewer workgroups takes a "
                  "smaller tile (0 = always the largest; gpu::matvec_tuning::gemm_min_groups)")

@@ -15,8 +15,12 @@
 // lag) the finish's collapse weights are fold[pc.foldoff + t·pc.fstride + j] (binding 13); with HC_COUT = 1 it
 // writes its coefficients to binding 12 at pc.cooff instead of rewriting those the post read (V4.1: a buffer per
 // site).
+// HC_TOK > 1 (not with HC_TAIL; the prefill chunks' hc_mix / hc_post): a workgroup walks HC_TOK consecutive tokens of
+// its (block, row group), its fn values loaded once into registers for all of them — per token the same operations
+// in the same order, so the same bits; the mix's weights are read from L2 once per HC_TOK tokens instead of once per
+// token (a 512-token chunk of V4 read 24 · 16384 · 4 bytes · 512 = 805 MB of fn per boundary that way).
 // Defines: HC_MAX (ops/mhc.hpp hc_max), HC_N (= hc), HC_BLOCK (= the workgroup size), HC_POST, HC_ROWS (mix rows + 1, or 1
-// without a mix), HC_RSPLIT, HC_RPG (= ceil(HC_ROWS / HC_RSPLIT)).
+// without a mix), HC_RSPLIT, HC_RPG (= ceil(HC_ROWS / HC_RSPLIT)), HC_TOK (1 by default).
 #include "common/base.glsl"
 #include "common/reduce.glsl"
 
@@ -30,6 +34,12 @@
 #endif
 #ifndef HC_Q8
 #define HC_Q8 0
+#endif
+#ifndef HC_TOK
+#define HC_TOK 1
+#endif
+#if HC_TOK > 1 && HC_TAIL
+#error "HC_TOK: the tail counts one token per workgroup"
 #endif
 
 layout(push_constant) uniform hb_pc {
@@ -112,23 +122,12 @@ shared bool tail_last;
 shared ACC red_rows[(WG_SIZE / LANES) * HC_RPG];
 #endif
 
-void main() {
-  const uint g0 = wg_index();
-  if (g0 >= pc.tokens * pc.nblk * HC_RSPLIT) return;  // uniform over the workgroup
-  const uint rg = g0 % HC_RSPLIT, g = g0 / HC_RSPLIT;
-  const uint t = g / pc.nblk, b = g % pc.nblk, lid = gl_LocalInvocationID.x, hc = pc.hc, d = pc.d;
-  const uint c = b * HC_BLOCK + lid;
-  const bool live = c < d;
+/// Token t's X' column c (written by row group 0) and, with a mix, its partials of block b, row group rg; fv: this
+/// workgroup's rows of fn (the next mix) for column c.
+void one_token(const uint t, const uint rg, const uint b, const uint lid, const uint c, const bool live,
+               const float fv[HC_RPG * HC_N]) {
+  const uint hc = pc.hc, d = pc.d, r0 = rg * HC_RPG;
   const uint xrow = pc.xoff + t * hc * d;
-  // This workgroup's rows of fn (the next mix) for this column, requested first: they do not depend on X', so their
-  // latency (a cold read per layer) overlaps the loads of X, o and the coefficients below.
-  const uint r0 = rg * HC_RPG;
-  float fv[HC_RPG * HC_N];
-  [[unroll]] for (uint r = 0u; r < HC_RPG; ++r)
-    [[unroll]] for (uint k = 0u; k < HC_N; ++k) {
-      const uint rr = r0 + r;
-      fv[r * HC_N + k] = pc.has_mix != 0u && live && rr + 1u < HC_ROWS ? fn[pc.fnoff + rr * hc * d + k * d + c] : 0.0;
-    }
   // This column of X' in registers. hc = HC_N is a compile-time constant: every loop below is unrolled, so all
   // the loads of X, o and the coefficients are in flight together (a loop over a run-time hc made each of them
   // wait for the previous one).
@@ -183,6 +182,36 @@ void main() {
     if (lid == 0u && r0 + r < HC_ROWS) part[pb + r0 + r] = v;
   }
 #endif
+}
+
+void main() {
+  const uint g0 = wg_index();
+  const uint groups = (pc.tokens + HC_TOK - 1u) / HC_TOK;
+  if (g0 >= groups * pc.nblk * HC_RSPLIT) return;  // uniform over the workgroup
+  const uint rg = g0 % HC_RSPLIT, g = g0 / HC_RSPLIT;
+  const uint tg = g / pc.nblk, b = g % pc.nblk, lid = gl_LocalInvocationID.x, hc = pc.hc, d = pc.d;
+  const uint c = b * HC_BLOCK + lid;
+  const bool live = c < d;
+  // This workgroup's rows of fn for this column, requested first: they do not depend on X', so their latency (a
+  // cold read per layer) overlaps the loads of X, o and the coefficients.
+  const uint r0 = rg * HC_RPG;
+  float fv[HC_RPG * HC_N];  // (registers; loaded once for all the workgroup's tokens)
+  [[unroll]] for (uint r = 0u; r < HC_RPG; ++r)
+    [[unroll]] for (uint k = 0u; k < HC_N; ++k) {
+      const uint rr = r0 + r;
+      fv[r * HC_N + k] = pc.has_mix != 0u && live && rr + 1u < HC_ROWS ? fn[pc.fnoff + rr * hc * d + k * d + c] : 0.0;
+    }
+#if HC_TOK > 1
+  for (uint i = 0u; i < HC_TOK; ++i) {
+    const uint t = tg * HC_TOK + i;
+    if (t >= pc.tokens) break;  // uniform
+    if (i > 0u) barrier();      // the previous token's reads of red_rows are done
+    one_token(t, rg, b, lid, c, live, fv);
+  }
+#else
+  const uint t = tg;
+  one_token(t, rg, b, lid, c, live, fv);
+  if (pc.has_mix == 0u) return;  // uniform
 #if HC_TAIL
   // The last of token t's nblk·HC_RSPLIT workgroups runs the finish (common/mhc_finish.glsl) on the partials and
   // X' all of them wrote: each workgroup makes its writes visible (memoryBarrierBuffer, then the workgroup barrier)
@@ -207,4 +236,5 @@ void main() {
   a.norm_eps = pc.norm_eps, a.hc_eps = pc.hc_eps, a.head_scale = pc.head_scale, a.rms_eps = pc.rms_eps;
   hc_finish(a);
 #endif
+#endif  // HC_TOK
 }

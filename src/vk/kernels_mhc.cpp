@@ -75,7 +75,9 @@ std::string finish_defines(const detail::op_env& e, const kernels::hc_shape& sh,
 /// token (HC_TAIL; needs the mix).
 void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool post, view X, view o, view coeff,
                view out, view fn, uint32_t rows, view partials, uint32_t tokens,
-               const kernels::hc_finish_args* fin = nullptr, view o_add = {}) {
+               const kernels::hc_finish_args* fin = nullptr, view o_add = {}, uint32_t tok = 1) {
+  if (fin) tok = 1;  // the tail counts one token per workgroup
+  tok = std::max<uint32_t>(1, std::min(tok, tokens));
   const uint64_t xbytes = uint64_t(tokens) * sh.hc * sh.d * 4;
   const uint64_t pbytes = uint64_t(tokens) * nblk(sh) * (rows + 1) * acc_bytes(e);
   const uint64_t cbytes = uint64_t(tokens) * kernels::hc_coeff_floats(sh.hc) * 4;
@@ -121,6 +123,7 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
   uint32_t nbind = 6;
   const uint32_t rsplit = mix ? std::min(row_groups, rows + 1) : 1;
   std::string defs = defines(sh.hc, post, mix ? rows + 1 : 1, rsplit);
+  if (tok > 1) defs += "#define HC_TOK " + std::to_string(tok) + "\n";  // (no u suffix: #if compares it)
   if (fin) {
     const detail::bound bb = e.bind(fin->base, uint64_t(rows) * 4), sb = e.bind(fin->head ? view() : fin->scale, 12),
                         yb = e.bind(fin->y, uint64_t(tokens) * sh.d * 4), nb = e.bind(fin->norm, uint64_t(sh.d) * 4),
@@ -157,9 +160,15 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
     if (fin->coeff_out) defs += "#define HC_COUT 1\n";
   }
   uint32_t gx, gy;
-  e.grid(uint64_t(tokens) * nblk(sh) * rsplit, gx, gy);
+  e.grid(uint64_t((tokens + tok - 1) / tok) * nblk(sh) * rsplit, gx, gy);
   detail::dispatch(c.impl(), e.pipe("mhc_block.comp", defs, block, nbind, sizeof pc),
                    std::span<const detail::binding>(b, nbind), &pc, sizeof pc, gx, gy);
+}
+
+/// Tokens per mhc_block.comp workgroup of a multi-token hc_mix / hc_post (HC_TOK): matvec_tuning::hc_tokens, else 8.
+uint32_t block_tokens(const kernels::impl& p) {
+  const uint32_t t = detail::tuning_of(p).hc_tokens;
+  return t ? std::min<uint32_t>(t, 64) : 8;
 }
 
 /// fold_mode: 0 none, 1 the collapse with the weights of `fold` (coefficients as usual), 2 the collapse alone.
@@ -238,7 +247,8 @@ void kernels::hc_mix(commands& c, const hc_shape& sh, view X, view fn, uint32_t 
   check(sh, "hc_mix");
   if (tokens == 0) return;
   if (!fn) throw usage_error("hc_mix: fn missing");
-  run_block(detail::op_env_of(*p_), c, sh, false, X, view(), view(), view(), fn, mix_rows, partials, tokens);
+  run_block(detail::op_env_of(*p_), c, sh, false, X, view(), view(), view(), fn, mix_rows, partials, tokens, nullptr,
+            view(), block_tokens(*p_));
 }
 
 void kernels::hc_pre_finish(commands& c, const hc_shape& sh, view partials, view X, view base, view scale,
@@ -290,7 +300,7 @@ void kernels::hc_post(commands& c, const hc_shape& sh, view o, view X, view coef
   if (out.buf == X.buf && out.offset < X.offset + X.bytes && X.offset < out.offset + out.bytes)
     throw usage_error("hc_post: out overlaps X");
   run_block(detail::op_env_of(*p_), c, sh, true, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, nullptr,
-            o_add);
+            o_add, block_tokens(*p_));
 }
 
 void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, view coeff, uint32_t tokens, view out,
@@ -325,7 +335,8 @@ void kernels::hc_post_finish(commands& c, const hc_shape& sh, view o, view X, vi
     if (c.in_concurrent())
       throw usage_error("hc_post_finish: " + std::to_string(tokens) +
                         " tokens are two dependent dispatches: not inside begin_concurrent");
-    run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, nullptr, o_add);
+    run_block(e, c, sh, post, X, o, coeff, out, next_fn, next_rows, next_partials, tokens, nullptr, o_add,
+              block_tokens(*p_));
     c.barrier();
     run_finish(e, c, sh, fin.head, next_partials, post ? out : X, fin.base, fin.scale, fin.head_scale, tokens,
                fin.coeff_out ? fin.coeff_out : coeff, fin.y, fin.norm, fin.fold ? 1 : 0, fin.fold, fin.fold_stride,

@@ -215,6 +215,10 @@ struct matvec_tuning {
   /// until it has N or the tile is the smallest — a few large tiles leave most of a big GPU idle (the V4 prefill's
   /// 256-row router: 8 workgroups of 128 × 128). 0: always the largest tile.
   uint32_t gemm_min_groups = 0;
+  /// mHC blocks of several tokens (hc_mix / hc_post of a prefill chunk; shaders/mhc_block.comp HC_TOK): tokens one
+  /// workgroup walks with its mix weights held in registers, so fn is read once per that many tokens (1–64; the
+  /// same bits for every value). 0: chosen (8). The decode's one-token boundary (hc_post_finish's tail) takes 1.
+  uint32_t hc_tokens = 0;
 };
 
 class kernels {
