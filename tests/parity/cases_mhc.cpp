@@ -559,6 +559,47 @@ std::string fold_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t hc, uin
   info = bf;
   return {};
 }
+/// mHC blocks of several tokens (matvec_tuning::hc_tokens, mhc_block.comp HC_TOK): hc_mix and hc_post with the next
+/// mix write the same X' and partials, bit for bit, as with one token per workgroup (the chain cases above check
+/// that one against float64); token counts that leave a ragged last block.
+std::string token_blocks_case(suite& s, uint64_t seed, uint32_t tokens, uint32_t hc, uint32_t d, uint32_t tok,
+                              std::string& info) {
+  rng r(seed);
+  gpu::kernels::hc_shape sh;
+  sh.hc = hc, sh.d = d;
+  const uint32_t rows = (2 + hc) * hc, n = hc * d, cf = gpu::kernels::hc_coeff_floats(hc);
+  const std::vector<float> X = r.normal(uint64_t(tokens) * n), o = r.normal(uint64_t(tokens) * d),
+                           co = r.normal(uint64_t(tokens) * cf, 0.5f);
+  const hc_params p = make_params(r, rows, n);
+  const gpu::buffer xb = upload(s.dev, X), ob = upload(s.dev, o), cb = upload(s.dev, co), fb = upload(s.dev, p.fn);
+  const uint64_t pbytes = s.kern.hc_partials_bytes(sh, tokens, rows), xbytes = uint64_t(tokens) * n * 4;
+  struct restore {
+    gpu::kernels& k;
+    ~restore() { k.set_tuning({}); }
+  } back{s.kern};
+  std::vector<uint8_t> got[2][3];  // [1 token, tok tokens][mix partials, post partials, X']
+  for (int pass = 0; pass < 2; ++pass) {
+    gpu::matvec_tuning t;
+    t.hc_tokens = pass == 0 ? 1 : tok;
+    s.kern.set_tuning(t);
+    guarded pm(s.dev, pbytes), pp(s.dev, pbytes), xo(s.dev, xbytes);
+    gpu::commands c = s.dev.begin();
+    s.kern.hc_mix(c, sh, xb, fb, rows, tokens, pm.payload());
+    s.kern.hc_post(c, sh, ob, xb, cb, tokens, xo.payload(), fb, rows, pp.payload());
+    s.submit(c);
+    got[pass][0].resize(pbytes), got[pass][1].resize(pbytes), got[pass][2].resize(xbytes);
+    if (auto why = read_all({{&pm, got[pass][0].data()}, {&pp, got[pass][1].data()}, {&xo, got[pass][2].data()}});
+        !why.empty())
+      return (pass ? "blocks of " + std::to_string(tok) + ": " : std::string("one token: ")) + why;
+  }
+  static const char* const what[3] = {"hc_mix's partials", "hc_post's partials", "hc_post's X'"};
+  for (int i = 0; i < 3; ++i)
+    if (std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size()) != 0)
+      return std::string(what[i]) + " differ between one token and " + std::to_string(tok) + " per workgroup";
+  if (std::memcmp(got[0][0].data(), got[0][1].data(), pbytes) == 0) return "hc_post's partials equal hc_mix's: no post";
+  info = "X' and partials bit-identical, " + std::to_string(tok) + " tokens per workgroup";
+  return {};
+}
 }  // namespace
 
 void mhc_cases(suite& s) {
@@ -583,6 +624,12 @@ void mhc_cases(suite& s) {
               std::to_string(iters) + note,
           [=, &s](uint64_t seed, R& info) { return chain_case(s, seed, tokens, hc, d, iters, info); });
   };
+  for (auto [tokens, hc, d, tok] :
+       {std::array<uint32_t, 4>{20, 4, 4096, 8}, {13, 4, 300, 8}, {5, 8, 64, 3}, {9, 2, 7, 4}, {2049, 2, 7, 64}})
+    s.run("hc_post", "-",
+          std::to_string(tokens) + "x hc " + std::to_string(hc) + " d " + std::to_string(d) + " in blocks of " +
+              std::to_string(tok) + " tokens",
+          [=, &s](uint64_t seed, R& info) { return token_blocks_case(s, seed, tokens, hc, d, tok, info); });
   for (auto [tokens, hc, d] : {std::array<uint32_t, 3>{1, 4, 4096}, {3, 4, 300}, {2, 8, 64}, {1, 2, 7}, {2049, 2, 7}})
     for (int mode = 0; mode < 5; ++mode) {
       if (tokens > 2048 && mode != 0) continue;  // the fallback once
