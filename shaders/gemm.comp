@@ -23,7 +23,8 @@
 // VK_NV_cooperative_matrix (each subgroup owns GEMM_BPS 16 × 16 output blocks and issues 16 × 16 × 16 f16
 // multiply-adds; the accumulators go through a shared f32 tile to the guarded stores); 2 = the same tiles and
 // numerics in plain GLSL (every invocation sums GM·GN/GEMM_WG outputs in column order) so that devices without
-// cooperative matrices (lavapipe in CI) run this mode's loads, layout and stores. Defines: GEMM_SG (subgroup size).
+// cooperative matrices (lavapipe in CI) run this mode's loads, layout and stores. Defines: GEMM_SG (subgroup size),
+// GEMM_WT2 (mode 1: a subgroup's blocks as 2 rows of blocks, below).
 #ifndef GEMM_COOP
 #define GEMM_COOP 0
 #endif
@@ -254,9 +255,25 @@ void wsf_store(uint c0, uint rr, vec4 v) {
 #else
 #error "gemm.comp: unsupported output blocks per subgroup"
 #endif
+#ifndef GEMM_WT2
+#define GEMM_WT2 0
+#endif
+#if GEMM_WT2
+// GEMM_WT2 = 1 (matvec_tuning::gemm_warp_tile = 2): a subgroup's BPS blocks are 2 rows × NC = BPS / 2 batch columns of
+// blocks, so each 16-column step loads 2 A and NC B fragments for its BPS products (6 loads for 8, 4 for 4) where
+// one row of blocks loads 1 A and BPS B (9 for 8, 5 for 4). Block j: row 2·mr + j / NC, column NC·nc + j % NC of
+// the subgroup's (mr, nc) in a grid of GN / (16·NC) subgroup columns.
+#define WT_NC (GEMM_BPS / 2)
+#if (GEMM_BPS != 4 && GEMM_BPS != 8) || (GM / 32) * (GN / (16 * WT_NC)) != GEMM_WG / GEMM_SG
+#error "gemm.comp GEMM_WT2: 4 or 8 blocks per subgroup tiling the tile in 2-row groups"
+#endif
+#define BLK_M(j) (16u * (2u * (gl_SubgroupID / (GN / (16 * WT_NC))) + (j) / WT_NC))
+#define BLK_N(j) (16u * (WT_NC * (gl_SubgroupID % (GN / (16 * WT_NC))) + (j) % WT_NC))
+#else
 // block b = subgroup · BPS + j: rows 16·(b / (GN/16)), batch rows 16·(b % (GN/16))
 #define BLK_M(j) (16u * ((gl_SubgroupID * GEMM_BPS + j) / (GN / 16)))
 #define BLK_N(j) (16u * ((gl_SubgroupID * GEMM_BPS + j) % (GN / 16)))
+#endif
 #define ACC_DECL(j) ACC_T cacc##j = ACC_T(0.0);
 #define LOAD_A(a, j) coopMatLoadNV(a, wh4, (BLK_M(j) * TKP + kk) / 8u, TKP / 8u, false)
 #define LOAD_B(b, j) coopMatLoadNV(b, th, XH0 + (BLK_N(j) * TKP + kk) / 8u, TKP / 8u, true)
@@ -264,7 +281,22 @@ void wsf_store(uint c0, uint rr, vec4 v) {
 // repeated loads: 10 % of a 4096 × 8192 product on the H200, docs/PERF.md "Twentieth session"): the blocks lie in one
 // row of blocks where BPS divides GN / 16 (every tile the host builds: the dense ones, and the experts' one block per
 // subgroup).
-#if (GN / 16) % GEMM_BPS == 0
+#if GEMM_WT2
+#define GEMM_SHARE 2
+// batch column k of the subgroup's blocks: one B fragment for the blocks k (row a0) and k + NC (row a1)
+#define WT_MMA(j, jj)                                                                           \
+  {                                                                                             \
+    HALF_T b;                                                                                   \
+    LOAD_B(b, j);                                                                               \
+    cacc##j = coopMatMulAddNV(a0, b, cacc##j);                                                  \
+    cacc##jj = coopMatMulAddNV(a1, b, cacc##jj);                                                \
+  }
+#if GEMM_BPS == 8
+#define WT_ALL() WT_MMA(0, 4) WT_MMA(1, 5) WT_MMA(2, 6) WT_MMA(3, 7)
+#else
+#define WT_ALL() WT_MMA(0, 2) WT_MMA(1, 3)
+#endif
+#elif (GN / 16) % GEMM_BPS == 0
 #define GEMM_SHARE 1
 #define ACC_MMA(j)                                                                              \
   {                                                                                             \
@@ -290,7 +322,15 @@ void wsf_store(uint c0, uint rr, vec4 v) {
 #endif
 
 // One step's products from the shared tiles into the accumulators.
-#if GEMM_COOP == 1 && GEMM_SHARE == 1
+#if GEMM_COOP == 1 && GEMM_SHARE == 2
+#define GEMM_COMPUTE()                                                                          \
+  [[unroll]] for (uint kk = 0u; kk < TK; kk += 16u) {                                           \
+    HALF_T a0, a1;                                                                              \
+    LOAD_A(a0, 0);                                                                              \
+    LOAD_A(a1, WT_NC);                                                                          \
+    WT_ALL()                                                                                    \
+  }
+#elif GEMM_COOP == 1 && GEMM_SHARE == 1
 #define GEMM_COMPUTE() [[unroll]] for (uint kk = 0u; kk < TK; kk += 16u) { HALF_T a; LOAD_A(a, 0); REP_B(ACC_MMA) }
 #elif GEMM_COOP == 1
 #define GEMM_COMPUTE() [[unroll]] for (uint kk = 0u; kk < TK; kk += 16u) { REP_B(ACC_MMA) }

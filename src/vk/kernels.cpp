@@ -85,6 +85,12 @@ uint32_t kernels::compile_gemm_variants(gemm_precision p, uint32_t subgroup) con
     (void)detail::compile_glsl(o.shader_dir, "gemm.comp", p_->common + detail::gemm_defines(F::id, enc, tk, dm, gn, cd),
                                o.optimize_spirv);
     ++n;
+    if (detail::gemm_wt2_fits(coop, dm, gn, 256, subgroup)) {  // matvec_tuning::gemm_warp_tile 2
+      (void)detail::compile_glsl(o.shader_dir, "gemm.comp",
+                                 p_->common + detail::gemm_defines(F::id, enc, tk, dm, gn, cd + "#define GEMM_WT2 1\n"),
+                                 o.optimize_spirv);
+      ++n;
+    }
     const uint32_t gm = 128, wg = detail::moe_gemm_wg(coop, gm, subgroup);
     if (!detail::gemm_coop_defines(coop, gm, detail::moe_gemm_pairs, wg, subgroup, cd))
       throw gpu_error("compile_gemm_variants: no expert GEMM tile split for subgroup " + std::to_string(subgroup));
@@ -116,7 +122,8 @@ void kernels::set_tuning(const matvec_tuning& t) {
   if (!pow2(t.split) || !pow2(t.unroll) || t.unroll > 8 || !pow2(t.rows_per_team) ||
       t.rows_per_team > (t.x_source == 3 ? 16u : 4u) || t.x_source > 3 || t.xreg_batches > 64 || !pow2(t.sub) ||
       t.sub > 4 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
-      !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2)
+      !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2 ||
+      t.hc_tokens > 64 || t.gemm_warp_tile > 2)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;
 }

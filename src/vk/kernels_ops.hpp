@@ -132,6 +132,16 @@ inline bool gemm_coop_defines(uint32_t coop, uint32_t gm, uint32_t gn, uint32_t 
   return true;
 }
 
+/// Whether gemm.comp's GEMM_WT2 (a subgroup's blocks as 2 rows × BPS / 2 columns of blocks) tiles a gm × gn tile of
+/// wg invocations on cooperative matrices: 4 or 8 blocks per subgroup, and the 2-row groups fill the tile.
+inline bool gemm_wt2_fits(uint32_t coop, uint32_t gm, uint32_t gn, uint32_t wg, uint32_t subgroup) {
+  if (coop != 1 || subgroup == 0 || wg % subgroup || gm % 32 || gn % 16) return false;
+  const uint32_t sgs = wg / subgroup, blocks = (gm / 16) * (gn / 16);
+  if (blocks % sgs) return false;
+  const uint32_t bps = blocks / sgs, nc = bps / 2;
+  return (bps == 4 || bps == 8) && gn % (16 * nc) == 0 && (gm / 32) * (gn / (16 * nc)) == sgs;
+}
+
 /// Throws usage_error unless v holds `bytes` bytes at a 4-byte aligned offset.
 inline void need_view(const view& v, uint64_t bytes, const char* op, const char* arg) {
   if (!v) throw usage_error(std::string(op) + ": " + arg + " missing");

@@ -422,8 +422,12 @@ void matrix_cases(suite& s) {
         [&](uint64_t, std::string& info) -> std::string {
           const uint32_t n = s.kern.compile_gemm_variants(gpu::gemm_precision::f16, 32);
           info = std::to_string(n) + " variants compiled";
-          return n == 5 * all_formats::size ? "" : "expected 5 variants per format";
+          // dense, dense with two rows of blocks per subgroup (GEMM_WT2), and the expert GEMMs' four
+          return n == 6 * all_formats::size ? "" : "expected 6 variants per format";
         });
+  if (!s.dev.info().coop_matrix)
+    std::printf("[ skip ] gemm_f16 with two rows of blocks per subgroup (gemm_warp_tile 2): no cooperative matrices "
+                "on this device (their shaders compile above)\n");
   if (f16_gemm_mode(s.dev) != gpu::gemm_precision::f32)
     s.run("gemm_f16", "f32", "130x256 n=20, a batch row and a weight row beyond the f16 range",
           [&](uint64_t seed, std::string& info) { return gemm_f16_saturation_case(s, seed, info); });
@@ -502,6 +506,23 @@ void matrix_cases(suite& s) {
         s.kern.set_tuning(t);
         return gemm_f16_case<F>(s, seed, 200, 512, 129, info);
       });
+    // a subgroup's blocks in two rows (matvec_tuning::gemm_warp_tile 2, gemm.comp GEMM_WT2): cooperative matrices
+    // only (the emulated mode has no subgroup blocks); ragged rows and batch rows, 4 and 8 blocks per subgroup
+    if (s.dev.info().coop_matrix)
+      for (const shape& sh : {shape{130, 256, 70}, shape{200, 512, 129}, shape{300, 1024, 257}}) {
+        if (!F::shape_ok(sh.rows, sh.cols)) continue;
+        s.run("gemm_f16", fn, shape_name(sh.rows, sh.cols, sh.n) + ", two rows of blocks per subgroup",
+              [&](uint64_t seed, std::string& info) {
+                struct restore {
+                  gpu::kernels& k;
+                  ~restore() { k.set_tuning({}); }
+                } back{s.kern};
+                gpu::matvec_tuning t;
+                t.gemm_warp_tile = 2;
+                s.kern.set_tuning(t);
+                return gemm_f16_case<F>(s, seed, sh.rows, sh.cols, sh.n, info);
+              });
+      }
     s.run("gemm", fn, "64x1024 n=3 element-path", [&](uint64_t seed, std::string& info) {
       return matmul_case<F>(s, seed, 64, 1024, 3, true, false, info);
     });

@@ -220,6 +220,11 @@ struct matvec_tuning {
   /// same bits for every value). 0: chosen (1 until timed on the H200). The decode's one-token boundary
   /// (hc_post_finish's tail) always takes 1.
   uint32_t hc_tokens = 0;
+  /// Dense f16 GEMM on cooperative matrices (gemm.comp GEMM_COOP 1): how a subgroup's 16 × 16 output blocks lie in
+  /// the tile — 0 or 1: one row of blocks (one A fragment and a B fragment per block per 16 columns); 2: two rows of
+  /// blocks (GEMM_WT2: 2 A and BPS / 2 B fragments; where a subgroup holds 4 or 8 blocks). Not yet timed on the
+  /// H200, hence not the default.
+  uint32_t gemm_warp_tile = 0;
 };
 
 class kernels {
