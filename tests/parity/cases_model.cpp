@@ -388,7 +388,13 @@ std::string i8_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint
         // (the hidden state drifts from the CPU's over the layers; seen at a CPU margin of 6e-2, layer 4, row 39).
         // That ends the comparison when the two int8 paths picked the same (what this case checks); if they differ
         // from each other too, it fails.
-        if (!same_selections(tg, ts, t + 1)) return what + " (wider than the tie margin, and chunk and steps differ)";
+        // With the shared expert apart the chunks and the steps differ by its int8 error, so their picks may part
+        // there too (CI seed 2088238978315146004: routed experts at layer 4, CPU margin 3.9e-2): a stop, not a failure.
+        if (!same_selections(tg, ts, t + 1)) {
+          if (!apart) return what + " (wider than the tie margin, and chunk and steps differ)";
+          stop = "; stopped at " + what + " (beyond the tie margin; chunk and steps differ, the shared expert apart)";
+          break;
+        }
         stop = "; stopped at " + what + " (beyond the tie margin; chunk and steps agree)";
         break;
       }
