@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cmfx/core/aligned.hpp"
 #include "cmfx/formats/scale.hpp"
 
 namespace cmfx {
@@ -24,13 +25,14 @@ enum class act_layout : uint8_t {
   crumb,    // x0, x4, ..., x28, x1, x5, ..., x29, x2, ..., x3, ...: the four 2-bit planes of q2tp
 };
 
-/// Scratch owned by the caller and reused: vectors grow once, never shrink.
+/// Scratch owned by the caller and reused: vectors grow once, never shrink; each starts on a cache line (the kernels
+/// load them 64 bytes at a time).
 struct act_q8 {
   act_layout layout = act_layout::natural;
   uint64_t n = 0, cols = 0, blocks = 0;  // blocks per token = cols / 32
-  std::vector<int8_t> q;                 // [n, cols] permuted per block
-  std::vector<float> scale;              // [n, blocks]
-  std::vector<int32_t> bsum;             // [n, blocks]
+  aligned_vector<int8_t> q;                 // [n, cols] permuted per block
+  aligned_vector<float> scale;              // [n, blocks]
+  aligned_vector<int32_t> bsum;             // [n, blocks]
   /// Which quantisation filled the buffers: a process-wide unique, non-zero value per quantiser call
   /// (next_act_generation), 0 for unknown contents. The integer kernels derive a per-thread rearrangement of the
   /// activations once per call of the quantiser, not once per range of rows they are handed (a row tail or a

@@ -143,8 +143,8 @@ constexpr float i8_offset = F::id == format::q4tp ? 8.0f : (F::id == format::q2t
 /// lane order O (the kernel's vphaddd tree's order; the groups past the last whole block in natural order).
 /// Used by the kernels here and the AVX-512 kernels (natural order).
 struct i8_token_side {
-  std::vector<float> wsx;
-  std::vector<int32_t> boff;
+  aligned_vector<float> wsx;
+  aligned_vector<int32_t> boff;
   template <lane_order O = natural_lanes>
   void prepare(const act_q8& a, int m, int m_offset) {
     const uint64_t k = a.n * a.blocks, whole = a.blocks / 8 * 8;
@@ -170,7 +170,7 @@ inline int32_t hsum_i32(__m256i v) noexcept {
 /// its low nibbles (act_layout::nibble puts them first), those of group B, then the high-nibble halves — as a
 /// 32-byte load of the two groups' value bytes splits into a low and a high nibble plane. Groups past the last
 /// whole block are not rearranged.
-inline void nibble_pair_acts(const act_q8& a, std::vector<int8_t>& xt) {
+inline void nibble_pair_acts(const act_q8& a, aligned_vector<int8_t>& xt) {
   const uint64_t blocks = a.blocks / 8, per_token = blocks * 256;
   if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
   for (uint64_t t = 0; t < a.n; ++t)
@@ -257,7 +257,7 @@ inline void row_tile_nibbles(const i8_row<F>& d, uint64_t groups, const act_q8& 
 /// that group's 8 value bytes as a load of G groups holds them. Groups past the last whole block are not
 /// rearranged (the kernels take them one by one).
 template <uint32_t G>
-inline void q2tp_crumb_acts(const act_q8& a, std::vector<int8_t>& xt) {
+inline void q2tp_crumb_acts(const act_q8& a, aligned_vector<int8_t>& xt) {
   const uint64_t blocks = a.blocks / (2 * G), per_token = blocks * 64 * G;
   if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
   for (uint64_t t = 0; t < a.n; ++t)
@@ -399,7 +399,7 @@ void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy,
   const uint64_t groups = w.cols / 32, n = a.n;
   // Per thread, grown once, and derived once per quantisation of the activations (act_q8::generation), not per
   // call: a row tail or a chunked MoE calls this for many ranges of rows of one product.
-  thread_local std::vector<int8_t> xt;
+  thread_local aligned_vector<int8_t> xt;
   thread_local i8_token_side ts;
   thread_local uint64_t prepared = 0;
   if (act_stale(a, prepared)) {

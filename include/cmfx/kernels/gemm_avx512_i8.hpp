@@ -134,7 +134,7 @@ CMFX_AVX512_TARGET inline void add_last_groups(const avx2::i8_row<F>& d, const a
 /// The activations of tokens [0, a.n) for the q2tp kernel: per token, per eight groups (a half block), per crumb
 /// plane k, per group of the eight its 8 bytes of plane k (act_q8's crumb layout: bytes 8k .. 8k + 7 of the
 /// group). Groups past the last whole eight are not rearranged. Returns the bytes per token.
-inline uint64_t q2tp_crumb_acts16(const act_q8& a, std::vector<int8_t>& xt) {
+inline uint64_t q2tp_crumb_acts16(const act_q8& a, aligned_vector<int8_t>& xt) {
   const uint64_t halves = a.blocks / 8, per_token = halves * 256;
   if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
   for (uint64_t t = 0; t < a.n; ++t)
@@ -219,7 +219,7 @@ CMFX_AVX512_TARGET inline void row_tile_crumbs_q2tp(const avx2::i8_row<fmt_q2tp>
 /// The activations of tokens [0, n) for row_tile_nibbles: per token, per eight groups (a half block), per chunk c
 /// of four groups, 64 bytes of even elements (the first 16 bytes of each group's nibble-layout block, act_q8.hpp)
 /// then 64 bytes of odd ones. Groups past the last whole eight are not rearranged. Returns the bytes per token.
-inline uint64_t nibble_lanes_acts(const act_q8& a, std::vector<int8_t>& xt) {
+inline uint64_t nibble_lanes_acts(const act_q8& a, aligned_vector<int8_t>& xt) {
   const uint64_t halves = a.blocks / 8, per_token = halves * 256;
   if (xt.size() < a.n * per_token) xt.resize(a.n * per_token);
   for (uint64_t t = 0; t < a.n; ++t)
@@ -371,7 +371,7 @@ void gemm_rows_i8(const matrix_view& w, const act_q8& a, float* Y, uint64_t ldy,
   const uint64_t groups = w.cols / 32, n = a.n;
   // Per thread, grown once, and derived once per quantisation of the activations (act_q8::generation), not per
   // call: a row tail or a chunked MoE calls this for many ranges of rows of one product.
-  thread_local std::vector<int8_t> xt;
+  thread_local aligned_vector<int8_t> xt;
   thread_local i8_token_side ts;
   thread_local uint64_t prepared = 0, per_token = 0;
   if (act_stale(a, prepared)) {
