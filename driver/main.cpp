@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({0u, 1u, 2u}));
   cb->add_option("--hc-tokens", bench.hc_tokens,
                  "Prefill chunks' mHC blocks: tokens one workgroup walks with the mix weights in registers (1-64; the "
-                 "same bits for every value; 0 = chosen: 1; gpu::matvec_tuning::hc_tokens)")
+                 "same bits for every value; 0 = chosen: 8; gpu::matvec_tuning::hc_tokens)")
       ->default_val(bench.hc_tokens)
       ->check(CLI::Range(0u, 64u));
   cb->add_option("--gemm-warp-tile", bench.gemm_warp_tile,

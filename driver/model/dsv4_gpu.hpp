@@ -51,10 +51,10 @@ struct dsv4_gpu_options {
   /// Prefill chunks: a shared expert stacked with the routed ones (the CMF files' formats) runs apart, as three
   /// tiled GEMMs like a shared expert of other formats, from copies of its matrices uploaded beside the stack
   /// (~10 MB per layer; not under a vram_budget, which turns the chunks off), instead of as one more expert of the
-  /// grouped MoE kernels with every token of the chunk. Decode steps keep it stacked. Off until measured: the CMF
-  /// layout's prefill ran 1340 tok/s with the shared expert stacked against 1533–1555 with it apart (q4tp)
-  /// (docs/PERF.md "Forty-third session"), which this is meant to recover; no device time was left to time it.
-  bool prefill_shared_apart = false;
+  /// grouped MoE kernels with every token of the chunk. Decode steps keep it stacked. On by default since the
+  /// forty-fifth session: 12-layer prefills of the CMF layout on the H200 ran 5102 / 5007 tok/s apart against
+  /// 4533 / 4522 stacked, alternated (docs/PERF.md "Forty-fifth session").
+  bool prefill_shared_apart = true;
   /// Device bytes the model may take (weights, sequence state, scratch); 0 = no limit, every weight resident.
   /// When the routed experts do not fit, every layer keeps an expert cache of the same number of slots (what the
   /// budget leaves after everything else, split evenly over the layers; at least top_k with cold = copy): after a

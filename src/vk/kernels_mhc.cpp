@@ -165,11 +165,11 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
                    std::span<const detail::binding>(b, nbind), &pc, sizeof pc, gx, gy);
 }
 
-/// Tokens per mhc_block.comp workgroup of a multi-token hc_mix / hc_post (HC_TOK): matvec_tuning::hc_tokens, else 1
-/// (more is not yet timed on the H200: docs/VULKAN.md "mHC blocks of several tokens").
+/// Tokens per mhc_block.comp workgroup of a multi-token hc_mix / hc_post (HC_TOK): matvec_tuning::hc_tokens, else 8
+/// (timed on the H200: a 512-token boundary 218 -> 170 us; docs/VULKAN.md "mHC blocks of several tokens").
 uint32_t block_tokens(const kernels::impl& p) {
   const uint32_t t = detail::tuning_of(p).hc_tokens;
-  return t ? std::min<uint32_t>(t, 64) : 1;
+  return t ? std::min<uint32_t>(t, 64) : 8;
 }
 
 /// fold_mode: 0 none, 1 the collapse with the weights of `fold` (coefficients as usual), 2 the collapse alone.

@@ -217,7 +217,7 @@ struct matvec_tuning {
   uint32_t gemm_min_groups = 0;
   /// mHC blocks of several tokens (hc_mix / hc_post of a prefill chunk; shaders/mhc_block.comp HC_TOK): tokens one
   /// workgroup walks with its mix weights held in registers, so fn is read once per that many tokens (1–64; the
-  /// same bits for every value). 0: chosen (1 until timed on the H200). The decode's one-token boundary
+  /// same bits for every value). 0: chosen (8: vk_mhc/chunk/512x4x4096 218 -> 170 us per boundary on the H200). The decode's one-token boundary
   /// (hc_post_finish's tail) always takes 1.
   uint32_t hc_tokens = 0;
   /// Dense f16 GEMM on cooperative matrices (gemm.comp GEMM_COOP 1): how a subgroup's 16 × 16 output blocks lie in
