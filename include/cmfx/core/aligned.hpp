@@ -5,7 +5,7 @@
 /// The SIMD kernels load their activation scratch (act_q8's bytes, scales and block sums, and the rearrangements
 /// derived from them) 64 bytes at a time at offsets that are multiples of 64. A plain std::vector only promises
 /// 16 bytes, so every such 512-bit load could straddle two cache lines: on dev's Zen 5 that made the q2tp int8
-/// matvec 1.4x slower from L2 (docs/PERF.md, "Forty-fifth session").
+/// matvec 1.2-1.3x slower from DRAM and from cache (docs/PERF.md, "Forty-fifth session").
 #include <cstddef>
 #include <new>
 #include <vector>

@@ -30,9 +30,9 @@ enum class act_layout : uint8_t {
 struct act_q8 {
   act_layout layout = act_layout::natural;
   uint64_t n = 0, cols = 0, blocks = 0;  // blocks per token = cols / 32
-  aligned_vector<int8_t> q;                 // [n, cols] permuted per block
-  aligned_vector<float> scale;              // [n, blocks]
-  aligned_vector<int32_t> bsum;             // [n, blocks]
+  aligned_vector<int8_t> q;              // [n, cols] permuted per block
+  aligned_vector<float> scale;           // [n, blocks]
+  aligned_vector<int32_t> bsum;          // [n, blocks]
   /// Which quantisation filled the buffers: a process-wide unique, non-zero value per quantiser call
   /// (next_act_generation), 0 for unknown contents. The integer kernels derive a per-thread rearrangement of the
   /// activations once per call of the quantiser, not once per range of rows they are handed (a row tail or a
