@@ -26,7 +26,7 @@
 //                      [--pairs 1|2] (q2tp int8 row kernel: chunks per lane unit)
 //                      [--concurrent-rule 1|2] (row kernel in concurrent groups: the dependent-product rule | throughput)
 //                      [--moe-rpt 1|2|4|8] [--moe-pairs 2|4|8|16] [--moe-unroll 1|2] (the grouped int8 MoE kernel)
-//                      [--moe-b1-rpt 1|2|4] [--moe-b1-pairs 1|2] [--moe-b1-unroll 1|2|4] [--moe-tails 0|1]
+//                      [--moe-b1-rpt 1|2|4] [--moe-b1-pairs 1|2] [--moe-b1-unroll 1|2|4] [--moe-b1-batches 1|2|4|8] [--moe-tails 0|1]
 //                      (the decode's batch-1 int8 MoE, vk_moe_b1: matvec_tuning::moe_b1_* / moe_tails)
 //                      [--gemm-warp-tile 0|2] (vk_gemm_f16: a subgroup's blocks in 1 or 2 rows, matvec_tuning::gemm_warp_tile)
 //                      [--hc-tokens T] (vk_mhc/chunk: tokens per mHC block workgroup, matvec_tuning::hc_tokens)
@@ -597,6 +597,7 @@ int main(int argc, char** argv) {
     else if (a == "--moe-b1-rpt" && i + 1 < argc) g_tune.moe_b1_rows_per_team = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-b1-pairs" && i + 1 < argc) g_tune.moe_b1_pairs = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-b1-unroll" && i + 1 < argc) g_tune.moe_b1_unroll = uint32_t(std::stoul(argv[++i]));
+    else if (a == "--moe-b1-batches" && i + 1 < argc) g_tune.moe_b1_batches = uint32_t(std::stoul(argv[++i]));
     else if (a == "--gemm-warp-tile" && i + 1 < argc) g_tune.gemm_warp_tile = uint32_t(std::stoul(argv[++i]));
     else if (a == "--hc-tokens" && i + 1 < argc) g_tune.hc_tokens = uint32_t(std::stoul(argv[++i]));
     else if (a == "--moe-tails" && i + 1 < argc) g_tune.moe_tails = uint32_t(std::stoul(argv[++i]));

@@ -128,12 +128,13 @@ int run_bench(const bench_args& a) {
   gpu::kernels k(dev);
   if (a.mv_subgroups || a.mv_rows_per_team || a.mv_pairs || a.mv_concurrent || a.moe_tails || a.moe_i8_tc ||
       a.gemm_min_groups || a.mv_sub || a.mv_x_source || a.mv_xreg_batches || a.moe_b1_rpt ||
-      a.moe_b1_pairs || a.moe_b1_unroll || a.hc_tokens || a.gemm_warp_tile) {
+      a.moe_b1_pairs || a.moe_b1_unroll || a.moe_b1_batches || a.hc_tokens || a.gemm_warp_tile) {
     gpu::matvec_tuning tu;
     tu.target_subgroups = a.mv_subgroups, tu.rows_per_team = a.mv_rows_per_team, tu.moe_tails = a.moe_tails;
     tu.pairs = a.mv_pairs, tu.concurrent = a.mv_concurrent, tu.sub = a.mv_sub, tu.x_source = a.mv_x_source;
     tu.xreg_batches = a.mv_xreg_batches;
     tu.moe_b1_rows_per_team = a.moe_b1_rpt, tu.moe_b1_pairs = a.moe_b1_pairs, tu.moe_b1_unroll = a.moe_b1_unroll;
+    tu.moe_b1_batches = a.moe_b1_batches;
     tu.moe_i8_tc = a.moe_i8_tc, tu.gemm_min_groups = a.gemm_min_groups, tu.hc_tokens = a.hc_tokens;
     tu.gemm_warp_tile = a.gemm_warp_tile;
     k.set_tuning(tu);

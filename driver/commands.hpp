@@ -90,7 +90,7 @@ struct bench_args {
   uint32_t mv_concurrent = 0;     // --mv-concurrent: row-kernel rule inside concurrent groups (1, 2; 0: chosen)
   bool f64 = false;               // --f64: f64 accumulators where the device has f64 (gpu::device_options::float64)
   uint32_t moe_tails = 0;         // --moe-tails: 1 = the batch-1 int8 MoE in four dispatches (gpu::matvec_tuning::moe_tails)
-  uint32_t moe_b1_rpt = 0, moe_b1_pairs = 0, moe_b1_unroll = 0;  // --moe-b1-*: the batch-1 int8 MoE's row split (gpu::matvec_tuning)
+  uint32_t moe_b1_rpt = 0, moe_b1_pairs = 0, moe_b1_unroll = 0, moe_b1_batches = 0;  // --moe-b1-*: the batch-1 int8 MoE's row split (gpu::matvec_tuning)
   uint32_t gemm_min_groups = 0;   // --gemm-min-groups: smaller dense GEMM tiles below N workgroups (gpu::matvec_tuning)
   uint32_t hc_tokens = 0;         // --hc-tokens: tokens per mHC block workgroup in prefill chunks (gpu::matvec_tuning)
   uint32_t gemm_warp_tile = 0;    // --gemm-warp-tile: the f16 GEMM's blocks per subgroup in 1 or 2 rows (gpu::matvec_tuning)

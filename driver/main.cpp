@@ -280,6 +280,11 @@ int main(int argc, char** argv) {
                  "chosen per format)")
       ->default_val(bench.moe_b1_unroll)
       ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
+  cb->add_option("--moe-b1-batches", bench.moe_b1_batches,
+                 "Diagnostics: the decode's int8 MoE dispatches, batches of rows each workgroup walks (1, 2, 4, 8; 0 = "
+                 "1)")
+      ->default_val(bench.moe_b1_batches)
+      ->check(CLI::IsMember({0u, 1u, 2u, 4u, 8u}));
   cb->add_option("--moe-i8-tc", bench.moe_i8_tc,
                  "Diagnostics: the prefill's int8 expert products — 0 = the default kernel (moe_rows_g8.comp), "
                  "1 = moe_rows_g8.comp, 2 = moe_i8_tc.comp on the int8 tensor cores (emulated without them)")

@@ -44,7 +44,12 @@
 // 32-value chunk), and with one chunk per lane every 16-byte activation load of the subgroup touched 32 different
 // cache lines (each line one L1 pass); with SUB lanes per chunk it touches 32 / SUB. The units of a row are its
 // chunks × SUB, lane l taking units l, l + KSTRIDE, ...
-// Defines: TEAMS, KSPLIT (1, 2, 4, 8; divides TEAMS), RPT (1, 2, 4), ROWS_PER_WG (= TEAMS / KSPLIT * RPT), UNROLL
+// RBATCH > 1 (ACT_I8): a workgroup's rows are RBATCH batches of TEAMS / KSPLIT · RPT rows, walked in order by its
+// subgroups — the tables (ladders, int8 LUT), the expert id and the MoE tail's arrival count are paid once per
+// RBATCH batches instead of once per batch, and with UNROLL covering a row's units every batch's loads are all in
+// flight at once. Each row's sum is the same as with RBATCH = 1 (the same lanes, units and order): the same bits.
+// Defines: TEAMS, KSPLIT (1, 2, 4, 8; divides TEAMS), RPT (1, 2, 4), RBATCH (1, 2, 4, 8; 1 by default),
+// ROWS_PER_WG (= TEAMS / KSPLIT * RPT * RBATCH), UNROLL
 // (1, 2, 4), X_TILE (f32), X_GLOBAL (f32: 1 = activations read from the buffer, 0 = staged in shared memory),
 // SUB (1, 2, 4), ACT_I8, PAIR, the format's; MOE_TAIL with MOE_LIMIT (1).
 #ifndef MOE_TAIL
@@ -61,8 +66,15 @@
 #if KSPLIT > 1 && !X_GLOBAL && !ACT_I8
 #error "KSPLIT needs activations read from the buffer (X_GLOBAL) or int8 activations"
 #endif
-#if TEAMS % KSPLIT != 0 || ROWS_PER_WG != TEAMS / KSPLIT * RPT
-#error "KSPLIT must divide TEAMS and ROWS_PER_WG = TEAMS / KSPLIT * RPT"
+#ifndef RBATCH
+#define RBATCH 1
+#endif
+#if RBATCH > 1 && !ACT_I8
+#error "RBATCH: batches of rows on the int8-activation path"
+#endif
+#define BATCH_ROWS (TEAMS / KSPLIT * RPT)
+#if TEAMS % KSPLIT != 0 || ROWS_PER_WG != BATCH_ROWS * RBATCH
+#error "KSPLIT must divide TEAMS and ROWS_PER_WG = TEAMS / KSPLIT * RPT * RBATCH"
 #endif
 #ifndef PAIR
 #define PAIR 0
@@ -338,16 +350,42 @@ void moe_tail(uint mslot, uint mblk) {
 #endif
 #define ROW_DECL(i)                                                  \
   const uint row##i = min(rbase + i, pc.rows - 1u);                 \
-  const row_t R##i = row_begin(row##i, rteam * RPT + i);            \
+  const row_t R##i = row_begin(row##i, slot0 + i);                  \
   float acc##i = 0.0;
 #define REDUCE(i) acc##i = subgroupAdd(acc##i);
-#define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + obase + i] = acc##i;
+#define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + ob + i] = acc##i;
 #if KSPLIT > 1
 shared float ksum[TEAMS * RPT];  // [subgroup][row of its team]
 #define KPUT(i) ksum[team * RPT + i] = acc##i;
 #define KADD(i)                                                                    \
   acc##i = ksum[rteam * KSPLIT * RPT + i];                                         \
   for (uint p = 1u; p < KSPLIT; ++p) acc##i += ksum[(rteam * KSPLIT + p) * RPT + i];
+#endif
+
+// the rows' sums: reduced over the subgroup (and its KSPLIT partners), written by one lane
+#if RBATCH > 1
+#define KSUM_FREE barrier();  // ksum is free for the next batch
+#else
+#define KSUM_FREE
+#endif
+#if KSPLIT > 1
+#define ROW_OUT                  \
+  ROWS1(REDUCE)                  \
+  if (lane == 0u) {              \
+    ROWS1(KPUT)                  \
+  }                              \
+  barrier();                     \
+  if (part == 0u && lane == 0u) { \
+    ROWS1(KADD)                  \
+    ROWS1(WRITE)                 \
+  }                              \
+  KSUM_FREE
+#else
+#define ROW_OUT     \
+  ROWS1(REDUCE)     \
+  if (lane == 0u) { \
+    ROWS1(WRITE)    \
+  }
 #endif
 
 void main() {
@@ -369,26 +407,34 @@ void main() {
 #endif
   const uint wg = me * bpe + mblk;  // the row block read
   const uint xo = pc.xoff + mslot * MOE_XSTRIDE;
-  const uint obase = mslot * MOE_RPE + mblk * ROWS_PER_WG + rteam * RPT;
+  const uint obase = mslot * MOE_RPE + mblk * ROWS_PER_WG + rteam * RPT;  // (batch 0)
 #else
   const uint wg = wg_index(), xo = pc.xoff;
-  const uint obase = wg * ROWS_PER_WG + rteam * RPT;
+  const uint obase = wg * ROWS_PER_WG + rteam * RPT;  // (batch 0)
 #endif
   // rows past the end are computed on the last row (uniform control flow for the barriers) and not written
-  const uint rbase = wg * ROWS_PER_WG + rteam * RPT;
-  ROWS1(ROW_DECL)
 #if ACT_I8
   const uint nct = pc.cols / CHUNK, k0 = 0u, nu = nct / (PAIR + 1u);
-  uint k = part * LANES + lane;
-  REP_U(FETCH)  // in flight while the tables are built
-  i8_tables();
-  tables_init(wg);  // its barrier (every format here has one) also covers i8_tables
-  REP_U(CONSUME)
-  for (k += UNROLL * KSTRIDE; k < nu; k += UNROLL * KSTRIDE) {
-    REP_U(FETCH)
+  for (uint b = 0u; b < RBATCH; ++b) {  // uniform over the workgroup
+    const uint slot0 = b * BATCH_ROWS + rteam * RPT, rbase = wg * ROWS_PER_WG + slot0, ob = obase + b * BATCH_ROWS;
+    ROWS1(ROW_DECL)
+    uint k = part * LANES + lane;
+    REP_U(FETCH)  // in flight while the tables are built (batch 0)
+    if (b == 0u) {
+      i8_tables();
+      tables_init(wg);  // its barrier (every format here has one) also covers i8_tables
+    }
     REP_U(CONSUME)
+    for (k += UNROLL * KSTRIDE; k < nu; k += UNROLL * KSTRIDE) {
+      REP_U(FETCH)
+      REP_U(CONSUME)
+    }
+    ROW_OUT
   }
-#elif X_GLOBAL
+#else
+  const uint slot0 = rteam * RPT, rbase = wg * ROWS_PER_WG + slot0, ob = obase;
+  ROWS1(ROW_DECL)
+#if X_GLOBAL
   const uint nct = pc.cols / CHUNK, k0 = 0u, nu = nct * SUB;
   uint k = part * LANES + lane;
   REP_U(FETCH)  // in flight while the tables are built
@@ -421,20 +467,7 @@ void main() {
     }
   }
 #endif
-  ROWS1(REDUCE)
-#if KSPLIT > 1
-  if (lane == 0u) {
-    ROWS1(KPUT)
-  }
-  barrier();
-  if (part == 0u && lane == 0u) {
-    ROWS1(KADD)
-    ROWS1(WRITE)
-  }
-#else
-  if (lane == 0u) {
-    ROWS1(WRITE)
-  }
+  ROW_OUT
 #endif
 #if MOE_TAIL
   moe_tail(mslot, mblk);

@@ -310,8 +310,11 @@ bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_
   if (base.moe_b1_unroll) base.unroll = base.moe_b1_unroll;
   matvec_tuning t = p.choose_rows(rows, cols, f, i8, false, &base);
   if (!pairs_ok) t.pairs = 1;  // (same split: it only counts units)
-  defs = p.rows_defs(f, enc, t, i8);
-  rows_per_wg = p.teams / t.split * t.rows_per_team;
+  const uint32_t batches = i8 && base.moe_b1_batches ? base.moe_b1_batches : 1;
+  if (batches != 1 && batches != 2 && batches != 4 && batches != 8)
+    throw usage_error("matvec_tuning::moe_b1_batches must be 0, 1, 2, 4 or 8");
+  defs = p.rows_defs(f, enc, t, i8, batches);
+  rows_per_wg = p.teams / t.split * t.rows_per_team * batches;
   return true;
 }
 }  // namespace cmfx::gpu::detail

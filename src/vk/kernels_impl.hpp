@@ -304,10 +304,13 @@ struct kernels::impl {
     return p;
   }
   /// The #defines of shaders/matvec_rows.comp for one variant (also the base of the MoE mode, kernels_moe.cpp).
-  std::string rows_defs(format f, scale_encoding enc, const matvec_tuning& t, bool i8) const {
+  /// matvec_rows.comp's defines; batches > 1 (RBATCH: int8 activations) makes a workgroup walk that many batches of
+  /// rows.
+  std::string rows_defs(format f, scale_encoding enc, const matvec_tuning& t, bool i8, uint32_t batches = 1) const {
     std::ostringstream d;
     d << "#define TEAMS " << teams << "\n#define KSPLIT " << t.split << "\n#define RPT " << t.rows_per_team
-      << "\n#define ROWS_PER_WG " << teams / t.split * t.rows_per_team << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
+      << "\n#define RBATCH " << batches << "\n#define ROWS_PER_WG " << teams / t.split * t.rows_per_team * batches
+      << "\n#define UNROLL " << t.unroll << "\n#define X_TILE " << rows_x_tile()
       << "\n#define ACT_I8 " << (i8 ? 1 : 0) << "\n#define X_GLOBAL " << (t.x_source == 2 ? 1 : 0)
       << "\n#define PAIR " << (t.pairs == 2 ? 1 : 0) << "\n#define SUB " << std::max<uint32_t>(t.sub, 1) << "\n"
       << detail::tab_defines() << format_defines(f, enc);

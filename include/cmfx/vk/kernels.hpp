@@ -205,6 +205,9 @@ struct matvec_tuning {
   /// (1, 2) and chunks a lane loads before decoding (1, 2, 4) in place of rows_per_team / pairs / unroll. 0: those
   /// (the dependent-product rule of every batch-1 product).
   uint32_t moe_b1_rows_per_team = 0, moe_b1_pairs = 0, moe_b1_unroll = 0;
+  /// Batch-1 int8 MoE: batches of rows a workgroup walks (1, 2, 4, 8; matvec_rows.comp RBATCH) — its tables, expert
+  /// id and tail arrival paid once per that many batches; the same bits for every value. 0: 1.
+  uint32_t moe_b1_batches = 0;
   /// Expert-grouped int8 products (prefill chunks with q4tp / q2tp experts and int8 activations): 0 = the faster
   /// measured kernel (kernels_moe.cpp i8tc_default: moe_rows_g8.comp for now); 1 = shaders/moe_rows_g8.comp; 2 =
   /// shaders/moe_i8_tc.comp on the int8 tensor cores (device_info::coop_i8), its products emulated in plain GLSL
