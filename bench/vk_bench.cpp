@@ -28,7 +28,7 @@
 //                      [--moe-rpt 1|2|4|8] [--moe-pairs 2|4|8|16] [--moe-unroll 1|2] (the grouped int8 MoE kernel)
 //                      [--moe-b1-rpt 1|2|4] [--moe-b1-pairs 1|2] [--moe-b1-unroll 1|2|4] [--moe-b1-batches 1|2|4|8] [--moe-tails 0|1]
 //                      (the decode's batch-1 int8 MoE, vk_moe_b1: matvec_tuning::moe_b1_* / moe_tails)
-//                      [--gemm-warp-tile 0|2] (vk_gemm_f16: a subgroup's blocks in 1 or 2 rows, matvec_tuning::gemm_warp_tile)
+//                      [--gemm-warp-tile 1|2] (vk_gemm_f16: a subgroup's blocks in 1 or 2 rows (0: 2 where it fits), matvec_tuning::gemm_warp_tile)
 //                      [--hc-tokens T] (vk_mhc/chunk: tokens per mHC block workgroup, matvec_tuning::hc_tokens)
 //                      [--moe-tiles 0|1|2] (the grouped f16 MoE: gemm.comp's tiles (0, 1) | moe_tc.comp (2))
 //                      [--moe-i8-tc 0|1|2] (the grouped int8 MoE: the default kernel (0) | moe_rows_g8.comp (1) |

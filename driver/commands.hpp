@@ -93,7 +93,7 @@ struct bench_args {
   uint32_t moe_b1_rpt = 0, moe_b1_pairs = 0, moe_b1_unroll = 0, moe_b1_batches = 0;  // --moe-b1-*: the batch-1 int8 MoE's row split (gpu::matvec_tuning)
   uint32_t gemm_min_groups = 0;   // --gemm-min-groups: smaller dense GEMM tiles below N workgroups (gpu::matvec_tuning)
   uint32_t hc_tokens = 0;         // --hc-tokens: tokens per mHC block workgroup in prefill chunks (gpu::matvec_tuning)
-  uint32_t gemm_warp_tile = 0;    // --gemm-warp-tile: the f16 GEMM's blocks per subgroup in 1 or 2 rows (gpu::matvec_tuning)
+  uint32_t gemm_warp_tile = 0;    // --gemm-warp-tile: the f16 GEMM's blocks per subgroup in 1 or 2 rows (0: 2) (gpu::matvec_tuning)
   uint32_t moe_i8_tc = 0;         // --moe-i8-tc: 1 = the prefill's int8 experts on moe_rows_g8.comp (gpu::matvec_tuning::moe_i8_tc)
   std::string shader_dir;         // --shader-dir: shaders read from this directory (kernel variants), not the built-in copies
   bool nontemporal = false;       // --nontemporal: weight loads with SPIR-V's Nontemporal hint (gpu::device_options)

@@ -296,8 +296,8 @@ int main(int argc, char** argv) {
       ->default_val(bench.hc_tokens)
       ->check(CLI::Range(0u, 64u));
   cb->add_option("--gemm-warp-tile", bench.gemm_warp_tile,
-                 "Prefill's dense f16 GEMMs on cooperative matrices: a subgroup's 16x16 blocks in 1 row (0, 1: the "
-                 "default) or 2 rows of blocks (2; not yet timed; gpu::matvec_tuning::gemm_warp_tile)")
+                 "Prefill's dense f16 GEMMs on cooperative matrices: a subgroup's 16x16 blocks in 1 row (1) or 2 rows "
+                 "of blocks where the tile allows it (0: the default, 2; gpu::matvec_tuning::gemm_warp_tile)")
       ->default_val(bench.gemm_warp_tile)
       ->check(CLI::IsMember({0u, 1u, 2u}));
   cb->add_option("--gemm-min-groups", bench.gemm_min_groups,

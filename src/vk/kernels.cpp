@@ -301,20 +301,28 @@ uint32_t f32_sub(const kernels::impl& p, format f) {
 }
 
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,
-                         bool pairs_ok, std::string& defs, uint32_t& rows_per_wg) {
+                         bool pairs_ok, uint64_t block_rows, std::string& defs, uint32_t& rows_per_wg) {
   if (i8 ? !p.i8_kernel(f) : !p.rows_kernel(f)) return false;
-  // (the batch-1 MoE's dispatches, its only caller: matvec_tuning::moe_b1_* in place of the general choices)
+  // (the batch-1 MoE's dispatches, its only caller: matvec_tuning::moe_b1_* in place of the general choices;
+  // unset, the int8 MoE takes q2tp chunk pairs, 2 chunks in flight per lane and 4 batches of rows per workgroup)
   matvec_tuning base = p.tune;
   if (base.moe_b1_rows_per_team) base.rows_per_team = base.moe_b1_rows_per_team;
-  if (base.moe_b1_pairs) base.pairs = base.moe_b1_pairs;
-  if (base.moe_b1_unroll) base.unroll = base.moe_b1_unroll;
+  base.pairs = base.moe_b1_pairs ? base.moe_b1_pairs : i8 ? 2 : base.pairs;
+  base.unroll = base.moe_b1_unroll ? base.moe_b1_unroll : i8 ? 2 : base.unroll;
   matvec_tuning t = p.choose_rows(rows, cols, f, i8, false, &base);
   if (!pairs_ok) t.pairs = 1;  // (same split: it only counts units)
-  const uint32_t batches = i8 && base.moe_b1_batches ? base.moe_b1_batches : 1;
-  if (batches != 1 && batches != 2 && batches != 4 && batches != 8)
-    throw usage_error("matvec_tuning::moe_b1_batches must be 0, 1, 2, 4 or 8");
+  const uint32_t batch_rows = p.teams / t.split * t.rows_per_team;
+  uint32_t batches = 1;
+  if (i8 && base.moe_b1_batches) {
+    batches = base.moe_b1_batches;
+    if (batches != 1 && batches != 2 && batches != 4 && batches != 8)
+      throw usage_error("matvec_tuning::moe_b1_batches must be 0, 1, 2, 4 or 8");
+  } else if (i8) {  // the default: 4, fewer where a workgroup's rows would not divide block_rows
+    batches = 4;
+    while (batches > 1 && block_rows % (uint64_t(batch_rows) * batches)) batches /= 2;
+  }
   defs = p.rows_defs(f, enc, t, i8, batches);
-  rows_per_wg = p.teams / t.split * t.rows_per_team * batches;
+  rows_per_wg = batch_rows * batches;
   return true;
 }
 }  // namespace cmfx::gpu::detail

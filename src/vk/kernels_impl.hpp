@@ -170,8 +170,8 @@ struct kernels::impl {
     if (detail::gemm_shared_bytes(gm, gn, tk, coop, detail::gemm_ladder(f)) > info.max_shared_memory ||
         tk % detail::gpu_traits(f).chunk)
       return nullptr;
-    // matvec_tuning::gemm_warp_tile 2: a subgroup's blocks in two rows where the tile allows it (GEMM_WT2)
-    const bool wt2 = tune.gemm_warp_tile == 2 && detail::gemm_wt2_fits(coop, gm, gn, 256, info.subgroup_size);
+    // matvec_tuning::gemm_warp_tile 0 or 2: a subgroup's blocks in two rows where the tile allows it (GEMM_WT2)
+    const bool wt2 = tune.gemm_warp_tile != 1 && detail::gemm_wt2_fits(coop, gm, gn, 256, info.subgroup_size);
     const std::array<uint32_t, 6> key{wt2 ? 3u : 2u, uint32_t(f), uint32_t(enc), tk, coop, gm << 16 | gn};
     if (auto it = matrix_pipes.find(key); it != matrix_pipes.end()) return it->second;
     std::string cdefs;

@@ -37,9 +37,9 @@ rows_i8_plan plan_rows_i8(kernels::impl& p, const detail::op_env& e, const gpu_m
   if (!pg.fast || !pd.fast) return r;
   // the work split for the rows of one dispatch: every slot's expert at once
   if (!detail::rows_kernel_defines(p, m.gate_up.w.fmt, m.gate_up.w.scale_enc, S * 2 * I, d, true, pg.res0 % 16 == 0,
-                                   r.dgu, r.rgu) ||
-      !detail::rows_kernel_defines(p, m.down.w.fmt, m.down.w.scale_enc, S * d, I, true, pd.res0 % 16 == 0, r.ddn,
-                                   r.rdn))
+                                   I, r.dgu, r.rgu) ||
+      !detail::rows_kernel_defines(p, m.down.w.fmt, m.down.w.scale_enc, S * d, I, true, pd.res0 % 16 == 0, d,
+                                   r.ddn, r.rdn))
     return r;
   const uint64_t xq_bytes = kernels::act_q8_bytes(d), hq_bytes = kernels::act_q8_bytes(I, uint32_t(S));
   const uint64_t o_gu = S * I * 4, o_y = o_gu + S * 2 * I * 4, o_xq = (o_y + S * d * 4 + 15) / 16 * 16,

@@ -78,8 +78,10 @@ op_env op_env_of(kernels::impl& p);
 /// The batch-1 row kernel's defines (shaders/matvec_rows.comp; i8: int8 activations) for a dispatch of `rows` rows
 /// of `cols` columns in format f, and its rows per workgroup; false when the device has no such kernel for f
 /// (kernels.cpp). pairs_ok: plane 0 starts on 16 bytes (the chunk-pair variant's value loads may be chosen).
+/// block_rows: the rows a workgroup's rows must divide (one expert's gate or up half, or its down rows) — the
+/// default batches of rows (matvec_tuning::moe_b1_batches 0) shrink until they do.
 bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_t rows, uint64_t cols, bool i8,
-                         bool pairs_ok, std::string& defs, uint32_t& rows_per_wg);
+                         bool pairs_ok, uint64_t block_rows, std::string& defs, uint32_t& rows_per_wg);
 
 /// The work-split overrides of kernels::set_tuning (0 fields: automatic) (kernels.cpp).
 const matvec_tuning& tuning_of(const kernels::impl& p);

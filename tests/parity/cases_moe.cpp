@@ -558,17 +558,18 @@ void moe_cases(suite& s) {
         return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info, 1, true);
       });
       // the batch-1 row split of the MoE's dispatches alone (matvec_tuning::moe_b1_*, `cmfx bench --moe-b1-*`):
-      // 4 rows per subgroup with q2tp chunk pairs; 1 row with 4 chunks in flight per lane; workgroups that walk
-      // 4 and 2 batches of rows (matvec_rows.comp RBATCH)
+      // the split before the forty-sixth session's default (2 rows, single chunks, 1 chunk in flight for q2tp, one
+      // batch); 4 rows per subgroup with q2tp chunk pairs; 1 row with 4 chunks in flight per lane; workgroups that
+      // walk 2 batches of rows (matvec_rows.comp RBATCH; the default cases above walk 4 where the shape allows)
       for (const auto& [rpt, pairs, unroll, batches] :
-           {std::array<uint32_t, 4>{4, 2, 0, 0}, std::array<uint32_t, 4>{1, 1, 4, 0}, std::array<uint32_t, 4>{2, 2, 2, 4},
+           {std::array<uint32_t, 4>{2, 1, 1, 1}, std::array<uint32_t, 4>{4, 2, 0, 1}, std::array<uint32_t, 4>{1, 1, 4, 1},
             std::array<uint32_t, 4>{4, 1, 2, 2}}) {
         gpu::matvec_tuning b1;
         b1.moe_b1_rows_per_team = rpt, b1.moe_b1_pairs = pairs, b1.moe_b1_unroll = unroll;
         b1.moe_b1_batches = batches;
         const R how = ", row split " + std::to_string(rpt) + " rows" + (pairs == 2 ? ", pairs" : "") +
                       (unroll ? ", unroll " + std::to_string(unroll) : "") +
-                      (batches ? ", " + std::to_string(batches) + " batches" : "");
+                      (batches == 1 ? ", one batch" : ", " + std::to_string(batches) + " batches");
         s.run("moe_i8", fn, "3x[2048x4096] k=2 + shared, model shape" + how, [&, b1](uint64_t seed, R& info) {
           return moe_i8_case<F>(s, seed, 3, 4096, 2048, 2, true, info, 1, true, kI8RefNmse, 0, b1);
         });

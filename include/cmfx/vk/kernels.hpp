@@ -202,11 +202,13 @@ struct matvec_tuning {
   uint32_t moe_tails = 0;
   /// Batch-1 int8 MoE (kernels::moe at n = 1, the row kernel's MOE_ROWS dispatches: the decode's largest
   /// products, every selected expert's gate/up or down rows at once): rows per subgroup (1, 2, 4), q2tp chunk pairs
-  /// (1, 2) and chunks a lane loads before decoding (1, 2, 4) in place of rows_per_team / pairs / unroll. 0: those
-  /// (the dependent-product rule of every batch-1 product).
+  /// (1, 2) and chunks a lane loads before decoding (1, 2, 4) in place of rows_per_team / pairs / unroll. 0: rows
+  /// per subgroup as every batch-1 product (the dependent-product rule), q2tp pairs 2, unroll 2.
   uint32_t moe_b1_rows_per_team = 0, moe_b1_pairs = 0, moe_b1_unroll = 0;
   /// Batch-1 int8 MoE: batches of rows a workgroup walks (1, 2, 4, 8; matvec_rows.comp RBATCH) — its tables, expert
-  /// id and tail arrival paid once per that many batches; the same bits for every value. 0: 1.
+  /// id and tail arrival paid once per that many batches; the same bits for every value. 0: 4, halved until a
+  /// workgroup's rows divide an expert's gate / up half and its down rows. With pairs 2 and unroll 2: the MoE alone
+  /// (vk_moe_b1) 49.0 → 44.5 µs on an H100 in two starts (docs/PERF.md "Forty-sixth session").
   uint32_t moe_b1_batches = 0;
   /// Expert-grouped int8 products (prefill chunks with q4tp / q2tp experts and int8 activations): 0 = the faster
   /// measured kernel (kernels_moe.cpp i8tc_default: moe_rows_g8.comp for now); 1 = shaders/moe_rows_g8.comp; 2 =
@@ -224,9 +226,10 @@ struct matvec_tuning {
   /// (hc_post_finish's tail) always takes 1.
   uint32_t hc_tokens = 0;
   /// Dense f16 GEMM on cooperative matrices (gemm.comp GEMM_COOP 1): how a subgroup's 16 × 16 output blocks lie in
-  /// the tile — 0 or 1: one row of blocks (one A fragment and a B fragment per block per 16 columns); 2: two rows of
-  /// blocks (GEMM_WT2: 2 A and BPS / 2 B fragments; where a subgroup holds 4 or 8 blocks). Not yet timed on the
-  /// H200, hence not the default.
+  /// the tile — 1: one row of blocks (one A fragment and a B fragment per block per 16 columns); 0 or 2: two rows of
+  /// blocks where a subgroup holds 4 or 8 blocks (GEMM_WT2: 2 A and BPS / 2 B fragments; the same bits), else one
+  /// row. The 12-layer prefill: +1.3 % on the H200, +2.1 % on an H100 (one run each; docs/PERF.md "Forty-sixth
+  /// session").
   uint32_t gemm_warp_tile = 0;
 };
 
