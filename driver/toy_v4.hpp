@@ -43,6 +43,50 @@ struct toy_tensor {
   toy_role role;
 };
 
+/// The release-config fields the V4 and V4.1 toys share (config.json / text_config key names), in three runs so
+/// that each file keeps the release's key order around its own fields. C: toy_v4_config or toy_v41_config.
+template <class C>
+void put_toy_attention_dims(nlohmann::ordered_json& j, const C& c, uint32_t layers) {
+  j["vocab_size"] = c.vocab;
+  j["hidden_size"] = c.dim;
+  j["num_hidden_layers"] = layers;
+  j["num_attention_heads"] = c.heads;
+  j["num_key_value_heads"] = 1;
+  j["head_dim"] = c.head_dim;
+  j["qk_rope_head_dim"] = c.rope_dim;
+  j["q_lora_rank"] = c.q_lora;
+  j["o_lora_rank"] = c.o_lora;
+  j["o_groups"] = c.o_groups;
+  j["index_n_heads"] = c.index_heads;
+  j["index_head_dim"] = c.index_head_dim;
+  j["index_topk"] = c.index_topk;
+  j["sliding_window"] = c.window;
+  j["compress_ratios"] = c.compress_ratios;
+}
+template <class C>
+void put_toy_moe(nlohmann::ordered_json& j, const C& c) {
+  j["n_routed_experts"] = c.experts;
+  j["n_shared_experts"] = 1;
+  j["num_experts_per_tok"] = c.top_k;
+  j["moe_intermediate_size"] = c.moe_inter;
+  j["routed_scaling_factor"] = c.route_scale;
+  j["scoring_func"] = "sqrtsoftplus";
+}
+/// SwiGLU clamp, mHC, norm and RoPE / YaRN (the release's values; the toy's dimensions).
+template <class C>
+void put_toy_hc_rope(nlohmann::ordered_json& j, const C& c) {
+  j["swiglu_limit"] = c.swiglu_limit;
+  j["hc_mult"] = c.hc;
+  j["hc_sinkhorn_iters"] = 20;
+  j["hc_eps"] = 1e-6;
+  j["rms_norm_eps"] = c.rms_eps;
+  j["rope_theta"] = 10000;
+  j["compress_rope_theta"] = 160000;
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
+                       {"beta_fast", 32}, {"beta_slow", 1}};
+  j["max_position_embeddings"] = 1048576;
+}
+
 /// The routed and shared experts of one layer (prefix "layers.N."): the same names and shapes in V4 and V4.1.
 /// add(name, shape, role) appends one tensor.
 template <class Add>
