@@ -5,51 +5,13 @@
 #include "cmfx/io/cmf_reader.hpp"
 #include "dsv41_engram.hpp"
 #include "dsv4_source.hpp"
+#include "tensor_binder.hpp"
 
 namespace cmfx::driver {
 
 namespace {
 
 using dims_t = std::vector<uint64_t>;
-
-/// Name → view / f32 copy, with the shape checked and the name spelled as stored in errors.
-class binder41 {
- public:
-  explicit binder41(const dsv4_source& s) : src_(s) {}
-  bool has(const std::string& n) const { return src_.find(n).has_value(); }
-  dsv4_tensor need(const std::string& n, const dims_t& want) const {
-    auto t = src_.find(n);
-    if (!t) throw usage_error(src_.kind() + " V4.1 model is missing tensor " + src_.spelled(n));
-    if (t->dims != want)
-      throw usage_error("tensor '" + t->name + "' has shape " + shape_string(t->dims) + ", expected " + shape_string(want));
-    if (!t->fmt) throw usage_error("tensor '" + t->name + "' has dtype " + t->dtype + ", which is not a float format");
-    return *t;
-  }
-  dsv4_matrix matrix(const std::string& n, uint64_t rows, uint64_t cols, bool qat_input = false) const {
-    const dsv4_tensor t = need(n, {rows, cols});
-    return dsv4_matrix{t.v, *t.fmt, qat_input};
-  }
-  std::vector<float> floats(const std::string& n, const dims_t& want) const {
-    const dsv4_tensor t = need(n, want);
-    std::vector<float> out(t.v.rows * t.v.cols);
-    visit_format(*t.fmt, [&]<class F>() {
-      for (uint64_t r = 0; r < t.v.rows; ++r) F::decode_row(t.v, r, out.data() + r * t.v.cols);
-    });
-    return out;
-  }
-  void refuse(const std::string& n, const std::string& why) const {
-    if (has(n)) throw usage_error("tensor " + src_.spelled(n) + " is present, but " + why);
-  }
-
- private:
-  const dsv4_source& src_;
-};
-
-expert_view bind_expert(const binder41& b, const std::string& p, uint64_t inter, uint64_t dim) {
-  const dsv4_matrix g = b.matrix(p + "w1.weight", inter, dim, true), u = b.matrix(p + "w3.weight", inter, dim, true),
-                    d = b.matrix(p + "w2.weight", dim, inter, true);
-  return expert_view{g.v, u.v, d.v, g.fmt, u.fmt, d.fmt};
-}
 
 dsv41_config config_of(const dsv4_source& s) {
   if (s.kind() == "cmf") return dsv41_config_from_cmf(s.raw_config());
@@ -65,7 +27,7 @@ bool dsv41_is_model(const std::string& path) {
 
 dsv41_weights dsv41_load(const std::string& path) {
   std::shared_ptr<dsv4_source> src = dsv4_open_source(path);
-  const binder41 b(*src);
+  const tensor_binder b(*src, "V4.1 ");
   dsv41_weights w;
   w.keep_alive = src;
   w.source = src->kind();
@@ -93,22 +55,7 @@ dsv41_weights dsv41_load(const std::string& path) {
     const std::string p = "layers." + std::to_string(i) + ".";
     const dsv41_layer_plan& pl = c.plan[i];
     dsv41_layer_w& L = w.layers[i];
-    L.attn_norm = b.floats(p + "attn_norm.weight", {d});
-    L.ffn_norm = b.floats(p + "ffn_norm.weight", {d});
-    L.wq_a = b.matrix(p + "attn.wq_a.weight", q, d, true);
-    L.q_norm = b.floats(p + "attn.q_norm.weight", {q});
-    L.wq_b = b.matrix(p + "attn.wq_b.weight", H * hd, q, true);
-    L.wkv = b.matrix(p + "attn.wkv.weight", hd, d, true);
-    L.kv_norm = b.floats(p + "attn.kv_norm.weight", {hd});
-    L.wo_a = b.matrix(p + "attn.wo_a.weight", G * ol, H * hd / G);
-    L.wo_b = b.matrix(p + "attn.wo_b.weight", d, G * ol, true);
-    L.attn_sink = b.floats(p + "attn.attn_sink", {H});
-    L.hc_attn_fn = b.floats(p + "hc_attn_fn", {hcd, c.hc * d});
-    L.hc_attn_base = b.floats(p + "hc_attn_base", {hcd});
-    L.hc_attn_scale = b.floats(p + "hc_attn_scale", {3});
-    L.hc_ffn_fn = b.floats(p + "hc_ffn_fn", {hcd, c.hc * d});
-    L.hc_ffn_base = b.floats(p + "hc_ffn_base", {hcd});
-    L.hc_ffn_scale = b.floats(p + "hc_ffn_scale", {3});
+    bind_attention_and_hc(b, L, p, d, H, hd, q, G, ol, c.hc, hcd);
     const std::string mode = std::string(dsv41_mode_name(pl.mode)) + " layer " + std::to_string(i);
     if (pl.mode == dsv41_mode::full) {
       L.comp_wkv = b.matrix(p + "attn.compressor.wkv.weight", hd, d);

@@ -7,79 +7,13 @@
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/io/cmf_reader.hpp"
 #include "dsv4_source.hpp"
+#include "tensor_binder.hpp"
 
 namespace cmfx::driver {
 
 namespace {
 
-using dims_t = std::vector<uint64_t>;
-
-class binder {
- public:
-  explicit binder(const dsv4_source& s) : src_(s) {}
-
-  bool has(const std::string& n) const { return src_.find(n).has_value(); }
-
-  dsv4_tensor need(const std::string& n) const {
-    auto t = src_.find(n);
-    if (!t) throw usage_error(src_.kind() + " model is missing tensor " + src_.spelled(n));
-    return *t;
-  }
-  dsv4_tensor need(const std::string& n, const dims_t& want) const {
-    dsv4_tensor t = need(n);
-    if (t.dims != want)
-      throw usage_error("tensor '" + t.name + "' has shape " + shape_string(t.dims) + ", expected " + shape_string(want));
-    return t;
-  }
-  dsv4_matrix matrix(const std::string& n, uint64_t rows, uint64_t cols, bool qat_input = false) const {
-    dsv4_tensor t = need(n, {rows, cols});
-    if (!t.fmt) throw usage_error("tensor '" + t.name + "' has dtype " + t.dtype + ", which is not a weight format");
-    return dsv4_matrix{t.v, *t.fmt, qat_input};
-  }
-  /// Decoded to f32 (small tensors only).
-  std::vector<float> floats(const std::string& n, const dims_t& want) const {
-    dsv4_tensor t = need(n, want);
-    if (!t.fmt) throw usage_error("tensor '" + t.name + "' has dtype " + t.dtype + ", expected a float tensor");
-    std::vector<float> out(t.v.rows * t.v.cols);
-    visit_format(*t.fmt, [&]<class F>() {
-      for (uint64_t r = 0; r < t.v.rows; ++r) F::decode_row(t.v, r, out.data() + r * t.v.cols);
-    });
-    return out;
-  }
-  /// Integer table (I32 / I64 in the release, integer-valued f32 in CMF), every entry checked to be in [0, bound).
-  std::vector<int32_t> ids(const std::string& n, const dims_t& want, uint32_t bound) const {
-    dsv4_tensor t = need(n, want);
-    uint64_t count = 1;
-    for (auto d : want) count *= d;
-    std::vector<int32_t> out(count);
-    for (uint64_t i = 0; i < count; ++i) {
-      double v;
-      if (t.int_bytes == 4) {
-        int32_t x;
-        std::memcpy(&x, t.raw + 4 * i, 4);
-        v = x;
-      } else if (t.int_bytes == 8) {
-        int64_t x;
-        std::memcpy(&x, t.raw + 8 * i, 8);
-        v = double(x);
-      } else {
-        if (t.fmt != format::f32) throw usage_error("tensor '" + t.name + "' has dtype " + t.dtype + " (expected integers)");
-        float x;
-        std::memcpy(&x, t.raw + 4 * i, 4);
-        v = x;
-      }
-      if (!(v >= 0 && v < bound && v == std::floor(v)))
-        throw usage_error("tensor '" + t.name + "': entry " + std::to_string(i) + " = " + std::to_string(v) +
-                          " is not an expert id below " + std::to_string(bound));
-      out[i] = int32_t(v);
-    }
-    return out;
-  }
-  dims_t dims(const std::string& n) const { return need(n).dims; }
-
- private:
-  const dsv4_source& src_;
-};
+using dims_t = tensor_binder::dims_t;
 
 void check_stated(uint32_t stated, uint64_t found, const char* what, const std::string& from) {
   if (stated != 0 && stated != found)
@@ -87,7 +21,7 @@ void check_stated(uint32_t stated, uint64_t found, const char* what, const std::
                       " implies " + std::to_string(found));
 }
 
-dsv4_compressor_w bind_compressor(const binder& b, const std::string& p, uint32_t width, uint32_t dim) {
+dsv4_compressor_w bind_compressor(const tensor_binder& b, const std::string& p, uint32_t width, uint32_t dim) {
   dsv4_compressor_w c;
   c.width = width;
   const dims_t wkv = b.dims(p + "wkv.weight");
@@ -111,17 +45,11 @@ dsv4_compressor_w bind_compressor(const binder& b, const std::string& p, uint32_
   return c;
 }
 
-expert_view bind_expert(const binder& b, const std::string& p, uint64_t inter, uint64_t dim) {
-  const dsv4_matrix g = b.matrix(p + "w1.weight", inter, dim, true), u = b.matrix(p + "w3.weight", inter, dim, true),
-                    d = b.matrix(p + "w2.weight", dim, inter, true);
-  return expert_view{g.v, u.v, d.v, g.fmt, u.fmt, d.fmt};
-}
-
 }  // namespace
 
 dsv4_weights dsv4_load(const std::string& path) {
   std::shared_ptr<dsv4_source> src = dsv4_open_source(path);
-  const binder b(*src);
+  const tensor_binder b(*src);
   dsv4_weights w;
   w.keep_alive = src;
   w.source = src->kind();
@@ -175,22 +103,7 @@ dsv4_weights dsv4_load(const std::string& path) {
   for (uint32_t i = 0; i < c.layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     dsv4_layer_w& L = w.layers[i];
-    L.attn_norm = b.floats(p + "attn_norm.weight", {d});
-    L.ffn_norm = b.floats(p + "ffn_norm.weight", {d});
-    L.wq_a = b.matrix(p + "attn.wq_a.weight", q, d, true);
-    L.q_norm = b.floats(p + "attn.q_norm.weight", {q});
-    L.wq_b = b.matrix(p + "attn.wq_b.weight", H * hd, q, true);
-    L.wkv = b.matrix(p + "attn.wkv.weight", hd, d, true);
-    L.kv_norm = b.floats(p + "attn.kv_norm.weight", {hd});
-    L.wo_a = b.matrix(p + "attn.wo_a.weight", G * ol, H * hd / G);
-    L.wo_b = b.matrix(p + "attn.wo_b.weight", d, G * ol, true);
-    L.attn_sink = b.floats(p + "attn.attn_sink", {H});
-    L.hc_attn_fn = b.floats(p + "hc_attn_fn", {hcd, c.hc * d});
-    L.hc_attn_base = b.floats(p + "hc_attn_base", {hcd});
-    L.hc_attn_scale = b.floats(p + "hc_attn_scale", {3});
-    L.hc_ffn_fn = b.floats(p + "hc_ffn_fn", {hcd, c.hc * d});
-    L.hc_ffn_base = b.floats(p + "hc_ffn_base", {hcd});
-    L.hc_ffn_scale = b.floats(p + "hc_ffn_scale", {3});
+    bind_attention_and_hc(b, L, p, d, H, hd, q, G, ol, c.hc, hcd);
 
     dsv4_layer_kind& k = c.kinds[i];
     if (b.has(p + "attn.compressor.wkv.weight")) {
