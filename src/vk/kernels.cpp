@@ -123,7 +123,7 @@ void kernels::set_tuning(const matvec_tuning& t) {
       t.rows_per_team > (t.x_source == 3 ? 16u : 4u) || t.x_source > 3 || t.xreg_batches > 64 || !pow2(t.sub) ||
       t.sub > 4 || !pow2(t.moe_rows_per_team) || t.moe_rows_per_team > 8 ||
       !pow2(t.moe_pairs) || t.moe_pairs == 1 || t.moe_pairs > 16 || t.moe_unroll > 2 || t.moe_tiles > 2 || t.moe_i8_tc > 2 ||
-      t.hc_tokens > 64 || t.gemm_warp_tile > 2)
+      t.hc_tokens > 64 || t.gemm_warp_tile > 2 || !pow2(t.moe_b1_batches) || t.moe_b1_batches > 8)
     throw usage_error("matvec tuning out of range");
   p_->tune = t;
 }
@@ -312,15 +312,11 @@ bool rows_kernel_defines(kernels::impl& p, format f, scale_encoding enc, uint64_
   matvec_tuning t = p.choose_rows(rows, cols, f, i8, false, &base);
   if (!pairs_ok) t.pairs = 1;  // (same split: it only counts units)
   const uint32_t batch_rows = p.teams / t.split * t.rows_per_team;
-  uint32_t batches = 1;
-  if (i8 && base.moe_b1_batches) {
-    batches = base.moe_b1_batches;
-    if (batches != 1 && batches != 2 && batches != 4 && batches != 8)
-      throw usage_error("matvec_tuning::moe_b1_batches must be 0, 1, 2, 4 or 8");
-  } else if (i8) {  // the default: 4, fewer where a workgroup's rows would not divide block_rows
-    batches = 4;
+  // (kernels::set_tuning checks moe_b1_batches) the default: 4, fewer where a workgroup's rows would not divide
+  // block_rows
+  uint32_t batches = !i8 ? 1 : base.moe_b1_batches ? base.moe_b1_batches : 4;
+  if (i8 && !base.moe_b1_batches)
     while (batches > 1 && block_rows % (uint64_t(batch_rows) * batches)) batches /= 2;
-  }
   defs = p.rows_defs(f, enc, t, i8, batches);
   rows_per_wg = batch_rows * batches;
   return true;

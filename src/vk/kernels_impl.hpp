@@ -303,9 +303,8 @@ struct kernels::impl {
     xreg_pipes.emplace(key, p);
     return p;
   }
-  /// The #defines of shaders/matvec_rows.comp for one variant (also the base of the MoE mode, kernels_moe.cpp).
-  /// matvec_rows.comp's defines; batches > 1 (RBATCH: int8 activations) makes a workgroup walk that many batches of
-  /// rows.
+  /// The #defines of shaders/matvec_rows.comp for one variant (also the base of the MoE mode, kernels_moe.cpp);
+  /// batches > 1 (RBATCH: int8 activations) makes a workgroup walk that many batches of rows.
   std::string rows_defs(format f, scale_encoding enc, const matvec_tuning& t, bool i8, uint32_t batches = 1) const {
     std::ostringstream d;
     d << "#define TEAMS " << teams << "\n#define KSPLIT " << t.split << "\n#define RPT " << t.rows_per_team
