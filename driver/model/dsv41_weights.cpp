@@ -1,7 +1,6 @@
 #include "dsv41_weights.hpp"
 
 #include "cmfx/core/error.hpp"
-#include "cmfx/formats/format_list.hpp"
 #include "cmfx/io/cmf_reader.hpp"
 #include "dsv41_engram.hpp"
 #include "dsv4_source.hpp"
@@ -11,7 +10,7 @@ namespace cmfx::driver {
 
 namespace {
 
-using dims_t = std::vector<uint64_t>;
+using dims_t = tensor_binder::dims_t;
 
 dsv41_config config_of(const dsv4_source& s) {
   if (s.kind() == "cmf") return dsv41_config_from_cmf(s.raw_config());

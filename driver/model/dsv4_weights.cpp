@@ -1,10 +1,6 @@
 #include "dsv4_weights.hpp"
 
-#include <cmath>
-#include <cstring>
-
 #include "cmfx/core/error.hpp"
-#include "cmfx/formats/format_list.hpp"
 #include "cmfx/io/cmf_reader.hpp"
 #include "dsv4_source.hpp"
 #include "tensor_binder.hpp"
