@@ -35,7 +35,7 @@
 //   MOE_TAIL 2 (down rows): per row block, the slots' rows summed as moe_sum.comp does (common/moe_sum.glsl; a bad
 //     routed id makes the row NaN) into binding 9 at pc.toff.
 // PAIR = 1 (q2tp with ACT_I8, an even number of chunks per row): a lane's unit is two consecutive chunks — their
-// 16 value bytes in one load, both ladder codes from one 16-bit load (formats.glsl fetch2), their activations in 4
+// 16 value bytes in one load, both ladder codes from one 32-bit window (formats.glsl fetch2), their activations in 4
 // + 1 + 1 loads — instead of one 8-byte chunk with its own code and activation loads. Lane l takes units l,
 // l + KSTRIDE, ...; the loop counts units.
 // SUB > 1 (X_GLOBAL, f32 activations): a lane's unit is 1/SUB of a chunk — CHUNK_WORDS / SUB consecutive words

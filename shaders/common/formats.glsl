@@ -335,18 +335,21 @@ uint chunk_aux(row_t R, uint r, uint k) { return group_code(r, k); }
 float chunk_scale(row_t R, raw_t q) { return code_scale(R, q.a); }
 #if LADDER_VALUE_BYTES == 8
 // Groups 2p and 2p + 1 of row r (matvec_rows.comp PAIR): their values in one 16-byte load (an even number of
-// groups per row and plane 0 on 16 bytes: the host checks) and both codes from one 16-bit load, group 2p's in the
-// low LADDER_CODE_BITS bits of c (2p·CB starts at an even bit of its byte for CB = 5, so 2·CB bits fit 16).
-#if LADDER_CODE_BITS > 5
-#error "fetch2 reads two codes from one 16-bit load"
+// groups per row and plane 0 on 16 bytes: the host checks) and both codes in c, group 2p's in its low
+// LADDER_CODE_BITS bits: the 32-bit word of the code plane that holds their first bit, shifted down, and the next
+// word's bits only where the 2·CB bits cross into it (c's bits above 2·CB are not the pair's: the caller masks).
+#if 2 * LADDER_CODE_BITS > 32
+#error "fetch2 reads two codes from one 32-bit window"
 #endif
 struct raw2_t {
   uvec4 q;
   uint c;
 };
 raw2_t fetch2(row_t R, uint r, uint p) {
-  const uint bit = 2u * LADDER_CODE_BITS * p;
-  const uint c = ld16_w2(pc.res2 + r * pc.aux1 + (bit >> 3)) >> (bit & 7u);
+  const uint b = pc.res2 + r * pc.aux1, bit = ((b & 3u) << 3) + 2u * LADDER_CODE_BITS * p;
+  const uint i = (b >> 2) + (bit >> 5), s = bit & 31u;
+  uint c = w2[i] >> s;
+  if (s > 32u - 2u * LADDER_CODE_BITS) c |= w2[i + 1u] << (32u - s);
   return raw2_t(w0q[(pc.res0 >> 4) + ((r * pc.aux0) >> 1) + p], c);
 }
 #endif
