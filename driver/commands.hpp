@@ -46,10 +46,10 @@ struct bench_args {
   unsigned threads = 0;           // --threads, --backend cpu: worker threads of the graph and the roofline (0 = all)
   std::string weights = "q2tp";   // routed experts' format
   std::string expert_down;        // routed experts' w2 format (empty: --weights)
-  // --fold-quant: default (the graph's: V4 o, V4.1 none) | none | o | u | both (dsv4_gpu_options::fold_o_q8 / fold_u_q8)
+  // --fold-quant: default (the graph's: o) | none | o | u | both (dsv4_gpu_options::fold_o_q8 / fold_u_q8)
   std::string fold_quant = "default";
   std::string prefill_shared = "default";  // --prefill-shared: default | apart | stacked (dsv4_gpu_options::prefill_shared_apart)
-  std::string fuse_route = "default";  // --fuse-route: default (V4 on, V4.1 off) | on | off (dsv4/dsv41_gpu_options)
+  std::string fuse_route = "default";  // --fuse-route: default (on) | on | off (dsv4/dsv41_gpu_options)
   std::string shared_expert = "dense";  // --shared-expert: dense (--dense for all three) | routed (--weights, w2 --expert-down)
   std::string dense = "fp8_b128"; // attention / compressor / indexer projections, shared expert, head
   uint64_t prompt = 512, tokens = 256, ctx = 16384;

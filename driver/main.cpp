@@ -153,13 +153,13 @@ int main(int argc, char** argv) {
   cb->add_option("--dense", bench.dense, "Attention / indexer / shared-expert / head format")->default_val(bench.dense);
   cb->add_option("--fuse-route", bench.fuse_route,
                  "The router's logits and the routing in one dispatch (the last of the router's workgroups routes; "
-                 "selections may differ from two dispatches at near-ties): default (V4 on, V4.1 off) | on | off")
+                 "selections may differ from two dispatches at near-ties): default (on) | on | off")
       ->check(CLI::IsMember({"default", "on", "off"}))
       ->default_val(bench.fuse_route);
   cb->add_option("--fold-quant", bench.fold_quant,
                  "--act i8: int8 copies written by their producers instead of quantisation steps — o by the attention's "
-                 "combine, u by the boundary before the attention site and the head (V4.1: o only): default (V4 o, V4.1 "
-                 "none; where the dense products take int8) | none | o | u | both")
+                 "combine, u by the boundary before the attention site and the head (V4.1: o only): default (o, "
+                 "where the dense products take int8) | none | o | u | both")
       ->check(CLI::IsMember({"default", "none", "o", "u", "both"}))
       ->default_val(bench.fold_quant);
   cb->add_option("--prefill-shared", bench.prefill_shared,

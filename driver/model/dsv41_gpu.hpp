@@ -40,10 +40,12 @@ struct dsv41_gpu_options {
   /// expert kept apart, the head) whose format has an int8 kernel: int8 inputs by the CPU graph's rule
   /// (dsv41_options::matmul_act = i8) — as dsv4_gpu_options::dense_act (gpu_dense_i8.hpp). The router stays f32.
   act_precision dense_act = act_precision::f32;
-  bool fold_o_q8 = false;  ///< as dsv4_gpu_options::fold_o_q8 (o's int8 copy by the attention's combine)
-  /// as dsv4_gpu_options::fuse_route (the router's logits and the routing in one dispatch); off here until measured
-  /// on V4.1 (V4's default is on)
-  bool fuse_route = false;
+  /// as dsv4_gpu_options::fold_o_q8 (o's int8 copy by the attention's combine): on as for V4 since the forty-seventh
+  /// session (+1.3 % decode on an H100, docs/PERF.md)
+  bool fold_o_q8 = true;
+  /// as dsv4_gpu_options::fuse_route (the router's logits and the routing in one dispatch): on as for V4 since the
+  /// forty-seventh session (+1.4 % decode on an H100, docs/PERF.md)
+  bool fuse_route = true;
   /// Device bytes the model may take; 0 = no limit. When the routed experts do not fit: the expert cache
   /// (gpu_expert_cache.hpp), as dsv4_gpu_options::vram_budget.
   uint64_t vram_budget = 0;

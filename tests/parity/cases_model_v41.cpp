@@ -111,7 +111,8 @@ struct toy_run {
                              // must then equal a resident graph's bit for bit
   bool cold_cpu = false;     // with budget_slots: --cold-experts cpu (a slot of zeros besides them; the misses not
                              // admitted run on the CPU, so the logits meet the CPU bounds but are not the resident's)
-  bool fuse_route = false;   // dsv41_gpu_options::fuse_route (the router's logits and the routing in one dispatch)
+  bool fuse_route = false;   // dsv41_gpu_options::fuse_route (the router's logits and the routing in one dispatch;
+                             // on by default in the graph: off here, the cases' reference, on in the cases that say so)
 };
 
 /// The quantised cache state, GPU against CPU (f32 rows after the same quantisation: packed_kv off), after the step
@@ -442,6 +443,7 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   go.qat_kv = false;
   go.expert_act = act_precision::i8;
   go.dense_act = act_precision::i8;
+  go.fold_o_q8 = false;
   dsv41_gpu_model dense(cpu->weights(), s.dev, s.kern, go);
   go.fold_o_q8 = true;
   dsv41_gpu_model folded(cpu->weights(), s.dev, s.kern, go);
@@ -493,6 +495,8 @@ void model_v41_cases(suite& s) {
   run("release toy (FP8 dense, FP4 experts, FP8 Engram tables), unquantised cache, 4+20 tokens", "release", "native", r);
   r.quant = true, r.fixed_seed = 14;
   run("release toy, 4+20 tokens", "release", "native", r);
+  r.fuse_route = true;  // the graph's default, with the quantised cache
+  run("router and routing in one dispatch (fuse_route), release toy, 4+20 tokens", "release", "native", r);
   r = toy_run{};
   // The CPU's greedy path (repeated tokens) with the unquantised cache: exact selections. With the quantised cache
   // this path diverges at position 12 (two index-key values of the ratio-1 source one FP4 step apart after an
