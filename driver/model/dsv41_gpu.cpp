@@ -333,6 +333,7 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);
     if (logits_mode >= 2) chooser.record_logprobs(k, *cur, logits, cf.vocab, best, 0);
+    if (logits_mode >= 2) cur->copy(view(best, 0, 4), view(best_host, 0, 4), 4);  // read by chosen_id()
     ts.mark(&gpu_graph_profile::head);
   }
   rec->close();
@@ -556,8 +557,12 @@ uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {
   m.check_chunk(std::span<const uint32_t>(&token, 1));
   if (m.pos == 0) m.prefill_end = 1;
   m.run(token, 2, m.pos < m.prefill_end, nullptr);
+  return m.chosen_id();
+}
+
+uint32_t dsv41_gpu_model::impl::chosen_id() {
   uint32_t id = 0;
-  m.dev.download(m.best, &id, 4);
+  std::memcpy(&id, dev.mapped(best_host), 4);
   return id;
 }
 
@@ -571,7 +576,9 @@ uint64_t dsv41_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, cons
     m.check_chunk(std::span<const uint32_t>(&tok, 1));
     if (m.pos == 0) m.prefill_end = 1;
     m.run(tok, m.chooser.mode(), m.pos < m.prefill_end, nullptr);
-    return m.chooser.read_step(m.dev, m.best, m.cfg.vocab, ds.logprobs);
+    const uint32_t id = m.chosen_id();
+    if (ds.logprobs) m.chooser.read(m.dev, 0, m.cfg.vocab, *ds.logprobs);
+    return id;
   });
 }
 

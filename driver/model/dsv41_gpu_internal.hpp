@@ -71,6 +71,9 @@ struct dsv41_gpu_model::impl {
   // scratch
   gpu::buffer X, Xn, partials, coeff_a, coeff_f, u, qr, q, o, z, attn_out, iq, iw, score, cand_blk, cand_idx,
       rlogits, moe_h, moe_out, sh_g, sh_u, sh_out, eg_kv, logits, best, attn_x;
+  // host-visible u32: the step's chosen id (logits_mode ≥ 2), copied there by the step's recording and read after its
+  // fence — no download (a second submission and fence wait) per decode step
+  gpu::buffer best_host;
   std::unique_ptr<gpu_expert_cache> experts;
   // int8 copies of the dense products' inputs (dense_act = i8): u, qr, o by wo_a group, z, a closing compressed
   // entry (ix_wk), the Engram row (eg_wkv)
@@ -104,6 +107,8 @@ struct dsv41_gpu_model::impl {
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool prefill, int prev_owner);
   /// The same, a layer per step (record_task): what run() records ahead inside the expert cache's waits.
   record_task record_steps(uint64_t t, int logits_mode, bool prefill, int prev_owner);
+  /// The id the last step with logits_mode ≥ 2 chose (argmax or draw), from best_host.
+  uint32_t chosen_id();
 };
 
 }  // namespace cmfx::driver

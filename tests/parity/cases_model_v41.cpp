@@ -420,6 +420,38 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
   return {};
 }
 
+/// step_greedy (the argmax on the device, its id read from the host-visible copy the step's recording writes): against
+/// a second graph of the toy fed the same ids whose logits are read back — the same id at every step (an exact tie of
+/// the two maxima accepted: kernels::topk's tie rule is not at issue here), the pipelined recordings reused.
+std::string greedy_steps_case(suite& s, const std::string& path, uint64_t seed, std::string& info) {
+  const dsv41_weights w = dsv41_load(path);
+  const uint32_t V = w.cfg.vocab, n = 12, prompt = 4;
+  dsv41_gpu_options go;
+  go.max_ctx = prompt + n + 1;
+  dsv41_gpu_model dev(w, s.dev, s.kern, go), ref(w, s.dev, s.kern, go);
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, V - 1);
+  std::vector<uint32_t> ids(prompt);
+  for (auto& x : ids) x = pick(g);
+  (void)dev.forward(ids, false);
+  (void)ref.forward(ids, false);
+  uint32_t tok = pick(g);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t id = dev.step_greedy(tok);
+    const std::vector<float> l = ref.forward(std::span<const uint32_t>(&tok, 1), true);
+    const uint32_t want = uint32_t(std::max_element(l.begin(), l.end()) - l.begin());
+    if (id >= V) return "step " + std::to_string(i) + ": id " + std::to_string(id) + " outside the vocabulary";
+    if (id != want && l[id] != l[want])
+      return "step " + std::to_string(i) + ": step_greedy chose " + std::to_string(id) + ", the logits' argmax is " +
+             std::to_string(want);
+    tok = id;
+  }
+  if (dev.pipelined_steps() == 0) return "no pipelined recording was reused";
+  info = std::to_string(n) + " ids == the read-back logits' argmax, " + std::to_string(dev.pipelined_steps()) +
+         " recordings reused";
+  return {};
+}
+
 }  // namespace
 
 /// Int8 inputs for the decode's dense products and the experts (dsv41_gpu_options::dense_act = expert_act = i8)
@@ -527,6 +559,8 @@ void model_v41_cases(suite& s) {
   s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp", "v41"), seed, info);
   });
+  s.run("model_v41", "-", "step_greedy's ids (read from the host-visible copy), cmf q4tp toy, 4 + 12 tokens",
+        [&](uint64_t seed, std::string& info) { return greedy_steps_case(s, files.make("cmf", "q4tp", "v41"), seed, info); });
   s.run("model_v41", "-", "sampled decode on the device (penalties, 4 logprobs), cmf q4tp toy, 5 + 16 tokens",
         [&](uint64_t seed, std::string& info) {
           return sampled_case(s, files.make("cmf", "q4tp", "v41"), -1, 1.1f, 4, seed, info);
