@@ -356,7 +356,8 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     da.matvec(*cur, head, u, q_u, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);
-    if (logits_mode >= 2 && ring_slot >= 0) cur->copy(view(best, 0, 4), view(ids_ring, uint64_t(ring_slot) * 4, 4), 4);
+    if (logits_mode >= 2)
+      cur->copy(view(best, 0, 4), ring_slot >= 0 ? view(ids_ring, uint64_t(ring_slot) * 4, 4) : view(best_host, 0, 4), 4);
     if (logits_mode >= 2) chooser.record_logprobs(k, *cur, logits, cf.vocab, best, uint32_t(std::max(ring_slot, 0)));
     ts.mark(&dsv4_gpu_profile::head);
   }
@@ -620,14 +621,20 @@ uint64_t dsv4_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, const
   // step by step (the expert cache's steps): each choice read back as a step_greedy's argmax
   return step_chosen_each(first, max, on_token, [&](uint32_t tok) {
     m.run(tok, m.chooser.mode(), nullptr);
-    return m.chooser.read_step(m.dev, m.best, m.cfg.vocab, ds.logprobs);
+    const uint32_t id = m.chosen_id();
+    if (ds.logprobs) m.chooser.read(m.dev, 0, m.cfg.vocab, *ds.logprobs);
+    return id;
   });
 }
 
 uint32_t dsv4_gpu_model::step_greedy(uint32_t token) {
   p_->run(token, 2, nullptr);
+  return p_->chosen_id();
+}
+
+uint32_t dsv4_gpu_model::impl::chosen_id() {
   uint32_t id = 0;
-  p_->dev.download(p_->best, &id, 4);
+  std::memcpy(&id, dev.mapped(best_host), 4);
   return id;
 }
 

@@ -90,6 +90,9 @@ struct dsv4_gpu_model::impl {
   // scratch
   gpu::buffer X, Xn, partials, coeff, u, qr, q, o, z, attn_out, iq, iw, score, rlogits, moe_h, moe_out, sh_g,
       sh_u, sh_out, logits, best;
+  // host-visible u32: a step's chosen id (logits_mode ≥ 2, not chained), copied there by its recording and read after
+  // its fence — no download (a second submission and fence wait) per step
+  gpu::buffer best_host;
   gpu::buffer attn_x;  // sparse_attention's split scratch (kernels::attn_scratch_floats of one row)
   // int8 copies of the dense products' inputs (dense_act = i8): u, qr, o by wo_a group, z
   gpu_act_q8_slots q_u, q_qr, q_o, q_z;
@@ -123,11 +126,13 @@ struct dsv4_gpu_model::impl {
   /// Runs one token; returns after it ran. logits_mode: 0 none, 1 logits, 2 argmax, 3 sampled on the device.
   void run(uint32_t token, int logits_mode, dsv4_trace* trace);
   /// The token-independent work of position t (everything but the embedding and the token id). fed: the token is
-  /// the previous step's argmax (`best`), looked up on the device; ring_slot ≥ 0: the argmax also copied to
-  /// ids_ring[ring_slot] (logits_mode 2).
+  /// the previous step's argmax (`best`), looked up on the device; ring_slot ≥ 0: the chosen id (logits_mode ≥ 2)
+  /// also copied to ids_ring[ring_slot], else to best_host (chosen_id()).
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
   /// The same, a layer per step (record_task): what run() records ahead inside the expert cache's waits.
   record_task record_steps(uint64_t t, int logits_mode, bool fed = false, int ring_slot = -1);
+  /// The id the last step run() ran with logits_mode ≥ 2 chose (argmax or draw), from best_host.
+  uint32_t chosen_id();
   /// Decode chained on the device (decode_greedy_each: logits_mode 2; decode_sampled_each: chooser.mode()); lp
   /// (with chooser.logprobs()): each step's logprobs, decoded there before on_token sees its id.
   uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token,

@@ -51,11 +51,4 @@ void gpu_chooser::read(gpu::device& dev, uint32_t slot, uint32_t vocab, step_log
   step_logprobs::from(std::span<const uint32_t>(rec, lp_words), uint32_t(lp_top_), vocab, out);
 }
 
-uint32_t gpu_chooser::read_step(gpu::device& dev, const gpu::buffer& best, uint32_t vocab, step_logprobs* lp) const {
-  uint32_t id = 0;
-  dev.download(best, &id, 4);
-  if (lp) read(dev, 0, vocab, *lp);
-  return id;
-}
-
 }  // namespace cmfx::driver

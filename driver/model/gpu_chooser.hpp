@@ -38,8 +38,6 @@ class gpu_chooser {
                        uint32_t slot) const;
   /// With logprobs: record `slot` (after its recording ran) decoded into out.
   void read(gpu::device& dev, uint32_t slot, uint32_t vocab, step_logprobs& out) const;
-  /// A step run by itself (not chained): the id in best[0] and, where lp is given, record 0 decoded into *lp.
-  uint32_t read_step(gpu::device& dev, const gpu::buffer& best, uint32_t vocab, step_logprobs* lp) const;
 
   /// One decode_sampled_each call: begin(ds) on construction, end() on destruction, and the graph's recording made
   /// ahead dropped at both ends (its push constants carry no setting, or another one).
