@@ -260,6 +260,11 @@ int run_bench(const bench_args& a) {
   const gpu_expert_cache_stats c0 = m.cache_stats();
   uint64_t disp = 0;
   double rec = 0, busy = 0;
+  gpu_graph::step_host_seconds host;  // summed over the steps run one at a time
+  auto add_host = [&] {
+    const gpu_graph::step_host_seconds h = m.last_step_host();
+    host.prepare += h.prepare, host.record_ahead += h.record_ahead, host.wait += h.wait;
+  };
   t = clk::now();
   if (a.tokens && on_device) {  // sampled on the device, chained (decode_sampled_each)
     m.decode_sampled_each(tok, a.tokens, device_sampling::of(smp, &lp), [&](uint32_t id) {
@@ -277,6 +282,7 @@ int run_bench(const bench_args& a) {
       disp += m.last_dispatches();
       rec += m.last_record_seconds();
       busy += m.last_device_seconds();
+      add_host();
     }
   } else if (a.tokens && m.chains_decode()) {  // the steps chained on the device (decode_greedy)
     tok = m.decode_greedy(tok, a.tokens).back();
@@ -289,6 +295,7 @@ int run_bench(const bench_args& a) {
       disp += m.last_dispatches();
       rec += m.last_record_seconds();
       busy += m.last_device_seconds();
+      add_host();
     }
   }
   const double dec_s = since(t);
@@ -336,6 +343,13 @@ int run_bench(const bench_args& a) {
     std::printf("         device time %.3f ms of the %.3f ms per token (%.1f %%; the rest: submission, the argmax "
                 "read-back, the next token's parameters)\n",
                 busy / double(a.tokens) * 1e3, dec_s / double(a.tokens) * 1e3, 100.0 * busy / dec_s);
+  if (a.tokens && host.prepare + host.record_ahead + host.wait > 0) {
+    const double n = double(a.tokens) / 1e3;
+    std::printf("         host per step (run one at a time): %.3f ms before its submission, %.3f ms recording the next "
+                "step meanwhile, %.3f ms blocked on its fence%s\n",
+                host.prepare / n, host.record_ahead / n, host.wait / n,
+                cd.active ? " (with the expert cache: its whole token)" : "");
+  }
   if (cd.active) std::printf("         decode %s\n", gpu_expert_cache_line(cd, m.experts()).c_str());
   double far_tps = 0;
   if (a.far && a.ctx > a.prompt + a.tokens + 1) {

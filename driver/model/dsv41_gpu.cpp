@@ -352,6 +352,10 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
                       std::to_string(opt.max_ctx) + " positions (--ctx)");
   const uint64_t d = cf.dim, hc = cf.hc, W = cf.window;
   const int prev_owner = prefill ? -1 : last_owner;
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto since = [](clock::time_point a) { return std::chrono::duration<double>(clock::now() - a).count(); };
+  host_s = {};
   // The token's own inputs: its embedding in every hc copy of X and its Engram rows (gathered and decoded here).
   gpu::commands pre = dev.begin();
   pre.barrier();
@@ -411,12 +415,17 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
       ahead = record_steps(pos + 1, next_mode < 0 ? logits_mode : next_mode, next_prefill,
                            next_prefill ? -1 : owner_after);
     }
+    host_s.prepare = since(t0);
+    const auto tc = clock::now();
     next = run_cached_token(*experts, pre, *rec, std::move(ahead));
+    host_s.wait = since(tc);  // the cache's whole token (its copies, waits and the recording ahead)
   } else {
     dev.submit_async(pre);
     dev.submit_async(rec->c);
+    host_s.prepare = since(t0);
     // While the device runs this token, record the next position (not when tracing: per-token downloads). A
     // failure there only drops the speculative recording: this token is already submitted.
+    const auto tr = clock::now();
     if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) {
       const bool next_prefill = pos + 1 < prefill_end;
       try {
@@ -425,8 +434,11 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
         next.reset();
       }
     }
+    host_s.record_ahead = since(tr);
+    const auto tw = clock::now();
     dev.wait(pre);
     dev.wait(rec->c);
+    host_s.wait = since(tw);
   }
   guard.v = nullptr;  // the step ran: the id stays in the history
   if (reused_next) ++pipelined;
@@ -600,6 +612,7 @@ uint64_t dsv41_gpu_model::bytes_per_token() const noexcept { return p_->token_by
 uint32_t dsv41_gpu_model::last_dispatches() const noexcept { return p_->dispatches; }
 double dsv41_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
 double dsv41_gpu_model::last_device_seconds() const noexcept { return p_->device_s; }
+gpu_graph::step_host_seconds dsv41_gpu_model::last_step_host() const noexcept { return p_->host_s; }
 uint64_t dsv41_gpu_model::max_ctx() const noexcept { return p_->opt.max_ctx; }
 const gpu_graph_profile& dsv41_gpu_model::profile() const noexcept { return p_->prof; }
 const gpu_expert_cache_stats& dsv41_gpu_model::cache_stats() const noexcept { return p_->experts->stats(); }

@@ -108,6 +108,7 @@ class dsv41_gpu_model final : public gpu_graph {
   uint32_t last_dispatches() const noexcept override;
   double last_record_seconds() const noexcept override;
   double last_device_seconds() const noexcept override;
+  step_host_seconds last_step_host() const noexcept override;
   uint64_t max_ctx() const noexcept override;
   const gpu_graph_profile& profile() const noexcept override;
   const gpu_expert_cache_stats& cache_stats() const noexcept override;

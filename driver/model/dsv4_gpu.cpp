@@ -440,6 +440,10 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
                       std::to_string(opt.max_ctx) + " positions (--ctx)");
   const uint64_t W = cf.window;
   const uint32_t K = cf.top_k;
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto since = [](clock::time_point a) { return std::chrono::duration<double>(clock::now() - a).count(); };
+  host_s = {};
   gpu::commands pre = dev.begin();
   record_token(pre, tok);
   std::shared_ptr<gpu_recording> rec;
@@ -459,14 +463,22 @@ void dsv4_gpu_model::impl::run(uint32_t tok, int logits_mode, dsv4_trace* trace)
     // at a time (decode; not when tracing). A failure there only drops the speculative recording.
     record_task ahead;
     if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) ahead = record_steps(pos + 1, logits_mode);
+    host_s.prepare = since(t0);
+    const auto tc = clock::now();
     next = run_cached_token(*experts, pre, *rec, std::move(ahead));
+    host_s.wait = since(tc);  // the cache's whole token (its copies, waits and the recording ahead)
   } else {
     dev.submit_async(pre);
     dev.submit_async(rec->c);
+    host_s.prepare = since(t0);
     // While the device runs this token, record the next position (decode); not when tracing (per-token downloads).
+    const auto tr = clock::now();
     if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) next = record(pos + 1, logits_mode);
+    host_s.record_ahead = since(tr);
+    const auto tw = clock::now();
     dev.wait(pre);
     dev.wait(rec->c);
+    host_s.wait = since(tw);
   }
   device_s = rec->device_seconds();
   if (opt.profile) gpu_fold_profile(*rec, prof);
@@ -542,6 +554,7 @@ uint32_t dsv4_gpu_model::last_dispatches() const noexcept { return p_->dispatche
 uint64_t dsv4_gpu_model::pipelined_steps() const noexcept { return p_->pipelined; }
 double dsv4_gpu_model::last_record_seconds() const noexcept { return p_->record_s; }
 double dsv4_gpu_model::last_device_seconds() const noexcept { return p_->device_s; }
+gpu_graph::step_host_seconds dsv4_gpu_model::last_step_host() const noexcept { return p_->host_s; }
 const dsv4_gpu_profile& dsv4_gpu_model::profile() const noexcept { return p_->prof; }
 const dsv4_gpu_cache_stats& dsv4_gpu_model::cache_stats() const noexcept { return p_->experts->stats(); }
 

@@ -171,6 +171,7 @@ class dsv4_gpu_model final : public gpu_graph {
   uint64_t pipelined_steps() const noexcept;
   double last_record_seconds() const noexcept override;
   double last_device_seconds() const noexcept override;
+  step_host_seconds last_step_host() const noexcept override;
   const dsv4_gpu_profile& profile() const noexcept override;
   const dsv4_gpu_cache_stats& cache_stats() const noexcept override;
 

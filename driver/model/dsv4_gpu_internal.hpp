@@ -105,6 +105,7 @@ struct dsv4_gpu_model::impl {
   uint32_t dispatches = 0;
   double record_s = 0;
   double device_s = 0;  // the last step's device time (gpu_recording::device_seconds)
+  gpu_graph::step_host_seconds host_s;  // the last step run by itself (run())
   /// The sequence state's buffers (for snapshots and seeks), and the snapshot's copies of them.
   std::vector<const gpu::buffer*> state_buffers();
   std::vector<gpu::buffer> snap;

@@ -128,6 +128,13 @@ class gpu_graph {
   /// Device time of the last step from its first to its last command (0 where not measured: no timestamps, the
   /// expert cache's segmented steps).
   virtual double last_device_seconds() const noexcept = 0;
+  /// Host time of the last step run by itself (not chained; 0 elsewhere), by phase: before its submission (the
+  /// token's inputs, and its recording where none was made ahead), recording the next position while it runs, and
+  /// blocked on its fence. What a step costs beyond its device time is spent in these and between steps.
+  struct step_host_seconds {
+    double prepare = 0, record_ahead = 0, wait = 0;
+  };
+  virtual step_host_seconds last_step_host() const noexcept { return {}; }
   virtual const gpu_graph_profile& profile() const noexcept = 0;
   virtual const gpu_expert_cache_stats& cache_stats() const noexcept = 0;
 
