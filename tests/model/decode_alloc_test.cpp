@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "model/dsv41_forward.hpp"
 #include "model/dsv4_forward.hpp"
+#include "toy_model_dir.hpp"
 
 namespace {
 std::atomic<bool> g_counting{false};
@@ -60,28 +61,10 @@ uint64_t allocations_in(F&& f) {
   return g_allocs.load();
 }
 
-// This process's toys, removed at exit.
-struct toy_dir {
-  fs::path path = fs::path(CMFX_MODEL_TMP) / ("alloc-" + std::to_string(::getpid()));
-  toy_dir() { fs::create_directories(path); }
-  ~toy_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
+// This process's toys (removed at exit), one directory per architecture.
 std::string toy(const std::string& arch, const std::string& quant) {
-  static const toy_dir d;
-  const fs::path& dir = d.path;
-  const fs::path p = dir / (arch + "-" + quant + ".cmf");
-  if (!fs::exists(p)) {
-    make_toy_args a;
-    a.out = p.string();
-    a.arch = arch;
-    a.quant = quant;
-    run_make_toy(a);
-  }
-  return p.string();
+  static const cmfx::test::toy_model_dir v4("alloc-v4", "v4"), v41("alloc-v41", "v41");
+  return (arch == "v41" ? v41 : v4).make(arch + "-" + quant + ".cmf", "", quant);
 }
 
 std::vector<uint32_t> ids(uint64_t n, uint64_t vocab) {

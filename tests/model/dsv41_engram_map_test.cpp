@@ -26,6 +26,7 @@
 #include "commands.hpp"
 #include "model/dsv41_engram.hpp"
 #include "model/dsv41_forward.hpp"
+#include "toy_model_dir.hpp"
 
 using namespace cmfx;
 using namespace cmfx::driver;
@@ -33,20 +34,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct map_dir {
-  fs::path root;
-  map_dir() {
-    root = fs::path(CMFX_MODEL_TMP) / ("v41map-" + std::to_string(::getpid()));
-    fs::create_directories(root);
-  }
-  ~map_dir() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-};
-
-map_dir& dir() {
-  static map_dir d;
+test::toy_model_dir& dir() {
+  static test::toy_model_dir d("v41map", "v41");
   return d;
 }
 
@@ -59,7 +48,7 @@ std::string bl(std::string_view raw) {
 
 /// A tokenizer.json with `ids` ids (see the file comment); returns its path.
 std::string synthetic_tokenizer(const std::string& name, uint32_t ids) {
-  const fs::path p = dir().root / name;
+  const fs::path p = dir().root() / name;
   if (fs::exists(p)) return p.string();
   nlohmann::json vocab = nlohmann::json::object();
   for (unsigned b = 0; b < 256; ++b) vocab[bl(std::string(1, char(b)))] = b;
@@ -82,24 +71,14 @@ std::string synthetic_tokenizer(const std::string& name, uint32_t ids) {
 }
 
 std::string make_toy(const std::string& name, const std::string& layout, const std::string& tokenizer = "") {
-  const fs::path p = dir().root / name;
-  if (!fs::exists(p)) {
-    make_toy_args a;
-    a.arch = "v41";
-    a.out = p.string();
-    a.layout = layout;
-    a.quant = "f32";
-    a.tokenizer = tokenizer;
-    run_make_toy(a);
-  }
-  return p.string();
+  return dir().make(name, layout, "f32", tokenizer);
 }
 
 /// A copy of the release toy (shards symlinked) with an edited text config and, optionally, a tokenizer.json.
 std::string variant(const std::string& name, const std::function<void(nlohmann::json&)>& edit,
                     const std::string& tokenizer) {
   const std::string rel = make_toy("rel-f32", "release");
-  const fs::path d = dir().root / name;
+  const fs::path d = dir().root() / name;
   fs::create_directories(d);
   for (const auto& e : fs::directory_iterator(rel))
     if (e.path().filename() != "config.json" && e.path().filename() != "tokenizer.json" &&

@@ -32,6 +32,7 @@
 #include "model/dsv41_internal.hpp"
 #include "model/dsv4_source.hpp"
 #include "dsv4_names.hpp"
+#include "toy_model_dir.hpp"
 #include "toy_v41.hpp"
 
 using namespace cmfx;
@@ -47,32 +48,8 @@ constexpr double kQ4tpMaxRel = 2.0, kQ4tpNmse = 1.5;  // q4tp toy vs f32 toy (se
 constexpr double kTwinMaxRel = 1e-4;   // quantised toy vs the f32 model of its decoded weights
 constexpr double kI8Nmse = 0.8;        // i8 vs f32 activations, q4tp toy: routing near-ties (see the test)
 
-struct toy41_dir {
-  fs::path root;
-  toy41_dir() {
-    root = fs::path(CMFX_MODEL_TMP) / ("v41-" + std::to_string(::getpid()));
-    fs::create_directories(root);
-  }
-  ~toy41_dir() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-  std::string make(const std::string& name, const std::string& layout, const std::string& quant) {
-    const fs::path p = root / name;
-    if (!fs::exists(p)) {
-      make_toy_args a;
-      a.arch = "v41";
-      a.out = p.string();
-      a.layout = layout;
-      a.quant = quant;
-      run_make_toy(a);
-    }
-    return p.string();
-  }
-};
-
-toy41_dir& dir() {
-  static toy41_dir d;
+test::toy_model_dir& dir() {
+  static test::toy_model_dir d("v41", "v41");
   return d;
 }
 
@@ -119,7 +96,7 @@ rel_stats compare(const std::vector<float>& got, const std::vector<float>& want,
 /// Runs the reference over ids; returns its logits and trace.
 std::pair<std::vector<float>, nlohmann::json> reference(const std::string& model, const std::vector<uint32_t>& ids,
                                                         const std::string& extra, uint64_t vocab) {
-  const fs::path idf = dir().root / "ids.txt", lf = dir().root / "ref_logits.bin", tf = dir().root / "ref_trace.json";
+  const fs::path idf = dir().root() / "ids.txt", lf = dir().root() / "ref_logits.bin", tf = dir().root() / "ref_trace.json";
   {
     std::ofstream o(idf);
     for (auto x : ids) o << x << "\n";
@@ -243,7 +220,7 @@ TEST(Dsv41Model, KvQuantisersMatchTheReference) {
   act_quant_e4m3(a, dsv41_act_block);
   act_quant_e2m1(b, dsv41_index_fp4_block);
   dsv41_fp4_e4m3_quant(c, dsv41_kv_fp4_block);
-  const fs::path in = dir().root / "q_in.bin", out = dir().root / "q_out.bin";
+  const fs::path in = dir().root() / "q_in.bin", out = dir().root() / "q_out.bin";
   std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
   {
     std::ofstream o(out, std::ios::binary);
@@ -526,7 +503,7 @@ std::string dequantized_twin41(const std::string& src, const std::string& name) 
     std::memcpy(bytes.data(), v.data(), bytes.size());
     w.add(dsv4_cmf_name(t.name), cmf_dtype::f32, t.shape, std::move(bytes));
   }
-  const std::string p = (dir().root / name).string();
+  const std::string p = (dir().root() / name).string();
   w.write(p);
   return p;
 }
@@ -586,7 +563,7 @@ TEST(Dsv41Model, Q4tpToyMatchesItsTwinAndStaysNearTheF32Toy) {
 TEST(Dsv41Model, EngramConfigIsValidated) {
   const std::string rel = dir().make("rel-f32", "release", "f32");
   auto variant = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
-    const fs::path d = dir().root / name;
+    const fs::path d = dir().root() / name;
     fs::create_directories(d);
     for (const auto& e : fs::directory_iterator(rel))
       if (e.path().filename() != "config.json" && !fs::exists(d / e.path().filename()))

@@ -29,6 +29,7 @@
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "model/dsv4_forward.hpp"
 #include "model/dsv4_source.hpp"
+#include "toy_model_dir.hpp"
 #include "toy_v4.hpp"
 
 using namespace cmfx;
@@ -54,31 +55,8 @@ constexpr double kI8Nmse = 2e-2;            // i8 vs f32 activations, q4tp toy (
 constexpr double kI8ArgmaxAgree = 0.85;     // fraction of positions whose argmax agrees (measured 88/96)
 constexpr double kI8TieMargin = 0.4;        // f32 top-1/top-2 margin / rms logit above which the argmax must agree
 
-struct toy_dir {
-  fs::path root;
-  toy_dir() {
-    root = fs::path(CMFX_MODEL_TMP) / ("run-" + std::to_string(::getpid()));
-    fs::create_directories(root);
-  }
-  ~toy_dir() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-  std::string make(const std::string& name, const std::string& layout, const std::string& quant) {
-    const fs::path p = root / name;
-    if (!fs::exists(p)) {
-      make_toy_args a;
-      a.out = p.string();
-      a.layout = layout;
-      a.quant = quant;
-      run_make_toy(a);
-    }
-    return p.string();
-  }
-};
-
-toy_dir& dir() {
-  static toy_dir d;
+test::toy_model_dir& dir() {
+  static test::toy_model_dir d("run", "v4");
   return d;
 }
 
@@ -142,7 +120,7 @@ TEST(Dsv4Model, MatchesFloat64Reference) {
   const dsv4_config& c = m->config();
   const uint64_t V = c.vocab;
   const auto ids = token_ids(kTokens, c.vocab);
-  const fs::path idf = dir().root / "ids.txt", lf = dir().root / "ref_logits.bin", tf = dir().root / "ref_trace.json";
+  const fs::path idf = dir().root() / "ids.txt", lf = dir().root() / "ref_logits.bin", tf = dir().root() / "ref_trace.json";
   {
     std::ofstream o(idf);
     for (auto x : ids) o << x << "\n";
@@ -382,7 +360,7 @@ std::string broken_toy(const std::string& name, const std::string& drop, bool re
     std::memcpy(bytes.data(), v.data(), bytes.size());
     w.add(dsv4_cmf_name(t.name), cmf_dtype::f32, shape, std::move(bytes));
   }
-  const std::string p = (dir().root / name).string();
+  const std::string p = (dir().root() / name).string();
   w.write(p);
   return p;
 }
@@ -412,7 +390,7 @@ std::string dequantized_twin(const std::string& src, const std::string& name) {
     std::memcpy(bytes.data(), v.data(), bytes.size());
     w.add(dsv4_cmf_name(t.name), cmf_dtype::f32, t.shape, std::move(bytes));
   }
-  const std::string p = (dir().root / name).string();
+  const std::string p = (dir().root() / name).string();
   w.write(p);
   return p;
 }
@@ -499,7 +477,7 @@ std::string hf_name(const std::string& n) {
 
 TEST(Dsv4Model, HfNamedReleaseLoadsTheSame) {
   const std::string rel = dir().make("rel-native", "release", "native");
-  const fs::path hf = dir().root / "rel-hf";
+  const fs::path hf = dir().root() / "rel-hf";
   fs::create_directories(hf);
   std::vector<st_write_entry> entries;
   std::map<std::string, std::string> wmap;
