@@ -272,17 +272,16 @@ int main(int argc, char** argv) {
       ->default_val(bench.moe_b1_rpt)
       ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
   cb->add_option("--moe-b1-pairs", bench.moe_b1_pairs,
-                 "Diagnostics: the decode's int8 MoE dispatches, q2tp chunks per lane unit (1, 2; 0 = as --mv-pairs)")
+                 "Diagnostics: the decode's int8 MoE dispatches, q2tp chunks per lane unit (1, 2; 0 = 2)")
       ->default_val(bench.moe_b1_pairs)
       ->check(CLI::IsMember({0u, 1u, 2u}));
   cb->add_option("--moe-b1-unroll", bench.moe_b1_unroll,
-                 "Diagnostics: the decode's int8 MoE dispatches, chunks a lane loads before decoding (1, 2, 4; 0 = "
-                 "chosen per format)")
+                 "Diagnostics: the decode's int8 MoE dispatches, chunks a lane loads before decoding (1, 2, 4; 0 = 2)")
       ->default_val(bench.moe_b1_unroll)
       ->check(CLI::IsMember({0u, 1u, 2u, 4u}));
   cb->add_option("--moe-b1-batches", bench.moe_b1_batches,
                  "Diagnostics: the decode's int8 MoE dispatches, batches of rows each workgroup walks (1, 2, 4, 8; 0 = "
-                 "1)")
+                 "4, halved until a workgroup's rows divide an expert's half)")
       ->default_val(bench.moe_b1_batches)
       ->check(CLI::IsMember({0u, 1u, 2u, 4u, 8u}));
   cb->add_option("--moe-i8-tc", bench.moe_i8_tc,
