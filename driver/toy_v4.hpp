@@ -87,6 +87,30 @@ void put_toy_hc_rope(nlohmann::ordered_json& j, const C& c) {
   j["max_position_embeddings"] = 1048576;
 }
 
+/// The dimensions V4 and V4.1 share, from a toy config (C: toy_v4_config or toy_v41_config) into a model config
+/// (M: dsv4_config or dsv41_config): the synthetic "tiny" presets are the toys' configs.
+template <class M, class C>
+void copy_toy_dims(M& m, const C& c) {
+  m.dim = c.dim;
+  m.heads = c.heads;
+  m.head_dim = c.head_dim;
+  m.rope_dim = c.rope_dim;
+  m.q_lora = c.q_lora;
+  m.o_groups = c.o_groups;
+  m.o_lora = c.o_lora;
+  m.index_heads = c.index_heads;
+  m.index_head_dim = c.index_head_dim;
+  m.index_topk = c.index_topk;
+  m.window = c.window;
+  m.experts = c.experts;
+  m.top_k = c.top_k;
+  m.moe_inter = c.moe_inter;
+  m.hc = c.hc;
+  m.norm_eps = c.rms_eps;
+  m.route_scale = c.route_scale;
+  m.swiglu_limit = c.swiglu_limit;
+}
+
 /// The routed and shared experts of one layer (prefix "layers.N."): the same names and shapes in V4 and V4.1.
 /// add(name, shape, role) appends one tensor.
 template <class Add>

@@ -66,25 +66,8 @@ dsv41_config tiny_config() {
   const toy_v41_config t;
   dsv41_config c;
   c.vocab = tiny_vocab;
-  c.dim = t.dim;
   c.layers = t.layers;
-  c.heads = t.heads;
-  c.head_dim = t.head_dim;
-  c.rope_dim = t.rope_dim;
-  c.q_lora = t.q_lora;
-  c.o_groups = t.o_groups;
-  c.o_lora = t.o_lora;
-  c.index_heads = t.index_heads;
-  c.index_head_dim = t.index_head_dim;
-  c.index_topk = t.index_topk;
-  c.window = t.window;
-  c.experts = t.experts;
-  c.top_k = t.top_k;
-  c.moe_inter = t.moe_inter;
-  c.hc = t.hc;
-  c.norm_eps = t.rms_eps;
-  c.route_scale = t.route_scale;
-  c.swiglu_limit = t.swiglu_limit;
+  copy_toy_dims(c, t);
   c.gate_temp = t.gate_temp;
   c.compress_ratios.assign(t.compress_ratios.begin(), t.compress_ratios.begin() + t.layers);  // trunk only
   c.kv_sources = t.kv_sources;
