@@ -47,7 +47,8 @@ std::shared_ptr<gpu_recording> dsv41_gpu_model::impl::record(uint64_t t, int log
   return record_steps(t, logits_mode, prefill, prev_owner).finish();
 }
 
-record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool prefill, int prev_owner) {
+record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool prefill, int prev_owner, bool fed,
+                                                int chain_slot) {
   const dsv41_config& cf = cfg;
   const auto t_rec = std::chrono::steady_clock::now();
   const uint64_t d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window;
@@ -68,8 +69,10 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
   };
   gpu_stamps& ts = rec->ts;
   rec->pos = t, rec->mode = logits_mode, rec->profiled = opt.profile, rec->profile_layers = opt.profile_layers;
-  rec->variant = variant_of(prefill, prev_owner);
+  rec->variant = chain_slot >= 0 ? -1 : variant_of(prefill, prev_owner);  // a chained recording: never reused by run()
   cur->barrier();
+  if (fed) k.embed_rows(*cur, embed_dev, view(best, 0, 4), 1, uint32_t(hc), X);  // the previous step's argmax
+  bool staged = chain_slot < 0;  // a chained step's Engram rows: copied from eg_stage at the start of part B
   // ---- position parameters: window slots (SWA layers raw, index sources after the compressed capacity)
   {
     std::vector<int32_t> win(W, -1), wix(W, -1);
@@ -106,6 +109,13 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
       ts.prefix = name;
     }
     // ---- Engram (before the attention's mixes: its partial mixes are taken after the add)
+    if (P.engram >= 0 && !staged) {  // part B of a chained step: the host stages the rows while part A runs
+      cut();
+      const uint64_t eb = eg_floats / cf.engram_layers.size() * 4;
+      for (size_t e = 0; e < eg_E.size(); ++e)
+        cur->copy(view(eg_stage, (uint64_t(chain_slot) * eg_E.size() + e) * eb, eb), view(eg_E[e], 0, eb), eb);
+      staged = true;
+    }
     if (P.engram >= 0) {
       const engram_config& ec = engram.cfg;
       const view eg_row = eg_E.at(size_t(P.engram));
@@ -333,7 +343,8 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);
     if (logits_mode >= 2) chooser.record_logprobs(k, *cur, logits, cf.vocab, best, 0);
-    if (logits_mode >= 2) cur->copy(view(best, 0, 4), view(best_host, 0, 4), 4);  // read by chosen_id()
+    if (logits_mode >= 2)  // read by chosen_id(), or from the ring by decode_chained
+      cur->copy(view(best, 0, 4), chain_slot >= 0 ? view(ids_ring, uint64_t(chain_slot) * 4, 4) : view(best_host, 0, 4), 4);
     ts.mark(&gpu_graph_profile::head);
   }
   rec->close();
@@ -375,16 +386,14 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
     visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, tok, x.data()); });
     for (uint64_t j = 0; j < hc; ++j) pre.update(view(X, j * d * 4, d * 4), x.data(), d * 4);
     if (!cf.engram_layers.empty()) {
-      const engram_config& ec = engram.cfg;
-      std::vector<int64_t> rows(ec.cols());
-      std::vector<float> E(ec.embed_dim());
-      for (size_t e = 0; e < cf.engram_layers.size(); ++e) {
-        dsv41_engram_token_rows(engram, e, *host_layers[cf.engram_layers[e]], cids, pos, rows, E.data());
-        for (uint64_t o0 = 0; o0 < E.size(); o0 += gpu::commands::update_max / 4) {
-          const uint64_t n = std::min<uint64_t>(E.size() - o0, gpu::commands::update_max / 4);
-          pre.update(view(eg_E[e], o0 * 4, n * 4), E.data() + o0, n * 4);
+      const uint64_t ed = engram.cfg.embed_dim();
+      std::vector<float> E(eg_floats);
+      engram_rows(pos, E.data());
+      for (size_t e = 0; e < cf.engram_layers.size(); ++e)
+        for (uint64_t o0 = 0; o0 < ed; o0 += gpu::commands::update_max / 4) {
+          const uint64_t n = std::min<uint64_t>(ed - o0, gpu::commands::update_max / 4);
+          pre.update(view(eg_E[e], o0 * 4, n * 4), E.data() + e * ed + o0, n * 4);
         }
-      }
     }
   }
   std::shared_ptr<gpu_recording> rec;
@@ -570,6 +579,13 @@ uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {
   if (m.pos == 0) m.prefill_end = 1;
   m.run(token, 2, m.pos < m.prefill_end, nullptr);
   return m.chosen_id();
+}
+
+void dsv41_gpu_model::impl::engram_rows(uint64_t t, float* out) const {
+  const engram_config& ec = engram.cfg;
+  std::vector<int64_t> rows(ec.cols());
+  for (size_t e = 0; e < cfg.engram_layers.size(); ++e)
+    dsv41_engram_token_rows(engram, e, *host_layers[cfg.engram_layers[e]], cids, t, rows, out + e * ec.embed_dim());
 }
 
 uint32_t dsv41_gpu_model::impl::chosen_id() {

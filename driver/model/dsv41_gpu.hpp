@@ -60,6 +60,11 @@ struct dsv41_gpu_options {
   /// test option (unquantised f32 rows, compared with the CPU graph's qat_kv = false without FP4 rounding flips).
   bool qat_kv = true;
   bool pipeline = true;  ///< record the next position's command buffer while the device runs this one
+  /// Greedy decode chained on the device (decode_greedy_each): the embedding on the device, each step gathering its
+  /// token's row from the previous step's argmax, submitted in two parts — layer 0 while the previous step still
+  /// runs, the rest once the host has staged the token's Engram rows (the tables stay on the host). Not with the
+  /// expert cache, nor past vram_budget; where the device memory runs out, steps run one at a time.
+  bool device_embedding = true;
   bool profile = false;  ///< timestamps between the phases of every layer
   std::vector<uint32_t> profile_layers;
 };
@@ -91,7 +96,11 @@ class dsv41_gpu_model final : public gpu_graph {
   std::vector<float> forward_all(std::span<const uint32_t> ids) override;
   std::vector<float> run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
   uint32_t step_greedy(uint32_t token) override;
-  /// Tokens chosen on the device step by step (gpu_graph::decode_sampled_each; V4.1 does not chain its steps).
+  /// Greedy decode chained on the device where it can (chains_decode: device_embedding, no expert cache, no
+  /// profile, a decode position), else step by step.
+  uint64_t decode_greedy_each(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) override;
+  bool chains_decode() const noexcept override;
+  /// Tokens chosen on the device step by step (gpu_graph::decode_sampled_each; V4.1 chains its greedy steps only).
   bool samples_on_device() const noexcept override;
   uint64_t decode_sampled_each(uint32_t first, uint64_t max, const device_sampling& ds,
                                const std::function<bool(uint32_t)>& on_token) override;

@@ -107,9 +107,24 @@ struct dsv41_gpu_model::impl {
   /// The token-independent work of position t (keys layers from prefill / prev_owner).
   std::shared_ptr<gpu_recording> record(uint64_t t, int logits_mode, bool prefill, int prev_owner);
   /// The same, a layer per step (record_task): what run() records ahead inside the expert cache's waits.
-  record_task record_steps(uint64_t t, int logits_mode, bool prefill, int prev_owner);
+  record_task record_steps(uint64_t t, int logits_mode, bool prefill, int prev_owner, bool fed = false,
+                           int chain_slot = -1);
   /// The id the last step with logits_mode ≥ 2 chose (argmax or draw), from best_host.
   uint32_t chosen_id();
+  /// Position t's Engram rows from the history cids (which holds t's own id): one row [cols · head_dim] per Engram
+  /// layer, consecutive in out.
+  void engram_rows(uint64_t t, float* out) const;
+
+  // Greedy decode chained on the device (dsv41_gpu_options::device_embedding): the embedding, the chosen ids (one
+  // ring slot per step in flight) and the Engram rows the host stages per step for its part B.
+  gpu::gpu_matrix embed_dev;
+  gpu::buffer ids_ring, eg_stage;
+  static constexpr uint32_t ring_slots = 4;
+  uint64_t eg_floats = 0;  // one step's Engram rows, every Engram layer (engram_rows)
+  /// The chained recording of decode position t (record_steps with chain_slot ≥ 0): fed = its token is the previous
+  /// step's argmax (the embedding gathered on the device); its Engram rows are copied from eg_stage slot
+  /// chain_slot at the start of segs[0] (part B, cut before the first Engram layer), its argmax to ids_ring there.
+  uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token);
 };
 
 }  // namespace cmfx::driver

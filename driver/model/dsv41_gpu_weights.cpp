@@ -46,6 +46,24 @@ dsv41_gpu_model::impl::impl(const dsv41_weights& w, gpu::device& d, gpu::kernels
                                  {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit),
                                   opt.cold_margin, opt.cache_spin_waits, opt.cache_cpu_chunk});
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
+  // Chained greedy decode (dsv41_gpu_options::device_embedding) as V4's: not with the expert cache (its steps are
+  // cut per layer), nor past the budget or one storage binding; where the device memory runs out, steps run one at
+  // a time as before. The Engram rows stay on the host: a ring of staging slots the host fills per step.
+  const uint64_t ebytes = view_bytes(embed.v);
+  if (opt.device_embedding && !experts->active() && ebytes + 4096 <= dev.info().max_storage_range &&
+      (!opt.vram_budget || weight_bytes + state_bytes + ebytes <= opt.vram_budget)) {
+    try {
+      gpu::gpu_matrix e = gpu::upload_matrix(dev, embed.fmt, embed.v);
+      gpu::buffer ring = dev.alloc_readback(ring_slots * 4);
+      gpu::buffer stage = dev.alloc_upload(std::max<uint64_t>(ring_slots * eg_floats * 4, 16));
+      weight_bytes += gpu_matrix_bytes(e);
+      embed_dev = std::move(e);
+      ids_ring = std::move(ring);
+      eg_stage = std::move(stage);
+    } catch (const gpu::gpu_error&) {
+      embed_dev = gpu::gpu_matrix{};
+    }
+  }
 }
 
 void dsv41_gpu_model::impl::upload_weights(const dsv41_weights& w) {
@@ -143,6 +161,7 @@ void dsv41_gpu_model::impl::alloc_state() {
     dev.upload(fold0, one);
   }
   for (size_t e = 0; e < c.engram_layers.size(); ++e) eg_E.push_back(buf(engram.cfg.embed_dim() * f));
+  eg_floats = engram.cfg.embed_dim() * c.engram_layers.size();
   gpu::kernels::hc_shape sh;
   sh.hc = c.hc, sh.d = c.dim;
   const uint64_t hcd = uint64_t(c.hc) * d, mix_rows = uint64_t(2 + c.hc) * c.hc;

@@ -158,6 +158,7 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   go.stale_index_k = r.stale;
   go.qat_kv = r.quant;
   go.fuse_route = r.fuse_route;
+  if (budget_slots) go.device_embedding = false;  // the budget's reference holds no embedding for chained decode
   std::unique_ptr<dsv41_gpu_model> gpu = std::make_unique<dsv41_gpu_model>(cpu->weights(), s.dev, s.kern, go);
   std::unique_ptr<dsv41_gpu_model> resident;
   if (budget_slots) {
@@ -373,6 +374,7 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
   const uint32_t V = w.cfg.vocab, n = 16, prompt = 5;
   dsv41_gpu_options go;
   go.max_ctx = prompt + n + 1;
+  if (spare_slots >= 0) go.device_embedding = false;  // the budget's reference holds no embedding for chained decode
   dsv41_gpu_model ref(w, s.dev, s.kern, go);
   const uint32_t budget_slots = spare_slots >= 0 ? w.cfg.top_k + uint32_t(spare_slots) : 0;
   if (budget_slots) {
@@ -449,6 +451,61 @@ std::string greedy_steps_case(suite& s, const std::string& path, uint64_t seed, 
   if (dev.pipelined_steps() == 0) return "no pipelined recording was reused";
   info = std::to_string(n) + " ids == the read-back logits' argmax, " + std::to_string(dev.pipelined_steps()) +
          " recordings reused";
+  return {};
+}
+
+/// Greedy decode chained on the device (dsv41_gpu_model::decode_greedy_each: each step's part A — the embedding of
+/// the previous argmax and the layers before the first Engram layer — submitted while the previous step runs, part
+/// B once the host has staged its Engram rows) against step_greedy one token at a time on a second graph from the
+/// same prompt: stopped by the callback after k ids (the part A it ran ahead is dropped), then continued from a
+/// token that is not the argmax (that position runs again with another token) — the same ids and positions
+/// throughout, and the step after the chain agrees.
+std::string chained_case(suite& s, const std::string& path, uint64_t seed, std::string& info) {
+  const dsv41_weights w = dsv41_load(path);
+  const uint32_t V = w.cfg.vocab, n = 18, prompt = 5;
+  dsv41_gpu_options go;
+  go.max_ctx = prompt + n + 2;
+  dsv41_gpu_model chained(w, s.dev, s.kern, go);
+  go.device_embedding = false;
+  dsv41_gpu_model stepped(w, s.dev, s.kern, go);
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<uint32_t> pick(0, V - 1);
+  std::vector<uint32_t> ids(prompt);
+  for (auto& x : ids) x = pick(g);
+  (void)chained.forward(ids, false);
+  (void)stepped.forward(ids, false);
+  if (!chained.chains_decode()) return "decode_greedy does not chain on this device (no embedding on the device)";
+  if (stepped.chains_decode()) return "the graph without the device embedding chains";
+  auto compare = [&](const std::vector<uint32_t>& got, uint32_t first, uint64_t at, const char* part) -> std::string {
+    for (uint64_t i = 0; i < got.size(); ++i) {
+      const uint32_t want = first = stepped.step_greedy(first);
+      if (got[i] != want)
+        return std::string(part) + " step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) +
+               ", step by step " + std::to_string(want);
+    }
+    if (chained.pos() != at)
+      return std::string(part) + ": position " + std::to_string(chained.pos()) + ", expected " + std::to_string(at);
+    return {};
+  };
+  const uint32_t first = pick(g), k = n / 3;
+  std::vector<uint32_t> got;
+  const uint64_t m = chained.decode_greedy_each(first, n, [&](uint32_t id) {
+    got.push_back(id);
+    return got.size() < k;
+  });
+  if (m != k || got.size() != k) return "the callback's stop after " + std::to_string(k) + " ids gave " + std::to_string(m);
+  if (auto why = compare(got, first, prompt + k, "stopped chain"); !why.empty()) return why;
+  const uint32_t other = (got.back() + 1) % V;  // not the argmax: the dropped step's position, another token
+  const std::vector<uint32_t> rest = chained.decode_greedy(other, n - k);
+  if (rest.size() != n - k) return "decode_greedy returned " + std::to_string(rest.size()) + " ids";
+  if (auto why = compare(rest, other, prompt + n, "continued chain"); !why.empty()) return why;
+  // one more step on each from the same token: the state (and Engram history) the chain left is the stepped one's
+  if (chained.step_greedy(rest.back()) != stepped.step_greedy(rest.back())) return "the step after the chain differs";
+  std::vector<uint32_t> all = got;
+  all.insert(all.end(), rest.begin(), rest.end());
+  std::sort(all.begin(), all.end());
+  info = std::to_string(k) + " + " + std::to_string(n - k) + " chained greedy ids == step by step (" +
+         std::to_string(std::unique(all.begin(), all.end()) - all.begin()) + " distinct)";
   return {};
 }
 
@@ -559,6 +616,10 @@ void model_v41_cases(suite& s) {
   s.run("model_v41", "-", "snapshot / restore / reset of the device state", [&](uint64_t seed, std::string& info) {
     return snapshot_case(s, files.make("cmf", "q4tp", "v41"), seed, info);
   });
+  s.run("model_v41", "-", "greedy decode chained on the device (Engram rows staged between its two parts), cmf q4tp toy",
+        [&](uint64_t seed, std::string& info) { return chained_case(s, files.make("cmf", "q4tp", "v41"), seed, info); });
+  s.run("model_v41", "-", "greedy decode chained on the device, release toy (FP8 Engram tables)",
+        [&](uint64_t seed, std::string& info) { return chained_case(s, files.make("release", "native", "v41"), seed, info); });
   s.run("model_v41", "-", "step_greedy's ids (read from the host-visible copy), cmf q4tp toy, 4 + 12 tokens",
         [&](uint64_t seed, std::string& info) { return greedy_steps_case(s, files.make("cmf", "q4tp", "v41"), seed, info); });
   s.run("model_v41", "-", "sampled decode on the device (penalties, 4 logprobs), cmf q4tp toy, 5 + 16 tokens",

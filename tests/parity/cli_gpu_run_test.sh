@@ -145,7 +145,7 @@ gen41() { grep '^generated ids' "$1" | head -n 1 | sed 's/^generated ids: *//'; 
 check "V4.1 -p: 16 generated ids" test "$(gen41 "$T/p41.gpu" | wc -w)" -eq 16
 check "V4.1 -p: the first 8 generated ids as the CPU's" test "$(gen41 "$T/p41.gpu" | cut -d' ' -f1-8)" = "$(gen41 "$T/p41.cpu" | cut -d' ' -f1-8)"
 "${GPU41[@]}" -p "Hello there" --temp 0 -n 16 --print-ids -v --sampling host >/dev/null 2>"$T/p41.host"
-check "V4.1 -p greedy: the device's argmax step by step" grep -q "decode greedy on the device, step by step" "$T/p41.gpu"
+check "V4.1 -p greedy: chained on the device" grep -q "decode greedy chained on the device" "$T/p41.gpu"
 check "V4.1 -p greedy: ids == the host's argmax over read-back logits" test "$(gen41 "$T/p41.gpu")" = "$(gen41 "$T/p41.host")"
 printf 'hi\nhow are you\n' | "${CPU41[@]}" -i --temp 0 -n 6 --print-ids -v >/dev/null 2>"$T/i41.cpu"
 printf 'hi\nhow are you\n' | "${GPU41[@]}" -i --temp 0 -n 6 --print-ids -v >/dev/null 2>"$T/i41.gpu"
