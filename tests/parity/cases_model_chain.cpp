@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "chain_check.hpp"
 #include "cmfx/sample/sampler.hpp"
 #include "harness.hpp"
 #include "logprob_check.hpp"
@@ -60,42 +61,13 @@ struct chain_pair {
 std::string chained_case(suite& s, const std::string& path, uint64_t prompt, uint32_t n, uint64_t seed, std::string& info) {
   chain_pair cp(s, path, prompt, n, seed);
   dsv4_gpu_model &chained = *cp.chained, &stepped = *cp.stepped;
-  const uint32_t V = cp.vocab;
   // k: the step run ahead of the stop (position prompt + k) closes a ratio-4 compressor window, so the dropped
   // step pooled an entry that the continuation must pool again
   uint32_t k = n / 3;
   while ((prompt + k + 1) % 4 != 0) ++k;
   if (!chained.chains_decode()) return "decode_greedy does not chain on this device (no embedding on the device)";
   cp.run_prompt();
-  auto compare = [&](const std::vector<uint32_t>& got, uint32_t first, uint64_t at, const char* part) -> std::string {
-    for (uint64_t i = 0; i < got.size(); ++i) {
-      const uint32_t want = first = stepped.step_greedy(first);
-      if (got[i] != want)
-        return std::string(part) + " step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) +
-               ", step by step " + std::to_string(want);
-    }
-    if (chained.pos() != at) return std::string(part) + ": position " + std::to_string(chained.pos()) + ", expected " + std::to_string(at);
-    return {};
-  };
-  const uint32_t first = cp.pick();
-  std::vector<uint32_t> got;
-  const uint64_t m = chained.decode_greedy_each(first, n, [&](uint32_t id) {
-    got.push_back(id);
-    return got.size() < k;
-  });
-  if (m != k || got.size() != k) return "the callback's stop after " + std::to_string(k) + " ids gave " + std::to_string(m);
-  if (auto why = compare(got, first, prompt + k, "stopped chain"); !why.empty()) return why;
-  const uint32_t other = (got.back() + 1) % V;  // not the argmax: the dropped step's position, another token
-  const std::vector<uint32_t> rest = chained.decode_greedy(other, n - k);
-  if (rest.size() != n - k) return "decode_greedy returned " + std::to_string(rest.size()) + " ids";
-  if (auto why = compare(rest, other, prompt + n, "continued chain"); !why.empty()) return why;
-  // one more step on each from the same token: the state the chained steps left is the stepped one's
-  if (chained.step_greedy(rest.back()) != stepped.step_greedy(rest.back())) return "the step after the chain differs";
-  std::set<uint32_t> distinct(got.begin(), got.end());
-  distinct.insert(rest.begin(), rest.end());
-  info = std::to_string(k) + " + " + std::to_string(n - k) + " chained greedy ids == step by step (" +
-         std::to_string(distinct.size()) + " distinct)";
-  return {};
+  return chained_equals_stepped(chained, stepped, prompt, cp.pick(), n, k, info);
 }
 
 /// Sampled decode chained on the device (decode_sampled_each: kernels::sample after the head, each step reading its

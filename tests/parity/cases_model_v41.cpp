@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 
+#include "chain_check.hpp"
 #include "cmfx/core/error.hpp"
 #include "cmfx/sample/sampler.hpp"
 #include "harness.hpp"
@@ -476,37 +477,7 @@ std::string chained_case(suite& s, const std::string& path, uint64_t seed, std::
   (void)stepped.forward(ids, false);
   if (!chained.chains_decode()) return "decode_greedy does not chain on this device (no embedding on the device)";
   if (stepped.chains_decode()) return "the graph without the device embedding chains";
-  auto compare = [&](const std::vector<uint32_t>& got, uint32_t first, uint64_t at, const char* part) -> std::string {
-    for (uint64_t i = 0; i < got.size(); ++i) {
-      const uint32_t want = first = stepped.step_greedy(first);
-      if (got[i] != want)
-        return std::string(part) + " step " + std::to_string(i) + ": chained id " + std::to_string(got[i]) +
-               ", step by step " + std::to_string(want);
-    }
-    if (chained.pos() != at)
-      return std::string(part) + ": position " + std::to_string(chained.pos()) + ", expected " + std::to_string(at);
-    return {};
-  };
-  const uint32_t first = pick(g), k = n / 3;
-  std::vector<uint32_t> got;
-  const uint64_t m = chained.decode_greedy_each(first, n, [&](uint32_t id) {
-    got.push_back(id);
-    return got.size() < k;
-  });
-  if (m != k || got.size() != k) return "the callback's stop after " + std::to_string(k) + " ids gave " + std::to_string(m);
-  if (auto why = compare(got, first, prompt + k, "stopped chain"); !why.empty()) return why;
-  const uint32_t other = (got.back() + 1) % V;  // not the argmax: the dropped step's position, another token
-  const std::vector<uint32_t> rest = chained.decode_greedy(other, n - k);
-  if (rest.size() != n - k) return "decode_greedy returned " + std::to_string(rest.size()) + " ids";
-  if (auto why = compare(rest, other, prompt + n, "continued chain"); !why.empty()) return why;
-  // one more step on each from the same token: the state (and Engram history) the chain left is the stepped one's
-  if (chained.step_greedy(rest.back()) != stepped.step_greedy(rest.back())) return "the step after the chain differs";
-  std::vector<uint32_t> all = got;
-  all.insert(all.end(), rest.begin(), rest.end());
-  std::sort(all.begin(), all.end());
-  info = std::to_string(k) + " + " + std::to_string(n - k) + " chained greedy ids == step by step (" +
-         std::to_string(std::unique(all.begin(), all.end()) - all.begin()) + " distinct)";
-  return {};
+  return chained_equals_stepped(chained, stepped, prompt, pick(g), n, n / 3, info);
 }
 
 }  // namespace
