@@ -212,6 +212,8 @@ int run_bench(const bench_args& a) {
                       "decode without penalties); use --sampling host");
   sampler smp(m.vocab(), sp);
 
+  const bool chain = a.decode_chain == "on";
+  m.set_chaining(chain);
   // Warm-up: builds every pipeline of a decode step (GLSL compiles are not part of the timings).
   t = clk::now();
   {
@@ -266,7 +268,7 @@ int run_bench(const bench_args& a) {
     host.prepare += h.prepare, host.record_ahead += h.record_ahead, host.wait += h.wait;
   };
   t = clk::now();
-  if (a.tokens && on_device) {  // sampled on the device, chained (decode_sampled_each)
+  if (a.tokens && on_device && chain) {  // sampled on the device, chained (decode_sampled_each)
     m.decode_sampled_each(tok, a.tokens, device_sampling::of(smp, &lp), [&](uint32_t id) {
       smp.accept_drawn(int32_t(id));
       tok = id;
@@ -275,6 +277,18 @@ int run_bench(const bench_args& a) {
     disp = uint64_t(m.last_dispatches()) * a.tokens;
     rec = m.last_record_seconds() * double(a.tokens);
     busy = m.last_device_seconds() * double(a.tokens);
+  } else if (on_device) {  // --decode-chain off: one decode_sampled_each step per call (its host phases each)
+    for (uint64_t i = 0; i < a.tokens; ++i) {
+      m.decode_sampled_each(tok, 1, device_sampling::of(smp, &lp), [&](uint32_t id) {
+        smp.accept_drawn(int32_t(id));
+        tok = id;
+        return true;
+      });
+      disp += m.last_dispatches();
+      rec += m.last_record_seconds();
+      busy += m.last_device_seconds();
+      add_host();
+    }
   } else if (sampled) {  // the logits read back, the host's sampler
     for (uint64_t i = 0; i < a.tokens; ++i) {
       const std::vector<float> l = m.forward(std::span<const uint32_t>(&tok, 1), true);
@@ -332,9 +346,11 @@ int run_bench(const bench_args& a) {
     std::snprintf(how, sizeof how, "%s %s: T %g, top-p %g, min-p %g, top-k %u%s, logprobs %d",
                   a.temp > 0.0f ? "sampled" : "greedy", on_device ? "on the device" : "on the host", double(a.temp),
                   double(a.top_p), double(a.min_p), a.top_k, sp.has_penalties() ? ", penalties" : "", a.logprobs);
-  std::printf("decode : %llu tokens in %.2f s = %.2f tok/s at positions %llu..%llu (batch 1, %s)\n",
+  const bool chained = (on_device || !sampled) && m.chains_decode();
+  std::printf("decode : %llu tokens in %.2f s = %.2f tok/s at positions %llu..%llu (batch 1, %s; %s)\n",
               (unsigned long long)a.tokens, dec_s, dec_tps, (unsigned long long)a.prompt,
-              (unsigned long long)(a.prompt + a.tokens), how);
+              (unsigned long long)(a.prompt + a.tokens), how,
+              chained ? "chained on the device" : "each step run by itself");
   std::printf("         %.3f GB of weights read per token -> %.1f GB/s = %.3f of the read roofline; %.0f dispatches "
               "and %.2f ms of recording per token\n",
               bpt / 1e9, bpt * dec_tps / 1e9, bpt * dec_tps / roof, a.tokens ? double(disp) / double(a.tokens) : 0.0,

@@ -67,6 +67,9 @@ struct bench_args {
   float repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   int32_t logprobs = -1;  // --logprobs: ≥ 0, each decode token's logprob and this many alternatives
   std::string sampling = "device";
+  // --decode-chain: on = greedy (and device-sampled) decode chained on the device where the graph can (default);
+  // off = every step run by itself (step_greedy / decode_sampled_each one step at a time), to time what chaining saves
+  std::string decode_chain = "on";
   std::string act = "f32";        // expert activations: f32 | i8 (dsv4_gpu_options::expert_act; and dense_act)
   std::string dense_act;          // the decode's dense products f32 | i8 (empty: as act; dense_act)
   bool profile = false;           // --profile: per-phase device time of 16 decode steps (cpu: wall time per phase)

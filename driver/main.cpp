@@ -323,6 +323,10 @@ int main(int argc, char** argv) {
                  "With --temp or --logprobs: device = chosen on the GPU, chained; host = logits read back, "
                  "cmfx::sampler per step")
       ->check(CLI::IsMember({"device", "host"}))->default_val(bench.sampling);
+  cb->add_option("--decode-chain", bench.decode_chain,
+                 "on: the decode's steps chained on the device where the graph can (default); off: each step run by "
+                 "itself (to time what chaining saves)")
+      ->check(CLI::IsMember({"on", "off"}))->default_val(bench.decode_chain);
   cb->add_option("--shader-dir", bench.shader_dir,
                  "Read the shaders (*.comp, common/*.glsl) from this directory instead of the built-in copies "
                  "(to time a kernel variant)");

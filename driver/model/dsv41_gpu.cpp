@@ -342,7 +342,7 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     da.matvec(*cur, head, u, q_u, logits);
     if (logits_mode == 2) k.topk(*cur, logits, 1, cf.vocab, 1, best);
     if (logits_mode == 3) chooser.record_draw(k, *cur, logits, cf.vocab, best);
-    if (logits_mode >= 2) chooser.record_logprobs(k, *cur, logits, cf.vocab, best, 0);
+    if (logits_mode >= 2) chooser.record_logprobs(k, *cur, logits, cf.vocab, best, uint32_t(std::max(chain_slot, 0)));
     if (logits_mode >= 2)  // read by chosen_id(), or from the ring by decode_chained
       cur->copy(view(best, 0, 4), chain_slot >= 0 ? view(ids_ring, uint64_t(chain_slot) * 4, 4) : view(best_host, 0, 4), 4);
     ts.mark(&gpu_graph_profile::head);
@@ -600,6 +600,8 @@ uint64_t dsv41_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, cons
   impl& m = *p_;
   if (!samples_on_device()) throw usage_error("gpu model: this device does not sample on the device (no f64 / int64)");
   const gpu_chooser::session session(m.chooser, m.next, m.dev, ds, m.cfg.vocab);
+  if (chains_decode()) return m.decode_chained(first, max, on_token, m.chooser.mode(), ds.logprobs);
+  // step by step (the prefill's last token, the expert cache, a profile): each choice read back from best_host
   return step_chosen_each(first, max, on_token, [&](uint32_t tok) {
     m.check_chunk(std::span<const uint32_t>(&tok, 1));
     if (m.pos == 0) m.prefill_end = 1;

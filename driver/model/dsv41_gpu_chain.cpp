@@ -1,5 +1,6 @@
-// V4.1's greedy decode chained on the device (dsv41_gpu_options::device_embedding; docs/VULKAN.md "A step's chosen
-// id without a download"). V4 chains its steps because everything a step needs from its token is on the device; a
+// V4.1's decode chained on the device (dsv41_gpu_options::device_embedding; docs/VULKAN.md "A step's chosen id
+// without a download"): greedy (decode_greedy_each) or drawn on the device by the chooser (decode_sampled_each, with
+// the step's logprobs in the chooser's ring slot of the step's id). V4 chains its steps because everything a step needs from its token is on the device; a
 // V4.1 step also needs its token's Engram rows, and those tables stay on the host (two of ~98 GB in the release).
 // So each step, recorded ahead, goes out in two parts:
 //   part A — the token's embedding gathered from the previous step's argmax (kernels::embed_rows) and the layers
@@ -20,8 +21,11 @@
 
 namespace cmfx::driver {
 
+static_assert(dsv41_gpu_model::impl::ring_slots <= gpu_chooser::slots, "a chained step's logprobs record per id slot");
+
 uint64_t dsv41_gpu_model::impl::decode_chained(uint32_t first, uint64_t max,
-                                               const std::function<bool(uint32_t)>& on_token) {
+                                               const std::function<bool(uint32_t)>& on_token, int logits_mode,
+                                               step_logprobs* lp) {
   if (max == 0) return 0;
   if (first >= cfg.vocab)
     throw usage_error("gpu model: token id " + std::to_string(first) + " >= vocab " + std::to_string(cfg.vocab));
@@ -66,7 +70,7 @@ uint64_t dsv41_gpu_model::impl::decode_chained(uint32_t first, uint64_t max,
       int owner_after = owner;
       if (i < max) {
         const uint64_t p = p0 + i;
-        cur = record_steps(p, 2, false, owner, i > 0, int(i % ring_slots)).finish();
+        cur = record_steps(p, logits_mode, false, owner, i > 0, int(i % ring_slots)).finish();
         disp += cur->dispatches, rec_s += cur->record_s, ++issued;
         if (const int pub = dsv41_decode_publisher(cfg, p); pub >= 0) owner_after = pub;
         if (i == 0) dev.submit_async(pre);
@@ -77,6 +81,7 @@ uint64_t dsv41_gpu_model::impl::decode_chained(uint32_t first, uint64_t max,
         for (gpu::commands& s : prev->segs) dev.wait(s);
         uint32_t id = 0;
         std::memcpy(&id, ring + ((i - 1) % ring_slots) * 4, 4);
+        if (lp) chooser.read(dev, uint32_t((i - 1) % ring_slots), cfg.vocab, *lp);
         prev.reset();
         ++delivered;
         pos = p0 + delivered, done_owner = prev_owner_after;
@@ -110,7 +115,7 @@ uint64_t dsv41_gpu_model::impl::decode_chained(uint32_t first, uint64_t max,
 
 bool dsv41_gpu_model::chains_decode() const noexcept {
   const impl& m = *p_;
-  return m.embed_dev.data && !m.opt.profile && m.pos > 0 && m.pos >= m.prefill_end;
+  return chaining() && m.embed_dev.data && !m.opt.profile && m.pos > 0 && m.pos >= m.prefill_end;
 }
 
 uint64_t dsv41_gpu_model::decode_greedy_each(uint32_t first, uint64_t max,

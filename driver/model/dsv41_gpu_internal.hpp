@@ -124,7 +124,11 @@ struct dsv41_gpu_model::impl {
   /// The chained recording of decode position t (record_steps with chain_slot ≥ 0): fed = its token is the previous
   /// step's argmax (the embedding gathered on the device); its Engram rows are copied from eg_stage slot
   /// chain_slot at the start of segs[0] (part B, cut before the first Engram layer), its argmax to ids_ring there.
-  uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token);
+  /// logits_mode: 2 (greedy: decode_greedy_each) or chooser.mode() (decode_sampled_each: drawn on the device); lp
+  /// (with chooser.logprobs()): each step's logprobs, read from the chooser's ring slot of its step before on_token
+  /// sees its id.
+  uint64_t decode_chained(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token,
+                          int logits_mode = 2, step_logprobs* lp = nullptr);
 };
 
 }  // namespace cmfx::driver

@@ -617,7 +617,7 @@ std::vector<uint32_t> dsv4_gpu_model::kind_layers() const {
   return out;
 }
 
-bool dsv4_gpu_model::chains_decode() const noexcept { return p_->embed_dev.data && !p_->opt.profile; }
+bool dsv4_gpu_model::chains_decode() const noexcept { return chaining() && p_->embed_dev.data && !p_->opt.profile; }
 uint64_t dsv4_gpu_model::max_ctx() const noexcept { return p_->opt.max_ctx; }
 uint64_t dsv4_gpu_model::decode_greedy_each(uint32_t first, uint64_t max, const std::function<bool(uint32_t)>& on_token) {
   if (!chains_decode()) return gpu_graph::decode_greedy_each(first, max, on_token);

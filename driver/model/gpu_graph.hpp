@@ -112,9 +112,13 @@ class gpu_graph {
     });
     return out;
   }
-  /// Whether decode_greedy_each chains its steps on the device (then last_dispatches / last_record_seconds /
-  /// last_device_seconds are its per-step means).
+  /// Whether decode_greedy_each (and decode_sampled_each) chains its steps on the device (then last_dispatches /
+  /// last_record_seconds / last_device_seconds are its per-step means). Never while set_chaining(false) holds.
   virtual bool chains_decode() const noexcept { return false; }
+  /// on (default): decode chains its steps where the graph can; off: every step runs by itself, as where it cannot
+  /// (`cmfx bench --decode-chain off`: what chaining saves).
+  void set_chaining(bool on) noexcept { chaining_ = on; }
+  bool chaining() const noexcept { return chaining_; }
   /// Positions the device state holds.
   virtual uint64_t max_ctx() const noexcept = 0;
   /// Whether `steps` greedy steps from here chain on the device (and fit the context).
@@ -152,6 +156,9 @@ class gpu_graph {
     }
     return n;
   }
+
+ private:
+  bool chaining_ = true;
 };
 
 }  // namespace cmfx::driver

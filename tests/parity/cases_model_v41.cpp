@@ -363,19 +363,21 @@ std::string snapshot_case(suite& s, const std::string& path, uint64_t seed, std:
   return {};
 }
 
-/// Tokens chosen on the device step by step (decode_sampled_each: kernels::sample — or the argmax when greedy — and
-/// kernels::logprobs after the head; V4.1 does not chain its steps): against a second graph of the toy after the same
-/// prompt whose logits are read back for cmfx::sampler with the same settings and seed — the same ids, logprobs
-/// (bit for bit) and sampler state, across a stop and a continuation. spare_slots ≥ 0: the choosing graph runs with
-/// the expert cache of top_k + spare_slots slots per layer (bit-identical to the resident graph), recording each
-/// next position in its waits.
-std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots, float temperature,
+/// Tokens chosen on the device (decode_sampled_each: kernels::sample — or the argmax when greedy — and
+/// kernels::logprobs after the head), chained (each step's part A fed from the previous draw, its logprobs in the
+/// chooser's ring slot of its id) or step by step: against a second graph of the toy after the same prompt whose
+/// logits are read back for cmfx::sampler with the same settings and seed — the same ids, logprobs (bit for bit) and
+/// sampler state, across a stop and a continuation. spare_slots ≥ 0: the choosing graph runs with the expert cache of
+/// top_k + spare_slots slots per layer (bit-identical to the resident graph), recording each next position in its
+/// waits — step by step, as without the device embedding (chain = false).
+std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots, bool chain, float temperature,
                          int32_t top_logprobs, uint64_t seed, std::string& info) {
   const dsv41_weights w = dsv41_load(path);
   const uint32_t V = w.cfg.vocab, n = 16, prompt = 5;
   dsv41_gpu_options go;
   go.max_ctx = prompt + n + 1;
-  if (spare_slots >= 0) go.device_embedding = false;  // the budget's reference holds no embedding for chained decode
+  // the budget's reference holds no embedding for chained decode; without it the steps do not chain
+  if (spare_slots >= 0 || !chain) go.device_embedding = false;
   dsv41_gpu_model ref(w, s.dev, s.kern, go);
   const uint32_t budget_slots = spare_slots >= 0 ? w.cfg.top_k + uint32_t(spare_slots) : 0;
   if (budget_slots) {
@@ -393,6 +395,8 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
   for (auto& x : ids) x = pick(g);
   (void)dev.forward(ids, false);
   (void)ref.forward(ids, false);
+  const bool chains = chain && spare_slots < 0;
+  if (dev.chains_decode() != chains) return chains ? "the decode does not chain" : "the decode chains";
   sampling_params sp;
   sp.temperature = temperature, sp.top_p = 0.9f, sp.min_p = 0.01f, sp.seed = g();
   if (temperature > 0.0f) sp.presence_penalty = 0.3f, sp.frequency_penalty = 0.2f;
@@ -417,7 +421,8 @@ std::string sampled_case(suite& s, const std::string& path, int32_t spare_slots,
   if (dev.pos() != ref.pos()) return "positions differ after the decode";
   if (on_dev.rng_state().x != on_host.rng_state().x || on_dev.rng_state().index != on_host.rng_state().index)
     return "the samplers' RNG states differ after the decode";
-  info = std::to_string(k) + " + " + std::to_string(n - k) + " ids chosen on the device == the host's sampler" +
+  info = std::to_string(k) + " + " + std::to_string(n - k) + " ids chosen on the device" +
+         (chains ? " (chained)" : " (step by step)") + " == the host's sampler" +
          (top_logprobs >= 0 ? ", logprobs identical" : "") +
          (budget_slots ? ", expert cache " + std::to_string(dev.cache_stats().slots) + " slots" : "");
   return {};
@@ -593,17 +598,25 @@ void model_v41_cases(suite& s) {
         [&](uint64_t seed, std::string& info) { return chained_case(s, files.make("release", "native", "v41"), seed, info); });
   s.run("model_v41", "-", "step_greedy's ids (read from the host-visible copy), cmf q4tp toy, 4 + 12 tokens",
         [&](uint64_t seed, std::string& info) { return greedy_steps_case(s, files.make("cmf", "q4tp", "v41"), seed, info); });
-  s.run("model_v41", "-", "sampled decode on the device (penalties, 4 logprobs), cmf q4tp toy, 5 + 16 tokens",
+  s.run("model_v41", "-", "sampled decode chained on the device (penalties, 4 logprobs), cmf q4tp toy, 5 + 16 tokens",
         [&](uint64_t seed, std::string& info) {
-          return sampled_case(s, files.make("cmf", "q4tp", "v41"), -1, 1.1f, 4, seed, info);
+          return sampled_case(s, files.make("cmf", "q4tp", "v41"), -1, true, 1.1f, 4, seed, info);
+        });
+  s.run("model_v41", "-", "sampled decode chained on the device (3 logprobs), release toy (FP8 Engram tables)",
+        [&](uint64_t seed, std::string& info) {
+          return sampled_case(s, files.make("release", "native", "v41"), -1, true, 0.9f, 3, seed, info);
+        });
+  s.run("model_v41", "-", "sampled decode on the device step by step (penalties, 4 logprobs), cmf q4tp toy",
+        [&](uint64_t seed, std::string& info) {
+          return sampled_case(s, files.make("cmf", "q4tp", "v41"), -1, false, 1.1f, 4, seed, info);
         });
   s.run("model_v41", "-", "greedy decode on the device with 2 logprobs, expert cache (top_k + 2 slots), cmf q4tp toy",
         [&](uint64_t seed, std::string& info) {
-          return sampled_case(s, files.make("cmf", "q4tp", "v41"), 2, 0.0f, 2, seed, info);
+          return sampled_case(s, files.make("cmf", "q4tp", "v41"), 2, false, 0.0f, 2, seed, info);
         });
   s.run("model_v41", "-", "sampled decode on the device, expert cache (top_k + 2 slots), cmf q4tp toy, 5 + 16 tokens",
         [&](uint64_t seed, std::string& info) {
-          return sampled_case(s, files.make("cmf", "q4tp", "v41"), 2, 0.8f, -1, seed, info);
+          return sampled_case(s, files.make("cmf", "q4tp", "v41"), 2, false, 0.8f, -1, seed, info);
         });
 }
 

@@ -151,7 +151,7 @@ printf 'hi\nhow are you\n' | "${CPU41[@]}" -i --temp 0 -n 6 --print-ids -v >/dev
 printf 'hi\nhow are you\n' | "${GPU41[@]}" -i --temp 0 -n 6 --print-ids -v >/dev/null 2>"$T/i41.gpu"
 check "V4.1 -i: exit 0" test $? -eq 0
 check "V4.1 -i: two turns" test "$(grep -c '^generated ids' "$T/i41.gpu")" -eq 2
-# V4.1 sampled: drawn on the device step by step (not chained) or from the logits read back, the same ids
+# V4.1 sampled: drawn on the device (chained) or from the logits read back, the same ids
 "${GPU41[@]}" -p "Hello there" --temp 0.9 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 --presence-penalty 0.4 --frequency-penalty 0.2 --seed 11 -n 12 --no-stop \
   --print-ids -v >/dev/null 2>"$T/s41.dev"
 check "V4.1 -p sampled on the device: exit 0" test $? -eq 0
@@ -184,7 +184,7 @@ for args in "tiny" "tiny --weights q4tp --expert-down mxfp4 --dense q8_row" "v41
       grep -oE '"bytes_per_token": [0-9]+' | grep -oE '[0-9]+$')
   check "bench $args: CPU bytes per token ($c) == the GPU graph's ($g)" test -n "$g" -a "$g" = "$c"
 done
-# sampled decode in the benchmark: on the device (V4 chained, V4.1 step by step), on the host
+# sampled decode in the benchmark: on the device (chained), on the host
 "$CMFX" bench --synthetic tiny --prompt 4 --tokens 8 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --top-p 0.9 --top-k 20 >"$T/bs.out" 2>&1
 check "bench --temp: exit 0" test $? -eq 0
 check "bench --temp: sampled on the device" grep -q "sampled on the device: T 0.8, top-p 0.9, min-p 0, top-k 20" "$T/bs.out"
@@ -200,7 +200,15 @@ check "bench --temp --logprobs 20: sampled on the device with logprobs" grep -q 
 check "bench --logprobs 65: exit 2" test $? -eq 2
 "$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --logprobs 3 >"$T/bs41.out" 2>&1
 check "bench v41-tiny --temp --logprobs 3: exit 0" test $? -eq 0
-check "bench v41-tiny: sampled on the device" grep -q "sampled on the device: T 0.8, .*, logprobs 3" "$T/bs41.out"
+check "bench v41-tiny: sampled on the device" grep -q "sampled on the device: T 0.8, .*, logprobs 3; chained on the device" "$T/bs41.out"
+"$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --logprobs 3 --decode-chain off >"$T/bs41s.out" 2>&1
+check "bench v41-tiny --decode-chain off: exit 0" test $? -eq 0
+check "bench v41-tiny --decode-chain off: each step by itself" grep -q "logprobs 3; each step run by itself" "$T/bs41s.out"
+check "bench v41-tiny --decode-chain off: its host phases" grep -q "host per step (run one at a time)" "$T/bs41s.out"
+"$CMFX" bench --synthetic tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far >"$T/bc4.out" 2>&1
+check "bench tiny greedy: chained on the device" grep -q "greedy on the device; chained on the device" "$T/bc4.out"
+"$CMFX" bench --synthetic tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --decode-chain off >"$T/bc4s.out" 2>&1
+check "bench tiny --decode-chain off: each step by itself" grep -q "greedy on the device; each step run by itself" "$T/bc4s.out"
 "$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --sampling host >/dev/null 2>&1
 check "bench v41-tiny --temp --sampling host: exit 0" test $? -eq 0
 "$CMFX" bench --synthetic tiny --sampling gpu >/dev/null 2>&1

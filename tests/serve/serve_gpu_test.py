@@ -203,10 +203,10 @@ if mn:
     check("cold-experts /metrics: experts computed on the CPU", (cpu_n or 0) > 0, m[-800:])
     cold.kill()
 
-# V4.1: a sampled completion with logprobs chosen on the device step by step (only the id and the logprobs record read
-# back; V4.1's sampled steps do not chain) — the same text and logprobs as a --sampling host server over the
-# read-back logits; a greedy one chained on the device (each step's Engram rows staged by the host between its two
-# parts) whatever --sampling says, as V4's greedy requests.
+# V4.1: a sampled completion with logprobs chosen on the device, chained (each step's Engram rows staged by the host
+# between its two parts; only the id and the logprobs record read back) — the same text and logprobs as a
+# --sampling host server over the read-back logits; a greedy one chained on the device whatever --sampling says, as
+# V4's greedy requests.
 V41 = os.path.join(TMP, "toy-v41-f32.cmf")
 subprocess.run([CMFX, "make-toy", "--arch", "v41", "--out", V41, "--quant", "f32", "--tokenizer", TOKENIZER],
                check=True, stdout=subprocess.DEVNULL, timeout=60)
