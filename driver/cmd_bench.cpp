@@ -277,18 +277,16 @@ int run_bench(const bench_args& a) {
     disp = uint64_t(m.last_dispatches()) * a.tokens;
     rec = m.last_record_seconds() * double(a.tokens);
     busy = m.last_device_seconds() * double(a.tokens);
-  } else if (on_device) {  // --decode-chain off: one decode_sampled_each step per call (its host phases each)
-    for (uint64_t i = 0; i < a.tokens; ++i) {
-      m.decode_sampled_each(tok, 1, device_sampling::of(smp, &lp), [&](uint32_t id) {
-        smp.accept_drawn(int32_t(id));
-        tok = id;
-        return true;
-      });
+  } else if (on_device) {  // --decode-chain off: decode_sampled_each step by step, each step's figures summed
+    m.decode_sampled_each(tok, a.tokens, device_sampling::of(smp, &lp), [&](uint32_t id) {
+      smp.accept_drawn(int32_t(id));
+      tok = id;
       disp += m.last_dispatches();
       rec += m.last_record_seconds();
       busy += m.last_device_seconds();
       add_host();
-    }
+      return true;
+    });
   } else if (sampled) {  // the logits read back, the host's sampler
     for (uint64_t i = 0; i < a.tokens; ++i) {
       const std::vector<float> l = m.forward(std::span<const uint32_t>(&tok, 1), true);
