@@ -277,51 +277,14 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     ts.op("hc_post + mix + hc_pre_finish + ffn_norm");
     std::swap(X, Xn);
     ts.mark(&gpu_graph_profile::attn_out);
-    route_config rc;
-    rc.top_k = K;
-    rc.route_scale = float(cf.route_scale);
-    rc.norm_eps = float(dsv41_route_norm_eps);
-    rc.temp = float(cf.gate_temp);
-    cur->begin_concurrent();
-    k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff_f);
-    // with fuse_route the routing runs in the router's dispatch (kernels::router_route), where it applies
-    const bool routed = opt.fuse_route && k.router_route(*cur, G.gate, u, rlogits, G.gate_bias, view(), 0, view(),
-                                                         rc, G.route_idx, G.route_w);
-    if (!routed) k.matmul(*cur, G.gate, u, 1, rlogits);
-    const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
-    if (G.shared_apart) da.quantize(*cur, {&G.sh_gate, &G.sh_up}, u, q_u);  // its u beside the router
-    cur->end_concurrent();
-    // the FP8 shared expert's gate/up beside the routing (one workgroup): off the router's critical path
-    if (!routed || G.shared_apart) {
-      cur->begin_concurrent();
-      if (!routed) k.route_score(*cur, rlogits, G.gate_bias, 1, cf.experts, rc, view(), G.route_idx, G.route_w);
-      if (G.shared_apart) {
-        da.matvec(*cur, G.sh_gate, u, q_u, sh_g);
-        da.matvec(*cur, G.sh_up, u, q_u, sh_u);
-      }
-      cur->end_concurrent();
-    }
-    ts.op("router + route (+ shared gate/up)");
-    ts.mark(&gpu_graph_profile::route);
-    if (segmented) {  // the selected ids to the host; the expert cache makes those experts resident here
-      cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);
-      if (experts->cpu_fallback()) {  // and what the host needs to run the experts it keeps (--cold-experts cpu)
-        cur->copy(G.route_w, experts->weights_slot(l), uint64_t(K) * 4);
-        cur->copy(u, experts->input_slot(l), experts->input_slot(l).bytes);
-      }
-      cut();
-      // the routing weights with the experts the host runs zeroed (written by the host before this part)
-      if (experts->cpu_fallback()) cur->copy(experts->weights_in(l), G.route_w, uint64_t(K) * 4);
-    }
-    const gpu_shared_apart sha{G.shared_apart ? &G.sh_down : nullptr, sh_g, sh_u, sh_out, cf.moe_inter};
-    const view moe_add = record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit),
-                                        moe_h, moe_out, opt.expert_act, experts->slot_map(l), prepared);
-    if (segmented && experts->cpu_fallback()) {  // a new part: the host computes its experts while this one runs
-      cut();
-      k.add(*cur, experts->cpu_sum(l), moe_out, experts->cpu_sum(l).bytes / 4);
-    }
-    ts.op("moe (+ shared expert apart, concurrent)");
-    ts.mark(&gpu_graph_profile::experts);
+    gpu_moe_sublayer_io io;
+    io.sh = sh, io.partials = partials, io.coeff = coeff_f, io.u = u, io.q_u = &q_u;
+    io.rlogits = rlogits, io.moe_h = moe_h, io.moe_out = moe_out, io.sh_g = sh_g, io.sh_u = sh_u, io.sh_out = sh_out;
+    io.rc.top_k = K, io.rc.route_scale = float(cf.route_scale);
+    io.rc.norm_eps = float(dsv41_route_norm_eps), io.rc.temp = float(cf.gate_temp);
+    io.experts = cf.experts, io.limit = float(cf.swiglu_limit), io.inter = cf.moe_inter, io.act = opt.expert_act;
+    io.fuse_route = opt.fuse_route;
+    const view moe_add = record_moe_sublayer(k, da, cur, ts, G, l, io, *experts, segmented, cut);
     // The next attention's mix and collapse come with this hc_post unless an Engram add changes X first.
     if (l + 1 < cf.layers && cf.plan[l + 1].engram < 0) {
       const dsv41_gpu_layer& N = layers[l + 1];

@@ -283,54 +283,14 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::attn_out);
     // ---- MoE sublayer
-    route_config rc;
-    rc.top_k = K;
-    rc.route_scale = float(cf.route_scale);
-    cur->begin_concurrent();
-    k.hc_sinkhorn(*cur, sh, partials, G.hc_ffn_base, G.hc_ffn_scale, 1, coeff);
-    // with fuse_route the routing runs in the router's dispatch (kernels::router_route), where it applies
-    const bool routed = opt.fuse_route && k.router_route(*cur, G.gate, u, rlogits, G.gate_bias,
-                                                         kind.hash ? view(G.tid2eid) : view(), cf.vocab, token, rc,
-                                                         G.route_idx, G.route_w);
-    if (!routed) k.matmul(*cur, G.gate, u, 1, rlogits);
-    const bool prepared = opt.expert_act == act_precision::i8 && k.moe_prepare(*cur, G.moe, u, K, moe_h);
-    if (G.shared_apart) da.quantize(*cur, {&G.sh_gate, &G.sh_up}, u, q_u);
-    cur->end_concurrent();
-    ts.op(routed ? "router + route (+ x int8) (concurrent)" : "router (+ x int8) (concurrent)");
-    // the FP8 shared expert's gate/up beside the routing (one workgroup): off the router's critical path
-    if (!routed || G.shared_apart) {
-      cur->begin_concurrent();
-      if (!routed && kind.hash)
-        k.route_hash(*cur, rlogits, G.tid2eid, cf.vocab, token, 1, E, rc, view(), G.route_idx, G.route_w);
-      else if (!routed)
-        k.route_score(*cur, rlogits, G.gate_bias, 1, E, rc, view(), G.route_idx, G.route_w);
-      if (G.shared_apart) {
-        da.matvec(*cur, G.sh_gate, u, q_u, sh_g);
-        da.matvec(*cur, G.sh_up, u, q_u, sh_u);
-      }
-      cur->end_concurrent();
-      ts.op(routed ? "shared gate/up (concurrent)" : "route (+ shared gate/up) (concurrent)");
-    }
-    ts.mark(&dsv4_gpu_profile::route);
-    if (segmented) {  // the selected ids to the host; run() makes those experts resident here
-      cur->copy(G.route_idx, experts->ids_slot(l), uint64_t(K) * 4);
-      if (experts->cpu_fallback()) {  // and what the host needs to run the experts it keeps (--cold-experts cpu)
-        cur->copy(G.route_w, experts->weights_slot(l), uint64_t(K) * 4);
-        cur->copy(u, experts->input_slot(l), experts->input_slot(l).bytes);
-      }
-      cut();
-      // the routing weights with the experts the host runs zeroed (written by the host before this part)
-      if (experts->cpu_fallback()) cur->copy(experts->weights_in(l), G.route_w, uint64_t(K) * 4);
-    }
-    const gpu_shared_apart sha{G.shared_apart ? &G.sh_down : nullptr, sh_g, sh_u, sh_out, cf.moe_inter};
-    const view moe_add = record_experts(k, cur, G.moe, sha, u, G.route_idx, G.route_w, K, float(cf.swiglu_limit),
-                                        moe_h, moe_out, opt.expert_act, experts->slot_map(l), prepared);
-    if (segmented && experts->cpu_fallback()) {  // a new part: the host computes its experts while this one runs
-      cut();
-      k.add(*cur, experts->cpu_sum(l), moe_out, experts->cpu_sum(l).bytes / 4);
-    }
-    ts.op("moe (+ shared expert apart, concurrent)");
-    ts.mark(&dsv4_gpu_profile::experts);
+    gpu_moe_sublayer_io io;
+    io.sh = sh, io.partials = partials, io.coeff = coeff, io.u = u, io.q_u = &q_u;
+    io.rlogits = rlogits, io.moe_h = moe_h, io.moe_out = moe_out, io.sh_g = sh_g, io.sh_u = sh_u, io.sh_out = sh_out;
+    io.rc.top_k = K, io.rc.route_scale = float(cf.route_scale);
+    io.experts = E, io.limit = float(cf.swiglu_limit), io.inter = cf.moe_inter, io.act = opt.expert_act;
+    io.fuse_route = opt.fuse_route;
+    if (kind.hash) io.tid2eid = view(G.tid2eid), io.token = view(token), io.vocab = cf.vocab;
+    const view moe_add = record_moe_sublayer(k, da, cur, ts, G, l, io, *experts, segmented, cut);
     const bool last = l + 1 == cf.layers;
     if (!last) {
       const dsv4_gpu_layer& N = layers[l + 1];
