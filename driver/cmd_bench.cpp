@@ -394,12 +394,13 @@ int run_bench(const bench_args& a) {
   if (a.json)
     std::printf("{\"prefill_tps\": %.3f, \"prefill_first_tps\": %.3f, \"decode_tps\": %.3f, \"decode_far_tps\": %.3f, "
                 "\"bytes_per_token\": %.0f, \"roofline_gbps\": %.3f, \"roofline_ratio\": %.4f, \"weight_bytes\": %llu, \"cache_slots\": %u, "
-                "\"cache_hit_rate\": %.4f, \"cache_bytes_per_token\": %.0f, \"cpu_experts_per_token\": %.3f}\n",
+                "\"cache_hit_rate\": %.4f, \"cache_bytes_per_token\": %.0f, \"cpu_experts_per_token\": %.3f, "
+                "\"decode_chained\": %s}\n",
                 pre_tps, a.prompt ? double(a.prompt) / first_s : 0.0, dec_tps, far_tps, bpt, roof / 1e9,
                 bpt * dec_tps / roof, (unsigned long long)m.weight_bytes(),
                 cd.active ? cd.slots : 0u, cd.lookups ? double(cd.hits) / double(cd.lookups) : 1.0,
                 cd.tokens ? double(cd.bytes_moved) / double(cd.tokens) : 0.0,
-                cd.tokens ? double(cd.cpu_experts) / double(cd.tokens) : 0.0);
+                cd.tokens ? double(cd.cpu_experts) / double(cd.tokens) : 0.0, chained ? "true" : "false");
   return 0;
 }
 

@@ -205,10 +205,12 @@ check "bench v41-tiny: sampled on the device" grep -q "sampled on the device: T 
 check "bench v41-tiny --decode-chain off: exit 0" test $? -eq 0
 check "bench v41-tiny --decode-chain off: each step by itself" grep -q "logprobs 3; each step run by itself" "$T/bs41s.out"
 check "bench v41-tiny --decode-chain off: its host phases" grep -q "host per step (run one at a time)" "$T/bs41s.out"
-"$CMFX" bench --synthetic tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far >"$T/bc4.out" 2>&1
+"$CMFX" bench --synthetic tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --json >"$T/bc4.out" 2>&1
 check "bench tiny greedy: chained on the device" grep -q "greedy on the device; chained on the device" "$T/bc4.out"
-"$CMFX" bench --synthetic tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --decode-chain off >"$T/bc4s.out" 2>&1
+check "bench tiny greedy --json: decode_chained true" grep -q '"decode_chained": true}$' "$T/bc4.out"
+"$CMFX" bench --synthetic tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --decode-chain off --json >"$T/bc4s.out" 2>&1
 check "bench tiny --decode-chain off: each step by itself" grep -q "greedy on the device; each step run by itself" "$T/bc4s.out"
+check "bench tiny --decode-chain off --json: decode_chained false" grep -q '"decode_chained": false}$' "$T/bc4s.out"
 "$CMFX" bench --synthetic v41-tiny --prompt 4 --tokens 4 --ctx 32 --roofline-mib 16 --no-far --temp 0.8 --sampling host >/dev/null 2>&1
 check "bench v41-tiny --temp --sampling host: exit 0" test $? -eq 0
 "$CMFX" bench --synthetic tiny --sampling gpu >/dev/null 2>&1
