@@ -141,9 +141,13 @@ void one_token(const uint t, const uint rg, const uint b, const uint lid, const 
   const float ov = live ? os[pc.ooff + t * d + c] : 0.0;
 #endif
   const uint cb = pc.coff + t * pc.cstride;
+  // post and C in registers before any store below: with the coefficients in a buffer this shader may write (the
+  // tail's finish rewrites them in place), a load after a store to outs could not be moved ahead of it
+  float cv[HC_N + HC_N * HC_N];
+  [[unroll]] for (uint i = 0u; i < HC_N + HC_N * HC_N; ++i) cv[i] = coeff[cb + HC_N + i];
   [[unroll]] for (uint k = 0u; k < HC_N; ++k) {
-    precise float acc = coeff[cb + HC_N + k] * ov;
-    [[unroll]] for (uint j = 0u; j < HC_N; ++j) acc += coeff[cb + 2u * HC_N + j * HC_N + k] * xin[j];
+    precise float acc = cv[k] * ov;
+    [[unroll]] for (uint j = 0u; j < HC_N; ++j) acc += cv[HC_N + j * HC_N + k] * xin[j];
     xv[k] = live ? acc : 0.0;
     if (live && rg == 0u) outs[pc.outoff + t * hc * d + k * d + c] = acc;
   }
