@@ -268,9 +268,10 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
       da.matvec_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), q_o,
                      view(z, g * ol * 4, ol * 4), uint32_t(g));
     cur->end_concurrent();
+    ts.op("wo_a groups (concurrent)");
     if (da.quantize(*cur, {&G.wo_b}, z, q_z)) ts.op("z int8");
     da.matvec(*cur, G.wo_b, z, q_z, attn_out);
-    ts.op("wo_a groups, wo_b");
+    ts.op("wo_b");
     // ---- MoE sublayer: the collapse with the attention's pre, in the boundary's dispatch
     k.hc_post_finish(*cur, sh, attn_out, X, coeff_a, 1, Xn, G.hc_ffn_fn, mix_rows, partials,
                      folded(G.hc_ffn_base, G.hc_ffn_scale, G.ffn_norm, coeff_a, coeff_f));
