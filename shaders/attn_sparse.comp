@@ -18,7 +18,9 @@
 // weight, eps pc.q_eps) and the RoPE of its last ATT_IROPE channels by the row's cos/sin; every workgroup applies
 // both to its staged heads — rmsnorm.comp's RMS_ROPE operations in its order (strided squares, wg_sum, r = 1 /
 // sqrt(mean + eps), y = q · r, rope_pair), so the values of rmsnorm_rope() then this kernel, one dependent dispatch
-// fewer. (Split workgroups of one head block each redo it: a few hundred values.)
+// fewer. (Split workgroups of one head block each redo it: a few hundred values.) ATT_QPREP = 2
+// (kernels::attn_shape::q_rope): the RoPE alone (V4.1's q has no per-head norm) — rope.comp's operations on the
+// staged heads, so the values of rope() then this kernel.
 // Defines: ATT_HD (head_dim), ATT_HB (heads per workgroup), ATT_KT (keys per tile, also the granule of
 // split_keys), ATT_OPT (= ceil(HD / WG)).
 #include "common/base.glsl"
@@ -53,7 +55,9 @@ layout(std430, binding = 7) readonly buffer CS { float cs_rows[]; };
 #if !ATT_IROPE
 #error "ATT_QPREP rotates q by the rows' cos/sin of ATT_IROPE"
 #endif
+#if ATT_QPREP == 1
 #include "common/reduce.glsl"
+#endif
 #endif
 
 const uint G = WG_SIZE / ATT_KT;  // invocations per key in (A)
@@ -87,7 +91,9 @@ void main() {
   barrier();  // q_s
   {
     ACC r[ATT_HB];
-#if REDUCE_SUBGROUP
+#if ATT_QPREP == 2
+    [[unroll]] for (uint h = 0u; h < ATT_HB; ++h) r[h] = ACC(1);  // no norm: y = q exactly
+#elif REDUCE_SUBGROUP
     // every head's sum in one pass: wg_sum's operations (the subgroup's sum, then the subgroups' in order) per
     // head, with one barrier for all of them; the partials in reduce.glsl's red_acc ([head][subgroup]: ATT_HB ·
     // subgroups ≤ WG_SIZE for subgroups of ≥ ATT_HB invocations) — no shared memory of its own, which would cost

@@ -172,7 +172,9 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
       k.rmsnorm_q8(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps, qr_q8->fmt, q_qr.at(qr_q8->fmt));
     else
       k.rmsnorm(*cur, qr, G.q_norm, qr, 1, cf.q_lora, eps);
-    k.rmsnorm(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps);
+    // the window KV's norm and rope in one dispatch (rmsnorm_rope: the values of the two), so that its FP8 cache
+    // quantisation runs beside wq_b
+    k.rmsnorm_rope(*cur, kv_row, G.kv_norm, kv_row, 1, uint32_t(hd), eps, cs_t, 1, uint32_t(rd));
     if (ixs) k.scale(*cur, iw, IH, float(1.0 / std::sqrt(double(IHD)) / std::sqrt(double(IH))));
     if (full && r == 1) k.rmsnorm(*cur, ent_row, G.comp_norm, ent_row, 1, uint32_t(hd), eps);
     cur->end_concurrent();
@@ -185,30 +187,33 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     cur->begin_concurrent();
     da.matvec(*cur, G.wq_b, qr, q_qr, q);
     if (ixs) da.matvec(*cur, G.ix_wq_b, qr, q_qr, iq);
-    k.rope(*cur, kv_row, cs_t, 1, 1, uint32_t(hd), uint32_t(rd), false);
+    if (opt.qat_kv) k.fake_quant(*cur, kv_row, 1, uint32_t(hd), dsv41_act_block, fq::e4m3);
     if (closes && r > 1) {
       gpu::kernels::pool_shape ps;
       ps.entries = 1, ps.ratio = r, ps.width = uint32_t(hd), ps.row_floats = uint32_t(hd), ps.overlap = false, ps.eps = eps;
       k.compress_pool(*cur, ps, G.pend_kv, G.pend_sc, win2, G.comp_norm, ent_row);
     }
     cur->end_concurrent();
-    ts.op("wq_b, ix_wq_b, kv rope, pool (concurrent)");
+    ts.op("wq_b, ix_wq_b, kv FP8, pool (concurrent)");
     // The latent is pre-rope here: the index key is projected from it before its own rope.
     if (closes && da.quantize(*cur, {&G.ix_wk}, ent_row, q_ent)) ts.op("entry int8");
-    cur->begin_concurrent();
-    k.rope(*cur, q, cs_t, 1, H, uint32_t(hd), uint32_t(rd), false);
-    if (ixs) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
-    if (opt.qat_kv) k.fake_quant(*cur, kv_row, 1, uint32_t(hd), dsv41_act_block, fq::e4m3);
-    if (closes) da.matvec(*cur, G.ix_wk, ent_row, q_ent, key_row);
-    cur->end_concurrent();
-    const view cs_g = closes ? row(cs_comp, t + 1 - r, rd) : view();  // the group's position
-    cur->begin_concurrent();
-    if (ixs && opt.qat_kv) k.fake_quant(*cur, iq, 1, IH * IHD, dsv41_index_fp4_block, fq::e2m1);
-    if (closes) {
-      k.rmsnorm(*cur, key_row, G.ix_k_norm, key_row, 1, IHD, eps);
-      k.rope(*cur, ent_row, cs_g, 1, 1, uint32_t(hd), uint32_t(rd), false);
+    // (q's rope runs in the attention's workgroups: attn_shape::q_rope)
+    if (ixs || closes) {
+      cur->begin_concurrent();
+      if (ixs) k.rope(*cur, iq, cs_t, 1, IH, IHD, uint32_t(rd), false);
+      if (closes) da.matvec(*cur, G.ix_wk, ent_row, q_ent, key_row);
+      cur->end_concurrent();
     }
-    cur->end_concurrent();
+    const view cs_g = closes ? row(cs_comp, t + 1 - r, rd) : view();  // the group's position
+    if ((ixs && opt.qat_kv) || closes) {
+      cur->begin_concurrent();
+      if (ixs && opt.qat_kv) k.fake_quant(*cur, iq, 1, IH * IHD, dsv41_index_fp4_block, fq::e2m1);
+      if (closes) {
+        k.rmsnorm(*cur, key_row, G.ix_k_norm, key_row, 1, IHD, eps);
+        k.rope(*cur, ent_row, cs_g, 1, 1, uint32_t(hd), uint32_t(rd), false);
+      }
+      cur->end_concurrent();
+    }
     if (closes) {
       cur->begin_concurrent();
       k.rope(*cur, key_row, cs_g, 1, 1, IHD, uint32_t(rd), false);
@@ -216,7 +221,7 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
       cur->end_concurrent();
       if (opt.qat_kv) k.fake_quant(*cur, key_row, 1, IHD, dsv41_index_fp4_block, fq::e2m1);
     }
-    ts.op("ropes, KV / index quantisation");
+    if (ixs || closes) ts.op("index q / key ropes, entry / index quantisation");
     ts.mark(&gpu_graph_profile::compress);
     // ---- indexer: the published keys of keys_from, the candidate pool, the top-k into this layer's slots
     if (ixs) {
@@ -250,7 +255,7 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     bool o_q8_done = false;
     gpu::kernels::attn_shape as;
     as.rows = 1, as.heads = H, as.head_dim = uint32_t(hd), as.scale = float(1.0 / std::sqrt(double(hd)));
-    as.inv_rope_dim = uint32_t(rd);
+    as.inv_rope_dim = uint32_t(rd), as.q_rope = true;  // q's rope in its workgroups (no per-head norm in V4.1)
     if (r) {
       as.keys = uint32_t(W + TK), as.kv_a_rows = uint32_t(ent_cap), as.kv_b_rows = uint32_t(W);
       o_q8_done = k.sparse_attention(*cur, as, q, layers.at(size_t(P.kv_from)).entries, G.ring,

@@ -131,8 +131,9 @@ bool kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   }
   const detail::bound b_cs = e.bind(ir ? inv_rope_cs : view(), ir ? csb : 4);
   const uint32_t tc = attn_tc_mode(e, sh);
-  if (sh.q_norm_rope && (!ir || tc))
-    throw usage_error(std::string(op) + ": q_norm_rope needs inv_rope_dim > 0 and a shape not on f16 tiles");
+  if ((sh.q_norm_rope || sh.q_rope) && (!ir || tc))
+    throw usage_error(std::string(op) + ": q_norm_rope / q_rope need inv_rope_dim > 0 and a shape not on f16 tiles");
+  if (sh.q_norm_rope && sh.q_rope) throw usage_error(std::string(op) + ": q_norm_rope and q_rope exclude each other");
   const bool split = pl.splits > 1 && !tc;
   if (split && c.in_concurrent())
     throw usage_error(std::string(op) + ": a split shape is two dependent dispatches: not inside begin_concurrent");
@@ -166,7 +167,7 @@ bool kernels::sparse_attention(commands& c, const attn_shape& sh, view q, view k
   }
   const std::string defs = detail::def_u("ATT_HD", sh.head_dim) + detail::def_u("ATT_HB", attn_heads_per_wg) +
                            detail::def_u("ATT_KT", attn_keys_per_tile) + detail::def_u("ATT_OPT", opt) + ir_def +
-                           "#define ATT_QPREP " + (sh.q_norm_rope ? "1\n" : "0\n");
+                           "#define ATT_QPREP " + (sh.q_norm_rope ? "1\n" : sh.q_rope ? "2\n" : "0\n");
   const detail::binding b[8] = {b_q.b, b_a.b, b_b.b, b_i.b, b_s.b, b_o.b, b_x.b, b_cs.b};
   const uint32_t nb = ir ? 8 : 7;
   e.grid(uint64_t(sh.rows) * pl.nhb * pl.splits, gx, gy);

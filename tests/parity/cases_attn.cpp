@@ -240,12 +240,24 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
   gpu::kernels::attn_shape sh3 = sh2;
   sh3.q_norm_rope = true;
   sh3.q_norm_eps = q_eps;
+  // q's rope alone in the attention (attn_shape::q_rope, V4.1) against rope then the attention, on the same q
+  const gpu::buffer qr2 = upload(s.dev, q);
+  guarded og6(s.dev, q.size() * 4), og7(s.dev, q.size() * 4);
+  std::unique_ptr<guarded> xg6, xg7;
+  gpu::kernels::attn_shape sh4 = sh2;
+  sh4.q_rope = true;
   if (!a.f16) {
     s.kern.rmsnorm_rope(c, qrb, gpu::view(), qnb, rows * H, hd, q_eps, cb, H, a.rd);
     xg4 = attn_record(s, c, sh2, qnb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
                       og4.payload(), cb);
     xg5 = attn_record(s, c, sh3, qrb, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
                       og5.payload(), cb);
+    xg7 = attn_record(s, c, sh4, qr2, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
+                      og7.payload(), cb);
+    c.barrier();  // (q_rope's staged copy read qr2 before the rope below rotates it in place)
+    s.kern.rope(c, qr2, cb, rows, H, hd, a.rd, false);
+    xg6 = attn_record(s, c, sh2, qr2, ab, a.comp ? gpu::view(bb) : gpu::view(), ib, a.sink ? gpu::view(sb) : gpu::view(),
+                      og6.payload(), cb);
   }
   s.submit(c);
   std::string qprep_note;
@@ -261,6 +273,14 @@ std::string attn_case(suite& s, uint64_t seed, const attn_cfg& a, std::string& i
       return w;
     qprep_note = bits ? "q prep bit-identical, " : "q prep within f32 roundings, ";
     qprep_out = std::move(inq);
+    std::vector<float> rsep(q.size()), rin(q.size());
+    if (auto why = read_all(og6, rsep); !why.empty()) return "rope then attention: " + why;
+    if (auto why = read_all(og7, rin); !why.empty()) return "q rope in the attention: " + why;
+    if (auto why = scratch_intact(xg7, gpu::kernels::attn_scratch_floats(sh4)); !why.empty()) return why;
+    bool rbits = false;
+    if (auto w = fused_vs_separate(rin, rsep, "q rope in the attention vs rope then attention", rbits); !w.empty())
+      return w;
+    qprep_note += rbits ? "q rope bit-identical, " : "q rope within f32 roundings, ";
   }
   std::vector<float> got(q.size()), fused(q.size());
   if (auto why = read_all(og, got); !why.empty()) return why;

@@ -592,6 +592,11 @@ class kernels {
     /// a shape on f16 tiles (attn_f16_tiles: usage_error).
     bool q_norm_rope = false;
     float q_norm_eps = 0;
+    /// true (not with q_norm_rope): q is taken before the RoPE of its last inv_rope_dim channels by inv_rope_cs (not
+    /// inverse), which the kernel applies to its own staged copy — the values of rope(q, inv_rope_cs, rows, heads,
+    /// head_dim, inv_rope_dim, false) then the attention (V4.1's q: no per-head norm), one dependent dispatch fewer.
+    /// The same conditions as q_norm_rope.
+    bool q_rope = false;
   };
   /// Largest head_dim of sparse_attention (q and the output accumulators of a head block live in shared memory).
   static constexpr uint32_t attn_max_head_dim = 512;
