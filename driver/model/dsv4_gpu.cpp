@@ -119,11 +119,14 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
   // site's mix, then — in its last workgroup — that site's hc_pre_finish and input norm (the Sinkhorn C apart).
   // q_w: where that site's first product of u reads int8 activations, the finish also writes u's copy for its
   // format (hc_finish_args::y_q8: no "u int8" step before the attention projections).
+  // The attention sites' coefficients in coeff, the FFN sites' in coeff_f (coeff itself with fold_u_q8).
+  const view c_att = coeff, c_ffn = opt.fold_u_q8 ? view(coeff) : view(coeff_f);
   auto pre_of = [&](const gpu::buffer& base, const gpu::buffer& scale, const gpu::buffer& norm_w,
-                    const gpu::gpu_matrix* q_w = nullptr) {
+                    const gpu::gpu_matrix* q_w = nullptr, view out = view()) {
     gpu::kernels::hc_finish_args f;
     f.base = base, f.scale = scale, f.sinkhorn = false, f.y = u, f.norm = norm_w;
     if (opt.fold_u_q8) da.finish_q8(f, q_w, q_u);
+    else f.coeff_out = out;  // the other site's buffer (not the one this boundary's post reads)
     return f;
   };
   // The products of the attention site's u (its int8 copy once per format among them; the first format's written
@@ -135,7 +138,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
         &N.wq_a, &N.wkv, N.kind.ratio ? &N.comp.wkv : nullptr, N.kind.ratio ? &N.comp.wgate : nullptr,
         N.kind.indexer ? &N.ix.wkv : nullptr, N.kind.indexer ? &N.ix.wgate : nullptr, ixs ? &N.ix_wp : nullptr};
   };
-  k.hc_post_finish(*cur, sh, view(), X, coeff, 1, view(), layers.at(0).hc_attn_fn, mix_rows, partials,
+  k.hc_post_finish(*cur, sh, view(), X, c_att, 1, view(), layers.at(0).hc_attn_fn, mix_rows, partials,
                    pre_of(layers[0].hc_attn_base, layers[0].hc_attn_scale, layers[0].attn_norm,
                           da.first(u_users(layers[0]))));
   ts.op("hc_mix + hc_pre_finish + attn_norm");
@@ -170,7 +173,7 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
       ts.op("u int8");
       cur->begin_concurrent();
     }
-    k.hc_sinkhorn(*cur, sh, partials, G.hc_attn_base, G.hc_attn_scale, 1, coeff);
+    k.hc_sinkhorn(*cur, sh, partials, G.hc_attn_base, G.hc_attn_scale, 1, c_att);
     da.matvec(*cur, G.wq_a, u, q_u, qr);
     da.matvec(*cur, G.wkv, u, q_u, kv_row);
     if (kind.ratio) {
@@ -277,14 +280,14 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     if (da.quantize(*cur, {&G.wo_b}, z, q_z)) ts.op("z int8");
     da.matvec(*cur, G.wo_b, z, q_z, attn_out);
     ts.op("wo_b");
-    k.hc_post_finish(*cur, sh, attn_out, X, coeff, 1, Xn, G.hc_ffn_fn, mix_rows, partials,
-                     pre_of(G.hc_ffn_base, G.hc_ffn_scale, G.ffn_norm));
+    k.hc_post_finish(*cur, sh, attn_out, X, c_att, 1, Xn, G.hc_ffn_fn, mix_rows, partials,
+                     pre_of(G.hc_ffn_base, G.hc_ffn_scale, G.ffn_norm, nullptr, c_ffn));
     ts.op("hc_post + mix + hc_pre_finish + ffn_norm");
     std::swap(X, Xn);
     ts.mark(&dsv4_gpu_profile::attn_out);
     // ---- MoE sublayer
     gpu_moe_sublayer_io io;
-    io.sh = sh, io.partials = partials, io.coeff = coeff, io.u = u, io.q_u = &q_u;
+    io.sh = sh, io.partials = partials, io.coeff = c_ffn, io.u = u, io.q_u = &q_u;
     io.rlogits = rlogits, io.moe_h = moe_h, io.moe_out = moe_out, io.sh_g = sh_g, io.sh_u = sh_u, io.sh_out = sh_out;
     io.rc.top_k = K, io.rc.route_scale = float(cf.route_scale);
     io.experts = E, io.limit = float(cf.swiglu_limit), io.inter = cf.moe_inter, io.act = opt.expert_act;
@@ -294,17 +297,17 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     const bool last = l + 1 == cf.layers;
     if (!last) {
       const dsv4_gpu_layer& N = layers[l + 1];
-      k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, N.hc_attn_fn, mix_rows, partials,
-                       pre_of(N.hc_attn_base, N.hc_attn_scale, N.attn_norm, da.first(u_users(N))), moe_add);
+      k.hc_post_finish(*cur, sh, moe_out, X, c_ffn, 1, Xn, N.hc_attn_fn, mix_rows, partials,
+                       pre_of(N.hc_attn_base, N.hc_attn_scale, N.attn_norm, da.first(u_users(N)), c_att), moe_add);
       ts.op("hc_post + mix + hc_pre_finish + attn_norm");
     } else if (logits_mode) {  // + hc_head_finish and the final norm
       gpu::kernels::hc_finish_args f;
       f.base = hc_head_base, f.head = true, f.head_scale = hc_head_scale, f.y = u, f.norm = norm;
       if (opt.fold_u_q8) da.finish_q8(f, &head, q_u);  // the head's u int8 (no step of its own)
-      k.hc_post_finish(*cur, sh, moe_out, X, coeff, 1, Xn, hc_head_fn, uint32_t(hc), partials, f, moe_add);
+      k.hc_post_finish(*cur, sh, moe_out, X, c_ffn, 1, Xn, hc_head_fn, uint32_t(hc), partials, f, moe_add);
       ts.op("hc_post + hc_head_finish + norm");
     } else {
-      k.hc_post(*cur, sh, moe_out, X, coeff, 1, Xn, view(), 0, view(), moe_add);
+      k.hc_post(*cur, sh, moe_out, X, c_ffn, 1, Xn, view(), 0, view(), moe_add);
       ts.op("hc_post");
     }
     std::swap(X, Xn);

@@ -90,6 +90,10 @@ struct dsv4_gpu_model::impl {
   // scratch
   gpu::buffer X, Xn, partials, coeff, u, qr, q, o, z, attn_out, iq, iw, score, rlogits, moe_h, moe_out, sh_g,
       sh_u, sh_out, logits, best;
+  // the FFN sites' coefficients (coeff: the attention sites'): each boundary reads one site's and its finish writes
+  // the other's (kernels::hc_finish_args::coeff_out), never the buffer its own workgroups read; with fold_u_q8 (whose
+  // int8 copy takes coeff_out's binding) both sites share coeff, rewritten in place as before
+  gpu::buffer coeff_f;
   // host-visible u32: a step's chosen id (logits_mode ≥ 2, not chained), copied there by its recording and read after
   // its fence — no download (a second submission and fence wait) per step
   gpu::buffer best_host;

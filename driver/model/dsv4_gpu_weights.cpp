@@ -178,7 +178,7 @@ void dsv4_gpu_model::impl::alloc_state() {
   const uint64_t hcd = uint64_t(c.hc) * d, mix_rows = uint64_t(2 + c.hc) * c.hc;
   X = buf(hcd * f), Xn = buf(hcd * f);
   partials = buf(k.hc_partials_bytes(sh, 1, uint32_t(mix_rows)));
-  coeff = buf(gpu::kernels::hc_coeff_floats(c.hc) * f);
+  coeff = buf(gpu::kernels::hc_coeff_floats(c.hc) * f), coeff_f = buf(gpu::kernels::hc_coeff_floats(c.hc) * f);
   u = buf(d * f), attn_out = buf(d * f), moe_out = buf(d * f), sh_out = buf(d * f);
   qr = buf(c.q_lora * f);
   q = buf(uint64_t(c.heads) * hd * f), o = buf(uint64_t(c.heads) * hd * f);
