@@ -1,7 +1,8 @@
 // V4.1's decode chained on the device (dsv41_gpu_options::device_embedding; docs/VULKAN.md "A step's chosen id
 // without a download"): greedy (decode_greedy_each) or drawn on the device by the chooser (decode_sampled_each, with
-// the step's logprobs in the chooser's ring slot of the step's id). V4 chains its steps because everything a step needs from its token is on the device; a
-// V4.1 step also needs its token's Engram rows, and those tables stay on the host (two of ~98 GB in the release).
+// the step's logprobs in the chooser's ring slot of the step's id). V4 chains its steps because everything a step
+// needs from its token is on the device; a V4.1 step also needs its token's Engram rows, and those tables stay on
+// the host (two of ~98 GB in the release).
 // So each step, recorded ahead, goes out in two parts:
 //   part A — the token's embedding gathered from the previous step's argmax (kernels::embed_rows) and the layers
 //            before the first Engram layer — submitted while the previous step still runs;
