@@ -165,6 +165,7 @@ int run_bench(const bench_args& a) {
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk;
     go.dense_act = dact;
+    go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
     if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);

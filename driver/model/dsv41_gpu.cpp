@@ -519,14 +519,27 @@ std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last
   if (ids.empty()) return {};
   m.check_chunk(ids);
   if (m.pos == 0) m.prefill_end = ids.size();  // a chunk at position 0 is a prefill
-  // The mode the next step will have (its recording is made ahead): the chunk's last token's, then the same.
-  auto mode_at = [&](size_t i) { return last && i + 1 == ids.size() ? 1 : 0; };
-  for (size_t i = 0; i < ids.size(); ++i)
-    m.run(ids[i], mode_at(i), m.pos < m.prefill_end, trace, i + 1 < ids.size() ? mode_at(i + 1) : -1);
+  if (m.chunks_ids(ids.size())) {  // prefill chunks (dsv41_gpu_chunk.cpp)
+    m.chunk_stats = {};
+    const uint32_t C = m.opt.prefill_chunk;
+    for (size_t b = 0; b < ids.size(); b += C) {
+      const size_t e = std::min(ids.size(), b + C);
+      m.run_chunk(ids.subspan(b, e - b), last && e == ids.size(), nullptr, trace);
+    }
+  } else {
+    run_steps(m, ids, last, trace);
+  }
   if (!last) return {};
   std::vector<float> out(m.cfg.vocab);
   m.dev.download(m.logits, out.data(), out.size() * 4);
   return out;
+}
+
+void dsv41_gpu_model::run_steps(impl& m, std::span<const uint32_t> ids, bool last, dsv41_trace* trace) {
+  // The mode the next step will have (its recording is made ahead): the chunk's last token's, then the same.
+  auto mode_at = [&](size_t i) { return last && i + 1 == ids.size() ? 1 : 0; };
+  for (size_t i = 0; i < ids.size(); ++i)
+    m.run(ids[i], mode_at(i), m.pos < m.prefill_end, trace, i + 1 < ids.size() ? mode_at(i + 1) : -1);
 }
 
 std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
@@ -535,6 +548,17 @@ std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
   m.check_chunk(ids);
   if (m.pos == 0) m.prefill_end = ids.size();  // a chunk at position 0 is a prefill
   std::vector<float> out(ids.size() * m.cfg.vocab);
+  if (m.chunks_ids(ids.size())) {  // every row's logits of each chunk
+    m.chunk_stats = {};
+    const uint32_t C = m.opt.prefill_chunk;
+    for (size_t b = 0; b < ids.size(); b += C) {
+      const size_t n = std::min<size_t>(ids.size() - b, C);
+      gpu::buffer all = m.dev.alloc(n * m.cfg.vocab * 4);
+      m.run_chunk(ids.subspan(b, n), false, &all, nullptr);
+      m.dev.download(all, out.data() + b * m.cfg.vocab, n * m.cfg.vocab * 4);
+    }
+    return out;
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
     m.run(ids[i], 1, m.pos < m.prefill_end, nullptr, i + 1 < ids.size() ? 1 : -1);
     m.dev.download(m.logits, out.data() + i * m.cfg.vocab, uint64_t(m.cfg.vocab) * 4);

@@ -14,7 +14,9 @@
 // ~100 GB each and stay in the mapped file) and uploaded with the token; the key/value projection and the gated add
 // run on the device.
 //
-// Scope: one sequence, one token per submission, f32 activations except the experts (expert_act).
+// Scope: one sequence; one token per submission, or a prefill chunk of prefill_chunk positions per submission (every
+// op batched over its rows: dsv41_gpu_chunk.cpp); f32 activations except the experts (expert_act) and the decode's
+// dense products (dense_act).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -22,8 +24,10 @@
 #include <vector>
 
 #include "cmfx/kernels/act_precision.hpp"
+#include "cmfx/vk/gemm_precision.hpp"
 #include "dsv41_forward.hpp"
 #include "gpu_graph.hpp"
+#include "prefill_experts.hpp"
 
 namespace cmfx::gpu {
 class device;
@@ -60,6 +64,15 @@ struct dsv41_gpu_options {
   /// test option (unquantised f32 rows, compared with the CPU graph's qat_kv = false without FP4 rounding flips).
   bool qat_kv = true;
   bool pipeline = true;  ///< record the next position's command buffer while the device runs this one
+  /// Positions per prefill chunk (forward() of several ids that are a prefill — or anywhere without stale_index_k):
+  /// each chunk is one recording with every op batched over its rows (dsv41_gpu_chunk.cpp). 0 or 1: token by token.
+  /// The chunk's scratch is allocated by the first chunk; with the expert cache prompts run token by token.
+  uint32_t prefill_chunk = 0;
+  /// The prefill chunks' tiled GEMMs, as dsv4_gpu_options::gemm (f16 on the tensor cores where the device has them;
+  /// f32: the parity reference). Decode steps are not affected.
+  gpu::gemm_precision gemm = gpu::gemm_precision::f16;
+  /// The prefill chunks' experts' activation precision, as dsv4_gpu_options::prefill_experts.
+  prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;
   /// Greedy decode chained on the device (decode_greedy_each): the embedding on the device, each step gathering its
   /// token's row from the previous step's argmax, submitted in two parts — layer 0 while the previous step still
   /// runs, the rest once the host has staged the token's Engram rows (the tables stay on the host). Not with the
@@ -94,7 +107,11 @@ class dsv41_gpu_model final : public gpu_graph {
   std::vector<float> forward(std::span<const uint32_t> ids, bool last) override { return run(ids, last, nullptr); }
   /// As forward (a chunk at position 0 is a prefill), with every token's logits [n, vocab].
   std::vector<float> forward_all(std::span<const uint32_t> ids) override;
+  /// As forward, with a trace (per token, as dsv41_model::forward's). Where the ids may run in prefill chunks
+  /// (chunks_ids), they do.
   std::vector<float> run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
+  bool prefill_chunked() const override;
+  gpu_prefill_stats last_prefill() const override;
   uint32_t step_greedy(uint32_t token) override;
   /// Greedy decode chained on the device where it can (chains_decode: device_embedding, no expert cache, no
   /// profile, a decode position), else step by step.
@@ -125,6 +142,7 @@ class dsv41_gpu_model final : public gpu_graph {
   struct impl;
 
  private:
+  static void run_steps(impl& m, std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
   std::unique_ptr<impl> p_;
 };
 

@@ -39,6 +39,21 @@ struct dsv41_gpu_layer {
   gpu::buffer route_idx, route_w;
 };
 
+/// The scratch of one prefill chunk of up to C positions (dsv41_gpu_chunk.cpp; allocated by the first chunk). The
+/// chunk's window KV and ratio-2 pending rows are staged linearly (kvs: the W positions before the chunk, then its
+/// own; cps / css: the open group's rows before the chunk, then its own), so the decode's rings keep their layout.
+struct dsv41_gpu_chunk_bufs {
+  uint32_t C = 0;
+  gpu::buffer X, Xn, partials, coeff_a, coeff_f, fold0, u, qr, q, o, z, attn_out, kvs, cps, css, iq, iw, score,
+      picks, cand_blk, cand_idx, rlogits, ridx, rw, moe_h, moe_out, sh_g, sh_u, sh_out, eg_kv, attn_x;
+  gpu::buffer tokens, idx_swa, idx_win;
+  std::vector<gpu::buffer> counts;  // per ratio r (index r): uint32 [C] entries finished at each row, (p + 1) / r
+  std::vector<gpu::buffer> win;     // per ratio r > 1: uint32 [groups, 2] each closing group's first staged row
+  std::vector<gpu::buffer> idx;     // per index source layer: int32 [C, W + index_topk] each row's attention slots
+  std::vector<gpu::buffer> eg_E;    // per Engram layer: the rows' decoded table rows [C, embed_dim]
+  uint64_t bytes = 0;               // device bytes of these buffers
+};
+
 class record_task;  // gpu_recording.hpp: a recording made a layer at a time
 struct gpu_recording;  // gpu_recording.hpp
 
@@ -65,6 +80,19 @@ struct dsv41_gpu_model::impl {
   uint64_t ent_cap = 0;  // compressed rows every KV source can hold (= max_ctx: ratio 1 writes one per position)
 
   gpu::buffer cs_swa, cs_comp;  // cos/sin [max_ctx, rope_dim] of the two rope tables (f32)
+  // Prefill chunks (dsv41_gpu_chunk.cpp): the compressed rope table at the groups' positions j·r per ratio r > 1 of
+  // a KV source (cs_ent[r]: [max_ctx / r, rope_dim]; ratio 1 reads cs_comp), the chunk scratch, the last prompt's
+  // chunk statistics.
+  std::vector<gpu::buffer> cs_ent;
+  std::unique_ptr<dsv41_gpu_chunk_bufs> ch;
+  gpu_prefill_stats chunk_stats;
+  /// Whether n ids at the current position may run in prefill chunks: prefill_chunk > 1, n > 1, no expert cache,
+  /// and the ids a prefill (or no stale_index_k: then every row scores its layer's static key source).
+  bool chunks_ids(uint64_t n) const;
+  void alloc_chunk();
+  /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk): want_logits the last row's into `logits`,
+  /// all_logits every row's [n, vocab]; trace: per row, as run()'s.
+  void run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits, dsv41_trace* trace);
   // per-token parameters
   gpu::buffer swa_idx, win2, fold0;  // fold0: the one-hot pre-mix before layer 0
   std::vector<gpu::buffer> eg_E;     // per Engram layer: the token's decoded table rows [cols · engram_head_dim]

@@ -133,6 +133,14 @@ void dsv41_gpu_model::impl::alloc_state() {
   cs_swa = upload_rope_table(dev, dsv41_rope_config(c, false), ctx);
   cs_comp = upload_rope_table(dev, dsv41_rope_config(c, true), ctx);
   state_bytes += cs_swa.size() + cs_comp.size();
+  if (opt.prefill_chunk > 1)  // the prefill chunks rope the closing groups at their positions j·r
+    for (const dsv41_layer_plan& P : c.plan)
+      if (P.mode == dsv41_mode::full && P.ratio > 1) {
+        if (cs_ent.size() <= P.ratio) cs_ent.resize(P.ratio + 1);
+        if (cs_ent[P.ratio]) continue;
+        cs_ent[P.ratio] = upload_rope_table(dev, dsv41_rope_config(c, true), std::max<uint64_t>(ctx / P.ratio, 1), P.ratio);
+        state_bytes += cs_ent[P.ratio].size();
+      }
   ent_cap = ctx;  // a ratio-1 source writes one entry per position; one capacity for all keeps one window offset
   // the indexer's kernel variant changes with the entry count: build them all now, not mid-generation
   k.prepare_index_score(c.index_heads, c.index_head_dim, uint32_t(std::min<uint64_t>(ent_cap, UINT32_MAX)));

@@ -31,12 +31,6 @@ namespace {
 
 using gpu::view;
 
-/// The router (E rows, 256 on V4-Flash) on the tensor cores' largest 128 × 128 tiles is 8 workgroups of the full
-/// K, as long as the 16-times larger shared gate/up products beside it (H200: router alone 9.85 ms per 512-token
-/// chunk, with them 16.9): its grid takes smaller tiles until it has this many workgroups (the smallest tiles:
-/// 32 for a 512-token chunk). Only the router: smaller tiles for every small product lost as much elsewhere
-/// (docs/PERF.md "Twenty-sixth session").
-constexpr uint32_t router_min_groups = 128;
 
 view rows(const gpu::buffer& b, uint64_t r0, uint64_t n, uint64_t floats) {
   return view(b, r0 * floats * 4, n * floats * 4);
@@ -109,11 +103,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   if (!ch) alloc_chunk();
   dsv4_gpu_chunk_bufs& B = *ch;
   if (T > B.C) throw std::logic_error("gpu model: chunk longer than prefill_chunk");
-  if (pos + T > opt.max_ctx)
-    throw usage_error("gpu model: positions " + std::to_string(pos) + ".." + std::to_string(pos + T - 1) +
-                      " reach beyond the device context of " + std::to_string(opt.max_ctx) + " positions (--ctx)");
-  for (uint32_t tok : toks)
-    if (tok >= cf.vocab) throw usage_error("gpu model: token id " + std::to_string(tok) + " >= vocab " + std::to_string(cf.vocab));
+  gpu_graph::check_ids(toks, cf.vocab, pos, opt.max_ctx);
   next.reset();
   const gpu::gemm_precision_scope gemm_mode(k, opt.gemm);  // pipelines are picked as the chunk is recorded
   const uint64_t P = pos, d = cf.dim, hc = cf.hc, hd = cf.head_dim, rd = cf.rope_dim, W = cf.window, R = ring_rows;
@@ -136,12 +126,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   {
     dev.upload(view(B.tokens, 0, T * 4), toks.data(), T * 4);
     if (!embed_on_device) {
-      std::vector<float> xe(uint64_t(T) * hc * d);
-      std::vector<float> row(d);
-      for (uint32_t t = 0; t < T; ++t) {
-        visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, toks[t], row.data()); });
-        for (uint64_t j = 0; j < hc; ++j) std::memcpy(xe.data() + (t * hc + j) * d, row.data(), d * 4);
-      }
+      const std::vector<float> xe = embed_rows_host(embed, toks, hc, d);
       dev.upload(rows(B.X, 0, T, hc * d), xe.data(), xe.size() * 4);
     }
     std::vector<uint32_t> counts(T);
@@ -327,7 +312,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     rc.top_k = K;
     rc.route_scale = float(cf.route_scale);
     c.begin_concurrent();
-    k.matmul(c, G.gate, B.u, T, B.rlogits, act_precision::f32, router_min_groups);
+    k.matmul(c, G.gate, B.u, T, B.rlogits, act_precision::f32, prefill_router_min_groups);
     const bool sh_apart = G.shared_apart || G.shared_apart_chunks;
     if (sh_apart) {
       k.matmul(c, G.sh_gate, B.u, T, B.sh_g);
@@ -388,18 +373,11 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     dev.download(view(tr_keys, 0, keys.size() * 4), keys.data(), keys.size() * 4);
     trace->topk.resize(cf.layers);
     trace->experts.resize(cf.layers);
-    auto sorted = [](const uint32_t* p, uint64_t n) {
-      std::vector<uint32_t> out;
-      for (uint64_t i = 0; i < n; ++i)
-        if (p[i] != 0xFFFFFFFFu) out.push_back(p[i]);
-      std::sort(out.begin(), out.end());
-      return out;
-    };
     for (uint32_t l = 0; l < cf.layers; ++l)
       for (uint32_t t = 0; t < T; ++t) {
-        trace->experts[l].push_back(sorted(ex.data() + (uint64_t(l) * T + t) * K, K));
+        trace->experts[l].push_back(sorted_ids(ex.data() + (uint64_t(l) * T + t) * K, K));
         if (layers[l].kind.indexer)
-          trace->topk[l].push_back(sorted(keys.data() + (uint64_t(l) * T + t) * (W + TK) + W, TK));
+          trace->topk[l].push_back(sorted_ids(keys.data() + (uint64_t(l) * T + t) * (W + TK) + W, TK));
       }
   }
 }

@@ -1,6 +1,7 @@
 #include "gpu_upload.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "cmfx/formats/format_list.hpp"
@@ -69,12 +70,27 @@ void gpu_state_fill_random(gpu::device& dev, const std::vector<const gpu::buffer
 }
 
 std::vector<uint32_t> gpu_sorted_ids(gpu::device& dev, const gpu::view& v, uint64_t n) {
-  std::vector<uint32_t> raw(n), out;
+  std::vector<uint32_t> raw(n);
   dev.download(v, raw.data(), n * 4);
-  for (uint32_t x : raw)
-    if (x != 0xFFFFFFFFu) out.push_back(x);
+  return sorted_ids(raw.data(), n);
+}
+
+std::vector<uint32_t> sorted_ids(const uint32_t* p, uint64_t n) {
+  std::vector<uint32_t> out;
+  for (uint64_t i = 0; i < n; ++i)
+    if (p[i] != 0xFFFFFFFFu) out.push_back(p[i]);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::vector<float> embed_rows_host(const dsv4_matrix& embed, std::span<const uint32_t> ids, uint64_t copies, uint64_t d) {
+  std::vector<float> xe(ids.size() * copies * d);
+  std::vector<float> row(d);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    visit_format(embed.fmt, [&]<class F>() { F::decode_row(embed.v, ids[t], row.data()); });
+    for (uint64_t j = 0; j < copies; ++j) std::memcpy(xe.data() + (t * copies + j) * d, row.data(), d * 4);
+  }
+  return xe;
 }
 
 }  // namespace cmfx::driver

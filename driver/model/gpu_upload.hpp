@@ -1,6 +1,7 @@
 #pragma once
 // Upload helpers shared by the V4 and V4.1 GPU graphs (dsv4_gpu_weights.cpp, dsv41_gpu_weights.cpp).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cmfx/ops/rope.hpp"
@@ -34,5 +35,11 @@ void gpu_state_fill_random(gpu::device& dev, const std::vector<const gpu::buffer
 
 /// Traces: the n uint32 ids at v, negative (0xFFFFFFFF) ones dropped, sorted ascending.
 std::vector<uint32_t> gpu_sorted_ids(gpu::device& dev, const gpu::view& v, uint64_t n);
+/// The same for n ids already read back.
+std::vector<uint32_t> sorted_ids(const uint32_t* p, uint64_t n);
+
+/// A prefill chunk's embedding rows decoded on the host (where the device holds no embedding): [ids, copies, d],
+/// each id's row repeated `copies` times (the hc streams).
+std::vector<float> embed_rows_host(const dsv4_matrix& embed, std::span<const uint32_t> ids, uint64_t copies, uint64_t d);
 
 }  // namespace cmfx::driver

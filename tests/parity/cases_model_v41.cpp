@@ -112,6 +112,7 @@ struct toy_run {
                              // must then equal a resident graph's bit for bit
   bool cold_cpu = false;     // with budget_slots: --cold-experts cpu (a slot of zeros besides them; the misses not
                              // admitted run on the CPU, so the logits meet the CPU bounds but are not the resident's)
+  uint32_t prefill_chunk = 0;  // > 1: the prompt in prefill chunks of that many rows (f32 GEMMs), checked to have run so
   bool fuse_route = false;   // dsv41_gpu_options::fuse_route (the router's logits and the routing in one dispatch;
                              // on by default in the graph: off here, the cases' reference, on in the cases that say so)
 };
@@ -159,6 +160,8 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   go.stale_index_k = r.stale;
   go.qat_kv = r.quant;
   go.fuse_route = r.fuse_route;
+  go.prefill_chunk = r.prefill_chunk;
+  go.gemm = gpu::gemm_precision::f32;  // the chunks' GEMMs: the strict bounds below
   if (budget_slots) go.device_embedding = false;  // the budget's reference holds no embedding for chained decode
   std::unique_ptr<dsv41_gpu_model> gpu = std::make_unique<dsv41_gpu_model>(cpu->weights(), s.dev, s.kern, go);
   std::unique_ptr<dsv41_gpu_model> resident;
@@ -248,12 +251,17 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     return {};
   };
   bool stopped = false;
+  uint32_t gpu_chunks = 0;  // the prompt's prefill chunks
   uint64_t ran = prompt;  // positions the GPU ran (a comparison stopped at a near-tie ends early)
   {
     const std::span<const uint32_t> p(ids.data(), prompt);
     const std::vector<float> lc = cpu->forward(p, st, dsv41_logits::last, &tc);
     const std::vector<float> lg = gpu->run(p, true, traced ? &tg : nullptr);
     if (resident && resident->run(p, true, nullptr) != lg) return "prompt: cached logits differ from the resident graph's";
+    gpu_chunks = gpu->last_prefill().chunks;
+    if (r.prefill_chunk > 1 && gpu_chunks != (prompt + r.prefill_chunk - 1) / r.prefill_chunk)
+      return "prompt: " + std::to_string(gpu->last_prefill().chunks) + " prefill chunks ran, expected " +
+             std::to_string((prompt + r.prefill_chunk - 1) / r.prefill_chunk);
     if (auto w = check_logits(lg, lc, prompt - 1, r.quant, worst_nmse, worst_rel, ties, flipped); !w.empty()) {
       if (auto w2 = explain("prompt: " + w); !w2.empty())
         if (auto w3 = replay(w2, prompt - 1, lg); !w3.empty()) return w3;
@@ -299,6 +307,8 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
       return "pipelined steps " + std::to_string(steps) + " of " + std::to_string(want) + " (a recording key mismatch?)";
     pipe_note = std::to_string(steps) + " pipelined steps, ";
   }
+  const std::string chunk_note =
+      r.prefill_chunk > 1 ? "prompt in " + std::to_string(gpu_chunks) + " chunks of <= " + std::to_string(r.prefill_chunk) + ", " : "";
   const gpu_expert_cache_stats& cs = gpu->cache_stats();
   if (budget_slots) {
     if (cs.lookups != ran * cf.layers * cf.top_k)
@@ -315,9 +325,9 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   }
   char b[448];
   std::snprintf(b, sizeof b,
-                "%s%s%s%llu+%llu tokens: worst nmse %.2e, max_abs/max %.2e, near-ties %llu, FP4-flipped calls %llu, "
+                "%s%s%s%s%llu+%llu tokens: worst nmse %.2e, max_abs/max %.2e, near-ties %llu, FP4-flipped calls %llu, "
                 "selections differing %llu/%llu, cache values != CPU %llu/%llu, %s%u dispatches/token",
-                tie_note.c_str(), traced ? "" : "pipelined, ",
+                tie_note.c_str(), traced ? "" : "pipelined, ", chunk_note.c_str(),
                 !budget_slots ? ""
                 : r.cold_cpu  ? "CPU experts vs CPU graph, "
                               : "cached == resident, ",
@@ -570,6 +580,22 @@ void model_v41_cases(suite& s) {
   r.prompt = 6, r.decode = 24, r.greedy = true, r.quant = false;
   run("cmf f32 toy, unquantised cache, greedy path from a fixed prompt, 6+24 tokens", "cmf", "f32", r);
 
+  // Prefill chunks (dsv41_gpu_chunk.cpp): every prompt row's selections and the last row's logits, then decode steps
+  // from the state the chunks left (ring rows staged back, a ratio-2 group left open, entries and keys). Chunks of 7
+  // leave odd chunk starts (the open group staged from pend_kv); 40 tokens pass the window, index_topk and the pool.
+  r = toy_run{};
+  r.prompt = 40, r.decode = 12, r.quant = false, r.prefill_chunk = 7;
+  run("prefill chunks of 7, cmf f32 toy, unquantised cache, 40+12 tokens", "cmf", "f32", r);
+  r.stale = false, r.prefill_chunk = 16;
+  run("prefill chunks of 16, cmf f32 toy, unquantised cache, stale index keys off, 40+12 tokens", "cmf", "f32", r);
+  r = toy_run{};
+  r.prompt = 30, r.decode = 8, r.quant = false, r.prefill_chunk = 16;
+  run("prefill chunks of 16, release toy, unquantised cache, 30+8 tokens", "release", "native", r);
+  r.quant = true, r.fixed_seed = 15, r.prefill_chunk = 8;  // the cache values bit for bit after the chunks
+  run("prefill chunks of 8, release toy, 30+8 tokens", "release", "native", r);
+  r = toy_run{};
+  r.prompt = 24, r.decode = 8, r.fixed_seed = 16, r.prefill_chunk = 9;
+  run("prefill chunks of 9, cmf q4tp toy, 24+8 tokens", "cmf", "q4tp", r);
   r = toy_run{};
   r.decode = 28, r.budget_slots = 4, r.quant = false;  // cached == resident holds either way; strict vs the CPU
   run("expert cache (top_k + 2 slots), cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);
