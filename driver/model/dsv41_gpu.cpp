@@ -553,9 +553,8 @@ std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
     const uint32_t C = m.opt.prefill_chunk;
     for (size_t b = 0; b < ids.size(); b += C) {
       const size_t n = std::min<size_t>(ids.size() - b, C);
-      gpu::buffer all = m.dev.alloc(n * m.cfg.vocab * 4);
-      m.run_chunk(ids.subspan(b, n), false, &all, nullptr);
-      m.dev.download(all, out.data() + b * m.cfg.vocab, n * m.cfg.vocab * 4);
+      const std::vector<float> l = m.chunk_rows(ids.subspan(b, n), nullptr);
+      std::copy(l.begin(), l.end(), out.begin() + std::ptrdiff_t(b * m.cfg.vocab));
     }
     return out;
   }
@@ -564,6 +563,25 @@ std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
     m.dev.download(m.logits, out.data() + i * m.cfg.vocab, uint64_t(m.cfg.vocab) * 4);
   }
   return out;
+}
+
+std::vector<float> dsv41_gpu_model::impl::chunk_rows(std::span<const uint32_t> ids, dsv41_trace* trace) {
+  gpu::buffer all = dev.alloc(std::max<uint64_t>(ids.size() * cfg.vocab * 4, 16));
+  run_chunk(ids, false, &all, trace);
+  std::vector<float> out(ids.size() * cfg.vocab);
+  if (!out.empty()) dev.download(all, out.data(), out.size() * 4);
+  return out;
+}
+
+std::vector<float> dsv41_gpu_model::forward_chunk_rows(std::span<const uint32_t> ids, dsv41_trace* trace) {
+  impl& m = *p_;
+  m.check_chunk(ids);
+  if (m.pos == 0) m.prefill_end = ids.size();
+  if (!m.chunks_ids(ids.size()) || ids.size() > m.opt.prefill_chunk)
+    throw usage_error("forward_chunk_rows: needs prefill chunks (2 to prefill_chunk ids, a prefill or stale_index_k "
+                      "off, no expert cache)");
+  m.chunk_stats = {};
+  return m.chunk_rows(ids, trace);
 }
 
 uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {

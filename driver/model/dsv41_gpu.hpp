@@ -112,6 +112,9 @@ class dsv41_gpu_model final : public gpu_graph {
   std::vector<float> run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
   bool prefill_chunked() const override;
   gpu_prefill_stats last_prefill() const override;
+  /// Tests: ids (≤ prefill_chunk of them, a prefill or stale_index_k off) as one prefill chunk, with every row's
+  /// logits [n, vocab]; trace (optional): appends every row's selections, as run() does.
+  std::vector<float> forward_chunk_rows(std::span<const uint32_t> ids, dsv41_trace* trace = nullptr);
   uint32_t step_greedy(uint32_t token) override;
   /// Greedy decode chained on the device where it can (chains_decode: device_embedding, no expert cache, no
   /// profile, a decode position), else step by step.

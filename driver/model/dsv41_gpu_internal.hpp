@@ -93,6 +93,8 @@ struct dsv41_gpu_model::impl {
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk): want_logits the last row's into `logits`,
   /// all_logits every row's [n, vocab]; trace: per row, as run()'s.
   void run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits, dsv41_trace* trace);
+  /// run_chunk with every row's logits read back [n, vocab].
+  std::vector<float> chunk_rows(std::span<const uint32_t> toks, dsv41_trace* trace);
   // per-token parameters
   gpu::buffer swa_idx, win2, fold0;  // fold0: the one-hot pre-mix before layer 0
   std::vector<gpu::buffer> eg_E;     // per Engram layer: the token's decoded table rows [cols · engram_head_dim]

@@ -207,18 +207,10 @@ std::string chunk_case(suite& s, const std::string& path, uint32_t chunk, uint64
   return {};
 }
 
-/// Prefill chunks with the f16 tiled GEMMs (dsv4_gpu_options::gemm; tensor cores where the device has them, the
-/// emulated mode elsewhere): the logits of every chunk row against the CPU's token-by-token f32 logits, NMSE ≤
-/// kF16ModelNmse, and every routed-expert and indexer selection identical — except that the f16 rounding moves the
-/// scores by ~1e-3 of their size, so a pick whose CPU margin is below kF16TieMargin may go the other way: the
-/// comparison then stops at that row (the toy's random weights make everything after it diverge). A wiring error
-/// (a wrong mode, tile or store) gives unrelated logits or picks at wide margins. The errors compound through the
-/// sequence state: 1e-2 let an indexer pick of margin 1.13e-2 at position 54 fail (lavapipe, 2026-11-30), so the
-/// margin is 3e-2 — still far below a wiring error's.
+/// Prefill chunks with the f16 tiled GEMMs (dsv4_gpu_options::gemm): f16_chunk_rows (model_toys.hpp).
 /// One token sequence of f16_chunk_case; rows: the rows compared before a near-tie flip (or all).
 std::string f16_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint64_t prompt, uint64_t seed,
                           uint64_t& rows, std::string& info, bool shared_apart) {
-  constexpr double kF16ModelNmse = 3e-4, kF16ModelMaxAbsRel = 5e-2, kF16TieMargin = 3e-2;
   dsv4_options co;
   co.threads = 1;
   auto cpu = dsv4_model::open(path, co);
@@ -232,43 +224,20 @@ std::string f16_chunk_run(suite& s, const std::string& path, uint32_t chunk, uin
   const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, prompt);
   dsv4_state st = cpu->new_state();
   dsv4_trace tc, tg;
-  double worst = 0, worst_rel = 0;
-  rows = 0;
-  std::string stop;
-  for (uint64_t b = 0; b < prompt && stop.empty(); b += chunk) {
-    const uint64_t e = std::min<uint64_t>(prompt, b + chunk);
-    const std::vector<float> lg = gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b), &tg);
-    for (uint64_t t = b; t < e; ++t) {
-      const std::vector<float> lc = cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc);
-      std::string what;
-      const selection_verdict v = compare_selections(tc, tg, what, kF16TieMargin);
-      if (v == selection_verdict::differ) return what + " (wider than the f16 tie margin)";
-      if (v == selection_verdict::near_tie) {
-        stop = "; stopped at " + what;
-        break;
-      }
-      const stats m = compare(lg.data() + (t - b) * cf.vocab, lc.data(), lc.size());
-      const double rel = m.max_abs / std::max(1.0, m.ref_max);
-      worst = std::max(worst, m.nmse), worst_rel = std::max(worst_rel, rel);
-      if (m.nonfinite_mismatch || !(m.nmse <= kF16ModelNmse) || !(rel <= kF16ModelMaxAbsRel)) {
-        char b2[200];
-        std::snprintf(b2, sizeof b2, "row %llu: nmse %.2e (bound %.0e), max_abs/max %.2e (bound %.0e); selections "
-                      "identical so far", (unsigned long long)t, m.nmse, kF16ModelNmse, rel, kF16ModelMaxAbsRel);
-        return b2;
-      }
-      ++rows;
-    }
-  }
-  // (no row compared: a near-tie flipped at row 0 — the caller tries another sequence)
-  if (rows > 0 && worst < 1e-12) return "the logits equal the CPU's f32 ones: did the f16 GEMMs run?";
+  f16_rows_result res;
+  const std::string why = f16_chunk_rows(
+      prompt, chunk, cf.vocab, tc, tg,
+      [&](uint64_t b, uint64_t e) { return gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b), &tg); },
+      [&](uint64_t t) { return cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc); }, res);
+  rows = res.rows;
+  if (!why.empty()) return why;
   char b[320];
   std::snprintf(b, sizeof b, "%s, chunks of %u: %llu of %llu rows compared, worst nmse %.2e, max_abs/max %.2e%s",
                 go.gemm == gpu::gemm_precision::f16 ? "tensor cores" : "emulated", chunk, (unsigned long long)rows,
-                (unsigned long long)prompt, worst, worst_rel, stop.c_str());
+                (unsigned long long)prompt, res.worst, res.worst_rel, res.stop.c_str());
   info = b;
   return {};
 }
-
 
 /// f16_chunk_run over up to three sequences, each to compare at least 16 rows (first flips came at rows 38–92 over
 /// 15 lavapipe runs, at row 9 once on the H200's tensor cores, CPU margin 2.2e-3; at row 0 once in a clean-clone

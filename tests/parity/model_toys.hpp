@@ -157,6 +157,54 @@ std::string over_sequences(uint64_t seed, uint32_t attempts, uint64_t min_rows, 
   return early + "every sequence flipped a near-tie pick within the first " + std::to_string(min_rows) + " rows";
 }
 
+/// Prefill chunks with the f16 tiled GEMMs (the graphs' gemm option; tensor cores where the device has them, the
+/// emulated mode elsewhere) against the CPU's token-by-token f32 logits: every chunk row within kF16ModelNmse and
+/// every routed-expert and indexer selection identical — except that the f16 rounding moves the scores by ~1e-3 of
+/// their size, so a pick whose CPU margin is below kF16TieMargin may go the other way: the comparison then stops at
+/// that row (the toy's random weights make everything after it diverge). A wiring error (a wrong mode, tile or
+/// store) gives unrelated logits or picks at wide margins. The errors compound through the sequence state: 1e-2 let
+/// an indexer pick of margin 1.13e-2 at position 54 fail (V4, lavapipe, 2026-11-30), so the margin is 3e-2 — still
+/// far below a wiring error's.
+struct f16_rows_result {
+  uint64_t rows = 0;  // rows compared before a near-tie flip (or all)
+  double worst = 0, worst_rel = 0;
+  std::string stop;  // "; stopped at …" where a near-tie ended it
+};
+/// prompt rows in chunks of `chunk`: gpu_chunk(b, e) runs rows [b, e) as one chunk and returns their logits [e − b,
+/// vocab] (its selections appended to tg); cpu_step(t) runs row t alone and returns its logits (appended to tc).
+template <class Trace, class GpuChunk, class CpuStep>
+std::string f16_chunk_rows(uint64_t prompt, uint32_t chunk, uint64_t vocab, Trace& tc, Trace& tg, GpuChunk&& gpu_chunk,
+                           CpuStep&& cpu_step, f16_rows_result& res) {
+  constexpr double kF16ModelNmse = 3e-4, kF16ModelMaxAbsRel = 5e-2, kF16TieMargin = 3e-2;
+  for (uint64_t b = 0; b < prompt && res.stop.empty(); b += chunk) {
+    const uint64_t e = std::min<uint64_t>(prompt, b + chunk);
+    const std::vector<float> lg = gpu_chunk(b, e);
+    for (uint64_t t = b; t < e; ++t) {
+      const std::vector<float> lc = cpu_step(t);
+      std::string what;
+      const selection_verdict v = compare_selections(tc, tg, what, kF16TieMargin);
+      if (v == selection_verdict::differ) return what + " (wider than the f16 tie margin)";
+      if (v == selection_verdict::near_tie) {
+        res.stop = "; stopped at " + what;
+        break;
+      }
+      const stats m = compare(lg.data() + (t - b) * vocab, lc.data(), lc.size());
+      const double rel = m.max_abs / std::max(1.0, m.ref_max);
+      res.worst = std::max(res.worst, m.nmse), res.worst_rel = std::max(res.worst_rel, rel);
+      if (m.nonfinite_mismatch || !(m.nmse <= kF16ModelNmse) || !(rel <= kF16ModelMaxAbsRel)) {
+        char b2[200];
+        std::snprintf(b2, sizeof b2, "row %llu: nmse %.2e (bound %.0e), max_abs/max %.2e (bound %.0e); selections "
+                      "identical so far", (unsigned long long)t, m.nmse, kF16ModelNmse, rel, kF16ModelMaxAbsRel);
+        return b2;
+      }
+      ++res.rows;
+    }
+  }
+  // (no row compared: a near-tie flipped at row 0 — the caller tries another sequence)
+  if (res.rows > 0 && res.worst < 1e-12) return "the logits equal the CPU's f32 ones: did the f16 GEMMs run?";
+  return {};
+}
+
 /// The int8-dense cases' folded graph (dsv4_gpu_options::fold_o_q8 / fold_u_q8): per row its logits must be the
 /// plain graph's bit for bit, and at some row it must have recorded fewer dispatches (the folds ran at all).
 struct fold_check {
