@@ -112,6 +112,7 @@ class dsv41_gpu_model final : public gpu_graph {
   std::vector<float> run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
   bool prefill_chunked() const override;
   gpu_prefill_stats last_prefill() const override;
+  std::string prefill_profile() const override;
   /// Tests: ids (≤ prefill_chunk of them, a prefill or stale_index_k off) as one prefill chunk, with every row's
   /// logits [n, vocab]; trace (optional): appends every row's selections, as run() does.
   std::vector<float> forward_chunk_rows(std::span<const uint32_t> ids, dsv41_trace* trace = nullptr);

@@ -201,11 +201,14 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   gpu::commands c = dev.begin();
   const bool timed = dev.info().timestamps;
   const uint32_t t_first = timed ? c.timestamp() : 0;
+  // profiling: a timestamp after each op group, summed per name after the run
+  gpu_chunk_profile::marks marks(c, opt.profile, opt.profile ? (timed ? t_first : c.timestamp()) : 0);
   c.barrier();
   if (embed_on_device) {  // the chunk's rows, hc copies each, gathered from the device's embedding
     k.embed_rows(c, embed_dev, view(B.tokens, 0, T * 4), T, uint32_t(hc), rows(B.X, 0, T, hc * d));
     c.barrier();
   }
+  marks.stamp("embedding");
   // tracing: each layer's routed experts [T, K] and (index sources) key lists [T, W + TK], read after the run
   gpu::buffer tr_experts, tr_keys;
   if (trace) {
@@ -240,12 +243,14 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
       const view kv = rows(B.eg_kv, 0, T, (hc + 1) * d);
       k.matmul(c, G.eg_wkv, rows(B.eg_E.at(size_t(Pl.engram)), 0, T, ed), T, kv);
       k.engram_gate_add(c, rows(*Xc, 0, T, hc * d), kv, G.eg_qk, T, uint32_t(hc), uint32_t(d), ec.eps, ec.gate_clamp);
+      marks.stamp("engram");
     }
     // ---- attention site: the mix of X unless the previous boundary wrote it, the collapse with the previous FFN's
     // pre (one-hot before layer 0), the new coefficients into coeff_a
     if (Pl.engram >= 0 || l == 0) k.hc_mix(c, sh, *Xc, G.hc_attn_fn, mix_rows, T, B.partials);
     k.hc_pre_finish_fold(c, sh, B.partials, *Xc, G.hc_attn_base, G.hc_attn_scale, T, B.coeff_a,
                          l ? B.coeff_f : B.fold0, l ? cst : uint32_t(hc), B.u, G.attn_norm);
+    marks.stamp("mhc");
     // the staged rows before the chunk's own: the window KV, and a ratio-2 source's open group
     const uint64_t w0 = P > W ? P - W : 0;
     ring_copy(G.ring, W, w0, P - w0, B.kvs, w0 + W - P, false);
@@ -266,6 +271,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
     }
     if (ixs) k.matmul(c, G.ix_wp, B.u, T, B.iw);
     c.end_concurrent();
+    marks.stamp("ring staging, projections of u");
     const view ent = m ? rows(G.entries, ne0, m, hd) : view(), key = m ? rows(G.keys, ne0, m, IHD) : view();
     c.begin_concurrent();
     k.rmsnorm(c, B.qr, G.q_norm, B.qr, T, cf.q_lora, eps);
@@ -284,6 +290,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
       k.compress_pool(c, ps, B.cps, B.css, B.win.at(r), G.comp_norm, ent);
     }
     c.end_concurrent();
+    marks.stamp("norms, wq_b, ix_wq_b, kv FP8, pool");
     // q's and iq's ropes; the closing groups' index keys from their pre-rope latents, then both roped at the groups'
     // positions j·r and quantised as the decode does
     const view cs_e = r == 1 ? rows(cs_comp, ne0, m, rd) : r ? rows(cs_ent.at(r), ne0, m, rd) : view();
@@ -306,6 +313,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
       c.end_concurrent();
       if (opt.qat_kv) k.fake_quant(c, key, uint32_t(m), IHD, dsv41_index_fp4_block, fq::e2m1);
     }
+    marks.stamp("ropes, index keys, quantisation");
     // ---- indexer: the static key source's keys finished at the chunk's end, each row its own count
     if (ixs) {
       const uint64_t n1 = (P + T) / r;
@@ -324,6 +332,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
         k.topk(c, B.score, T, uint32_t(n1), TK, B.picks, true);  // the set matters, not its order
         k.pick_keys(c, B.picks, cnt, T, TK, lst, uint32_t(LW), uint32_t(W));
       }
+      marks.stamp("index_score, candidates, topk");
       if (trace) c.copy(lst, view(tr_keys, uint64_t(l) * T * LW * 4, T * LW * 4), T * LW * 4);
     }
     // ---- sparse attention with sink over each row's [KV source's picked entries | window], the inverse rope of
@@ -339,6 +348,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
       as.keys = uint32_t(W), as.kv_a_rows = uint32_t(W + B.C), as.kv_b_rows = 0;
       k.sparse_attention(c, as, B.q, B.kvs, view(), view(B.idx_swa, 0, T * W * 4), G.sink, B.o, B.attn_x, cs_t);
     }
+    marks.stamp("sparse_attention");
     // the ring's last W positions and the open group's rows back for the decode
     const uint64_t b0 = std::max(P, P + T > W ? P + T - W : 0);
     ring_copy(G.ring, W, b0, P + T - b0, B.kvs, b0 + W - P, true);
@@ -354,12 +364,15 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
       k.matmul_rows(c, G.wo_a, g * ol, (g + 1) * ol, view(B.o, g * gcols * 4, (uint64_t(T - 1) * H * hd + gcols) * 4),
                     T, uint64_t(H) * hd, view(B.z, g * ol * 4, (uint64_t(T - 1) * Gs * ol + ol) * 4), Gs * ol);
     c.end_concurrent();
+    marks.stamp("ring write-back, wo_a groups");
     k.matmul(c, G.wo_b, B.z, T, B.attn_out);
+    marks.stamp("wo_b");
     // ---- FFN site: hc_post with the FFN's mix, the collapse with the attention's pre, coefficients into coeff_f
     k.hc_post(c, sh, B.attn_out, *Xc, B.coeff_a, T, *Xcn, G.hc_ffn_fn, mix_rows, B.partials);
     std::swap(Xc, Xcn);
     k.hc_pre_finish_fold(c, sh, B.partials, *Xc, G.hc_ffn_base, G.hc_ffn_scale, T, B.coeff_f, B.coeff_a, cst, B.u,
                          G.ffn_norm);
+    marks.stamp("mhc");
     route_config rc;
     rc.top_k = K, rc.route_scale = float(cf.route_scale);
     rc.norm_eps = float(dsv41_route_norm_eps), rc.temp = float(cf.gate_temp);
@@ -370,7 +383,9 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
       k.matmul(c, G.sh_up, B.u, T, B.sh_u);
     }
     c.end_concurrent();
+    marks.stamp("router (+ shared gate/up)");
     k.route_score(c, B.rlogits, G.gate_bias, T, E, rc, view(), B.ridx, B.rw);
+    marks.stamp("routing");
     if (trace)
       c.copy(view(B.ridx, 0, uint64_t(T) * K * 4), view(tr_experts, uint64_t(l) * T * K * 4, uint64_t(T) * K * 4),
              uint64_t(T) * K * 4);
@@ -381,11 +396,13 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
       k.matmul(c, G.sh_down, B.sh_g, T, B.sh_out);
       k.add(c, B.sh_out, B.moe_out, uint64_t(T) * d);
     }
+    marks.stamp("moe (grouped) + shared");
     // the next attention's mix comes with this hc_post unless an Engram add changes X first
     const bool mix = l + 1 < cf.layers && cf.plan[l + 1].engram < 0;
     k.hc_post(c, sh, B.moe_out, *Xc, B.coeff_f, T, *Xcn, mix ? view(layers[l + 1].hc_attn_fn) : view(),
               mix ? mix_rows : 0, mix ? view(B.partials) : view());
     std::swap(Xc, Xcn);
+    marks.stamp("mhc");
   }
   if (all_logits) {  // the last FFN's pre + the final norm, then the head
     k.hc_fold(c, sh, *Xc, B.coeff_f, cst, T, B.u, norm);
@@ -395,6 +412,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
     k.hc_fold(c, sh, rows(*Xc, T - 1, 1, hc * d), rows(B.coeff_f, T - 1, 1, cst), cst, 1, u_last, norm);
     k.matmul(c, head, u_last, 1, logits);
   }
+  marks.stamp("head");
   dispatches = c.dispatch_count();
   const uint32_t t_last = timed ? c.timestamp() : 0;
   chunk_stats.record_s += std::chrono::duration<double>(clk::now() - t_rec).count();
@@ -412,6 +430,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   ++chunk_stats.chunks;
   chunk_stats.dispatches += dispatches;
   if (timed) chunk_stats.device_s += c.seconds(t_first, t_last);
+  chunk_prof.fold(marks, T);
   if (trace) {  // as run() traces a step: sorted ids, −1 dropped; picks and key layers only for index sources
     std::vector<uint32_t> ex(uint64_t(cf.layers) * T * K), keys(uint64_t(cf.layers) * T * LW);
     dev.download(tr_experts, ex.data(), ex.size() * 4);
@@ -433,5 +452,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
 bool dsv41_gpu_model::prefill_chunked() const { return p_->opt.prefill_chunk > 1 && !p_->experts->active(); }
 
 gpu_prefill_stats dsv41_gpu_model::last_prefill() const { return p_->chunk_stats; }
+
+std::string dsv41_gpu_model::prefill_profile() const { return p_->chunk_prof.text(); }
 
 }  // namespace cmfx::driver

@@ -11,6 +11,7 @@
 #include "gpu_chooser.hpp"
 #include "gpu_dense_i8.hpp"
 #include "gpu_expert_cache.hpp"
+#include "gpu_recording.hpp"
 
 namespace cmfx::driver {
 
@@ -54,8 +55,6 @@ struct dsv41_gpu_chunk_bufs {
   uint64_t bytes = 0;               // device bytes of these buffers
 };
 
-class record_task;  // gpu_recording.hpp: a recording made a layer at a time
-struct gpu_recording;  // gpu_recording.hpp
 
 struct dsv41_gpu_model::impl {
   dsv41_config cfg;
@@ -86,6 +85,7 @@ struct dsv41_gpu_model::impl {
   std::vector<gpu::buffer> cs_ent;
   std::unique_ptr<dsv41_gpu_chunk_bufs> ch;
   gpu_prefill_stats chunk_stats;
+  gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
   /// Whether n ids at the current position may run in prefill chunks: prefill_chunk > 1, n > 1, no expert cache,
   /// and the ids a prefill (or no stale_index_k: then every row scores its layer's static key source).
   bool chunks_ids(uint64_t n) const;

@@ -177,13 +177,9 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     tr_experts = dev.alloc(uint64_t(cf.layers) * T * K * 4);
     tr_keys = dev.alloc(std::max<uint64_t>(uint64_t(cf.layers) * T * (W + TK) * 4, 16));
   }
-  // profiling: a timestamp after each op group, summed per name after the run (≤ 1024 per recording)
-  std::vector<std::pair<const char*, uint32_t>> marks;
-  const bool profiling = opt.profile;
-  uint32_t t_start = profiling ? (timed ? t_first : c.timestamp()) : 0;
-  auto stamp = [&](const char* name) {
-    if (profiling) marks.emplace_back(name, c.timestamp());
-  };
+  // profiling: a timestamp after each op group, summed per name after the run
+  gpu_chunk_profile::marks marks(c, opt.profile, opt.profile ? (timed ? t_first : c.timestamp()) : 0);
+  auto stamp = [&](const char* name) { marks.stamp(name); };
   // T rows of a ring of `cap` rows starting at position P: at most two copies (the wrap).
   auto to_ring = [&](const gpu::buffer& src, const gpu::buffer& ring, uint64_t cap, uint64_t floats) {
     const uint64_t s0 = P % cap, n0 = std::min<uint64_t>(T, cap - s0);
@@ -357,16 +353,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   ++chunk_stats.chunks;
   chunk_stats.dispatches += dispatches;
   if (timed) chunk_stats.device_s += c.seconds(t_first, t_last);
-  if (profiling) {
-    uint32_t prev = t_start;
-    for (const auto& [name, slot] : marks) {
-      auto it = std::find_if(chunk_prof.begin(), chunk_prof.end(), [&](const auto& e) { return e.first == name; });
-      if (it == chunk_prof.end()) it = chunk_prof.insert(chunk_prof.end(), {name, 0.0});
-      it->second += c.seconds(prev, slot);
-      prev = slot;
-    }
-    chunk_prof_rows += T;
-  }
+  chunk_prof.fold(marks, T);
   if (trace) {  // as run() traces a step: sorted ids, −1 dropped; picks only for indexer layers
     std::vector<uint32_t> ex(uint64_t(cf.layers) * T * K), keys(uint64_t(cf.layers) * T * (W + TK));
     dev.download(tr_experts, ex.data(), ex.size() * 4);
@@ -384,24 +371,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
 
 bool dsv4_gpu_model::prefill_chunked() const { return p_->chunkable(); }
 
-std::string dsv4_gpu_model::prefill_profile() const {
-  const impl& m = *p_;
-  double total = 0;
-  for (const auto& e : m.chunk_prof) total += e.second;
-  std::string out;
-  char b[200];
-  for (const auto& [name, s] : m.chunk_prof) {
-    std::snprintf(b, sizeof b, "  %-52s %9.3f ms  %5.1f %%  (%.3f ms per position)\n", name.c_str(), s * 1e3,
-                  total > 0 ? 100 * s / total : 0.0, m.chunk_prof_rows ? s * 1e3 / double(m.chunk_prof_rows) : 0.0);
-    out += b;
-  }
-  if (!out.empty()) {
-    std::snprintf(b, sizeof b, "  %-52s %9.3f ms over %llu positions\n", "total", total * 1e3,
-                  (unsigned long long)m.chunk_prof_rows);
-    out += b;
-  }
-  return out;
-}
+std::string dsv4_gpu_model::prefill_profile() const { return p_->chunk_prof.text(); }
 
 void dsv4_gpu_model::impl::check_ids(std::span<const uint32_t> ids) const {
   gpu_graph::check_ids(ids, cfg.vocab, pos, opt.max_ctx);

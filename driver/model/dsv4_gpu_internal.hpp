@@ -10,6 +10,7 @@
 #include "dsv4_gpu.hpp"
 #include "gpu_chooser.hpp"
 #include "gpu_dense_i8.hpp"
+#include "gpu_recording.hpp"
 
 namespace cmfx::driver {
 
@@ -121,8 +122,7 @@ struct dsv4_gpu_model::impl {
 
   std::unique_ptr<dsv4_gpu_chunk_bufs> ch;  // allocated by the first chunk
   bool chunks_off = false;                   // a vram_budget left no room for the chunk scratch
-  std::vector<std::pair<std::string, double>> chunk_prof;  // profiling: device seconds per chunk op
-  uint64_t chunk_prof_rows = 0;
+  gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
   gpu_prefill_stats chunk_stats;  // the chunks of the current / last forward (reset by prefill, forward_chunk_rows)
 
   impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);

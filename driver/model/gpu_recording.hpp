@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <coroutine>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -16,6 +17,53 @@
 #include "gpu_graph.hpp"
 
 namespace cmfx::driver {
+
+/// Per-op device time of profiled prefill chunks (V4 dsv4_gpu_chunk.cpp, V4.1 dsv41_gpu_chunk.cpp): a timestamp after
+/// each op group of a chunk's recording (≤ 1024 per recording), summed per name over the chunks that ran.
+struct gpu_chunk_profile {
+  std::vector<std::pair<std::string, double>> ops;  // name → device seconds, in first-seen order
+  uint64_t rows = 0;                                // positions profiled
+  /// One recording's marks: stamp(name) after each op group while on.
+  struct marks {
+    gpu::commands& c;
+    bool on = false;
+    uint32_t start = 0;
+    std::vector<std::pair<const char*, uint32_t>> v;
+    marks(gpu::commands& cc, bool enabled, uint32_t first) : c(cc), on(enabled), start(first) {}
+    void stamp(const char* name) {
+      if (on) v.emplace_back(name, c.timestamp());
+    }
+  };
+  /// After the recording ran: its marks added per name, `positions` rows.
+  void fold(const marks& m, uint64_t positions) {
+    if (!m.on) return;
+    uint32_t prev = m.start;
+    for (const auto& [name, slot] : m.v) {
+      auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == name; });
+      if (it == ops.end()) it = ops.insert(ops.end(), {name, 0.0});
+      it->second += m.c.seconds(prev, slot);
+      prev = slot;
+    }
+    rows += positions;
+  }
+  /// One line per op (ms, share, ms per position) and the total; empty when nothing was profiled.
+  std::string text() const {
+    double total = 0;
+    for (const auto& e : ops) total += e.second;
+    std::string out;
+    char b[200];
+    for (const auto& [name, sec] : ops) {
+      std::snprintf(b, sizeof b, "  %-52s %9.3f ms  %5.1f %%  (%.3f ms per position)\n", name.c_str(), sec * 1e3,
+                    total > 0 ? 100 * sec / total : 0.0, rows ? sec * 1e3 / double(rows) : 0.0);
+      out += b;
+    }
+    if (!out.empty()) {
+      std::snprintf(b, sizeof b, "  %-52s %9.3f ms over %llu positions\n", "total", total * 1e3, (unsigned long long)rows);
+      out += b;
+    }
+    return out;
+  }
+};
 
 /// Phase timestamps of a profiled step (slots of commands::timestamp, folded into gpu_graph_profile after submit).
 struct gpu_stamps {
