@@ -69,7 +69,7 @@ struct dsv41_gpu_options {
   /// Positions per prefill chunk (forward() of several ids that are a prefill — or anywhere without stale_index_k):
   /// each chunk is one recording with every op batched over its rows (dsv41_gpu_chunk.cpp). 0 or 1: token by token.
   /// The chunk's scratch is allocated by the first chunk; with the expert cache prompts run token by token.
-  uint32_t prefill_chunk = 0;
+  uint32_t prefill_chunk = 512;
   /// The prefill chunks' tiled GEMMs, as dsv4_gpu_options::gemm (f16 on the tensor cores where the device has them;
   /// f32: the parity reference). Decode steps are not affected.
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;
