@@ -168,7 +168,6 @@ int run_bench(const bench_args& a) {
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
     if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
-    if (a.prefetch_mix != "default") go.prefetch_mix = a.prefetch_mix == "on";
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
@@ -182,7 +181,6 @@ int run_bench(const bench_args& a) {
       go.fold_u_q8 = a.fold_quant == "u" || a.fold_quant == "both";
     }
     if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
-    if (a.prefetch_mix != "default") go.prefetch_mix = a.prefetch_mix == "on";
     if (a.prefill_shared != "default") go.prefill_shared_apart = a.prefill_shared == "apart";
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }

@@ -50,7 +50,6 @@ struct bench_args {
   std::string fold_quant = "default";
   std::string prefill_shared = "default";  // --prefill-shared: default | apart | stacked (dsv4_gpu_options::prefill_shared_apart)
   std::string fuse_route = "default";  // --fuse-route: default (on) | on | off (dsv4/dsv41_gpu_options)
-  std::string prefetch_mix = "default";  // --prefetch-mix: default | on | off (dsv4/dsv41_gpu_options::prefetch_mix)
   std::string shared_expert = "dense";  // --shared-expert: dense (--dense for all three) | routed (--weights, w2 --expert-down)
   std::string dense = "fp8_b128"; // attention / compressor / indexer projections, shared expert, head
   uint64_t prompt = 512, tokens = 256, ctx = 16384;

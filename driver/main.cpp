@@ -156,11 +156,6 @@ int main(int argc, char** argv) {
                  "selections may differ from two dispatches at near-ties): default (on) | on | off")
       ->check(CLI::IsMember({"default", "on", "off"}))
       ->default_val(bench.fuse_route);
-  cb->add_option("--prefetch-mix", bench.prefetch_mix,
-                 "Decode: each mHC boundary's mix weights and residual read into L2 by a streaming read beside the step "
-                 "before it: default | on | off")
-      ->check(CLI::IsMember({"default", "on", "off"}))
-      ->default_val(bench.prefetch_mix);
   cb->add_option("--fold-quant", bench.fold_quant,
                  "--act i8: int8 copies written by their producers instead of quantisation steps — o by the attention's "
                  "combine, u by the boundary before the attention site and the head (V4.1: o only): default (o, "

@@ -272,10 +272,6 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     for (uint64_t g = 0; g < Gs; ++g)
       da.matvec_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), q_o,
                      view(z, g * ol * 4, ol * 4), uint32_t(g));
-    if (opt.prefetch_mix) {  // the FFN boundary's mix weights and X into L2 (dsv4_gpu_options::prefetch_mix)
-      k.stream_read(*cur, G.hc_ffn_fn, view(prefetch_sink, 0, 16));
-      k.stream_read(*cur, X, view(prefetch_sink, 16, 16));
-    }
     cur->end_concurrent();
     ts.op("wo_a groups (concurrent)");
     if (da.quantize(*cur, {&G.wo_b}, z, q_z)) ts.op("z int8");
@@ -294,8 +290,6 @@ record_task dsv41_gpu_model::impl::record_steps(uint64_t t, int logits_mode, boo
     io.rc.norm_eps = float(dsv41_route_norm_eps), io.rc.temp = float(cf.gate_temp);
     io.experts = cf.experts, io.limit = float(cf.swiglu_limit), io.inter = cf.moe_inter, io.act = opt.expert_act;
     io.fuse_route = opt.fuse_route;
-    if (opt.prefetch_mix && l + 1 < cf.layers) io.prefetch = {view(layers[l + 1].hc_attn_fn), view(X)};
-    io.sink = view(prefetch_sink, 32, 32);
     const view moe_add = record_moe_sublayer(k, da, cur, ts, G, l, io, *experts, segmented, cut);
     // The next attention's mix and collapse come with this hc_post unless an Engram add changes X first.
     if (l + 1 < cf.layers && cf.plan[l + 1].engram < 0) {

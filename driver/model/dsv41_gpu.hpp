@@ -50,8 +50,6 @@ struct dsv41_gpu_options {
   /// as dsv4_gpu_options::fuse_route (the router's logits and the routing in one dispatch): on as for V4 since the
   /// forty-seventh session (+1.4 % decode on an H100, docs/PERF.md)
   bool fuse_route = true;
-  /// as dsv4_gpu_options::prefetch_mix
-  bool prefetch_mix = false;
   /// Device bytes the model may take; 0 = no limit. When the routed experts do not fit: the expert cache
   /// (gpu_expert_cache.hpp), as dsv4_gpu_options::vram_budget.
   uint64_t vram_budget = 0;

@@ -86,7 +86,6 @@ struct dsv41_gpu_model::impl {
   std::unique_ptr<dsv41_gpu_chunk_bufs> ch;
   gpu_prefill_stats chunk_stats;
   gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
-  gpu::buffer prefetch_sink;      // prefetch_mix: the streaming reads' 16-byte sinks
   /// Whether n ids at the current position may run in prefill chunks: prefill_chunk > 1, n > 1, no expert cache,
   /// and the ids a prefill (or no stale_index_k: then every row scores its layer's static key source).
   bool chunks_ids(uint64_t n) const;

@@ -275,10 +275,6 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     for (uint64_t g = 0; g < Gs; ++g)
       da.matvec_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), q_o,
                      view(z, g * ol * 4, ol * 4), uint32_t(g));
-    if (opt.prefetch_mix) {  // the FFN boundary's mix weights and X into L2 (dsv4_gpu_options::prefetch_mix)
-      k.stream_read(*cur, G.hc_ffn_fn, view(prefetch_sink, 0, 16));
-      k.stream_read(*cur, X, view(prefetch_sink, 16, 16));
-    }
     cur->end_concurrent();
     ts.op("wo_a groups (concurrent)");
     if (da.quantize(*cur, {&G.wo_b}, z, q_z)) ts.op("z int8");
@@ -296,8 +292,6 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     io.rc.top_k = K, io.rc.route_scale = float(cf.route_scale);
     io.experts = E, io.limit = float(cf.swiglu_limit), io.inter = cf.moe_inter, io.act = opt.expert_act;
     io.fuse_route = opt.fuse_route;
-    if (opt.prefetch_mix && l + 1 < cf.layers) io.prefetch = {view(layers[l + 1].hc_attn_fn), view(X)};
-    io.sink = view(prefetch_sink, 32, 32);
     if (kind.hash) io.tid2eid = view(G.tid2eid), io.token = view(token), io.vocab = cf.vocab;
     const view moe_add = record_moe_sublayer(k, da, cur, ts, G, l, io, *experts, segmented, cut);
     const bool last = l + 1 == cf.layers;

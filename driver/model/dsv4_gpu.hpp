@@ -48,10 +48,6 @@ struct dsv4_gpu_options {
   /// twice (docs/PERF.md "Forty-second session"). The logits' sums run in another order than the router's matvec,
   /// so selections may differ from two dispatches at near-ties.
   bool fuse_route = true;
-  /// Decode: each mHC boundary's mix weights (hc_*_fn, 24 × hc·dim f32: 1.5 MB on V4-Flash) and the residual X read
-  /// into the GPU's L2 by a streaming read (kernels::stream_read) recorded beside the step before the boundary (the
-  /// wo_a groups, the router) — the boundary's workgroups otherwise start on cold loads. Off: no reads ahead.
-  bool prefetch_mix = false;
   /// Prefill chunks: a shared expert stacked with the routed ones (the CMF files' formats) runs apart, as three
   /// tiled GEMMs like a shared expert of other formats, from copies of its matrices uploaded beside the stack
   /// (~10 MB per layer; not under a vram_budget, which turns the chunks off), instead of as one more expert of the

@@ -123,7 +123,6 @@ struct dsv4_gpu_model::impl {
   std::unique_ptr<dsv4_gpu_chunk_bufs> ch;  // allocated by the first chunk
   bool chunks_off = false;                   // a vram_budget left no room for the chunk scratch
   gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
-  gpu::buffer prefetch_sink;      // prefetch_mix: the streaming reads' 16-byte sinks
   gpu_prefill_stats chunk_stats;  // the chunks of the current / last forward (reset by prefill, forward_chunk_rows)
 
   impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);

@@ -206,7 +206,6 @@ void dsv4_gpu_model::impl::alloc_state() {
   }
   logits = buf(uint64_t(c.vocab) * f);
   best = buf(16);
-  prefetch_sink = buf(64);
   best_host = dev.alloc_readback(16);
 }
 

@@ -3,7 +3,6 @@
 // router, the routing, the expert cache's hand-over and the experts (record_moe_sublayer), and the experts alone
 // with a shared expert kept apart (record_experts).
 #include <cstdint>
-#include <vector>
 
 #include "cmfx/kernels/act_precision.hpp"
 #include "cmfx/ops/routing.hpp"
@@ -59,9 +58,6 @@ struct gpu_moe_sublayer_io {
   uint64_t inter = 0;    ///< the shared expert's width
   act_precision act = act_precision::f32;  ///< the experts' activations
   bool fuse_route = true;                  ///< the routing in the router's dispatch where kernels::router_route can
-  /// Read into L2 beside the router (kernels::stream_read into `sink`, 16 bytes each): the next boundary's inputs.
-  std::vector<gpu::view> prefetch;
-  gpu::view sink;
   /// Hash routing (V4's first layers): the token-to-experts table, the vocabulary and the token id's buffer; an empty
   /// table routes by score.
   gpu::view tid2eid, token;
@@ -88,7 +84,6 @@ template <class Layer, class Cut>
   if (!routed) k.matmul(*cur, G.gate, s.u, 1, s.rlogits);
   const bool prepared = s.act == act_precision::i8 && k.moe_prepare(*cur, G.moe, s.u, K, s.moe_h);
   if (G.shared_apart) da.quantize(*cur, {&G.sh_gate, &G.sh_up}, s.u, *s.q_u);
-  for (size_t i = 0; i < s.prefetch.size(); ++i) k.stream_read(*cur, s.prefetch[i], gpu::view(*s.sink.buf, s.sink.offset + i * 16, 16));
   cur->end_concurrent();
   ts.op(routed ? "router + route (+ x int8) (concurrent)" : "router (+ x int8) (concurrent)");
   // the FP8 shared expert's gate/up beside the routing (one workgroup): off the router's critical path

@@ -758,18 +758,6 @@ void model_cases(suite& s) {
         [&](uint64_t seed, std::string& info) {
           return cold_cpu_case(s, files.make("cmf", "q4tp"), 56, 3, seed, info, cold_experts::automatic);
         });
-  s.run("model_v4", "-", "the boundaries' inputs read ahead (prefetch_mix) == off, bit for bit, cmf q4tp toy, 4 + 20 calls",
-        [&](uint64_t seed, std::string& info) {
-          dsv4_options co;
-          co.threads = 1;
-          auto cpu = dsv4_model::open(files.make("cmf", "q4tp"), co);
-          dsv4_gpu_options go;
-          go.max_ctx = 32, go.expert_act = act_precision::i8, go.dense_act = act_precision::i8;
-          dsv4_gpu_model off(cpu->weights(), s.dev, s.kern, go);
-          go.prefetch_mix = true;
-          dsv4_gpu_model on(cpu->weights(), s.dev, s.kern, go);
-          return same_bits_calls(off, on, seed, 4, 20, info);
-        });
 }
 
 }  // namespace cmfx::parity

@@ -637,18 +637,6 @@ void model_v41_cases(suite& s) {
               return f16_chunk_run(s, files.make(layout, quant, "v41"), 16, 40, sd, rows, ri);
             });
           });
-  s.run("model_v41", "-", "the boundaries' inputs read ahead (prefetch_mix) == off, bit for bit, release toy, 4 + 20 calls",
-        [&](uint64_t seed, std::string& info) {
-          dsv41_options co;
-          co.threads = 1;
-          auto cpu = dsv41_model::open(files.make("release", "native", "v41"), co);
-          dsv41_gpu_options go;
-          go.max_ctx = 32;
-          dsv41_gpu_model off(cpu->weights(), s.dev, s.kern, go);
-          go.prefetch_mix = true;
-          dsv41_gpu_model on(cpu->weights(), s.dev, s.kern, go);
-          return same_bits_calls(off, on, seed, 4, 20, info);
-        });
   r = toy_run{};
   r.decode = 28, r.budget_slots = 4, r.quant = false;  // cached == resident holds either way; strict vs the CPU
   run("expert cache (top_k + 2 slots), cmf q4tp toy, unquantised cache, 4+28 tokens", "cmf", "q4tp", r);

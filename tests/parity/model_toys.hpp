@@ -157,25 +157,6 @@ std::string over_sequences(uint64_t seed, uint32_t attempts, uint64_t min_rows, 
   return early + "every sequence flipped a near-tie pick within the first " + std::to_string(min_rows) + " rows";
 }
 
-/// Two graphs of one toy that differ only in an option that must not change a value (prefetch_mix: reads ahead,
-/// nothing else): a random prompt of `prompt` ids as one call, then `steps` one-token calls, through both — every
-/// call's logits the same bits, the second graph's decode steps with more dispatches (its option recorded).
-template <class Graph>
-std::string same_bits_calls(Graph& a, Graph& b, uint64_t seed, uint64_t prompt, uint64_t steps, std::string& info) {
-  const std::vector<uint32_t> ids = random_ids(seed, a.vocab(), prompt + steps);
-  const std::span<const uint32_t> p(ids.data(), prompt);
-  if (a.forward(p, true) != b.forward(p, true)) return "prompt: logits differ";
-  for (uint64_t t = prompt; t < prompt + steps; ++t) {
-    const std::span<const uint32_t> one(&ids[t], 1);
-    if (a.forward(one, true) != b.forward(one, true)) return "position " + std::to_string(t) + ": logits differ";
-  }
-  if (b.last_dispatches() <= a.last_dispatches())
-    return "the option recorded no more dispatches (" + std::to_string(b.last_dispatches()) + ")";
-  info = std::to_string(prompt) + " + " + std::to_string(steps) + " calls, every logit the same bits, " +
-         std::to_string(a.last_dispatches()) + " / " + std::to_string(b.last_dispatches()) + " dispatches per step";
-  return {};
-}
-
 /// Prefill chunks with the f16 tiled GEMMs (the graphs' gemm option; tensor cores where the device has them, the
 /// emulated mode elsewhere) against the CPU's token-by-token f32 logits: every chunk row within kF16ModelNmse and
 /// every routed-expert and indexer selection identical — except that the f16 rounding moves the scores by ~1e-3 of
