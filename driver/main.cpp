@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
   cp->add_option("--chunk", ppl.chunk, "Tokens per forward call (0 = the whole file at once; bounds the [chunk, vocab] logits)")->default_val(ppl.chunk);
   cp->add_option("--threads", ppl.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
   add_act_flag(cp, ppl.model_opts.matmul_act);
-  cp->add_option("--backend", ppl.backend, "cpu | vulkan (V4 / V4.1: the whole graph on the GPU, prompts in prefill chunks)")
+  cp->add_option("--backend", ppl.backend,
+                 "cpu | vulkan (V4 / V4.1: the whole graph on the GPU, prompts in prefill chunks)")
       ->check(CLI::IsMember({"cpu", "vulkan"}))->default_val(ppl.backend);
   cp->add_option("--device", ppl.model_opts.device, "Vulkan device index for --backend vulkan (-1 = best)")
       ->default_val(ppl.model_opts.device);
@@ -210,7 +211,8 @@ int main(int argc, char** argv) {
   cb->add_option("--copy-threads", bench.copy_threads, "Host threads packing streamed experts (with --vram-budget)")
       ->default_val(bench.copy_threads)
       ->check(CLI::Range(1u, 256u));
-  cb->add_option("--prefill-chunk", bench.prefill_chunk, "Prompt positions per device recording (0 or 1: token by token)")
+  cb->add_option("--prefill-chunk", bench.prefill_chunk,
+                 "Prompt positions per device recording (0 or 1: token by token)")
       ->default_val(bench.prefill_chunk)
       ->check(CLI::Range(0u, 4096u));
   add_gemm_flag(cb, bench.gemm);

@@ -190,7 +190,8 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
     for (uint32_t r = 2; r < B.win.size(); ++r) {
       if (!B.win[r]) continue;
       std::vector<uint32_t> w2;
-      for (uint64_t j = P / r; j < (P + T) / r; ++j) w2.push_back(uint32_t(j * r - (P - P % r))), w2.push_back(0xFFFFFFFFu);
+      for (uint64_t j = P / r; j < (P + T) / r; ++j)
+        w2.push_back(uint32_t(j * r - (P - P % r))), w2.push_back(0xFFFFFFFFu);
       if (!w2.empty()) dev.upload(view(B.win[r], 0, w2.size() * 4), w2.data(), w2.size() * 4);
     }
   }

@@ -138,7 +138,8 @@ void dsv41_gpu_model::impl::alloc_state() {
       if (P.mode == dsv41_mode::full && P.ratio > 1) {
         if (cs_ent.size() <= P.ratio) cs_ent.resize(P.ratio + 1);
         if (cs_ent[P.ratio]) continue;
-        cs_ent[P.ratio] = upload_rope_table(dev, dsv41_rope_config(c, true), std::max<uint64_t>(ctx / P.ratio, 1), P.ratio);
+        cs_ent[P.ratio] =
+            upload_rope_table(dev, dsv41_rope_config(c, true), std::max<uint64_t>(ctx / P.ratio, 1), P.ratio);
         state_bytes += cs_ent[P.ratio].size();
       }
   ent_cap = ctx;  // a ratio-1 source writes one entry per position; one capacity for all keeps one window offset

@@ -58,7 +58,8 @@ struct gpu_chunk_profile {
       out += b;
     }
     if (!out.empty()) {
-      std::snprintf(b, sizeof b, "  %-52s %9.3f ms over %llu positions\n", "total", total * 1e3, (unsigned long long)rows);
+      std::snprintf(b, sizeof b, "  %-52s %9.3f ms over %llu positions\n", "total", total * 1e3,
+                    (unsigned long long)rows);
       out += b;
     }
     return out;

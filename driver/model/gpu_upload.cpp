@@ -83,7 +83,8 @@ std::vector<uint32_t> sorted_ids(const uint32_t* p, uint64_t n) {
   return out;
 }
 
-std::vector<float> embed_rows_host(const dsv4_matrix& embed, std::span<const uint32_t> ids, uint64_t copies, uint64_t d) {
+std::vector<float> embed_rows_host(const dsv4_matrix& embed, std::span<const uint32_t> ids, uint64_t copies,
+                                   uint64_t d) {
   std::vector<float> xe(ids.size() * copies * d);
   std::vector<float> row(d);
   for (size_t t = 0; t < ids.size(); ++t) {

@@ -40,6 +40,7 @@ std::vector<uint32_t> sorted_ids(const uint32_t* p, uint64_t n);
 
 /// A prefill chunk's embedding rows decoded on the host (where the device holds no embedding): [ids, copies, d],
 /// each id's row repeated `copies` times (the hc streams).
-std::vector<float> embed_rows_host(const dsv4_matrix& embed, std::span<const uint32_t> ids, uint64_t copies, uint64_t d);
+std::vector<float> embed_rows_host(const dsv4_matrix& embed, std::span<const uint32_t> ids, uint64_t copies,
+                                   uint64_t d);
 
 }  // namespace cmfx::driver

@@ -1,6 +1,6 @@
 #pragma once
-// Which activation precision the experts of a V4 / V4.1 prefill chunk run in on the GPU (dsv4_gpu_options::prefill_experts,
-// the `--prefill-experts` flag of `cmfx run`, `cmfx ppl` and `cmfx bench`).
+// Which activation precision the experts of a V4 / V4.1 prefill chunk run in on the GPU
+// (dsv4_gpu_options::prefill_experts, the `--prefill-experts` flag of `cmfx run`, `cmfx ppl` and `cmfx bench`).
 #include "cmfx/formats/format.hpp"
 #include "cmfx/kernels/act_precision.hpp"
 

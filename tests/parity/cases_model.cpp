@@ -227,7 +227,9 @@ std::string f16_chunk_run(suite& s, const std::string& path, uint32_t chunk, uin
   f16_rows_result res;
   const std::string why = f16_chunk_rows(
       prompt, chunk, cf.vocab, tc, tg,
-      [&](uint64_t b, uint64_t e) { return gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b), &tg); },
+      [&](uint64_t b, uint64_t e) {
+        return gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b), &tg);
+      },
       [&](uint64_t t) { return cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv4_logits::last, &tc); }, res);
   rows = res.rows;
   if (!why.empty()) return why;

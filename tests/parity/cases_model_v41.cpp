@@ -113,7 +113,7 @@ struct toy_run {
                              // must then equal a resident graph's bit for bit
   bool cold_cpu = false;     // with budget_slots: --cold-experts cpu (a slot of zeros besides them; the misses not
                              // admitted run on the CPU, so the logits meet the CPU bounds but are not the resident's)
-  uint32_t prefill_chunk = 0;  // > 1: the prompt in prefill chunks of that many rows (f32 GEMMs), checked to have run so
+  uint32_t prefill_chunk = 0;  // > 1: the prompt in prefill chunks of that many rows (f32 GEMMs), checked to run so
   bool fuse_route = false;   // dsv41_gpu_options::fuse_route (the router's logits and the routing in one dispatch;
                              // on by default in the graph: off here, the cases' reference, on in the cases that say so)
 };
@@ -309,7 +309,9 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
     pipe_note = std::to_string(steps) + " pipelined steps, ";
   }
   const std::string chunk_note =
-      r.prefill_chunk > 1 ? "prompt in " + std::to_string(gpu_chunks) + " chunks of <= " + std::to_string(r.prefill_chunk) + ", " : "";
+      r.prefill_chunk > 1
+          ? "prompt in " + std::to_string(gpu_chunks) + " chunks of <= " + std::to_string(r.prefill_chunk) + ", "
+          : "";
   const gpu_expert_cache_stats& cs = gpu->cache_stats();
   if (budget_slots) {
     if (cs.lookups != ran * cf.layers * cf.top_k)
@@ -560,8 +562,11 @@ std::string f16_chunk_run(suite& s, const std::string& path, uint32_t chunk, uin
   f16_rows_result res;
   const std::string why = f16_chunk_rows(
       prompt, chunk, cf.vocab, tc, tg,
-      [&](uint64_t b, uint64_t e) { return gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b), &tg); },
-      [&](uint64_t t) { return cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv41_logits::last, &tc); }, res);
+      [&](uint64_t b, uint64_t e) {
+        return gpu.forward_chunk_rows(std::span<const uint32_t>(ids.data() + b, e - b), &tg);
+      },
+      [&](uint64_t t) { return cpu->forward(std::span<const uint32_t>(&ids[t], 1), st, dsv41_logits::last, &tc); },
+      res);
   rows = res.rows;
   if (!why.empty()) return why;
   char b[320];
@@ -628,7 +633,8 @@ void model_v41_cases(suite& s) {
   r = toy_run{};
   r.prompt = 24, r.decode = 8, r.fixed_seed = 16, r.prefill_chunk = 9;
   run("prefill chunks of 9, cmf q4tp toy, 24+8 tokens", "cmf", "q4tp", r);
-  for (const auto& [layout, quant, what] : {std::tuple{"cmf", "q4tp", "cmf q4tp toy"}, {"release", "native", "release toy"}})
+  for (const auto& [layout, quant, what] :
+       {std::tuple{"cmf", "q4tp", "cmf q4tp toy"}, {"release", "native", "release toy"}})
     s.run("model_v41", "-", std::string("prefill chunks of 16 on f16 tiles, ") + what + ", unquantised cache, 40 rows",
           [&, layout, quant](uint64_t seed, std::string& info) {
             // V4.1's toy flips a near-tie sooner than V4's on f16 (rows 0–13 in 8 of 14 lavapipe sequences): 6 rows,
