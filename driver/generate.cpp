@@ -41,6 +41,9 @@ class backend_of final : public cache_backend {
     return m_->forward(ids, live_, last ? Logits::last : Logits::none);
   }
   void truncate(uint64_t n) override { live_.truncate(n); }
+  void mark_prefill(uint64_t end) override {
+    if constexpr (requires(State& st) { st.mark_prefill(end); }) live_.mark_prefill(end);
+  }
   void save() override { snap_ = live_; }
   void restore() override { live_ = snap_; }
   void reset() override {
@@ -64,6 +67,7 @@ class gpu_backend final : public cache_backend {
     if (n == 0) r_->model().reset();
     else if (n != r_->model().pos()) throw std::logic_error("gpu prompt cache: no rollback on the device state");
   }
+  void mark_prefill(uint64_t end) override { r_->model().mark_prefill(end); }
   void save() override { r_->model().save_snapshot(); }
   void restore() override { r_->model().restore_snapshot(); }
   void reset() override { r_->model().reset(); }
@@ -116,6 +120,7 @@ std::vector<float> prompt_cache::prefill(const std::vector<uint32_t>& prompt, ui
     b_->truncate(keep);  // 0: reset
     live_ids_.resize(keep);
   }
+  b_->mark_prefill(prompt.size());  // the pieces below are one official prefill (V4.1's stale-key rule)
   std::vector<float> logits;
   for (uint64_t b = keep; b < prompt.size(); b += prefill_chunk) {
     const uint64_t e = std::min<uint64_t>(prompt.size(), b + prefill_chunk);

@@ -35,6 +35,9 @@ class cache_backend {
   /// Runs ids on the live state; returns the last token's logits when `last`, else nothing.
   virtual std::vector<float> forward(std::span<const uint32_t> ids, bool last) = 0;
   virtual void truncate(uint64_t n) = 0;  // live state to position n (0: reset)
+  /// Positions [0, end) of the live state are one prompt's prefill, run in several forward() calls (V4.1's stale
+  /// index-key rule: dsv41_state::mark_prefill; V4 ignores it).
+  virtual void mark_prefill(uint64_t end) = 0;
   virtual void save() = 0;                // snapshot = live
   virtual void restore() = 0;             // live = snapshot
   virtual void reset() = 0;               // live and snapshot to position 0

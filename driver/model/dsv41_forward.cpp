@@ -186,7 +186,7 @@ void dsv41_model::impl::engram_add(uint32_t l, float* X, uint64_t n, const dsv41
 }
 
 int dsv41_model::impl::keys_layer(uint32_t l, uint64_t i, const dsv41_token_ctx& tc) const {
-  return dsv41_keys_layer(c(), opt.stale_index_k, l, tc.pos[i], tc.p0[i] == 0, tc.prev_owner[i]);
+  return dsv41_keys_layer(c(), opt.stale_index_k, l, tc.pos[i], tc.prefill[i] != 0, tc.prev_owner[i]);
 }
 
 dsv41_model::dsv41_model(dsv41_weights w, const dsv41_options& o) : p_(std::make_unique<impl>(std::move(w), o)) {}
@@ -212,18 +212,23 @@ std::vector<float> dsv41_model::forward_batch(std::span<const uint32_t> ids, std
   impl& m = *p_;
   // With the official stale-index-key behaviour a decode token may score against index keys a LATER layer published
   // on the previous step; inside a multi-token chunk those rows would not exist yet when the earlier layer runs, so
-  // such chunks run one token per pass (exactly the official one-token decode steps).
+  // a chunk that is not all prefill positions (dsv41_state::prefill_end) runs its prefill part as one pass, then one
+  // token per pass (exactly the official one-token decode steps).
+  auto prefill_part = [](const dsv41_segment& s) {
+    const uint64_t end = s.st->pos() == 0 ? std::max(s.st->prefill_end(), s.count) : s.st->prefill_end();
+    return std::min(s.count, end > s.st->pos() ? end - s.st->pos() : 0);
+  };
   bool split = false;
   if (m.opt.stale_index_k)
     for (const dsv41_segment& s : segs)
-      if (s.st && s.st->pos() > 0 && s.count > 1) split = true;
+      if (s.st && s.count > 1 && prefill_part(s) < s.count) split = true;
   if (!split) return m.run(ids, segs, want, trace);
   std::vector<float> out;
   for (const dsv41_segment& s : segs) {
     if (!s.st || s.first + s.count > ids.size()) throw usage_error("dsv4.1 forward: bad segment");
-    const uint64_t step = s.st->pos() == 0 ? s.count : 1;
-    for (uint64_t b = 0; b < s.count; b += step) {
-      const uint64_t cnt = std::min(step, s.count - b);
+    const uint64_t pre = prefill_part(s);
+    for (uint64_t b = 0; b < s.count;) {
+      const uint64_t cnt = b == 0 && pre > 0 ? pre : 1;
       const dsv41_segment one{s.st, 0, cnt};
       const bool last_part = b + cnt == s.count;
       const dsv41_logits w = want == dsv41_logits::all ? dsv41_logits::all
@@ -231,6 +236,7 @@ std::vector<float> dsv41_model::forward_batch(std::span<const uint32_t> ids, std
                                                                           : dsv41_logits::none;
       const auto part = m.run(ids.subspan(s.first + b, cnt), std::span<const dsv41_segment>(&one, 1), w, trace);
       out.insert(out.end(), part.begin(), part.end());
+      b += cnt;
     }
   }
   return out;
@@ -248,6 +254,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
   tc.pos.resize(n);
   tc.first.resize(n);
   tc.p0.resize(n);
+  tc.prefill.resize(n);
   tc.prev_owner.resize(n);
   // Every segment and token is checked before any state changes (a refused chunk leaves all states as they were).
   check_segments(ids, segs, cf.layers, cf.head_dim, cf.vocab, "dsv4.1 forward");
@@ -260,27 +267,21 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
     const dsv41_segment& sg = segs[k];
     dsv41_state& st = *sg.st;
     const uint64_t p0 = st.pos();
+    if (p0 == 0) st.mark_prefill(sg.count);  // a chunk at position 0 is (at least) a prefill
+    // Prefill positions: every source publishes, the shared runtime's owner is the whole prefill's last publisher.
+    // Decode positions (forward_batch runs them one per pass): the official one-token step's publisher.
+    const int prefill_pub = dsv41_prefill_publisher(cf, st.prefill_end());
     int prev = st.last_ik_owner();
     for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) {
       tc.st[i] = &st;
       tc.pos[i] = p0 + (i - sg.first);
       tc.first[i] = sg.first;
       tc.p0[i] = p0;
+      tc.prefill[i] = tc.pos[i] < st.prefill_end();
       tc.prev_owner[i] = prev;
-      if (p0 > 0) {
-        const int pub = dsv41_decode_publisher(cf, tc.pos[i]);
-        if (pub >= 0) prev = pub;
-      }
-    }
-    // Shared-runtime and Engram history for the chunk's positions.
-    if (p0 == 0) {
-      const int pub = dsv41_prefill_publisher(cf, sg.count);
-      st.ik_owner().assign(sg.count, int16_t(pub));
-    } else {
-      for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) {
-        const int pub = dsv41_decode_publisher(cf, tc.pos[i]);
-        st.ik_owner().push_back(int16_t(pub >= 0 ? pub : st.last_ik_owner()));
-      }
+      const int pub = tc.prefill[i] ? prefill_pub : dsv41_decode_publisher(cf, tc.pos[i]);
+      if (pub >= 0) prev = pub;
+      st.ik_owner().push_back(int16_t(prev));
     }
     if (!cf.engram_layers.empty())
       for (uint64_t i = sg.first; i < sg.first + sg.count; ++i) st.cids().push_back(uint32_t(engram.map(ids[i])));

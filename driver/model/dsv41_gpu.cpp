@@ -518,22 +518,33 @@ std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last
   impl& m = *p_;
   if (ids.empty()) return {};
   m.check_chunk(ids);
-  if (m.pos == 0) m.prefill_end = ids.size();  // a chunk at position 0 is a prefill
-  if (m.chunks_ids(ids.size())) {  // prefill chunks (dsv41_gpu_chunk.cpp)
+  m.mark_call(ids.size());
+  // The prefill rows in chunks (dsv41_gpu_chunk.cpp), the rest (decode steps under the stale-key rule) one by one.
+  uint64_t pre = m.prefill_rows(ids.size());
+  if (!m.chunks_ids(pre)) pre = 0;
+  if (pre > 0) {
     m.chunk_stats = {};
     const uint32_t C = m.opt.prefill_chunk;
-    for (size_t b = 0; b < ids.size(); b += C) {
-      const size_t e = std::min(ids.size(), b + C);
+    for (size_t b = 0; b < pre; b += C) {
+      const size_t e = std::min<size_t>(pre, b + C);
       m.run_chunk(ids.subspan(b, e - b), last && e == ids.size(), nullptr, trace);
     }
-  } else {
-    run_steps(m, ids, last, trace);
   }
+  if (pre < ids.size()) run_steps(m, ids.subspan(pre), last, trace);
   if (!last) return {};
   std::vector<float> out(m.cfg.vocab);
   m.dev.download(m.logits, out.data(), out.size() * 4);
   return out;
 }
+
+bool dsv41_gpu_model::mark_prefill(uint64_t end) noexcept {
+  impl& m = *p_;
+  if (m.pos > m.prefill_end) return false;
+  m.prefill_end = std::max(m.prefill_end, end);
+  return true;
+}
+
+uint64_t dsv41_gpu_model::prefill_end() const noexcept { return p_->prefill_end; }
 
 void dsv41_gpu_model::run_steps(impl& m, std::span<const uint32_t> ids, bool last, dsv41_trace* trace) {
   // The mode the next step will have (its recording is made ahead): the chunk's last token's, then the same.
@@ -546,19 +557,20 @@ std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
   impl& m = *p_;
   if (ids.empty()) return {};
   m.check_chunk(ids);
-  if (m.pos == 0) m.prefill_end = ids.size();  // a chunk at position 0 is a prefill
+  m.mark_call(ids.size());
   std::vector<float> out(ids.size() * m.cfg.vocab);
-  if (m.chunks_ids(ids.size())) {  // every row's logits of each chunk
+  uint64_t pre = m.prefill_rows(ids.size());
+  if (!m.chunks_ids(pre)) pre = 0;
+  if (pre > 0) {  // every row's logits of each chunk
     m.chunk_stats = {};
     const uint32_t C = m.opt.prefill_chunk;
-    for (size_t b = 0; b < ids.size(); b += C) {
-      const size_t n = std::min<size_t>(ids.size() - b, C);
+    for (size_t b = 0; b < pre; b += C) {
+      const size_t n = std::min<size_t>(pre - b, C);
       const std::vector<float> l = m.chunk_rows(ids.subspan(b, n), nullptr);
       std::copy(l.begin(), l.end(), out.begin() + std::ptrdiff_t(b * m.cfg.vocab));
     }
-    return out;
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
+  for (size_t i = pre; i < ids.size(); ++i) {
     m.run(ids[i], 1, m.pos < m.prefill_end, nullptr, i + 1 < ids.size() ? 1 : -1);
     m.dev.download(m.logits, out.data() + i * m.cfg.vocab, uint64_t(m.cfg.vocab) * 4);
   }
@@ -576,8 +588,8 @@ std::vector<float> dsv41_gpu_model::impl::chunk_rows(std::span<const uint32_t> i
 std::vector<float> dsv41_gpu_model::forward_chunk_rows(std::span<const uint32_t> ids, dsv41_trace* trace) {
   impl& m = *p_;
   m.check_chunk(ids);
-  if (m.pos == 0) m.prefill_end = ids.size();
-  if (!m.chunks_ids(ids.size()) || ids.size() > m.opt.prefill_chunk)
+  m.mark_call(ids.size());
+  if (!m.chunks_ids(ids.size()) || m.prefill_rows(ids.size()) < ids.size() || ids.size() > m.opt.prefill_chunk)
     throw usage_error("forward_chunk_rows: needs prefill chunks (2 to prefill_chunk ids, a prefill or stale_index_k "
                       "off, no expert cache)");
   m.chunk_stats = {};
@@ -587,7 +599,7 @@ std::vector<float> dsv41_gpu_model::forward_chunk_rows(std::span<const uint32_t>
 uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {
   impl& m = *p_;
   m.check_chunk(std::span<const uint32_t>(&token, 1));
-  if (m.pos == 0) m.prefill_end = 1;
+  m.mark_call(1);
   m.run(token, 2, m.pos < m.prefill_end, nullptr);
   return m.chosen_id();
 }
@@ -615,7 +627,7 @@ uint64_t dsv41_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, cons
   // step by step (the prefill's last token, the expert cache, a profile): each choice read back from best_host
   return step_chosen_each(first, max, on_token, [&](uint32_t tok) {
     m.check_chunk(std::span<const uint32_t>(&tok, 1));
-    if (m.pos == 0) m.prefill_end = 1;
+    m.mark_call(1);
     m.run(tok, m.chooser.mode(), m.pos < m.prefill_end, nullptr);
     const uint32_t id = m.chosen_id();
     if (ds.logprobs) m.chooser.read(m.dev, 0, m.cfg.vocab, *ds.logprobs);

@@ -102,8 +102,9 @@ class dsv41_gpu_model final : public gpu_graph {
   void set_profile(bool on, std::vector<uint32_t> layers = {}) override;
   std::vector<uint32_t> kind_layers() const override;
 
-  /// ids at positions pos()…: a chunk at position 0 is a prefill (as dsv41_model::forward), later tokens decode
-  /// steps. The last token's logits when `last`. trace: per token, as dsv41_model::forward's.
+  /// ids at positions pos()…: positions below prefill_end() (a chunk at position 0 marks its own) are prefill
+  /// positions (as dsv41_model::forward), later tokens decode steps. The last token's logits when `last`. trace: per
+  /// token, as dsv41_model::forward's.
   std::vector<float> forward(std::span<const uint32_t> ids, bool last) override { return run(ids, last, nullptr); }
   /// As forward (a chunk at position 0 is a prefill), with every token's logits [n, vocab].
   std::vector<float> forward_all(std::span<const uint32_t> ids) override;
@@ -111,6 +112,10 @@ class dsv41_gpu_model final : public gpu_graph {
   /// (chunks_ids), they do.
   std::vector<float> run(std::span<const uint32_t> ids, bool last, dsv41_trace* trace);
   bool prefill_chunked() const override;
+  /// dsv41_state::mark_prefill on the device's sequence: positions [0, end) one official prefill, if the sequence
+  /// holds only prefill positions so far (false, and no change, after a decode step).
+  bool mark_prefill(uint64_t end) noexcept override;
+  uint64_t prefill_end() const noexcept;
   gpu_prefill_stats last_prefill() const override;
   std::string prefill_profile() const override;
   /// Tests: ids (≤ prefill_chunk of them, a prefill or stale_index_k off) as one prefill chunk, with every row's

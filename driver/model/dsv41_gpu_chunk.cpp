@@ -49,6 +49,11 @@ bool dsv41_gpu_model::impl::chunks_ids(uint64_t n) const {
   return !opt.stale_index_k || pos < prefill_end;
 }
 
+uint64_t dsv41_gpu_model::impl::prefill_rows(uint64_t n) const {
+  if (!opt.stale_index_k) return n;
+  return prefill_end > pos ? std::min(n, prefill_end - pos) : 0;
+}
+
 void dsv41_gpu_model::impl::alloc_chunk() {
   const dsv41_config& c = cfg;
   const uint64_t C = opt.prefill_chunk, d = c.dim, hd = c.head_dim, W = c.window, f = 4, TK = c.index_topk;

@@ -66,8 +66,8 @@ struct dsv41_gpu_model::impl {
   gpu::kernels& k;
   dsv41_gpu_options opt;
   uint64_t pos = 0;
-  // Shared runtime / Engram history (dsv41_state's host part): the compressed ids so far, the end of the chunk
-  // that started at position 0 (its tokens are prefill tokens) and the last index-key publisher.
+  // Shared runtime / Engram history (dsv41_state's host part): the compressed ids so far, the end of the official
+  // prefill (dsv41_state::prefill_end: positions below it are prefill positions) and the last index-key publisher.
   std::vector<uint32_t> cids;
   uint64_t prefill_end = 0;
   int last_owner = -1;
@@ -89,6 +89,13 @@ struct dsv41_gpu_model::impl {
   /// Whether n ids at the current position may run in prefill chunks: prefill_chunk > 1, n > 1, no expert cache,
   /// and the ids a prefill (or no stale_index_k: then every row scores its layer's static key source).
   bool chunks_ids(uint64_t n) const;
+  /// How many of n ids at the current position may run as prefill rows: all of them without stale_index_k, else
+  /// those below prefill_end (a call at position 0 has marked its own ids first: mark_call).
+  uint64_t prefill_rows(uint64_t n) const;
+  /// A call of n ids at position 0 is (at least) a prefill.
+  void mark_call(uint64_t n) {
+    if (pos == 0) prefill_end = std::max(prefill_end, n);
+  }
   void alloc_chunk();
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk): want_logits the last row's into `logits`,
   /// all_logits every row's [n, vocab]; trace: per row, as run()'s.

@@ -28,6 +28,7 @@ inline constexpr uint32_t dsv41_attn_token_tile = 16;
 struct dsv41_token_ctx {
   std::vector<dsv41_state*> st;
   std::vector<uint64_t> pos, first, p0;
+  std::vector<uint8_t> prefill;  // the position lies below its state's prefill_end (the official prefill)
   std::vector<int> prev_owner;
 };
 

@@ -13,6 +13,7 @@
 //
 // Rings hold `window + dsv41_rollback_tokens` positions, so `truncate(n)` rolls back up to dsv41_rollback_tokens
 // positions exactly. A state is a value: copy it to fork a sequence.
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -84,13 +85,29 @@ class dsv41_state {
   std::vector<int16_t>& ik_owner() noexcept { return ik_owner_; }
   int last_ik_owner() const noexcept { return ik_owner_.empty() ? -1 : ik_owner_.back(); }
 
+  /// The end of the official prefill (spec §5.1: the reference prefills a whole prompt in ONE call at position 0,
+  /// then runs one-token decode steps): positions below it are prefill positions for the stale-index-key rule
+  /// (dsv41_options::stale_index_k), whatever calls they arrive in. A call at position 0 marks at least its own
+  /// tokens; mark_prefill lets a caller that runs a prompt in pieces (the driver's 512-token pieces, the serve
+  /// scheduler) announce the whole prompt first.
+  uint64_t prefill_end() const noexcept { return prefill_end_; }
+  /// Marks positions [0, end) as one prefill, if the state holds only prefill positions so far (pos() ≤
+  /// prefill_end(): a fresh state, a prompt not yet followed by a decode step, or one truncated back into its
+  /// prefill) — then the tokens it holds are exactly what the longer prefill would have made of them. Returns
+  /// whether the mark took effect (false after a decode step: later tokens are decode steps, as in the reference).
+  bool mark_prefill(uint64_t end) noexcept {
+    if (pos_ > prefill_end_) return false;
+    prefill_end_ = std::max(prefill_end_, end);
+    return true;
+  }
+
   void reset();
   /// Roll back to position n (n ≤ pos(), pos() − n ≤ dsv41_rollback_tokens, or n == 0).
   void truncate(uint64_t n);
   void advance(uint64_t tokens) noexcept { pos_ += tokens; }
 
  private:
-  uint64_t pos_ = 0;
+  uint64_t pos_ = 0, prefill_end_ = 0;
   bool packed_ = false;
   uint32_t ring_cap_ = 0, pend_cap_ = 0, head_dim_ = 0, ihd_ = 0;
   std::vector<dsv41_layer_state> layers_;

@@ -55,6 +55,10 @@ class gpu_graph {
   virtual std::string prefill_profile() const { return {}; }
   /// Whether forward() of several ids runs them in prefill chunks (else token by token).
   virtual bool prefill_chunked() const { return false; }
+  /// Announces that positions [0, end) are one prompt's prefill, run in several forward() calls (V4.1's stale
+  /// index-key rule, dsv41_state::mark_prefill: the official prefill is one call; graphs whose results do not
+  /// depend on it ignore it). Returns whether the mark took effect.
+  virtual bool mark_prefill(uint64_t /*end*/) noexcept { return false; }
   /// The chunks of the last forward() / forward_all() (zero where it ran token by token).
   virtual gpu_prefill_stats last_prefill() const { return {}; }
   /// Runs ids at positions pos()…; returns the last token's logits [vocab] when `last`, else nothing.

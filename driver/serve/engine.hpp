@@ -42,6 +42,10 @@ class engine {
   virtual void reset(unsigned slot) = 0;
   /// The slot's live state to position n: n = 0, its end, or within rollback_tokens() of its end.
   virtual void truncate(unsigned slot, uint64_t n) = 0;
+  /// The slot's live state is about to prefill a prompt of `end` positions in several forward() steps: positions
+  /// [0, end) are one prefill where that matters (V4.1's stale index-key rule, dsv41_state::mark_prefill; a state
+  /// that already ran a decode step keeps it). Engines whose results do not depend on it ignore it.
+  virtual void mark_prefill(unsigned /*slot*/, uint64_t /*end*/) {}
   /// snapshot = live state / live state = snapshot; drop frees the snapshot's memory where that is possible.
   virtual void save_snapshot(unsigned slot) = 0;
   virtual void restore_snapshot(unsigned slot) = 0;

@@ -41,6 +41,9 @@ class cpu_engine final : public engine {
   uint64_t rollback_tokens() const override { return Rollback; }
   void reset(unsigned s) override { live(s).reset(); }
   void truncate(unsigned s, uint64_t n) override { live(s).truncate(n); }
+  void mark_prefill(unsigned s, uint64_t end) override {
+    if constexpr (requires(State& st) { st.mark_prefill(end); }) live(s).mark_prefill(end);
+  }
   void save_snapshot(unsigned s) override { snap_[s] = live(s); }
   void restore_snapshot(unsigned s) override { live_[s] = snap_[s]; }
   void drop_snapshot(unsigned s) override { snap_[s] = State(); }

@@ -31,6 +31,7 @@ class gpu_engine final : public engine {
                              std::to_string(r_.model().pos()) + " positions (the device state has no rollback)");
     }
   }
+  void mark_prefill(unsigned, uint64_t end) override { r_.model().mark_prefill(end); }
   void save_snapshot(unsigned) override { r_.model().save_snapshot(); }
   void restore_snapshot(unsigned) override { r_.model().restore_snapshot(); }
   void drop_snapshot(unsigned) override {}  // the snapshot's device buffers stay allocated for the next one

@@ -197,6 +197,7 @@ void scheduler::assign(std::shared_ptr<job> j) {
     fail(s, 500, std::string("could not start the generation: ") + e.what(), "server_error", "internal_error");
     return;
   }
+  model_.mark_prefill(s.id, prompt.size());  // the prompt's pieces are one official prefill (V4.1)
   s.prefill_pos = best_n;
   s.cached = best_n;
   s.generated = 0;

@@ -329,6 +329,73 @@ TEST(Dsv41Model, StaleIndexKeysMatchTheReferenceDecode) {
   EXPECT_GT(differ, 10u);
 }
 
+// A prompt run in pieces after mark_prefill (the driver's 512-token pieces, the serve scheduler) is the official ONE
+// prefill call (spec §5.1) under the stale-key rule: the same logits and index picks as one forward of the whole
+// prompt, and the same decode steps after it. Without the mark the later pieces are decode steps (they differ).
+// Truncating back into the prefill and marking again extends it; a mark after a decode step is refused.
+TEST(Dsv41Model, MarkedPrefillInPiecesIsOnePrefill) {
+  const std::string rel = dir().make("rel-f32", "release", "f32");
+  auto m = dsv41_model::open(rel, opts(false, true));
+  const uint64_t V = m->config().vocab, D = 6, N = kTokens - D;  // N prompt tokens, then D decode steps
+  const auto ids = token_ids(kTokens, V);
+  auto run = [&](bool mark, dsv41_trace& tr, dsv41_state& st) {
+    if (mark) EXPECT_TRUE(st.mark_prefill(N));
+    std::vector<float> got;
+    const uint64_t sizes[] = {5, 3, 20, 1, 2, 100, 13, 16};
+    for (uint64_t b = 0, i = 0; b < N; ++i) {
+      const uint64_t e = std::min(N, b + sizes[i % 8]);
+      const auto part = m->forward(std::span<const uint32_t>(ids.data() + b, e - b), st, dsv41_logits::all, &tr);
+      got.insert(got.end(), part.begin(), part.end());
+      b = e;
+    }
+    EXPECT_EQ(st.prefill_end(), mark ? N : 5u);
+    for (uint64_t t = N; t < kTokens; ++t) {
+      const auto one = m->forward(std::span<const uint32_t>(ids.data() + t, 1), st, dsv41_logits::last, &tr);
+      got.insert(got.end(), one.begin(), one.end());
+    }
+    EXPECT_FALSE(st.mark_prefill(kTokens + 1)) << "a mark after decode steps must be refused";
+    return got;
+  };
+  dsv41_trace tw, tm, tu;
+  dsv41_state sw = m->new_state(), sm = m->new_state(), su = m->new_state();
+  auto whole = m->forward(std::span<const uint32_t>(ids.data(), N), sw, dsv41_logits::all, &tw);
+  for (uint64_t t = N; t < kTokens; ++t) {
+    const auto one = m->forward(std::span<const uint32_t>(ids.data() + t, 1), sw, dsv41_logits::last, &tw);
+    whole.insert(whole.end(), one.begin(), one.end());
+  }
+  const auto marked = run(true, tm, sm), unmarked = run(false, tu, su);
+  const rel_stats s = compare(marked, whole, kTokens, V);
+  std::printf("marked prefill in pieces vs one prefill: max rel %.3g\n", s.max_rel);
+  EXPECT_LE(s.max_rel, kDecodeMaxRel);
+  EXPECT_EQ(s.argmax_diff, 0u);
+  const uint32_t L = m->config().layers;
+  uint64_t picks = 0, differ = 0;
+  for (uint32_t l = 0; l < L; ++l)
+    for (uint64_t t = 0; t < kTokens && l < tw.topk.size() && !tw.topk[l].empty(); ++t) {
+      EXPECT_EQ(tm.topk[l][t], tw.topk[l][t]) << "layer " << l << " position " << t;
+      EXPECT_EQ(tm.keys_from[l][t], tw.keys_from[l][t]) << "layer " << l << " position " << t;
+      ++picks;
+      differ += tu.topk[l][t] != tw.topk[l][t];
+    }
+  EXPECT_GT(picks, 0u);
+  EXPECT_GT(differ, 10u) << "unmarked pieces should run as decode steps (the test would not see a missing mark)";
+  // Back into the prefill: a prefill of N − 9 positions that a new mark extends to the same N (then the same steps).
+  dsv41_state st = m->new_state();
+  dsv41_trace tt;
+  ASSERT_TRUE(st.mark_prefill(N));
+  m->forward(std::span<const uint32_t>(ids.data(), N), st, dsv41_logits::none, &tt);
+  st.truncate(N - 9);
+  EXPECT_EQ(st.prefill_end(), N - 9);
+  EXPECT_TRUE(st.mark_prefill(N));
+  std::vector<float> tail = m->forward(std::span<const uint32_t>(ids.data() + N - 9, 9), st, dsv41_logits::all);
+  for (uint64_t t = N; t < kTokens; ++t) {
+    const auto one = m->forward(std::span<const uint32_t>(ids.data() + t, 1), st, dsv41_logits::last);
+    tail.insert(tail.end(), one.begin(), one.end());
+  }
+  const std::vector<float> want(whole.end() - std::ptrdiff_t((9 + D) * V), whole.end());
+  EXPECT_LE(compare(tail, want, 9 + D, V).max_rel, kDecodeMaxRel);
+}
+
 // CMF (f32 table, format row decoder + bf16 cast) == release (the Engram table in FP8 E4M3 with UE8M0 per 32 of a
 // row, gathered in place by engram.hpp): the toy's table lies on that grid, so the two must agree exactly.
 TEST(Dsv41Model, CmfAndReleaseLayoutsAgree) {
