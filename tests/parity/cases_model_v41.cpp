@@ -114,6 +114,8 @@ struct toy_run {
   bool cold_cpu = false;     // with budget_slots: --cold-experts cpu (a slot of zeros besides them; the misses not
                              // admitted run on the CPU, so the logits meet the CPU bounds but are not the resident's)
   uint32_t prefill_chunk = 0;  // > 1: the prompt in prefill chunks of that many rows (f32 GEMMs), checked to run so
+  std::vector<uint64_t> pieces;  // the GPU's prompt in these calls after mark_prefill(prompt) (the CPU's in one call,
+                                // the official prefill), as prompt_cache and the serve scheduler run a long prompt
   bool fuse_route = false;   // dsv41_gpu_options::fuse_route (the router's logits and the routing in one dispatch;
                              // on by default in the graph: off here, the cases' reference, on in the cases that say so)
 };
@@ -257,12 +259,28 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   {
     const std::span<const uint32_t> p(ids.data(), prompt);
     const std::vector<float> lc = cpu->forward(p, st, dsv41_logits::last, &tc);
-    const std::vector<float> lg = gpu->run(p, true, traced ? &tg : nullptr);
+    std::vector<float> lg;
+    uint64_t want_chunks = 0;
+    auto ceil_div = [&](uint64_t n) { return r.prefill_chunk > 1 ? (n + r.prefill_chunk - 1) / r.prefill_chunk : 0; };
+    if (r.pieces.empty()) {
+      lg = gpu->run(p, true, traced ? &tg : nullptr);
+      gpu_chunks = gpu->last_prefill().chunks;
+      want_chunks = ceil_div(prompt);
+    } else {
+      if (!gpu->mark_prefill(prompt)) return "mark_prefill refused on a fresh state";
+      uint64_t b = 0;
+      for (const uint64_t n : r.pieces) {
+        lg = gpu->run(p.subspan(b, n), b + n == prompt, traced ? &tg : nullptr);
+        gpu_chunks += gpu->last_prefill().chunks;
+        want_chunks += ceil_div(n);
+        b += n;
+      }
+      if (b != prompt) return "the case's pieces do not add up to its prompt";
+      if (gpu->prefill_end() != prompt) return "prefill_end " + std::to_string(gpu->prefill_end()) + " after the mark";
+    }
     if (resident && resident->run(p, true, nullptr) != lg) return "prompt: cached logits differ from the resident graph's";
-    gpu_chunks = gpu->last_prefill().chunks;
-    if (r.prefill_chunk > 1 && gpu_chunks != (prompt + r.prefill_chunk - 1) / r.prefill_chunk)
-      return "prompt: " + std::to_string(gpu->last_prefill().chunks) + " prefill chunks ran, expected " +
-             std::to_string((prompt + r.prefill_chunk - 1) / r.prefill_chunk);
+    if (gpu_chunks != want_chunks)
+      return "prompt: " + std::to_string(gpu_chunks) + " prefill chunks ran, expected " + std::to_string(want_chunks);
     if (auto w = check_logits(lg, lc, prompt - 1, r.quant, worst_nmse, worst_rel, ties, flipped); !w.empty()) {
       if (auto w2 = explain("prompt: " + w); !w2.empty())
         if (auto w3 = replay(w2, prompt - 1, lg); !w3.empty()) return w3;
@@ -308,10 +326,14 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
       return "pipelined steps " + std::to_string(steps) + " of " + std::to_string(want) + " (a recording key mismatch?)";
     pipe_note = std::to_string(steps) + " pipelined steps, ";
   }
-  const std::string chunk_note =
+  std::string chunk_note =
       r.prefill_chunk > 1
           ? "prompt in " + std::to_string(gpu_chunks) + " chunks of <= " + std::to_string(r.prefill_chunk) + ", "
           : "";
+  if (!r.pieces.empty()) {
+    if (gpu->mark_prefill(prompt + decode)) return "mark_prefill took effect after decode steps";
+    chunk_note += std::to_string(r.pieces.size()) + " calls marked as one prefill, ";
+  }
   const gpu_expert_cache_stats& cs = gpu->cache_stats();
   if (budget_slots) {
     if (cs.lookups != ran * cf.layers * cf.top_k)
@@ -633,6 +655,18 @@ void model_v41_cases(suite& s) {
   r = toy_run{};
   r.prompt = 24, r.decode = 8, r.fixed_seed = 16, r.prefill_chunk = 9;
   run("prefill chunks of 9, cmf q4tp toy, 24+8 tokens", "cmf", "q4tp", r);
+  // A prompt in several calls after mark_prefill (prompt_cache's 512-token pieces, the serve scheduler's) against the
+  // CPU's one call: the official prefill under the stale-key rule, so every row's selections as one prefill's.
+  r = toy_run{};
+  r.prompt = 40, r.decode = 12, r.quant = false, r.prefill_chunk = 8, r.pieces = {13, 20, 7};
+  run("prompt in 3 calls marked as one prefill (13+20+7), chunks of 8, cmf f32 toy, unquantised cache, 40+12 tokens",
+      "cmf", "f32", r);
+  r.prefill_chunk = 0;
+  run("prompt in 3 calls marked as one prefill (13+20+7), token by token, cmf f32 toy, unquantised cache, 40+12 tokens",
+      "cmf", "f32", r);
+  r = toy_run{};
+  r.prompt = 30, r.decode = 8, r.fixed_seed = 15, r.prefill_chunk = 8, r.pieces = {11, 19};
+  run("prompt in 2 calls marked as one prefill (11+19), chunks of 8, release toy, 30+8 tokens", "release", "native", r);
   for (const auto& [layout, quant, what] :
        {std::tuple{"cmf", "q4tp", "cmf q4tp toy"}, {"release", "native", "release toy"}})
     s.run("model_v41", "-", std::string("prefill chunks of 16 on f16 tiles, ") + what + ", unquantised cache, 40 rows",
