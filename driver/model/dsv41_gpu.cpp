@@ -522,8 +522,8 @@ std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last
   // The prefill rows in chunks (dsv41_gpu_chunk.cpp), the rest (decode steps under the stale-key rule) one by one.
   uint64_t pre = m.prefill_rows(ids.size());
   if (!m.chunks_ids(pre)) pre = 0;
+  m.chunk_stats = {};  // this call's chunks (none where it runs token by token)
   if (pre > 0) {
-    m.chunk_stats = {};
     const uint32_t C = m.opt.prefill_chunk;
     for (size_t b = 0; b < pre; b += C) {
       const size_t e = std::min<size_t>(pre, b + C);
@@ -561,8 +561,8 @@ std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
   std::vector<float> out(ids.size() * m.cfg.vocab);
   uint64_t pre = m.prefill_rows(ids.size());
   if (!m.chunks_ids(pre)) pre = 0;
+  m.chunk_stats = {};  // this call's chunks (none where it runs token by token)
   if (pre > 0) {  // every row's logits of each chunk
-    m.chunk_stats = {};
     const uint32_t C = m.opt.prefill_chunk;
     for (size_t b = 0; b < pre; b += C) {
       const size_t n = std::min<size_t>(pre - b, C);

@@ -29,7 +29,7 @@ struct gpu_run_options {
   /// CPU graph's i8 covers every projection; f32 = the parity reference.
   act_precision expert_act = act_precision::f32;
   uint64_t vram_budget = 0;  ///< the graphs' vram_budget (0: every expert resident)
-  uint32_t prefill_chunk = 512;  ///< dsv4_gpu_options::prefill_chunk (V4 graphs; V4.1 runs prompts token by token)
+  uint32_t prefill_chunk = 512;  ///< the graphs' prefill_chunk (dsv4_gpu_options / dsv41_gpu_options)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  ///< dsv4_gpu_options::gemm (--gemm)
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  ///< dsv4_gpu_options::prefill_experts
   cold_experts cold = cold_experts::copy;  ///< the graphs' cold (--cold-experts; with vram_budget)
@@ -53,7 +53,8 @@ class gpu_runner {
   /// One line of expert-cache statistics (hit rate, bytes moved per token), or that every expert is resident.
   std::string cache_line() const;
 
-  /// Runs ids at positions model().pos()… (a chunk at position 0 is a prefill); the last token's logits when
+  /// Runs ids at positions model().pos()… (a chunk at position 0 is a prefill, as are positions a
+  /// model().mark_prefill covers); the last token's logits when
   /// `last`, else nothing.
   std::vector<float> forward(std::span<const uint32_t> ids, bool last) { return m_->forward(ids, last); }
   /// Every id's logits [n, vocab] (gpu_graph::forward_all).

@@ -423,7 +423,18 @@ try:
     check("V4.1: the same greedy request gives the same text after prefix reuse",
           s == 200 and j["choices"][0]["text"] == first, (s, j, first))
     check("V4.1: /metrics names the cpu backend", 'cmfx_backend_info{backend="cpu"' in D.request("GET", "/metrics")[3].decode())
+    # A prompt longer than the scheduler's pieces is one official prefill (engine::mark_prefill): pieces of 256 (the
+    # default) and of 16 give the same logprobs bit for bit; unmarked, the later pieces would be stale-key decode steps.
+    ids41 = [(i * 7919) % 120000 + 100 for i in range(300)]
+    lreq = {"prompt": ids41, "max_tokens": 4, "temperature": 0, "logprobs": 3}
+    s, h, jd, _ = D.request("POST", "/v1/completions", lreq)
     D.kill()
+    D2 = Server("d2", "--prefill-chunk", "16", model=V41)
+    s2, h, jd2, _ = D2.request("POST", "/v1/completions", lreq)
+    lp = lambda j: j["choices"][0]["logprobs"] if j and "choices" in j else None
+    check("V4.1: a 300-token prompt in pieces of 16 == in pieces of 256 (one prefill either way)",
+          s == 200 and s2 == 200 and lp(jd) is not None and lp(jd) == lp(jd2), (s, s2, lp(jd), lp(jd2)))
+    D2.kill()
 except Exception as e:  # a crash of the test itself is a failure, with the server logs for diagnosis
     import traceback
     traceback.print_exc()
