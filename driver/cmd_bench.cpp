@@ -107,8 +107,6 @@ int run_bench(const bench_args& a) {
   dsv4_synth_options so;
   dsv41_synth_options so41;
   const bool v41 = bench_synth_options(a, so, so41);
-  if (v41 && a.prefill_shared != "default")
-    throw usage_error("bench: --prefill-shared: V4.1 prompts run token by token (no prefill chunks)");
   if (v41 && (a.fold_quant == "u" || a.fold_quant == "both"))  // refused before any device work
     throw usage_error("bench: --fold-quant u / both: V4.1's boundaries have no binding left for u's int8 copy (o only)");
   if (a.prompt + a.tokens > a.ctx)
@@ -168,6 +166,7 @@ int run_bench(const bench_args& a) {
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
     if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
+    if (a.prefill_shared != "default") go.prefill_shared_apart = a.prefill_shared == "apart";
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;

@@ -73,6 +73,10 @@ struct dsv41_gpu_options {
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;
   /// The prefill chunks' experts' activation precision, as dsv4_gpu_options::prefill_experts.
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;
+  /// Prefill chunks: a shared expert stacked with the routed ones (the CMF layout, `--shared-expert routed`) runs
+  /// apart as three tiled GEMMs on copies of its matrices, as dsv4_gpu_options::prefill_shared_apart (not under a
+  /// vram_budget). Decode steps keep it stacked.
+  bool prefill_shared_apart = true;
   /// Greedy decode chained on the device (decode_greedy_each): the embedding on the device, each step gathering its
   /// token's row from the previous step's argmax, submitted in two parts — layer 0 while the previous step still
   /// runs, the rest once the host has staged the token's Engram rows (the tables stay on the host). Not with the

@@ -384,7 +384,8 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
     rc.norm_eps = float(dsv41_route_norm_eps), rc.temp = float(cf.gate_temp);
     c.begin_concurrent();
     k.matmul(c, G.gate, B.u, T, B.rlogits, act_precision::f32, prefill_router_min_groups);
-    if (G.shared_apart) {
+    const bool sh_apart = G.shared_apart || G.shared_apart_chunks;
+    if (sh_apart) {
       k.matmul(c, G.sh_gate, B.u, T, B.sh_g);
       k.matmul(c, G.sh_up, B.u, T, B.sh_u);
     }
@@ -395,9 +396,12 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
     if (trace)
       c.copy(view(B.ridx, 0, uint64_t(T) * K * 4), view(tr_experts, uint64_t(l) * T * K * 4, uint64_t(T) * K * 4),
              uint64_t(T) * K * 4);
-    k.moe(c, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h, B.moe_out,
-          prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt));
-    if (G.shared_apart) {
+    {
+      const gpu::routed_only_scope routed(G.moe, G.shared_apart_chunks);
+      k.moe(c, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h, B.moe_out,
+            prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt));
+    }
+    if (sh_apart) {
       k.swiglu_clamp(c, B.sh_g, B.sh_u, B.sh_g, uint64_t(T) * cf.moe_inter, float(cf.swiglu_limit));
       k.matmul(c, G.sh_down, B.sh_g, T, B.sh_out);
       k.add(c, B.sh_out, B.moe_out, uint64_t(T) * d);

@@ -31,7 +31,8 @@ struct dsv41_gpu_layer {
   gpu::buffer gate_bias;
   gpu::gpu_moe moe;
   bool shared_apart = false;  // the shared expert's formats differ from the routed experts': matmul path
-  gpu::gpu_matrix sh_gate, sh_up, sh_down;
+  bool shared_apart_chunks = false;  // stacked, but apart in prefill chunks (dsv41_gpu_options::prefill_shared_apart)
+  gpu::gpu_matrix sh_gate, sh_up, sh_down;  // with shared_apart or shared_apart_chunks
   // state
   gpu::buffer ring;             // [window, head_dim] window KV (FP8-quantised) by position mod window
   gpu::buffer pend_kv, pend_sc; // KV sources with ratio 2: [ratio, head_dim] rows of the open group

@@ -114,10 +114,11 @@ void dsv41_gpu_model::impl::upload_weights(const dsv41_weights& w) {
     // Routed experts stacked (and the shared one with them when its formats match); top_k of them per token.
     token_bytes += experts->add_layer(L.experts, L.shared, &G.moe);  // placed once the budget is known
     G.shared_apart = !G.moe.shared;
-    if (G.shared_apart) {
-      G.sh_gate = mat({L.shared.gate, L.shared.gate_fmt});
-      G.sh_up = mat({L.shared.up, L.shared.up_fmt});
-      G.sh_down = mat({L.shared.down, L.shared.down_fmt});
+    G.shared_apart_chunks = G.moe.shared && opt.prefill_shared_apart && opt.prefill_chunk > 1 && opt.vram_budget == 0;
+    if (G.shared_apart || G.shared_apart_chunks) {  // chunks only: copies, not read by decode steps
+      G.sh_gate = mat({L.shared.gate, L.shared.gate_fmt}, G.shared_apart);
+      G.sh_up = mat({L.shared.up, L.shared.up_fmt}, G.shared_apart);
+      G.sh_down = mat({L.shared.down, L.shared.down_fmt}, G.shared_apart);
     }
   }
 }

@@ -114,6 +114,7 @@ struct toy_run {
   bool cold_cpu = false;     // with budget_slots: --cold-experts cpu (a slot of zeros besides them; the misses not
                              // admitted run on the CPU, so the logits meet the CPU bounds but are not the resident's)
   uint32_t prefill_chunk = 0;  // > 1: the prompt in prefill chunks of that many rows (f32 GEMMs), checked to run so
+  bool shared_apart = dsv41_gpu_options{}.prefill_shared_apart;  // the chunks' stacked shared expert apart
   std::vector<uint64_t> pieces;  // the GPU's prompt in these calls after mark_prefill(prompt) (the CPU's in one call,
                                 // the official prefill), as prompt_cache and the serve scheduler run a long prompt
   bool fuse_route = false;   // dsv41_gpu_options::fuse_route (the router's logits and the routing in one dispatch;
@@ -164,6 +165,7 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
   go.qat_kv = r.quant;
   go.fuse_route = r.fuse_route;
   go.prefill_chunk = r.prefill_chunk;
+  go.prefill_shared_apart = r.shared_apart;
   go.gemm = gpu::gemm_precision::f32;  // the chunks' GEMMs: the strict bounds below
   if (budget_slots) go.device_embedding = false;  // the budget's reference holds no embedding for chained decode
   std::unique_ptr<dsv41_gpu_model> gpu = std::make_unique<dsv41_gpu_model>(cpu->weights(), s.dev, s.kern, go);
@@ -655,6 +657,12 @@ void model_v41_cases(suite& s) {
   r = toy_run{};
   r.prompt = 24, r.decode = 8, r.fixed_seed = 16, r.prefill_chunk = 9;
   run("prefill chunks of 9, cmf q4tp toy, 24+8 tokens", "cmf", "q4tp", r);
+  // the cmf toys' shared expert is stacked with the routed ones: apart in the chunks by default (three GEMMs on
+  // copies), the other way here (one more expert of the grouped kernels)
+  r.shared_apart = !r.shared_apart;
+  run(std::string("prefill chunks of 9, cmf q4tp toy, 24+8 tokens, shared expert ") + (r.shared_apart ? "apart" : "stacked") +
+          " in the chunks",
+      "cmf", "q4tp", r);
   // A prompt in several calls after mark_prefill (prompt_cache's 512-token pieces, the serve scheduler's) against the
   // CPU's one call: the official prefill under the stale-key rule, so every row's selections as one prefill's.
   r = toy_run{};
