@@ -533,6 +533,7 @@ std::vector<float> dsv4_gpu_model::forward(std::span<const uint32_t> ids, bool l
   impl& m = *p_;
   m.check_ids(ids);  // the whole input before any position runs
   if (ids.size() < 2 || !m.chunkable()) {
+    m.chunk_stats = {};  // last_prefill(): no chunks in this call
     std::vector<float> logits;
     for (size_t i = 0; i < ids.size(); ++i) logits = step(ids[i], last && i + 1 == ids.size());
     return logits;
@@ -547,6 +548,7 @@ std::vector<float> dsv4_gpu_model::forward(std::span<const uint32_t> ids, bool l
 std::vector<float> dsv4_gpu_model::forward_all(std::span<const uint32_t> ids) {
   impl& m = *p_;
   m.check_ids(ids);
+  m.chunk_stats = {};  // last_prefill(): this call's chunks
   if (!m.chunkable()) return gpu_graph::forward_all(ids);
   std::vector<float> out;
   out.reserve(ids.size() * m.cfg.vocab);
