@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"default", "none", "o", "u", "both"}))
       ->default_val(bench.fold_quant);
   cb->add_option("--prefill-shared", bench.prefill_shared,
-                 "Prefill chunks (V4, V4.1) with the shared expert stacked (--shared-expert routed): default | apart (three "
+                 "Prefill chunks (V4, V4.1) with the shared expert stacked (--shared-expert routed): default | apart "
+                 "(three "
                  "tiled GEMMs on copies of its matrices) | stacked (one more expert of the grouped MoE kernels)")
       ->check(CLI::IsMember({"default", "apart", "stacked"}))
       ->default_val(bench.prefill_shared);

@@ -660,8 +660,8 @@ void model_v41_cases(suite& s) {
   // the cmf toys' shared expert is stacked with the routed ones: apart in the chunks by default (three GEMMs on
   // copies), the other way here (one more expert of the grouped kernels)
   r.shared_apart = !r.shared_apart;
-  run(std::string("prefill chunks of 9, cmf q4tp toy, 24+8 tokens, shared expert ") + (r.shared_apart ? "apart" : "stacked") +
-          " in the chunks",
+  run(std::string("prefill chunks of 9, cmf q4tp toy, 24+8 tokens, shared expert ") +
+          (r.shared_apart ? "apart" : "stacked") + " in the chunks",
       "cmf", "q4tp", r);
   // A prompt in several calls after mark_prefill (prompt_cache's 512-token pieces, the serve scheduler's) against the
   // CPU's one call: the official prefill under the stale-key rule, so every row's selections as one prefill's.

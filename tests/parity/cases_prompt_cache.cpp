@@ -53,11 +53,13 @@ std::string cpu_case(const std::string& path, uint64_t seed, std::string& info) 
   uint64_t reused = 0;
   const std::vector<float> got = pc.prefill(ids, reused);
   if (reused != 0) return "a fresh prompt cache reused " + std::to_string(reused) + " tokens";
-  if (got != want) return "prompt_cache's logits differ from one forward() (max rel " + std::to_string(max_rel(got, want)) + ")";
+  if (got != want)
+    return "prompt_cache's logits differ from one forward() (max rel " + std::to_string(max_rel(got, want)) + ")";
   dsv41_state st = m->new_state();  // the same pieces unmarked: decode steps after the first
-  (void)m->forward(std::span<const uint32_t>(ids.data(), prefill_chunk), st, dsv41_logits::none);
-  const std::vector<float> unmarked =
-      m->forward(std::span<const uint32_t>(ids.data() + prefill_chunk, kPrompt - prefill_chunk), st, dsv41_logits::last);
+  const std::span<const uint32_t> first(ids.data(), prefill_chunk);
+  const std::span<const uint32_t> rest(ids.data() + prefill_chunk, kPrompt - prefill_chunk);
+  (void)m->forward(first, st, dsv41_logits::none);
+  const std::vector<float> unmarked = m->forward(rest, st, dsv41_logits::last);
   const double r = max_rel(unmarked, want);
   if (r < 1e-4) return "the unmarked pieces match one prefill too (max rel " + std::to_string(r) + "): no test";
   char b[160];
@@ -81,7 +83,8 @@ std::string gpu_case(const std::string& path, uint64_t seed, std::string& info) 
   const std::vector<float> got = pc.prefill(ids, reused);
   const gpu_prefill_stats ps = cached->model().last_prefill();
   if (ps.chunks != 2) return "the last piece ran " + std::to_string(ps.chunks) + " prefill chunks, not 2 (64 + 24)";
-  if (got != want) return "prompt_cache's logits differ from one forward() (max rel " + std::to_string(max_rel(got, want)) + ")";
+  if (got != want)
+    return "prompt_cache's logits differ from one forward() (max rel " + std::to_string(max_rel(got, want)) + ")";
   (void)plain->forward(std::span<const uint32_t>(ids.data(), prefill_chunk), false);
   const std::vector<float> unmarked =
       plain->forward(std::span<const uint32_t>(ids.data() + prefill_chunk, kPrompt - prefill_chunk), true);
@@ -89,7 +92,8 @@ std::string gpu_case(const std::string& path, uint64_t seed, std::string& info) 
   const double r = max_rel(unmarked, want);
   if (r < 1e-4) return "the unmarked pieces match one prefill too (max rel " + std::to_string(r) + "): no test";
   char b[200];
-  std::snprintf(b, sizeof b, "%s: %llu-token prompt in pieces of %llu (chunks of 64) == one call; unmarked: max rel %.3g",
+  std::snprintf(b, sizeof b,
+                "%s: %llu-token prompt in pieces of %llu (chunks of 64) == one call; unmarked: max rel %.3g",
                 cached->device_name().c_str(), (unsigned long long)kPrompt, (unsigned long long)prefill_chunk, r);
   info = b;
   return {};
