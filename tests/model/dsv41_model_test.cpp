@@ -394,6 +394,24 @@ TEST(Dsv41Model, MarkedPrefillInPiecesIsOnePrefill) {
   }
   const std::vector<float> want(whole.end() - std::ptrdiff_t((9 + D) * V), whole.end());
   EXPECT_LE(compare(tail, want, 9 + D, V).max_rel, kDecodeMaxRel);
+  // The serve scheduler's step: a marked prompt's later piece (several positions past 0) in one forward_batch with
+  // another sequence's decode token — the piece as one prefill, the token as its own decode step.
+  dsv41_state sa = m->new_state(), sb = m->new_state(), sb2 = m->new_state();
+  ASSERT_TRUE(sa.mark_prefill(N));
+  m->forward(std::span<const uint32_t>(ids.data(), 100), sa, dsv41_logits::none);
+  const uint64_t B0 = 30;  // sequence b: a 30-token prompt, then one decode token
+  m->forward(std::span<const uint32_t>(ids.data() + 1, B0), sb, dsv41_logits::none);
+  m->forward(std::span<const uint32_t>(ids.data() + 1, B0), sb2, dsv41_logits::none);
+  std::vector<uint32_t> step(ids.begin() + 100, ids.begin() + std::ptrdiff_t(N));
+  step.push_back(ids[0]);
+  const dsv41_segment segs[] = {{&sa, 0, N - 100}, {&sb, N - 100, 1}};
+  const std::vector<float> both = m->forward_batch(step, segs, dsv41_logits::last);
+  ASSERT_EQ(both.size(), 2 * V);
+  const std::vector<float> a_last(both.begin(), both.begin() + std::ptrdiff_t(V));
+  const std::vector<float> b_last(both.begin() + std::ptrdiff_t(V), both.end());
+  const std::vector<float> a_want(whole.begin() + std::ptrdiff_t((N - 1) * V), whole.begin() + std::ptrdiff_t(N * V));
+  EXPECT_LE(compare(a_last, a_want, 1, V).max_rel, kDecodeMaxRel);
+  EXPECT_EQ(b_last, m->forward(std::span<const uint32_t>(ids.data(), 1), sb2, dsv41_logits::last));
 }
 
 // CMF (f32 table, format row decoder + bf16 cast) == release (the Engram table in FP8 E4M3 with UE8M0 per 32 of a
