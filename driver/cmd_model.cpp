@@ -21,15 +21,24 @@ namespace cmfx::driver {
 
 namespace {
 
+/// Token ids separated by white space or commas ("0 5 9", "0,5,9", a JSON-like "[0, 5, 9]" without its brackets).
+/// A bad entry is named by its index, and shown cut to 40 characters (a mistyped file may hold anything).
 std::vector<uint32_t> parse_ids(std::istream& in, const std::string& what) {
   std::vector<uint32_t> ids;
-  std::string tok;
-  while (in >> tok) {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(tok.c_str(), &end, 10);
-    if (tok.empty() || *end != '\0' || tok[0] == '-' || v > 0xFFFFFFFFull)
-      throw usage_error(what + ": '" + tok + "' is not a token id");
-    ids.push_back(uint32_t(v));
+  std::string word;
+  while (in >> word) {
+    std::string tok;
+    std::istringstream parts(word);
+    while (std::getline(parts, tok, ',')) {
+      if (tok.empty()) continue;  // "1, 2" and "1,2," split into empty pieces
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(tok.c_str(), &end, 10);
+      if (*end != '\0' || tok[0] == '-' || tok[0] == '+' || v > 0xFFFFFFFFull) {
+        const std::string shown = tok.size() > 40 ? tok.substr(0, 40) + "..." : tok;
+        throw usage_error(what + ": entry " + std::to_string(ids.size()) + " '" + shown + "' is not a token id");
+      }
+      ids.push_back(uint32_t(v));
+    }
   }
   return ids;
 }

@@ -44,6 +44,11 @@ check "run prints 6 ids" grep -qE '^[0-9]+( [0-9]+){5}$' <(head -n 1 "$T/run.txt
 check "run prints tok/s" grep -qE '^prefill 3 tokens .* tok/s, decode 5 tokens .* tok/s$' <(tail -n 1 "$T/run.txt")
 "$CMFX" run "$T/rel-f32" --raw-ids "0 5 9" -n 6 --threads 1 >"$T/run_rel.txt" 2>/dev/null
 check "run: CMF f32 and release f32 generate the same ids" cmp -s <(head -n 1 "$T/run.txt") <(head -n 1 "$T/run_rel.txt")
+"$CMFX" run "$T/f32.cmf" --raw-ids "0,5, 9," -n 6 --threads 1 >"$T/run_commas.txt" 2>/dev/null
+check "run --raw-ids with commas == with spaces" cmp -s <(head -n 1 "$T/run.txt") <(head -n 1 "$T/run_commas.txt")
+"$CMFX" run "$T/f32.cmf" --raw-ids "0 5 $(printf 'y%.0s' {1..300})" -n 2 >/dev/null 2>"$T/long_bad.err"
+check "run rejects a long non-id with exit 2" test $? -eq 2
+check "... naming its entry, cut to 40 characters" grep -q "entry 2 'y\{40\}\.\.\.' is not a token id" "$T/long_bad.err"
 "$CMFX" run "$T/f32.cmf" --raw-ids "0 999999" -n 2 >/dev/null 2>"$T/oov.err"
 check "run rejects an id outside the vocabulary with exit 2" test $? -eq 2
 
