@@ -101,6 +101,8 @@ struct gpu_adapter {
     return want == gpu_logits::all ? r->forward_all(ids) : r->forward(ids, true);
   }
   std::string cache_line() const { return r->cache_line(); }
+  /// The file is one prefill (gpu_graph::mark_prefill, V4.1's stale-key rule).
+  void mark_prefill(int&, uint64_t end) { r->model().mark_prefill(end); }
 };
 struct gpu_graph_of_file {
   using model = gpu_adapter;
@@ -164,6 +166,12 @@ int ppl_with(const ppl_args& a) {
   std::fprintf(stderr, "loaded %s (%s layout, %u layers) in %.2f s\n", a.model.c_str(), model->weights().source.c_str(),
                model->config().layers, seconds_since(t0));
   auto st = model->new_state();
+  // The whole file is one prefill whatever --chunk is (V4.1's stale-key rule: otherwise every chunk after the first
+  // would run as official one-token decode steps, and --chunk would change the result; docs/V41.md).
+  if constexpr (requires { st.mark_prefill(uint64_t(1)); })
+    st.mark_prefill(ids.size());
+  else if constexpr (requires { model->mark_prefill(st, uint64_t(1)); })
+    model->mark_prefill(st, ids.size());
   const uint64_t chunk = a.chunk ? a.chunk : ids.size();
   double nll = 0.0;
   uint64_t count = 0;

@@ -58,7 +58,10 @@ int main(int argc, char** argv) {
                                   "Text file, tokenized with the model's tokenizer (BOS first, no special tokens)");
   ppl_ids->excludes(ppl_text);
   cp->add_option("--tokenizer", ppl.tokenizer, "tokenizer.json to use instead of the model's own (--file)");
-  cp->add_option("--chunk", ppl.chunk, "Tokens per forward call (0 = the whole file at once; bounds the [chunk, vocab] logits)")->default_val(ppl.chunk);
+  cp->add_option("--chunk", ppl.chunk,
+                 "Tokens per forward call (0 = the whole file at once; bounds the [chunk, vocab] logits; the file is "
+                 "one prefill whatever the chunk)")
+      ->default_val(ppl.chunk);
   cp->add_option("--threads", ppl.model_opts.threads, "Worker threads (0 = all cores)")->default_val(0);
   add_act_flag(cp, ppl.model_opts.matmul_act);
   cp->add_option("--backend", ppl.backend,

@@ -26,6 +26,8 @@ for i in $(seq 1 80); do echo $(( (i * 7919) % 129280 )); done >"$T/ids.txt"
 check "V4.1 ppl exit 0" test $? -eq 0
 check "V4.1 ppl last line is 'ppl <value> tokens 79'" grep -qE '^ppl [0-9]+\.[0-9]{6} tokens 79$' <(tail -n 1 "$T/ppl.txt")
 check "V4.1 ppl says the model has 12 layers" grep -q "12 layers" "$T/ppl.err"
+"$CMFX" ppl "$T/v41.cmf" --ids-file "$T/ids.txt" --threads 1 >"$T/ppl_whole.txt" 2>/dev/null
+check "V4.1 ppl --chunk 20 == one call, as strings (the file is one prefill)" cmp -s "$T/ppl.txt" "$T/ppl_whole.txt"
 "$CMFX" ppl "$T/rel" --ids-file "$T/ids.txt" --threads 2 --chunk 20 >"$T/ppl_rel.txt" 2>/dev/null
 check "V4.1 ppl: CMF f32 (1 thread) == release f32 (2 threads) as strings" cmp -s "$T/ppl.txt" "$T/ppl_rel.txt"
 "$CMFX" run "$T/v41.cmf" --raw-ids "0 5 9" -n 6 --threads 1 >"$T/run.txt" 2>/dev/null
