@@ -12,6 +12,7 @@
 #include "cmfx/sample/stop_strings.hpp"
 #include "cmfx/text/chat_parse.hpp"
 #include "model/gpu_runner.hpp"
+#include "model/prefix_reuse.hpp"
 
 namespace cmfx::driver {
 
@@ -25,10 +26,11 @@ uint64_t common_prefix(const std::vector<uint32_t>& a, const std::vector<uint32_
 }
 
 /// How many of `have` (the tokens a state holds) can stay for `want`: their common prefix, but at least one token
-/// of `want` must run (its logits are needed), and the state must be able to get there (it ends there, or
-/// truncate() rolls back that far). 0 otherwise.
-uint64_t reusable(const std::vector<uint32_t>& have, const std::vector<uint32_t>& want, uint64_t rollback) {
-  const uint64_t c = std::min<uint64_t>(common_prefix(have, want), want.size() - 1);
+/// of `want` must run (its logits are needed), no more than `limit` (cache_backend::reuse_limit), and the state must
+/// be able to get there (it ends there, or truncate() rolls back that far). 0 otherwise.
+uint64_t reusable(const std::vector<uint32_t>& have, const std::vector<uint32_t>& want, uint64_t rollback,
+                  uint64_t limit) {
+  const uint64_t c = std::min({common_prefix(have, want), uint64_t(want.size() - 1), limit});
   return c == have.size() || have.size() - c <= rollback ? c : 0;
 }
 
@@ -44,6 +46,7 @@ class backend_of final : public cache_backend {
   void mark_prefill(uint64_t end) override {
     if constexpr (requires(State& st) { st.mark_prefill(end); }) live_.mark_prefill(end);
   }
+  uint64_t reuse_limit(bool snapshot) const override { return driver::reuse_limit(*m_, snapshot ? snap_ : live_); }
   void save() override { snap_ = live_; }
   void restore() override { live_ = snap_; }
   void reset() override {
@@ -68,6 +71,7 @@ class gpu_backend final : public cache_backend {
     else if (n != r_->model().pos()) throw std::logic_error("gpu prompt cache: no rollback on the device state");
   }
   void mark_prefill(uint64_t end) override { r_->model().mark_prefill(end); }
+  uint64_t reuse_limit(bool snapshot) const override { return r_->model().reuse_limit(snapshot); }
   void save() override { r_->model().save_snapshot(); }
   void restore() override { r_->model().restore_snapshot(); }
   void reset() override { r_->model().reset(); }
@@ -109,8 +113,8 @@ prompt_cache::prompt_cache(gpu_runner& m) : b_(std::make_unique<gpu_backend>(m))
 
 std::vector<float> prompt_cache::prefill(const std::vector<uint32_t>& prompt, uint64_t& reused) {
   if (prompt.empty()) throw usage_error("empty prompt");
-  const uint64_t from_live = reusable(live_ids_, prompt, b_->rollback_tokens());
-  const uint64_t from_snap = reusable(snap_ids_, prompt, b_->rollback_tokens());
+  const uint64_t from_live = reusable(live_ids_, prompt, b_->rollback_tokens(), b_->reuse_limit(false));
+  const uint64_t from_snap = reusable(snap_ids_, prompt, b_->rollback_tokens(), b_->reuse_limit(true));
   if (from_snap > from_live) {
     b_->restore();
     live_ids_ = snap_ids_;

@@ -38,6 +38,9 @@ class cache_backend {
   /// Positions [0, end) of the live state are one prompt's prefill, run in several forward() calls (V4.1's stale
   /// index-key rule: dsv41_state::mark_prefill; V4 ignores it).
   virtual void mark_prefill(uint64_t end) = 0;
+  /// How many leading positions of the live state (or of the snapshot) a new prompt may reuse
+  /// (model/prefix_reuse.hpp).
+  virtual uint64_t reuse_limit(bool snapshot) const = 0;
   virtual void save() = 0;                // snapshot = live
   virtual void restore() = 0;             // live = snapshot
   virtual void reset() = 0;               // live and snapshot to position 0

@@ -546,6 +546,12 @@ bool dsv41_gpu_model::mark_prefill(uint64_t end) noexcept {
 
 uint64_t dsv41_gpu_model::prefill_end() const noexcept { return p_->prefill_end; }
 
+uint64_t dsv41_gpu_model::reuse_limit(bool snapshot) const noexcept {
+  const impl& m = *p_;
+  if (!m.opt.stale_index_k) return UINT64_MAX;
+  return snapshot ? (m.has_snap ? m.snap_prefill_end : 0) : m.prefill_end;
+}
+
 void dsv41_gpu_model::run_steps(impl& m, std::span<const uint32_t> ids, bool last, dsv41_trace* trace) {
   // The mode the next step will have (its recording is made ahead): the chunk's last token's, then the same.
   auto mode_at = [&](size_t i) { return last && i + 1 == ids.size() ? 1 : 0; };

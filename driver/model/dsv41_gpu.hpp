@@ -120,6 +120,7 @@ class dsv41_gpu_model final : public gpu_graph {
   /// holds only prefill positions so far (false, and no change, after a decode step).
   bool mark_prefill(uint64_t end) noexcept override;
   uint64_t prefill_end() const noexcept;
+  uint64_t reuse_limit(bool snapshot) const noexcept override;
   gpu_prefill_stats last_prefill() const override;
   std::string prefill_profile() const override;
   /// Tests: ids (≤ prefill_chunk of them, a prefill or stale_index_k off) as one prefill chunk, with every row's

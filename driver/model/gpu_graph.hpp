@@ -59,6 +59,9 @@ class gpu_graph {
   /// index-key rule, dsv41_state::mark_prefill: the official prefill is one call; graphs whose results do not
   /// depend on it ignore it). Returns whether the mark took effect.
   virtual bool mark_prefill(uint64_t /*end*/) noexcept { return false; }
+  /// How many leading positions of the live sequence (or of the snapshot) a new prompt may reuse
+  /// (model/prefix_reuse.hpp): V4.1 under the stale-key rule, its prefill positions; otherwise all.
+  virtual uint64_t reuse_limit(bool /*snapshot*/) const noexcept { return UINT64_MAX; }
   /// The chunks of the last forward() / forward_all() (zero where it ran token by token).
   virtual gpu_prefill_stats last_prefill() const { return {}; }
   /// Runs ids at positions pos()…; returns the last token's logits [vocab] when `last`, else nothing.

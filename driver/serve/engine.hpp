@@ -46,6 +46,9 @@ class engine {
   /// [0, end) are one prefill where that matters (V4.1's stale index-key rule, dsv41_state::mark_prefill; a state
   /// that already ran a decode step keeps it). Engines whose results do not depend on it ignore it.
   virtual void mark_prefill(unsigned /*slot*/, uint64_t /*end*/) {}
+  /// How many leading positions of the slot's live state (or of its snapshot) a new prompt may reuse
+  /// (model/prefix_reuse.hpp: V4.1 under the stale-key rule, only its prefill positions; otherwise all).
+  virtual uint64_t reuse_limit(unsigned /*slot*/, bool /*snapshot*/) const { return UINT64_MAX; }
   /// snapshot = live state / live state = snapshot; drop frees the snapshot's memory where that is possible.
   virtual void save_snapshot(unsigned slot) = 0;
   virtual void restore_snapshot(unsigned slot) = 0;

@@ -6,6 +6,7 @@
 #include "cmfx/core/thread_pool.hpp"
 #include "model/dsv41_forward.hpp"
 #include "model/dsv4_forward.hpp"
+#include "model/prefix_reuse.hpp"
 #include "serve/engine.hpp"
 #include "serve/metrics.hpp"
 
@@ -43,6 +44,9 @@ class cpu_engine final : public engine {
   void truncate(unsigned s, uint64_t n) override { live(s).truncate(n); }
   void mark_prefill(unsigned s, uint64_t end) override {
     if constexpr (requires(State& st) { st.mark_prefill(end); }) live(s).mark_prefill(end);
+  }
+  uint64_t reuse_limit(unsigned s, bool snapshot) const override {
+    return driver::reuse_limit(m_, snapshot ? snap_[s] : live_[s]);
   }
   void save_snapshot(unsigned s) override { snap_[s] = live(s); }
   void restore_snapshot(unsigned s) override { live_[s] = snap_[s]; }

@@ -32,6 +32,7 @@ class gpu_engine final : public engine {
     }
   }
   void mark_prefill(unsigned, uint64_t end) override { r_.model().mark_prefill(end); }
+  uint64_t reuse_limit(unsigned, bool snapshot) const override { return r_.model().reuse_limit(snapshot); }
   void save_snapshot(unsigned) override { r_.model().save_snapshot(); }
   void restore_snapshot(unsigned) override { r_.model().restore_snapshot(); }
   void drop_snapshot(unsigned) override {}  // the snapshot's device buffers stay allocated for the next one

@@ -139,14 +139,14 @@ void scheduler::expire_waiting() {
 // to it (within engine::rollback_tokens of its end, or no roll-back at all).
 uint64_t scheduler::usable_prefix(const slot& s, const std::vector<int32_t>& prompt, bool& from_snap) const {
   const uint64_t limit = prompt.empty() ? 0 : prompt.size() - 1;
-  auto usable = [&](const std::vector<uint32_t>& held) -> uint64_t {
-    const uint64_t l = std::min<uint64_t>(common_prefix(held, prompt), limit);
+  auto usable = [&](const std::vector<uint32_t>& held, bool snap) -> uint64_t {
+    const uint64_t l = std::min({uint64_t(common_prefix(held, prompt)), limit, model_.reuse_limit(s.id, snap)});
     return held.size() - l <= model_.rollback_tokens() ? l : 0;
   };
   from_snap = false;
-  const uint64_t live = usable(s.tokens);
+  const uint64_t live = usable(s.tokens, false);
   if (s.has_snap) {
-    const uint64_t snap = usable(s.snap_tokens);
+    const uint64_t snap = usable(s.snap_tokens, true);
     if (snap > live) {
       from_snap = true;
       return snap;

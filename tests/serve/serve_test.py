@@ -435,6 +435,28 @@ try:
     check("V4.1: a 300-token prompt in pieces of 16 == in pieces of 256 (one prefill either way)",
           s == 200 and s2 == 200 and lp(jd) is not None and lp(jd) == lp(jd2), (s, s2, lp(jd), lp(jd2)))
     D2.kill()
+    # Prompt caching never changes a result: a follow-up whose prompt holds the first prompt and the reply generated
+    # after it may reuse only the first prompt's prefill positions (model/prefix_reuse.hpp: the reply was decode
+    # steps under the stale-key rule, the official code prefills the whole follow-up), so a warm server answers it as
+    # a fresh one does, bit for bit. (Here the text's re-encoding parts from the generated ids at the prompt's last
+    # token, so the reply is not reusable anyway: tests/parity/cases_prompt_cache.cpp holds the limit itself, with
+    # token ids.)
+    pfx = ("The quick brown fox jumps over the lazy dog. " * 8).rstrip()
+    E = Server("e", "--parallel", "1", model=V41)
+    s, h, j1, _ = E.request("POST", "/v1/completions", {"prompt": pfx, "max_tokens": 6, "temperature": 0})
+    first_prompt = j1["usage"]["prompt_tokens"] if s == 200 else 0
+    follow = {"prompt": pfx + (j1["choices"][0]["text"] if s == 200 else "") + " And then?", "max_tokens": 4,
+              "temperature": 0, "logprobs": 3}
+    s2, h, jw, _ = E.request("POST", "/v1/completions", follow)
+    E.kill()
+    F = Server("f", "--parallel", "1", model=V41)
+    s3, h, jf, _ = F.request("POST", "/v1/completions", follow)
+    F.kill()
+    cached = jw["usage"]["prompt_tokens_details"]["cached_tokens"] if s2 == 200 else -1
+    check("V4.1: a follow-up reuses at most the first prompt's positions", s == 200 and s2 == 200 and
+          0 < cached <= first_prompt, (s, s2, cached, first_prompt))
+    check("V4.1: the follow-up on a warm server == on a fresh one (logprobs)", s2 == 200 and s3 == 200 and
+          lp(jw) is not None and lp(jw) == lp(jf), (lp(jw), lp(jf)))
 except Exception as e:  # a crash of the test itself is a failure, with the server logs for diagnosis
     import traceback
     traceback.print_exc()
