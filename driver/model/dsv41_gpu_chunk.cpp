@@ -20,6 +20,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <string>
 
 #include "cmfx/core/error.hpp"
@@ -165,13 +167,25 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
       const std::vector<float> xe = embed_rows_host(embed, toks, hc, d);
       dev.upload(rows(B.X, 0, T, hc * d), xe.data(), xe.size() * 4);
     }
-    if (!cf.engram_layers.empty()) {  // every row's table rows, per Engram layer
+    if (!cf.engram_layers.empty()) {  // every row's table rows, per Engram layer, gathered by the host's threads
       const size_t ne = cf.engram_layers.size();
-      std::vector<float> one(eg_floats), all(ne * T * ed);
-      for (uint32_t t = 0; t < T; ++t) {
-        engram_rows(P + t, one.data());
-        for (size_t e = 0; e < ne; ++e) std::memcpy(all.data() + (e * T + t) * ed, one.data() + e * ed, ed * 4);
-      }
+      std::vector<float> all(ne * T * ed);
+      if (!prep_pool) prep_pool = std::make_unique<thread_pool>(std::max(1u, opt.copy_threads));
+      std::exception_ptr err;
+      std::mutex err_mu;
+      prep_pool->run(T, [&](uint64_t b, uint64_t en, unsigned) {
+        try {
+          std::vector<float> one(eg_floats);
+          for (uint64_t t = b; t < en; ++t) {
+            engram_rows(P + t, one.data());
+            for (size_t e = 0; e < ne; ++e) std::memcpy(all.data() + (e * T + t) * ed, one.data() + e * ed, ed * 4);
+          }
+        } catch (...) {
+          const std::lock_guard<std::mutex> lk(err_mu);
+          if (!err) err = std::current_exception();
+        }
+      });
+      if (err) std::rethrow_exception(err);
       for (size_t e = 0; e < ne; ++e) dev.upload(rows(B.eg_E[e], 0, T, ed), all.data() + e * T * ed, T * ed * 4);
     }
     // window slots: position s at staged row s − P + W of kvs (after ent_cap in the lists of the ratio layers)

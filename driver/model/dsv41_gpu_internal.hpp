@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "cmfx/core/thread_pool.hpp"
 #include "cmfx/vk/kernels.hpp"
 #include "dsv41_gpu.hpp"
 #include "dsv41_internal.hpp"
@@ -87,6 +88,7 @@ struct dsv41_gpu_model::impl {
   std::unique_ptr<dsv41_gpu_chunk_bufs> ch;
   gpu_prefill_stats chunk_stats;
   gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
+  std::unique_ptr<thread_pool> prep_pool;  // the chunks' host gathers (Engram rows), copy_threads workers
   /// Whether n ids at the current position may run in prefill chunks: prefill_chunk > 1, n > 1, no expert cache,
   /// and the ids a prefill (or no stale_index_k: then every row scores its layer's static key source).
   bool chunks_ids(uint64_t n) const;
