@@ -214,10 +214,7 @@ std::vector<float> dsv41_model::forward_batch(std::span<const uint32_t> ids, std
   // on the previous step; inside a multi-token chunk those rows would not exist yet when the earlier layer runs, so
   // a chunk that is not all prefill positions (dsv41_state::prefill_end) runs its prefill part as one pass, then one
   // token per pass (exactly the official one-token decode steps).
-  auto prefill_part = [](const dsv41_segment& s) {
-    const uint64_t end = s.st->pos() == 0 ? std::max(s.st->prefill_end(), s.count) : s.st->prefill_end();
-    return std::min(s.count, end > s.st->pos() ? end - s.st->pos() : 0);
-  };
+  auto prefill_part = [](const dsv41_segment& s) { return s.st->prefill().call_rows(s.st->pos(), s.count); };
   bool split = false;
   if (m.opt.stale_index_k)
     for (const dsv41_segment& s : segs)
@@ -267,7 +264,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
     const dsv41_segment& sg = segs[k];
     dsv41_state& st = *sg.st;
     const uint64_t p0 = st.pos();
-    if (p0 == 0) st.mark_prefill(sg.count);  // a chunk at position 0 is (at least) a prefill
+    st.mark_call(sg.count);  // a chunk at position 0 is (at least) a prefill
     // Prefill positions: every source publishes, the shared runtime's owner is the whole prefill's last publisher.
     // Decode positions (forward_batch runs them one per pass): the official one-token step's publisher.
     const int prefill_pub = dsv41_prefill_publisher(cf, st.prefill_end());
@@ -277,7 +274,7 @@ std::vector<float> dsv41_model::impl::run(std::span<const uint32_t> ids, std::sp
       tc.pos[i] = p0 + (i - sg.first);
       tc.first[i] = sg.first;
       tc.p0[i] = p0;
-      tc.prefill[i] = tc.pos[i] < st.prefill_end();
+      tc.prefill[i] = st.prefill().covers(tc.pos[i]);
       tc.prev_owner[i] = prev;
       const int pub = tc.prefill[i] ? prefill_pub : dsv41_decode_publisher(cf, tc.pos[i]);
       if (pub >= 0) prev = pub;

@@ -48,12 +48,12 @@ bool dsv41_gpu_model::impl::chunks_ids(uint64_t n) const {
   // a layer confined to the candidate pool reads the pool's block maxima per row: the same entry count per row
   for (const dsv41_layer_plan& P : cfg.plan)
     if (P.uses_candidates && cfg.plan.at(size_t(cfg.candidate_source)).ratio != P.ratio) return false;
-  return !opt.stale_index_k || pos < prefill_end;
+  return !opt.stale_index_k || prefill.covers(pos);
 }
 
 uint64_t dsv41_gpu_model::impl::prefill_rows(uint64_t n) const {
   if (!opt.stale_index_k) return n;
-  return prefill_end > pos ? std::min(n, prefill_end - pos) : 0;
+  return prefill.call_rows(pos, n);
 }
 
 void dsv41_gpu_model::impl::alloc_chunk() {
@@ -170,10 +170,9 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
     if (!cf.engram_layers.empty()) {  // every row's table rows, per Engram layer, gathered by the host's threads
       const size_t ne = cf.engram_layers.size();
       std::vector<float> all(ne * T * ed);
-      if (!prep_pool) prep_pool = std::make_unique<thread_pool>(std::max(1u, opt.copy_threads));
       std::exception_ptr err;
       std::mutex err_mu;
-      prep_pool->run(T, [&](uint64_t b, uint64_t en, unsigned) {
+      experts->host_pool(opt.copy_threads).run(T, [&](uint64_t b, uint64_t en, unsigned) {
         try {
           std::vector<float> one(eg_floats);
           for (uint64_t t = b; t < en; ++t) {
@@ -444,8 +443,8 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   guard.v = nullptr;  // the chunk ran: its ids stay in the history
   // the index-key owner after these positions (the next decode step's prev_owner), as run() keeps it per step
   for (uint64_t p = P; p < P + T; ++p) {
-    if (p < prefill_end) {
-      if (p + 1 == prefill_end) last_owner = dsv41_prefill_publisher(cf, prefill_end);
+    if (prefill.covers(p)) {
+      if (p + 1 == prefill.end) last_owner = dsv41_prefill_publisher(cf, prefill.end);
     } else if (const int pub = dsv41_decode_publisher(cf, p); pub >= 0) {
       last_owner = pub;
     }

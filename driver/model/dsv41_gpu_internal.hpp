@@ -13,6 +13,7 @@
 #include "gpu_dense_i8.hpp"
 #include "gpu_expert_cache.hpp"
 #include "gpu_recording.hpp"
+#include "prefill_mark.hpp"
 
 namespace cmfx::driver {
 
@@ -69,9 +70,9 @@ struct dsv41_gpu_model::impl {
   dsv41_gpu_options opt;
   uint64_t pos = 0;
   // Shared runtime / Engram history (dsv41_state's host part): the compressed ids so far, the end of the official
-  // prefill (dsv41_state::prefill_end: positions below it are prefill positions) and the last index-key publisher.
+  // prefill (prefill_mark: positions below its end are prefill positions) and the last index-key publisher.
   std::vector<uint32_t> cids;
-  uint64_t prefill_end = 0;
+  prefill_mark prefill;
   int last_owner = -1;
 
   std::vector<dsv41_gpu_layer> layers;
@@ -88,17 +89,14 @@ struct dsv41_gpu_model::impl {
   std::unique_ptr<dsv41_gpu_chunk_bufs> ch;
   gpu_prefill_stats chunk_stats;
   gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
-  std::unique_ptr<thread_pool> prep_pool;  // the chunks' host gathers (Engram rows), copy_threads workers
   /// Whether n ids at the current position may run in prefill chunks: prefill_chunk > 1, n > 1, no expert cache,
   /// and the ids a prefill (or no stale_index_k: then every row scores its layer's static key source).
   bool chunks_ids(uint64_t n) const;
   /// How many of n ids at the current position may run as prefill rows: all of them without stale_index_k, else
-  /// those below prefill_end (a call at position 0 has marked its own ids first: mark_call).
+  /// those below prefill.end (a call at position 0 has marked its own ids first: mark_call).
   uint64_t prefill_rows(uint64_t n) const;
   /// A call of n ids at position 0 is (at least) a prefill.
-  void mark_call(uint64_t n) {
-    if (pos == 0) prefill_end = std::max(prefill_end, n);
-  }
+  void mark_call(uint64_t n) { prefill.mark_call(pos, n); }
   void alloc_chunk();
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk): want_logits the last row's into `logits`,
   /// all_logits every row's [n, vocab]; trace: per row, as run()'s.
@@ -126,7 +124,8 @@ struct dsv41_gpu_model::impl {
   gpu_graph::step_host_seconds host_s;  // the last step run by itself (run())
   std::vector<const gpu::buffer*> state_buffers();
   std::vector<gpu::buffer> snap;
-  uint64_t snap_pos = 0, snap_prefill_end = 0;
+  uint64_t snap_pos = 0;
+  prefill_mark snap_prefill;
   std::vector<uint32_t> snap_cids;
   int snap_owner = -1;
   bool has_snap = false;

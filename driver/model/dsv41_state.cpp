@@ -64,7 +64,7 @@ dsv41_state::dsv41_state(const dsv41_config& c, bool packed) : packed_(packed) {
 
 void dsv41_state::reset() {
   pos_ = 0;
-  prefill_end_ = 0;
+  prefill_ = {};
   for (auto& L : layers_) {
     std::fill(L.ring.begin(), L.ring.end(), 0.0f);
     std::fill(L.pend_kv.begin(), L.pend_kv.end(), 0.0f);
@@ -97,7 +97,7 @@ void dsv41_state::truncate(uint64_t n) {
   cids_.resize(n);
   ik_owner_.resize(n);
   pos_ = n;
-  prefill_end_ = std::min(prefill_end_, n);  // truncated into its prefill: a prefill of n, which a mark may extend
+  prefill_.truncate(n);
 }
 
 void dsv41_state::append_entry(uint32_t l, std::span<const float> kv, std::span<const float> key) {

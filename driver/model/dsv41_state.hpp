@@ -20,6 +20,7 @@
 
 #include "cmfx/kv/packed_kv.hpp"
 #include "dsv41_config.hpp"
+#include "prefill_mark.hpp"
 
 namespace cmfx::driver {
 
@@ -90,16 +91,13 @@ class dsv41_state {
   /// (dsv41_options::stale_index_k), whatever calls they arrive in. A call at position 0 marks at least its own
   /// tokens; mark_prefill lets a caller that runs a prompt in pieces (the driver's 512-token pieces, the serve
   /// scheduler) announce the whole prompt first.
-  uint64_t prefill_end() const noexcept { return prefill_end_; }
-  /// Marks positions [0, end) as one prefill, if the state holds only prefill positions so far (pos() ≤
-  /// prefill_end(): a fresh state, a prompt not yet followed by a decode step, or one truncated back into its
-  /// prefill) — then the tokens it holds are exactly what the longer prefill would have made of them. Returns
-  /// whether the mark took effect (false after a decode step: later tokens are decode steps, as in the reference).
-  bool mark_prefill(uint64_t end) noexcept {
-    if (pos_ > prefill_end_) return false;
-    prefill_end_ = std::max(prefill_end_, end);
-    return true;
-  }
+  uint64_t prefill_end() const noexcept { return prefill_.end; }
+  /// Marks positions [0, end) as one prefill while the state holds only prefill positions (prefill_mark::mark);
+  /// returns whether it took effect.
+  bool mark_prefill(uint64_t end) noexcept { return prefill_.mark(pos_, end); }
+  const prefill_mark& prefill() const noexcept { return prefill_; }
+  /// A call of n ids begins here: at position 0 it is (at least) a prefill of its own ids.
+  void mark_call(uint64_t n) noexcept { prefill_.mark_call(pos_, n); }
 
   void reset();
   /// Roll back to position n (n ≤ pos(), pos() − n ≤ dsv41_rollback_tokens, or n == 0).
@@ -107,7 +105,8 @@ class dsv41_state {
   void advance(uint64_t tokens) noexcept { pos_ += tokens; }
 
  private:
-  uint64_t pos_ = 0, prefill_end_ = 0;
+  uint64_t pos_ = 0;
+  prefill_mark prefill_;
   bool packed_ = false;
   uint32_t ring_cap_ = 0, pend_cap_ = 0, head_dim_ = 0, ihd_ = 0;
   std::vector<dsv41_layer_state> layers_;

@@ -104,6 +104,14 @@ uint64_t gpu_expert_cache::resident_bytes() const {
   return all;
 }
 
+thread_pool& gpu_expert_cache::host_pool(uint32_t threads) {
+  if (!copiers_) {
+    const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+    copiers_ = std::make_unique<thread_pool>(std::max(1u, std::min(threads, cores)));
+  }
+  return *copiers_;
+}
+
 uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& o) {
   const uint32_t E = experts_, K = top_k_, nl = uint32_t(layers_.size());
   if (nl == 0) return 0;
@@ -163,8 +171,7 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
       }
   }
   ring_ = dev_.alloc_upload(uint64_t(K) * stats_.slot_bytes);
-  copiers_ = std::make_unique<thread_pool>(
-      std::max(1u, std::min(o.copy_threads, std::max(1u, std::thread::hardware_concurrency()))));
+  (void)host_pool(o.copy_threads);
   const uint64_t dim = layers_[0].moe->dim;
   for (const layer& L : layers_)
     if (L.moe->dim != dim) throw usage_error("gpu model: the expert cache needs one model dimension for every layer");

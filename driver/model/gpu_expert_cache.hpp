@@ -97,6 +97,9 @@ class gpu_expert_cache {
   uint64_t place(uint64_t used, const gpu_expert_cache_options& o);
 
   bool active() const noexcept { return stats_.active; }
+  /// The graph's host worker threads (made by the first call, `threads` of them, at most the machine's cores): the
+  /// cache's copies and CPU experts, and the prefill chunks' host gathers, which never run with the cache.
+  thread_pool& host_pool(uint32_t threads);
   const gpu_expert_cache_stats& stats() const noexcept { return stats_; }
   /// Layer l's slot map for kernels::moe (no view when every expert is resident).
   gpu::view slot_map(uint32_t l) const;

@@ -12,6 +12,7 @@
 #include "cmfx/core/error.hpp"
 #include "device_sampling.hpp"
 #include "gpu_expert_cache.hpp"
+#include "prefill_mark.hpp"
 
 namespace cmfx::driver {
 
@@ -61,7 +62,7 @@ class gpu_graph {
   virtual bool mark_prefill(uint64_t /*end*/) noexcept { return false; }
   /// How many leading positions of the live sequence (or of the snapshot) a new prompt may reuse
   /// (model/prefix_reuse.hpp): V4.1 under the stale-key rule, its prefill positions; otherwise all.
-  virtual uint64_t reuse_limit(bool /*snapshot*/) const noexcept { return UINT64_MAX; }
+  virtual uint64_t reuse_limit(bool /*snapshot*/) const noexcept { return no_reuse_limit; }
   /// The chunks of the last forward() / forward_all() (zero where it ran token by token).
   virtual gpu_prefill_stats last_prefill() const { return {}; }
   /// Runs ids at positions pos()…; returns the last token's logits [vocab] when `last`, else nothing.

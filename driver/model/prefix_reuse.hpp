@@ -6,11 +6,10 @@
 // positions (below dsv41_state::prefill_end) are reusable: positions after them — the previous reply, generated as
 // decode steps — run again as part of the new prompt's prefill. Any prefix otherwise (V4; V4.1 with the rule off).
 #include <cstdint>
-#include <limits>
+
+#include "prefill_mark.hpp"
 
 namespace cmfx::driver {
-
-inline constexpr uint64_t no_reuse_limit = std::numeric_limits<uint64_t>::max();
 
 /// The reusable leading positions of `st` (a state of model `m`): its prefill end where the rule applies, else
 /// no_reuse_limit.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/device_sampling.hpp"
+#include "model/prefill_mark.hpp"
 
 namespace cmfx::driver {
 class dsv4_model;
@@ -48,7 +49,7 @@ class engine {
   virtual void mark_prefill(unsigned /*slot*/, uint64_t /*end*/) {}
   /// How many leading positions of the slot's live state (or of its snapshot) a new prompt may reuse
   /// (model/prefix_reuse.hpp: V4.1 under the stale-key rule, only its prefill positions; otherwise all).
-  virtual uint64_t reuse_limit(unsigned /*slot*/, bool /*snapshot*/) const { return UINT64_MAX; }
+  virtual uint64_t reuse_limit(unsigned /*slot*/, bool /*snapshot*/) const { return no_reuse_limit; }
   /// snapshot = live state / live state = snapshot; drop frees the snapshot's memory where that is possible.
   virtual void save_snapshot(unsigned slot) = 0;
   virtual void restore_snapshot(unsigned slot) = 0;
