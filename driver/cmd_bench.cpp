@@ -167,6 +167,7 @@ int run_bench(const bench_args& a) {
     if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
     if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
     if (a.prefill_shared != "default") go.prefill_shared_apart = a.prefill_shared == "apart";
+    go.pipeline = !a.no_pipeline;
     mp = std::make_unique<dsv41_gpu_model>(w41, dev, k, go);
   } else {
     dsv4_gpu_options go;
@@ -181,6 +182,7 @@ int run_bench(const bench_args& a) {
     }
     if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
     if (a.prefill_shared != "default") go.prefill_shared_apart = a.prefill_shared == "apart";
+    go.pipeline = !a.no_pipeline;
     mp = std::make_unique<dsv4_gpu_model>(w, dev, k, go);
   }
   gpu_graph& m = *mp;
@@ -335,9 +337,10 @@ int run_bench(const bench_args& a) {
     std::printf("         median of %zu runs from position 0; the first run: %.3f s = %.1f tok/s\n", runs.size(),
                 first_s, double(a.prompt) / first_s);
   if (pre_stats.chunks)
-    std::printf("         that run: %u chunks, %u dispatches; host preparation %.1f ms, recording %.1f ms, device time "
-                "%.1f ms (%.1f tok/s of device time)\n",
+    std::printf("         that run: %u chunks, %u dispatches; host preparation %.1f ms, recording %.1f ms (%s), "
+                "device time %.1f ms (%.1f tok/s of device time)\n",
                 pre_stats.chunks, pre_stats.dispatches, pre_stats.prep_s * 1e3, pre_stats.record_s * 1e3,
+                a.no_pipeline ? "serial with the device" : "each chunk's while the one before runs",
                 pre_stats.device_s * 1e3, pre_stats.device_s > 0 ? double(a.prompt) / pre_stats.device_s : 0.0);
   char how[200] = "greedy on the device";
   if (sampled)

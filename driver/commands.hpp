@@ -49,6 +49,7 @@ struct bench_args {
   // --fold-quant: default (the graph's: o) | none | o | u | both (dsv4_gpu_options::fold_o_q8 / fold_u_q8)
   std::string fold_quant = "default";
   std::string prefill_shared = "default";  // --prefill-shared: default | apart | stacked (dsv4_gpu_options::prefill_shared_apart)
+  bool no_pipeline = false;  // --no-pipeline: nothing recorded ahead (dsv4/dsv41_gpu_options::pipeline = false)
   std::string fuse_route = "default";  // --fuse-route: default (on) | on | off (dsv4/dsv41_gpu_options)
   std::string shared_expert = "dense";  // --shared-expert: dense (--dense for all three) | routed (--weights, w2 --expert-down)
   std::string dense = "fp8_b128"; // attention / compressor / indexer projections, shared expert, head

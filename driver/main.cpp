@@ -172,6 +172,9 @@ int main(int argc, char** argv) {
                  "tiled GEMMs on copies of its matrices) | stacked (one more expert of the grouped MoE kernels)")
       ->check(CLI::IsMember({"default", "apart", "stacked"}))
       ->default_val(bench.prefill_shared);
+  cb->add_flag("--no-pipeline", bench.no_pipeline,
+              "Record nothing ahead (dsv4/dsv41_gpu_options::pipeline off): each decode step recorded after the one "
+              "before ran, each prefill chunk recorded and its inputs staged after the one before ran");
   cb->add_option("--shared-expert", bench.shared_expert,
                  "The shared expert's formats: dense (--dense, the release's FP8) | routed (gate/up --weights, w2 "
                  "--expert-down: the CMF files' rule, stacked with the routed experts)")

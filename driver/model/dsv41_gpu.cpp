@@ -523,13 +523,7 @@ std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last
   uint64_t pre = m.prefill_rows(ids.size());
   if (!m.chunks_ids(pre)) pre = 0;
   m.chunk_stats = {};  // this call's chunks (none where it runs token by token)
-  if (pre > 0) {
-    const uint32_t C = m.opt.prefill_chunk;
-    for (size_t b = 0; b < pre; b += C) {
-      const size_t e = std::min<size_t>(pre, b + C);
-      m.run_chunk(ids.subspan(b, e - b), last && e == ids.size(), nullptr, trace);
-    }
-  }
+  if (pre > 0) m.run_chunks(ids.first(pre), last && pre == ids.size(), trace);
   if (pre < ids.size()) run_steps(m, ids.subspan(pre), last, trace);
   if (!last) return {};
   std::vector<float> out(m.cfg.vocab);

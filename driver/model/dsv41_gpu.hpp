@@ -63,7 +63,9 @@ struct dsv41_gpu_options {
   /// The quantisations that are the V4.1 cache format (dsv41_options::qat_kv): on = official (default); off is a
   /// test option (unquantised f32 rows, compared with the CPU graph's qat_kv = false without FP4 rounding flips).
   bool qat_kv = true;
-  bool pipeline = true;  ///< record the next position's command buffer while the device runs this one
+  /// Record ahead: the next position's command buffer while the device runs this one; a prompt's next prefill
+  /// chunk (its inputs staged, its commands recorded) while the device runs this chunk (chunk_pipeline.hpp).
+  bool pipeline = true;
   /// Positions per prefill chunk (forward() of several ids that are a prefill — or anywhere without stale_index_k):
   /// each chunk is one recording with every op batched over its rows (dsv41_gpu_chunk.cpp). 0 or 1: token by token.
   /// The chunk's scratch is allocated by the first chunk; with the expert cache prompts run token by token.

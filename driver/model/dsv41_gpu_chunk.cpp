@@ -61,6 +61,7 @@ void dsv41_gpu_model::impl::alloc_chunk() {
   const uint64_t C = opt.prefill_chunk, d = c.dim, hd = c.head_dim, W = c.window, f = 4, TK = c.index_topk;
   auto cb = std::make_unique<dsv41_gpu_chunk_bufs>();
   cb->C = uint32_t(C);
+  chunk_in = std::make_unique<chunk_inputs>(dev);
   auto buf = [&](uint64_t bytes) {
     gpu::buffer b = dev.alloc(std::max<uint64_t>(bytes, 16));
     state_bytes += b.size();  // part of the model's device bytes
@@ -132,6 +133,8 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   if (T == 0) return;
   if (!ch) alloc_chunk();
   dsv41_gpu_chunk_bufs& B = *ch;
+  chunk_inputs& in = *chunk_in;
+  const bool pipelined = opt.pipeline && !all_logits && !trace && !opt.profile;
   if (T > B.C) throw std::logic_error("gpu model: chunk longer than prefill_chunk");
   gpu_graph::check_ids(toks, cf.vocab, pos, opt.max_ctx);
   next.reset();
@@ -145,7 +148,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   const uint32_t mix_rows = uint32_t((2 + hc) * hc), cst = gpu::kernels::hc_coeff_floats(uint32_t(hc));
   const uint64_t ed = engram.cfg.embed_dim(), LW = W + TK;
 
-  // ---- per-chunk parameters (host → device before the recording runs)
+  // ---- per-chunk parameters: staged in upload memory, copied by the recording (chunk_pipeline.hpp)
   using clk = std::chrono::steady_clock;
   const auto t_prep = clk::now();
   // The chunk's ids join the Engram history (they leave again if anything below fails).
@@ -162,14 +165,13 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   }
   const bool embed_on_device = static_cast<bool>(embed_dev.data);  // else the rows are decoded here and uploaded
   {
-    dev.upload(view(B.tokens, 0, T * 4), toks.data(), T * 4);
-    if (!embed_on_device) {
-      const std::vector<float> xe = embed_rows_host(embed, toks, hc, d);
-      dev.upload(rows(B.X, 0, T, hc * d), xe.data(), xe.size() * 4);
-    }
+    in.begin();
+    std::memcpy(in.stage(view(B.tokens, 0, T * 4), T * 4), toks.data(), T * 4);
+    if (!embed_on_device) in.put(rows(B.X, 0, T, hc * d), embed_rows_host(embed, toks, hc, d));
     if (!cf.engram_layers.empty()) {  // every row's table rows, per Engram layer, gathered by the host's threads
       const size_t ne = cf.engram_layers.size();
-      std::vector<float> all(ne * T * ed);
+      std::vector<float*> all(ne);
+      for (size_t e = 0; e < ne; ++e) all[e] = in.stage_as<float>(rows(B.eg_E[e], 0, T, ed), T * ed);
       std::exception_ptr err;
       std::mutex err_mu;
       experts->host_pool(opt.copy_threads).run(T, [&](uint64_t b, uint64_t en, unsigned) {
@@ -177,7 +179,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
           std::vector<float> one(eg_floats);
           for (uint64_t t = b; t < en; ++t) {
             engram_rows(P + t, one.data());
-            for (size_t e = 0; e < ne; ++e) std::memcpy(all.data() + (e * T + t) * ed, one.data() + e * ed, ed * 4);
+            for (size_t e = 0; e < ne; ++e) std::memcpy(all[e] + t * ed, one.data() + e * ed, ed * 4);
           }
         } catch (...) {
           const std::lock_guard<std::mutex> lk(err_mu);
@@ -185,7 +187,6 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
         }
       });
       if (err) std::rethrow_exception(err);
-      for (size_t e = 0; e < ne; ++e) dev.upload(rows(B.eg_E[e], 0, T, ed), all.data() + e * T * ed, T * ed * 4);
     }
     // window slots: position s at staged row s − P + W of kvs (after ent_cap in the lists of the ratio layers)
     std::vector<int32_t> iswa(uint64_t(T) * W, -1), iwin(uint64_t(T) * LW, -1);
@@ -196,13 +197,13 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
         iwin[t * LW + (s - s0)] = int32_t(s - P + W + ent_cap);
       }
     }
-    dev.upload(view(B.idx_swa, 0, iswa.size() * 4), iswa.data(), iswa.size() * 4);
-    dev.upload(view(B.idx_win, 0, iwin.size() * 4), iwin.data(), iwin.size() * 4);
+    in.put(view(B.idx_swa, 0, iswa.size() * 4), iswa);
+    in.put(view(B.idx_win, 0, iwin.size() * 4), iwin);
     for (uint32_t r = 1; r < B.counts.size(); ++r) {
       if (!B.counts[r]) continue;
       std::vector<uint32_t> cnt(T);
       for (uint32_t t = 0; t < T; ++t) cnt[t] = uint32_t((P + t + 1) / r);
-      dev.upload(view(B.counts[r], 0, T * 4), cnt.data(), T * 4);
+      in.put(view(B.counts[r], 0, T * 4), cnt);
     }
     // closing groups per ratio: their first row in cps / css (position s at row s − (P − P % r))
     for (uint32_t r = 2; r < B.win.size(); ++r) {
@@ -210,7 +211,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
       std::vector<uint32_t> w2;
       for (uint64_t j = P / r; j < (P + T) / r; ++j)
         w2.push_back(uint32_t(j * r - (P - P % r))), w2.push_back(0xFFFFFFFFu);
-      if (!w2.empty()) dev.upload(view(B.win[r], 0, w2.size() * 4), w2.data(), w2.size() * 4);
+      in.put(view(B.win[r], 0, w2.size() * 4), w2);
     }
   }
 
@@ -223,6 +224,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   // profiling: a timestamp after each op group, summed per name after the run
   gpu_chunk_profile::marks marks(c, opt.profile, opt.profile ? (timed ? t_first : c.timestamp()) : 0);
   c.barrier();
+  in.record(c);
   if (embed_on_device) {  // the chunk's rows, hc copies each, gathered from the device's embedding
     k.embed_rows(c, embed_dev, view(B.tokens, 0, T * 4), T, uint32_t(hc), rows(B.X, 0, T, hc * d));
     c.barrier();
@@ -439,8 +441,15 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   dispatches = c.dispatch_count();
   const uint32_t t_last = timed ? c.timestamp() : 0;
   chunk_stats.record_s += std::chrono::duration<double>(clk::now() - t_rec).count();
-  dev.submit(c);
-  guard.v = nullptr;  // the chunk ran: its ids stay in the history
+  if (pipelined) {
+    chunk_flight.submit(dev, std::move(c), timed, t_first, t_last, chunk_stats);
+  } else {
+    chunk_flight.finish(dev, chunk_stats);
+    dev.submit(c);
+    if (timed) chunk_stats.device_s += c.seconds(t_first, t_last);
+    chunk_prof.fold(marks, T);
+  }
+  guard.v = nullptr;  // the chunk is submitted: its ids stay in the history
   // the index-key owner after these positions (the next decode step's prev_owner), as run() keeps it per step
   for (uint64_t p = P; p < P + T; ++p) {
     if (prefill.covers(p)) {
@@ -452,8 +461,6 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   pos += T;
   ++chunk_stats.chunks;
   chunk_stats.dispatches += dispatches;
-  if (timed) chunk_stats.device_s += c.seconds(t_first, t_last);
-  chunk_prof.fold(marks, T);
   if (trace) {  // as run() traces a step: sorted ids, −1 dropped; picks and key layers only for index sources
     std::vector<uint32_t> ex(uint64_t(cf.layers) * T * K), keys(uint64_t(cf.layers) * T * LW);
     dev.download(tr_experts, ex.data(), ex.size() * 4);
@@ -469,6 +476,20 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
           trace->keys_from[l].push_back(cf.plan[l].keys_from);
         }
       }
+  }
+}
+
+void dsv41_gpu_model::impl::run_chunks(std::span<const uint32_t> ids, bool want_logits, dsv41_trace* trace) {
+  const uint32_t C = opt.prefill_chunk;
+  try {
+    for (size_t b = 0; b < ids.size(); b += C) {
+      const size_t e = std::min<size_t>(ids.size(), b + C);
+      run_chunk(ids.subspan(b, e - b), want_logits && e == ids.size(), nullptr, trace);
+    }
+    chunk_flight.finish(dev, chunk_stats);
+  } catch (...) {
+    chunk_flight.drain(dev);  // the chunks before the failing one ran (as when each was waited for)
+    throw;
   }
 }
 

@@ -9,6 +9,7 @@
 #include "cmfx/vk/kernels.hpp"
 #include "dsv41_gpu.hpp"
 #include "dsv41_internal.hpp"
+#include "chunk_pipeline.hpp"
 #include "gpu_chooser.hpp"
 #include "gpu_dense_i8.hpp"
 #include "gpu_expert_cache.hpp"
@@ -89,6 +90,8 @@ struct dsv41_gpu_model::impl {
   std::unique_ptr<dsv41_gpu_chunk_bufs> ch;
   gpu_prefill_stats chunk_stats;
   gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
+  std::unique_ptr<chunk_inputs> chunk_in;  // the chunks' host-made inputs (allocated with ch)
+  chunk_in_flight chunk_flight;  // a pipelined chunk the device may still run (after ch: destroyed first)
   /// Whether n ids at the current position may run in prefill chunks: prefill_chunk > 1, n > 1, no expert cache,
   /// and the ids a prefill (or no stale_index_k: then every row scores its layer's static key source).
   bool chunks_ids(uint64_t n) const;
@@ -99,8 +102,12 @@ struct dsv41_gpu_model::impl {
   void mark_call(uint64_t n) { prefill.mark_call(pos, n); }
   void alloc_chunk();
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk): want_logits the last row's into `logits`,
-  /// all_logits every row's [n, vocab]; trace: per row, as run()'s.
+  /// all_logits every row's [n, vocab]; trace: per row, as run()'s. Without all_logits, trace or profiling the
+  /// chunk is left running (chunk_flight: the next chunk is recorded meanwhile); the caller then waits for it
+  /// (chunk_flight.finish) before the device is used otherwise — run_chunks does.
   void run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits, dsv41_trace* trace);
+  /// ids in chunks of prefill_chunk, the last row's logits into `logits` if want_logits; returns once they ran.
+  void run_chunks(std::span<const uint32_t> ids, bool want_logits, dsv41_trace* trace);
   /// run_chunk with every row's logits read back [n, vocab].
   std::vector<float> chunk_rows(std::span<const uint32_t> toks, dsv41_trace* trace);
   // per-token parameters

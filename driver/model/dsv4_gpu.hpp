@@ -89,7 +89,9 @@ struct dsv4_gpu_options {
   /// format, the int8 kernels or the f16 tiles, whichever the H200 measured faster; f16; act (= expert_act).
   /// Decode steps are not affected.
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;
-  bool pipeline = true;     ///< record the next position's command buffer while the device runs this one
+  /// Record ahead: the next position's command buffer while the device runs this one; a prompt's next prefill
+  /// chunk (its inputs staged, its commands recorded) while the device runs this chunk (chunk_pipeline.hpp).
+  bool pipeline = true;
   /// The embedding (vocab × dim in its format) on the device too, so that decode_greedy_each chains its steps
   /// without the host (not with the expert cache, nor where it would exceed vram_budget, one storage binding or the
   /// device memory). The chain always records ahead (`pipeline` applies to run()'s single steps).

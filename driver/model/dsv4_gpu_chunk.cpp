@@ -43,6 +43,7 @@ void dsv4_gpu_model::impl::alloc_chunk() {
   const uint64_t C = opt.prefill_chunk, d = c.dim, hd = c.head_dim, W = c.window, f = 4;
   auto cb = std::make_unique<dsv4_gpu_chunk_bufs>();
   cb->C = uint32_t(C);
+  chunk_in = std::make_unique<chunk_inputs>(dev);
   auto buf = [&](uint64_t bytes) {
     gpu::buffer b = dev.alloc(std::max<uint64_t>(bytes, 16));
     state_bytes += b.size();  // part of the model's device bytes (and of a --vram-budget)
@@ -102,6 +103,8 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   if (T == 0) return;
   if (!ch) alloc_chunk();
   dsv4_gpu_chunk_bufs& B = *ch;
+  chunk_inputs& in = *chunk_in;
+  const bool pipelined = opt.pipeline && !all_logits && !trace && !opt.profile;
   if (T > B.C) throw std::logic_error("gpu model: chunk longer than prefill_chunk");
   gpu_graph::check_ids(toks, cf.vocab, pos, opt.max_ctx);
   next.reset();
@@ -114,7 +117,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   sh.hc = uint32_t(hc), sh.d = uint32_t(d), sh.norm_eps = eps, sh.hc_eps = float(cf.hc_eps), sh.iters = cf.hc_iters;
   const uint32_t mix_rows = uint32_t((2 + hc) * hc);
 
-  // ---- per-chunk parameters (host → device before the recording runs)
+  // ---- per-chunk parameters: staged in upload memory, copied by the recording (chunk_pipeline.hpp)
   uint32_t off4 = 0, off128 = 0, cap4 = 0, cap128 = 0;  // entry offsets in the key lists, ring rows per ratio
   for (const dsv4_gpu_layer& G : layers)
     if (G.kind.ratio) (G.comp.ratio == 4 ? off4 : off128) = uint32_t(G.comp.max_entries),
@@ -124,11 +127,9 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   const auto t_prep = clk::now();
   const bool embed_on_device = static_cast<bool>(embed_dev.data);  // else the rows are decoded here and uploaded
   {
-    dev.upload(view(B.tokens, 0, T * 4), toks.data(), T * 4);
-    if (!embed_on_device) {
-      const std::vector<float> xe = embed_rows_host(embed, toks, hc, d);
-      dev.upload(rows(B.X, 0, T, hc * d), xe.data(), xe.size() * 4);
-    }
+    in.begin();
+    std::memcpy(in.stage(view(B.tokens, 0, T * 4), T * 4), toks.data(), T * 4);
+    if (!embed_on_device) in.put(rows(B.X, 0, T, hc * d), embed_rows_host(embed, toks, hc, d));
     std::vector<uint32_t> counts(T);
     std::vector<int32_t> iswa(uint64_t(T) * W, -1), icsa(uint64_t(T) * (W + TK), -1), ihca(uint64_t(T) * hca_keys, -1);
     for (uint32_t t = 0; t < T; ++t) {
@@ -142,10 +143,10 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
       }
       for (uint64_t j = 0; j < (p + 1) / 128; ++j) ihca[t * hca_keys + W + j] = int32_t(j);
     }
-    dev.upload(view(B.counts, 0, T * 4), counts.data(), T * 4);
-    dev.upload(view(B.idx_swa, 0, iswa.size() * 4), iswa.data(), iswa.size() * 4);
-    dev.upload(view(B.idx_csa, 0, icsa.size() * 4), icsa.data(), icsa.size() * 4);
-    dev.upload(view(B.idx_hca, 0, ihca.size() * 4), ihca.data(), ihca.size() * 4);
+    in.put(view(B.counts, 0, T * 4), counts);
+    in.put(view(B.idx_swa, 0, iswa.size() * 4), iswa);
+    in.put(view(B.idx_csa, 0, icsa.size() * 4), icsa);
+    in.put(view(B.idx_hca, 0, ihca.size() * 4), ihca);
     // closing windows per ratio: their first ring row and (overlap) the previous window's
     for (const uint32_t r : {4u, 128u}) {
       const uint32_t cap = r == 4 ? cap4 : cap128;
@@ -156,7 +157,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
         w2.push_back(uint32_t(ws % cap));
         w2.push_back(r == 4 && ws >= r ? uint32_t((ws - r) % cap) : 0xFFFFFFFFu);  // V4: ratio 4 overlaps
       }
-      if (!w2.empty()) dev.upload(view(r == 4 ? B.win4 : B.win128, 0, w2.size() * 4), w2.data(), w2.size() * 4);
+      in.put(view(r == 4 ? B.win4 : B.win128, 0, w2.size() * 4), w2);
     }
   }
 
@@ -167,6 +168,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   const bool timed = dev.info().timestamps;
   const uint32_t t_first = timed ? c.timestamp() : 0;
   c.barrier();
+  in.record(c);
   if (embed_on_device) {  // the chunk's rows, hc copies each, gathered from the device's embedding
     k.embed_rows(c, embed_dev, view(B.tokens, 0, T * 4), T, uint32_t(hc), rows(B.X, 0, T, hc * d));
     c.barrier();
@@ -348,12 +350,17 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   dispatches = c.dispatch_count();
   const uint32_t t_last = timed ? c.timestamp() : 0;
   chunk_stats.record_s += std::chrono::duration<double>(clk::now() - t_rec).count();
-  dev.submit(c);
+  if (pipelined) {
+    chunk_flight.submit(dev, std::move(c), timed, t_first, t_last, chunk_stats);
+  } else {
+    chunk_flight.finish(dev, chunk_stats);
+    dev.submit(c);
+    if (timed) chunk_stats.device_s += c.seconds(t_first, t_last);
+    chunk_prof.fold(marks, T);
+  }
   pos += T;
   ++chunk_stats.chunks;
   chunk_stats.dispatches += dispatches;
-  if (timed) chunk_stats.device_s += c.seconds(t_first, t_last);
-  chunk_prof.fold(marks, T);
   if (trace) {  // as run() traces a step: sorted ids, −1 dropped; picks only for indexer layers
     std::vector<uint32_t> ex(uint64_t(cf.layers) * T * K), keys(uint64_t(cf.layers) * T * (W + TK));
     dev.download(tr_experts, ex.data(), ex.size() * 4);
@@ -390,9 +397,15 @@ gpu_prefill_stats dsv4_gpu_model::last_prefill() const { return p_->chunk_stats;
 void dsv4_gpu_model::impl::prefill(std::span<const uint32_t> ids, bool want_logits) {
   const uint32_t C = opt.prefill_chunk;
   chunk_stats = {};
-  for (size_t b = 0; b < ids.size(); b += C) {
-    const size_t e = std::min(ids.size(), b + C);
-    run_chunk(ids.subspan(b, e - b), want_logits && e == ids.size(), nullptr);
+  try {
+    for (size_t b = 0; b < ids.size(); b += C) {
+      const size_t e = std::min(ids.size(), b + C);
+      run_chunk(ids.subspan(b, e - b), want_logits && e == ids.size(), nullptr);
+    }
+    chunk_flight.finish(dev, chunk_stats);
+  } catch (...) {
+    chunk_flight.drain(dev);  // the chunks before the failing one ran (as when each was waited for)
+    throw;
   }
 }
 

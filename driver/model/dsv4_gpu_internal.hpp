@@ -8,6 +8,7 @@
 #include "cmfx/vk/kernels.hpp"
 #include "cmfx/ops/rope.hpp"
 #include "dsv4_gpu.hpp"
+#include "chunk_pipeline.hpp"
 #include "gpu_chooser.hpp"
 #include "gpu_dense_i8.hpp"
 #include "gpu_recording.hpp"
@@ -124,6 +125,8 @@ struct dsv4_gpu_model::impl {
   bool chunks_off = false;                   // a vram_budget left no room for the chunk scratch
   gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
   gpu_prefill_stats chunk_stats;  // the chunks of the current / last forward (reset by prefill, forward_chunk_rows)
+  std::unique_ptr<chunk_inputs> chunk_in;  // the chunks' host-made inputs (allocated with ch)
+  chunk_in_flight chunk_flight;  // a pipelined chunk the device may still run (after ch: destroyed first)
 
   impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& kk, const dsv4_gpu_options& o);
   void upload_weights(const dsv4_weights& w);  // dsv4_gpu_weights.cpp
@@ -147,10 +150,14 @@ struct dsv4_gpu_model::impl {
   // dsv4_gpu_chunk.cpp
   void alloc_chunk();
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk); want_logits: the last row's into
-  /// `logits`; all_logits (optional): every row's [n, vocab]. Returns after it ran.
+  /// `logits`; all_logits (optional): every row's [n, vocab].
   /// trace (optional): every row's routed experts and indexer picks appended (copied per layer, read after).
+  /// Without all_logits, trace or profiling the chunk is left running (chunk_flight: the next chunk is recorded
+  /// meanwhile); the caller then waits for it (chunk_flight.finish) before the device is used otherwise — prefill
+  /// does; else it returns after the chunk ran.
   void run_chunk(std::span<const uint32_t> toks, bool want_logits, gpu::buffer* all_logits,
                  dsv4_trace* trace = nullptr);
+  /// ids in chunks of prefill_chunk (want_logits: the last row's into `logits`); returns once they ran.
   void prefill(std::span<const uint32_t> ids, bool want_logits);
   /// Whether prompts can run in chunks: prefill_chunk > 1, no active expert cache, and every layer one of V4's
   /// kinds (window only, ratio 4 with the indexer, ratio 128 without) — the shapes the chunk recording handles.
