@@ -28,6 +28,7 @@ struct gen_request {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int top_logprobs = -1;       // -1: no logprobs; else alternatives per token
+  bool tokens_as_ids = false;  // return_tokens_as_token_ids (vLLM): logprob tokens as "token_id:<id>"
   std::string id;              // response id (chatcmpl-… / cmpl-…); tool-call ids derive from it
   std::string model;           // model id echoed in responses
   std::string log_text;        // prompt text for --log-prompts

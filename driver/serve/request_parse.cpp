@@ -164,6 +164,7 @@ void parse_common(const json& b, const request_context& c, gen_request& r) {
       if (s.size() > 1024) throw bad_request("Invalid 'stop': a stop string is longer than 1024 bytes.", "stop");
   }
   r.ignore_eos = get_bool(b, "ignore_eos").value_or(false);
+  r.tokens_as_ids = get_bool(b, "return_tokens_as_token_ids").value_or(false);
   if (const json* lb = field(b, "logit_bias")) {
     if (!lb->is_object()) throw wrong_type("logit_bias", "an object", *lb);
     if (!lb->empty())

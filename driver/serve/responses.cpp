@@ -25,30 +25,38 @@ json token_bytes(const tokenizer& tok, int32_t id) {
   return b;
 }
 
-json chat_logprob_entry(const tokenizer& tok, int32_t id, float lp) {
-  return json{{"token", token_text(tok, id)}, {"logprob", finite_logprob(lp)}, {"bytes", token_bytes(tok, id)}};
+// A logprob entry's token: its text, or "token_id:<id>" with return_tokens_as_token_ids (vLLM's extension: every
+// token identifiable, whatever its bytes).
+std::string logprob_token(const tokenizer& tok, int32_t id, bool as_ids) {
+  return as_ids ? "token_id:" + std::to_string(id) : token_text(tok, id);
 }
 
-json chat_logprobs(const tokenizer& tok, const std::vector<token_info>& tokens) {
+json chat_logprob_entry(const tokenizer& tok, int32_t id, float lp, bool as_ids) {
+  return json{{"token", logprob_token(tok, id, as_ids)},
+              {"logprob", finite_logprob(lp)},
+              {"bytes", token_bytes(tok, id)}};
+}
+
+json chat_logprobs(const tokenizer& tok, const std::vector<token_info>& tokens, bool as_ids) {
   json content = json::array();
   for (const auto& t : tokens) {
-    json e = chat_logprob_entry(tok, t.id, t.logprob);
+    json e = chat_logprob_entry(tok, t.id, t.logprob, as_ids);
     json top = json::array();
-    for (const auto& alt : t.top) top.push_back(chat_logprob_entry(tok, alt.token, alt.logprob));
+    for (const auto& alt : t.top) top.push_back(chat_logprob_entry(tok, alt.token, alt.logprob, as_ids));
     e["top_logprobs"] = std::move(top);
     content.push_back(std::move(e));
   }
   return json{{"content", std::move(content)}};
 }
 
-json completion_logprobs(const tokenizer& tok, const std::vector<token_info>& tokens, size_t& offset) {
+json completion_logprobs(const tokenizer& tok, const std::vector<token_info>& tokens, size_t& offset, bool as_ids) {
   json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
   for (const auto& t : tokens) {
-    const std::string s = token_text(tok, t.id);
-    toks.push_back(s);
+    const std::string s = token_text(tok, t.id);  // text_offset counts the text's bytes either way
+    toks.push_back(as_ids ? logprob_token(tok, t.id, true) : s);
     lps.push_back(finite_logprob(t.logprob));
     json top = json::object();
-    for (const auto& alt : t.top) top[token_text(tok, alt.token)] = finite_logprob(alt.logprob);
+    for (const auto& alt : t.top) top[logprob_token(tok, alt.token, as_ids)] = finite_logprob(alt.logprob);
     tops.push_back(std::move(top));
     offs.push_back(offset);
     offset += s.size();
@@ -102,7 +110,7 @@ json chat_response(const response_meta& m, const accumulated& a, const gen_resul
     msg["tool_calls"] = std::move(calls);
   }
   json choice{{"index", 0}, {"message", std::move(msg)}};
-  choice["logprobs"] = m.req->top_logprobs >= 0 ? chat_logprobs(*m.tok, a.tokens) : json();
+  choice["logprobs"] = m.req->top_logprobs >= 0 ? chat_logprobs(*m.tok, a.tokens, m.req->tokens_as_ids) : json();
   choice["finish_reason"] = r.finish_reason;
   json out = envelope(m, "chat.completion");
   out["choices"] = json::array({std::move(choice)});
@@ -113,7 +121,7 @@ json chat_response(const response_meta& m, const accumulated& a, const gen_resul
 json completion_response(const response_meta& m, const accumulated& a, const gen_result& r) {
   size_t offset = 0;
   json choice{{"index", 0}, {"text", a.content}};
-  choice["logprobs"] = m.req->top_logprobs >= 0 ? completion_logprobs(*m.tok, a.tokens, offset) : json();
+  choice["logprobs"] = m.req->top_logprobs >= 0 ? completion_logprobs(*m.tok, a.tokens, offset, m.req->tokens_as_ids) : json();
   choice["finish_reason"] = r.finish_reason;
   json out = envelope(m, "text_completion");
   out["choices"] = json::array({std::move(choice)});
@@ -140,7 +148,8 @@ json chat_chunk(const response_meta& m, const gen_event* e, bool first, const ch
       }
       delta["tool_calls"] = std::move(calls);
     }
-    if (m.req->top_logprobs >= 0 && !e->tokens.empty()) logprobs = chat_logprobs(*m.tok, e->tokens);
+    if (m.req->top_logprobs >= 0 && !e->tokens.empty())
+      logprobs = chat_logprobs(*m.tok, e->tokens, m.req->tokens_as_ids);
   }
   json choice{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)}};
   choice["finish_reason"] = finish_value(finish_reason);
@@ -153,7 +162,7 @@ json chat_chunk(const response_meta& m, const gen_event* e, bool first, const ch
 json completion_chunk(const response_meta& m, const gen_event* e, const char* finish_reason, size_t& text_offset) {
   json choice{{"index", 0}, {"text", e ? e->content : std::string()}};
   choice["logprobs"] = (e && m.req->top_logprobs >= 0 && !e->tokens.empty())
-                           ? completion_logprobs(*m.tok, e->tokens, text_offset)
+                           ? completion_logprobs(*m.tok, e->tokens, text_offset, m.req->tokens_as_ids)
                            : json();
   choice["finish_reason"] = finish_value(finish_reason);
   json out = envelope(m, "text_completion");

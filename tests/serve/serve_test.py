@@ -227,6 +227,12 @@ try:
     lp = j["choices"][0]["logprobs"]["content"] if s == 200 else []
     check("chat logprobs", len(lp) == 5 and all(len(e["top_logprobs"]) == 2 and e["logprob"] <= 0 and
                                                  isinstance(e["bytes"], list) for e in lp), j)
+    s, h, j, _ = A.request("POST", "/v1/chat/completions", {**req, "max_tokens": 5, "logprobs": True, "top_logprobs": 2,
+                                                            "return_tokens_as_token_ids": True}, AUTH)
+    lp = j["choices"][0]["logprobs"]["content"] if s == 200 else []
+    check("chat logprobs with return_tokens_as_token_ids",
+          len(lp) == 5 and all(re.fullmatch(r"token_id:\d+", e["token"]) and isinstance(e["bytes"], list) and
+                               all(re.fullmatch(r"token_id:\d+", a["token"]) for a in e["top_logprobs"]) for e in lp), j)
 
     # streaming chat: incremental chunks, usage chunk, [DONE]; same text as non-streaming with the same seed
     sreq = {**req, "thinking": {"type": "disabled"}, "max_tokens": 64, "stream": True,
@@ -256,6 +262,13 @@ try:
     s, h, j, _ = A.request("POST", "/v1/completions", creq, AUTH)
     check("completions", s == 200 and j["object"] == "text_completion" and j["usage"]["completion_tokens"] == 8
           and len(j["choices"][0]["logprobs"]["token_logprobs"]) == 8, j)
+    s, h, jt, _ = A.request("POST", "/v1/completions", {**creq, "return_tokens_as_token_ids": True}, AUTH)
+    lt = jt["choices"][0]["logprobs"] if s == 200 else {}
+    check("completions: return_tokens_as_token_ids names tokens and alternatives by id, same text and offsets",
+          s == 200 and jt["choices"][0]["text"] == j["choices"][0]["text"] and
+          lt["text_offset"] == j["choices"][0]["logprobs"]["text_offset"] and
+          all(re.fullmatch(r"token_id:\d+", t) for t in lt["tokens"]) and
+          all(re.fullmatch(r"token_id:\d+", k) for top in lt["top_logprobs"] for k in top), jt)
     st = Stream(A, "/v1/completions", {**creq, "stream": True}, AUTH)
     st.read_all()
     streamed = "".join(c["choices"][0]["text"] for c in st.chunks() if c["choices"])
@@ -438,14 +451,17 @@ try:
     # Prompt caching never changes a result: a follow-up whose prompt holds the first prompt and the reply generated
     # after it may reuse only the first prompt's prefill positions (model/prefix_reuse.hpp: the reply was decode
     # steps under the stale-key rule, the official code prefills the whole follow-up), so a warm server answers it as
-    # a fresh one does, bit for bit. (Here the text's re-encoding parts from the generated ids at the prompt's last
-    # token, so the reply is not reusable anyway: tests/parity/cases_prompt_cache.cpp holds the limit itself, with
-    # token ids.)
-    pfx = ("The quick brown fox jumps over the lazy dog. " * 8).rstrip()
+    # a fresh one does, bit for bit. The follow-up is built from token ids (the reply's from
+    # return_tokens_as_token_ids), so the server holds all of it but its last id and may reuse exactly the prompt.
+    ids1 = [(i * 7919) % 120000 + 100 for i in range(64)]
     E = Server("e", "--parallel", "1", model=V41)
-    s, h, j1, _ = E.request("POST", "/v1/completions", {"prompt": pfx, "max_tokens": 6, "temperature": 0})
-    first_prompt = j1["usage"]["prompt_tokens"] if s == 200 else 0
-    follow = {"prompt": pfx + (j1["choices"][0]["text"] if s == 200 else "") + " And then?", "max_tokens": 4,
+    s, h, j1, _ = E.request("POST", "/v1/completions", {"prompt": ids1, "max_tokens": 6, "temperature": 0,
+                                                        "logprobs": 0, "return_tokens_as_token_ids": True})
+    toks1 = j1["choices"][0]["logprobs"]["tokens"] if s == 200 else []
+    check("V4.1: return_tokens_as_token_ids gives token_id:<id> strings",
+          len(toks1) == 6 and all(re.fullmatch(r"token_id:\d+", t) for t in toks1), (s, j1))
+    reply = [int(t.split(":")[1]) for t in toks1]
+    follow = {"prompt": ids1 + reply + [(i * 104729) % 120000 + 100 for i in range(20)], "max_tokens": 4,
               "temperature": 0, "logprobs": 3}
     s2, h, jw, _ = E.request("POST", "/v1/completions", follow)
     E.kill()
@@ -453,8 +469,8 @@ try:
     s3, h, jf, _ = F.request("POST", "/v1/completions", follow)
     F.kill()
     cached = jw["usage"]["prompt_tokens_details"]["cached_tokens"] if s2 == 200 else -1
-    check("V4.1: a follow-up reuses at most the first prompt's positions", s == 200 and s2 == 200 and
-          0 < cached <= first_prompt, (s, s2, cached, first_prompt))
+    check("V4.1: a follow-up reuses exactly the first prompt's positions, not the reply's decode steps",
+          s == 200 and s2 == 200 and cached == len(ids1), (s, s2, cached, len(ids1)))
     check("V4.1: the follow-up on a warm server == on a fresh one (logprobs)", s2 == 200 and s3 == 200 and
           lp(jw) is not None and lp(jw) == lp(jf), (lp(jw), lp(jf)))
 except Exception as e:  # a crash of the test itself is a failure, with the server logs for diagnosis
