@@ -62,23 +62,24 @@ std::string moe_defines(const detail::op_env& e, const gpu_matrix& w, uint32_t r
 /// `add` where given (shaders/moe_sum.comp); a bad id (or, cached, an expert outside the slots) makes the token's
 /// row NaN.
 void moe_sum(const detail::op_env& e, commands& c, const gpu_moe& m, uint32_t n, uint32_t top_k, view y, view ids,
-             view out, view slot_map, view add) {
+             view out, view slot_map, view add, bool ignore_slots) {
   const uint64_t d = m.dim, S = top_k + (m.shared ? 1 : 0);
+  const uint32_t slots = ignore_slots ? 0 : m.slots;
   const detail::bound yb = e.bind(y, n * S * d * 4), ib = e.bind(ids, uint64_t(n) * top_k * 4),
                       ob = e.bind(out, n * d * 4);
   detail::bound sb{}, ab{};
-  if (m.slots) sb = e.bind(slot_map, uint64_t(m.experts) * 4);
+  if (slots) sb = e.bind(slot_map, uint64_t(m.experts) * 4);
   if (add) ab = e.bind(add, n * d * 4);
   const uint32_t pc[8] = {uint32_t(d), yb.residual / 4, ob.residual / 4, ib.residual / 4, n, sb.residual / 4,
                           ab.residual / 4, 0};
   // binding 3 (the slot map) is declared only for a cached layer: any binding fills its place before `add`
-  const detail::binding b[5] = {yb.b, ib.b, ob.b, m.slots ? sb.b : yb.b, ab.b};
-  const uint32_t nb = add ? 5 : m.slots ? 4 : 3;
+  const detail::binding b[5] = {yb.b, ib.b, ob.b, slots ? sb.b : yb.b, ab.b};
+  const uint32_t nb = add ? 5 : slots ? 4 : 3;
   uint32_t gx, gy;
   e.grid(ceil_div(n * d, detail::op_env::wg), gx, gy);
   const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n" +
                            detail::def_u("MOE_E", m.experts) +
-                           (m.slots ? "#define MOE_SLOTS " + std::to_string(m.slots) + "\n" : std::string()) +
+                           (slots ? "#define MOE_SLOTS " + std::to_string(slots) + "\n" : std::string()) +
                            "#define MOE_ADD " + (add ? "1" : "0") + "\n";
   detail::dispatch(c.impl(), e.pipe("moe_sum.comp", defs, detail::op_env::wg, nb, sizeof pc),
                    std::span<const detail::binding>(b, nb), pc, sizeof pc, gx, gy);
@@ -109,14 +110,17 @@ uint64_t grouped_list_words(const gpu_moe& m, uint32_t n, uint32_t top_k) {
 
 /// The (token, slot) pairs of every expert (shaders/moe_group.comp): counts [E + shared], then the lists, at lb.
 void pair_lists(const detail::op_env& e, commands& c, const gpu_moe& m, uint32_t n, uint32_t top_k,
-                const detail::bound& ib, const detail::bound& lb) {
-  const uint32_t pc[4] = {n, ib.residual / 4, lb.residual / 4, uint32_t(m.experts)};
-  const detail::binding b[2] = {ib.b, lb.b};
-  const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") + "\n";
+                const detail::bound& ib, const detail::bound& lb, const detail::bound* pass, bool pass_shared) {
+  const uint32_t pc[6] = {n, ib.residual / 4, lb.residual / 4, uint32_t(m.experts), pass ? pass->residual / 4 : 0,
+                          pass_shared ? 1u : 0u};
+  const detail::binding b[3] = {ib.b, lb.b, pass ? pass->b : lb.b};
+  const uint32_t nb = pass ? 3 : 2;
+  const std::string defs = detail::def_u("MOE_TOPK", top_k) + "#define MOE_SHARED " + (m.shared ? "1" : "0") +
+                           "\n" + (pass ? "#define MOE_PASS " + std::to_string(m.slots) + "\n" : std::string());
   uint32_t gx, gy;
   e.grid(m.experts + (m.shared ? 1 : 0), gx, gy);
-  detail::dispatch(c.impl(), e.pipe("moe_group.comp", defs, detail::op_env::wg, 2, sizeof pc), b, pc, sizeof pc, gx,
-                   gy);
+  detail::dispatch(c.impl(), e.pipe("moe_group.comp", defs, detail::op_env::wg, nb, sizeof pc),
+                   std::span<const detail::binding>(b, nb), pc, sizeof pc, gx, gy);
 }
 
 /// Whether both expert matrices of m bind on the chunked fast path (formats.glsl's fetch).
@@ -415,6 +419,17 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
       moe_rows_i8(*this, *p_, e, c, m, x, ids, weights, top_k, limit, h, out, slot_map, ex))
     return;
   if (ex.prepared) throw usage_error("moe: extras.prepared, but this call does not take the batch-1 int8 path");
+  if (ex.pass) {
+    if (!m.slots || n < 2 || act != act_precision::i8 || ex.add)
+      throw usage_error("moe: a pass (moe_extras::pass) needs an expert cache (slots), n >= 2, int8 activations and "
+                        "no extras.add");
+    if (ex.side)
+      for (uint32_t s = 0; s < moe_stages; ++s) ex.side(s);
+    if (!moe_grouped_i8(*this, *p_, e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map, &ex))
+      throw usage_error("moe: a pass (moe_extras::pass) needs the expert-grouped int8 path, which these formats, "
+                        "shapes or this device do not take");
+    return;
+  }
   // Other paths: the side work first (its stages separated by barriers), the added vector last.
   if (ex.side)
     for (uint32_t s = 0; s < moe_stages; ++s) ex.side(s);

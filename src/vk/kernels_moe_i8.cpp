@@ -247,7 +247,7 @@ i8tc_layer plan_i8tc_layer(const detail::op_env& e, const matvec_tuning& tu, con
 /// int8 kernel for a format, rows or columns the kernels cannot split, a short or unaligned scratch).
 bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
                     uint32_t n, view ids, view weights, uint32_t top_k, float limit, view h, view out,
-                    view slot_map) {
+                    view slot_map, const moe_extras* pass) {
   const gpu_matrix &wgu = m.gate_up.w, &wdn = m.down.w;
   if (!k.has_i8(wgu.fmt) || !k.has_i8(wdn.fmt)) return false;
   const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), np = uint64_t(n) * S;
@@ -335,7 +335,11 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
                      std::span<const detail::binding>(b, nbt), &pc, sizeof pc, gx, gy);
   };
   const bool use_tc = tc != 0;
-  pair_lists(e, c, m, n, top_k, ib, lb);
+  if (pass) {
+    pair_lists(e, c, m, n, top_k, ib, lb, &sb, pass->pass_shared);
+  } else {
+    pair_lists(e, c, m, n, top_k, ib, lb);
+  }
   k.quantize_act(c, wgu.fmt, x, n, d, xqv);
   if (use_tc) {
     gather(wgu, xqb, d, true);
@@ -350,12 +354,27 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   } else {
     run(wdn, d, hqb, yb, false);
   }
-  moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
+  if (!pass) moe_sum(e, c, m, n, top_k, yv, ids, out, slot_map);
   return true;
 }
 }  // namespace moe_parts
 
 using namespace moe_parts;
+
+void kernels::moe_pass_sum(commands& c, const gpu_moe& m, uint32_t n, view ids, uint32_t top_k, view h, view out) {
+  if (!m.slots) throw usage_error("moe_pass_sum: the layer is not an expert cache (its passes need slots)");
+  if (top_k == 0 || top_k > route_max_k)
+    throw usage_error("moe_pass_sum: top_k must be in [1, " + std::to_string(route_max_k) + "]");
+  if (n == 0) return;
+  const uint64_t d = m.dim, np = uint64_t(n) * (top_k + (m.shared ? 1 : 0));
+  detail::need_view(ids, uint64_t(n) * top_k * 4, "moe_pass_sum", "ids");
+  detail::need_view(out, uint64_t(n) * d * 4, "moe_pass_sum", "out");
+  const grouped_scratch gs = grouped_layout(m, n, top_k);
+  if (!h || gs.o_y + np * d * 4 > h.bytes)
+    throw usage_error("moe_pass_sum: h is smaller than the passes' scratch (moe_scratch_floats)");
+  const detail::op_env e = detail::op_env_of(*p_);
+  moe_sum(e, c, m, n, top_k, view(*h.buf, h.offset + gs.o_y, np * d * 4), ids, out, view(), {}, true);
+}
 
 bool kernels::moe_runs_i8_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const {
   return has_i8(m.gate_up.w.fmt) && has_i8(m.down.w.fmt) &&

@@ -149,6 +149,103 @@ std::string moe_slots_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint
   return {};
 }
 
+/// Passes of a cached layer (moe_extras::pass, kernels::moe_pass_sum; the grouped int8 path): n tokens select more
+/// experts than the kSlots slots hold. Passes of at most kSlots of them (the union in random order, each pass
+/// written into random slots over the previous pass's experts, the map naming only this pass's experts — every
+/// other entry garbage ≥ kSlots) run each selected expert once, the shared expert in one of them; moe_pass_sum's
+/// output must be the resident layer's bit for bit (moe_slots_case holds the resident layer to the CPU kernel).
+/// Then the same passes without one expert: the tokens that select it get another output (their rows of h stay
+/// poisoned), the others the same bits. (The lists' pass filter only saves work — the row kernels skip an unmapped
+/// expert, and the shared expert's rows are the same in every pass — so no output tells it apart.)
+template <class F>
+std::string moe_pass_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint64_t I, uint32_t k, uint32_t n,
+                          bool shared, std::string& info) {
+  rng r(seed);
+  const std::vector<host_expert> ex = make_experts<F>(r, E + (shared ? 1 : 0), d, I);
+  const std::vector<expert_view> views = views_of(ex, E);
+  const expert_view* sh = shared ? &ex.back().v : nullptr;
+  std::vector<uint32_t> ids(uint64_t(n) * k);
+  std::vector<float> w(uint64_t(n) * k);
+  std::vector<uint32_t> all(E);
+  for (uint32_t e = 0; e < E; ++e) all[e] = e;
+  for (uint32_t t = 0; t < n; ++t) {
+    for (uint32_t j = 0; j < k; ++j) std::swap(all[j], all[j + r.below(E - j)]);
+    for (uint32_t j = 0; j < k; ++j) ids[t * k + j] = all[j], w[t * k + j] = r.uniform(0.1f, 1.5f);
+  }
+  std::vector<uint32_t> uni(ids);
+  std::sort(uni.begin(), uni.end());
+  uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
+  for (size_t i = 0; i + 1 < uni.size(); ++i) std::swap(uni[i], uni[i + r.below(uint32_t(uni.size() - i))]);
+  const uint32_t passes = uint32_t((uni.size() + kSlots - 1) / kSlots);
+  if (passes < 2) return "the tokens selected only " + std::to_string(uni.size()) + " experts: no second pass";
+  const std::vector<float> X = r.normal(n * d);
+  const gpu::gpu_moe gm = gpu::upload_moe(s.dev, views, sh);
+  const gpu::gpu_moe gc = gpu::alloc_moe_slots(s.dev, views[0], E, kSlots, sh);
+  const gpu::buffer xb = upload(s.dev, X), ib = upload(s.dev, ids), wb = upload(s.dev, w);
+  std::vector<float> want;
+  uint32_t disp = 0;
+  if (std::string why = run_moe(s, gm, xb, n, ib, wb, k, act_precision::i8, gpu::view(), want, disp); !why.empty())
+    return "resident: " + why;
+  const uint32_t shared_pass = r.below(passes);
+  // the passes over uni, without uni[skip] when skip < uni.size(); out: the summed output
+  auto run_passes = [&](size_t skip, std::vector<float>& out) -> std::string {
+    guarded hg(s.dev, gpu::kernels::moe_scratch_floats(gc, n, k) * 4), og(s.dev, n * d * 4);
+    for (uint32_t p = 0; p < passes; ++p) {
+      std::vector<uint32_t> slot(kSlots), map(E);
+      for (uint32_t i = 0; i < kSlots; ++i) slot[i] = i;
+      for (uint32_t i = 0; i + 1 < kSlots; ++i) std::swap(slot[i], slot[i + r.below(kSlots - i)]);
+      for (uint32_t e = 0; e < E; ++e) map[e] = kSlots + r.below(1000);
+      for (size_t i = size_t(p) * kSlots; i < std::min(uni.size(), size_t(p + 1) * kSlots); ++i) {
+        if (i == skip) continue;
+        const uint32_t sl = slot[i - size_t(p) * kSlots];
+        gpu::write_moe_slot(s.dev, gc, sl, views[uni[i]]);
+        map[uni[i]] = sl;
+      }
+      const gpu::buffer mb = upload(s.dev, map);
+      gpu::moe_extras ex2;
+      ex2.pass = true, ex2.pass_shared = p == shared_pass;
+      gpu::commands c = s.dev.begin();
+      s.kern.moe(c, gc, xb, n, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8, mb, ex2);
+      s.submit(c);
+    }
+    std::vector<float> before(n * d);
+    std::string why;
+    if (!og.read(before.data(), why)) return why;
+    for (float v : before)
+      if (std::bit_cast<uint32_t>(v) != guarded::nan_word) return "a pass wrote the output";
+    gpu::commands c = s.dev.begin();
+    s.kern.moe_pass_sum(c, gc, n, ib, k, hg.payload(), og.payload());
+    s.submit(c);
+    out.assign(n * d, 0.0f);
+    std::vector<float> h(gpu::kernels::moe_scratch_floats(gc, n, k));
+    if (!og.read(out.data(), why) || !hg.read(h.data(), why)) return why;
+    return {};
+  };
+  std::vector<float> got;
+  if (std::string why = run_passes(uni.size(), got); !why.empty()) return why;
+  if (std::memcmp(want.data(), got.data(), want.size() * 4) != 0) {
+    uint64_t i = 0;
+    while (std::bit_cast<uint32_t>(want[i]) == std::bit_cast<uint32_t>(got[i])) ++i;
+    return "output " + std::to_string(i) + " after " + std::to_string(passes) + " passes = " + std::to_string(got[i]) +
+           ", resident " + std::to_string(want[i]) + " (not bit-identical)";
+  }
+  const size_t skip = r.below(uint32_t(uni.size()));
+  if (std::string why = run_passes(skip, got); !why.empty()) return "passes without one expert: " + why;
+  uint64_t changed = 0;
+  for (uint32_t t = 0; t < n; ++t) {
+    const bool uses = std::find(ids.begin() + t * k, ids.begin() + (t + 1) * k, uni[skip]) != ids.begin() + (t + 1) * k;
+    const bool same = std::memcmp(want.data() + t * d, got.data() + t * d, d * 4) == 0;
+    if (uses == same)
+      return "token " + std::to_string(t) + (uses ? " selects" : " does not select") + " the expert left out, and its " +
+             "output is " + (same ? "unchanged" : "changed");
+    changed += uses;
+  }
+  info = std::to_string(uni.size()) + " experts in " + std::to_string(passes) + " passes of <= " +
+         std::to_string(kSlots) + ": bit-identical to the resident layer; one left out: " + std::to_string(changed) +
+         " tokens changed, the others not";
+  return {};
+}
+
 /// The interface's refusals: a cached layer without slot_map, a slot_map for a resident layer, write_moe_slot out
 /// of range / of another shape / on a resident layer, alloc of q8_2f; and moe_slot_bytes = one expert's payload.
 std::string moe_slots_usage_case(suite& s, uint64_t seed, std::string& info) {
@@ -241,6 +338,17 @@ void moe_slots_cases(suite& s) {
                 return moe_slots_case<F>(s, seed, 16, sh.d, sh.I, sh.k, n, shared, act, info);
               });
             }
+        // passes (the grouped int8 path: int8 formats, rows that split into the kernel's row blocks)
+        if (s.kern.has_i8(F::id) && F::id != format::fp8_b128 && F::id != format::fp8_b32 && sh.d % 32 == 0 &&
+            sh.I % 32 == 0)
+          for (const bool shared : {false, true}) {
+            const R name = "16x[" + std::to_string(sh.I) + "x" + std::to_string(sh.d) + "] k=" +
+                           std::to_string(sh.k) + " n=12" + (shared ? " + shared" : "") + " i8, " +
+                           std::to_string(kSlots) + " slots in passes vs resident";
+            s.run("moe_slots", fn, name, [&](uint64_t seed, R& info) {
+              return moe_pass_case<F>(s, seed, 16, sh.d, sh.I, sh.k, 12, shared, info);
+            });
+          }
       }
     }
   });

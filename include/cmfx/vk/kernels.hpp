@@ -151,6 +151,13 @@ struct moe_extras {
   std::function<void(uint32_t stage)> side;
   /// x is already quantised into h (kernels::moe_prepare returned true for the same m, x, top_k and h).
   bool prepared = false;
+  /// One pass of an expert cache whose slots cannot hold every expert a batch selects (m.slots > 0, n >= 2, int8
+  /// activations on the expert-grouped int8 path; usage_error otherwise): only the pairs of the experts the slot map
+  /// holds (entry < m.slots) run — the shared expert's only with pass_shared — and their down rows stay in h; `out`
+  /// is not written. After passes that ran every selected expert (and the shared one) once, kernels::moe_pass_sum
+  /// writes the output: the bits of the resident layer's.
+  bool pass = false;
+  bool pass_shared = false;
 };
 
 /// Work split of one matmul dispatch (shaders/matvec.comp). 0 = chosen by the kernels from the shape.
@@ -531,6 +538,9 @@ class kernels {
   void moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, view weights, uint32_t top_k, float limit,
            view h, view out, act_precision act = act_precision::f32, view slot_map = view(),
            const moe_extras& extras = {});
+  /// out = the sum of the pair rows that moe passes (moe_extras::pass) left in h, per token in ascending expert id
+  /// then the shared expert, as kernels::moe sums them (m, n, ids, top_k, h those of the passes).
+  void moe_pass_sum(commands& c, const gpu_moe& m, uint32_t n, view ids, uint32_t top_k, view h, view out);
   /// Stages of kernels::moe at which moe_extras::side is called, at most.
   static constexpr uint32_t moe_stages = 4;
   /// Records the int8 quantisation of x into h where moe(c, m, x, 1, ..., h, ..., act_precision::i8, ...) takes
