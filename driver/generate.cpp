@@ -71,6 +71,7 @@ class gpu_backend final : public cache_backend {
     else if (n != r_->model().pos()) throw std::logic_error("gpu prompt cache: no rollback on the device state");
   }
   void mark_prefill(uint64_t end) override { r_->model().mark_prefill(end); }
+  uint64_t prefill_piece() const override { return UINT64_MAX; }
   uint64_t reuse_limit(bool snapshot) const override { return r_->model().reuse_limit(snapshot); }
   void save() override { r_->model().save_snapshot(); }
   void restore() override { r_->model().restore_snapshot(); }
@@ -126,9 +127,11 @@ std::vector<float> prompt_cache::prefill(const std::vector<uint32_t>& prompt, ui
   }
   b_->mark_prefill(prompt.size());  // the pieces below are one official prefill (V4.1's stale-key rule)
   std::vector<float> logits;
-  for (uint64_t b = keep; b < prompt.size(); b += prefill_chunk) {
-    const uint64_t e = std::min<uint64_t>(prompt.size(), b + prefill_chunk);
+  const uint64_t piece = piece_ ? piece_ : b_->prefill_piece();
+  for (uint64_t b = keep; b < prompt.size();) {
+    const uint64_t e = prompt.size() - b > piece ? b + piece : prompt.size();
     logits = b_->forward(std::span<const uint32_t>(prompt.data() + b, e - b), e == prompt.size());
+    b = e;
   }
   live_ids_ = prompt;
   b_->save();

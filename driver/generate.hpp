@@ -24,7 +24,7 @@ namespace cmfx::driver {
 
 class gpu_runner;  // model/gpu_runner.hpp
 
-/// Prompt tokens per forward call of a prefill (bounds the activations of a long prompt).
+/// Prompt tokens per forward call of a prefill on the CPU graphs (bounds the activations of a long prompt).
 inline constexpr uint64_t prefill_chunk = 512;
 
 /// The model behind a prompt_cache (the V4 or the V4.1 graph): a live state, a snapshot of it, forward on the live
@@ -46,6 +46,10 @@ class cache_backend {
   virtual void reset() = 0;               // live and snapshot to position 0
   virtual uint64_t vocab() const = 0;
   virtual uint64_t rollback_tokens() const = 0;  // how far truncate can roll back
+  /// Prompt ids per forward() call of a prefill: prefill_chunk on the CPU graphs, whose activations grow with a
+  /// call's ids; a whole prompt on a GPU graph, which runs a call in its own chunks (bounded scratch, the next chunk
+  /// recorded while the device runs this one: model/chunk_pipeline.hpp).
+  virtual uint64_t prefill_piece() const { return prefill_chunk; }
   /// Greedy steps chained on the device (gpu_graph::decode_greedy_each) where the backend can run `steps` of them
   /// from here; else chain_greedy is not called.
   virtual bool can_chain(uint64_t /*steps*/) const { return false; }
@@ -69,6 +73,8 @@ class prompt_cache {
   /// The V4 graph on a Vulkan device: no rollback (a prefix is kept when the state ends there, or from the
   /// snapshot of the last prompt, a device-side copy of the state).
   explicit prompt_cache(gpu_runner& m);
+  /// Prompt ids per forward() call of prefill (0, the default: the backend's, cache_backend::prefill_piece).
+  void set_prefill_piece(uint64_t n) noexcept { piece_ = n; }
 
   /// Makes the state hold `prompt` (non-empty) and returns the logits of its last token. The state keeps the
   /// longest common prefix of its tokens (or of the snapshot's: the previous prompt) and `prompt` when it can get
@@ -97,6 +103,7 @@ class prompt_cache {
                    const std::function<bool(uint32_t)>& on_id);
   std::unique_ptr<cache_backend> b_;
   std::vector<uint32_t> live_ids_, snap_ids_;
+  uint64_t piece_ = 0;
 };
 
 /// Content goes to stdout as it streams (flushed per token). Reasoning goes to stderr between a "[thinking]" and a

@@ -61,6 +61,7 @@ struct turns {
 template <class Model>
 std::pair<std::vector<float>, std::vector<float>> cached_turns(Model& m, const turns& t, uint64_t& reused) {
   prompt_cache pc(m);
+  pc.set_prefill_piece(prefill_chunk);  // the CPU graphs' pieces on the GPU runner too (it takes a prompt in one call)
   uint64_t r0 = 0;
   std::vector<float> a = pc.prefill(t.first, r0);
   for (const uint32_t id : t.reply()) (void)pc.step(id);
@@ -133,6 +134,17 @@ std::string gpu_case(const std::string& path, uint64_t seed, std::string& info) 
   if (reused != kPrompt) return "the follow-up reused " + std::to_string(reused) + " positions, not the first prompt's";
   if (got2 != want2)
     return "the follow-up's logits differ from one forward() (max rel " + std::to_string(max_rel(got2, want2)) + ")";
+  {  // the GPU runner's own pieces (cache_backend::prefill_piece): the whole prompt in one call, its chunks pipelined
+    cached->model().reset();  // a new prompt_cache starts from a fresh state
+    prompt_cache pc(*cached);
+    uint64_t r = 0;
+    const std::vector<float> one = pc.prefill(t.first, r);
+    if (cached->model().last_prefill().chunks != kPrompt / 8)
+      return "prompt_cache's default ran the GPU prompt's last call in " +
+             std::to_string(cached->model().last_prefill().chunks) + " chunks, not the whole prompt's 75";
+    if (one != want1)
+      return "prompt_cache's one call differs from forward() (max rel " + std::to_string(max_rel(one, want1)) + ")";
+  }
   whole->model().reset();  // the unmarked pieces
   (void)whole->forward(std::span<const uint32_t>(t.first).first(prefill_chunk), false);
   const std::vector<float> unmarked = whole->forward(std::span<const uint32_t>(t.first).subspan(prefill_chunk), true);
