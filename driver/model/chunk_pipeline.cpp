@@ -45,6 +45,14 @@ void chunk_in_flight::submit(gpu::device& dev, gpu::commands&& c, bool timed, ui
   timed_ = timed, t_first_ = t_first, t_last_ = t_last;
 }
 
+void chunk_in_flight::run(gpu::device& dev, gpu::commands& c, bool pipelined, bool timed, uint32_t t_first,
+                          uint32_t t_last, gpu_prefill_stats& s) {
+  if (pipelined) return submit(dev, std::move(c), timed, t_first, t_last, s);
+  finish(dev, s);
+  dev.submit(c);
+  if (timed) s.device_s += c.seconds(t_first, t_last);
+}
+
 void chunk_in_flight::finish(gpu::device& dev, gpu_prefill_stats& s) {
   if (!c_) return;
   std::optional<gpu::commands> c = std::move(c_);

@@ -61,6 +61,10 @@ class chunk_in_flight {
   /// [t_first, t_last] its timestamps (timed: the device has them).
   void submit(gpu::device& dev, gpu::commands&& c, bool timed, uint32_t t_first, uint32_t t_last,
               gpu_prefill_stats& s);
+  /// A chunk's recording: submit() when `pipelined` (c is moved from), else run and waited for (after the chunk in
+  /// flight), its device time added to `s`.
+  void run(gpu::device& dev, gpu::commands& c, bool pipelined, bool timed, uint32_t t_first, uint32_t t_last,
+           gpu_prefill_stats& s);
   /// Waits for the chunk in flight, if any (and adds its device time to `s`). Every device use after a
   /// pipelined chunk — the logits' download, a decode step, an upload — comes after this.
   void finish(gpu::device& dev, gpu_prefill_stats& s);

@@ -350,14 +350,8 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   dispatches = c.dispatch_count();
   const uint32_t t_last = timed ? c.timestamp() : 0;
   chunk_stats.record_s += std::chrono::duration<double>(clk::now() - t_rec).count();
-  if (pipelined) {
-    chunk_flight.submit(dev, std::move(c), timed, t_first, t_last, chunk_stats);
-  } else {
-    chunk_flight.finish(dev, chunk_stats);
-    dev.submit(c);
-    if (timed) chunk_stats.device_s += c.seconds(t_first, t_last);
-    chunk_prof.fold(marks, T);
-  }
+  chunk_flight.run(dev, c, pipelined, timed, t_first, t_last, chunk_stats);
+  if (!pipelined) chunk_prof.fold(marks, T);
   pos += T;
   ++chunk_stats.chunks;
   chunk_stats.dispatches += dispatches;
