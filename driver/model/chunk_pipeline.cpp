@@ -30,13 +30,6 @@ void chunk_inputs::record(gpu::commands& c) const {
   for (const piece& p : pieces_) c.copy(gpu::view(*p.src, p.offset, p.bytes), p.dst, p.bytes);
 }
 
-uint64_t chunk_inputs::reserved() const noexcept {
-  uint64_t n = 0;
-  for (const area& a : areas_)
-    for (const auto& b : a.blocks) n += b->size();
-  return n;
-}
-
 void chunk_in_flight::submit(gpu::device& dev, gpu::commands&& c, bool timed, uint32_t t_first, uint32_t t_last,
                              gpu_prefill_stats& s) {
   finish(dev, s);

@@ -33,8 +33,6 @@ class chunk_inputs {
   /// Records this chunk's copies (each waits for the work recorded and submitted before it: the chunk before may
   /// still read the destinations) — at the start of the chunk's recording.
   void record(gpu::commands& c) const;
-  /// Bytes of upload memory both areas hold.
-  uint64_t reserved() const noexcept;
 
  private:
   static constexpr uint64_t block_bytes = uint64_t(16) << 20;
@@ -70,7 +68,6 @@ class chunk_in_flight {
   void finish(gpu::device& dev, gpu_prefill_stats& s);
   /// As finish, for an error path: waits without throwing (a failed wait leaves the device lost anyway).
   void drain(gpu::device& dev) noexcept;
-  bool pending() const noexcept { return c_.has_value(); }
 
  private:
   std::optional<gpu::commands> c_;

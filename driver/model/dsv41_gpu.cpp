@@ -381,7 +381,7 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
   // The index-key owner after this step (the next decode step's prev_owner).
   int owner_after = last_owner;
   if (prefill) {
-    if (pos + 1 == this->prefill.end) owner_after = dsv41_prefill_publisher(cf, this->prefill.end);
+    if (pos + 1 == official_prefill.end) owner_after = dsv41_prefill_publisher(cf, official_prefill.end);
   } else if (const int pub = dsv41_decode_publisher(cf, pos); pub >= 0) {
     owner_after = pub;
   }
@@ -389,7 +389,7 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
     // In the cache's waits the next position is recorded a layer at a time (as below; not when tracing).
     record_task ahead;
     if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) {
-      const bool next_prefill = this->prefill.covers(pos + 1);
+      const bool next_prefill = official_prefill.covers(pos + 1);
       ahead = record_steps(pos + 1, next_mode < 0 ? logits_mode : next_mode, next_prefill,
                            next_prefill ? -1 : owner_after);
     }
@@ -405,7 +405,7 @@ void dsv41_gpu_model::impl::run(uint32_t tok, int logits_mode, bool prefill, dsv
     // failure there only drops the speculative recording: this token is already submitted.
     const auto tr = clock::now();
     if (opt.pipeline && !trace && pos + 1 < opt.max_ctx) {
-      const bool next_prefill = this->prefill.covers(pos + 1);
+      const bool next_prefill = official_prefill.covers(pos + 1);
       try {
         next = record(pos + 1, next_mode < 0 ? logits_mode : next_mode, next_prefill, next_prefill ? -1 : owner_after);
       } catch (...) {
@@ -451,7 +451,7 @@ void dsv41_gpu_model::reset() noexcept {
   p_->pos = 0;
   p_->next.reset();
   p_->cids.clear();
-  p_->prefill = {};
+  p_->official_prefill = {};
   p_->last_owner = -1;
 }
 
@@ -483,7 +483,7 @@ std::vector<const gpu::buffer*> dsv41_gpu_model::impl::state_buffers() {
 void dsv41_gpu_model::save_snapshot() {
   impl& m = *p_;
   gpu_state_save(m.dev, m.state_buffers(), m.snap);
-  m.snap_pos = m.pos, m.snap_cids = m.cids, m.snap_prefill = m.prefill, m.snap_owner = m.last_owner;
+  m.snap_pos = m.pos, m.snap_cids = m.cids, m.snap_prefill = m.official_prefill, m.snap_owner = m.last_owner;
   m.has_snap = true;
 }
 
@@ -495,7 +495,7 @@ void dsv41_gpu_model::restore_snapshot() {
     return;
   }
   gpu_state_restore(m.dev, m.state_buffers(), m.snap);
-  m.pos = m.snap_pos, m.cids = m.snap_cids, m.prefill = m.snap_prefill, m.last_owner = m.snap_owner;
+  m.pos = m.snap_pos, m.cids = m.snap_cids, m.official_prefill = m.snap_prefill, m.last_owner = m.snap_owner;
 }
 
 void dsv41_gpu_model::bench_seek(uint64_t pos) {
@@ -504,7 +504,7 @@ void dsv41_gpu_model::bench_seek(uint64_t pos) {
   gpu_state_fill_random(m.dev, m.state_buffers(), pos);
   m.pos = pos;
   m.next.reset();
-  m.prefill = {};
+  m.official_prefill = {};
   m.last_owner = -1;
   if (!m.cfg.engram_layers.empty()) m.cids.assign(pos, uint32_t(m.engram.map.pad()));
 }
@@ -533,22 +533,22 @@ std::vector<float> dsv41_gpu_model::run(std::span<const uint32_t> ids, bool last
 
 bool dsv41_gpu_model::mark_prefill(uint64_t end) noexcept {
   impl& m = *p_;
-  return m.prefill.mark(m.pos, end);
+  return m.official_prefill.mark(m.pos, end);
 }
 
-uint64_t dsv41_gpu_model::prefill_end() const noexcept { return p_->prefill.end; }
+uint64_t dsv41_gpu_model::prefill_end() const noexcept { return p_->official_prefill.end; }
 
 uint64_t dsv41_gpu_model::reuse_limit(bool snapshot) const noexcept {
   const impl& m = *p_;
   if (!m.opt.stale_index_k) return no_reuse_limit;
-  return snapshot ? (m.has_snap ? m.snap_prefill.end : 0) : m.prefill.end;
+  return snapshot ? (m.has_snap ? m.snap_prefill.end : 0) : m.official_prefill.end;
 }
 
 void dsv41_gpu_model::run_steps(impl& m, std::span<const uint32_t> ids, bool last, dsv41_trace* trace) {
   // The mode the next step will have (its recording is made ahead): the chunk's last token's, then the same.
   auto mode_at = [&](size_t i) { return last && i + 1 == ids.size() ? 1 : 0; };
   for (size_t i = 0; i < ids.size(); ++i)
-    m.run(ids[i], mode_at(i), m.prefill.covers(m.pos), trace, i + 1 < ids.size() ? mode_at(i + 1) : -1);
+    m.run(ids[i], mode_at(i), m.official_prefill.covers(m.pos), trace, i + 1 < ids.size() ? mode_at(i + 1) : -1);
 }
 
 std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
@@ -569,7 +569,7 @@ std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
     }
   }
   for (size_t i = pre; i < ids.size(); ++i) {
-    m.run(ids[i], 1, m.prefill.covers(m.pos), nullptr, i + 1 < ids.size() ? 1 : -1);
+    m.run(ids[i], 1, m.official_prefill.covers(m.pos), nullptr, i + 1 < ids.size() ? 1 : -1);
     m.dev.download(m.logits, out.data() + i * m.cfg.vocab, uint64_t(m.cfg.vocab) * 4);
   }
   return out;
@@ -598,7 +598,7 @@ uint32_t dsv41_gpu_model::step_greedy(uint32_t token) {
   impl& m = *p_;
   m.check_chunk(std::span<const uint32_t>(&token, 1));
   m.mark_call(1);
-  m.run(token, 2, m.prefill.covers(m.pos), nullptr);
+  m.run(token, 2, m.official_prefill.covers(m.pos), nullptr);
   return m.chosen_id();
 }
 
@@ -626,7 +626,7 @@ uint64_t dsv41_gpu_model::decode_sampled_each(uint32_t first, uint64_t max, cons
   return step_chosen_each(first, max, on_token, [&](uint32_t tok) {
     m.check_chunk(std::span<const uint32_t>(&tok, 1));
     m.mark_call(1);
-    m.run(tok, m.chooser.mode(), m.prefill.covers(m.pos), nullptr);
+    m.run(tok, m.chooser.mode(), m.official_prefill.covers(m.pos), nullptr);
     const uint32_t id = m.chosen_id();
     if (ds.logprobs) m.chooser.read(m.dev, 0, m.cfg.vocab, *ds.logprobs);
     return id;

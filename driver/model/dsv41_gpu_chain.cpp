@@ -116,7 +116,7 @@ uint64_t dsv41_gpu_model::impl::decode_chained(uint32_t first, uint64_t max,
 
 bool dsv41_gpu_model::chains_decode() const noexcept {
   const impl& m = *p_;
-  return chaining() && m.embed_dev.data && !m.opt.profile && m.pos > 0 && !m.prefill.covers(m.pos);
+  return chaining() && m.embed_dev.data && !m.opt.profile && m.pos > 0 && !m.official_prefill.covers(m.pos);
 }
 
 uint64_t dsv41_gpu_model::decode_greedy_each(uint32_t first, uint64_t max,

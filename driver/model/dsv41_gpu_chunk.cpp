@@ -48,12 +48,12 @@ bool dsv41_gpu_model::impl::chunks_ids(uint64_t n) const {
   // a layer confined to the candidate pool reads the pool's block maxima per row: the same entry count per row
   for (const dsv41_layer_plan& P : cfg.plan)
     if (P.uses_candidates && cfg.plan.at(size_t(cfg.candidate_source)).ratio != P.ratio) return false;
-  return !opt.stale_index_k || prefill.covers(pos);
+  return !opt.stale_index_k || official_prefill.covers(pos);
 }
 
 uint64_t dsv41_gpu_model::impl::prefill_rows(uint64_t n) const {
   if (!opt.stale_index_k) return n;
-  return prefill.call_rows(pos, n);
+  return official_prefill.call_rows(pos, n);
 }
 
 void dsv41_gpu_model::impl::alloc_chunk() {
@@ -134,7 +134,7 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   if (!ch) alloc_chunk();
   dsv41_gpu_chunk_bufs& B = *ch;
   chunk_inputs& in = *chunk_in;
-  const bool pipelined = opt.pipeline && !all_logits && !trace && !opt.profile;
+  const bool overlap = opt.pipeline && !all_logits && !trace && !opt.profile;
   if (T > B.C) throw std::logic_error("gpu model: chunk longer than prefill_chunk");
   gpu_graph::check_ids(toks, cf.vocab, pos, opt.max_ctx);
   next.reset();
@@ -441,13 +441,13 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   dispatches = c.dispatch_count();
   const uint32_t t_last = timed ? c.timestamp() : 0;
   chunk_stats.record_s += std::chrono::duration<double>(clk::now() - t_rec).count();
-  chunk_flight.run(dev, c, pipelined, timed, t_first, t_last, chunk_stats);
-  if (!pipelined) chunk_prof.fold(marks, T);
+  chunk_flight.run(dev, c, overlap, timed, t_first, t_last, chunk_stats);
+  if (!overlap) chunk_prof.fold(marks, T);
   guard.v = nullptr;  // the chunk is submitted: its ids stay in the history
   // the index-key owner after these positions (the next decode step's prev_owner), as run() keeps it per step
   for (uint64_t p = P; p < P + T; ++p) {
-    if (prefill.covers(p)) {
-      if (p + 1 == prefill.end) last_owner = dsv41_prefill_publisher(cf, prefill.end);
+    if (official_prefill.covers(p)) {
+      if (p + 1 == official_prefill.end) last_owner = dsv41_prefill_publisher(cf, official_prefill.end);
     } else if (const int pub = dsv41_decode_publisher(cf, p); pub >= 0) {
       last_owner = pub;
     }

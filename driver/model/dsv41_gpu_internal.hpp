@@ -73,7 +73,7 @@ struct dsv41_gpu_model::impl {
   // Shared runtime / Engram history (dsv41_state's host part): the compressed ids so far, the end of the official
   // prefill (prefill_mark: positions below its end are prefill positions) and the last index-key publisher.
   std::vector<uint32_t> cids;
-  prefill_mark prefill;
+  prefill_mark official_prefill;
   int last_owner = -1;
 
   std::vector<dsv41_gpu_layer> layers;
@@ -96,10 +96,10 @@ struct dsv41_gpu_model::impl {
   /// and the ids a prefill (or no stale_index_k: then every row scores its layer's static key source).
   bool chunks_ids(uint64_t n) const;
   /// How many of n ids at the current position may run as prefill rows: all of them without stale_index_k, else
-  /// those below prefill.end (a call at position 0 has marked its own ids first: mark_call).
+  /// those below official_prefill.end (a call at position 0 has marked its own ids first: mark_call).
   uint64_t prefill_rows(uint64_t n) const;
   /// A call of n ids at position 0 is (at least) a prefill.
-  void mark_call(uint64_t n) { prefill.mark_call(pos, n); }
+  void mark_call(uint64_t n) { official_prefill.mark_call(pos, n); }
   void alloc_chunk();
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk): want_logits the last row's into `logits`,
   /// all_logits every row's [n, vocab]; trace: per row, as run()'s. Without all_logits, trace or profiling the

@@ -104,7 +104,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   if (!ch) alloc_chunk();
   dsv4_gpu_chunk_bufs& B = *ch;
   chunk_inputs& in = *chunk_in;
-  const bool pipelined = opt.pipeline && !all_logits && !trace && !opt.profile;
+  const bool overlap = opt.pipeline && !all_logits && !trace && !opt.profile;
   if (T > B.C) throw std::logic_error("gpu model: chunk longer than prefill_chunk");
   gpu_graph::check_ids(toks, cf.vocab, pos, opt.max_ctx);
   next.reset();
@@ -350,8 +350,8 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   dispatches = c.dispatch_count();
   const uint32_t t_last = timed ? c.timestamp() : 0;
   chunk_stats.record_s += std::chrono::duration<double>(clk::now() - t_rec).count();
-  chunk_flight.run(dev, c, pipelined, timed, t_first, t_last, chunk_stats);
-  if (!pipelined) chunk_prof.fold(marks, T);
+  chunk_flight.run(dev, c, overlap, timed, t_first, t_last, chunk_stats);
+  if (!overlap) chunk_prof.fold(marks, T);
   pos += T;
   ++chunk_stats.chunks;
   chunk_stats.dispatches += dispatches;

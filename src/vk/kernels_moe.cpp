@@ -415,21 +415,19 @@ void kernels::moe(commands& c, const gpu_moe& m, view x, uint32_t n, view ids, v
   detail::need_view(h, slots * I * 4, "moe", "h");
   detail::need_view(out, n * d * 4, "moe", "out");
   if (ex.add) detail::need_view(ex.add, n * d * 4, "moe", "extras.add");
-  if (act == act_precision::i8 && n == 1 &&
-      moe_rows_i8(*this, *p_, e, c, m, x, ids, weights, top_k, limit, h, out, slot_map, ex))
-    return;
-  if (ex.prepared) throw usage_error("moe: extras.prepared, but this call does not take the batch-1 int8 path");
-  if (ex.pass) {
-    if (!m.slots || n < 2 || act != act_precision::i8 || ex.add)
+  if (ex.pass) {  // before the batch-1 path, which would sum (and NaN) instead of leaving rows for moe_pass_sum
+    if (!m.slots || n < 2 || act != act_precision::i8 || ex.add || ex.side || ex.prepared)
       throw usage_error("moe: a pass (moe_extras::pass) needs an expert cache (slots), n >= 2, int8 activations and "
-                        "no extras.add");
-    if (ex.side)
-      for (uint32_t s = 0; s < moe_stages; ++s) ex.side(s);
+                        "no other extras");
     if (!moe_grouped_i8(*this, *p_, e, c, m, x, n, ids, weights, top_k, limit, h, out, slot_map, &ex))
       throw usage_error("moe: a pass (moe_extras::pass) needs the expert-grouped int8 path, which these formats, "
                         "shapes or this device do not take");
     return;
   }
+  if (act == act_precision::i8 && n == 1 &&
+      moe_rows_i8(*this, *p_, e, c, m, x, ids, weights, top_k, limit, h, out, slot_map, ex))
+    return;
+  if (ex.prepared) throw usage_error("moe: extras.prepared, but this call does not take the batch-1 int8 path");
   // Other paths: the side work first (its stages separated by barriers), the added vector last.
   if (ex.side)
     for (uint32_t s = 0; s < moe_stages; ++s) ex.side(s);

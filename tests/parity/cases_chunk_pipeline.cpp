@@ -46,31 +46,19 @@ std::string compare(gpu_graph& on, gpu_graph& off, uint32_t vocab, uint64_t seed
   return {};
 }
 
-std::string v4_case(suite& s, const std::string& path, uint64_t seed, std::string& info) {
-  dsv4_options co;
+/// Model (dsv4_model / dsv41_model, opened with CpuOptions) and its GPU graph with pipeline on and off.
+template <class Model, class CpuOptions, class GpuModel, class GpuOptions>
+std::string pipeline_case(suite& s, const std::string& path, uint64_t seed, std::string& info) {
+  CpuOptions co;
   co.threads = 1;
-  auto cpu = dsv4_model::open(path, co);
-  dsv4_gpu_options go;
+  auto cpu = Model::open(path, co);
+  GpuOptions go;
   go.max_ctx = kPrompt + kDecode;
   go.prefill_chunk = kChunk;
   go.gemm = gpu::gemm_precision::f32;
-  dsv4_gpu_model on(cpu->weights(), s.dev, s.kern, go);
+  GpuModel on(cpu->weights(), s.dev, s.kern, go);
   go.pipeline = false;
-  dsv4_gpu_model off(cpu->weights(), s.dev, s.kern, go);
-  return compare(on, off, cpu->config().vocab, seed, info);
-}
-
-std::string v41_case(suite& s, const std::string& path, uint64_t seed, std::string& info) {
-  dsv41_options co;
-  co.threads = 1;
-  auto cpu = dsv41_model::open(path, co);
-  dsv41_gpu_options go;
-  go.max_ctx = kPrompt + kDecode;
-  go.prefill_chunk = kChunk;
-  go.gemm = gpu::gemm_precision::f32;
-  dsv41_gpu_model on(cpu->weights(), s.dev, s.kern, go);
-  go.pipeline = false;
-  dsv41_gpu_model off(cpu->weights(), s.dev, s.kern, go);
+  GpuModel off(cpu->weights(), s.dev, s.kern, go);
   return compare(on, off, cpu->config().vocab, seed, info);
 }
 
@@ -79,10 +67,14 @@ std::string v41_case(suite& s, const std::string& path, uint64_t seed, std::stri
 void chunk_pipeline_cases(suite& s) {
   toy_files files;
   s.run("model_v4", "-", "pipelined prefill chunks of 7 == chunks waited for, cmf q4tp toy, 40+6 tokens",
-        [&](uint64_t seed, std::string& info) { return v4_case(s, files.make("cmf", "q4tp"), seed, info); });
+        [&](uint64_t seed, std::string& info) {
+          return pipeline_case<dsv4_model, dsv4_options, dsv4_gpu_model, dsv4_gpu_options>(s, files.make("cmf", "q4tp"),
+                                                                                            seed, info);
+        });
   s.run("model_v41", "-", "pipelined prefill chunks of 7 == chunks waited for, release toy, 40+6 tokens",
         [&](uint64_t seed, std::string& info) {
-          return v41_case(s, files.make("release", "native", "v41"), seed, info);
+          return pipeline_case<dsv41_model, dsv41_options, dsv41_gpu_model, dsv41_gpu_options>(
+              s, files.make("release", "native", "v41"), seed, info);
         });
 }
 

@@ -186,7 +186,7 @@ std::string moe_pass_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint6
   uint32_t disp = 0;
   if (std::string why = run_moe(s, gm, xb, n, ib, wb, k, act_precision::i8, gpu::view(), want, disp); !why.empty())
     return "resident: " + why;
-  const uint32_t shared_pass = r.below(passes);
+  const uint32_t shared_pass = uint32_t(r.below(passes));
   // the passes over uni, without uni[skip] when skip < uni.size(); out: the summed output
   auto run_passes = [&](size_t skip, std::vector<float>& out) -> std::string {
     guarded hg(s.dev, gpu::kernels::moe_scratch_floats(gc, n, k) * 4), og(s.dev, n * d * 4);
@@ -194,7 +194,7 @@ std::string moe_pass_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint6
       std::vector<uint32_t> slot(kSlots), map(E);
       for (uint32_t i = 0; i < kSlots; ++i) slot[i] = i;
       for (uint32_t i = 0; i + 1 < kSlots; ++i) std::swap(slot[i], slot[i + r.below(kSlots - i)]);
-      for (uint32_t e = 0; e < E; ++e) map[e] = kSlots + r.below(1000);
+      for (uint32_t e = 0; e < E; ++e) map[e] = kSlots + uint32_t(r.below(1000));
       for (size_t i = size_t(p) * kSlots; i < std::min(uni.size(), size_t(p + 1) * kSlots); ++i) {
         if (i == skip) continue;
         const uint32_t sl = slot[i - size_t(p) * kSlots];
@@ -246,8 +246,9 @@ std::string moe_pass_case(suite& s, uint64_t seed, uint32_t E, uint64_t d, uint6
   return {};
 }
 
-/// The interface's refusals: a cached layer without slot_map, a slot_map for a resident layer, write_moe_slot out
-/// of range / of another shape / on a resident layer, alloc of q8_2f; and moe_slot_bytes = one expert's payload.
+/// The interface's refusals: a cached layer without slot_map, a slot_map for a resident layer, a pass with one token
+/// or on a resident layer, write_moe_slot out of range / of another shape / on a resident layer, alloc of q8_2f; and
+/// moe_slot_bytes = one expert's payload.
 std::string moe_slots_usage_case(suite& s, uint64_t seed, std::string& info) {
   using F = fmt_q4tp;
   const uint32_t E = 4, k = 2;
@@ -283,6 +284,16 @@ std::string moe_slots_usage_case(suite& s, uint64_t seed, std::string& info) {
       !refused("short slot_map", [&] {
         s.kern.moe(c, gc, xb, 1, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::f32,
                    gpu::view(mb, 0, 8));
+      }) ||
+      !refused("a pass with one token (the batch-1 path would sum)", [&] {
+        gpu::moe_extras px;
+        px.pass = true;
+        s.kern.moe(c, gc, xb, 1, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8, mb, px);
+      }) ||
+      !refused("a pass on a resident layer", [&] {
+        gpu::moe_extras px;
+        px.pass = true;
+        s.kern.moe(c, gm, xb, 1, ib, wb, k, kLimit, hg.payload(), og.payload(), act_precision::i8, gpu::view(), px);
       }) ||
       !refused("write_moe_slot past the slots", [&] { gpu::write_moe_slot(s.dev, gc, 2, views[0]); }) ||
       !refused("write_moe_slot on a resident layer", [&] { gpu::write_moe_slot(s.dev, gm, 0, views[0]); }) ||
