@@ -240,9 +240,9 @@ int run_bench(const bench_args& a) {
   if (a.nontemporal)
     std::printf("nontemporal: %llu weight loads marked in the compiled shaders\n",
                 (unsigned long long)k.stats().nontemporal_loads);
-  // Prefill: the prompt through forward() — V4 in chunks of --prefill-chunk positions (one recording each), V4.1
-  // token by token — from position 0, --prefill-reps times where it runs in chunks (token by token, e.g. with the
-  // expert cache, once: a second run would find the cache warm). The median run is the figure; the first one is
+  // Prefill: the prompt through forward() — in chunks of --prefill-chunk positions (one recording each; under the
+  // expert cache cut at each layer's routing, its experts in passes) — from position 0, --prefill-reps times where it
+  // runs in chunks (token by token, once: a second run would find an expert cache warm). The median run is the figure; the first one is
   // reported beside it (the device's clocks may still be ramping up after the idle warm-up).
   std::vector<uint32_t> prompt(a.prompt);
   for (uint32_t& x : prompt) x = pick(g);
@@ -336,12 +336,19 @@ int run_bench(const bench_args& a) {
   if (runs.size() > 1)
     std::printf("         median of %zu runs from position 0; the first run: %.3f s = %.1f tok/s\n", runs.size(),
                 first_s, double(a.prompt) / first_s);
-  if (pre_stats.chunks)
+  const gpu_expert_cache_stats& cs_now = m.cache_stats();
+  if (pre_stats.chunks && cs_now.active)  // the chunks cut at each layer's routing: their device work is in the waits
+    std::printf("         that run: %u chunks, %u dispatches; host preparation %.1f ms, recording, passes and waits "
+                "%.1f ms (under the expert cache each chunk is cut at every layer's routing and waited for)\n",
+                pre_stats.chunks, pre_stats.dispatches, pre_stats.prep_s * 1e3, pre_stats.record_s * 1e3);
+  else if (pre_stats.chunks)
     std::printf("         that run: %u chunks, %u dispatches; host preparation %.1f ms, recording %.1f ms (%s), "
                 "device time %.1f ms (%.1f tok/s of device time)\n",
                 pre_stats.chunks, pre_stats.dispatches, pre_stats.prep_s * 1e3, pre_stats.record_s * 1e3,
                 a.no_pipeline ? "serial with the device" : "each chunk's while the one before runs",
                 pre_stats.device_s * 1e3, pre_stats.device_s > 0 ? double(a.prompt) / pre_stats.device_s : 0.0);
+  if (pre_stats.chunks && cs_now.active)
+    std::printf("         prefill %s\n", gpu_expert_cache_line(cs_now, m.experts()).c_str());
   char how[200] = "greedy on the device";
   if (sampled)
     std::snprintf(how, sizeof how, "%s %s: T %g, top-p %g, min-p %g, top-k %u%s, logprobs %d",

@@ -23,6 +23,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/device.hpp"
+#include "chunk_experts.hpp"
 #include "dsv41_gpu_internal.hpp"
 #include "gpu_moe_step.hpp"
 #include "gpu_recording.hpp"
@@ -562,9 +563,9 @@ std::vector<float> dsv41_gpu_model::forward_all(std::span<const uint32_t> ids) {
   m.chunk_stats = {};  // this call's chunks (none where it runs token by token)
   if (pre > 0) {  // every row's logits of each chunk
     const uint32_t C = m.opt.prefill_chunk;
-    for (size_t b = 0; b < pre; b += C) {
-      const size_t n = std::min<size_t>(pre - b, C);
-      const std::vector<float> l = m.chunk_rows(ids.subspan(b, n), nullptr);
+    for (size_t b = 0, e; b < pre; b = e) {
+      e = chunk_end(pre, b, C, m.experts->active());
+      const std::vector<float> l = m.chunk_rows(ids.subspan(b, e - b), nullptr);
       std::copy(l.begin(), l.end(), out.begin() + std::ptrdiff_t(b * m.cfg.vocab));
     }
   }
@@ -589,7 +590,7 @@ std::vector<float> dsv41_gpu_model::forward_chunk_rows(std::span<const uint32_t>
   m.mark_call(ids.size());
   if (!m.chunks_ids(ids.size()) || m.prefill_rows(ids.size()) < ids.size() || ids.size() > m.opt.prefill_chunk)
     throw usage_error("forward_chunk_rows: needs prefill chunks (2 to prefill_chunk ids, a prefill or stale_index_k "
-                      "off, no expert cache)");
+                      "off)");
   m.chunk_stats = {};
   return m.chunk_rows(ids, trace);
 }

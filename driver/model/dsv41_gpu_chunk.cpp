@@ -27,6 +27,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/device.hpp"
+#include "chunk_experts.hpp"
 #include "dsv41_gpu_internal.hpp"
 #include "gpu_upload.hpp"
 
@@ -44,7 +45,7 @@ view rows(const gpu::buffer& b, uint64_t r0, uint64_t n, uint64_t floats) {
 }  // namespace
 
 bool dsv41_gpu_model::impl::chunks_ids(uint64_t n) const {
-  if (opt.prefill_chunk < 2 || n < 2 || experts->active()) return false;
+  if (opt.prefill_chunk < 2 || n < 2 || chunks_off || (experts->active() && opt.prefill_chunk < 3)) return false;
   // a layer confined to the candidate pool reads the pool's block maxima per row: the same entry count per row
   for (const dsv41_layer_plan& P : cfg.plan)
     if (P.uses_candidates && cfg.plan.at(size_t(cfg.candidate_source)).ratio != P.ratio) return false;
@@ -134,7 +135,9 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   if (!ch) alloc_chunk();
   dsv41_gpu_chunk_bufs& B = *ch;
   chunk_inputs& in = *chunk_in;
-  const bool overlap = opt.pipeline && !all_logits && !trace && !opt.profile;
+  // the expert cache cuts the recording at each layer's routing (chunk_experts.hpp): waited for, untimed
+  const bool cached = experts->active();
+  const bool overlap = opt.pipeline && !all_logits && !trace && !opt.profile && !cached;
   if (T > B.C) throw std::logic_error("gpu model: chunk longer than prefill_chunk");
   gpu_graph::check_ids(toks, cf.vocab, pos, opt.max_ctx);
   next.reset();
@@ -218,8 +221,10 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
   // ---- the recording
   const auto t_rec = clk::now();
   chunk_stats.prep_s += std::chrono::duration<double>(t_rec - t_prep).count();
+  chunk_pass_guard passes(cached ? experts.get() : nullptr);
+  uint32_t cut_dispatches = 0;  // of the parts submitted at the expert cache's cuts
   gpu::commands c = dev.begin();
-  const bool timed = dev.info().timestamps;
+  const bool timed = dev.info().timestamps && !cached;
   const uint32_t t_first = timed ? c.timestamp() : 0;
   // profiling: a timestamp after each op group, summed per name after the run
   gpu_chunk_profile::marks marks(c, opt.profile, opt.profile ? (timed ? t_first : c.timestamp()) : 0);
@@ -413,8 +418,9 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
              uint64_t(T) * K * 4);
     {
       const gpu::routed_only_scope routed(G.moe, G.shared_apart_chunks);
-      k.moe(c, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h, B.moe_out,
-            prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt));
+      record_chunk_experts(k, dev, c, *experts, l, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h,
+                           B.moe_out, prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt),
+                           cut_dispatches);
     }
     if (sh_apart) {
       k.swiglu_clamp(c, B.sh_g, B.sh_u, B.sh_g, uint64_t(T) * cf.moe_inter, float(cf.swiglu_limit));
@@ -438,10 +444,12 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
     k.matmul(c, head, u_last, 1, logits);
   }
   marks.stamp("head");
-  dispatches = c.dispatch_count();
+  dispatches = cut_dispatches + c.dispatch_count();
   const uint32_t t_last = timed ? c.timestamp() : 0;
   chunk_stats.record_s += std::chrono::duration<double>(clk::now() - t_rec).count();
   chunk_flight.run(dev, c, overlap, timed, t_first, t_last, chunk_stats);
+  if (cached) experts->finish_passes();
+  passes.release();
   if (!overlap) chunk_prof.fold(marks, T);
   guard.v = nullptr;  // the chunk is submitted: its ids stay in the history
   // the index-key owner after these positions (the next decode step's prev_owner), as run() keeps it per step
@@ -476,8 +484,8 @@ void dsv41_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_
 void dsv41_gpu_model::impl::run_chunks(std::span<const uint32_t> ids, bool want_logits, dsv41_trace* trace) {
   const uint32_t C = opt.prefill_chunk;
   try {
-    for (size_t b = 0; b < ids.size(); b += C) {
-      const size_t e = std::min<size_t>(ids.size(), b + C);
+    for (size_t b = 0, e; b < ids.size(); b = e) {
+      e = chunk_end(ids.size(), b, C, experts->active());
       run_chunk(ids.subspan(b, e - b), want_logits && e == ids.size(), nullptr, trace);
     }
     chunk_flight.finish(dev, chunk_stats);
@@ -487,7 +495,19 @@ void dsv41_gpu_model::impl::run_chunks(std::span<const uint32_t> ids, bool want_
   }
 }
 
-bool dsv41_gpu_model::prefill_chunked() const { return p_->opt.prefill_chunk > 1 && !p_->experts->active(); }
+bool dsv41_gpu_model::impl::chunk_passes_apply() {
+  for (dsv41_gpu_layer& G : layers) {
+    const gpu::routed_only_scope routed(G.moe, G.shared_apart_chunks);
+    if (!chunk_experts_pass(k, *experts, G.moe, ch->C, cfg.top_k, gpu::view(ch->moe_h),
+                            prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt)))
+      return false;
+  }
+  return true;
+}
+
+bool dsv41_gpu_model::prefill_chunked() const {
+  return p_->opt.prefill_chunk > 1 && !p_->chunks_off && (!p_->experts->active() || p_->opt.prefill_chunk >= 3);
+}
 
 gpu_prefill_stats dsv41_gpu_model::last_prefill() const { return p_->chunk_stats; }
 

@@ -24,6 +24,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/device.hpp"
+#include "chunk_experts.hpp"
 #include "dsv4_gpu_internal.hpp"
 #include "gpu_moe_step.hpp"
 #include "gpu_recording.hpp"
@@ -553,8 +554,9 @@ std::vector<float> dsv4_gpu_model::forward_all(std::span<const uint32_t> ids) {
   std::vector<float> out;
   out.reserve(ids.size() * m.cfg.vocab);
   m.chunk_stats = {};
-  for (size_t b = 0; b < ids.size(); b += m.opt.prefill_chunk) {
-    const std::vector<float> l = forward_chunk_rows(ids.subspan(b, std::min<size_t>(ids.size() - b, m.opt.prefill_chunk)));
+  for (size_t b = 0, e; b < ids.size(); b = e) {
+    e = chunk_end(ids.size(), b, m.opt.prefill_chunk, m.experts->active());
+    const std::vector<float> l = forward_chunk_rows(ids.subspan(b, e - b));
     out.insert(out.end(), l.begin(), l.end());
   }
   return out;
@@ -562,8 +564,9 @@ std::vector<float> dsv4_gpu_model::forward_all(std::span<const uint32_t> ids) {
 
 std::vector<float> dsv4_gpu_model::forward_chunk_rows(std::span<const uint32_t> ids, dsv4_trace* trace) {
   impl& m = *p_;
-  if (!m.chunkable() || ids.size() > m.opt.prefill_chunk)
-    throw usage_error("forward_chunk_rows: needs prefill chunks (at most prefill_chunk ids, no expert cache, V4 layer kinds)");
+  if (!m.chunkable() || ids.size() > m.opt.prefill_chunk || (m.experts->active() && ids.size() == 1))
+    throw usage_error("forward_chunk_rows: needs prefill chunks (at most prefill_chunk ids, two or more under the expert "
+                      "cache, V4 layer kinds)");
   const uint64_t n = ids.size(), V = m.cfg.vocab;
   gpu::buffer all = m.dev.alloc(std::max<uint64_t>(n * V * 4, 16));
   m.run_chunk(ids, false, &all, trace);

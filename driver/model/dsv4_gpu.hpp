@@ -50,7 +50,7 @@ struct dsv4_gpu_options {
   bool fuse_route = true;
   /// Prefill chunks: a shared expert stacked with the routed ones (the CMF files' formats) runs apart, as three
   /// tiled GEMMs like a shared expert of other formats, from copies of its matrices uploaded beside the stack
-  /// (~10 MB per layer; not under a vram_budget, which turns the chunks off), instead of as one more expert of the
+  /// (~10 MB per layer; not under a vram_budget), instead of as one more expert of the
   /// grouped MoE kernels with every token of the chunk. Decode steps keep it stacked. On by default since the
   /// forty-fifth session: 12-layer prefills of the CMF layout on the H200 ran 5102 / 5007 tok/s apart against
   /// 4533 / 4522 stacked, alternated (docs/PERF.md "Forty-fifth session").
@@ -77,8 +77,10 @@ struct dsv4_gpu_options {
   /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
   /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
   /// compressor rings ≥ chunk + 2·ratio, so the state grows with it; the chunk's scratch is allocated by the first
-  /// chunk — under a vram_budget at construction, counted, when every expert still fits beside it; otherwise (and
-  /// with the expert cache) prompts run token by token.
+  /// chunk — under a vram_budget at construction, counted before the experts are placed. With the expert cache a
+  /// chunk runs each layer's experts in passes (chunk_experts.hpp: int8 chunk experts — prefill_experts — on the
+  /// grouped int8 path, prefill_chunk ≥ 3); where that does not apply the scratch is freed and prompts run token by
+  /// token.
   uint32_t prefill_chunk = 512;
   /// The prefill chunks' tiled GEMMs (dense products, grouped experts, the head of forward_all): f16 (default: tiles
   /// rounded to f16 with saturation, f32 sums, on the tensor cores where the device has cooperative matrices, else

@@ -22,6 +22,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/device.hpp"
+#include "chunk_experts.hpp"
 #include "dsv4_gpu_internal.hpp"
 #include "gpu_upload.hpp"
 
@@ -104,7 +105,9 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   if (!ch) alloc_chunk();
   dsv4_gpu_chunk_bufs& B = *ch;
   chunk_inputs& in = *chunk_in;
-  const bool overlap = opt.pipeline && !all_logits && !trace && !opt.profile;
+  // the expert cache cuts the recording at each layer's routing (chunk_experts.hpp): waited for, untimed
+  const bool cached = experts->active();
+  const bool overlap = opt.pipeline && !all_logits && !trace && !opt.profile && !cached;
   if (T > B.C) throw std::logic_error("gpu model: chunk longer than prefill_chunk");
   gpu_graph::check_ids(toks, cf.vocab, pos, opt.max_ctx);
   next.reset();
@@ -164,8 +167,10 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   // ---- the recording
   const auto t_rec = clk::now();
   chunk_stats.prep_s += std::chrono::duration<double>(t_rec - t_prep).count();
+  chunk_pass_guard passes(cached ? experts.get() : nullptr);
+  uint32_t cut_dispatches = 0;  // of the parts submitted at the expert cache's cuts
   gpu::commands c = dev.begin();
-  const bool timed = dev.info().timestamps;
+  const bool timed = dev.info().timestamps && !cached;
   const uint32_t t_first = timed ? c.timestamp() : 0;
   c.barrier();
   in.record(c);
@@ -326,8 +331,9 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     if (trace) c.copy(view(B.ridx, 0, uint64_t(T) * K * 4), view(tr_experts, uint64_t(l) * T * K * 4, uint64_t(T) * K * 4), uint64_t(T) * K * 4);
     {
       const gpu::routed_only_scope routed(G.moe, G.shared_apart_chunks);
-      k.moe(c, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h, B.moe_out,
-            prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt));
+      record_chunk_experts(k, dev, c, *experts, l, G.moe, B.u, T, B.ridx, B.rw, K, float(cf.swiglu_limit), B.moe_h,
+                           B.moe_out, prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt),
+                           cut_dispatches);
     }
     if (sh_apart) {
       k.swiglu_clamp(c, B.sh_g, B.sh_u, B.sh_g, uint64_t(T) * cf.moe_inter, float(cf.swiglu_limit));
@@ -347,10 +353,12 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
     else k.matmul(c, head, rows(B.u, T - 1, 1, d), 1, logits);
     stamp("head");
   }
-  dispatches = c.dispatch_count();
+  dispatches = cut_dispatches + c.dispatch_count();
   const uint32_t t_last = timed ? c.timestamp() : 0;
   chunk_stats.record_s += std::chrono::duration<double>(clk::now() - t_rec).count();
   chunk_flight.run(dev, c, overlap, timed, t_first, t_last, chunk_stats);
+  if (cached) experts->finish_passes();
+  passes.release();
   if (!overlap) chunk_prof.fold(marks, T);
   pos += T;
   ++chunk_stats.chunks;
@@ -370,6 +378,16 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   }
 }
 
+bool dsv4_gpu_model::impl::chunk_passes_apply() {
+  for (dsv4_gpu_layer& G : layers) {
+    const gpu::routed_only_scope routed(G.moe, G.shared_apart_chunks);
+    if (!chunk_experts_pass(k, *experts, G.moe, ch->C, cfg.top_k, gpu::view(ch->moe_h),
+                            prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt)))
+      return false;
+  }
+  return true;
+}
+
 bool dsv4_gpu_model::prefill_chunked() const { return p_->chunkable(); }
 
 std::string dsv4_gpu_model::prefill_profile() const { return p_->chunk_prof.text(); }
@@ -379,7 +397,7 @@ void dsv4_gpu_model::impl::check_ids(std::span<const uint32_t> ids) const {
 }
 
 bool dsv4_gpu_model::impl::chunkable() const {
-  if (opt.prefill_chunk < 2 || experts->active() || chunks_off) return false;
+  if (opt.prefill_chunk < 2 || chunks_off || (experts->active() && opt.prefill_chunk < 3)) return false;
   for (const dsv4_gpu_layer& G : layers)
     if (!(G.kind.ratio == 0 || (G.kind.ratio == 4 && G.kind.indexer) || (G.kind.ratio == 128 && !G.kind.indexer)))
       return false;
@@ -392,8 +410,8 @@ void dsv4_gpu_model::impl::prefill(std::span<const uint32_t> ids, bool want_logi
   const uint32_t C = opt.prefill_chunk;
   chunk_stats = {};
   try {
-    for (size_t b = 0; b < ids.size(); b += C) {
-      const size_t e = std::min(ids.size(), b + C);
+    for (size_t b = 0, e; b < ids.size(); b = e) {
+      e = chunk_end(ids.size(), b, C, experts->active());
       run_chunk(ids.subspan(b, e - b), want_logits && e == ids.size(), nullptr);
     }
     chunk_flight.finish(dev, chunk_stats);

@@ -24,20 +24,19 @@ dsv4_gpu_model::impl::impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& 
   experts = std::make_unique<gpu_expert_cache>(dev, cfg.experts, cfg.top_k);
   upload_weights(w);
   alloc_state();
-  // Under a budget the prefill chunk's scratch is allocated now, so that the expert placement counts it — when
-  // every expert still fits beside it (chunks need them resident); otherwise prompts run token by token and the
-  // budget goes to the expert cache.
-  if (opt.vram_budget && opt.prefill_chunk > 1) {
-    alloc_chunk();
-    if (weight_bytes + state_bytes + experts->resident_bytes() > opt.vram_budget) {
-      state_bytes -= ch->bytes;
-      ch.reset();
-      chunks_off = true;
-    }
-  }
+  // Under a budget the prefill chunk's scratch is allocated first, so that the expert placement counts it. Where the
+  // expert cache then runs, the chunks run its experts in passes (chunk_experts.hpp); where they cannot (formats,
+  // activations, no slot to spare) the scratch is freed — its bytes are then left unused, not given to the slots —
+  // and prompts run token by token.
+  if (opt.vram_budget && opt.prefill_chunk > 1) alloc_chunk();
   weight_bytes += experts->place(weight_bytes + state_bytes,
                                  {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit),
                                   opt.cold_margin, opt.cache_spin_waits, opt.cache_cpu_chunk});
+  if (ch && experts->active() && !chunk_passes_apply()) {
+    state_bytes -= ch->bytes;
+    ch.reset();
+    chunks_off = true;
+  }
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
   // The embedding on the device for chained greedy decode: not with the expert cache (its steps are cut per layer),
   // nor past the budget or one storage binding (with room for the binding's alignment slack). Optional: where the

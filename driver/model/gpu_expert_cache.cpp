@@ -40,6 +40,16 @@ std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t expe
                   s.cpu_seconds / t * 1e3);
     line += b;
   }
+  if (s.chunk_layers) {
+    std::snprintf(b, sizeof b,
+                  "; prefill chunks: %llu layer runs in %llu passes, %.1f experts each (%.1f %% resident), %.1f MB "
+                  "moved, %.2f s packing, %.2f s waiting for the ring",
+                  (unsigned long long)s.chunk_layers, (unsigned long long)s.chunk_passes,
+                  double(s.chunk_experts) / double(s.chunk_layers),
+                  s.chunk_experts ? 100.0 * double(s.chunk_hits) / double(s.chunk_experts) : 0.0,
+                  double(s.chunk_bytes_moved) / 1e6, s.chunk_move_seconds, s.chunk_wait_seconds);
+    line += b;
+  }
   if (s.cold == cold_experts::automatic) {
     std::snprintf(b, sizeof b, " (auto: the CPU rule in %llu of %llu tokens; last timed windows %.2f ms per token "
                   "copying, %.2f ms with the CPU)", (unsigned long long)s.cpu_rule_tokens, (unsigned long long)s.tokens,

@@ -21,9 +21,17 @@
 // cold_experts::automatic: the recording is cold_experts::cpu's; run_token times windows of auto_window tokens
 // with each rule in turn (after auto_window tokens of copying to fill the cache), then runs the faster one for
 // auto_exploit tokens, and measures again.
+//
+// Prefill chunks (gpu_expert_cache_passes.cpp): a chunk's tokens select most of a layer's experts, more than its
+// slots. The graph cuts the chunk's recording after each layer's routing; the host reads the selected ids
+// (chunk_ids) and run_passes runs the layer's experts in passes of at most `slots` experts — the resident ones
+// first, each later pass's copied in over the experts of the passes before — each pass a kernels::moe with
+// moe_extras::pass over a slot map holding exactly its experts; kernels::moe_pass_sum then sums the rows of all
+// passes: the resident layer's bits. Every needed expert moves at most once per chunk instead of once per token.
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +59,8 @@ struct gpu_expert_cache_options {
   /// (moe_forward's chunk_rows; 0 = a static partition, one range per thread).
   uint64_t cpu_chunk_rows = 64;
 };
+/// run_passes: bytes of expert images packed per group of copies (where the slots hold that many).
+inline constexpr uint64_t pass_group_bytes = uint64_t(32) << 20;
 /// Tokens after which a use counts half in cold_experts::cpu's admission rule.
 inline constexpr double cold_half_life = 64.0;
 /// cold_experts::automatic: tokens timed per rule, and tokens run with the faster one before timing both again.
@@ -73,6 +83,14 @@ struct gpu_expert_cache_stats {
   double cpu_seconds = 0;     ///< host time computing them (reading the inputs, the experts, writing the sum)
   uint64_t cpu_rule_tokens = 0;  ///< tokens run with cold_experts::cpu's rule (automatic: the windows that chose it)
   double auto_copy_ms = 0, auto_cpu_ms = 0;  ///< automatic: the last windows' mean token times per rule
+  // prefill chunks (run_passes)
+  uint64_t chunk_layers = 0;       ///< layers of chunks run in passes
+  uint64_t chunk_passes = 0;       ///< passes (≥ 1 per layer of a chunk)
+  uint64_t chunk_experts = 0;      ///< distinct experts the layers' chunks selected
+  uint64_t chunk_hits = 0;         ///< of those, resident when the layer's chunk began
+  uint64_t chunk_bytes_moved = 0;  ///< host → device expert bytes for chunks
+  double chunk_move_seconds = 0;   ///< host time packing them into the upload ring
+  double chunk_wait_seconds = 0;   ///< host time waiting for the ring (the device's copies of earlier groups)
 };
 
 /// "expert cache: S of E slots per layer, hit rate …, … MB moved per token" (or "every expert resident").
@@ -98,7 +116,8 @@ class gpu_expert_cache {
 
   bool active() const noexcept { return stats_.active; }
   /// The graph's host worker threads (made by the first call, `threads` of them, at most the machine's cores): the
-  /// cache's copies and CPU experts, and the prefill chunks' host gathers, which never run with the cache.
+  /// cache's copies and CPU experts, and the prefill chunks' host gathers (a chunk's, before its recording: never
+  /// at the same time as the cache's copies).
   thread_pool& host_pool(uint32_t threads);
   const gpu_expert_cache_stats& stats() const noexcept { return stats_; }
   /// Layer l's slot map for kernels::moe (no view when every expert is resident).
@@ -123,6 +142,30 @@ class gpu_expert_cache {
   /// Returns when the token ran; on an error waits for everything submitted and empties the cache before rethrowing.
   void run_token(gpu::commands& pre, gpu::commands& first, std::vector<gpu::commands>& segs,
                  const std::function<void()>& between = {});
+
+  /// Slots a pass can use (the stand-in slot of cold_experts::cpu apart; 0 when the cache is off).
+  uint32_t pass_slots() const noexcept { return stats_.active ? stats_.slots : 0; }
+  /// Where a chunk's recording copies its routing's selected ids (`pairs` uint32) before the cut that hands them
+  /// to the host (grown as needed; its contents are lost when it grows).
+  gpu::view chunk_ids(uint64_t pairs);
+  /// What the device wrote to chunk_ids(pairs) (valid once that part ran).
+  std::span<const uint32_t> read_chunk_ids(uint64_t pairs);
+  /// Layer l's experts for a chunk whose selected ids are `ids` (read_chunk_ids after the part up to the routing
+  /// ran): the distinct experts in passes of ≤ pass_slots() — the resident ones (and as many misses as the slots
+  /// not holding them take) first, then the rest, each pass's misses copied in over the least recently used slots
+  /// (the experts of earlier passes last) through the upload ring, in groups whose copies overlap the packing of
+  /// the next. Per pass: submits the copies, then a part that sets the slot map to exactly the pass's experts and
+  /// in which record(part, first) records the pass (first: the pass that also runs a stacked shared expert). The
+  /// caller records kernels::moe_pass_sum after it and submits it after this returns. Returns the passes; the parts
+  /// and copies are waited for by finish_passes (after the chunk's last part). On an error: as drop_passes, then
+  /// rethrows.
+  uint32_t run_passes(uint32_t l, std::span<const uint32_t> ids,
+                      const std::function<void(gpu::commands& part, bool first)>& record);
+  /// Waits for the parts and copies of run_passes (the chunk's end).
+  void finish_passes();
+  /// For an error path: waits for them without throwing and empties the cache (the slots may not hold what the host
+  /// believes).
+  void drop_passes() noexcept;
 
  private:
   struct layer {
@@ -156,6 +199,11 @@ class gpu_expert_cache {
   void compute_on_cpu(uint32_t l, const uint8_t* rec);
   double heat(const layer& L, uint32_t e) const;
   void invalidate();
+  struct move_to {
+    uint32_t e, slot;
+  };
+  /// run_passes: packs the experts of `moves` into the ring in groups and submits each group's slot copies.
+  void copy_in(layer& C, const std::vector<move_to>& moves);
 
   gpu::device& dev_;
   uint32_t experts_, top_k_;
@@ -174,6 +222,12 @@ class gpu_expert_cache {
   std::vector<uint32_t> pending_cpu_;  // fill's CPU experts of the layer (positions j), for compute_on_cpu
   std::unique_ptr<thread_pool> copiers_;
   std::vector<chunk> chunks_;  // one layer's packed images in pieces ≤ 1 MiB (reused)
+  gpu::buffer chunk_ids_;      // host-read: a chunk's selected ids (chunk_ids)
+  std::vector<gpu::commands> pass_parts_, pass_copies_;  // run_passes' submissions, until finish_passes
+  gpu::buffer pass_ring_;  // host-written: two groups of pass_per_ packed images (run_passes' copies)
+  uint64_t pass_per_ = 0;
+  std::vector<int64_t> group_copy_;  // [2 groups]: the pass_copies_ entry that last read the group (−1: none)
+  uint64_t next_group_ = 0;
   gpu_expert_cache_stats stats_;
   uint64_t tick_ = 0;
   bool cpu_rule_ = false;  // this token: cold_experts::cpu's rule (else copy's)

@@ -245,12 +245,12 @@ i8tc_layer plan_i8tc_layer(const detail::op_env& e, const matvec_tuning& tu, con
 /// (moe_rows_g8.comp) → y [n·S, d], moe_sum. Numerics: those of the batch-1 int8 path, pair by pair (the CPU's
 /// moe_forward with act_precision::i8). Returns false, recording nothing, where the path does not apply (no
 /// int8 kernel for a format, rows or columns the kernels cannot split, a short or unaligned scratch).
-bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
-                    uint32_t n, view ids, view weights, uint32_t top_k, float limit, view h, view out,
-                    view slot_map, const moe_extras* pass) {
+grouped_i8_plan plan_grouped_i8(const kernels& k, const kernels::impl& p, const detail::op_env& e, const gpu_moe& m,
+                                uint32_t n, uint32_t top_k, view h) {
+  grouped_i8_plan g;
   const gpu_matrix &wgu = m.gate_up.w, &wdn = m.down.w;
-  if (!k.has_i8(wgu.fmt) || !k.has_i8(wdn.fmt)) return false;
-  const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), np = uint64_t(n) * S;
+  if (!k.has_i8(wgu.fmt) || !k.has_i8(wdn.fmt) || !h) return g;
+  const uint64_t d = m.dim, I = m.inter, S = top_k + (m.shared ? 1 : 0), np = uint64_t(n) * S;
   // The work split, from H200 sweeps (256 experts of 4096 × 2048, 512 tokens, ms per layer, run-to-run noise ~2 %
   // within one machine start): 8 rows per subgroup, tiles of 4 pairs, 1 chunk in flight, the tile's sums by a
   // butterfly of shuffles — q2tp 3.57, q4tp 3.68 (twenty-eighth session, docs/PERF.md; the twelfth session's 4 rows
@@ -260,14 +260,33 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
   // 5.31). Fewer rows per subgroup where a workgroup's rows must divide 2·I and d.
   const matvec_tuning& tu = detail::tuning_of(p);
   const bool mx = wgu.fmt == format::mxfp4;
-  uint32_t rpt = tu.moe_rows_per_team ? tu.moe_rows_per_team : mx ? 4 : 8;
-  while (rpt > 1 && ((2 * I) % (e.teams * rpt) || d % (e.teams * rpt))) rpt /= 2;
-  const uint32_t rpw = e.teams * rpt;
-  if (d % 32 || I % 32 || (2 * I) % rpw || d % rpw) return false;
-  const grouped_scratch gs = grouped_layout(m, n, top_k);
-  const uint64_t hq_bytes = kernels::act_q8_bytes(I, uint32_t(np)), o_xq = (hq_bytes + 15) / 16 * 16,
-                 xq_bytes = kernels::act_q8_bytes(d, n);
-  if (o_xq + xq_bytes > gs.o_gu || gs.o_l + gs.l_bytes > h.bytes || h.offset % 16) return false;
+  g.rpt = tu.moe_rows_per_team ? tu.moe_rows_per_team : mx ? 4 : 8;
+  while (g.rpt > 1 && ((2 * I) % (e.teams * g.rpt) || d % (e.teams * g.rpt))) g.rpt /= 2;
+  g.rpw = e.teams * g.rpt;
+  if (d % 32 || I % 32 || (2 * I) % g.rpw || d % g.rpw) return g;
+  g.gs = grouped_layout(m, n, top_k);
+  g.hq_bytes = kernels::act_q8_bytes(I, uint32_t(np)), g.o_xq = (g.hq_bytes + 15) / 16 * 16,
+  g.xq_bytes = kernels::act_q8_bytes(d, n);
+  if (g.o_xq + g.xq_bytes > g.gs.o_gu || g.gs.o_l + g.gs.l_bytes > h.bytes || h.offset % 16) return g;
+  // the int8 parts' bindings must start on 16 bytes
+  if (e.bind(view(*h.buf, h.offset, g.hq_bytes), g.hq_bytes).residual % 16 ||
+      e.bind(view(*h.buf, h.offset + g.o_xq, g.xq_bytes), g.xq_bytes).residual % 16)
+    return g;
+  g.ok = planes_fast(e, m);
+  return g;
+}
+
+bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
+                    uint32_t n, view ids, view weights, uint32_t top_k, float limit, view h, view out,
+                    view slot_map, const moe_extras* pass) {
+  const grouped_i8_plan g = plan_grouped_i8(k, p, e, m, n, top_k, h);
+  if (!g.ok) return false;
+  const gpu_matrix &wgu = m.gate_up.w, &wdn = m.down.w;
+  const uint64_t d = m.dim, I = m.inter, E = m.experts, S = top_k + (m.shared ? 1 : 0), np = uint64_t(n) * S;
+  const matvec_tuning& tu = detail::tuning_of(p);
+  const uint32_t rpt = g.rpt, rpw = g.rpw;
+  const grouped_scratch gs = g.gs;
+  const uint64_t hq_bytes = g.hq_bytes, o_xq = g.o_xq, xq_bytes = g.xq_bytes;
   auto part = [&](uint64_t off, uint64_t bytes) { return view(*h.buf, h.offset + off, bytes); };
   const view hqv = part(0, hq_bytes), xqv = part(o_xq, xq_bytes), guv = part(gs.o_gu, np * 2 * I * 4),
              yv = part(gs.o_y, np * d * 4), lv = part(gs.o_l, gs.l_bytes);
@@ -275,9 +294,7 @@ bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e,
                       tb = e.bind(e.tables, e.tables.size()), lb = e.bind(lv, gs.l_bytes),
                       hqb = e.bind(hqv, hq_bytes), xqb = e.bind(xqv, xq_bytes), gub = e.bind(guv, guv.bytes),
                       yb = e.bind(yv, yv.bytes);
-  if (hqb.residual % 16 || xqb.residual % 16) return false;
   const detail::bound sb = m.slots ? e.bind(slot_map, E * 4) : detail::bound{};
-  if (!planes_fast(e, m)) return false;
   const uint32_t nb = tu.moe_pairs ? tu.moe_pairs : 4, unroll = tu.moe_unroll ? tu.moe_unroll : 1;
   const bool butterfly = e.info.subgroup_shuffle;
   const uint32_t nbind = m.slots ? 8 : 7;
@@ -374,6 +391,10 @@ void kernels::moe_pass_sum(commands& c, const gpu_moe& m, uint32_t n, view ids, 
     throw usage_error("moe_pass_sum: h is smaller than the passes' scratch (moe_scratch_floats)");
   const detail::op_env e = detail::op_env_of(*p_);
   moe_sum(e, c, m, n, top_k, view(*h.buf, h.offset + gs.o_y, np * d * 4), ids, out, view(), {}, true);
+}
+
+bool kernels::moe_takes_pass(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const {
+  return m.slots > 0 && n >= 2 && plan_grouped_i8(*this, *p_, detail::op_env_of(*p_), m, n, top_k, h).ok;
 }
 
 bool kernels::moe_runs_i8_tc(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const {

@@ -40,6 +40,15 @@ grouped_scratch grouped_layout(const gpu_moe& m, uint32_t n, uint32_t top_k);
 bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
                  view ids, view weights, uint32_t top_k, float limit, view h, view out, view slot_map,
                  const moe_extras& ex);
+/// Where the n >= 2 int8 path applies (its formats, shapes, scratch and alignment): its work split and scratch layout.
+struct grouped_i8_plan {
+  bool ok = false;
+  uint32_t rpt = 0, rpw = 0;  // rows per subgroup, per workgroup
+  grouped_scratch gs;
+  uint64_t hq_bytes = 0, o_xq = 0, xq_bytes = 0;  // h: quantised SwiGLU rows, then (at o_xq) quantised x
+};
+grouped_i8_plan plan_grouped_i8(const kernels& k, const kernels::impl& p, const detail::op_env& e, const gpu_moe& m,
+                                uint32_t n, uint32_t top_k, view h);
 /// n >= 2 with int8 activations (kernels_moe_i8.cpp); false, recording nothing, where the path does not apply.
 bool moe_grouped_i8(kernels& k, const kernels::impl& p, const detail::op_env& e, commands& c, const gpu_moe& m, view x,
                     uint32_t n, view ids, view weights, uint32_t top_k, float limit, view h, view out,

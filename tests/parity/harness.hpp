@@ -207,5 +207,6 @@ void v41_cases(suite& s);  // cases_v41.cpp: V4.1 kernels (FP4 KV fake-quant, ca
 void sample_cases(suite& s);  // cases_sample.cpp: the device sampler against cmfx::sampler
 void prompt_cache_cases(suite& s);  // cases_prompt_cache.cpp: the driver's prompt cache, a long V4.1 prompt
 void chunk_pipeline_cases(suite& s);  // cases_chunk_pipeline.cpp: prefill chunks recorded while the one before runs
+void chunk_passes_cases(suite& s);  // cases_chunk_passes.cpp: prefill chunks under the expert cache, in passes
 
 }  // namespace cmfx::parity

@@ -211,6 +211,7 @@ int main(int argc, char** argv) {
     parity::model_v41_cases(s);
     parity::prompt_cache_cases(s);
     parity::chunk_pipeline_cases(s);
+    parity::chunk_passes_cases(s);
     parity::prim_cases(s);
     parity::v41_cases(s);
     parity::sample_cases(s);

@@ -541,6 +541,9 @@ class kernels {
   /// out = the sum of the pair rows that moe passes (moe_extras::pass) left in h, per token in ascending expert id
   /// then the shared expert, as kernels::moe sums them (m, n, ids, top_k, h those of the passes).
   void moe_pass_sum(commands& c, const gpu_moe& m, uint32_t n, view ids, uint32_t top_k, view h, view out);
+  /// Whether moe(c, m, x, n, ..., h, ..., act_precision::i8, slot_map, {.pass = true}) applies here: an expert cache
+  /// (m.slots > 0), n >= 2, and the expert-grouped int8 path for m's formats and shapes, this device and scratch h.
+  bool moe_takes_pass(const gpu_moe& m, uint32_t n, uint32_t top_k, view h) const;
   /// Stages of kernels::moe at which moe_extras::side is called, at most.
   static constexpr uint32_t moe_stages = 4;
   /// Records the int8 quantisation of x into h where moe(c, m, x, 1, ..., h, ..., act_precision::i8, ...) takes

@@ -1,0 +1,78 @@
+#pragma once
+// A prefill chunk's routed experts, shared by the V4 and V4.1 GPU graphs (dsv4_gpu_chunk.cpp, dsv41_gpu_chunk.cpp).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "cmfx/kernels/act_precision.hpp"
+#include "cmfx/vk/device.hpp"
+#include "cmfx/vk/kernels.hpp"
+#include "gpu_expert_cache.hpp"
+
+namespace cmfx::driver {
+
+/// Records layer l's routed experts over a chunk's T rows into c (after its routing wrote ridx / rw): kernels::moe
+/// on a resident layer. Under the expert cache the chunk's recording is cut here: c (with a copy of the selected
+/// ids for the host) is submitted and waited for, the cache runs the layer's passes (gpu_expert_cache::run_passes,
+/// each a kernels::moe with moe_extras::pass) and c becomes a new part that opens with kernels::moe_pass_sum — the
+/// resident layer's bits. The caller keeps m's routed_only_scope around the call, waits for c's last part and then
+/// calls the cache's finish_passes (drop_passes on an error path). `dispatches`: the dispatches of the parts
+/// submitted here are added to it.
+inline void record_chunk_experts(gpu::kernels& k, gpu::device& dev, gpu::commands& c, gpu_expert_cache& cache,
+                                 uint32_t l, const gpu::gpu_moe& m, gpu::view u, uint32_t T, gpu::view ridx,
+                                 gpu::view rw, uint32_t top_k, float limit, gpu::view h, gpu::view out,
+                                 act_precision act, uint32_t& dispatches) {
+  if (!cache.active()) {
+    k.moe(c, m, u, T, ridx, rw, top_k, limit, h, out, act);
+    return;
+  }
+  const uint64_t pairs = uint64_t(T) * top_k;
+  c.copy(gpu::view(*ridx.buf, ridx.offset, pairs * 4), cache.chunk_ids(pairs), pairs * 4);
+  dispatches += c.dispatch_count();
+  dev.submit_async(c);
+  dev.wait(c);
+  c = dev.begin();
+  gpu::moe_extras mx;
+  mx.pass = true;
+  (void)cache.run_passes(l, cache.read_chunk_ids(pairs), [&](gpu::commands& part, bool first) {
+    mx.pass_shared = first;
+    k.moe(part, m, u, T, ridx, rw, top_k, limit, h, out, act, cache.slot_map(l), mx);
+    dispatches += part.dispatch_count();
+  });
+  c.barrier();  // after the passes (submitted before this part)
+  k.moe_pass_sum(c, m, T, ridx, top_k, h, out);
+}
+
+/// Whether a chunk of `rows` rows can run layer m's experts in passes under the expert cache (the cache has slots
+/// for them and the pass's path applies to m's chunk shape — m as record_chunk_experts gets it — with act).
+inline bool chunk_experts_pass(const gpu::kernels& k, const gpu_expert_cache& cache, const gpu::gpu_moe& m,
+                               uint32_t rows, uint32_t top_k, gpu::view h, act_precision act) {
+  return cache.pass_slots() > 0 && act == act_precision::i8 && k.moe_takes_pass(m, rows, top_k, h);
+}
+
+/// A chunk's recording under the expert cache: unless released (after the cache's finish_passes), the destructor
+/// waits for the passes submitted and empties the cache (an error path: the slots may not hold what the host
+/// believes).
+class chunk_pass_guard {
+ public:
+  explicit chunk_pass_guard(gpu_expert_cache* cache) : cache_(cache) {}
+  ~chunk_pass_guard() {
+    if (cache_) cache_->drop_passes();
+  }
+  chunk_pass_guard(const chunk_pass_guard&) = delete;
+  chunk_pass_guard& operator=(const chunk_pass_guard&) = delete;
+  void release() noexcept { cache_ = nullptr; }
+
+ private:
+  gpu_expert_cache* cache_;
+};
+
+/// The end of the chunk that starts at b of n ids in chunks of C: min(n, b + C) — one row earlier under the expert
+/// cache where the last chunk would otherwise have one row (a pass needs two; the graphs chunk there with C ≥ 3).
+inline size_t chunk_end(size_t n, size_t b, size_t C, bool cached) {
+  size_t e = std::min(n, b + C);
+  if (cached && n - e == 1) --e;
+  return e;
+}
+
+}  // namespace cmfx::driver

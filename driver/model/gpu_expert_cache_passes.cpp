@@ -1,0 +1,165 @@
+// The expert cache's passes for prefill chunks (gpu_expert_cache.hpp, "Prefill chunks"): which experts each pass
+// holds, their copies through the upload ring, and the pass's slot map.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "cmfx/core/error.hpp"
+#include "cmfx/vk/device.hpp"
+#include "gpu_expert_cache.hpp"
+
+namespace cmfx::driver {
+
+namespace {
+constexpr uint32_t absent = 0xFFFFFFFFu;
+using clk = std::chrono::steady_clock;
+double since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
+}  // namespace
+
+gpu::view gpu_expert_cache::chunk_ids(uint64_t pairs) {
+  const uint64_t bytes = std::max<uint64_t>(pairs * 4, 16);
+  if (!chunk_ids_ || chunk_ids_.size() < bytes) chunk_ids_ = dev_.alloc_readback(bytes);
+  return gpu::view(chunk_ids_, 0, pairs * 4);
+}
+
+std::span<const uint32_t> gpu_expert_cache::read_chunk_ids(uint64_t pairs) {
+  if (!chunk_ids_ || chunk_ids_.size() < pairs * 4) throw std::logic_error("expert cache: chunk_ids not recorded");
+  return {reinterpret_cast<const uint32_t*>(dev_.mapped(chunk_ids_)), size_t(pairs)};
+}
+
+void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves) {
+  // Two groups of `per` images (≥ 32 MiB a group where the slots allow it): the host packs one group while the copy
+  // engine reads the other.
+  const uint64_t groups = 2;
+  if (!pass_ring_) {
+    const uint64_t big = (pass_group_bytes + stats_.slot_bytes - 1) / stats_.slot_bytes;
+    pass_per_ = std::clamp<uint64_t>(big, std::max<uint32_t>(1, top_k_ / 2), std::max<uint32_t>(1, stats_.slots));
+    pass_ring_ = dev_.alloc_upload(groups * pass_per_ * stats_.slot_bytes);
+    group_copy_.assign(groups, -1);
+  }
+  const uint64_t per = pass_per_;
+  uint8_t* const staged = dev_.mapped(pass_ring_);
+  constexpr uint64_t piece = 1ull << 20;
+  for (size_t i = 0; i < moves.size(); i += per) {
+    const uint64_t g = next_group_++ % groups, n = std::min<uint64_t>(per, moves.size() - i);
+    if (group_copy_[g] >= 0) {  // the group's last copies must have read it
+      const auto tw = clk::now();
+      dev_.wait(pass_copies_[size_t(group_copy_[g])]);
+      stats_.chunk_wait_seconds += since(tw);
+    }
+    chunks_.clear();
+    for (uint64_t q = 0; q < n; ++q) {
+      uint8_t* to = staged + (g * per + q) * stats_.slot_bytes;
+      for (const auto& [from, bytes] : gpu::moe_slot_sources(*C.moe, C.host[moves[i + q].e]))
+        for (uint64_t at = 0; at < bytes; at += piece) {
+          chunks_.push_back({to, from + at, std::min(piece, bytes - at)});
+          to += chunks_.back().bytes;
+        }
+    }
+    const auto t0 = clk::now();
+    copiers_->run(chunks_.size(), [&](uint64_t b, uint64_t en, unsigned) {
+      for (uint64_t q = b; q < en; ++q) std::memcpy(chunks_[q].to, chunks_[q].from, chunks_[q].bytes);
+    });
+    stats_.chunk_move_seconds += since(t0);
+    gpu::commands c = dev_.begin();
+    c.barrier();  // after the passes submitted before (they read the slots these copies overwrite)
+    for (uint64_t q = 0; q < n; ++q)
+      gpu::record_moe_slot(c, *C.moe, moves[i + q].slot,
+                           gpu::view(pass_ring_, (g * per + q) * stats_.slot_bytes, stats_.slot_bytes));
+    dev_.submit_async(c);
+    pass_copies_.push_back(std::move(c));
+    group_copy_[g] = int64_t(pass_copies_.size() - 1);
+    stats_.chunk_bytes_moved += n * stats_.slot_bytes;
+  }
+}
+
+uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
+                                      const std::function<void(gpu::commands& part, bool first)>& record) {
+  layer& C = layers_.at(l);
+  const uint32_t E = experts_, S = pass_slots();
+  if (S == 0) throw std::logic_error("expert cache: run_passes without slots");
+  try {
+    std::vector<uint8_t> need(E, 0);
+    for (const uint32_t e : ids)
+      if (e < E) need[e] = 1;  // an invalid id: its token's sum is NaN, as on the resident layer
+    std::vector<uint32_t> pass, missing;  // the first pass starts with the resident experts
+    for (uint32_t e = 0; e < E; ++e)
+      if (need[e]) (C.slot_of[e] != absent ? pass : missing).push_back(e);
+    ++stats_.chunk_layers;
+    stats_.chunk_experts += pass.size() + missing.size();
+    stats_.chunk_hits += pass.size();
+    uint64_t tick = ++tick_;
+    // A pass's experts are marked with its tick, so that its misses evict neither them nor (while older slots
+    // remain) the experts of earlier passes; the experts no pass needs have older ticks still.
+    for (const uint32_t e : pass) C.last_use[C.slot_of[e]] = tick;
+    std::vector<move_to> moves;
+    std::vector<uint32_t> want(E);
+    size_t next = 0;
+    uint32_t passes = 0;
+    while (true) {
+      moves.clear();
+      while (pass.size() < S && next < missing.size()) {
+        const uint32_t e = missing[next++];
+        uint32_t victim = absent;
+        for (uint32_t s = 0; s < S; ++s)
+          if (C.last_use[s] != tick && (victim == absent || C.last_use[s] < C.last_use[victim])) victim = s;
+        if (victim == absent) throw std::logic_error("expert cache: no slot left for a pass");
+        if (C.expert_in[victim] >= 0) C.slot_of[size_t(C.expert_in[victim])] = absent;
+        C.expert_in[victim] = int64_t(e);
+        C.slot_of[e] = victim;
+        C.last_use[victim] = tick;
+        moves.push_back({e, victim});
+        pass.push_back(e);
+      }
+      copy_in(C, moves);
+      std::fill(want.begin(), want.end(), absent);
+      for (const uint32_t e : pass) want[e] = C.slot_of[e];
+      gpu::commands part = dev_.begin();
+      part.barrier();  // after the pass's copies and the passes before (which read the map)
+      part.update(gpu::view(C.map), want.data(), uint64_t(E) * 4);
+      part.barrier();
+      record(part, passes == 0);
+      dev_.submit_async(part);
+      pass_parts_.push_back(std::move(part));
+      C.map_dev = want;  // the next decode step's fill restores the map of every resident expert
+      ++passes;
+      if (next >= missing.size()) break;
+      pass.clear();
+      tick = ++tick_;
+    }
+    stats_.chunk_passes += passes;
+    return passes;
+  } catch (...) {
+    drop_passes();
+    throw;
+  }
+}
+
+void gpu_expert_cache::finish_passes() {
+  try {
+    for (gpu::commands& c : pass_copies_) dev_.wait(c);
+    for (gpu::commands& c : pass_parts_) dev_.wait(c);
+  } catch (...) {
+    drop_passes();
+    throw;
+  }
+  pass_copies_.clear(), pass_parts_.clear();
+  group_copy_.assign(group_copy_.size(), -1);
+}
+
+void gpu_expert_cache::drop_passes() noexcept {
+  try {
+    for (gpu::commands& c : pass_copies_) dev_.wait(c);
+    for (gpu::commands& c : pass_parts_) dev_.wait(c);
+  } catch (...) {  // the device is lost: nothing more to wait for
+  }
+  pass_copies_.clear(), pass_parts_.clear();
+  group_copy_.assign(group_copy_.size(), -1);
+  try {
+    invalidate();
+  } catch (...) {
+  }
+}
+
+}  // namespace cmfx::driver

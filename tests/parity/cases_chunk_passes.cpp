@@ -1,0 +1,134 @@
+// Prefill chunks under the expert cache (driver/model/chunk_experts.hpp, gpu_expert_cache::run_passes): a chunk's
+// recording is cut after each layer's routing; the host reads the selected ids and runs the layer's experts in passes
+// of at most `slots` experts, copying each pass's misses in; kernels::moe_pass_sum sums every pass's rows. A graph
+// whose budget leaves `slots` slots per layer must give the prompt's logits and the decode steps after it bit for bit
+// as the same graph with every expert resident (int8 expert activations in the chunks: the passes' path), and its
+// statistics must add up.
+#include <cmath>
+#include <cstring>
+
+#include "harness.hpp"
+#include "model/dsv41_forward.hpp"
+#include "model/dsv41_gpu.hpp"
+#include "model/dsv4_forward.hpp"
+#include "model/dsv4_gpu.hpp"
+#include "model_toys.hpp"
+
+namespace cmfx::parity {
+
+namespace {
+
+using namespace cmfx::driver;
+
+constexpr uint32_t kChunk = 7;
+constexpr uint64_t kDecode = 6;
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+}
+
+double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = double(a[i]) - ref[i];
+    num += e * e, den += double(ref[i]) * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+/// Model (dsv4_model / dsv41_model, opened with CpuOptions) and its GPU graph resident and with a budget leaving
+/// `slots` expert slots per layer. prompt 40 = 5 × 7 + 5: the same chunks in both, compared bit for bit; prompt
+/// 43 = 6 × 7 + 1: the cached graph moves a row into the last chunk (a pass needs two rows) — 6 chunks of 7 rows
+/// then one of 1 resident, 5 of 7, one of 6 and one of 2 cached — compared by NMSE (other chunk shapes round
+/// otherwise).
+template <class Model, class CpuOptions, class GpuModel, class GpuOptions>
+std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint64_t prompt, uint64_t seed,
+                        std::string& info) {
+  CpuOptions co;
+  co.threads = 1;
+  auto cpu = Model::open(path, co);
+  const auto& cf = cpu->config();
+  GpuOptions go;
+  go.max_ctx = prompt + kDecode;
+  go.prefill_chunk = kChunk;
+  go.gemm = gpu::gemm_precision::f32;
+  go.expert_act = act_precision::i8;
+  go.prefill_experts = prefill_expert_mode::act;  // int8 experts in the chunks too, whatever their format
+  go.device_embedding = false;
+  go.vram_budget = uint64_t(1) << 60;  // the chunk scratch allocated up front, as under a budget; every expert fits
+  GpuModel resident(cpu->weights(), s.dev, s.kern, go);
+  if (resident.cache_stats().active) return "a budget of 2^60 bytes activated the expert cache";
+  const expert_view& e0 = cpu->weights().layers.at(0).experts.at(0);
+  auto vb = [](const matrix_view& v) { return v.data_bytes + v.scale_bytes; };
+  const uint64_t one = vb(e0.gate) + vb(e0.up) + vb(e0.down);
+  go.vram_budget = resident.weight_bytes() + resident.state_bytes() - uint64_t(cf.layers) * (cf.experts - slots) * one;
+  GpuModel cached(cpu->weights(), s.dev, s.kern, go);
+  const gpu_expert_cache_stats& cs = cached.cache_stats();
+  if (!cs.active || cs.slots != slots)
+    return "the budget left " + std::to_string(cs.slots) + " slots per layer (active " + std::to_string(cs.active) +
+           "), not " + std::to_string(slots);
+  if (!cached.prefill_chunked()) return "the cached graph does not run prompts in chunks";
+  const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, prompt + kDecode);
+  const std::span<const uint32_t> p(ids.data(), prompt);
+  const std::vector<float> a = cached.forward(p, true), b = resident.forward(p, true);
+  const uint64_t ragged = prompt % kChunk == 1, chunks = (prompt + kChunk - 1) / kChunk;
+  if (cached.last_prefill().chunks != chunks)
+    return "the cached prompt ran " + std::to_string(cached.last_prefill().chunks) + " chunks, not " +
+           std::to_string(chunks);
+  if (a.size() != cf.vocab || cached.pos() != prompt) return "no logits or a wrong position after the cached prompt";
+  double worst = 0;
+  if (ragged) {
+    worst = nmse(a, b);
+    if (!(worst <= 1e-6))
+      return "ragged prompt: the cached logits' NMSE against the resident's is " + std::to_string(worst);
+  } else if (!same_bits(a, b)) {
+    return "the prompt's logits differ from the resident graph's (NMSE " + std::to_string(nmse(a, b)) + ")";
+  }
+  for (uint64_t t = prompt; t < prompt + kDecode; ++t) {
+    const std::span<const uint32_t> step(&ids[t], 1);
+    const std::vector<float> x = cached.forward(step, true), y = resident.forward(step, true);
+    if (!ragged && !same_bits(x, y))
+      return "decode step at position " + std::to_string(t) + " differs after the chunks";
+    if (ragged && !(nmse(x, y) <= 1e-6)) return "decode step at position " + std::to_string(t) + ": NMSE beyond 1e-6";
+    if (ragged) worst = std::max(worst, nmse(x, y));
+  }
+  if (cs.chunk_layers != chunks * cf.layers)
+    return "statistics: " + std::to_string(cs.chunk_layers) + " layer runs of chunks, not " +
+           std::to_string(chunks * cf.layers);
+  if (cs.chunk_passes <= cs.chunk_layers) return "statistics: no layer of a chunk needed more than one pass";
+  if (cs.chunk_bytes_moved != (cs.chunk_experts - cs.chunk_hits) * cs.slot_bytes)
+    return "statistics: chunk bytes moved != copied experts x slot bytes";
+  if (cs.chunk_experts > cs.chunk_layers * cf.experts || cs.chunk_hits == 0)
+    return "statistics: distinct experts or hits out of range";
+  if (cs.tokens != kDecode || cs.lookups != kDecode * cf.layers * cf.top_k)
+    return "statistics: the decode steps' counts do not add up";
+  char nm[64], b2[240];
+  std::snprintf(nm, sizeof nm, "NMSE vs resident <= %.2e, + 6 steps", worst);
+  std::snprintf(b2, sizeof b2, "%u of %u slots, %llu chunks, %.2f passes per layer, %.1f %% resident; %s", slots,
+                cf.experts, (unsigned long long)chunks, double(cs.chunk_passes) / double(cs.chunk_layers),
+                100.0 * double(cs.chunk_hits) / double(cs.chunk_experts),
+                ragged ? nm : "bit for bit, + 6 steps");
+  info = b2;
+  return {};
+}
+
+}  // namespace
+
+void chunk_passes_cases(suite& s) {
+  toy_files files;
+  for (const uint64_t prompt : {40u, 43u})
+    for (const uint32_t slots : {2u, 3u}) {
+      const std::string what = "prefill chunks of 7 in expert passes, " + std::to_string(slots) + " slots, " +
+                               std::to_string(prompt) + "+6 tokens";
+      s.run("model_v4", "-", what + ", cmf q4tp toy", [&, prompt, slots](uint64_t seed, std::string& info) {
+        return passes_case<dsv4_model, dsv4_options, dsv4_gpu_model, dsv4_gpu_options>(
+            s, files.make("cmf", "q4tp"), slots, prompt, seed, info);
+      });
+      s.run("model_v41", "-", what + ", release toy", [&, prompt, slots](uint64_t seed, std::string& info) {
+        return passes_case<dsv41_model, dsv41_options, dsv41_gpu_model, dsv41_gpu_options>(
+            s, files.make("release", "native", "v41"), slots, prompt, seed, info);
+      });
+    }
+}
+
+}  // namespace cmfx::parity
