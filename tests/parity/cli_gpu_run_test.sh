@@ -113,6 +113,19 @@ check "--vram-budget on the CPU backend: exit 2" test $? -eq 2
 "${GPU[@]}" --raw-ids "1 2" --vram-budget 12X >/dev/null 2>"$T/v3.err"
 check "--vram-budget 12X: exit 2" test $? -eq 2
 
+# A prompt in prefill chunks under the expert cache (int8 experts on the q4tp toy: each layer's experts in passes of
+# the slots, copied in once per chunk): the same ids as the resident graph; --stats counts the chunks' passes.
+"$CMFX" make-toy --out "$T/q4.cmf" --quant q4tp --tokenizer "$TJ" >/dev/null 2>&1
+Q4=("$CMFX" run "$T/q4.cmf" --backend vulkan --gemm f32 --act i8)
+"${Q4[@]}" --raw-ids "1 2" --vram-budget 1 >/dev/null 2>"$T/q1.err"
+QMIN=$(grep -oE 'at least [0-9]+ bytes' "$T/q1.err" | grep -oE '[0-9]+')
+QIDS="$(seq -s ' ' 3 7 300)"
+"${Q4[@]}" --raw-ids "$QIDS" -n 12 >"$T/qr.out" 2>/dev/null
+"${Q4[@]}" --raw-ids "$QIDS" -n 12 --vram-budget "$((${QMIN:-0} + 4096))" --stats >"$T/qc.out" 2>"$T/qc.err"
+check "prompt in chunks under the expert cache: exit 0" test $? -eq 0
+check "... the resident graph's ids" test -s "$T/qr.out" -a "$(head -n 1 "$T/qc.out")" = "$(head -n 1 "$T/qr.out")"
+check "... its experts in passes (--stats)" grep -qE 'prefill chunks: [1-9][0-9]* layer runs in [0-9]+ passes' "$T/qc.err"
+
 # cmfx bench --synthetic tiny: the benchmark's machinery (roofline, warm-up, prefill, decode, seek, profile, JSON),
 # with FP8 dense matrices (wo_a groups inside a 128-row tile: uploaded decoded) and int8 expert activations.
 "$CMFX" bench --synthetic tiny --prompt 8 --tokens 8 --ctx 64 --roofline-mib 16 --profile --json >"$T/b1.out" 2>&1
