@@ -69,6 +69,15 @@ inline CLI::Option* add_cold_experts_flag(CLI::App* c, cold_experts& v) {
       ->default_str("copy");
 }
 
+/// The `--budget-keeps-chunks` flag of `cmfx run`, `cmfx serve` and `cmfx bench` (Vulkan, with --vram-budget):
+/// dsv4_gpu_options::budget_keeps_chunks / dsv41_gpu_options::budget_keeps_chunks.
+inline CLI::Option* add_budget_keeps_chunks_flag(CLI::App* c, bool& v) {
+  return c->add_flag("--budget-keeps-chunks", v,
+                     "--backend vulkan with --vram-budget: where every expert fits only without the prefill chunks' "
+                     "scratch, keep the scratch (prompts in chunks, the experts through the expert cache) instead "
+                     "of the experts resident and prompts token by token (default)");
+}
+
 /// The `--copy-threads N` flag of `cmfx run` and `cmfx serve` (Vulkan, with --vram-budget; `cmfx bench` has its own).
 inline CLI::Option* add_copy_threads_flag(CLI::App* c, uint32_t& v) {
   return c

@@ -111,7 +111,8 @@ struct gpu_graph_of_file {
     if (qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
     auto g = std::make_unique<gpu_adapter>();
     g->r = gpu_runner::open(p, gpu_run_options{m.device, m.max_ctx, m.matmul_act, m.vram_budget, m.prefill_chunk, m.gemm,
-                                                  m.prefill_experts, m.cold, m.copy_threads});
+                                                  m.prefill_experts, m.cold, m.copy_threads,
+                                                  m.budget_keeps_chunks});
     g->info.source = g->r->source();
     return g;
   }

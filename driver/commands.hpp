@@ -78,6 +78,7 @@ struct bench_args {
   std::string vram_budget;        // --vram-budget: device bytes the model may take ("" = no limit)
   uint32_t copy_threads = 8;      // --copy-threads: host threads packing streamed experts (expert cache only)
   cold_experts cold = cold_experts::copy;  // --cold-experts: misses of the expert cache copied in or run on the CPU
+  bool budget_keeps_chunks = false;  // --budget-keeps-chunks: the prefill chunks' scratch before resident experts
   double cold_margin = 1.0;       // --cold-margin: uses beyond the coldest slot's a miss needs to be copied in (cpu)
   uint64_t cpu_chunk = 64;          // --cpu-chunk: rows per chunk of the CPU experts (0 = static partition)
   std::string cache_wait = "spin";  // --cache-wait: spin | block (the expert cache's per-layer waits; diagnostics)
@@ -120,6 +121,7 @@ struct model_run_options {
   uint64_t vram_budget = 0; // --vram-budget: device bytes the model may take (0 = no limit: every expert resident)
   cold_experts cold = cold_experts::copy;  // --cold-experts: misses of the expert cache copied in or run on the CPU
   uint32_t copy_threads = 8;  // --copy-threads: host threads packing (and with --cold-experts cpu computing) experts
+  bool budget_keeps_chunks = false;  // --budget-keeps-chunks: the prefill chunks' scratch before resident experts
   uint32_t prefill_chunk = 512;  // --prefill-chunk: V4 prompt positions per device recording (0/1: token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  // --prefill-experts: the prefill chunks' experts

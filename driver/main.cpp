@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   add_gemm_flag(cr, run.model_opts.gemm);
   add_prefill_experts_flag(cr, run.model_opts.prefill_experts);
   add_cold_experts_flag(cr, run.model_opts.cold);
+  add_budget_keeps_chunks_flag(cr, run.model_opts.budget_keeps_chunks);
   add_copy_threads_flag(cr, run.model_opts.copy_threads);
   cr->add_flag("--stats", run.stats, "--backend vulkan: print the expert-cache statistics at the end");
   cr->add_option("--sampling", run.sampling,
@@ -225,6 +226,7 @@ int main(int argc, char** argv) {
   add_gemm_flag(cb, bench.gemm);
   add_prefill_experts_flag(cb, bench.prefill_experts);
   add_cold_experts_flag(cb, bench.cold);
+  add_budget_keeps_chunks_flag(cb, bench.budget_keeps_chunks);
   cb->add_option("--cache-wait", bench.cache_wait,
                  "Diagnostics: how the expert cache waits for each layer's part — spin (default: on the fence's status) "
                  "| block (the driver's blocking wait)")

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "cmfx/core/error.hpp"
 #include "cmfx/kernels/act_precision.hpp"
+#include "cmfx/kernels/moe.hpp"
 #include "cmfx/vk/device.hpp"
 #include "cmfx/vk/kernels.hpp"
 #include "gpu_expert_cache.hpp"
+#include "prefill_experts.hpp"
 
 namespace cmfx::driver {
 
@@ -48,6 +52,56 @@ inline void record_chunk_experts(gpu::kernels& k, gpu::device& dev, gpu::command
 inline bool chunk_experts_pass(const gpu::kernels& k, const gpu_expert_cache& cache, const gpu::gpu_moe& m,
                                uint32_t rows, uint32_t top_k, gpu::view h, act_precision act) {
   return cache.pass_slots() > 0 && act == act_precision::i8 && k.moe_takes_pass(m, rows, top_k, h);
+}
+
+/// Before the experts are placed: whether chunks of prefill_chunk rows could run experts like e in passes under
+/// an expert cache — int8 chunk experts (prefill_expert_act) of formats with an int8 kernel, chunks of ≥ 3 rows (the
+/// shapes and the scratch are checked by chunk_experts_pass once the experts are placed).
+inline bool chunk_passes_possible(const gpu::kernels& k, const expert_view& e, prefill_expert_mode mode,
+                                  act_precision expert_act, uint32_t prefill_chunk) {
+  return prefill_chunk >= 3 && prefill_expert_act(mode, expert_act, e.gate_fmt) == act_precision::i8 &&
+         k.has_i8(e.gate_fmt) && k.has_i8(e.up_fmt) && k.has_i8(e.down_fmt);
+}
+
+/// The routed experts' placement of a GPU graph (V4 and V4.1 constructors; Impl: the graph's impl, after its
+/// weights and state) under a vram_budget with prefill chunks: the chunk scratch is allocated first, so that the
+/// placement counts it, then —
+/// - every expert fits beside it: resident, the chunks as without a budget;
+/// - every expert fits without it (not with it): the scratch is dropped (prompts token by token) and the experts stay
+///   resident — the decode's speed before the prompt's — unless opt.budget_keeps_chunks (then as below);
+/// - else the expert cache: the scratch stays where its chunks can run the experts in passes (`chunks_can_run`, the
+///   graph's own conditions, and chunk_passes_possible), else it is dropped first and its bytes go to the slots;
+///   where the budget leaves no room for the cache's minimum beside the scratch, the scratch is dropped (a budget
+///   below the minimum without it is refused naming both minimums); where the pass path turns out not to apply to the placed layers (shapes, scratch alignment:
+///   chunk_passes_apply), the scratch is freed (its bytes stay unused).
+/// Without a budget or chunks: the placement alone. Returns the device bytes the placement took.
+template <class Impl>
+uint64_t place_experts(Impl& m, bool chunks_can_run, bool passes_possible, const gpu_expert_cache_options& o) {
+  auto drop = [&] {
+    m.state_bytes -= m.ch->bytes;
+    m.ch.reset();
+    m.chunks_off = true;
+  };
+  if (o.budget && m.opt.prefill_chunk > 1) {
+    m.alloc_chunk();
+    const uint64_t used = m.weight_bytes + m.state_bytes, all = m.experts->resident_bytes();
+    const bool fits_without = used - m.ch->bytes + all <= o.budget && !m.opt.budget_keeps_chunks;
+    if (used + all > o.budget && (fits_without || !chunks_can_run || !passes_possible))
+      drop();
+  }
+  if (m.ch && o.budget && o.budget < m.experts->minimum_bytes(m.weight_bytes + m.state_bytes, o.cold)) {
+    const uint64_t with = m.experts->minimum_bytes(m.weight_bytes + m.state_bytes, o.cold);
+    drop();
+    try {
+      return m.experts->place(m.weight_bytes + m.state_bytes, o);
+    } catch (const usage_error& e) {
+      throw usage_error(std::string(e.what()) + "; prompts in prefill chunks under the expert cache need at least " +
+                        std::to_string(with) + " bytes (with the chunks' scratch)");
+    }
+  }
+  const uint64_t took = m.experts->place(m.weight_bytes + m.state_bytes, o);
+  if (m.ch && m.experts->active() && !m.chunk_passes_apply()) drop();
+  return took;
 }
 
 /// A chunk's recording under the expert cache: unless released (after the cache's finish_passes), the destructor

@@ -53,6 +53,7 @@ struct dsv41_gpu_options {
   /// Device bytes the model may take; 0 = no limit. When the routed experts do not fit: the expert cache
   /// (gpu_expert_cache.hpp), as dsv4_gpu_options::vram_budget.
   uint64_t vram_budget = 0;
+  bool budget_keeps_chunks = false;  ///< as dsv4_gpu_options::budget_keeps_chunks
   uint32_t copy_threads = 8;  ///< host threads copying streamed experts (expert cache only; and computing them)
   cold_experts cold = cold_experts::copy;  ///< as dsv4_gpu_options::cold
   double cold_margin = 1.0;                ///< as dsv4_gpu_options::cold_margin
@@ -68,7 +69,8 @@ struct dsv41_gpu_options {
   bool pipeline = true;
   /// Positions per prefill chunk (forward() of several ids that are a prefill — or anywhere without stale_index_k):
   /// each chunk is one recording with every op batched over its rows (dsv41_gpu_chunk.cpp). 0 or 1: token by token.
-  /// The chunk's scratch is allocated by the first chunk; with the expert cache prompts run token by token.
+  /// The chunk's scratch is allocated by the first chunk (under a vram_budget at construction, as V4's); with the
+  /// expert cache the chunks run each layer's experts in passes where they can (dsv4_gpu_options::prefill_chunk).
   uint32_t prefill_chunk = 512;
   /// The prefill chunks' tiled GEMMs, as dsv4_gpu_options::gemm (f16 on the tensor cores where the device has them;
   /// f32: the parity reference). Decode steps are not affected.

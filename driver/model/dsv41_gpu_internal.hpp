@@ -92,8 +92,9 @@ struct dsv41_gpu_model::impl {
   gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
   std::unique_ptr<chunk_inputs> chunk_in;  // the chunks' host-made inputs (allocated with ch)
   chunk_in_flight chunk_flight;  // a pipelined chunk the device may still run (after ch: destroyed first)
-  /// Whether n ids at the current position may run in prefill chunks: prefill_chunk > 1, n > 1, no expert cache,
-  /// and the ids a prefill (or no stale_index_k: then every row scores its layer's static key source).
+  /// Whether n ids at the current position may run in prefill chunks: prefill_chunk > 1 (≥ 3 under the expert
+  /// cache, whose experts then run in passes), n > 1, the scratch not dropped (chunks_off), and the ids a prefill (or
+  /// no stale_index_k: then every row scores its layer's static key source).
   bool chunks_ids(uint64_t n) const;
   /// How many of n ids at the current position may run as prefill rows: all of them without stale_index_k, else
   /// those below official_prefill.end (a call at position 0 has marked its own ids first: mark_call).
@@ -103,7 +104,7 @@ struct dsv41_gpu_model::impl {
   void alloc_chunk();
   /// Under the expert cache: whether every layer's chunk experts can run in passes (chunk_experts.hpp).
   bool chunk_passes_apply();
-  bool chunks_off = false;  // a vram_budget's expert cache whose passes do not apply: prompts token by token
+  bool chunks_off = false;  // the chunk scratch dropped under a vram_budget (place_experts): prompts token by token
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk): want_logits the last row's into `logits`,
   /// all_logits every row's [n, vocab]; trace: per row, as run()'s. Without all_logits, trace or profiling the
   /// chunk is left running (chunk_flight: the next chunk is recorded meanwhile); the caller then waits for it

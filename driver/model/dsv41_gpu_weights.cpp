@@ -5,6 +5,7 @@
 
 #include "cmfx/core/error.hpp"
 #include "cmfx/vk/device.hpp"
+#include "chunk_experts.hpp"
 #include "dsv41_gpu_internal.hpp"
 #include "gpu_upload.hpp"
 
@@ -42,16 +43,13 @@ dsv41_gpu_model::impl::impl(const dsv41_weights& w, gpu::device& d, gpu::kernels
   experts = std::make_unique<gpu_expert_cache>(dev, cfg.experts, cfg.top_k);
   upload_weights(w);
   alloc_state();
-  // Under a budget the prefill chunk's scratch comes first, as V4's (dsv4_gpu_weights.cpp says why).
-  if (opt.vram_budget && opt.prefill_chunk > 1) alloc_chunk();
-  weight_bytes += experts->place(weight_bytes + state_bytes,
-                                 {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit),
-                                  opt.cold_margin, opt.cache_spin_waits, opt.cache_cpu_chunk});
-  if (ch && experts->active() && !chunk_passes_apply()) {
-    state_bytes -= ch->bytes;
-    ch.reset();
-    chunks_off = true;
-  }
+  // The experts resident or in the expert cache, under a budget with the chunk scratch counted (chunk_experts.hpp
+  // place_experts says when the scratch stays).
+  weight_bytes += place_experts(*this, true,
+                                chunk_passes_possible(k, w.layers.at(0).experts.at(0), opt.prefill_experts,
+                                                      opt.expert_act, opt.prefill_chunk),
+                                {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit),
+                                 opt.cold_margin, opt.cache_spin_waits, opt.cache_cpu_chunk});
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
   // Chained greedy decode (dsv41_gpu_options::device_embedding) as V4's: not with the expert cache (its steps are
   // cut per layer), nor past the budget or one storage binding; where the device memory runs out, steps run one at

@@ -550,7 +550,7 @@ std::vector<float> dsv4_gpu_model::forward_all(std::span<const uint32_t> ids) {
   impl& m = *p_;
   m.check_ids(ids);
   m.chunk_stats = {};  // last_prefill(): this call's chunks
-  if (!m.chunkable()) return gpu_graph::forward_all(ids);
+  if (!m.chunkable() || (m.experts->active() && ids.size() < 2)) return gpu_graph::forward_all(ids);
   std::vector<float> out;
   out.reserve(ids.size() * m.cfg.vocab);
   m.chunk_stats = {};

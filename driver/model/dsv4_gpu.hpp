@@ -64,6 +64,11 @@ struct dsv4_gpu_options {
   /// cold = cpu / auto), the next position recorded a layer at a time in the waits (record_task), without
   /// profiling.
   uint64_t vram_budget = 0;
+  /// Under a vram_budget that every expert fits only without the prefill chunk's scratch: false (default) drops the
+  /// scratch — experts resident, prompts token by token, the decode's speed first; true keeps it — prompts in
+  /// chunks, the experts through the expert cache (its passes), all but a few resident (chunk_experts.hpp
+  /// place_experts).
+  bool budget_keeps_chunks = false;
   /// Host threads that copy streamed experts into the upload ring (expert cache only; at most the cores) — and
   /// compute them with cold_experts::cpu.
   uint32_t copy_threads = 8;

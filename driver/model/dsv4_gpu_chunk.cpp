@@ -108,6 +108,7 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   // the expert cache cuts the recording at each layer's routing (chunk_experts.hpp): waited for, untimed
   const bool cached = experts->active();
   const bool overlap = opt.pipeline && !all_logits && !trace && !opt.profile && !cached;
+  if (cached && T < 2) throw std::logic_error("gpu model: a chunk of one row under the expert cache (chunk_end)");
   if (T > B.C) throw std::logic_error("gpu model: chunk longer than prefill_chunk");
   gpu_graph::check_ids(toks, cf.vocab, pos, opt.max_ctx);
   next.reset();

@@ -122,7 +122,7 @@ struct dsv4_gpu_model::impl {
   uint64_t pipelined = 0;  // steps that ran a recording made while the previous step ran
 
   std::unique_ptr<dsv4_gpu_chunk_bufs> ch;  // allocated by the first chunk
-  bool chunks_off = false;                   // a vram_budget left no room for the chunk scratch
+  bool chunks_off = false;                   // the chunk scratch dropped under a vram_budget (place_experts)
   gpu_chunk_profile chunk_prof;  // profiling: device seconds per chunk op
   gpu_prefill_stats chunk_stats;  // the chunks of the current / last forward (reset by prefill, forward_chunk_rows)
   std::unique_ptr<chunk_inputs> chunk_in;  // the chunks' host-made inputs (allocated with ch)
@@ -159,8 +159,9 @@ struct dsv4_gpu_model::impl {
                  dsv4_trace* trace = nullptr);
   /// ids in chunks of prefill_chunk (want_logits: the last row's into `logits`); returns once they ran.
   void prefill(std::span<const uint32_t> ids, bool want_logits);
-  /// Whether prompts can run in chunks: prefill_chunk > 1, no active expert cache, and every layer one of V4's
-  /// kinds (window only, ratio 4 with the indexer, ratio 128 without) — the shapes the chunk recording handles.
+  /// Whether prompts can run in chunks: prefill_chunk > 1 (≥ 3 under the expert cache, whose experts then run in
+  /// passes), the scratch not dropped (chunks_off), and every layer one of V4's kinds (window only, ratio 4 with the
+  /// indexer, ratio 128 without) — the shapes the chunk recording handles.
   bool chunkable() const;
   /// Under the expert cache: whether every layer's chunk experts can run in passes (chunk_experts.hpp).
   bool chunk_passes_apply();

@@ -7,6 +7,7 @@
 #include "cmfx/core/error.hpp"
 #include "cmfx/formats/format_list.hpp"
 #include "cmfx/vk/device.hpp"
+#include "chunk_experts.hpp"
 #include "dsv4_gpu_internal.hpp"
 #include "gpu_upload.hpp"
 
@@ -24,19 +25,13 @@ dsv4_gpu_model::impl::impl(const dsv4_weights& w, gpu::device& d, gpu::kernels& 
   experts = std::make_unique<gpu_expert_cache>(dev, cfg.experts, cfg.top_k);
   upload_weights(w);
   alloc_state();
-  // Under a budget the prefill chunk's scratch is allocated first, so that the expert placement counts it. Where the
-  // expert cache then runs, the chunks run its experts in passes (chunk_experts.hpp); where they cannot (formats,
-  // activations, no slot to spare) the scratch is freed — its bytes are then left unused, not given to the slots —
-  // and prompts run token by token.
-  if (opt.vram_budget && opt.prefill_chunk > 1) alloc_chunk();
-  weight_bytes += experts->place(weight_bytes + state_bytes,
-                                 {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit),
-                                  opt.cold_margin, opt.cache_spin_waits, opt.cache_cpu_chunk});
-  if (ch && experts->active() && !chunk_passes_apply()) {
-    state_bytes -= ch->bytes;
-    ch.reset();
-    chunks_off = true;
-  }
+  // The experts resident or in the expert cache, under a budget with the chunk scratch counted (chunk_experts.hpp
+  // place_experts says when the scratch stays).
+  weight_bytes += place_experts(*this, chunkable(),
+                                chunk_passes_possible(k, w.layers.at(0).experts.at(0), opt.prefill_experts,
+                                                      opt.expert_act, opt.prefill_chunk),
+                                {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit),
+                                 opt.cold_margin, opt.cache_spin_waits, opt.cache_cpu_chunk});
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
   // The embedding on the device for chained greedy decode: not with the expert cache (its steps are cut per layer),
   // nor past the budget or one storage binding (with room for the binding's alignment slack). Optional: where the

@@ -22,11 +22,29 @@ uint64_t expert_bytes(const expert_view& e) { return view_bytes(e.gate) + view_b
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 constexpr uint32_t absent = 0xFFFFFFFFu;
 
+/// "; prefill chunks: … layer runs in … passes, …" (gpu_expert_cache_line).
+std::string chunk_part(const gpu_expert_cache_stats& s) {
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "; prefill chunks: %llu layer runs in %llu passes, %.1f experts each (%.1f %% resident), %.1f MB "
+                "moved, %.2f s packing, %.2f s waiting for the ring",
+                (unsigned long long)s.chunk_layers, (unsigned long long)s.chunk_passes,
+                double(s.chunk_experts) / double(s.chunk_layers),
+                s.chunk_experts ? 100.0 * double(s.chunk_hits) / double(s.chunk_experts) : 0.0,
+                double(s.chunk_bytes_moved) / 1e6, s.chunk_move_seconds, s.chunk_wait_seconds);
+  return b;
+}
+
 }  // namespace
 
 std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t experts) {
   if (!s.active) return "expert cache: off (every expert resident)";
   char b[256];
+  if (s.tokens == 0 && s.chunk_layers) {  // prefill chunks only
+    std::snprintf(b, sizeof b, "expert cache: %u of %u slots per layer (%.1f MB each)", s.slots, experts,
+                  double(s.slot_bytes) / 1e6);
+    return b + chunk_part(s);
+  }
   const double t = double(std::max<uint64_t>(s.tokens, 1));
   std::snprintf(b, sizeof b,
                 "expert cache: %u of %u slots per layer (%.1f MB each), %llu tokens, hit rate %.1f %%, %.1f MB moved "
@@ -40,16 +58,7 @@ std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t expe
                   s.cpu_seconds / t * 1e3);
     line += b;
   }
-  if (s.chunk_layers) {
-    std::snprintf(b, sizeof b,
-                  "; prefill chunks: %llu layer runs in %llu passes, %.1f experts each (%.1f %% resident), %.1f MB "
-                  "moved, %.2f s packing, %.2f s waiting for the ring",
-                  (unsigned long long)s.chunk_layers, (unsigned long long)s.chunk_passes,
-                  double(s.chunk_experts) / double(s.chunk_layers),
-                  s.chunk_experts ? 100.0 * double(s.chunk_hits) / double(s.chunk_experts) : 0.0,
-                  double(s.chunk_bytes_moved) / 1e6, s.chunk_move_seconds, s.chunk_wait_seconds);
-    line += b;
-  }
+  if (s.chunk_layers) line += chunk_part(s);
   if (s.cold == cold_experts::automatic) {
     std::snprintf(b, sizeof b, " (auto: the CPU rule in %llu of %llu tokens; last timed windows %.2f ms per token "
                   "copying, %.2f ms with the CPU)", (unsigned long long)s.cpu_rule_tokens, (unsigned long long)s.tokens,
@@ -57,6 +66,18 @@ std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t expe
     line += b;
   }
   return line;
+}
+
+gpu_expert_cache_stats gpu_expert_cache_since(const gpu_expert_cache_stats& now, const gpu_expert_cache_stats& then) {
+  gpu_expert_cache_stats d = now;
+  d.tokens -= then.tokens, d.lookups -= then.lookups, d.hits -= then.hits, d.bytes_moved -= then.bytes_moved;
+  d.move_seconds -= then.move_seconds, d.copy_device_seconds -= then.copy_device_seconds;
+  d.wait_seconds -= then.wait_seconds;
+  d.cpu_experts -= then.cpu_experts, d.cpu_seconds -= then.cpu_seconds, d.cpu_rule_tokens -= then.cpu_rule_tokens;
+  d.chunk_layers -= then.chunk_layers, d.chunk_passes -= then.chunk_passes, d.chunk_experts -= then.chunk_experts;
+  d.chunk_hits -= then.chunk_hits, d.chunk_bytes_moved -= then.chunk_bytes_moved;
+  d.chunk_move_seconds -= then.chunk_move_seconds, d.chunk_wait_seconds -= then.chunk_wait_seconds;
+  return d;
 }
 
 gpu_expert_cache::gpu_expert_cache(gpu::device& dev, uint32_t experts, uint32_t top_k)
@@ -76,6 +97,7 @@ uint64_t gpu_expert_cache::add_layer(const std::vector<expert_view>& experts, co
   L.host = experts;
   L.shared = shared;
   L.moe = moe;
+  L.stacked_shared = moe->shared;
   layers_.push_back(std::move(L));
   return expert_bytes(e0) * top_k_ + (moe->shared ? expert_bytes(shared) : 0);
 }
@@ -138,8 +160,7 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
     auto gib = [](uint64_t b) { return std::to_string(double(b) / double(1ull << 30)).substr(0, 6) + " GiB"; };
     // copy (and auto, which copies in some tokens): a token needs its top_k experts resident at once; cpu: only the
     // stand-in slot is required.
-    const uint64_t min_slots = (o.cold == cold_experts::cpu ? 0 : K) + (cpu ? 1 : 0);
-    const uint64_t min_need = min_slots * one * nl + shared_all;
+    const uint64_t min_need = minimum_bytes(0, o.cold);
     if (used + min_need > budget)
       throw usage_error("gpu model: --vram-budget " + gib(budget) + " is below the " + gib(used) +
                         " of non-expert weights, state and scratch plus " +
@@ -224,6 +245,16 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
     taken += L.map.size();
   }
   return taken;
+}
+
+uint64_t gpu_expert_cache::minimum_bytes(uint64_t used, cold_experts cold) const {
+  if (layers_.empty()) return used;
+  uint64_t shared_all = 0;  // every layer's stacked shared expert
+  for (const layer& L : layers_) shared_all += L.moe->shared ? expert_bytes(L.shared) : 0;
+  // copy (and auto, which copies in some tokens): a token needs its top_k experts resident at once; cpu: only the
+  // stand-in slot is required
+  const uint64_t min_slots = (cold == cold_experts::cpu ? 0 : top_k_) + (cold != cold_experts::copy ? 1 : 0);
+  return used + min_slots * expert_bytes(layers_[0].host.at(0)) * layers_.size() + shared_all;
 }
 
 void gpu_expert_cache::invalidate() {

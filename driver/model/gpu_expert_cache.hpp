@@ -25,7 +25,8 @@
 // Prefill chunks (gpu_expert_cache_passes.cpp): a chunk's tokens select most of a layer's experts, more than its
 // slots. The graph cuts the chunk's recording after each layer's routing; the host reads the selected ids
 // (chunk_ids) and run_passes runs the layer's experts in passes of at most `slots` experts — the resident ones
-// first, each later pass's copied in over the experts of the passes before — each pass a kernels::moe with
+// first, each later pass's copied in over the least recently used slots (those of earlier passes last) — each pass a
+// kernels::moe with
 // moe_extras::pass over a slot map holding exactly its experts; kernels::moe_pass_sum then sums the rows of all
 // passes: the resident layer's bits. Every needed expert moves at most once per chunk instead of once per token.
 #include <cstdint>
@@ -93,6 +94,10 @@ struct gpu_expert_cache_stats {
   double chunk_wait_seconds = 0;   ///< host time waiting for the ring (the device's copies of earlier groups)
 };
 
+/// The counters of `now` since `then` (both of one cache: the totals' differences; the shape and the automatic
+/// rule's last timings as `now` has them).
+gpu_expert_cache_stats gpu_expert_cache_since(const gpu_expert_cache_stats& now, const gpu_expert_cache_stats& then);
+
 /// "expert cache: S of E slots per layer, hit rate …, … MB moved per token" (or "every expert resident").
 std::string gpu_expert_cache_line(const gpu_expert_cache_stats& s, uint32_t experts);
 
@@ -108,6 +113,8 @@ class gpu_expert_cache {
   /// Bytes every layer's routed (and stacked shared) experts take when all are resident — what place() compares
   /// with the budget.
   uint64_t resident_bytes() const;
+  /// The smallest budget place() accepts beside `used` device bytes (with the expert cache in mode `cold`).
+  uint64_t minimum_bytes(uint64_t used, cold_experts cold) const;
   /// After every other allocation (`used` device bytes): uploads every layer's experts when they fit o.budget
   /// (0 = no limit), else allocates the same number of slots per layer (what the budget leaves: ≥ top_k with
   /// cold_experts::copy, ≥ 0 besides the slot of zeros with cold_experts::cpu; else a usage_error naming the
@@ -183,6 +190,7 @@ class gpu_expert_cache {
     // experts by their current heat without a power per comparison (the coldest-slot search)
     std::vector<double> heat_key;
     bool cpu_used = false;           // the last token's cpu_sum of this layer is not zero
+    bool stacked_shared = false;     // the shared expert stacked with the routed ones (add_layer)
   };
   struct chunk {
     uint8_t* to;

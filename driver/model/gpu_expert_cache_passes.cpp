@@ -34,7 +34,9 @@ void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves) {
   const uint64_t groups = 2;
   if (!pass_ring_) {
     const uint64_t big = (pass_group_bytes + stats_.slot_bytes - 1) / stats_.slot_bytes;
-    pass_per_ = std::clamp<uint64_t>(big, std::max<uint32_t>(1, top_k_ / 2), std::max<uint32_t>(1, stats_.slots));
+    // ≥ top_k / 2 images a group, ≤ the slots (cold_experts::cpu may leave fewer slots than top_k / 2)
+    pass_per_ = std::min<uint64_t>(std::max<uint64_t>(big, std::max<uint32_t>(1, top_k_ / 2)),
+                                   std::max<uint32_t>(1, stats_.slots));
     pass_ring_ = dev_.alloc_upload(groups * pass_per_ * stats_.slot_bytes);
     group_copy_.assign(groups, -1);
   }
@@ -79,6 +81,9 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
   layer& C = layers_.at(l);
   const uint32_t E = experts_, S = pass_slots();
   if (S == 0) throw std::logic_error("expert cache: run_passes without slots");
+  // the slot copies place each plane by the stacked row count: not inside a routed_only_scope, which lowers it
+  if (C.moe->shared != C.stacked_shared)
+    throw std::logic_error("expert cache: run_passes on a layer whose stacked shared expert is scoped out");
   try {
     std::vector<uint8_t> need(E, 0);
     for (const uint32_t e : ids)

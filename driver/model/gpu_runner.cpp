@@ -28,7 +28,7 @@ std::unique_ptr<gpu_runner> gpu_runner::open(const std::string& path, const gpu_
     dsv41_gpu_options g;
     g.max_ctx = o.max_ctx, g.expert_act = o.expert_act, g.vram_budget = o.vram_budget, g.cold = o.cold;
     g.dense_act = o.expert_act;  // --act i8 covers the dense products too, as the CPU graph's matmul_act
-    g.copy_threads = o.copy_threads;
+    g.copy_threads = o.copy_threads, g.budget_keeps_chunks = o.budget_keeps_chunks;
     g.prefill_chunk = o.prefill_chunk;
     g.gemm = o.gemm, g.prefill_experts = o.prefill_experts;
     r->m_ = std::make_unique<dsv41_gpu_model>(r->w41_, *r->dev_, *r->k_, g);
@@ -36,7 +36,7 @@ std::unique_ptr<gpu_runner> gpu_runner::open(const std::string& path, const gpu_
     dsv4_gpu_options g;
     g.max_ctx = o.max_ctx, g.expert_act = o.expert_act, g.vram_budget = o.vram_budget, g.cold = o.cold;
     g.dense_act = o.expert_act;  // --act i8 covers the dense products too, as the CPU graph's matmul_act
-    g.copy_threads = o.copy_threads;
+    g.copy_threads = o.copy_threads, g.budget_keeps_chunks = o.budget_keeps_chunks;
     g.prefill_chunk = o.prefill_chunk;
     g.gemm = o.gemm, g.prefill_experts = o.prefill_experts;
     r->m_ = std::make_unique<dsv4_gpu_model>(r->w_, *r->dev_, *r->k_, g);

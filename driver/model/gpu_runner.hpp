@@ -34,6 +34,7 @@ struct gpu_run_options {
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  ///< dsv4_gpu_options::prefill_experts
   cold_experts cold = cold_experts::copy;  ///< the graphs' cold (--cold-experts; with vram_budget)
   uint32_t copy_threads = 8;  ///< the graphs' copy_threads (--copy-threads: packing and CPU experts of the cache)
+  bool budget_keeps_chunks = false;  ///< the graphs' budget_keeps_chunks (--budget-keeps-chunks)
 };
 
 class gpu_runner {

@@ -79,6 +79,13 @@ class gpu_engine final : public engine {
                 double(c.cpu_experts));
     prom_metric(o, "cmfx_expert_cache_cpu_seconds_total", "counter",
                 "Host seconds spent computing experts on the CPU (--cold-experts cpu).", c.cpu_seconds);
+    prom_metric(o, "cmfx_expert_cache_chunk_layers_total", "counter",
+                "Layers of prefill chunks run with the expert cache (each in passes of the slots).",
+                double(c.chunk_layers));
+    prom_metric(o, "cmfx_expert_cache_chunk_passes_total", "counter", "Passes of those layers.",
+                double(c.chunk_passes));
+    prom_metric(o, "cmfx_expert_cache_chunk_bytes_moved_total", "counter",
+                "Expert bytes copied from host to device for prefill chunks.", double(c.chunk_bytes_moved));
     return o;
   }
 

@@ -42,6 +42,7 @@ struct serve_args {
   int device = -1;                     // Vulkan device index (-1 = the best)
   cold_experts cold = cold_experts::copy;  // --cold-experts: misses of the expert cache copied in or run on the CPU
   uint32_t copy_threads = 8;           // --copy-threads: host threads packing (and computing) the cache's experts
+  bool budget_keeps_chunks = false;    // --budget-keeps-chunks: the prefill chunks' scratch before resident experts
   uint64_t vram_budget = 0;            // device bytes the model may take (0 = no limit: every expert resident)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm (as `cmfx run --gemm`)
 };

@@ -69,6 +69,7 @@ CLI::App* register_serve(CLI::App& app, serve_args& a) {
       "in per token, with their hit rate and bytes moved on /metrics (default: no limit)");
   add_gemm_flag(c, a.gemm);
   add_cold_experts_flag(c, a.cold);
+  add_budget_keeps_chunks_flag(c, a.budget_keeps_chunks);
   add_copy_threads_flag(c, a.copy_threads);
   return c;
 }

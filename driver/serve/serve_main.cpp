@@ -80,7 +80,8 @@ int run_serve(const serve_args& a) {
     if (a.prefill_chunk > 4096) throw usage_error("--backend vulkan: --prefill-chunk must be at most 4096");
     gpu_model = gpu_runner::open(a.model, gpu_run_options{a.device, a.ctx, a.matmul_act, a.vram_budget,
                                                           uint32_t(a.prefill_chunk), a.gemm,
-                                                          prefill_expert_mode::fastest, a.cold, a.copy_threads});
+                                                          prefill_expert_mode::fastest, a.cold, a.copy_threads,
+                                                          a.budget_keeps_chunks});
     cfg = gpu_model->config();
     source = gpu_model->source();
     eng = serve::make_gpu_engine(*gpu_model);

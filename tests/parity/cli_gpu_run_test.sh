@@ -116,11 +116,14 @@ check "--vram-budget 12X: exit 2" test $? -eq 2
 # A prompt in prefill chunks under the expert cache (int8 experts on the q4tp toy: each layer's experts in passes of
 # the slots, copied in once per chunk): the same ids as the resident graph; --stats counts the chunks' passes.
 "$CMFX" make-toy --out "$T/q4.cmf" --quant q4tp --tokenizer "$TJ" >/dev/null 2>&1
-Q4=("$CMFX" run "$T/q4.cmf" --backend vulkan --gemm f32 --act i8)
+# (--budget-keeps-chunks: the toy's experts are smaller than the chunks' scratch, so they would all fit without it)
+Q4=("$CMFX" run "$T/q4.cmf" --backend vulkan --gemm f32 --act i8 --budget-keeps-chunks)
 "${Q4[@]}" --raw-ids "1 2" --vram-budget 1 >/dev/null 2>"$T/q1.err"
-QMIN=$(grep -oE 'at least [0-9]+ bytes' "$T/q1.err" | grep -oE '[0-9]+')
+# the smallest budget with the chunks' scratch (the first "at least" is the minimum without it: prompts token by token)
+check "--vram-budget 1 names the minimum with the chunks' scratch" grep -q "prefill chunks under the expert cache need at least" "$T/q1.err"
+QMIN=$(grep -oE 'chunks under the expert cache need at least [0-9]+ bytes' "$T/q1.err" | grep -oE '[0-9]+')
 QIDS="$(seq -s ' ' 3 7 300)"
-"${Q4[@]}" --raw-ids "$QIDS" -n 12 >"$T/qr.out" 2>/dev/null
+"${Q4[@]}" --raw-ids "$QIDS" -n 12 >"$T/qr.out" 2>/dev/null  # no budget: every expert resident
 "${Q4[@]}" --raw-ids "$QIDS" -n 12 --vram-budget "$((${QMIN:-0} + 4096))" --stats >"$T/qc.out" 2>"$T/qc.err"
 check "prompt in chunks under the expert cache: exit 0" test $? -eq 0
 check "... the resident graph's ids" test -s "$T/qr.out" -a "$(head -n 1 "$T/qc.out")" = "$(head -n 1 "$T/qr.out")"
