@@ -20,7 +20,7 @@ namespace cmfx::driver {
 /// ids for the host) is submitted and waited for, the cache runs the layer's passes (gpu_expert_cache::run_passes,
 /// each a kernels::moe with moe_extras::pass) and c becomes a new part that opens with kernels::moe_pass_sum — the
 /// resident layer's bits. The caller keeps m's routed_only_scope around the call, waits for c's last part and then
-/// calls the cache's finish_passes (drop_passes on an error path). `dispatches`: the dispatches of the parts
+/// calls the cache's finish_passes (drop_passes on an error path); the previous layer's passes are finished here. `dispatches`: the dispatches of the parts
 /// submitted here are added to it.
 inline void record_chunk_experts(gpu::kernels& k, gpu::device& dev, gpu::commands& c, gpu_expert_cache& cache,
                                  uint32_t l, const gpu::gpu_moe& m, gpu::view u, uint32_t T, gpu::view ridx,
@@ -35,6 +35,9 @@ inline void record_chunk_experts(gpu::kernels& k, gpu::device& dev, gpu::command
   dispatches += c.dispatch_count();
   dev.submit_async(c);
   dev.wait(c);
+  // c opened with the barrier after the previous layer's passes: they ran; their command buffers go back to the
+  // device's spares (one layer's live at a time, not the chunk's)
+  cache.finish_passes();
   c = dev.begin();
   gpu::moe_extras mx;
   mx.pass = true;
