@@ -38,11 +38,12 @@ double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
 
 /// Model (dsv4_model / dsv41_model, opened with CpuOptions) and its GPU graph resident and with a budget leaving
 /// `slots` expert slots per layer (cold: the cache's cold_experts rule; cpu keeps a stand-in slot besides them).
-/// prompt 40 = 5 × 7 + 5: the same chunks in both, compared bit for bit; prompt 43 = 6 × 7 + 1: the cached graph
-/// moves a row into the last chunk (a pass needs two rows) — 6 chunks of 7 rows then one of 1 resident, 5 of 7, one
-/// of 6 and one of 2 cached — compared by NMSE (other chunk shapes round otherwise). Then kDecode steps (bit for bit
-/// with cold_experts::copy; cpu computes some experts on the host: NMSE), then a second call of kAgain ids, whose
-/// chunks (V4; V4.1's are decode steps under the stale-key rule) start from the slots the steps left.
+/// prompt 40 = 5 × 7 + 5: the same chunks in both; prompt 43 = 6 × 7 + 1: the cached graph moves a row into the last
+/// chunk (a pass needs two rows: 5 of 7, one of 6, one of 2), which the resident graph is given as three calls marked
+/// as one prefill (35, 6, 2 ids). The prompt's logits bit for bit; then kDecode steps and a second call of kAgain ids,
+/// whose chunks (V4; V4.1's are decode steps under the stale-key rule) start from the slots the steps left: bit for
+/// bit with cold_experts::copy; with cpu the host computes some experts of the steps (its rounding: the cold-cpu
+/// cases bound it against the CPU graph), so here they must only run, with finite logits.
 template <class Model, class CpuOptions, class GpuModel, class GpuOptions>
 std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint64_t prompt, cold_experts cold,
                         uint64_t seed, std::string& info) {
@@ -75,29 +76,32 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
   if (!cached.prefill_chunked()) return "the cached graph does not run prompts in chunks";
   const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, prompt + kDecode + kAgain);
   const std::span<const uint32_t> p(ids.data(), prompt);
-  const std::vector<float> a = cached.forward(p, true), b = resident.forward(p, true);
   const uint64_t ragged = prompt % kChunk == 1, chunks = (prompt + kChunk - 1) / kChunk;
+  const std::vector<float> a = cached.forward(p, true);
+  std::vector<float> b;
+  if (ragged) {  // the cached graph's chunk boundaries: 5 × 7 rows, then 6, then 2
+    const uint64_t head = prompt - 8;
+    (void)resident.mark_prefill(prompt);  // V4.1: one official prefill, as the cached graph's one call
+    (void)resident.forward(p.first(head), false);
+    (void)resident.forward(p.subspan(head, 6), false);
+    b = resident.forward(p.subspan(head + 6), true);
+  } else {
+    b = resident.forward(p, true);
+  }
   if (cached.last_prefill().chunks != chunks)
     return "the cached prompt ran " + std::to_string(cached.last_prefill().chunks) + " chunks, not " +
            std::to_string(chunks);
   if (a.size() != cf.vocab || cached.pos() != prompt) return "no logits or a wrong position after the cached prompt";
-  double worst = 0;
-  if (ragged) {
-    worst = nmse(a, b);
-    if (!(worst <= 1e-9))
-      return "ragged prompt: the cached logits' NMSE against the resident's is " + std::to_string(worst);
-  } else if (!same_bits(a, b)) {
+  if (!same_bits(a, b))
     return "the prompt's logits differ from the resident graph's (NMSE " + std::to_string(nmse(a, b)) + ")";
-  }
   const uint64_t layer_runs = cs.chunk_layers;
-  // exact: the same chunks and cold_experts::copy (the host's experts round otherwise)
-  const bool exact = !ragged && cold == cold_experts::copy;
-  const double bound = cold == cold_experts::copy ? 1e-9 : 1e-5;
+  const bool exact = cold == cold_experts::copy;  // the host's experts (cpu) round otherwise
   auto compare = [&](const std::vector<float>& x, const std::vector<float>& y, const std::string& where) {
-    if (exact && !same_bits(x, y)) return where + " differs from the resident graph's";
-    const double e = nmse(x, y);
-    worst = std::max(worst, e);
-    if (!(e <= bound)) return where + ": NMSE " + std::to_string(e) + " beyond " + std::to_string(bound);
+    if (x.size() != y.size()) return where + ": no logits";
+    if (exact && !same_bits(x, y))
+      return where + " differs from the resident graph's (NMSE " + std::to_string(nmse(x, y)) + ")";
+    for (const float v : x)
+      if (!std::isfinite(v)) return where + ": a logit is not finite";
     return std::string();
   };
   for (uint64_t t = prompt; t < prompt + kDecode; ++t) {
@@ -126,13 +130,14 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
   const uint64_t steps = kDecode + (again_chunks ? 0 : kAgain);
   if (cs.tokens != steps || cs.lookups != steps * cf.layers * cf.top_k)
     return "statistics: the decode steps' counts do not add up";
-  char nm[64], b2[280];
-  std::snprintf(nm, sizeof nm, "NMSE vs resident <= %.2e", worst);
+  if (!exact && cs.cpu_experts == 0) return "--cold-experts cpu: no expert of the steps ran on the host";
+  char b2[280];
   std::snprintf(b2, sizeof b2, "%u of %u slots%s, %llu + %llu chunks, %.2f passes per layer, %.1f %% resident; %s",
                 slots, cf.experts, cold == cold_experts::copy ? "" : " + stand-in (cold experts on the CPU)",
                 (unsigned long long)chunks, (unsigned long long)again_chunks,
                 double(cs.chunk_passes) / double(cs.chunk_layers),
-                100.0 * double(cs.chunk_hits) / double(cs.chunk_experts), exact ? "bit for bit" : nm);
+                100.0 * double(cs.chunk_hits) / double(cs.chunk_experts),
+                exact ? "bit for bit" : "the prompt bit for bit, the steps with host experts");
   info = b2;
   return {};
 }
