@@ -20,8 +20,8 @@ namespace cmfx::driver {
 /// ids for the host) is submitted and waited for, the cache runs the layer's passes (gpu_expert_cache::run_passes,
 /// each a kernels::moe with moe_extras::pass) and c becomes a new part that opens with kernels::moe_pass_sum — the
 /// resident layer's bits. The caller keeps m's routed_only_scope around the call, waits for c's last part and then
-/// calls the cache's finish_passes (drop_passes on an error path); the previous layer's passes are finished here. `dispatches`: the dispatches of the parts
-/// submitted here are added to it.
+/// calls the cache's finish_passes (drop_passes on an error path); the previous layer's passes are finished here.
+/// `dispatches`: the dispatches of the parts submitted here are added to it.
 inline void record_chunk_experts(gpu::kernels& k, gpu::device& dev, gpu::commands& c, gpu_expert_cache& cache,
                                  uint32_t l, const gpu::gpu_moe& m, gpu::view u, uint32_t T, gpu::view ridx,
                                  gpu::view rw, uint32_t top_k, float limit, gpu::view h, gpu::view out,
@@ -66,6 +66,19 @@ inline bool chunk_passes_possible(const gpu::kernels& k, const expert_view& e, p
          k.has_i8(e.gate_fmt) && k.has_i8(e.up_fmt) && k.has_i8(e.down_fmt);
 }
 
+/// Whether every layer of a graph (Impl: its impl, with the chunk scratch allocated and the experts placed) can run
+/// its chunk experts in passes — each layer as its chunks record it (the shared expert scoped out where it runs apart).
+template <class Impl>
+bool chunk_passes_apply(Impl& m) {
+  for (auto& G : m.layers) {
+    const gpu::routed_only_scope routed(G.moe, G.shared_apart_chunks);
+    if (!chunk_experts_pass(m.k, *m.experts, G.moe, m.ch->C, m.cfg.top_k, gpu::view(m.ch->moe_h),
+                            prefill_expert_act(m.opt.prefill_experts, m.opt.expert_act, G.moe.gate_up.w.fmt)))
+      return false;
+  }
+  return true;
+}
+
 /// The routed experts' placement of a GPU graph (V4 and V4.1 constructors; Impl: the graph's impl, after its
 /// weights and state) under a vram_budget with prefill chunks: the chunk scratch is allocated first, so that the
 /// placement counts it, then —
@@ -75,8 +88,9 @@ inline bool chunk_passes_possible(const gpu::kernels& k, const expert_view& e, p
 /// - else the expert cache: the scratch stays where its chunks can run the experts in passes (`chunks_can_run`, the
 ///   graph's own conditions, and chunk_passes_possible), else it is dropped first and its bytes go to the slots;
 ///   where the budget leaves no room for the cache's minimum beside the scratch, the scratch is dropped (a budget
-///   below the minimum without it is refused naming both minimums); where the pass path turns out not to apply to the placed layers (shapes, scratch alignment:
-///   chunk_passes_apply), the scratch is freed (its bytes stay unused).
+///   below the minimum without it is refused naming both minimums); where the pass path turns out not to apply to
+///   the placed layers (shapes, scratch alignment: chunk_passes_apply), the scratch is freed (its bytes stay
+///   unused).
 /// Without a budget or chunks: the placement alone. Returns the device bytes the placement took.
 template <class Impl>
 uint64_t place_experts(Impl& m, bool chunks_can_run, bool passes_possible, const gpu_expert_cache_options& o) {
@@ -92,8 +106,8 @@ uint64_t place_experts(Impl& m, bool chunks_can_run, bool passes_possible, const
     if (used + all > o.budget && (fits_without || !chunks_can_run || !passes_possible))
       drop();
   }
-  if (m.ch && o.budget && o.budget < m.experts->minimum_bytes(m.weight_bytes + m.state_bytes, o.cold)) {
-    const uint64_t with = m.experts->minimum_bytes(m.weight_bytes + m.state_bytes, o.cold);
+  const uint64_t with = m.ch && o.budget ? m.experts->minimum_bytes(m.weight_bytes + m.state_bytes, o.cold) : 0;
+  if (m.ch && o.budget && o.budget < with) {
     drop();
     try {
       return m.experts->place(m.weight_bytes + m.state_bytes, o);
@@ -103,7 +117,7 @@ uint64_t place_experts(Impl& m, bool chunks_can_run, bool passes_possible, const
     }
   }
   const uint64_t took = m.experts->place(m.weight_bytes + m.state_bytes, o);
-  if (m.ch && m.experts->active() && !m.chunk_passes_apply()) drop();
+  if (m.ch && m.experts->active() && !chunk_passes_apply(m)) drop();
   return took;
 }
 

@@ -496,16 +496,6 @@ void dsv41_gpu_model::impl::run_chunks(std::span<const uint32_t> ids, bool want_
   }
 }
 
-bool dsv41_gpu_model::impl::chunk_passes_apply() {
-  for (dsv41_gpu_layer& G : layers) {
-    const gpu::routed_only_scope routed(G.moe, G.shared_apart_chunks);
-    if (!chunk_experts_pass(k, *experts, G.moe, ch->C, cfg.top_k, gpu::view(ch->moe_h),
-                            prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt)))
-      return false;
-  }
-  return true;
-}
-
 bool dsv41_gpu_model::prefill_chunked() const {
   return p_->opt.prefill_chunk > 1 && !p_->chunks_off && (!p_->experts->active() || p_->opt.prefill_chunk >= 3);
 }

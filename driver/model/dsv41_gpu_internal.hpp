@@ -102,8 +102,6 @@ struct dsv41_gpu_model::impl {
   /// A call of n ids at position 0 is (at least) a prefill.
   void mark_call(uint64_t n) { official_prefill.mark_call(pos, n); }
   void alloc_chunk();
-  /// Under the expert cache: whether every layer's chunk experts can run in passes (chunk_experts.hpp).
-  bool chunk_passes_apply();
   bool chunks_off = false;  // the chunk scratch dropped under a vram_budget (place_experts): prompts token by token
   /// Positions pos .. pos + n − 1 as one recording (n ≤ prefill_chunk): want_logits the last row's into `logits`,
   /// all_logits every row's [n, vocab]; trace: per row, as run()'s. Without all_logits, trace or profiling the

@@ -379,16 +379,6 @@ void dsv4_gpu_model::impl::run_chunk(std::span<const uint32_t> toks, bool want_l
   }
 }
 
-bool dsv4_gpu_model::impl::chunk_passes_apply() {
-  for (dsv4_gpu_layer& G : layers) {
-    const gpu::routed_only_scope routed(G.moe, G.shared_apart_chunks);
-    if (!chunk_experts_pass(k, *experts, G.moe, ch->C, cfg.top_k, gpu::view(ch->moe_h),
-                            prefill_expert_act(opt.prefill_experts, opt.expert_act, G.moe.gate_up.w.fmt)))
-      return false;
-  }
-  return true;
-}
-
 bool dsv4_gpu_model::prefill_chunked() const { return p_->chunkable(); }
 
 std::string dsv4_gpu_model::prefill_profile() const { return p_->chunk_prof.text(); }

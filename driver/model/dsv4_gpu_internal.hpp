@@ -163,8 +163,6 @@ struct dsv4_gpu_model::impl {
   /// passes), the scratch not dropped (chunks_off), and every layer one of V4's kinds (window only, ratio 4 with the
   /// indexer, ratio 128 without) — the shapes the chunk recording handles.
   bool chunkable() const;
-  /// Under the expert cache: whether every layer's chunk experts can run in passes (chunk_experts.hpp).
-  bool chunk_passes_apply();
   /// Every id < vocab and pos + n within max_ctx, checked before any position of a multi-position call runs.
   void check_ids(std::span<const uint32_t> ids) const;
 };
