@@ -24,15 +24,24 @@ constexpr uint32_t absent = 0xFFFFFFFFu;
 
 /// "; prefill chunks: … layer runs in … passes, …" (gpu_expert_cache_line).
 std::string chunk_part(const gpu_expert_cache_stats& s) {
-  char b[256];
+  char b[384];
   std::snprintf(b, sizeof b,
                 "; prefill chunks: %llu layer runs in %llu passes, %.1f experts each (%.1f %% resident), %.1f MB "
-                "moved, %.2f s packing, %.2f s waiting for the ring",
+                "moved, %.2f s packing, %.2f s waiting for the ring, %.2f s for the parts up to the routing",
                 (unsigned long long)s.chunk_layers, (unsigned long long)s.chunk_passes,
                 double(s.chunk_experts) / double(s.chunk_layers),
                 s.chunk_experts ? 100.0 * double(s.chunk_hits) / double(s.chunk_experts) : 0.0,
-                double(s.chunk_bytes_moved) / 1e6, s.chunk_move_seconds, s.chunk_wait_seconds);
-  return b;
+                double(s.chunk_bytes_moved) / 1e6, s.chunk_move_seconds, s.chunk_wait_seconds, s.chunk_cut_seconds);
+  std::string part = b;
+  if (s.chunk_copy_device_seconds > 0 || s.chunk_pass_device_seconds > 0) {
+    std::snprintf(b, sizeof b, "; device: %.2f s copying (%.1f GB/s), %.2f s in the passes",
+                  s.chunk_copy_device_seconds,
+                  s.chunk_copy_device_seconds > 0 ? double(s.chunk_bytes_moved) / s.chunk_copy_device_seconds / 1e9
+                                                  : 0.0,
+                  s.chunk_pass_device_seconds);
+    part += b;
+  }
+  return part;
 }
 
 }  // namespace
@@ -77,6 +86,8 @@ gpu_expert_cache_stats gpu_expert_cache_since(const gpu_expert_cache_stats& now,
   d.chunk_layers -= then.chunk_layers, d.chunk_passes -= then.chunk_passes, d.chunk_experts -= then.chunk_experts;
   d.chunk_hits -= then.chunk_hits, d.chunk_bytes_moved -= then.chunk_bytes_moved;
   d.chunk_move_seconds -= then.chunk_move_seconds, d.chunk_wait_seconds -= then.chunk_wait_seconds;
+  d.chunk_copy_device_seconds -= then.chunk_copy_device_seconds;
+  d.chunk_pass_device_seconds -= then.chunk_pass_device_seconds, d.chunk_cut_seconds -= then.chunk_cut_seconds;
   return d;
 }
 

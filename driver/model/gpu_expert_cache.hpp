@@ -92,6 +92,9 @@ struct gpu_expert_cache_stats {
   uint64_t chunk_bytes_moved = 0;  ///< host → device expert bytes for chunks
   double chunk_move_seconds = 0;   ///< host time packing them into the upload ring
   double chunk_wait_seconds = 0;   ///< host time waiting for the ring (the device's copies of earlier groups)
+  double chunk_copy_device_seconds = 0;  ///< device time of their ring → slot copies (timestamps; 0 without them)
+  double chunk_pass_device_seconds = 0;  ///< device time of the passes' MoE recordings (timestamps)
+  double chunk_cut_seconds = 0;    ///< host time waiting for the parts up to each layer's routing (wait_cut)
 };
 
 /// The counters of `now` since `then` (both of one cache: the totals' differences; the shape and the automatic
@@ -168,7 +171,9 @@ class gpu_expert_cache {
   /// rethrows.
   uint32_t run_passes(uint32_t l, std::span<const uint32_t> ids,
                       const std::function<void(gpu::commands& part, bool first)>& record);
-  /// Waits for the parts and copies of run_passes (the chunk's end).
+  /// Waits for a chunk's part up to a layer's routing (record_chunk_experts' cut), counting the time.
+  void wait_cut(gpu::commands& c);
+  /// Waits for the parts and copies of run_passes (the chunk's end, or the next layer's cut).
   void finish_passes();
   /// For an error path: waits for them without throwing and empties the cache (the slots may not hold what the host
   /// believes).

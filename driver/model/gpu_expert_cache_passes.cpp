@@ -66,9 +66,11 @@ void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves) {
     stats_.chunk_move_seconds += since(t0);
     gpu::commands c = dev_.begin();
     c.barrier();  // after the passes submitted before (they read the slots these copies overwrite)
+    if (dev_.info().timestamps) (void)c.timestamp();  // stamps 0 and 1 around the copies (finish_passes)
     for (uint64_t q = 0; q < n; ++q)
       gpu::record_moe_slot(c, *C.moe, moves[i + q].slot,
                            gpu::view(pass_ring_, (g * per + q) * stats_.slot_bytes, stats_.slot_bytes));
+    if (dev_.info().timestamps) (void)c.timestamp();
     dev_.submit_async(c);
     pass_copies_.push_back(std::move(c));
     group_copy_[g] = int64_t(pass_copies_.size() - 1);
@@ -124,7 +126,9 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
       part.barrier();  // after the pass's copies and the passes before (which read the map)
       part.update(gpu::view(C.map), want.data(), uint64_t(E) * 4);
       part.barrier();
+      if (dev_.info().timestamps) (void)part.timestamp();  // stamps 0 and 1 around the pass (finish_passes)
       record(part, passes == 0);
+      if (dev_.info().timestamps) (void)part.timestamp();
       dev_.submit_async(part);
       pass_parts_.push_back(std::move(part));
       C.map_dev = want;  // the next decode step's fill restores the map of every resident expert
@@ -141,10 +145,23 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
   }
 }
 
+void gpu_expert_cache::wait_cut(gpu::commands& c) {
+  const auto t0 = clk::now();
+  dev_.wait(c);
+  stats_.chunk_cut_seconds += since(t0);
+}
+
 void gpu_expert_cache::finish_passes() {
   try {
-    for (gpu::commands& c : pass_copies_) dev_.wait(c);
-    for (gpu::commands& c : pass_parts_) dev_.wait(c);
+    const bool stamps = dev_.info().timestamps;
+    for (gpu::commands& c : pass_copies_) {
+      dev_.wait(c);
+      if (stamps) stats_.chunk_copy_device_seconds += c.seconds(0, 1);
+    }
+    for (gpu::commands& c : pass_parts_) {
+      dev_.wait(c);
+      if (stamps) stats_.chunk_pass_device_seconds += c.seconds(0, 1);
+    }
   } catch (...) {
     drop_passes();
     throw;
