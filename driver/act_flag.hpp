@@ -2,6 +2,8 @@
 // The `--act f32|i8` flag of `cmfx run`, `cmfx ppl` and `cmfx serve` (one declaration, one help text): the
 // activation precision of the weight matmuls (dsv4_options::matmul_act, dsv41_options::matmul_act).
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "cmfx/kernels/act_precision.hpp"
@@ -86,6 +88,20 @@ inline CLI::Option* add_copy_threads_flag(CLI::App* c, uint32_t& v) {
                    "CPU's (--cold-experts cpu|auto); at most the cores")
       ->default_val(v)
       ->check(CLI::Range(1u, 256u));
+}
+
+/// --prefill-chunk's default under --vram-budget (Vulkan) where --prefill-chunk is not given. Under the expert cache
+/// a chunk moves nearly every expert of every layer once, whatever its length, so a prompt's time grows with its
+/// chunks rather than its tokens (docs/PERF.md, fifty-third session: V4.1 at 60 GB on an H100, 65 tok/s in chunks of
+/// 512, 240 in chunks of 2048); the longer chunk's scratch (~1 MB a row at V4.1's size) costs a few slots.
+inline constexpr uint64_t budget_prefill_chunk = 2048;
+
+/// Sets `chunk` to min(budget_prefill_chunk, ctx) when `budget` is set and the subcommand `c` was not given
+/// --prefill-chunk.
+template <class T>
+void default_budget_chunk(const CLI::App* c, bool budget, uint64_t ctx, T& chunk) {
+  if (budget && c->get_option("--prefill-chunk")->count() == 0)
+    chunk = T(std::min<uint64_t>(budget_prefill_chunk, std::max<uint64_t>(ctx, 1)));
 }
 
 }  // namespace cmfx::driver

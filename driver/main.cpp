@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
         "--backend vulkan: device memory the model may take (e.g. 96G); experts that do not fit are cached and "
         "copied in per token (default: no limit)");
   cr->add_option("--prefill-chunk", run.model_opts.prefill_chunk,
-                 "--backend vulkan: prompt positions per device recording (0 or 1: token by token)")
+                 "--backend vulkan: prompt positions per device recording (0 or 1: token by token; with --vram-budget "
+                 "and not given: min(2048, --ctx))")
       ->default_val(run.model_opts.prefill_chunk)
       ->check(CLI::Range(0u, 4096u));
   add_gemm_flag(cr, run.model_opts.gemm);
@@ -220,7 +221,8 @@ int main(int argc, char** argv) {
       ->default_val(bench.copy_threads)
       ->check(CLI::Range(1u, 256u));
   cb->add_option("--prefill-chunk", bench.prefill_chunk,
-                 "Prompt positions per device recording (0 or 1: token by token)")
+                 "Prompt positions per device recording (0 or 1: token by token; with --vram-budget and not given: "
+                 "min(2048, --ctx))")
       ->default_val(bench.prefill_chunk)
       ->check(CLI::Range(0u, 4096u));
   add_gemm_flag(cb, bench.gemm);
@@ -366,9 +368,16 @@ int main(int argc, char** argv) {
     if (*cv) return run_verify(ver);
     if (*ct) return run_make_toy(toy);
     if (*cp) return run_ppl(ppl);
-    if (*cs) return run_serve(serve);
-    if (*cb) return run_bench(bench);
+    if (*cs) {
+      default_budget_chunk(cs, serve.vram_budget != 0, serve.ctx, serve.prefill_chunk);
+      return run_serve(serve);
+    }
+    if (*cb) {
+      default_budget_chunk(cb, !bench.vram_budget.empty(), bench.ctx, bench.prefill_chunk);
+      return run_bench(bench);
+    }
     if (*cr) {
+      default_budget_chunk(cr, run.model_opts.vram_budget != 0, run.model_opts.max_ctx, run.model_opts.prefill_chunk);
       run.prompt_given = run_p->count() > 0;
       run.seed_given = run_seed->count() > 0;
       run.n_given = run_n->count() > 0;

@@ -25,7 +25,8 @@ CLI::App* register_serve(CLI::App& app, serve_args& a) {
       ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 24))
       ->default_val(a.ctx);
   c->add_option("--prefill-chunk", a.prefill_chunk,
-                "Prompt tokens per scheduler step (--backend vulkan: also the device's prefill chunk)")
+                "Prompt tokens per scheduler step (--backend vulkan: also the device's prefill chunk; with "
+                "--vram-budget and not given: min(2048, --ctx))")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
       ->default_val(a.prefill_chunk);
   c->add_option("--timeout-s", a.timeout_s, "Per-request time limit in seconds, queueing included")

@@ -171,12 +171,13 @@ for name, (path, body) in [("sampled", SAMPLED)] + [(f"logprobs {i}", r) for i, 
 host.kill()
 
 # The expert cache: the smallest budget `cmfx run` accepts, plus a little.
-r = subprocess.run([CMFX, "run", MODEL, "--backend", "vulkan", "--raw-ids", "1 2", "--vram-budget", "1"],
-                   capture_output=True, text=True, timeout=300)
+r = subprocess.run([CMFX, "run", MODEL, "--backend", "vulkan", "--raw-ids", "1 2", "--prefill-chunk", "512",
+                    "--vram-budget", "1"], capture_output=True, text=True, timeout=300)
 mn = re.search(r"at least (\d+) bytes", r.stderr)
 check("--vram-budget 1 names the minimum", mn is not None, r.stderr[-300:])
 if mn:
-    # --prefill-chunk 512 as `cmfx run` (the chunk's scratch counts against the budget)
+    # --prefill-chunk 512 as that `cmfx run` (the chunk's scratch and the KV ring it sizes count against the budget;
+    # with --vram-budget the default chunk is 2048)
     cache = start("gpu-cache", "--backend", "vulkan", "--gemm", "f32", "--prefill-chunk", "512", "--vram-budget",
                   str(int(mn.group(1)) + 4096))
     check("cache server logs its expert cache", "slots per layer" in cache.text(), cache.text()[:400])
