@@ -162,7 +162,7 @@ int run_bench(const bench_args& a) {
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
     go.budget_keeps_chunks = a.budget_keeps_chunks;
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
-    go.cache_cpu_chunk = a.cpu_chunk;
+    go.cache_cpu_chunk = a.cpu_chunk, go.cache_pass_overlap = a.pass_overlap;
     go.dense_act = dact;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
@@ -175,7 +175,7 @@ int run_bench(const bench_args& a) {
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
     go.budget_keeps_chunks = a.budget_keeps_chunks;
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
-    go.cache_cpu_chunk = a.cpu_chunk;
+    go.cache_cpu_chunk = a.cpu_chunk, go.cache_pass_overlap = a.pass_overlap;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     go.dense_act = dact;  // the decode's q4tp / q2tp / MXFP4 dense products (--dense) too, as `cmfx run --act i8`
     if (a.fold_quant != "default") {

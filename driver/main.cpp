@@ -234,6 +234,9 @@ int main(int argc, char** argv) {
                  "| block (the driver's blocking wait)")
       ->check(CLI::IsMember({"spin", "block"}))
       ->default_val(bench.cache_wait);
+  cb->add_flag("--pass-overlap", bench.pass_overlap,
+               "Diagnostics, with --vram-budget: the prefill chunks' expert passes take half the slots each, so each "
+               "pass's copies run beside the previous pass's MoE (no timestamps on them)");
   cb->add_option("--cpu-chunk", bench.cpu_chunk,
                  "With --cold-experts cpu: rows of the CPU experts a copy thread takes at a time (dynamic chunks; "
                  "0 = one static range per thread)")

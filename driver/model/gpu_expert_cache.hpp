@@ -59,6 +59,11 @@ struct gpu_expert_cache_options {
   /// cold_experts::cpu: the CPU experts' rows taken by the copy threads dynamically in chunks of this many rows
   /// (moe_forward's chunk_rows; 0 = a static partition, one range per thread).
   uint64_t cpu_chunk_rows = 64;
+  /// run_passes: passes of at most half the slots, whose misses evict neither the pass's experts nor the previous
+  /// pass's, so that a pass's copies are recorded without a barrier after the previous pass's MoE and run while it
+  /// runs (twice the passes, each half the experts); false: passes of every slot, each pass's copies after the
+  /// previous pass.
+  bool pass_overlap = false;
 };
 /// run_passes: bytes of expert images packed per group of copies (where the slots hold that many).
 inline constexpr uint64_t pass_group_bytes = uint64_t(32) << 20;
@@ -215,8 +220,13 @@ class gpu_expert_cache {
   struct move_to {
     uint32_t e, slot;
   };
-  /// run_passes: packs the experts of `moves` into the ring in groups and submits each group's slot copies.
-  void copy_in(layer& C, const std::vector<move_to>& moves);
+  /// run_passes: packs the experts of `moves` into the ring in groups and submits each group's slot copies (after
+  /// a barrier: everything submitted before has run; without one — overlap — the copies may run beside the work
+  /// after the last barrier, i.e. the previous pass's MoE, whose slots they do not touch).
+  void copy_in(layer& C, const std::vector<move_to>& moves, bool overlap);
+  /// Whether run_passes stamps its copies and passes: not with pass_overlap (a timestamp waits for the work
+  /// before it, which would hold the next pass's copies behind the MoE they should overlap).
+  bool pass_stamps() const;
 
   gpu::device& dev_;
   uint32_t experts_, top_k_;

@@ -28,7 +28,7 @@ std::span<const uint32_t> gpu_expert_cache::read_chunk_ids(uint64_t pairs) {
   return {reinterpret_cast<const uint32_t*>(dev_.mapped(chunk_ids_)), size_t(pairs)};
 }
 
-void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves) {
+void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves, bool overlap) {
   // Two groups of `per` images (≥ 32 MiB a group where the slots allow it): the host packs one group while the copy
   // engine reads the other.
   const uint64_t groups = 2;
@@ -41,6 +41,7 @@ void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves) {
     group_copy_.assign(groups, -1);
   }
   const uint64_t per = pass_per_;
+  const bool stamps = pass_stamps();
   uint8_t* const staged = dev_.mapped(pass_ring_);
   constexpr uint64_t piece = 1ull << 20;
   for (size_t i = 0; i < moves.size(); i += per) {
@@ -65,12 +66,14 @@ void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves) {
     });
     stats_.chunk_move_seconds += since(t0);
     gpu::commands c = dev_.begin();
-    c.barrier();  // after the passes submitted before (they read the slots these copies overwrite)
-    if (dev_.info().timestamps) (void)c.timestamp();  // stamps 0 and 1 around the copies (finish_passes)
+    // after the passes submitted before (they read the slots these copies overwrite); with overlap the barrier
+    // before the last pass's MoE orders these copies after the passes before it
+    if (!overlap) c.barrier();
+    if (stamps) (void)c.timestamp();  // stamps 0 and 1 around the copies (finish_passes)
     for (uint64_t q = 0; q < n; ++q)
       gpu::record_moe_slot(c, *C.moe, moves[i + q].slot,
                            gpu::view(pass_ring_, (g * per + q) * stats_.slot_bytes, stats_.slot_bytes));
-    if (dev_.info().timestamps) (void)c.timestamp();
+    if (stamps) (void)c.timestamp();
     dev_.submit_async(c);
     pass_copies_.push_back(std::move(c));
     group_copy_[g] = int64_t(pass_copies_.size() - 1);
@@ -96,47 +99,64 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
     ++stats_.chunk_layers;
     stats_.chunk_experts += pass.size() + missing.size();
     stats_.chunk_hits += pass.size();
-    uint64_t tick = ++tick_;
-    // A pass's experts are marked with its tick, so that its misses evict neither them nor (while older slots
-    // remain) the experts of earlier passes; the experts no pass needs have older ticks still.
-    for (const uint32_t e : pass) C.last_use[C.slot_of[e]] = tick;
+    // pass_overlap: passes of at most half the slots; a miss evicts neither its pass's experts nor the previous
+    // pass's (their ticks), so the copies need no barrier after the previous pass's MoE. The resident experts are
+    // reserved until their pass (they come first), so no miss of an earlier pass evicts them.
+    const bool overlap = opt_.pass_overlap && S >= 2;
+    const uint32_t cap = overlap ? S / 2 : S;
+    constexpr uint64_t reserved = ~uint64_t(0);
+    std::vector<uint32_t> order = std::move(pass);
+    const size_t resident = order.size();
+    order.insert(order.end(), missing.begin(), missing.end());
+    for (size_t i = 0; i < resident; ++i) C.last_use[C.slot_of[order[i]]] = reserved;
     std::vector<move_to> moves;
-    std::vector<uint32_t> want(E);
+    std::vector<uint32_t> want(E), pass_experts;
     size_t next = 0;
     uint32_t passes = 0;
-    while (true) {
-      moves.clear();
-      while (pass.size() < S && next < missing.size()) {
-        const uint32_t e = missing[next++];
-        uint32_t victim = absent;
-        for (uint32_t s = 0; s < S; ++s)
-          if (C.last_use[s] != tick && (victim == absent || C.last_use[s] < C.last_use[victim])) victim = s;
-        if (victim == absent) throw std::logic_error("expert cache: no slot left for a pass");
-        if (C.expert_in[victim] >= 0) C.slot_of[size_t(C.expert_in[victim])] = absent;
-        C.expert_in[victim] = int64_t(e);
-        C.slot_of[e] = victim;
-        C.last_use[victim] = tick;
-        moves.push_back({e, victim});
-        pass.push_back(e);
+    uint64_t prev = 0;  // the previous pass's tick (0: none)
+    do {  // at least one pass: the first also runs a stacked shared expert
+      const uint64_t tick = ++tick_;
+      moves.clear(), pass_experts.clear();
+      while (pass_experts.size() < cap && next < order.size()) {
+        const uint32_t e = order[next];
+        if (next < resident) {  // resident: its pass now
+          C.last_use[C.slot_of[e]] = tick;
+        } else {
+          uint32_t victim = absent;
+          for (uint32_t s = 0; s < S; ++s) {
+            const uint64_t u = C.last_use[s];
+            if (u == tick || u == reserved || (overlap && u == prev && prev != 0)) continue;
+            if (victim == absent || u < C.last_use[victim]) victim = s;
+          }
+          if (victim == absent) {
+            if (!pass_experts.empty()) break;  // the rest in the next pass
+            throw std::logic_error("expert cache: no slot left for a pass");
+          }
+          if (C.expert_in[victim] >= 0) C.slot_of[size_t(C.expert_in[victim])] = absent;
+          C.expert_in[victim] = int64_t(e);
+          C.slot_of[e] = victim;
+          C.last_use[victim] = tick;
+          moves.push_back({e, victim});
+        }
+        pass_experts.push_back(e);
+        ++next;
       }
-      copy_in(C, moves);
+      copy_in(C, moves, overlap && passes > 0);
       std::fill(want.begin(), want.end(), absent);
-      for (const uint32_t e : pass) want[e] = C.slot_of[e];
+      for (const uint32_t e : pass_experts) want[e] = C.slot_of[e];
       gpu::commands part = dev_.begin();
       part.barrier();  // after the pass's copies and the passes before (which read the map)
       part.update(gpu::view(C.map), want.data(), uint64_t(E) * 4);
       part.barrier();
-      if (dev_.info().timestamps) (void)part.timestamp();  // stamps 0 and 1 around the pass (finish_passes)
+      if (pass_stamps()) (void)part.timestamp();  // stamps 0 and 1 around the pass (finish_passes)
       record(part, passes == 0);
-      if (dev_.info().timestamps) (void)part.timestamp();
+      if (pass_stamps()) (void)part.timestamp();
       dev_.submit_async(part);
       pass_parts_.push_back(std::move(part));
       C.map_dev = want;  // the next decode step's fill restores the map of every resident expert
       ++passes;
-      if (next >= missing.size()) break;
-      pass.clear();
-      tick = ++tick_;
-    }
+      prev = tick;
+    } while (next < order.size());
     stats_.chunk_passes += passes;
     return passes;
   } catch (...) {
@@ -144,6 +164,8 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
     throw;
   }
 }
+
+bool gpu_expert_cache::pass_stamps() const { return dev_.info().timestamps && !opt_.pass_overlap; }
 
 void gpu_expert_cache::wait_cut(gpu::commands& c) {
   const auto t0 = clk::now();
@@ -153,7 +175,7 @@ void gpu_expert_cache::wait_cut(gpu::commands& c) {
 
 void gpu_expert_cache::finish_passes() {
   try {
-    const bool stamps = dev_.info().timestamps;
+    const bool stamps = pass_stamps();
     for (gpu::commands& c : pass_copies_) {
       dev_.wait(c);
       if (stamps) stats_.chunk_copy_device_seconds += c.seconds(0, 1);
