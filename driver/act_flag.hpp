@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cmfx/kernels/act_precision.hpp"
+#include "byte_size.hpp"
 #include "cmfx/vk/gemm_precision.hpp"
 #include "model/cold_experts.hpp"
 #include "model/prefill_experts.hpp"
@@ -95,6 +96,16 @@ inline CLI::Option* add_copy_threads_flag(CLI::App* c, uint32_t& v) {
 /// chunks rather than its tokens (docs/PERF.md, fifty-third session: V4.1 at 60 GB on an H100, 65 tok/s in chunks of
 /// 512, 240 in chunks of 2048); the longer chunk's scratch (~1 MB a row at V4.1's size) costs a few slots.
 inline constexpr uint64_t budget_prefill_chunk = 2048;
+
+/// Whether a --vram-budget string sets a budget (not empty, not 0; an invalid one counts: its command names it).
+inline bool budget_given(const std::string& v) {
+  if (v.empty()) return false;
+  try {
+    return parse_byte_size(v, "--vram-budget") != 0;
+  } catch (...) {
+    return true;
+  }
+}
 
 /// Sets `chunk` to min(budget_prefill_chunk, ctx) when `budget` is set and the subcommand `c` was not given
 /// --prefill-chunk.

@@ -51,6 +51,7 @@ void refuse_vulkan_options(const bench_args& a) {
   flag(a.prefill_reps != d.prefill_reps, "--prefill-reps");
   flag(!a.shader_dir.empty(), "--shader-dir");
   flag(a.f64, "--f64");
+  flag(a.pass_overlap, "--pass-overlap");
   if (!bad.empty()) throw usage_error("bench --backend cpu: " + bad + (bad.find(',') == std::string::npos ? " is" : " are") +
                                       " --backend vulkan option(s)");
 }

@@ -376,11 +376,11 @@ int main(int argc, char** argv) {
       return run_serve(serve);
     }
     if (*cb) {
-      default_budget_chunk(cb, !bench.vram_budget.empty(), bench.ctx, bench.prefill_chunk);
+      default_budget_chunk(cb, budget_given(bench.vram_budget), bench.ctx, bench.prefill_chunk);
       return run_bench(bench);
     }
     if (*cr) {
-      default_budget_chunk(cr, run.model_opts.vram_budget != 0, run.model_opts.max_ctx, run.model_opts.prefill_chunk);
+      default_budget_chunk(cr, run.model_opts.vram_budget != 0, run.ctx, run.model_opts.prefill_chunk);
       run.prompt_given = run_p->count() > 0;
       run.seed_given = run_seed->count() > 0;
       run.n_given = run_n->count() > 0;

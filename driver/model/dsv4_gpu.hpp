@@ -79,7 +79,8 @@ struct dsv4_gpu_options {
   double cold_margin = 1.0;
   bool cache_spin_waits = true;  ///< the expert cache's per-layer waits spin (gpu_expert_cache_options::spin_waits)
   uint64_t cache_cpu_chunk = 64;  ///< rows per chunk of the CPU experts (gpu_expert_cache_options::cpu_chunk_rows)
-  bool cache_pass_overlap = false;  ///< the chunks' passes overlap copies and MoEs (gpu_expert_cache_options::pass_overlap)
+  /// The chunks' passes overlap copies and MoEs (gpu_expert_cache_options::pass_overlap).
+  bool cache_pass_overlap = false;
   /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
   /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
   /// compressor rings ≥ chunk + 2·ratio, so the state grows with it; the chunk's scratch is allocated by the first

@@ -170,7 +170,9 @@ class gpu_expert_cache {
   /// not holding them take) first, then the rest, each pass's misses copied in over the least recently used slots
   /// (the experts of earlier passes last) through the upload ring, in groups whose copies overlap the packing of
   /// the next. Per pass: submits the copies, then a part that sets the slot map to exactly the pass's experts and
-  /// in which record(part, first) records the pass (first: the pass that also runs a stacked shared expert). The
+  /// in which record(part, first) records the pass (first: the pass that also runs a stacked shared expert). With
+  /// pass_overlap: passes of ≤ pass_slots() / 2, the resident ones reserved until their pass, misses evicting
+  /// neither the pass's nor the previous pass's experts, the copies without a barrier (beside the previous pass). The
   /// caller records kernels::moe_pass_sum after it and submits it after this returns. Returns the passes; the parts
   /// and copies are waited for by finish_passes (after the chunk's last part). On an error: as drop_passes, then
   /// rethrows.

@@ -29,18 +29,21 @@ std::span<const uint32_t> gpu_expert_cache::read_chunk_ids(uint64_t pairs) {
 }
 
 void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves, bool overlap) {
-  // Two groups of `per` images (≥ 32 MiB a group where the slots allow it): the host packs one group while the copy
-  // engine reads the other.
-  const uint64_t groups = 2;
+  // Groups of `per` images (≥ 32 MiB a group where the slots allow it): the host packs one group while the copy
+  // engine reads another. Two groups, or with pass_overlap as many as a pass's misses take: a fence covers every
+  // submission before it, so reusing a group within a pass would wait for the previous pass's MoE, which these
+  // copies are to overlap.
   if (!pass_ring_) {
     const uint64_t big = (pass_group_bytes + stats_.slot_bytes - 1) / stats_.slot_bytes;
     // ≥ top_k / 2 images a group, ≤ the slots (cold_experts::cpu may leave fewer slots than top_k / 2)
     pass_per_ = std::min<uint64_t>(std::max<uint64_t>(big, std::max<uint32_t>(1, top_k_ / 2)),
                                    std::max<uint32_t>(1, stats_.slots));
+    const uint64_t cap = std::max<uint32_t>(1, stats_.slots / 2);  // run_passes' pass size with pass_overlap
+    const uint64_t groups = opt_.pass_overlap ? std::max<uint64_t>(2, (cap + pass_per_ - 1) / pass_per_) : 2;
     pass_ring_ = dev_.alloc_upload(groups * pass_per_ * stats_.slot_bytes);
     group_copy_.assign(groups, -1);
   }
-  const uint64_t per = pass_per_;
+  const uint64_t per = pass_per_, groups = group_copy_.size();
   const bool stamps = pass_stamps();
   uint8_t* const staged = dev_.mapped(pass_ring_);
   constexpr uint64_t piece = 1ull << 20;

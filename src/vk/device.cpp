@@ -502,6 +502,7 @@ detail::commands_impl::~commands_impl() {
     cb.reset();
     if (ran) dev->dev.resetFences({*fence});
     dev->spare_cmds.emplace_back(std::move(cb), std::move(fence));
+    if (*queries) dev->spare_queries.push_back(std::move(queries));
   } catch (...) {
   }
 }
@@ -635,8 +636,14 @@ uint32_t commands::timestamp() {
   return guarded("timestamp", [&] {
     c.ensure_recording();
     if (!*c.queries) {
-      c.query_capacity = 1024;
-      c.queries = vk::raii::QueryPool(c.dev->dev, vk::QueryPoolCreateInfo({}, vk::QueryType::eTimestamp, c.query_capacity));
+      c.query_capacity = detail::device_impl::query_pool_size;
+      if (!c.dev->spare_queries.empty()) {  // a destroyed recording's pool (reset below, in this recording)
+        c.queries = std::move(c.dev->spare_queries.back());
+        c.dev->spare_queries.pop_back();
+      } else {
+        c.queries = vk::raii::QueryPool(c.dev->dev,
+                                        vk::QueryPoolCreateInfo({}, vk::QueryType::eTimestamp, c.query_capacity));
+      }
     }
     if (!c.queries_reset) {
       c.cb.resetQueryPool(*c.queries, 0, c.query_capacity);

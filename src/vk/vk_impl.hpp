@@ -82,6 +82,10 @@ struct device_impl {
   std::vector<std::pair<vk::raii::DescriptorPool, uint32_t>> spare_pools;
   // Command buffers (reset) and fences (unsignalled) of destroyed recordings, for device::begin.
   std::vector<std::pair<vk::raii::CommandBuffer, vk::raii::Fence>> spare_cmds;
+  // Timestamp query pools (query_pool_size queries each) of destroyed recordings: a recording resets its pool before
+  // its first timestamp, so the expert cache's many stamped copies create none after the first few.
+  std::vector<vk::raii::QueryPool> spare_queries;
+  static constexpr uint32_t query_pool_size = 1024;
   static constexpr uint64_t staging_bytes = 64ull << 20;
 
   // pipelines (pipelines.cpp)
