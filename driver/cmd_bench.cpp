@@ -122,6 +122,7 @@ int run_bench(const bench_args& a) {
   dopt.allow_shuffle = a.shuffle;
   dopt.float64 = a.f64;
   dopt.nontemporal_weights = a.nontemporal;
+  dopt.transfer_queue = a.copy_queue == "transfer";
   gpu::device dev(dopt);
   gpu::kernels k(dev);
   if (a.mv_subgroups || a.mv_rows_per_team || a.mv_pairs || a.mv_concurrent || a.moe_tails || a.moe_i8_tc ||
@@ -163,6 +164,7 @@ int run_bench(const bench_args& a) {
     go.budget_keeps_chunks = a.budget_keeps_chunks;
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk, go.cache_pass_overlap = a.pass_overlap;
+    go.cache_transfer_copies = a.copy_queue == "transfer";
     go.dense_act = dact;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
@@ -176,6 +178,7 @@ int run_bench(const bench_args& a) {
     go.budget_keeps_chunks = a.budget_keeps_chunks;
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk, go.cache_pass_overlap = a.pass_overlap;
+    go.cache_transfer_copies = a.copy_queue == "transfer";
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     go.dense_act = dact;  // the decode's q4tp / q2tp / MXFP4 dense products (--dense) too, as `cmfx run --act i8`
     if (a.fold_quant != "default") {

@@ -52,6 +52,7 @@ void refuse_vulkan_options(const bench_args& a) {
   flag(!a.shader_dir.empty(), "--shader-dir");
   flag(a.f64, "--f64");
   flag(a.pass_overlap, "--pass-overlap");
+  flag(a.copy_queue != d.copy_queue, "--copy-queue");
   if (!bad.empty()) throw usage_error("bench --backend cpu: " + bad + (bad.find(',') == std::string::npos ? " is" : " are") +
                                       " --backend vulkan option(s)");
 }

@@ -82,6 +82,7 @@ struct bench_args {
   double cold_margin = 1.0;       // --cold-margin: uses beyond the coldest slot's a miss needs to be copied in (cpu)
   uint64_t cpu_chunk = 64;          // --cpu-chunk: rows per chunk of the CPU experts (0 = static partition)
   bool pass_overlap = false;        // --pass-overlap: the chunks' passes overlap copies and MoEs (diagnostics)
+  std::string copy_queue = "compute";  // --copy-queue: the chunks' pass copies on the compute | transfer queue
   std::string cache_wait = "spin";  // --cache-wait: spin | block (the expert cache's per-layer waits; diagnostics)
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)

@@ -237,6 +237,12 @@ int main(int argc, char** argv) {
   cb->add_flag("--pass-overlap", bench.pass_overlap,
                "Diagnostics, with --vram-budget: the prefill chunks' expert passes take half the slots each, so each "
                "pass's copies run beside the previous pass's MoE (no timestamps on them)");
+  cb->add_option("--copy-queue", bench.copy_queue,
+                 "Diagnostics, with --vram-budget: the prefill chunks' expert-pass copies on the compute queue "
+                 "(default: ordered by barriers) or on the transfer queue (a transfer-only queue family where the device "
+                 "has one, ordered by timeline semaphores; with --pass-overlap they run beside the MoEs)")
+      ->check(CLI::IsMember({"compute", "transfer"}))
+      ->default_val(bench.copy_queue);
   cb->add_option("--cpu-chunk", bench.cpu_chunk,
                  "With --cold-experts cpu: rows of the CPU experts a copy thread takes at a time (dynamic chunks; "
                  "0 = one static range per thread)")

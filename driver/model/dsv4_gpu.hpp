@@ -81,6 +81,9 @@ struct dsv4_gpu_options {
   uint64_t cache_cpu_chunk = 64;  ///< rows per chunk of the CPU experts (gpu_expert_cache_options::cpu_chunk_rows)
   /// The chunks' passes overlap copies and MoEs (gpu_expert_cache_options::pass_overlap).
   bool cache_pass_overlap = false;
+  /// The chunks' pass copies in transfer recordings ordered by sync points (gpu_expert_cache_options::
+  /// transfer_copies; on the copy engines with device_options::transfer_queue).
+  bool cache_transfer_copies = false;
   /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
   /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
   /// compressor rings ≥ chunk + 2·ratio, so the state grows with it; the chunk's scratch is allocated by the first

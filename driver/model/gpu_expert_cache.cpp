@@ -158,6 +158,9 @@ thread_pool& gpu_expert_cache::host_pool(uint32_t threads) {
 uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& o) {
   const uint32_t E = experts_, K = top_k_, nl = uint32_t(layers_.size());
   if (nl == 0) return 0;
+  if (o.transfer_copies && !dev_.info().timeline)
+    throw usage_error("expert cache: copies on the transfer queue need timeline semaphores, which " +
+                      dev_.info().name + " lacks");
   opt_ = o;
   const bool cpu = o.cold != cold_experts::copy;  // the stand-in slot and the host's inputs
   const uint64_t budget = o.budget;

@@ -64,6 +64,11 @@ struct gpu_expert_cache_options {
   /// runs (twice the passes, each half the experts); false: passes of every slot, each pass's copies after the
   /// previous pass.
   bool pass_overlap = false;
+  /// run_passes: each pass's copies in device::begin_transfer() recordings, ordered by sync points instead of
+  /// barriers — after the MoE that last read their slots (the previous pass's; with pass_overlap the one before
+  /// it), each pass's MoE after its copies. With device_options::transfer_queue they run on the copy engines beside
+  /// the compute queue. Needs timeline semaphores (device_info::timeline).
+  bool transfer_copies = false;
 };
 /// run_passes: bytes of expert images packed per group of copies (where the slots hold that many).
 inline constexpr uint64_t pass_group_bytes = uint64_t(32) << 20;
@@ -224,11 +229,14 @@ class gpu_expert_cache {
   };
   /// run_passes: packs the experts of `moves` into the ring in groups and submits each group's slot copies (after
   /// a barrier: everything submitted before has run; without one — overlap — the copies may run beside the work
-  /// after the last barrier, i.e. the previous pass's MoE, whose slots they do not touch).
-  void copy_in(layer& C, const std::vector<move_to>& moves, bool overlap);
-  /// Whether run_passes stamps its copies and passes: not with pass_overlap (a timestamp waits for the work
+  /// after the last barrier, i.e. the previous pass's MoE, whose slots they do not touch). With transfer_copies:
+  /// transfer recordings after `after` instead of a barrier.
+  void copy_in(layer& C, const std::vector<move_to>& moves, bool overlap, gpu::sync_point after);
+  /// Whether run_passes stamps its passes: not with pass_overlap on one queue (a timestamp waits for the work
   /// before it, which would hold the next pass's copies behind the MoE they should overlap).
   bool pass_stamps() const;
+  /// Whether it stamps its copies: pass_stamps(), and with transfer_copies the transfer queue has timestamps.
+  bool copy_stamps() const;
 
   gpu::device& dev_;
   uint32_t experts_, top_k_;

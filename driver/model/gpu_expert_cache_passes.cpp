@@ -28,7 +28,7 @@ std::span<const uint32_t> gpu_expert_cache::read_chunk_ids(uint64_t pairs) {
   return {reinterpret_cast<const uint32_t*>(dev_.mapped(chunk_ids_)), size_t(pairs)};
 }
 
-void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves, bool overlap) {
+void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves, bool overlap, gpu::sync_point after) {
   // Groups of `per` images (≥ 32 MiB a group where the slots allow it): the host packs one group while the copy
   // engine reads another. Two groups, or with pass_overlap as many as a pass's misses take: a fence covers every
   // submission before it, so reusing a group within a pass would wait for the previous pass's MoE, which these
@@ -44,7 +44,7 @@ void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves, bool
     group_copy_.assign(groups, -1);
   }
   const uint64_t per = pass_per_, groups = group_copy_.size();
-  const bool stamps = pass_stamps();
+  const bool stamps = copy_stamps(), xfer = opt_.transfer_copies;
   uint8_t* const staged = dev_.mapped(pass_ring_);
   constexpr uint64_t piece = 1ull << 20;
   for (size_t i = 0; i < moves.size(); i += per) {
@@ -68,10 +68,14 @@ void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves, bool
       for (uint64_t q = b; q < en; ++q) std::memcpy(chunks_[q].to, chunks_[q].from, chunks_[q].bytes);
     });
     stats_.chunk_move_seconds += since(t0);
-    gpu::commands c = dev_.begin();
+    gpu::commands c = xfer ? dev_.begin_transfer() : dev_.begin();
     // after the passes submitted before (they read the slots these copies overwrite); with overlap the barrier
-    // before the last pass's MoE orders these copies after the passes before it
-    if (!overlap) c.barrier();
+    // before the last pass's MoE orders these copies after the passes before it; with transfer_copies `after` is
+    // the MoE that last read these slots
+    if (xfer)
+      c.after(after);
+    else if (!overlap)
+      c.barrier();
     if (stamps) (void)c.timestamp();  // stamps 0 and 1 around the copies (finish_passes)
     for (uint64_t q = 0; q < n; ++q)
       gpu::record_moe_slot(c, *C.moe, moves[i + q].slot,
@@ -114,6 +118,11 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
     for (size_t i = 0; i < resident; ++i) C.last_use[C.slot_of[order[i]]] = reserved;
     std::vector<move_to> moves;
     std::vector<uint32_t> want(E), pass_experts;
+    // transfer_copies: pass p's copies run after the MoE that last read their slots — pass p − 1's (with overlap
+    // p − 2's), before the first such pass everything submitted to the compute queue so far
+    const gpu::sync_point start = opt_.transfer_copies ? dev_.last_submitted(0) : gpu::sync_point{};
+    std::vector<gpu::sync_point> part_done;
+    const uint32_t lag = overlap ? 2 : 1;
     size_t next = 0;
     uint32_t passes = 0;
     uint64_t prev = 0;  // the previous pass's tick (0: none)
@@ -144,10 +153,13 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
         pass_experts.push_back(e);
         ++next;
       }
-      copy_in(C, moves, overlap && passes > 0);
+      const size_t copies_before = pass_copies_.size();
+      copy_in(C, moves, overlap && passes > 0, part_done.size() >= lag ? part_done[part_done.size() - lag] : start);
       std::fill(want.begin(), want.end(), absent);
       for (const uint32_t e : pass_experts) want[e] = C.slot_of[e];
       gpu::commands part = dev_.begin();
+      if (opt_.transfer_copies)  // the MoE reads what this pass's copies wrote
+        for (size_t i = copies_before; i < pass_copies_.size(); ++i) part.after(pass_copies_[i].done());
       part.barrier();  // after the pass's copies and the passes before (which read the map)
       part.update(gpu::view(C.map), want.data(), uint64_t(E) * 4);
       part.barrier();
@@ -155,6 +167,7 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
       record(part, passes == 0);
       if (pass_stamps()) (void)part.timestamp();
       dev_.submit_async(part);
+      if (opt_.transfer_copies) part_done.push_back(part.done());
       pass_parts_.push_back(std::move(part));
       C.map_dev = want;  // the next decode step's fill restores the map of every resident expert
       ++passes;
@@ -168,7 +181,12 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
   }
 }
 
-bool gpu_expert_cache::pass_stamps() const { return dev_.info().timestamps && !opt_.pass_overlap; }
+bool gpu_expert_cache::pass_stamps() const {
+  return dev_.info().timestamps && (!opt_.pass_overlap || opt_.transfer_copies);
+}
+bool gpu_expert_cache::copy_stamps() const {
+  return pass_stamps() && (!opt_.transfer_copies || dev_.info().transfer_timestamps);
+}
 
 void gpu_expert_cache::wait_cut(gpu::commands& c) {
   const auto t0 = clk::now();
@@ -178,10 +196,10 @@ void gpu_expert_cache::wait_cut(gpu::commands& c) {
 
 void gpu_expert_cache::finish_passes() {
   try {
-    const bool stamps = pass_stamps();
+    const bool stamps = pass_stamps(), cstamps = copy_stamps();
     for (gpu::commands& c : pass_copies_) {
       dev_.wait(c);
-      if (stamps) stats_.chunk_copy_device_seconds += c.seconds(0, 1);
+      if (cstamps) stats_.chunk_copy_device_seconds += c.seconds(0, 1);
     }
     for (gpu::commands& c : pass_parts_) {
       dev_.wait(c);

@@ -29,7 +29,8 @@ std::string device_info::describe() const {
     << ", storage8 " << storage8 << ", storage16 " << storage16 << ", f64 " << float64 << ", int-dot "
     << (int_dot ? (int_dot_fast ? "accelerated" : "emulated") : "no") << ", f16 " << float16
     << ", coop-matrix " << (coop_matrix ? (coop_i8 ? "16x16x16 f16, 16x16x32 s8" : "16x16x16 f16") : "no")
-    << ", host import " << (host_import ? "yes" : "no")
+    << ", host import " << (host_import ? "yes" : "no") << ", transfer queue "
+    << (transfer_queue ? "family " + std::to_string(transfer_family) : transfer_family >= 0 ? "off" : "none")
     << ", memory "
     << (device_local_bytes >> 20) << " MiB" << (host_visible ? " host-visible" : "") << ", max binding "
     << (max_storage_range >> 20) << " MiB";
@@ -67,6 +68,17 @@ int compute_family(const vk::raii::PhysicalDevice& pd) {
   const auto fams = pd.getQueueFamilyProperties();
   for (uint32_t i = 0; i < fams.size(); ++i)
     if (fams[i].queueFlags & vk::QueueFlagBits::eCompute) return int(i);
+  return -1;
+}
+
+int transfer_only_family(const vk::raii::PhysicalDevice& pd) {
+  const auto fams = pd.getQueueFamilyProperties();
+  for (uint32_t i = 0; i < fams.size(); ++i) {
+    const vk::QueueFlags f = fams[i].queueFlags;
+    if ((f & vk::QueueFlagBits::eTransfer) && !(f & (vk::QueueFlagBits::eCompute | vk::QueueFlagBits::eGraphics)) &&
+        fams[i].queueCount > 0)
+      return int(i);
+  }
   return -1;
 }
 
@@ -189,6 +201,11 @@ device_info query_info(const vk::raii::PhysicalDevice& pd, uint32_t index) {
       in.int_dot_fast = p13.integerDotProduct4x8BitPackedMixedSignednessAccelerated;
     }
     in.float16 = f.f12.shaderFloat16;
+    in.timeline = f.f12.timelineSemaphore;
+    in.transfer_family = transfer_only_family(pd);
+    // a transfer queue cannot reset a query pool: the host does (hostQueryReset)
+    in.transfer_timestamps = in.transfer_family >= 0 && f.f12.hostQueryReset &&
+                             pd.getQueueFamilyProperties()[size_t(in.transfer_family)].timestampValidBits > 0;
     in.coop_matrix = in.float16 && coop_matrix_16x16x16(pd);
     in.coop_i8 = in.coop_matrix && in.storage8 &&
                  coop_matrix_shape(pd, 16, 16, 32, vk::ComponentTypeNV::eSint8, vk::ComponentTypeNV::eSint32);
@@ -310,6 +327,11 @@ device_impl::device_impl(const device_options& o) : opt(o) {
   en.f13.computeFullSubgroups = info.subgroup_size_control;
   en.f13.shaderIntegerDotProduct = info.int_dot;
   en.f12.shaderFloat16 = info.float16;
+  en.f12.timelineSemaphore = info.timeline;
+  info.transfer_queue = opt.transfer_queue && info.timeline && info.transfer_family >= 0;
+  en.f12.hostQueryReset = info.transfer_queue && info.transfer_timestamps;
+  // without a transfer queue, begin_transfer() records for the compute queue (whose timestamps it then has)
+  if (!info.transfer_queue) info.transfer_timestamps = info.timestamps;
   vk::PhysicalDeviceCooperativeMatrixFeaturesNV cm;
   std::vector<const char*> exts;
   if (info.coop_matrix) {
@@ -327,15 +349,29 @@ device_impl::device_impl(const device_options& o) : opt(o) {
     en.f2.pNext = &pe;
     exts.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
   }
-  queue_family = uint32_t(compute_family(phys));
+  compute.family = uint32_t(compute_family(phys));
   const float prio = 1.0f;
-  const vk::DeviceQueueCreateInfo qci({}, queue_family, 1, &prio);
-  vk::DeviceCreateInfo dci({}, qci, {}, exts);
+  std::vector<vk::DeviceQueueCreateInfo> qcis{vk::DeviceQueueCreateInfo({}, compute.family, 1, &prio)};
+  if (info.transfer_queue) {
+    transfer_lane = std::make_unique<lane>();
+    transfer_lane->index = 1;
+    transfer_lane->family = uint32_t(info.transfer_family);
+    transfer_lane->dedicated_transfer = true;
+    qcis.emplace_back(vk::DeviceQueueCreateFlags{}, transfer_lane->family, 1, &prio);
+  }
+  vk::DeviceCreateInfo dci({}, qcis, {}, exts);
   dci.pNext = &en.f2;
   dev = vk::raii::Device(phys, dci);
-  queue = vk::raii::Queue(dev, queue_family, 0);
-  cmd_pool = vk::raii::CommandPool(
-      dev, vk::CommandPoolCreateInfo(vk::CommandPoolCreateFlagBits::eResetCommandBuffer, queue_family));
+  for (lane* l : {&compute, transfer_lane.get()}) {
+    if (!l) continue;
+    l->queue = vk::raii::Queue(dev, l->family, 0);
+    l->pool = vk::raii::CommandPool(
+        dev, vk::CommandPoolCreateInfo(vk::CommandPoolCreateFlagBits::eResetCommandBuffer, l->family));
+    if (info.timeline) {
+      vk::SemaphoreTypeCreateInfo ti(vk::SemaphoreType::eTimeline, 0);
+      l->timeline = vk::raii::Semaphore(dev, vk::SemaphoreCreateInfo({}, &ti));
+    }
+  }
   choose_memory_types();
   load_pipeline_cache();
 }
@@ -363,6 +399,7 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
   if (gx > d.info.max_groups_x || gy > d.info.max_groups_y)
     throw gpu_error("dispatch of " + p->name + ": " + std::to_string(gx) + "x" + std::to_string(gy) +
                     " workgroups exceed the device limit");
+  if (c.transfer) throw gpu_error("dispatch of " + p->name + " in a transfer recording (device::begin_transfer)");
   c.ensure_recording();
   if (c.barrier_needed) {
     // The transfer stage is a source only when a transfer was recorded since the last barrier: a decode step's
@@ -429,18 +466,7 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
 
 // ------------------------------------------------------------------ public classes
 
-namespace {
-template <class Fn>
-auto guarded(const char* what, Fn&& fn) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const gpu_error&) {
-    throw;
-  } catch (const vk::SystemError& e) {
-    throw gpu_error(std::string(what) + ": " + e.what());
-  }
-}
-}  // namespace
+using detail::guarded;
 
 std::vector<device_info> list_devices() {
   return guarded("list_devices", [] {
@@ -501,7 +527,7 @@ detail::commands_impl::~commands_impl() {
   try {
     cb.reset();
     if (ran) dev->dev.resetFences({*fence});
-    dev->spare_cmds.emplace_back(std::move(cb), std::move(fence));
+    on->spare_cmds.emplace_back(std::move(cb), std::move(fence));
     if (*queries) dev->spare_queries.push_back(std::move(queries));
   } catch (...) {
   }
@@ -601,38 +627,27 @@ void commands::fill(const view& dst, uint64_t bytes, uint32_t word) {
 void commands::barrier() {
   guarded("barrier", [&] {
     p_->ensure_recording();
-    const vk::MemoryBarrier mb(vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eShaderRead |
-                                   vk::AccessFlagBits::eTransferWrite | vk::AccessFlagBits::eTransferRead,
-                               vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite |
-                                   vk::AccessFlagBits::eTransferWrite | vk::AccessFlagBits::eTransferRead);
-    const vk::PipelineStageFlags st = vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer;
-    p_->cb.pipelineBarrier(st, st, {}, mb, {}, {});
+    using A = vk::AccessFlagBits;
+    using S = vk::PipelineStageFlagBits;
+    const vk::AccessFlags xa = A::eTransferWrite | A::eTransferRead;
+    const vk::AccessFlags a = p_->transfer ? xa : xa | A::eShaderWrite | A::eShaderRead;
+    const vk::PipelineStageFlags st =
+        p_->transfer ? vk::PipelineStageFlags(S::eTransfer) : S::eComputeShader | S::eTransfer;
+    p_->cb.pipelineBarrier(st, st, {}, vk::MemoryBarrier(a, a), {}, {});
     p_->work_since_xfer = false;
     p_->barrier_needed = p_->xfer_since_barrier = false;
   });
 }
 
 commands device::begin() {
-  return guarded("begin", [&] {
-    auto c = std::make_unique<detail::commands_impl>();
-    c->dev = p_.get();
-    if (!p_->spare_cmds.empty()) {  // a finished recording's command buffer and fence (creating them is slow)
-      c->cb = std::move(p_->spare_cmds.back().first);
-      c->fence = std::move(p_->spare_cmds.back().second);
-      p_->spare_cmds.pop_back();
-    } else {
-      vk::raii::CommandBuffers cbs(p_->dev,
-                                   vk::CommandBufferAllocateInfo(*p_->cmd_pool, vk::CommandBufferLevel::ePrimary, 1));
-      c->cb = std::move(cbs.front());
-      c->fence = vk::raii::Fence(p_->dev, vk::FenceCreateInfo());
-    }
-    return commands(std::move(c));
-  });
+  return guarded("begin", [&] { return commands(detail::new_recording(*p_, p_->compute, false)); });
 }
 
 uint32_t commands::timestamp() {
   detail::commands_impl& c = *p_;
-  if (!c.dev->info.timestamps) throw gpu_error("timestamps are not supported on the compute queue of this device");
+  if (!(c.transfer ? c.dev->info.transfer_timestamps : c.dev->info.timestamps))
+    throw gpu_error(std::string("timestamps are not supported on the ") + (c.transfer ? "transfer" : "compute") +
+                    " queue of this device");
   return guarded("timestamp", [&] {
     c.ensure_recording();
     if (!*c.queries) {
@@ -646,7 +661,10 @@ uint32_t commands::timestamp() {
       }
     }
     if (!c.queries_reset) {
-      c.cb.resetQueryPool(*c.queries, 0, c.query_capacity);
+      if (c.on->dedicated_transfer)
+        c.queries.reset(0, c.query_capacity);  // on the host (a transfer queue cannot; unused: new or spare)
+      else
+        c.cb.resetQueryPool(*c.queries, 0, c.query_capacity);
       c.queries_reset = true;
     }
     if (c.query_count == c.query_capacity) throw gpu_error("more than 1024 timestamps in one recording");
@@ -688,20 +706,21 @@ void device::submit_async(commands& cmds) {
   detail::commands_impl& c = cmds.impl();
   guarded("submit", [&] {
     if (c.pending) throw gpu_error("submit: the recording is still running (wait for it first)");
-    if (c.ran) {  // the same recording once more (its timestamps are reset inside it)
+    if (c.ran) {  // the same recording once more (its timestamps are reset inside it, or here on the host)
       p_->dev.resetFences({*c.fence});
+      if (c.on->dedicated_transfer && c.query_count) c.queries.reset(0, c.query_capacity);
     } else {
       c.ensure_recording();
       // Device writes visible to the host after the fence wait (downloads, mapped read-back buffers).
+      using S = vk::PipelineStageFlagBits;
       const vk::MemoryBarrier hb(vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite,
                                  vk::AccessFlagBits::eHostRead);
-      c.cb.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
-                           vk::PipelineStageFlagBits::eHost, {}, hb, {}, {});
+      c.cb.pipelineBarrier(c.transfer ? vk::PipelineStageFlags(S::eTransfer) : S::eComputeShader | S::eTransfer,
+                           S::eHost, {}, hb, {}, {});
       c.cb.end();
       c.recording = false;
     }
-    const vk::CommandBuffer h = *c.cb;
-    p_->queue.submit(vk::SubmitInfo({}, {}, h), *c.fence);
+    detail::submit_to_lane(*p_, c);
     c.pending = true;
   });
 }

@@ -71,7 +71,11 @@ std::unique_ptr<block> device_impl::make_block(uint64_t size, uint32_t type, boo
   auto b = std::make_unique<block>();
   b->size = size;
   try {
-    b->buf = vk::raii::Buffer(dev, vk::BufferCreateInfo({}, size, buffer_usage));
+    vk::BufferCreateInfo bi({}, size, buffer_usage);
+    // With a transfer queue both families use every block (no ownership transfers: commands::after orders them).
+    const uint32_t fams[2] = {compute.family, transfer_lane ? transfer_lane->family : 0};
+    if (transfer_lane) bi.setSharingMode(vk::SharingMode::eConcurrent).setQueueFamilyIndices(fams);
+    b->buf = vk::raii::Buffer(dev, bi);
     const vk::MemoryRequirements req = b->buf.getMemoryRequirements();
     b->mem = vk::raii::DeviceMemory(dev, vk::MemoryAllocateInfo(req.size, type));
   } catch (const vk::SystemError& e) {
@@ -195,7 +199,8 @@ void device_impl::upload_pipelined(std::span<const upload_part> parts) {
     std::vector<std::pair<block*, vk::BufferCopy>> regions;
   } halves[2];
   for (half& x : halves) {
-    vk::raii::CommandBuffers cbs(dev, vk::CommandBufferAllocateInfo(*cmd_pool, vk::CommandBufferLevel::ePrimary, 1));
+    vk::raii::CommandBuffers cbs(dev,
+                                 vk::CommandBufferAllocateInfo(*compute.pool, vk::CommandBufferLevel::ePrimary, 1));
     x.cb = std::move(cbs.front());
     x.fence = vk::raii::Fence(dev, vk::FenceCreateInfo());
   }
@@ -214,7 +219,7 @@ void device_impl::upload_pipelined(std::span<const upload_part> parts) {
     for (const auto& [blk, r] : x.regions) x.cb.copyBuffer(*upload_staging->buf, *blk->buf, r);
     x.cb.end();
     const vk::CommandBuffer cbh = *x.cb;
-    queue.submit(vk::SubmitInfo({}, {}, cbh), *x.fence);
+    compute.queue.submit(vk::SubmitInfo({}, {}, cbh), *x.fence);
     x.busy = true;
     x.regions.clear();
     x.used = 0;

@@ -1,5 +1,5 @@
 #pragma once
-// The Vulkan-Hpp side of cmfx_vk: included only by device.cpp, memory.cpp and pipelines.cpp (P12: every TU
+// The Vulkan-Hpp side of cmfx_vk: included only by device.cpp, queues.cpp, memory.cpp and pipelines.cpp (P12: every TU
 // that includes vulkan_raii.hpp costs ~7 s to compile).
 #include <vulkan/vulkan_raii.hpp>
 
@@ -33,8 +33,25 @@ struct pipeline {
   std::string stats;  ///< the driver's statistics (device_options::pipeline_statistics)
 };
 
+/// A queue with its command pool, its timeline semaphore (signalled by each submit_async where the device has
+/// timeline semaphores: sync_point) and the command buffers and fences of destroyed recordings (for begin).
+struct lane {
+  uint32_t index = 0;  ///< sync_point::queue
+  uint32_t family = 0;
+  bool dedicated_transfer = false;  ///< a transfer-only family (stage masks without the compute stage)
+  vk::raii::Queue queue{nullptr};
+  vk::raii::CommandPool pool{nullptr};
+  vk::raii::Semaphore timeline{nullptr};
+  uint64_t submitted = 0;  ///< the value the last submission signals
+  std::vector<std::pair<vk::raii::CommandBuffer, vk::raii::Fence>> spare_cmds;
+};
+
 struct commands_impl {
   device_impl* dev = nullptr;
+  lane* on = nullptr;            // the queue this recording is submitted to
+  bool transfer = false;         // from begin_transfer
+  uint64_t signalled = 0;        // the value of on->timeline the last submission signals (0: not submitted)
+  std::vector<sync_point> waits;  // commands::after, until the next submission
   vk::raii::CommandBuffer cb{nullptr};
   vk::raii::Fence fence{nullptr};
   std::vector<std::pair<vk::raii::DescriptorPool, uint32_t>> pools;  // with their set counts
@@ -63,9 +80,10 @@ struct device_impl {
   vk::raii::Instance instance{nullptr};
   vk::raii::PhysicalDevice phys{nullptr};
   vk::raii::Device dev{nullptr};
-  vk::raii::Queue queue{nullptr};
-  uint32_t queue_family = 0;
-  vk::raii::CommandPool cmd_pool{nullptr};
+  lane compute;                     // the compute queue (also every staged upload and download)
+  std::unique_ptr<lane> transfer_lane;  // a transfer-only family's queue (device_options::transfer_queue)
+  lane& xfer() noexcept { return transfer_lane ? *transfer_lane : compute; }
+  lane& lane_of(uint32_t queue);    // sync_point::queue → its lane (gpu_error when there is none)
   vk::raii::PipelineCache pcache{nullptr};
   std::string pcache_path;
   bool exec_stats = false;  ///< pipelines capture the driver's statistics (device_options::pipeline_statistics)
@@ -80,8 +98,6 @@ struct device_impl {
   // Descriptor pools of finished recordings, reset, for the next ones (creating a pool costs ≈ 0.5 ms on the
   // H200's driver: a token's recordings would pay it dozens of times).
   std::vector<std::pair<vk::raii::DescriptorPool, uint32_t>> spare_pools;
-  // Command buffers (reset) and fences (unsignalled) of destroyed recordings, for device::begin.
-  std::vector<std::pair<vk::raii::CommandBuffer, vk::raii::Fence>> spare_cmds;
   // Timestamp query pools (query_pool_size queries each) of destroyed recordings: a recording resets its pool before
   // its first timestamp, so the expert cache's many stamped copies create none after the first few.
   std::vector<vk::raii::QueryPool> spare_queries;
@@ -135,16 +151,35 @@ struct device_impl {
   std::vector<uint32_t> spirv_for(const pipeline_desc& d);
 };
 
+/// Runs fn, turning Vulkan-Hpp's exceptions into gpu_error prefixed with `what`.
+template <class Fn>
+auto guarded(const char* what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const gpu_error&) {
+    throw;
+  } catch (const vk::SystemError& e) {
+    throw gpu_error(std::string(what) + ": " + e.what());
+  }
+}
+
+/// A recording for lane l (queues.cpp): a destroyed recording's command buffer and fence where l has one.
+std::unique_ptr<commands_impl> new_recording(device_impl& d, lane& l, bool transfer);
+/// Submits c's ended command buffer to its lane: with timeline semaphores it waits for c.waits and signals the
+/// lane's next value (c.signalled); c.waits is cleared.
+void submit_to_lane(device_impl& d, commands_impl& c);
+
 template <class Fn>
 void device_impl::run_once(Fn&& fn) {
-  vk::raii::CommandBuffers cbs(dev, vk::CommandBufferAllocateInfo(*cmd_pool, vk::CommandBufferLevel::ePrimary, 1));
+  vk::raii::CommandBuffers cbs(dev,
+                               vk::CommandBufferAllocateInfo(*compute.pool, vk::CommandBufferLevel::ePrimary, 1));
   vk::raii::CommandBuffer& cb = cbs.front();
   cb.begin(vk::CommandBufferBeginInfo(vk::CommandBufferUsageFlagBits::eOneTimeSubmit));
   fn(cb);
   cb.end();
   vk::raii::Fence f(dev, vk::FenceCreateInfo());
   const vk::CommandBuffer h = *cb;
-  queue.submit(vk::SubmitInfo({}, {}, h), *f);
+  compute.queue.submit(vk::SubmitInfo({}, {}, h), *f);
   if (dev.waitForFences({*f}, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess) throw gpu_error("fence wait failed");
 }
 

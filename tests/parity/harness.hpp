@@ -203,6 +203,7 @@ struct toy_files;
 void model_chain_cases(suite& s, toy_files& files);  // cases_model_chain.cpp: decode chained on the device
 void model_v41_cases(suite& s);  // cases_model_v41.cpp: the V4.1 GPU graph vs the CPU graph on the V4.1 toys
 void prim_cases(suite& s);   // cases_prims.cpp: add, scale, matmul_rows, recorded transfers
+void queue_cases(suite& s);  // cases_queues.cpp: transfer and compute recordings ordered by sync points
 void v41_cases(suite& s);  // cases_v41.cpp: V4.1 kernels (FP4 KV fake-quant, candidate blocks, Engram gather and gate)
 void sample_cases(suite& s);  // cases_sample.cpp: the device sampler against cmfx::sampler
 void prompt_cache_cases(suite& s);  // cases_prompt_cache.cpp: the driver's prompt cache, a long V4.1 prompt

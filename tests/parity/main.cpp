@@ -1,8 +1,9 @@
 // cmfx-parity: every GPU kernel against the CPU float64 reference, on fresh random inputs (docs/VULKAN.md).
 // usage: cmfx-parity [--device N] [--seed S] [--filter A|B|…] [--cache-dir D] [--shader-dir D] [--validation]
-//                    [--force-staging] [--host-import] [--f64] …
+//                    [--force-staging] [--host-import] [--transfer-queue] [--f64] …
 //                    [--no-subgroup-ops] [--no-small-storage] [--f64] [--no-shuffle] [--force-staging]
 //                    [--no-spirv-opt] [--nontemporal] [--list-devices]
+// --transfer-queue: device_options::transfer_queue (transfers of begin_transfer() on a transfer-only family).
 // Exit: 0 all pass; 1 a failure; 77 no Vulkan device (skipped) unless CI=true, then 1.
 #include <cstdlib>
 #include <iostream>
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-shuffle") dopt.allow_shuffle = false;
     else if (a == "--force-staging") dopt.force_staging = true;
     else if (a == "--host-import") dopt.allow_host_import = true;
+    else if (a == "--transfer-queue") dopt.transfer_queue = true;
     else if (a == "--no-spirv-opt") dopt.optimize_spirv = false;
     else if (a == "--nontemporal") dopt.nontemporal_weights = true;
     else if (a == "--list-devices") list = true;
@@ -213,6 +215,7 @@ int main(int argc, char** argv) {
     parity::chunk_pipeline_cases(s);
     parity::chunk_passes_cases(s);
     parity::prim_cases(s);
+    parity::queue_cases(s);
     parity::v41_cases(s);
     parity::sample_cases(s);
     int bad = s.report();

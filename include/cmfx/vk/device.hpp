@@ -62,6 +62,11 @@ struct device_options {
   /// where the device has it: e.g. the NVIDIA driver's register count, shared memory, spills) for
   /// device::pipeline_statistics(). Diagnostics (`cmfx-bench-vk --pipeline-stats`).
   bool pipeline_statistics = false;
+  /// true: recordings from device::begin_transfer() go to a queue of a transfer-only family (the copy engines of
+  /// a discrete GPU, which a compute queue's copies do not reach) where the device has one and timeline
+  /// semaphores; buffers are then shared by both families. false, or no such family: they go to the compute queue.
+  /// Either way they are ordered against other recordings by commands::after alone. Off by default until timed.
+  bool transfer_queue = false;
   uint64_t max_binding_bytes = 0;     ///< cap on one storage-buffer binding (0: the device limit); tests only
   uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
 };
@@ -102,6 +107,10 @@ struct device_info {
   uint64_t host_import_align = 0;
   bool timestamps = false;
   double timestamp_period_ns = 1.0;
+  bool timeline = false;         ///< timeline semaphores (Vulkan 1.2's timelineSemaphore): commands::after
+  int transfer_family = -1;      ///< a queue family with transfers but neither compute nor graphics (-1: none)
+  bool transfer_queue = false;   ///< begin_transfer() records for that family's queue (device_options::transfer_queue)
+  bool transfer_timestamps = false;  ///< commands::timestamp works in begin_transfer() recordings
   uint64_t max_allocation = 0, max_storage_range = 0, min_storage_align = 16, max_buffer_size = 0;
   uint32_t max_shared_memory = 0, max_workgroup_invocations = 0, max_groups_x = 0, max_groups_y = 0;
   uint32_t max_storage_buffers = 0;  ///< maxPerStageDescriptorStorageBuffers (≥ max_dispatch_bindings needed)
@@ -167,6 +176,13 @@ struct upload_piece {
   uint64_t bytes = 0;
 };
 
+/// The end of a submitted recording on its queue's timeline (commands::done, device::last_submitted), for
+/// commands::after. Value 0: nothing to wait for.
+struct sync_point {
+  uint32_t queue = 0;  ///< 0: the compute queue, 1: the transfer queue (device_info::transfer_queue)
+  uint64_t value = 0;
+};
+
 /// A recording of dispatches (one command buffer). Kernels put a compute→compute memory barrier before every
 /// dispatch after the first, so recorded work runs in order.
 class commands {
@@ -204,6 +220,15 @@ class commands {
   /// those of recordings submitted earlier to the device (submission order), so a recording that starts with
   /// barrier() may follow another one with submit_async.
   void barrier();
+  /// This recording starts only after `p` (a recording submitted before it, to either queue) has run, whose
+  /// writes it then sees: a timeline-semaphore wait at its submission (device_info::timeline; gpu_error without).
+  /// What orders recordings of different queues — barrier() orders only those of one queue. Waits are kept until
+  /// the next submission.
+  void after(sync_point p);
+  /// The point this recording's last submission signals (gpu_error before it is submitted).
+  sync_point done() const;
+  /// A recording from device::begin_transfer(): transfers only.
+  bool transfer() const noexcept;
   detail::commands_impl& impl() noexcept { return *p_; }
 
  private:
@@ -246,11 +271,18 @@ class device {
   void upload_batch(std::span<const upload_piece> pieces);
 
   commands begin();
+  /// A recording of transfers only (copy, fill, update, barrier, timestamp where transfer_timestamps; a dispatch
+  /// throws) for the transfer queue (device_info::transfer_queue; else the compute queue). It runs beside the
+  /// compute queue's recordings: order it with commands::after in both directions.
+  commands begin_transfer();
+  /// The point of the last recording submitted to a queue (0: compute, 1: transfer; the compute queue's where
+  /// there is no transfer queue): after(last_submitted(q)) waits for everything submitted to q so far.
+  sync_point last_submitted(uint32_t queue) const noexcept;
   /// Runs a recording and waits for it. Submitting it again (without reset) runs the same work once more:
   /// benchmarks repeat a recording without paying for recording it again.
   void submit(commands& c);
-  /// Starts a recording without waiting (recordings run in submission order: one queue); wait(c) blocks until it
-  /// has run and fetches its timestamps. The host may record other work meanwhile.
+  /// Starts a recording without waiting (recordings of one queue run in submission order); wait(c) blocks until
+  /// it has run and fetches its timestamps. The host may record other work meanwhile.
   void submit_async(commands& c);
   void wait(commands& c);
   /// Whether a submitted recording has run (its fence, without blocking); true when it is not pending. wait(c)
