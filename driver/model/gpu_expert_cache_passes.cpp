@@ -182,7 +182,8 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
 }
 
 bool gpu_expert_cache::pass_stamps() const {
-  return dev_.info().timestamps && (!opt_.pass_overlap || opt_.transfer_copies);
+  // with overlap only where the copies have their own queue
+  return dev_.info().timestamps && (!opt_.pass_overlap || (opt_.transfer_copies && dev_.info().transfer_queue));
 }
 bool gpu_expert_cache::copy_stamps() const {
   return pass_stamps() && (!opt_.transfer_copies || dev_.info().transfer_timestamps);

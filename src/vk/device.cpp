@@ -71,15 +71,19 @@ int compute_family(const vk::raii::PhysicalDevice& pd) {
   return -1;
 }
 
+/// A family with transfers but neither compute nor graphics: one with nothing else (but sparse binding) first —
+/// a video family may list transfers too.
 int transfer_only_family(const vk::raii::PhysicalDevice& pd) {
+  using Q = vk::QueueFlagBits;
   const auto fams = pd.getQueueFamilyProperties();
+  int pick = -1;
   for (uint32_t i = 0; i < fams.size(); ++i) {
     const vk::QueueFlags f = fams[i].queueFlags;
-    if ((f & vk::QueueFlagBits::eTransfer) && !(f & (vk::QueueFlagBits::eCompute | vk::QueueFlagBits::eGraphics)) &&
-        fams[i].queueCount > 0)
-      return int(i);
+    if (!(f & Q::eTransfer) || (f & (Q::eCompute | Q::eGraphics)) || fams[i].queueCount == 0) continue;
+    if (!(f & ~vk::QueueFlags(Q::eTransfer | Q::eSparseBinding))) return int(i);
+    if (pick < 0) pick = int(i);
   }
-  return -1;
+  return pick;
 }
 
 bool has_extension(const vk::raii::PhysicalDevice& pd, const char* name) {
@@ -692,6 +696,8 @@ void commands::reset() {
     c.queries_reset = false;
     c.stamps.clear();
     c.dispatches = 0;
+    c.waits.clear();
+    c.signalled = 0;
     c.recording = c.ran = false;
     c.concurrent = c.barrier_needed = c.work_since_xfer = c.xfer_since_barrier = false;
   });
@@ -713,8 +719,9 @@ void device::submit_async(commands& cmds) {
       c.ensure_recording();
       // Device writes visible to the host after the fence wait (downloads, mapped read-back buffers).
       using S = vk::PipelineStageFlagBits;
-      const vk::MemoryBarrier hb(vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite,
-                                 vk::AccessFlagBits::eHostRead);
+      const vk::AccessFlags src = c.transfer ? vk::AccessFlags(vk::AccessFlagBits::eTransferWrite)
+                                             : vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite;
+      const vk::MemoryBarrier hb(src, vk::AccessFlagBits::eHostRead);
       c.cb.pipelineBarrier(c.transfer ? vk::PipelineStageFlags(S::eTransfer) : S::eComputeShader | S::eTransfer,
                            S::eHost, {}, hb, {}, {});
       c.cb.end();

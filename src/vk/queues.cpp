@@ -1,6 +1,8 @@
 // The queues recordings go to (the compute queue; a transfer-only family's queue with device_options::
 // transfer_queue), the recordings' command buffers, and their ordering across queues by timeline semaphores
 // (commands::after, sync_point).
+#include <algorithm>
+
 #include "vk_impl.hpp"
 
 namespace cmfx::gpu {
@@ -39,11 +41,13 @@ void submit_to_lane(device_impl& d, commands_impl& c) {
   }
   std::vector<vk::Semaphore> sems;
   std::vector<uint64_t> values;
-  for (const sync_point& p : c.waits) {
-    if (p.value == 0) continue;
-    lane& from = d.lane_of(p.queue);
-    sems.push_back(*from.timeline);
-    values.push_back(p.value);
+  for (uint32_t q = 0; q < 2; ++q) {  // a timeline's values only grow: the largest point of each queue suffices
+    uint64_t v = 0;
+    for (const sync_point& p : c.waits)
+      if (p.queue == q) v = std::max(v, p.value);
+    if (v == 0) continue;
+    sems.push_back(*d.lane_of(q).timeline);
+    values.push_back(v);
   }
   // the waits block every command of the recording: it is transfers only, or it starts after the points anyway
   const std::vector<vk::PipelineStageFlags> stages(sems.size(), vk::PipelineStageFlagBits::eAllCommands);

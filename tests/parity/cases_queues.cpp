@@ -44,7 +44,10 @@ std::string chain_case(suite& s, uint64_t seed, uint64_t n, uint32_t rounds, std
   for (round& q : rs) {
     gpu::commands x = s.dev.begin_transfer();
     if (!x.transfer()) return "begin_transfer gave a compute recording";
+    const bool stamps = s.dev.info().transfer_timestamps;  // on a transfer queue its pool is reset by the host
+    if (stamps) (void)x.timestamp();
     x.copy(q.ab, q.b->payload(), n * 4);
+    if (stamps) (void)x.timestamp();
     s.dev.submit_async(x);
     gpu::commands c = s.dev.begin();
     c.after(x.done());
@@ -64,6 +67,8 @@ std::string chain_case(suite& s, uint64_t seed, uint64_t n, uint32_t rounds, std
   std::string why;
   for (round& q : rs) {
     for (gpu::commands& g : q.recs) s.dev.wait(g);
+    if (s.dev.info().transfer_timestamps && !(q.recs[0].seconds(0, 1) >= 0))
+      return "the transfer recording's timestamps go backwards";
     std::vector<float> out(n), b(n), out2(n), twice(q.a);
     for (float& v : twice) v *= 2.0f;
     if (!q.out->read(out.data(), why) || !q.b->read(b.data(), why) || !q.out2->read(out2.data(), why)) return why;
@@ -105,7 +110,22 @@ std::string error_case(suite& s, std::string& info) {
   x.fill(b, 64, 0x3F800000u);
   s.submit(x);
   if (x.done().value == 0 || s.dev.last_submitted(1).value < x.done().value) return "done() is not the last submission";
-  info = "done() before submission, after() an unsubmitted point or an unknown queue, a dispatch: gpu_error";
+  // the same recording again (its waits were spent), after a compute recording: a new point
+  gpu::commands c = s.dev.begin();
+  c.fill(b, 64, 0x40000000u);
+  s.dev.submit_async(c);
+  const gpu::sync_point first = x.done();
+  x.after(c.done());
+  s.submit(x);
+  if (!(first.queue == x.done().queue && x.done().value > first.value)) return "a resubmission kept its old point";
+  std::vector<float> back(16);
+  s.dev.download(b, back.data(), 64);
+  for (const float v : back)
+    if (v != 1.0f) return "the resubmitted fill ran before the compute recording it waits for";
+  x.reset();
+  if (!throws_gpu_error([&] { (void)x.done(); })) return "done() after reset did not throw";
+  info = "done() before submission or after reset, after() an unsubmitted point or an unknown queue, a dispatch: "
+         "gpu_error; a resubmission after a compute recording";
   return {};
 }
 
