@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   cmake ninja-build pkg-config g++ clang libclang-rt-14-dev
   libeigen3-dev libxsimd-dev xtl-dev
-  libvulkan-dev mesa-vulkan-drivers vulkan-tools
+  libvulkan-dev mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
   glslang-dev glslang-tools spirv-tools
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev

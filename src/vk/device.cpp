@@ -241,9 +241,12 @@ vk::raii::Instance make_instance(vk::raii::Context& ctx, bool validation) {
                                 "(Debian: vulkan-validationlayers)");
     layers.push_back(layer);
   }
+  // the layer's messages go to device_impl's messenger (counted: device::validation_errors)
+  std::vector<const char*> exts;
+  if (validation) exts.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
   const vk::ApplicationInfo app("cmfx", 1, "cmfx", 1, VK_API_VERSION_1_3);
   try {
-    return vk::raii::Instance(ctx, vk::InstanceCreateInfo({}, &app, layers, {}));
+    return vk::raii::Instance(ctx, vk::InstanceCreateInfo({}, &app, layers, exts));
   } catch (const vk::IncompatibleDriverError& e) {
     throw gpu_error(std::string("no Vulkan driver could be loaded (") + e.what() +
                     "): install one, e.g. Debian's mesa-vulkan-drivers for lavapipe, or check the ICD files");
@@ -275,10 +278,27 @@ std::string unsuitable(const device_info& in, const vk::raii::PhysicalDevice& pd
   return {};
 }
 
+VKAPI_ATTR VkBool32 VKAPI_CALL on_validation(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                             VkDebugUtilsMessageTypeFlagsEXT, const VkDebugUtilsMessengerCallbackDataEXT* m,
+                                             void* user) {
+  const bool error = severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+  if (error) static_cast<device_impl*>(user)->validation_errors.fetch_add(1);
+  std::fprintf(stderr, "validation %s: %s\n", error ? "error" : "warning", m && m->pMessage ? m->pMessage : "?");
+  return VK_FALSE;
+}
+
 }  // namespace
 
 device_impl::device_impl(const device_options& o) : opt(o) {
   instance = make_instance(ctx, opt.validation);
+  if (opt.validation) {
+    using S = vk::DebugUtilsMessageSeverityFlagBitsEXT;
+    using T = vk::DebugUtilsMessageTypeFlagBitsEXT;
+    messenger = vk::raii::DebugUtilsMessengerEXT(
+        instance, vk::DebugUtilsMessengerCreateInfoEXT({}, S::eError | S::eWarning,
+                                                       T::eGeneral | T::eValidation | T::ePerformance,
+                                                       &on_validation, this));
+  }
   vk::raii::PhysicalDevices pds(instance);
   if (pds.empty())
     throw gpu_error("no Vulkan device found: install a driver (for a CPU device, Debian's mesa-vulkan-drivers "

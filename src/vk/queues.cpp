@@ -92,4 +92,6 @@ sync_point commands::done() const {
 
 bool commands::transfer() const noexcept { return p_->transfer; }
 
+uint64_t device::validation_errors() const noexcept { return p_->validation_errors.load(); }
+
 }  // namespace cmfx::gpu

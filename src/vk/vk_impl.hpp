@@ -3,6 +3,7 @@
 // that includes vulkan_raii.hpp costs ~7 s to compile).
 #include <vulkan/vulkan_raii.hpp>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <span>
@@ -78,6 +79,8 @@ struct device_impl {
   device_info info;
   vk::raii::Context ctx;
   vk::raii::Instance instance{nullptr};
+  vk::raii::DebugUtilsMessengerEXT messenger{nullptr};  // device_options::validation
+  std::atomic<uint64_t> validation_errors{0};
   vk::raii::PhysicalDevice phys{nullptr};
   vk::raii::Device dev{nullptr};
   lane compute;                     // the compute queue (also every staged upload and download)

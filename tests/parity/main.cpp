@@ -219,6 +219,11 @@ int main(int argc, char** argv) {
     parity::v41_cases(s);
     parity::sample_cases(s);
     int bad = s.report();
+    if (dopt.validation && dev->validation_errors() > 0) {
+      std::printf("FAIL: the validation layer reported %llu error(s) (on stderr)\n",
+                  (unsigned long long)dev->validation_errors());
+      bad = 1;
+    }
     const gpu::pipeline_stats ps = kern.stats();
     // (SPIR-V read from the disk cache was marked when compiled and is not counted again)
     if (dopt.nontemporal_weights && ps.compiled > 0 && ps.spirv_disk_hits == 0 && ps.nontemporal_loads == 0) {

@@ -36,7 +36,9 @@ struct device_options {
   int index = -1;               ///< -1: best kind first; otherwise the index in list_devices()
   std::string cache_dir;        ///< SPIR-V and VkPipelineCache files; empty: no disk cache
   std::string shader_dir;       ///< read shaders/*.comp, *.glsl from here; empty: the copies built into cmfx_vk
-  bool validation = false;      ///< enable VK_LAYER_KHRONOS_validation (error if it is not installed)
+  /// enable VK_LAYER_KHRONOS_validation (error if it is not installed); its errors and warnings go to stderr and
+  /// the errors are counted (device::validation_errors)
+  bool validation = false;
   bool allow_subgroup_ops = true;     ///< false: reductions through shared memory only
   bool allow_small_storage = true;    ///< false: no 8/16-bit storage access (32-bit word loads + bit extraction)
   /// f64 accumulators (RMSNorm, softmax, mHC coefficients, pooling, routing scores) where the device has f64: the
@@ -300,6 +302,8 @@ class device {
   /// device_options::pipeline_statistics is set and the device has VK_KHR_pipeline_executable_properties; else
   /// empty.
   std::vector<std::string> pipeline_statistics() const;
+  /// Errors the validation layer reported since creation (device_options::validation; else 0).
+  uint64_t validation_errors() const noexcept;
   /// Writes the VkPipelineCache to the cache directory now (also done by the destructor).
   void save_pipeline_cache();
 
