@@ -61,6 +61,7 @@ struct dsv41_gpu_options {
   uint64_t cache_cpu_chunk = 64;           ///< as dsv4_gpu_options::cache_cpu_chunk
   bool cache_pass_overlap = false;         ///< as dsv4_gpu_options::cache_pass_overlap
   bool cache_transfer_copies = false;      ///< as dsv4_gpu_options::cache_transfer_copies
+  uint64_t cache_pass_group_bytes = uint64_t(32) << 20;  ///< as dsv4_gpu_options::cache_pass_group_bytes
   /// The official shared-runtime quirk (dsv41_options::stale_index_k): on = official (default).
   bool stale_index_k = true;
   /// The quantisations that are the V4.1 cache format (dsv41_options::qat_kv): on = official (default); off is a

@@ -84,6 +84,7 @@ struct dsv4_gpu_options {
   /// The chunks' pass copies in transfer recordings ordered by sync points (gpu_expert_cache_options::
   /// transfer_copies; on the copy engines with device_options::transfer_queue).
   bool cache_transfer_copies = false;
+  uint64_t cache_pass_group_bytes = uint64_t(32) << 20;  ///< gpu_expert_cache_options::pass_group_bytes
   /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
   /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
   /// compressor rings ≥ chunk + 2·ratio, so the state grows with it; the chunk's scratch is allocated by the first

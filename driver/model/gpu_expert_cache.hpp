@@ -69,9 +69,10 @@ struct gpu_expert_cache_options {
   /// it), each pass's MoE after its copies. With device_options::transfer_queue they run on the copy engines beside
   /// the compute queue. Needs timeline semaphores (device_info::timeline).
   bool transfer_copies = false;
+  /// run_passes: bytes of expert images packed per group of copies (at least half the top-k's experts, at most the
+  /// slots): one group is packed while the device copies another. Tests set it small to get several groups per pass.
+  uint64_t pass_group_bytes = uint64_t(32) << 20;
 };
-/// run_passes: bytes of expert images packed per group of copies (where the slots hold that many).
-inline constexpr uint64_t pass_group_bytes = uint64_t(32) << 20;
 /// Tokens after which a use counts half in cold_experts::cpu's admission rule.
 inline constexpr double cold_half_life = 64.0;
 /// cold_experts::automatic: tokens timed per rule, and tokens run with the faster one before timing both again.

@@ -34,7 +34,7 @@ void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves, bool
   // submission before it, so reusing a group within a pass would wait for the previous pass's MoE, which these
   // copies are to overlap.
   if (!pass_ring_) {
-    const uint64_t big = (pass_group_bytes + stats_.slot_bytes - 1) / stats_.slot_bytes;
+    const uint64_t big = (opt_.pass_group_bytes + stats_.slot_bytes - 1) / stats_.slot_bytes;
     // ≥ top_k / 2 images a group, ≤ the slots (cold_experts::cpu may leave fewer slots than top_k / 2)
     pass_per_ = std::min<uint64_t>(std::max<uint64_t>(big, std::max<uint32_t>(1, top_k_ / 2)),
                                    std::max<uint32_t>(1, stats_.slots));

@@ -46,7 +46,7 @@ double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
 /// cases bound it against the CPU graph), so here they must only run, with finite logits.
 template <class Model, class CpuOptions, class GpuModel, class GpuOptions>
 std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint64_t prompt, cold_experts cold,
-                        bool overlap, bool transfer, uint64_t seed, std::string& info) {
+                        bool overlap, bool transfer, bool small_groups, uint64_t seed, std::string& info) {
   CpuOptions co;
   co.threads = 1;
   auto cpu = Model::open(path, co);
@@ -69,6 +69,8 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
   go.cold = cold;
   go.cache_pass_overlap = overlap;
   go.cache_transfer_copies = transfer;
+  // ⌈top_k / 2⌉ images a group: several groups (and ring reuses) a pass
+  if (small_groups) go.cache_pass_group_bytes = 1;
   go.budget_keeps_chunks = true;  // the toy's experts are smaller than the chunk scratch: they would fit without it
   GpuModel cached(cpu->weights(), s.dev, s.kern, go);
   const gpu_expert_cache_stats& cs = cached.cache_stats();
@@ -137,10 +139,11 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
     return "statistics: the decode steps' counts do not add up";
   if (!exact && cs.cpu_experts == 0) return "--cold-experts cpu: no expert of the steps ran on the host";
   char b2[280];
-  std::snprintf(b2, sizeof b2, "%u of %u slots%s%s%s, %llu + %llu chunks, %.2f passes per layer, %.1f %% resident; %s",
+  std::snprintf(b2, sizeof b2, "%u of %u slots%s%s%s%s, %llu + %llu chunks, %.2f passes per layer, %.1f %% resident; %s",
                 slots, cf.experts, cold == cold_experts::copy ? "" : " + stand-in (cold experts on the CPU)",
                 overlap ? " (copies beside the previous pass)" : "",
                 transfer ? (s.dev.info().transfer_queue ? " (on the transfer queue)" : " (transfer recordings)") : "",
+                small_groups ? " (small copy groups)" : "",
                 (unsigned long long)chunks, (unsigned long long)again_chunks,
                 double(cs.chunk_passes) / double(cs.chunk_layers),
                 100.0 * double(cs.chunk_hits) / double(cs.chunk_experts),
@@ -159,24 +162,27 @@ void chunk_passes_cases(suite& s) {
     cold_experts cold;
     bool overlap;
     bool transfer;  // the passes' copies in transfer recordings ordered by sync points
+    bool small;     // copy groups of ⌈top_k / 2⌉ images (several a pass) instead of 32 MiB
   };
   using C = cold_experts;
-  for (const variant v : {variant{40, 2, C::copy, false, false}, variant{40, 3, C::copy, false, false},
-                          variant{43, 2, C::copy, false, false}, variant{40, 1, C::cpu, false, false},
-                          variant{40, 3, C::copy, true, false}, variant{43, 4, C::copy, true, false},
-                          variant{43, 2, C::copy, false, true}, variant{40, 4, C::copy, true, true}}) {
+  for (const variant v : {variant{40, 2, C::copy, false, false, false}, variant{40, 3, C::copy, false, false, false},
+                          variant{43, 2, C::copy, false, false, false}, variant{40, 1, C::cpu, false, false, false},
+                          variant{40, 3, C::copy, true, false, false}, variant{43, 4, C::copy, true, false, true},
+                          variant{43, 2, C::copy, false, true, true}, variant{40, 4, C::copy, true, true, true}}) {
     const std::string what = "prefill chunks of 7 in expert passes, " + std::to_string(v.slots) + " slots" +
                              (v.cold == cold_experts::cpu ? " (cold experts on the CPU)" : "") +
-                             (v.overlap ? " overlapping copies" : "") + (v.transfer ? " transfer copies" : "") + ", " +
+                             (v.overlap ? " overlapping copies" : "") + (v.transfer ? " transfer copies" : "") +
+                             (v.small ? " small groups" : "") + ", " +
                              std::to_string(v.prompt) + "+" + std::to_string(kDecode) + "+" + std::to_string(kAgain) +
                              " tokens";
     s.run("model_v4", "-", what + ", cmf q4tp toy", [&, v](uint64_t seed, std::string& info) {
       return passes_case<dsv4_model, dsv4_options, dsv4_gpu_model, dsv4_gpu_options>(
-          s, files.make("cmf", "q4tp"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, seed, info);
+          s, files.make("cmf", "q4tp"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, v.small, seed, info);
     });
     s.run("model_v41", "-", what + ", release toy", [&, v](uint64_t seed, std::string& info) {
       return passes_case<dsv41_model, dsv41_options, dsv41_gpu_model, dsv41_gpu_options>(
-          s, files.make("release", "native", "v41"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, seed, info);
+          s, files.make("release", "native", "v41"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, v.small, seed,
+          info);
     });
   }
 }
