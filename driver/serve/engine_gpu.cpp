@@ -86,6 +86,23 @@ class gpu_engine final : public engine {
                 double(c.chunk_passes));
     prom_metric(o, "cmfx_expert_cache_chunk_bytes_moved_total", "counter",
                 "Expert bytes copied from host to device for prefill chunks.", double(c.chunk_bytes_moved));
+    prom_metric(o, "cmfx_expert_cache_chunk_experts_total", "counter",
+                "Distinct routed experts the prefill chunks' layers selected.", double(c.chunk_experts));
+    prom_metric(o, "cmfx_expert_cache_chunk_hits_total", "counter",
+                "Of those, the experts already on the device when the layer's chunk began.", double(c.chunk_hits));
+    prom_metric(o, "cmfx_expert_cache_chunk_pack_seconds_total", "counter",
+                "Host seconds packing the chunks' missing experts into the upload ring.", c.chunk_move_seconds);
+    prom_metric(o, "cmfx_expert_cache_chunk_ring_wait_seconds_total", "counter",
+                "Host seconds waiting for the device's copies to free a group of the upload ring.",
+                c.chunk_wait_seconds);
+    prom_metric(o, "cmfx_expert_cache_chunk_routing_wait_seconds_total", "counter",
+                "Host seconds waiting for each chunk layer's part up to its routing.", c.chunk_cut_seconds);
+    prom_metric(o, "cmfx_expert_cache_chunk_copy_device_seconds_total", "counter",
+                "Device seconds of the chunks' expert copies (timestamps; 0 where they are off).",
+                c.chunk_copy_device_seconds);
+    prom_metric(o, "cmfx_expert_cache_chunk_pass_device_seconds_total", "counter",
+                "Device seconds of the chunks' expert passes (timestamps; 0 where they are off).",
+                c.chunk_pass_device_seconds);
     return o;
   }
 

@@ -191,6 +191,12 @@ if mn:
     check("cache /metrics: lookups > 0, hits <= lookups", look and hits is not None and 0 < look and hits <= look,
           (look, hits))
     check("cache /metrics: bytes moved > 0", (moved or 0) > 0, moved)
+    cx, ch = metric(m, "cmfx_expert_cache_chunk_experts_total"), metric(m, "cmfx_expert_cache_chunk_hits_total")
+    check("cache /metrics: chunk experts and hits, hits <= experts", cx is not None and ch is not None and ch <= cx,
+          (cx, ch))
+    secs = [metric(m, "cmfx_expert_cache_chunk_" + k + "_seconds_total")
+            for k in ("pack", "ring_wait", "routing_wait", "copy_device", "pass_device")]
+    check("cache /metrics: the chunks' seconds, each >= 0", all(v is not None and v >= 0 for v in secs), secs)
     cache.kill()
     # --cold-experts cpu: the same budget, the misses that are not hot enough computed on the CPU (only rounding
     # differs from the copies, so the greedy text stays the CPU backend's)
