@@ -69,7 +69,8 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
   go.cold = cold;
   go.cache_pass_overlap = overlap;
   go.cache_transfer_copies = transfer;
-  // ⌈top_k / 2⌉ images a group: several groups (and ring reuses) a pass
+  // ⌊top_k / 2⌋ (≥ 1) images a group: several groups a pass; without overlap more than the ring's two, so a pass
+  // reuses a group (its host waits for the pass's own earlier copy)
   if (small_groups) go.cache_pass_group_bytes = 1;
   go.budget_keeps_chunks = true;  // the toy's experts are smaller than the chunk scratch: they would fit without it
   GpuModel cached(cpu->weights(), s.dev, s.kern, go);
@@ -162,13 +163,14 @@ void chunk_passes_cases(suite& s) {
     cold_experts cold;
     bool overlap;
     bool transfer;  // the passes' copies in transfer recordings ordered by sync points
-    bool small;     // copy groups of ⌈top_k / 2⌉ images (several a pass) instead of 32 MiB
+    bool small;     // copy groups of ⌊top_k / 2⌋ images (several a pass) instead of 32 MiB
   };
   using C = cold_experts;
   for (const variant v : {variant{40, 2, C::copy, false, false, false}, variant{40, 3, C::copy, false, false, false},
                           variant{43, 2, C::copy, false, false, false}, variant{40, 1, C::cpu, false, false, false},
                           variant{40, 3, C::copy, true, false, false}, variant{43, 4, C::copy, true, false, true},
-                          variant{43, 2, C::copy, false, true, true}, variant{40, 4, C::copy, true, true, true}}) {
+                          variant{40, 4, C::copy, false, false, true}, variant{43, 2, C::copy, false, true, false},
+                          variant{40, 4, C::copy, false, true, true}, variant{40, 4, C::copy, true, true, true}}) {
     const std::string what = "prefill chunks of 7 in expert passes, " + std::to_string(v.slots) + " slots" +
                              (v.cold == cold_experts::cpu ? " (cold experts on the CPU)" : "") +
                              (v.overlap ? " overlapping copies" : "") + (v.transfer ? " transfer copies" : "") +

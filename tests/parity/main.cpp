@@ -193,48 +193,51 @@ int main(int argc, char** argv) {
     return no_device(e.what());
   }
   try {
-    gpu::kernels kern(*dev);
-    if (!dev->info().coop_shapes.empty())
-      std::printf("cooperative-matrix shapes: %s\n", dev->info().coop_shapes.c_str());
-    std::printf("cmfx-parity: %s\nvariants: %s\nseed %llu (rerun with --seed %llu; a case keeps its inputs under any --filter)\n\n", dev->info().describe().c_str(),
-                kern.describe().c_str(), (unsigned long long)popt.seed, (unsigned long long)popt.seed);
-    parity::suite s(*dev, kern, popt);
-    const auto t0 = std::chrono::steady_clock::now();
-    parity::matrix_cases(s);
-    parity::op_cases(s);
-    parity::route_cases(s);
-    parity::mhc_cases(s);
-    parity::quant_cases(s);
-    parity::moe_cases(s);
-    parity::moe_slots_cases(s);
-    parity::attn_cases(s);
-    parity::attn_q8_cases(s);
-    parity::model_cases(s);
-    parity::model_v41_cases(s);
-    parity::prompt_cache_cases(s);
-    parity::chunk_pipeline_cases(s);
-    parity::chunk_passes_cases(s);
-    parity::prim_cases(s);
-    parity::queue_cases(s);
-    parity::v41_cases(s);
-    parity::sample_cases(s);
-    int bad = s.report();
+    int bad = 0;
+    {  // the kernels and the suite's buffers are gone before the validation count is read (their teardown counts)
+      gpu::kernels kern(*dev);
+      if (!dev->info().coop_shapes.empty())
+        std::printf("cooperative-matrix shapes: %s\n", dev->info().coop_shapes.c_str());
+      std::printf("cmfx-parity: %s\nvariants: %s\nseed %llu (rerun with --seed %llu; a case keeps its inputs under any --filter)\n\n", dev->info().describe().c_str(),
+                  kern.describe().c_str(), (unsigned long long)popt.seed, (unsigned long long)popt.seed);
+      parity::suite s(*dev, kern, popt);
+      const auto t0 = std::chrono::steady_clock::now();
+      parity::matrix_cases(s);
+      parity::op_cases(s);
+      parity::route_cases(s);
+      parity::mhc_cases(s);
+      parity::quant_cases(s);
+      parity::moe_cases(s);
+      parity::moe_slots_cases(s);
+      parity::attn_cases(s);
+      parity::attn_q8_cases(s);
+      parity::model_cases(s);
+      parity::model_v41_cases(s);
+      parity::prompt_cache_cases(s);
+      parity::chunk_pipeline_cases(s);
+      parity::chunk_passes_cases(s);
+      parity::prim_cases(s);
+      parity::queue_cases(s);
+      parity::v41_cases(s);
+      parity::sample_cases(s);
+      bad = s.report();
+      const gpu::pipeline_stats ps = kern.stats();
+      // (SPIR-V read from the disk cache was marked when compiled and is not counted again)
+      if (dopt.nontemporal_weights && ps.compiled > 0 && ps.spirv_disk_hits == 0 && ps.nontemporal_loads == 0) {
+        std::printf("FAIL: --nontemporal marked no load in %u compiled shaders\n", ps.compiled);
+        bad = 1;
+      }
+      std::printf("%u pipelines (%u GLSL compiles in %.2f s, %u SPIR-V cache hits, %llu loads marked nontemporal); "
+                  "total %.1f s\n",
+                  ps.pipelines, ps.compiled, ps.compile_seconds, ps.spirv_disk_hits,
+                  (unsigned long long)ps.nontemporal_loads,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
     if (dopt.validation && dev->validation_errors() > 0) {
       std::printf("FAIL: the validation layer reported %llu error(s) (on stderr)\n",
                   (unsigned long long)dev->validation_errors());
       bad = 1;
     }
-    const gpu::pipeline_stats ps = kern.stats();
-    // (SPIR-V read from the disk cache was marked when compiled and is not counted again)
-    if (dopt.nontemporal_weights && ps.compiled > 0 && ps.spirv_disk_hits == 0 && ps.nontemporal_loads == 0) {
-      std::printf("FAIL: --nontemporal marked no load in %u compiled shaders\n", ps.compiled);
-      bad = 1;
-    }
-    std::printf("%u pipelines (%u GLSL compiles in %.2f s, %u SPIR-V cache hits, %llu loads marked nontemporal); "
-                "total %.1f s\n",
-                ps.pipelines, ps.compiled, ps.compile_seconds, ps.spirv_disk_hits,
-                (unsigned long long)ps.nontemporal_loads,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return bad ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cmfx-parity: %s\n", e.what());

@@ -191,12 +191,13 @@ if mn:
     check("cache /metrics: lookups > 0, hits <= lookups", look and hits is not None and 0 < look and hits <= look,
           (look, hits))
     check("cache /metrics: bytes moved > 0", (moved or 0) > 0, moved)
+    # the chunk metrics exported (this f32 toy's chunks cannot run in passes: they need int8 experts, so they are 0
+    # here; the parity cases check the statistics behind them)
     cx, ch = metric(m, "cmfx_expert_cache_chunk_experts_total"), metric(m, "cmfx_expert_cache_chunk_hits_total")
-    check("cache /metrics: chunk experts and hits, hits <= experts", cx is not None and ch is not None and ch <= cx,
-          (cx, ch))
     secs = [metric(m, "cmfx_expert_cache_chunk_" + k + "_seconds_total")
             for k in ("pack", "ring_wait", "routing_wait", "copy_device", "pass_device")]
-    check("cache /metrics: the chunks' seconds, each >= 0", all(v is not None and v >= 0 for v in secs), secs)
+    check("cache /metrics: the chunks' experts, hits and seconds exported",
+          cx is not None and ch is not None and all(v is not None for v in secs), (cx, ch, secs))
     cache.kill()
     # --cold-experts cpu: the same budget, the misses that are not hot enough computed on the CPU (only rounding
     # differs from the copies, so the greedy text stays the CPU backend's)
