@@ -398,12 +398,16 @@ std::string i8_chunk_run(suite& s, const std::string& path, uint32_t chunk, uint
   std::nth_element(same_rows.begin(), same_rows.begin() + same_rows.size() / 2, same_rows.end());
   const double median_same = same_rows[same_rows.size() / 2];
   char b[360];
-  if (!(median <= kI8Median)) {
+  // The median stands for "most rows" only over several rows: with fewer (a flip stopped the comparison early) each
+  // row is held to kI8Nmse alone. (Clean clone 2026-12-07, `--f64 --seed 361817428783531158`, case seed
+  // 12086321838493375202: one row compared, 4.01e-3.)
+  constexpr uint64_t kMedianRows = 5;
+  if (rows >= kMedianRows && !(median <= kI8Median)) {
     std::snprintf(b, sizeof b, "vs CPU f32: the median row's nmse %.2e is above %.0e over %llu rows", median, kI8Median,
                   (unsigned long long)rows);
     return b;
   }
-  if (apart && !(median_same <= kI8Median)) {
+  if (rows >= kMedianRows && apart && !(median_same <= kI8Median)) {
     std::snprintf(b, sizeof b, "chunk vs step: the median row's nmse %.2e is above %.0e over %llu rows", median_same,
                   kI8Median, (unsigned long long)rows);
     return b;

@@ -235,8 +235,11 @@ struct dense_i8_tally {
   // NMSE of a row against the CPU's int8 logits: a gross-error bound. One int8 value that the two graphs' f32
   // inputs put on either side of a rounding step (their sums differ in the last bits) moves that row and later ones;
   // measured on lavapipe over 24 sequences each (2026-12-04): V4 1e-13 (no flip) .. 1.56e-3, V4.1 1e-13 .. 1.83e-3.
-  // The V4 bound was 2e-3, which a flip could pass. The f32-dense graph is 1e-1 .. 9e-1 away.
-  double bound = 1e-2;
+  // The V4 bound was 2e-3, which a flip could pass. The f32-dense graph is 1e-1 .. 9e-1 away. 1e-2 then met a V4.1
+  // row at 1.16e-2 (clean clone 2026-12-07, `cmfx-parity --f64 --seed 361817428783531158`, case seed
+  // 2802475770582145933: row 1, a flip in an early layer), so the gross-error bound is 3e-2 — still 3x below the
+  // nearest f32-dense row.
+  double bound = 3e-2;
   double worst = 0, apart = 0;
   uint64_t near = 0, closer = 0, rows = 0;
   std::string stop;  // "; stopped at <the near-tie pick>"
