@@ -492,6 +492,15 @@ void dispatch(commands_impl& c, const pipeline* p, std::span<const binding> b, c
 
 using detail::guarded;
 
+namespace {
+/// The stages a recording's work runs in: a transfer recording's (begin_transfer) may go to a transfer-only queue,
+/// which has no compute stage.
+vk::PipelineStageFlags work_stages(const detail::commands_impl& c) {
+  using S = vk::PipelineStageFlagBits;
+  return c.transfer ? vk::PipelineStageFlags(S::eTransfer) : S::eComputeShader | S::eTransfer;
+}
+}  // namespace
+
 std::vector<device_info> list_devices() {
   return guarded("list_devices", [] {
     std::unique_ptr<vk::raii::Context> ctx;
@@ -652,11 +661,9 @@ void commands::barrier() {
   guarded("barrier", [&] {
     p_->ensure_recording();
     using A = vk::AccessFlagBits;
-    using S = vk::PipelineStageFlagBits;
     const vk::AccessFlags xa = A::eTransferWrite | A::eTransferRead;
     const vk::AccessFlags a = p_->transfer ? xa : xa | A::eShaderWrite | A::eShaderRead;
-    const vk::PipelineStageFlags st =
-        p_->transfer ? vk::PipelineStageFlags(S::eTransfer) : S::eComputeShader | S::eTransfer;
+    const vk::PipelineStageFlags st = work_stages(*p_);
     p_->cb.pipelineBarrier(st, st, {}, vk::MemoryBarrier(a, a), {}, {});
     p_->work_since_xfer = false;
     p_->barrier_needed = p_->xfer_since_barrier = false;
@@ -742,8 +749,7 @@ void device::submit_async(commands& cmds) {
       const vk::AccessFlags src = c.transfer ? vk::AccessFlags(vk::AccessFlagBits::eTransferWrite)
                                              : vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite;
       const vk::MemoryBarrier hb(src, vk::AccessFlagBits::eHostRead);
-      c.cb.pipelineBarrier(c.transfer ? vk::PipelineStageFlags(S::eTransfer) : S::eComputeShader | S::eTransfer,
-                           S::eHost, {}, hb, {}, {});
+      c.cb.pipelineBarrier(work_stages(c), S::eHost, {}, hb, {}, {});
       c.cb.end();
       c.recording = false;
     }

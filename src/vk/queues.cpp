@@ -2,6 +2,7 @@
 // transfer_queue), the recordings' command buffers, and their ordering across queues by timeline semaphores
 // (commands::after, sync_point).
 #include <algorithm>
+#include <array>
 
 #include "vk_impl.hpp"
 
@@ -39,22 +40,25 @@ void submit_to_lane(device_impl& d, commands_impl& c) {
     l.queue.submit(vk::SubmitInfo({}, {}, h), *c.fence);
     return;
   }
-  std::vector<vk::Semaphore> sems;
-  std::vector<uint64_t> values;
-  for (uint32_t q = 0; q < 2; ++q) {  // a timeline's values only grow: the largest point of each queue suffices
+  // At most one wait per queue (a timeline's values only grow: its largest point suffices); fixed arrays, as this
+  // runs for every submission. The waits block every command of the recording: it is transfers only, or it starts
+  // after the points anyway.
+  std::array<vk::Semaphore, 2> sems;
+  std::array<uint64_t, 2> values{};
+  std::array<vk::PipelineStageFlags, 2> stages;
+  uint32_t n = 0;
+  for (uint32_t q = 0; q < 2; ++q) {
     uint64_t v = 0;
     for (const sync_point& p : c.waits)
       if (p.queue == q) v = std::max(v, p.value);
     if (v == 0) continue;
-    sems.push_back(*d.lane_of(q).timeline);
-    values.push_back(v);
+    sems[n] = *d.lane_of(q).timeline, values[n] = v, stages[n] = vk::PipelineStageFlagBits::eAllCommands;
+    ++n;
   }
-  // the waits block every command of the recording: it is transfers only, or it starts after the points anyway
-  const std::vector<vk::PipelineStageFlags> stages(sems.size(), vk::PipelineStageFlagBits::eAllCommands);
   const uint64_t next = l.submitted + 1;
   const vk::Semaphore signal = *l.timeline;
-  const vk::TimelineSemaphoreSubmitInfo ti(values, next);
-  const vk::SubmitInfo si(sems, stages, h, signal, &ti);
+  const vk::TimelineSemaphoreSubmitInfo ti(n, values.data(), 1, &next);
+  const vk::SubmitInfo si(n, sems.data(), stages.data(), 1, &h, 1, &signal, &ti);
   l.queue.submit(si, *c.fence);
   l.submitted = next;
   c.signalled = next;
