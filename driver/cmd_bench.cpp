@@ -157,6 +157,7 @@ int run_bench(const bench_args& a) {
   const act_precision xact = a.act == "i8" ? act_precision::i8 : act_precision::f32;
   const act_precision dact = a.dense_act.empty() ? xact : a.dense_act == "i8" ? act_precision::i8 : act_precision::f32;
   const uint64_t budget = a.vram_budget.empty() ? 0 : parse_byte_size(a.vram_budget, "--vram-budget");
+  const uint64_t prefetch = a.prefetch.empty() ? 0 : parse_byte_size(a.prefetch, "--prefetch");
   std::unique_ptr<gpu_graph> mp;
   if (v41) {
     dsv41_gpu_options go;
@@ -165,6 +166,8 @@ int run_bench(const bench_args& a) {
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk, go.cache_pass_overlap = a.pass_overlap;
     go.cache_transfer_copies = a.copy_queue == "transfer";
+    go.cache_prefetch_bytes = prefetch, go.cache_prefetch_d2d_compute = a.prefetch_d2d == "compute";
+    go.cache_cached_staging = a.staging == "cached", go.cache_stream_pack = a.pack == "stream";
     go.dense_act = dact;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
@@ -179,6 +182,8 @@ int run_bench(const bench_args& a) {
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
     go.cache_cpu_chunk = a.cpu_chunk, go.cache_pass_overlap = a.pass_overlap;
     go.cache_transfer_copies = a.copy_queue == "transfer";
+    go.cache_prefetch_bytes = prefetch, go.cache_prefetch_d2d_compute = a.prefetch_d2d == "compute";
+    go.cache_cached_staging = a.staging == "cached", go.cache_stream_pack = a.pack == "stream";
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     go.dense_act = dact;  // the decode's q4tp / q2tp / MXFP4 dense products (--dense) too, as `cmfx run --act i8`
     if (a.fold_quant != "default") {

@@ -83,6 +83,10 @@ struct bench_args {
   uint64_t cpu_chunk = 64;          // --cpu-chunk: rows per chunk of the CPU experts (0 = static partition)
   bool pass_overlap = false;        // --pass-overlap: the chunks' passes overlap copies and MoEs (diagnostics)
   std::string copy_queue = "compute";  // --copy-queue: the chunks' pass copies on the compute | transfer queue
+  std::string prefetch;                // --prefetch: device bytes of the chunks' prefetched experts ("" = none)
+  std::string prefetch_d2d = "compute";  // --prefetch-d2d: their copies into slots on the compute | transfer queue
+  std::string staging = "wc";          // --staging: the expert cache's upload rings write-combined | cached
+  std::string pack = "memcpy";         // --pack: how the copy threads fill them (memcpy | stream)
   std::string cache_wait = "spin";  // --cache-wait: spin | block (the expert cache's per-layer waits; diagnostics)
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)

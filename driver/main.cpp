@@ -243,6 +243,25 @@ int main(int argc, char** argv) {
                  "has one, ordered by timeline semaphores; with --pass-overlap they run beside the MoEs)")
       ->check(CLI::IsMember({"compute", "transfer"}))
       ->default_val(bench.copy_queue);
+  cb->add_option("--prefetch", bench.prefetch,
+                 "Diagnostics, with --vram-budget and --copy-queue transfer: device bytes (e.g. 2G, taken from the "
+                 "expert slots) into which each prefill chunk layer's first non-resident experts are copied while "
+                 "the part up to its routing runs (default: none)");
+  cb->add_option("--prefetch-d2d", bench.prefetch_d2d,
+                 "Diagnostics, with --prefetch: the prefetched experts' copies into their slots in the pass's part on "
+                 "the compute queue (default) or on the transfer queue")
+      ->check(CLI::IsMember({"compute", "transfer"}))
+      ->default_val(bench.prefetch_d2d);
+  cb->add_option("--staging", bench.staging,
+                 "Diagnostics, with --vram-budget: the expert cache's upload rings in write-combined (default) or "
+                 "host-cached system memory")
+      ->check(CLI::IsMember({"wc", "cached"}))
+      ->default_val(bench.staging);
+  cb->add_option("--pack", bench.pack,
+                 "Diagnostics, with --vram-budget: the copy threads fill the upload rings with memcpy (default) or "
+                 "non-temporal stores (stream)")
+      ->check(CLI::IsMember({"memcpy", "stream"}))
+      ->default_val(bench.pack);
   cb->add_option("--cpu-chunk", bench.cpu_chunk,
                  "With --cold-experts cpu: rows of the CPU experts a copy thread takes at a time (dynamic chunks; "
                  "0 = one static range per thread)")

@@ -34,6 +34,7 @@ inline void record_chunk_experts(gpu::kernels& k, gpu::device& dev, gpu::command
   c.copy(gpu::view(*ridx.buf, ridx.offset, pairs * 4), cache.chunk_ids(pairs), pairs * 4);
   dispatches += c.dispatch_count();
   dev.submit_async(c);
+  cache.prefetch(l, pairs);  // while the part runs (with the option; the copy engine would wait otherwise)
   cache.wait_cut(c);
   // c opened with the barrier after the previous layer's passes: they ran; their command buffers go back to the
   // device's spares (one layer's live at a time, not the chunk's)

@@ -62,6 +62,11 @@ struct dsv41_gpu_options {
   bool cache_pass_overlap = false;         ///< as dsv4_gpu_options::cache_pass_overlap
   bool cache_transfer_copies = false;      ///< as dsv4_gpu_options::cache_transfer_copies
   uint64_t cache_pass_group_bytes = uint64_t(32) << 20;  ///< as dsv4_gpu_options::cache_pass_group_bytes
+  uint64_t cache_prefetch_bytes = 0;                     ///< as dsv4_gpu_options::cache_prefetch_bytes
+  double cache_prefetch_min_uses = 4.0;                  ///< as dsv4_gpu_options::cache_prefetch_min_uses
+  bool cache_prefetch_d2d_compute = true;                ///< as dsv4_gpu_options::cache_prefetch_d2d_compute
+  bool cache_cached_staging = false;                     ///< as dsv4_gpu_options::cache_cached_staging
+  bool cache_stream_pack = false;                        ///< as dsv4_gpu_options::cache_stream_pack
   /// The official shared-runtime quirk (dsv41_options::stale_index_k): on = official (default).
   bool stale_index_k = true;
   /// The quantisations that are the V4.1 cache format (dsv41_options::qat_kv): on = official (default); off is a

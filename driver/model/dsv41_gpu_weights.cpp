@@ -48,9 +48,7 @@ dsv41_gpu_model::impl::impl(const dsv41_weights& w, gpu::device& d, gpu::kernels
   weight_bytes += place_experts(*this, true,
                                 chunk_passes_possible(k, w.layers.at(0).experts.at(0), opt.prefill_experts,
                                                       opt.expert_act, opt.prefill_chunk),
-                                {opt.vram_budget, opt.copy_threads, opt.cold, opt.expert_act, float(cfg.swiglu_limit),
-                                 opt.cold_margin, opt.cache_spin_waits, opt.cache_cpu_chunk,
-                                 opt.cache_pass_overlap, opt.cache_transfer_copies, opt.cache_pass_group_bytes});
+                                expert_cache_options(opt, float(cfg.swiglu_limit)));
   if (experts->active() && opt.profile) throw usage_error("gpu model: profiling is not available with the expert cache");
   // Chained greedy decode (dsv41_gpu_options::device_embedding) as V4's: not with the expert cache (its steps are
   // cut per layer), nor past the budget or one storage binding; where the device memory runs out, steps run one at

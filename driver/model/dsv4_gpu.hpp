@@ -85,6 +85,13 @@ struct dsv4_gpu_options {
   /// transfer_copies; on the copy engines with device_options::transfer_queue).
   bool cache_transfer_copies = false;
   uint64_t cache_pass_group_bytes = uint64_t(32) << 20;  ///< gpu_expert_cache_options::pass_group_bytes
+  /// Device bytes for the chunks' prefetched experts (gpu_expert_cache_options::prefetch_bytes; with
+  /// cache_transfer_copies; 0: none).
+  uint64_t cache_prefetch_bytes = 0;
+  double cache_prefetch_min_uses = 4.0;  ///< gpu_expert_cache_options::prefetch_min_uses
+  bool cache_prefetch_d2d_compute = true;  ///< gpu_expert_cache_options::prefetch_d2d_compute
+  bool cache_cached_staging = false;       ///< gpu_expert_cache_options::cached_staging
+  bool cache_stream_pack = false;          ///< gpu_expert_cache_options::stream_pack
   /// Positions per prefill chunk (forward() of several ids): each chunk is one recording with every op batched
   /// over its rows (dsv4_gpu_chunk.cpp). 0 or 1: token by token. The window ring holds window + chunk rows and the
   /// compressor rings ≥ chunk + 2·ratio, so the state grows with it; the chunk's scratch is allocated by the first

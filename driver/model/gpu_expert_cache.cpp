@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cmfx/core/error.hpp"
+#include "cmfx/core/stream_copy.hpp"
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/vk/device.hpp"
 
@@ -41,7 +42,14 @@ std::string chunk_part(const gpu_expert_cache_stats& s) {
                   s.chunk_pass_device_seconds);
     part += b;
   }
-  return part;
+  if (s.chunk_prefetched) {
+    std::snprintf(b, sizeof b, "; prefetched %llu experts, %llu selected (%.2f s device → device)",
+                  (unsigned long long)s.chunk_prefetched, (unsigned long long)s.chunk_prefetch_used,
+                  s.chunk_d2d_device_seconds);
+    part += b;
+  }
+  std::snprintf(b, sizeof b, "; host %.2f s in the passes", s.chunk_pass_host_seconds);
+  return part + b;
 }
 
 }  // namespace
@@ -88,6 +96,9 @@ gpu_expert_cache_stats gpu_expert_cache_since(const gpu_expert_cache_stats& now,
   d.chunk_move_seconds -= then.chunk_move_seconds, d.chunk_wait_seconds -= then.chunk_wait_seconds;
   d.chunk_copy_device_seconds -= then.chunk_copy_device_seconds;
   d.chunk_pass_device_seconds -= then.chunk_pass_device_seconds, d.chunk_cut_seconds -= then.chunk_cut_seconds;
+  d.chunk_pass_host_seconds -= then.chunk_pass_host_seconds, d.chunk_prefetched -= then.chunk_prefetched;
+  d.chunk_prefetch_used -= then.chunk_prefetch_used;
+  d.chunk_d2d_device_seconds -= then.chunk_d2d_device_seconds;
   return d;
 }
 
@@ -161,6 +172,9 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
   if (o.transfer_copies && !dev_.info().timeline)
     throw usage_error("expert cache: copies on the transfer queue need timeline semaphores, which " +
                       dev_.info().name + " lacks");
+  if (o.prefetch_bytes && !o.transfer_copies)
+    throw usage_error("expert cache: prefetched experts (--prefetch) need the copies on the transfer queue "
+                      "(--copy-queue transfer)");
   opt_ = o;
   const bool cpu = o.cold != cold_experts::copy;  // the stand-in slot and the host's inputs
   const uint64_t budget = o.budget;
@@ -185,6 +199,14 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
                         " (" + gib(min_need) + "); at least " + std::to_string(used + min_need) + " bytes (" +
                         gib(used + min_need) + ") are needed");
     slots = std::min<uint64_t>(E, (budget - used - shared_all) / nl / one) - (cpu ? 1 : 0);
+    // the prefetch images (transfer copies only) come out of the slots' share, as long as the slots keep their
+    // minimum; else there are none
+    const uint64_t pf = o.transfer_copies ? std::min<uint64_t>(o.prefetch_bytes / one, E) : 0;
+    const uint64_t min_slots = (o.cold == cold_experts::cpu ? 0 : K) + (cpu ? 1 : 0);  // minimum_bytes' count
+    if (pf && used + shared_all + pf * one <= budget) {
+      const uint64_t with = std::min<uint64_t>(E, (budget - used - shared_all - pf * one) / nl / one);
+      if (with >= std::max<uint64_t>(min_slots, 1)) slots = with - (cpu ? 1 : 0), pf_cap_ = uint32_t(pf);
+    }
   }
   for (layer& L : layers_) {
     const expert_view* sh = L.moe->shared ? &L.shared : nullptr;
@@ -215,7 +237,16 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
         throw usage_error("gpu model: layer " + std::to_string(l) + ", expert " + std::to_string(e) + ": " + err.what());
       }
   }
-  ring_ = dev_.alloc_upload(uint64_t(K) * stats_.slot_bytes);
+  ring_ = alloc_staging(uint64_t(K) * stats_.slot_bytes);
+  if (pf_cap_) {  // buffers of ≤ 1 GiB (and ≥ one image)
+    pf_per_buf_ = uint32_t(std::max<uint64_t>(1, (uint64_t(1) << 30) / stats_.slot_bytes));
+    for (uint32_t i = 0; i < pf_cap_; i += pf_per_buf_) {
+      const uint64_t bytes = uint64_t(std::min(pf_per_buf_, pf_cap_ - i)) * stats_.slot_bytes;
+      pf_dev_.push_back(dev_.alloc(bytes));
+      pf_host_.push_back(alloc_staging(bytes));
+      taken += bytes;
+    }
+  }
   (void)host_pool(o.copy_threads);
   const uint64_t dim = layers_[0].moe->dim;
   for (const layer& L : layers_)
@@ -271,7 +302,34 @@ uint64_t gpu_expert_cache::minimum_bytes(uint64_t used, cold_experts cold) const
   return used + min_slots * expert_bytes(layers_[0].host.at(0)) * layers_.size() + shared_all;
 }
 
+void gpu_expert_cache::add_pieces(uint8_t* to, const layer& C, uint32_t e) {
+  constexpr uint64_t piece = uint64_t(1) << 20;  // the copy threads' unit
+  for (const auto& [from, bytes] : gpu::moe_slot_sources(*C.moe, C.host[e]))
+    for (uint64_t at = 0; at < bytes; at += piece) {
+      chunks_.push_back({to, from + at, std::min(piece, bytes - at)});
+      to += chunks_.back().bytes;
+    }
+}
+
+double gpu_expert_cache::pack_chunks() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (opt_.stream_pack)
+    copiers_->run(chunks_.size(), [&](uint64_t b, uint64_t en, unsigned) {
+      for (uint64_t q = b; q < en; ++q) stream_copy(chunks_[q].to, chunks_[q].from, chunks_[q].bytes);
+    });
+  else
+    copiers_->run(chunks_.size(), [&](uint64_t b, uint64_t en, unsigned) {
+      for (uint64_t q = b; q < en; ++q) std::memcpy(chunks_[q].to, chunks_[q].from, chunks_[q].bytes);
+    });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+gpu::buffer gpu_expert_cache::alloc_staging(uint64_t bytes) {
+  return opt_.cached_staging ? dev_.alloc_readback(bytes) : dev_.alloc_upload(bytes);
+}
+
 void gpu_expert_cache::invalidate() {
+  pf_layer_ = -1;  // the prefetch images may be read again only for the layer prefetch() names next
   for (layer& L : layers_) {
     L.slot_of.assign(L.slot_of.size(), absent);
     L.map_dev = L.slot_of;
@@ -352,21 +410,11 @@ uint32_t gpu_expert_cache::fill(uint32_t l, const uint8_t* rec, std::vector<gpu:
   // run_token waited for its part); the device copies it into the slot before this layer's MoE (submission
   // order). The map's update rides with the last copy (or alone when only CPU experts changed it).
   uint8_t* const staged = dev_.mapped(ring_);
-  constexpr uint64_t piece = 1ull << 20;
   for (uint32_t i = 0; i < moved; ++i) {
     const uint64_t off = uint64_t(i) * stats_.slot_bytes;
     chunks_.clear();
-    uint8_t* to = staged + off;
-    for (const auto& [from, bytes] : gpu::moe_slot_sources(*C.moe, C.host[moves[i].e]))
-      for (uint64_t at = 0; at < bytes; at += piece) {
-        chunks_.push_back({to, from + at, std::min(piece, bytes - at)});
-        to += chunks_.back().bytes;
-      }
-    const auto t0 = std::chrono::steady_clock::now();
-    copiers_->run(chunks_.size(), [&](uint64_t b, uint64_t en, unsigned) {
-      for (uint64_t q = b; q < en; ++q) std::memcpy(chunks_[q].to, chunks_[q].from, chunks_[q].bytes);
-    });
-    stats_.move_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    add_pieces(staged + off, C, moves[i].e);
+    stats_.move_seconds += pack_chunks();
     out.push_back(dev_.begin());
     gpu::commands& c = out.back();
     c.barrier();

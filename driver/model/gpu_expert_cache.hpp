@@ -72,7 +72,39 @@ struct gpu_expert_cache_options {
   /// run_passes: bytes of expert images packed per group of copies (at least half the top-k's experts, at most the
   /// slots): one group is packed while the device copies another. Tests set it small to get several groups per pass.
   uint64_t pass_group_bytes = uint64_t(32) << 20;
+  /// run_passes with transfer_copies: device bytes (whole expert images, taken from the slots' share of the
+  /// budget) into which prefetch() copies a layer's likely misses — the first of its experts not in its slots —
+  /// while the part up to its routing runs, when the copy engine would otherwise wait for that routing. The layer's
+  /// passes then take the prefetched experts that were selected first and copy them device → device into their
+  /// slots. 0: off.
+  uint64_t prefetch_bytes = 0;
+  /// prefetch() only for chunks whose selections reach this many per expert (rows × top_k / experts): with fewer,
+  /// some prefetched experts go unselected (their copies wasted). With uniform routing an expert goes unselected
+  /// with probability about e^-uses.
+  double prefetch_min_uses = 4.0;
+  /// Where the prefetched experts are copied into their slots: true — in the pass's part on the compute queue;
+  /// false — in a transfer recording before the pass's other copies (on the H100 the copy engine moved them device
+  /// → device at ~76 GB/s, time it did not spend on the host's experts).
+  bool prefetch_d2d_compute = true;
+  /// The upload rings the copy engine reads: false — write-combined system memory (device::alloc_upload); true —
+  /// host-cached system memory (device::alloc_readback; the copy engine's reads snoop the CPU's caches).
+  bool cached_staging = false;
+  /// Pack the rings with non-temporal stores (stream_copy) instead of memcpy.
+  bool stream_pack = false;
 };
+/// The cache's options from a GPU graph's (dsv4_gpu_options, dsv41_gpu_options: the same member names).
+template <class GraphOptions>
+gpu_expert_cache_options expert_cache_options(const GraphOptions& g, float swiglu_limit) {
+  gpu_expert_cache_options o;
+  o.budget = g.vram_budget, o.copy_threads = g.copy_threads, o.cold = g.cold, o.act = g.expert_act;
+  o.swiglu_limit = swiglu_limit, o.cold_margin = g.cold_margin, o.spin_waits = g.cache_spin_waits;
+  o.cpu_chunk_rows = g.cache_cpu_chunk, o.pass_overlap = g.cache_pass_overlap;
+  o.transfer_copies = g.cache_transfer_copies, o.pass_group_bytes = g.cache_pass_group_bytes;
+  o.prefetch_bytes = g.cache_prefetch_bytes, o.prefetch_min_uses = g.cache_prefetch_min_uses;
+  o.prefetch_d2d_compute = g.cache_prefetch_d2d_compute;
+  o.cached_staging = g.cache_cached_staging, o.stream_pack = g.cache_stream_pack;
+  return o;
+}
 /// Tokens after which a use counts half in cold_experts::cpu's admission rule.
 inline constexpr double cold_half_life = 64.0;
 /// cold_experts::automatic: tokens timed per rule, and tokens run with the faster one before timing both again.
@@ -106,6 +138,10 @@ struct gpu_expert_cache_stats {
   double chunk_copy_device_seconds = 0;  ///< device time of their ring → slot copies (timestamps; 0 without them)
   double chunk_pass_device_seconds = 0;  ///< device time of the passes' MoE recordings (timestamps)
   double chunk_cut_seconds = 0;    ///< host time waiting for the parts up to each layer's routing (wait_cut)
+  double chunk_pass_host_seconds = 0;  ///< host time in run_passes (packing, ring waits, recording, submitting)
+  uint64_t chunk_prefetched = 0;       ///< experts prefetch() copied in (counted in chunk_bytes_moved)
+  uint64_t chunk_prefetch_used = 0;    ///< of those, selected by their layer's chunk (the rest wasted)
+  double chunk_d2d_device_seconds = 0;  ///< device time of the prefetched experts' copies into slots (timestamps)
 };
 
 /// The counters of `now` since `then` (both of one cache: the totals' differences; the shape and the automatic
@@ -184,6 +220,12 @@ class gpu_expert_cache {
   /// rethrows.
   uint32_t run_passes(uint32_t l, std::span<const uint32_t> ids,
                       const std::function<void(gpu::commands& part, bool first)>& record);
+  /// Right after the part up to layer l's routing was submitted (record_chunk_experts), for a chunk of `pairs`
+  /// selections: with prefetch_bytes, packs the first of layer l's experts not in its slots (as many as the bytes
+  /// take) and submits their copies into the device's prefetch images, after the copies submitted before — the
+  /// copy engine keeps copying while the part runs. Nothing when the option is off, the chunk is below
+  /// prefetch_min_uses, or every expert is resident. run_passes(l) uses them; any other run_passes drops them.
+  void prefetch(uint32_t l, uint64_t pairs);
   /// Waits for a chunk's part up to a layer's routing (record_chunk_experts' cut), counting the time.
   void wait_cut(gpu::commands& c);
   /// Waits for the parts and copies of run_passes (the chunk's end, or the next layer's cut).
@@ -227,12 +269,25 @@ class gpu_expert_cache {
   void invalidate();
   struct move_to {
     uint32_t e, slot;
+    uint32_t image = 0xFFFFFFFFu;  // the prefetch image holding e (else packed into the ring)
   };
   /// run_passes: packs the experts of `moves` into the ring in groups and submits each group's slot copies (after
   /// a barrier: everything submitted before has run; without one — overlap — the copies may run beside the work
   /// after the last barrier, i.e. the previous pass's MoE, whose slots they do not touch). With transfer_copies:
   /// transfer recordings after `after` instead of a barrier.
+  /// Moves from prefetch images come first; unless prefetch_d2d_compute (then the pass's part copies them) they are
+  /// copied device → device in one transfer recording before the groups (after `after` and the prefetch's copies).
   void copy_in(layer& C, const std::vector<move_to>& moves, bool overlap, gpu::sync_point after);
+  /// Appends expert e of layer C's image (its planes in moe_slot_sources order) to chunks_ at `to`, in pieces.
+  void add_pieces(uint8_t* to, const layer& C, uint32_t e);
+  /// Copies chunks_ on the copy threads (memcpy, or stream_copy with stream_pack); returns the seconds it took.
+  double pack_chunks();
+  /// Host memory for an upload ring (write-combined, or host-cached with cached_staging).
+  gpu::buffer alloc_staging(uint64_t bytes);
+  /// The prefetch images' view (image i of pf_per_buf_ per buffer).
+  gpu::view prefetch_image(uint32_t i) const;
+  /// Waits for the prefetch's copies (adding their timestamps) and forgets them.
+  void retire_prefetch();
   /// Whether run_passes stamps its passes: not with pass_overlap on one queue (a timestamp waits for the work
   /// before it, which would hold the next pass's copies behind the MoE they should overlap).
   bool pass_stamps() const;
@@ -262,6 +317,16 @@ class gpu_expert_cache {
   uint64_t pass_per_ = 0;
   std::vector<int64_t> group_copy_;  // [2 groups]: the pass_copies_ entry that last read the group (−1: none)
   uint64_t next_group_ = 0;
+  std::vector<uint8_t> pass_copy_d2d_;  // [pass_copies_]: the recording copies prefetch images (its own stamps)
+  std::vector<uint8_t> pass_part_d2d_;  // [pass_parts_]: the part copies prefetch images (stamps 0, 1; the pass 2, 3)
+  // prefetch(): device images and their host staging, pf_per_buf_ images per buffer; the layer whose experts
+  // pf_experts_ (by image) holds (−1: none); the copies in; the last recording that read the images
+  std::vector<gpu::buffer> pf_dev_, pf_host_;
+  uint32_t pf_cap_ = 0, pf_per_buf_ = 0;
+  int64_t pf_layer_ = -1;
+  std::vector<uint32_t> pf_experts_;
+  std::vector<gpu::commands> pf_copies_;
+  gpu::sync_point pf_free_;
   gpu_expert_cache_stats stats_;
   uint64_t tick_ = 0;
   bool cpu_rule_ = false;  // this token: cold_experts::cpu's rule (else copy's)

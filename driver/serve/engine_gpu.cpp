@@ -103,6 +103,15 @@ class gpu_engine final : public engine {
     prom_metric(o, "cmfx_expert_cache_chunk_pass_device_seconds_total", "counter",
                 "Device seconds of the chunks' expert passes (timestamps; 0 where they are off).",
                 c.chunk_pass_device_seconds);
+    prom_metric(o, "cmfx_expert_cache_chunk_prefetched_total", "counter",
+                "Experts copied in while their layer's routing ran (prefetch; counted in the bytes moved).",
+                double(c.chunk_prefetched));
+    prom_metric(o, "cmfx_expert_cache_chunk_prefetch_used_total", "counter",
+                "Of those, the experts their layer's chunk selected (the rest were copied in vain).",
+                double(c.chunk_prefetch_used));
+    prom_metric(o, "cmfx_expert_cache_chunk_d2d_device_seconds_total", "counter",
+                "Device seconds copying the prefetched experts into their slots (timestamps; 0 where they are off).",
+                c.chunk_d2d_device_seconds);
     return o;
   }
 

@@ -46,7 +46,8 @@ double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
 /// cases bound it against the CPU graph), so here they must only run, with finite logits.
 template <class Model, class CpuOptions, class GpuModel, class GpuOptions>
 std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint64_t prompt, cold_experts cold,
-                        bool overlap, bool transfer, bool small_groups, uint64_t seed, std::string& info) {
+                        bool overlap, bool transfer, bool small_groups, uint32_t prefetch, bool d2d_transfer,
+                        bool cached_stream, uint64_t seed, std::string& info) {
   CpuOptions co;
   co.threads = 1;
   auto cpu = Model::open(path, co);
@@ -66,6 +67,13 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
   const uint64_t one = vb(e0.gate) + vb(e0.up) + vb(e0.down);
   const uint32_t kept = slots + (cold == cold_experts::copy ? 0 : 1);  // and the stand-in slot
   go.vram_budget = resident.weight_bytes() + resident.state_bytes() - uint64_t(cf.layers) * (cf.experts - kept) * one;
+  if (prefetch) {  // `prefetch` images beside the slots, for every chunk however few its rows
+    go.vram_budget += prefetch * one;
+    go.cache_prefetch_bytes = prefetch * one;
+    go.cache_prefetch_min_uses = 0;
+    go.cache_prefetch_d2d_compute = !d2d_transfer;
+  }
+  go.cache_cached_staging = go.cache_stream_pack = cached_stream;
   go.cold = cold;
   go.cache_pass_overlap = overlap;
   go.cache_transfer_copies = transfer;
@@ -131,20 +139,29 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
   // with overlap a pass takes at most half the slots: at least ⌈distinct / ⌊slots / 2⌋⌉ passes per layer run
   if (overlap && cs.chunk_passes * (slots / 2) < cs.chunk_experts)
     return "statistics: overlapped passes held more than half the slots";
-  if (cs.chunk_bytes_moved != (cs.chunk_experts - cs.chunk_hits) * cs.slot_bytes)
-    return "statistics: chunk bytes moved != copied experts x slot bytes";
+  if (cs.chunk_bytes_moved != (cs.chunk_experts - cs.chunk_hits - cs.chunk_prefetch_used + cs.chunk_prefetched) *
+                                  cs.slot_bytes)
+    return "statistics: chunk bytes moved != (copied experts - prefetched ones used + prefetched) x slot bytes";
+  if (prefetch && (cs.chunk_prefetched == 0 || cs.chunk_prefetch_used == 0))
+    return "statistics: no expert prefetched, or none of them used";
+  if (cs.chunk_prefetch_used > cs.chunk_prefetched || cs.chunk_prefetched > cs.chunk_layers * prefetch)
+    return "statistics: more prefetched experts used than prefetched, or more prefetched than the images allow";
   if (cs.chunk_experts > cs.chunk_layers * cf.experts || cs.chunk_hits == 0)
     return "statistics: distinct experts or hits out of range";
   const uint64_t steps = kDecode + (again_chunks ? 0 : kAgain);
   if (cs.tokens != steps || cs.lookups != steps * cf.layers * cf.top_k)
     return "statistics: the decode steps' counts do not add up";
   if (!exact && cs.cpu_experts == 0) return "--cold-experts cpu: no expert of the steps ran on the host";
-  char b2[280];
-  std::snprintf(b2, sizeof b2, "%u of %u slots%s%s%s%s, %llu + %llu chunks, %.2f passes per layer, %.1f %% resident; %s",
+  char b2[320];
+  std::snprintf(b2, sizeof b2,
+                "%u of %u slots%s%s%s%s%s, %llu + %llu chunks, %.2f passes per layer, %.1f %% resident; %s",
                 slots, cf.experts, cold == cold_experts::copy ? "" : " + stand-in (cold experts on the CPU)",
                 overlap ? " (copies beside the previous pass)" : "",
                 transfer ? (s.dev.info().transfer_queue ? " (on the transfer queue)" : " (transfer recordings)") : "",
                 small_groups ? " (small copy groups)" : "",
+                prefetch ? (" (" + std::to_string(cs.chunk_prefetch_used) + " of " +
+                            std::to_string(cs.chunk_prefetched) + " prefetched experts used, into their slots on the " +
+                            (d2d_transfer ? "transfer" : "compute") + " queue)").c_str() : "",
                 (unsigned long long)chunks, (unsigned long long)again_chunks,
                 double(cs.chunk_passes) / double(cs.chunk_layers),
                 100.0 * double(cs.chunk_hits) / double(cs.chunk_experts),
@@ -164,27 +181,36 @@ void chunk_passes_cases(suite& s) {
     bool overlap;
     bool transfer;  // the passes' copies in transfer recordings ordered by sync points
     bool small;     // copy groups of ⌊top_k / 2⌋ images (several a pass) instead of 32 MiB
+    uint32_t prefetch = 0;  // images prefetched while each layer's routing runs (transfer copies)
+    bool d2d_transfer = false;  // their copies into the slots in transfer recordings (else in the passes' parts)
+    bool cached_stream = false;  // host-cached upload rings packed with non-temporal stores
   };
   using C = cold_experts;
   for (const variant v : {variant{40, 2, C::copy, false, false, false}, variant{40, 3, C::copy, false, false, false},
                           variant{43, 2, C::copy, false, false, false}, variant{40, 1, C::cpu, false, false, false},
                           variant{40, 3, C::copy, true, false, false}, variant{43, 4, C::copy, true, false, true},
                           variant{40, 4, C::copy, false, false, true}, variant{43, 2, C::copy, false, true, false},
-                          variant{40, 4, C::copy, false, true, true}, variant{40, 4, C::copy, true, true, true}}) {
+                          variant{40, 4, C::copy, false, true, true}, variant{40, 4, C::copy, true, true, true},
+                          variant{40, 2, C::copy, false, true, false, 3, false, true},
+                          variant{43, 4, C::copy, true, true, true, 5, true}}) {
     const std::string what = "prefill chunks of 7 in expert passes, " + std::to_string(v.slots) + " slots" +
                              (v.cold == cold_experts::cpu ? " (cold experts on the CPU)" : "") +
                              (v.overlap ? " overlapping copies" : "") + (v.transfer ? " transfer copies" : "") +
-                             (v.small ? " small groups" : "") + ", " +
+                             (v.small ? " small groups" : "") +
+                             (v.prefetch ? " prefetch " + std::to_string(v.prefetch) : "") +
+                             (v.d2d_transfer ? " (transfer d2d)" : "") +
+                             (v.cached_stream ? " cached rings, streamed" : "") + ", " +
                              std::to_string(v.prompt) + "+" + std::to_string(kDecode) + "+" + std::to_string(kAgain) +
                              " tokens";
     s.run("model_v4", "-", what + ", cmf q4tp toy", [&, v](uint64_t seed, std::string& info) {
       return passes_case<dsv4_model, dsv4_options, dsv4_gpu_model, dsv4_gpu_options>(
-          s, files.make("cmf", "q4tp"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, v.small, seed, info);
+          s, files.make("cmf", "q4tp"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, v.small, v.prefetch,
+          v.d2d_transfer, v.cached_stream, seed, info);
     });
     s.run("model_v41", "-", what + ", release toy", [&, v](uint64_t seed, std::string& info) {
       return passes_case<dsv41_model, dsv41_options, dsv41_gpu_model, dsv41_gpu_options>(
-          s, files.make("release", "native", "v41"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, v.small, seed,
-          info);
+          s, files.make("release", "native", "v41"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, v.small,
+          v.prefetch, v.d2d_transfer, v.cached_stream, seed, info);
     });
   }
 }

@@ -195,8 +195,9 @@ if mn:
     # here; the parity cases check the statistics behind them)
     cx, ch = metric(m, "cmfx_expert_cache_chunk_experts_total"), metric(m, "cmfx_expert_cache_chunk_hits_total")
     secs = [metric(m, "cmfx_expert_cache_chunk_" + k + "_seconds_total")
-            for k in ("pack", "ring_wait", "routing_wait", "copy_device", "pass_device")]
-    check("cache /metrics: the chunks' experts, hits and seconds exported",
+            for k in ("pack", "ring_wait", "routing_wait", "copy_device", "pass_device", "d2d_device")]
+    secs += [metric(m, "cmfx_expert_cache_chunk_" + k + "_total") for k in ("prefetched", "prefetch_used")]
+    check("cache /metrics: the chunks' experts, hits, seconds and prefetch counts exported",
           cx is not None and ch is not None and all(v is not None for v in secs), (cx, ch, secs))
     cache.kill()
     # --cold-experts cpu: the same budget, the misses that are not hot enough computed on the CPU (only rounding
