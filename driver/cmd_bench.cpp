@@ -122,7 +122,7 @@ int run_bench(const bench_args& a) {
   dopt.allow_shuffle = a.shuffle;
   dopt.float64 = a.f64;
   dopt.nontemporal_weights = a.nontemporal;
-  dopt.transfer_queue = a.copy_queue == "transfer";
+  dopt.transfer_queue = a.copy_queue == "transfer" && !a.vram_budget.empty();  // for the expert cache's copies
   gpu::device dev(dopt);
   gpu::kernels k(dev);
   if (a.mv_subgroups || a.mv_rows_per_team || a.mv_pairs || a.mv_concurrent || a.moe_tails || a.moe_i8_tc ||
@@ -157,17 +157,18 @@ int run_bench(const bench_args& a) {
   const act_precision xact = a.act == "i8" ? act_precision::i8 : act_precision::f32;
   const act_precision dact = a.dense_act.empty() ? xact : a.dense_act == "i8" ? act_precision::i8 : act_precision::f32;
   const uint64_t budget = a.vram_budget.empty() ? 0 : parse_byte_size(a.vram_budget, "--vram-budget");
-  const uint64_t prefetch = a.prefetch.empty() ? 0 : parse_byte_size(a.prefetch, "--prefetch");
+  chunk_streaming cs;
+  cs.transfer_copies = a.copy_queue == "transfer", cs.pass_overlap = a.pass_overlap;
+  cs.prefetch_bytes = a.prefetch == "auto" ? prefetch_auto : parse_byte_size(a.prefetch, "--prefetch");
+  cs.cached_staging = a.staging == "cached", cs.stream_pack = a.pack == "stream";
   std::unique_ptr<gpu_graph> mp;
   if (v41) {
     dsv41_gpu_options go;
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
     go.budget_keeps_chunks = a.budget_keeps_chunks;
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
-    go.cache_cpu_chunk = a.cpu_chunk, go.cache_pass_overlap = a.pass_overlap;
-    go.cache_transfer_copies = a.copy_queue == "transfer";
-    go.cache_prefetch_bytes = prefetch, go.cache_prefetch_d2d_compute = a.prefetch_d2d == "compute";
-    go.cache_cached_staging = a.staging == "cached", go.cache_stream_pack = a.pack == "stream";
+    go.cache_cpu_chunk = a.cpu_chunk, go.cache_prefetch_d2d_compute = a.prefetch_d2d == "compute";
+    apply_streaming(cs, go);
     go.dense_act = dact;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
@@ -180,10 +181,8 @@ int run_bench(const bench_args& a) {
     go.max_ctx = a.ctx, go.expert_act = xact, go.vram_budget = budget, go.copy_threads = a.copy_threads;
     go.budget_keeps_chunks = a.budget_keeps_chunks;
     go.cold = a.cold, go.cold_margin = a.cold_margin, go.cache_spin_waits = a.cache_wait == "spin";
-    go.cache_cpu_chunk = a.cpu_chunk, go.cache_pass_overlap = a.pass_overlap;
-    go.cache_transfer_copies = a.copy_queue == "transfer";
-    go.cache_prefetch_bytes = prefetch, go.cache_prefetch_d2d_compute = a.prefetch_d2d == "compute";
-    go.cache_cached_staging = a.staging == "cached", go.cache_stream_pack = a.pack == "stream";
+    go.cache_cpu_chunk = a.cpu_chunk, go.cache_prefetch_d2d_compute = a.prefetch_d2d == "compute";
+    apply_streaming(cs, go);
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     go.dense_act = dact;  // the decode's q4tp / q2tp / MXFP4 dense products (--dense) too, as `cmfx run --act i8`
     if (a.fold_quant != "default") {

@@ -51,9 +51,9 @@ void refuse_vulkan_options(const bench_args& a) {
   flag(a.prefill_reps != d.prefill_reps, "--prefill-reps");
   flag(!a.shader_dir.empty(), "--shader-dir");
   flag(a.f64, "--f64");
-  flag(a.pass_overlap, "--pass-overlap");
+  flag(a.pass_overlap != d.pass_overlap, "--no-pass-overlap");
   flag(a.copy_queue != d.copy_queue, "--copy-queue");
-  flag(!a.prefetch.empty() || a.prefetch_d2d != d.prefetch_d2d, "--prefetch / --prefetch-d2d");
+  flag(a.prefetch != d.prefetch || a.prefetch_d2d != d.prefetch_d2d, "--prefetch / --prefetch-d2d");
   flag(a.staging != d.staging || a.pack != d.pack, "--staging / --pack");
   if (!bad.empty()) throw usage_error("bench --backend cpu: " + bad + (bad.find(',') == std::string::npos ? " is" : " are") +
                                       " --backend vulkan option(s)");

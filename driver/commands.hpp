@@ -81,12 +81,13 @@ struct bench_args {
   bool budget_keeps_chunks = false;  // --budget-keeps-chunks: the prefill chunks' scratch before resident experts
   double cold_margin = 1.0;       // --cold-margin: uses beyond the coldest slot's a miss needs to be copied in (cpu)
   uint64_t cpu_chunk = 64;          // --cpu-chunk: rows per chunk of the CPU experts (0 = static partition)
-  bool pass_overlap = false;        // --pass-overlap: the chunks' passes overlap copies and MoEs (diagnostics)
-  std::string copy_queue = "compute";  // --copy-queue: the chunks' pass copies on the compute | transfer queue
-  std::string prefetch;                // --prefetch: device bytes of the chunks' prefetched experts ("" = none)
+  // the prefill chunks' expert streaming under --vram-budget (chunk_streaming's defaults; diagnostics)
+  bool pass_overlap = true;            // --pass-overlap / --no-pass-overlap: copies beside the previous pass's MoE
+  std::string copy_queue = "transfer";  // --copy-queue: the pass copies on the compute | transfer queue
+  std::string prefetch = "auto";       // --prefetch: device bytes of prefetched experts (auto | 0 | size)
   std::string prefetch_d2d = "compute";  // --prefetch-d2d: their copies into slots on the compute | transfer queue
-  std::string staging = "wc";          // --staging: the expert cache's upload rings write-combined | cached
-  std::string pack = "memcpy";         // --pack: how the copy threads fill them (memcpy | stream)
+  std::string staging = "cached";      // --staging: the upload rings write-combined | cached
+  std::string pack = "stream";         // --pack: how the copy threads fill them (memcpy | stream)
   std::string cache_wait = "spin";  // --cache-wait: spin | block (the expert cache's per-layer waits; diagnostics)
   uint32_t prefill_chunk = 512;   // --prefill-chunk: positions per prefill recording (V4; 0/1 = token by token)
   gpu::gemm_precision gemm = gpu::gemm_precision::f16;  // --gemm: the prefill chunks' tiled GEMMs (f16 | f32)

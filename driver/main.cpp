@@ -234,32 +234,33 @@ int main(int argc, char** argv) {
                  "| block (the driver's blocking wait)")
       ->check(CLI::IsMember({"spin", "block"}))
       ->default_val(bench.cache_wait);
-  cb->add_flag("--pass-overlap", bench.pass_overlap,
+  // the prefill chunks' expert streaming under --vram-budget (chunk_streaming: the defaults run and serve use)
+  cb->add_flag("--pass-overlap,!--no-pass-overlap", bench.pass_overlap,
                "Diagnostics, with --vram-budget: the prefill chunks' expert passes take half the slots each, so each "
-               "pass's copies run beside the previous pass's MoE (no timestamps on them)");
+               "pass's copies run beside the previous pass's MoE (default: on)");
   cb->add_option("--copy-queue", bench.copy_queue,
-                 "Diagnostics, with --vram-budget: the prefill chunks' expert-pass copies on the compute queue "
-                 "(default: ordered by barriers) or on the transfer queue (a transfer-only queue family where the device "
-                 "has one, ordered by timeline semaphores; with --pass-overlap they run beside the MoEs)")
+                 "Diagnostics, with --vram-budget: the prefill chunks' expert-pass copies on the transfer queue "
+                 "(default: a transfer-only queue family where the device has one, ordered by timeline semaphores) or "
+                 "on the compute queue (ordered by barriers)")
       ->check(CLI::IsMember({"compute", "transfer"}))
       ->default_val(bench.copy_queue);
   cb->add_option("--prefetch", bench.prefetch,
-                 "Diagnostics, with --vram-budget and --copy-queue transfer: device bytes (e.g. 2G, taken from the "
-                 "expert slots) into which each prefill chunk layer's first non-resident experts are copied while "
-                 "the part up to its routing runs (default: none)");
+                 "Diagnostics, with --vram-budget and the transfer queue: device bytes (taken from the expert slots) "
+                 "into which each prefill chunk layer's first non-resident experts are copied while the part up to "
+                 "its routing runs — auto (default: min(2G, budget / 32)), 0 (none) or a size such as 1G");
   cb->add_option("--prefetch-d2d", bench.prefetch_d2d,
                  "Diagnostics, with --prefetch: the prefetched experts' copies into their slots in the pass's part on "
                  "the compute queue (default) or on the transfer queue")
       ->check(CLI::IsMember({"compute", "transfer"}))
       ->default_val(bench.prefetch_d2d);
   cb->add_option("--staging", bench.staging,
-                 "Diagnostics, with --vram-budget: the expert cache's upload rings in write-combined (default) or "
-                 "host-cached system memory")
+                 "Diagnostics, with --vram-budget: the expert cache's upload rings in host-cached (default) or "
+                 "write-combined (wc) system memory")
       ->check(CLI::IsMember({"wc", "cached"}))
       ->default_val(bench.staging);
   cb->add_option("--pack", bench.pack,
-                 "Diagnostics, with --vram-budget: the copy threads fill the upload rings with memcpy (default) or "
-                 "non-temporal stores (stream)")
+                 "Diagnostics, with --vram-budget: the copy threads fill the upload rings with non-temporal stores "
+                 "(default: stream) or memcpy")
       ->check(CLI::IsMember({"memcpy", "stream"}))
       ->default_val(bench.pack);
   cb->add_option("--cpu-chunk", bench.cpu_chunk,

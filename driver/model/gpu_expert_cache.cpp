@@ -172,7 +172,7 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
   if (o.transfer_copies && !dev_.info().timeline)
     throw usage_error("expert cache: copies on the transfer queue need timeline semaphores, which " +
                       dev_.info().name + " lacks");
-  if (o.prefetch_bytes && !o.transfer_copies)
+  if (o.prefetch_bytes && o.prefetch_bytes != prefetch_auto && !o.transfer_copies)
     throw usage_error("expert cache: prefetched experts (--prefetch) need the copies on the transfer queue "
                       "(--copy-queue transfer)");
   opt_ = o;
@@ -201,7 +201,9 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
     slots = std::min<uint64_t>(E, (budget - used - shared_all) / nl / one) - (cpu ? 1 : 0);
     // the prefetch images (transfer copies only) come out of the slots' share, as long as the slots keep their
     // minimum; else there are none
-    const uint64_t pf = o.transfer_copies ? std::min<uint64_t>(o.prefetch_bytes / one, E) : 0;
+    const uint64_t want =
+        o.prefetch_bytes == prefetch_auto ? std::min<uint64_t>(uint64_t(2) << 30, budget / 32) : o.prefetch_bytes;
+    const uint64_t pf = o.transfer_copies ? std::min<uint64_t>(want / one, E) : 0;
     const uint64_t min_slots = (o.cold == cold_experts::cpu ? 0 : K) + (cpu ? 1 : 0);  // minimum_bytes' count
     if (pf && used + shared_all + pf * one <= budget) {
       const uint64_t with = std::min<uint64_t>(E, (budget - used - shared_all - pf * one) / nl / one);

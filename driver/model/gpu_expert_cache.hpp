@@ -76,7 +76,8 @@ struct gpu_expert_cache_options {
   /// budget) into which prefetch() copies a layer's likely misses — the first of its experts not in its slots —
   /// while the part up to its routing runs, when the copy engine would otherwise wait for that routing. The layer's
   /// passes then take the prefetched experts that were selected first and copy them device → device into their
-  /// slots. 0: off.
+  /// slots. 0: off; prefetch_auto: min(2 GiB, budget / 32) with transfer_copies, else 0. Where the images would
+  /// leave fewer slots than the minimum, there are none.
   uint64_t prefetch_bytes = 0;
   /// prefetch() only for chunks whose selections reach this many per expert (rows × top_k / experts): with fewer,
   /// some prefetched experts go unselected (their copies wasted). With uniform routing an expert goes unselected
@@ -92,6 +93,28 @@ struct gpu_expert_cache_options {
   /// Pack the rings with non-temporal stores (stream_copy) instead of memcpy.
   bool stream_pack = false;
 };
+/// gpu_expert_cache_options::prefetch_bytes: min(2 GiB, budget / 32) with transfer_copies, else none.
+inline constexpr uint64_t prefetch_auto = ~uint64_t(0);
+
+/// How the expert cache streams prefill chunks' experts, as the driver sets it (cmfx run / serve / bench; the
+/// graphs' own defaults are the plain path: copies on the compute queue, no overlap, no prefetch, write-combined
+/// rings and memcpy). Measured on an H100 (docs/PERF.md "Fifty-fifth session"): a V4.1 2048-token chunk at a 60 GB
+/// budget with 64 distinct host experts per role 215-246 tok/s without the last three, 298 with them.
+struct chunk_streaming {
+  bool transfer_copies = true;  ///< gpu_expert_cache_options::transfer_copies (and device_options::transfer_queue)
+  bool pass_overlap = true;     ///< gpu_expert_cache_options::pass_overlap
+  uint64_t prefetch_bytes = prefetch_auto;  ///< gpu_expert_cache_options::prefetch_bytes
+  bool cached_staging = true;   ///< gpu_expert_cache_options::cached_staging
+  bool stream_pack = true;      ///< gpu_expert_cache_options::stream_pack
+};
+/// Sets a GPU graph's cache_* options (dsv4_gpu_options, dsv41_gpu_options) from s.
+template <class GraphOptions>
+void apply_streaming(const chunk_streaming& s, GraphOptions& g) {
+  g.cache_transfer_copies = s.transfer_copies, g.cache_pass_overlap = s.pass_overlap;
+  g.cache_prefetch_bytes = s.prefetch_bytes, g.cache_cached_staging = s.cached_staging;
+  g.cache_stream_pack = s.stream_pack;
+}
+
 /// The cache's options from a GPU graph's (dsv4_gpu_options, dsv41_gpu_options: the same member names).
 template <class GraphOptions>
 gpu_expert_cache_options expert_cache_options(const GraphOptions& g, float swiglu_limit) {

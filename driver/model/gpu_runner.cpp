@@ -22,6 +22,7 @@ std::unique_ptr<gpu_runner> gpu_runner::open(const std::string& path, const gpu_
   }
   gpu::device_options d;
   d.index = o.device;
+  d.transfer_queue = o.vram_budget && o.streaming.transfer_copies;  // the copy engines for the chunks' copies
   r->dev_ = std::make_unique<gpu::device>(d);
   r->k_ = std::make_unique<gpu::kernels>(*r->dev_);
   if (r->v41_) {
@@ -31,6 +32,7 @@ std::unique_ptr<gpu_runner> gpu_runner::open(const std::string& path, const gpu_
     g.copy_threads = o.copy_threads, g.budget_keeps_chunks = o.budget_keeps_chunks;
     g.prefill_chunk = o.prefill_chunk;
     g.gemm = o.gemm, g.prefill_experts = o.prefill_experts;
+    apply_streaming(o.streaming, g);
     r->m_ = std::make_unique<dsv41_gpu_model>(r->w41_, *r->dev_, *r->k_, g);
   } else {
     dsv4_gpu_options g;
@@ -39,6 +41,7 @@ std::unique_ptr<gpu_runner> gpu_runner::open(const std::string& path, const gpu_
     g.copy_threads = o.copy_threads, g.budget_keeps_chunks = o.budget_keeps_chunks;
     g.prefill_chunk = o.prefill_chunk;
     g.gemm = o.gemm, g.prefill_experts = o.prefill_experts;
+    apply_streaming(o.streaming, g);
     r->m_ = std::make_unique<dsv4_gpu_model>(r->w_, *r->dev_, *r->k_, g);
   }
   return r;

@@ -11,6 +11,7 @@
 #include "cmfx/kernels/act_precision.hpp"
 #include "dsv41_weights.hpp"
 #include "dsv4_weights.hpp"
+#include "gpu_expert_cache.hpp"
 #include "gpu_graph.hpp"
 #include "prefill_experts.hpp"
 
@@ -35,6 +36,8 @@ struct gpu_run_options {
   cold_experts cold = cold_experts::copy;  ///< the graphs' cold (--cold-experts; with vram_budget)
   uint32_t copy_threads = 8;  ///< the graphs' copy_threads (--copy-threads: packing and CPU experts of the cache)
   bool budget_keeps_chunks = false;  ///< the graphs' budget_keeps_chunks (--budget-keeps-chunks)
+  /// Under vram_budget: the chunks' expert streaming (with transfer_copies the device opens its transfer queue).
+  chunk_streaming streaming;
 };
 
 class gpu_runner {
