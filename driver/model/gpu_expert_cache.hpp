@@ -29,6 +29,8 @@
 // kernels::moe with
 // moe_extras::pass over a slot map holding exactly its experts; kernels::moe_pass_sum then sums the rows of all
 // passes: the resident layer's bits. Every needed expert moves at most once per chunk instead of once per token.
+// With prefetch_bytes (transfer_copies only) prefetch() copies a layer's first non-resident experts into device
+// images while its routing is computed, and its passes copy the selected ones device → device into their slots.
 #include <cstdint>
 #include <functional>
 #include <memory>
