@@ -247,7 +247,18 @@ int main(int argc, char** argv) {
   cb->add_option("--prefetch", bench.prefetch,
                  "Diagnostics, with --vram-budget and the transfer queue: device bytes (taken from the expert slots) "
                  "into which each prefill chunk layer's first non-resident experts are copied while the part up to "
-                 "its routing runs — auto (default: min(2G, budget / 32)), 0 (none) or a size such as 1G");
+                 "its routing runs — auto (default: min(2G, budget / 32) where the device has a transfer queue), "
+                 "0 (none) or a size such as 1G")
+      ->check([](const std::string& v) {
+        if (v == "auto") return std::string();
+        try {
+          (void)parse_byte_size(v, "--prefetch");
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      })
+      ->default_val(bench.prefetch);
   cb->add_option("--prefetch-d2d", bench.prefetch_d2d,
                  "Diagnostics, with --prefetch: the prefetched experts' copies into their slots in the pass's part on "
                  "the compute queue (default) or on the transfer queue")

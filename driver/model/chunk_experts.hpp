@@ -94,7 +94,7 @@ bool chunk_passes_apply(Impl& m) {
 ///   unused).
 /// Without a budget or chunks: the placement alone. Returns the device bytes the placement took.
 template <class Impl>
-uint64_t place_experts(Impl& m, bool chunks_can_run, bool passes_possible, const gpu_expert_cache_options& o) {
+uint64_t place_experts(Impl& m, bool chunks_can_run, bool passes_possible, gpu_expert_cache_options o) {
   auto drop = [&] {
     m.state_bytes -= m.ch->bytes;
     m.ch.reset();
@@ -107,9 +107,11 @@ uint64_t place_experts(Impl& m, bool chunks_can_run, bool passes_possible, const
     if (used + all > o.budget && (fits_without || !chunks_can_run || !passes_possible))
       drop();
   }
+  if (!m.ch) o.prefetch_bytes = 0;  // prompts token by token: no chunk reads prefetch images
   const uint64_t with = m.ch && o.budget ? m.experts->minimum_bytes(m.weight_bytes + m.state_bytes, o.cold) : 0;
   if (m.ch && o.budget && o.budget < with) {
     drop();
+    o.prefetch_bytes = 0;
     try {
       return m.experts->place(m.weight_bytes + m.state_bytes, o);
     } catch (const usage_error& e) {
@@ -118,7 +120,10 @@ uint64_t place_experts(Impl& m, bool chunks_can_run, bool passes_possible, const
     }
   }
   const uint64_t took = m.experts->place(m.weight_bytes + m.state_bytes, o);
-  if (m.ch && m.experts->active() && !chunk_passes_apply(m)) drop();
+  if (m.ch && m.experts->active() && !chunk_passes_apply(m)) {
+    drop();
+    m.experts->drop_prefetch();
+  }
   return took;
 }
 

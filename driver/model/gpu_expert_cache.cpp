@@ -201,13 +201,17 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
     slots = std::min<uint64_t>(E, (budget - used - shared_all) / nl / one) - (cpu ? 1 : 0);
     // the prefetch images (transfer copies only) come out of the slots' share, as long as the slots keep their
     // minimum; else there are none
-    const uint64_t want =
-        o.prefetch_bytes == prefetch_auto ? std::min<uint64_t>(uint64_t(2) << 30, budget / 32) : o.prefetch_bytes;
+    // auto: only where the copies have their own queue (on the compute queue they would run after the routing
+    // they are to overlap)
+    const uint64_t want = o.prefetch_bytes != prefetch_auto ? o.prefetch_bytes
+                          : dev_.info().transfer_queue  ? std::min<uint64_t>(uint64_t(2) << 30, budget / 32)
+                                                        : 0;
     const uint64_t pf = o.transfer_copies ? std::min<uint64_t>(want / one, E) : 0;
-    const uint64_t min_slots = (o.cold == cold_experts::cpu ? 0 : K) + (cpu ? 1 : 0);  // minimum_bytes' count
+    // routed slots the passes need besides the images: top_k (copy's minimum; cpu: one), two with overlap
+    const uint64_t need = std::max<uint64_t>(o.cold == cold_experts::cpu ? 1 : K, o.pass_overlap ? 2 : 1);
     if (pf && used + shared_all + pf * one <= budget) {
       const uint64_t with = std::min<uint64_t>(E, (budget - used - shared_all - pf * one) / nl / one);
-      if (with >= std::max<uint64_t>(min_slots, 1)) slots = with - (cpu ? 1 : 0), pf_cap_ = uint32_t(pf);
+      if (with >= need + (cpu ? 1 : 0)) slots = with - (cpu ? 1 : 0), pf_cap_ = uint32_t(pf);
     }
   }
   for (layer& L : layers_) {
@@ -327,7 +331,14 @@ double gpu_expert_cache::pack_chunks() {
 }
 
 gpu::buffer gpu_expert_cache::alloc_staging(uint64_t bytes) {
-  return opt_.cached_staging ? dev_.alloc_readback(bytes) : dev_.alloc_upload(bytes);
+  // host-cached only where that memory is system memory (not a host-visible part of the device's, which the
+  // budget does not count)
+  return opt_.cached_staging && dev_.info().host_cached ? dev_.alloc_readback(bytes) : dev_.alloc_upload(bytes);
+}
+
+void gpu_expert_cache::drop_prefetch() {
+  pf_dev_.clear(), pf_host_.clear(), pf_experts_.clear(), pf_copies_.clear();
+  pf_cap_ = 0, pf_layer_ = -1;
 }
 
 void gpu_expert_cache::invalidate() {

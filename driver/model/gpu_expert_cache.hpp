@@ -78,8 +78,9 @@ struct gpu_expert_cache_options {
   /// budget) into which prefetch() copies a layer's likely misses — the first of its experts not in its slots —
   /// while the part up to its routing runs, when the copy engine would otherwise wait for that routing. The layer's
   /// passes then take the prefetched experts that were selected first and copy them device → device into their
-  /// slots. 0: off; prefetch_auto: min(2 GiB, budget / 32) with transfer_copies, else 0. Where the images would
-  /// leave fewer slots than the minimum, there are none.
+  /// slots. 0: off; prefetch_auto: min(2 GiB, budget / 32) with transfer_copies on a device with a transfer queue,
+  /// else 0. Where the images would leave fewer routed slots than the passes need (top_k; one with cold_experts::cpu;
+  /// two with pass_overlap), there are none. place_experts passes 0 where prompts will not run in passes.
   uint64_t prefetch_bytes = 0;
   /// prefetch() only for chunks whose selections reach this many per expert (rows × top_k / experts): with fewer,
   /// some prefetched experts go unselected (their copies wasted). With uniform routing an expert goes unselected
@@ -95,13 +96,13 @@ struct gpu_expert_cache_options {
   /// Pack the rings with non-temporal stores (stream_copy) instead of memcpy.
   bool stream_pack = false;
 };
-/// gpu_expert_cache_options::prefetch_bytes: min(2 GiB, budget / 32) with transfer_copies, else none.
+/// gpu_expert_cache_options::prefetch_bytes: min(2 GiB, budget / 32) with transfer_copies and a transfer queue.
 inline constexpr uint64_t prefetch_auto = ~uint64_t(0);
 
 /// How the expert cache streams prefill chunks' experts, as the driver sets it (cmfx run / serve / bench; the
 /// graphs' own defaults are the plain path: copies on the compute queue, no overlap, no prefetch, write-combined
 /// rings and memcpy). Measured on an H100 (docs/PERF.md "Fifty-fifth session"): a V4.1 2048-token chunk at a 60 GB
-/// budget with 64 distinct host experts per role 215-246 tok/s without the last three, 298 with them.
+/// budget with 64 distinct host experts per role, 224.5 tok/s on the plain path, 303.4 with these defaults.
 struct chunk_streaming {
   bool transfer_copies = true;  ///< gpu_expert_cache_options::transfer_copies (and device_options::transfer_queue)
   bool pass_overlap = true;     ///< gpu_expert_cache_options::pass_overlap
@@ -251,6 +252,9 @@ class gpu_expert_cache {
   /// copy engine keeps copying while the part runs. Nothing when the option is off, the chunk is below
   /// prefetch_min_uses, or every expert is resident. run_passes(l) uses them; any other run_passes drops them.
   void prefetch(uint32_t l, uint64_t pairs);
+  /// Frees the prefetch images and their staging (place_experts, where prompts will not run in passes after all;
+  /// their bytes stay unused, as the chunk scratch's). Before any prefetch().
+  void drop_prefetch();
   /// Waits for a chunk's part up to a layer's routing (record_chunk_experts' cut), counting the time.
   void wait_cut(gpu::commands& c);
   /// Waits for the parts and copies of run_passes (the chunk's end, or the next layer's cut).
@@ -347,7 +351,7 @@ class gpu_expert_cache {
   // prefetch(): device images and their host staging, pf_per_buf_ images per buffer; the layer whose experts
   // pf_experts_ (by image) holds (−1: none); the copies in; the last recording that read the images
   std::vector<gpu::buffer> pf_dev_, pf_host_;
-  uint32_t pf_cap_ = 0, pf_per_buf_ = 0;
+  uint32_t pf_cap_ = 0, pf_per_buf_ = 0, pf_group_ = 1;  // pf_group_: images per recording of pf_copies_
   int64_t pf_layer_ = -1;
   std::vector<uint32_t> pf_experts_;
   std::vector<gpu::commands> pf_copies_;

@@ -51,7 +51,9 @@ void gpu_expert_cache::copy_in(layer& C, const std::vector<move_to>& moves, bool
   if (first && !opt_.prefetch_d2d_compute) {
     gpu::commands c = dev_.begin_transfer();  // prefetch images exist only with transfer_copies
     c.after(after);
-    c.after(pf_copies_.back().done());  // a timeline point: every copy of the prefetch before it ran too
+    uint32_t last = 0;  // the prefetch's recordings up to the one holding the last image read here
+    for (size_t q = 0; q < first; ++q) last = std::max(last, moves[q].image);
+    c.after(pf_copies_.at(last / pf_group_).done());  // a timeline point: the earlier ones ran too
     if (stamps) (void)c.timestamp();
     for (size_t q = 0; q < first; ++q) gpu::record_moe_slot(c, *C.moe, moves[q].slot, prefetch_image(moves[q].image));
     if (stamps) (void)c.timestamp();
@@ -178,8 +180,10 @@ uint32_t gpu_expert_cache::run_passes(uint32_t l, std::span<const uint32_t> ids,
       if (opt_.transfer_copies)  // the MoE reads what this pass's copies wrote
         for (size_t i = copies_before; i < pass_copies_.size(); ++i) part.after(pass_copies_[i].done());
       size_t d2d = 0;  // prefetched experts this part copies into their slots (prefetch_d2d_compute)
-      while (opt_.prefetch_d2d_compute && d2d < moves.size() && moves[d2d].image != absent) ++d2d;
-      if (d2d) part.after(pf_copies_.back().done());  // a timeline point: the prefetch's earlier copies ran too
+      uint32_t last = 0;  // after the prefetch's recordings up to the one holding the last of their images
+      for (; opt_.prefetch_d2d_compute && d2d < moves.size() && moves[d2d].image != absent; ++d2d)
+        last = std::max(last, moves[d2d].image);
+      if (d2d) part.after(pf_copies_.at(last / pf_group_).done());  // a timeline point: the earlier ones ran too
       part.barrier();  // after the pass's copies and the passes before (which read the map and the slots)
       if (d2d && pass_stamps()) (void)part.timestamp();  // stamps 0 and 1 around them, 2 and 3 around the pass
       for (size_t q = 0; q < d2d; ++q)  // distinct slots, and not the map: unordered transfers
@@ -232,9 +236,10 @@ void gpu_expert_cache::prefetch(uint32_t l, uint64_t pairs) {
     for (uint32_t e = 0; e < experts_ && pf_experts_.size() < pf_cap_; ++e)
       if (C.slot_of[e] == absent) pf_experts_.push_back(e);
     if (pf_experts_.empty()) return;
-    // groups of ≥ pass_group_bytes, each submitted once packed: the copy engine starts on the first while the
-    // host packs the next
-    const uint64_t per = std::max<uint64_t>(1, opt_.pass_group_bytes / stats_.slot_bytes);
+    // groups of ⌈pass_group_bytes⌉ images, each submitted once packed: the copy engine starts on the first while
+    // the host packs the next
+    const uint64_t per = std::max<uint64_t>(1, (opt_.pass_group_bytes + stats_.slot_bytes - 1) / stats_.slot_bytes);
+    pf_group_ = uint32_t(per);
     const bool stamps = copy_stamps();
     for (size_t i = 0; i < pf_experts_.size(); i += per) {
       const size_t n = std::min<size_t>(per, pf_experts_.size() - i);

@@ -54,6 +54,10 @@ void device_impl::choose_memory_types() {
       staging_type = t;
   }
   if (!info.host_visible && staging_type == ~0u) throw gpu_error("no host-visible memory type for staging copies");
+  if (staging_type != ~0u) {
+    const vk::MemoryPropertyFlags fl = mp.memoryTypes[staging_type].propertyFlags;
+    info.host_cached = (fl & F::eHostCached) && !(fl & F::eDeviceLocal);
+  }
   // Streamed uploads (alloc_upload): host-visible system memory the host only writes — write-combined (not
   // host-cached) where there is such a type, so that the copy engine's reads need no snooping.
   upload_type = staging_type;

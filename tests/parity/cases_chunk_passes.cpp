@@ -47,7 +47,7 @@ double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
 template <class Model, class CpuOptions, class GpuModel, class GpuOptions>
 std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint64_t prompt, cold_experts cold,
                         bool overlap, bool transfer, bool small_groups, uint32_t prefetch, bool d2d_transfer,
-                        bool cached_stream, uint64_t seed, std::string& info) {
+                        bool cached_stream, int prefetch_off, uint64_t seed, std::string& info) {
   CpuOptions co;
   co.threads = 1;
   auto cpu = Model::open(path, co);
@@ -72,6 +72,13 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
     go.cache_prefetch_bytes = prefetch * one;
     go.cache_prefetch_min_uses = 0;
     go.cache_prefetch_d2d_compute = !d2d_transfer;
+  } else if (prefetch_off == 1) {  // one image, not in the budget: it would leave slots - 1 < top_k = slots (2)
+    if (slots != cf.top_k) return "the refusal case needs slots = top_k";
+    go.cache_prefetch_bytes = one;
+  } else if (prefetch_off == 2) {  // images beside the slots, but the chunks' uses per expert below the gate
+    go.vram_budget += 3 * one;
+    go.cache_prefetch_bytes = 3 * one;
+    go.cache_prefetch_min_uses = double(kChunk) * cf.top_k / cf.experts + 0.5;
   }
   go.cache_cached_staging = go.cache_stream_pack = cached_stream;
   go.cold = cold;
@@ -144,6 +151,9 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
     return "statistics: chunk bytes moved != (copied experts - prefetched ones used + prefetched) x slot bytes";
   if (prefetch && (cs.chunk_prefetched == 0 || cs.chunk_prefetch_used == 0))
     return "statistics: no expert prefetched, or none of them used";
+  if (prefetch_off && cs.chunk_prefetched != 0)
+    return std::string("statistics: experts prefetched although ") +
+           (prefetch_off == 1 ? "the budget had no room for the images" : "the chunks were below prefetch_min_uses");
   if (cs.chunk_prefetch_used > cs.chunk_prefetched || cs.chunk_prefetched > cs.chunk_layers * prefetch)
     return "statistics: more prefetched experts used than prefetched, or more prefetched than the images allow";
   if (cs.chunk_experts > cs.chunk_layers * cf.experts || cs.chunk_hits == 0)
@@ -184,6 +194,7 @@ void chunk_passes_cases(suite& s) {
     uint32_t prefetch = 0;  // images prefetched while each layer's routing runs (transfer copies)
     bool d2d_transfer = false;  // their copies into the slots in transfer recordings (else in the passes' parts)
     bool cached_stream = false;  // host-cached upload rings packed with non-temporal stores
+    int prefetch_off = 0;  // prefetch asked for but not to happen: 1 the budget has no room, 2 the chunks too small
   };
   using C = cold_experts;
   for (const variant v : {variant{40, 2, C::copy, false, false, false}, variant{40, 3, C::copy, false, false, false},
@@ -192,25 +203,31 @@ void chunk_passes_cases(suite& s) {
                           variant{40, 4, C::copy, false, false, true}, variant{43, 2, C::copy, false, true, false},
                           variant{40, 4, C::copy, false, true, true}, variant{40, 4, C::copy, true, true, true},
                           variant{40, 2, C::copy, false, true, false, 3, false, true},
-                          variant{43, 4, C::copy, true, true, true, 5, true}}) {
+                          variant{43, 4, C::copy, true, true, true, 5, true},
+                          variant{40, 2, C::copy, false, true, false, 0, false, false, 1},
+                          variant{40, 3, C::copy, true, true, false, 0, false, false, 2}}) {
     const std::string what = "prefill chunks of 7 in expert passes, " + std::to_string(v.slots) + " slots" +
                              (v.cold == cold_experts::cpu ? " (cold experts on the CPU)" : "") +
                              (v.overlap ? " overlapping copies" : "") + (v.transfer ? " transfer copies" : "") +
                              (v.small ? " small groups" : "") +
                              (v.prefetch ? " prefetch " + std::to_string(v.prefetch) : "") +
                              (v.d2d_transfer ? " (transfer d2d)" : "") +
-                             (v.cached_stream ? " cached rings, streamed" : "") + ", " +
+                             (v.cached_stream ? " cached rings, streamed" : "") +
+                             (v.prefetch_off == 1   ? " prefetch refused (no room)"
+                              : v.prefetch_off == 2 ? " prefetch gated (few uses)"
+                                                    : "") +
+                             ", " +
                              std::to_string(v.prompt) + "+" + std::to_string(kDecode) + "+" + std::to_string(kAgain) +
                              " tokens";
     s.run("model_v4", "-", what + ", cmf q4tp toy", [&, v](uint64_t seed, std::string& info) {
       return passes_case<dsv4_model, dsv4_options, dsv4_gpu_model, dsv4_gpu_options>(
           s, files.make("cmf", "q4tp"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, v.small, v.prefetch,
-          v.d2d_transfer, v.cached_stream, seed, info);
+          v.d2d_transfer, v.cached_stream, v.prefetch_off, seed, info);
     });
     s.run("model_v41", "-", what + ", release toy", [&, v](uint64_t seed, std::string& info) {
       return passes_case<dsv41_model, dsv41_options, dsv41_gpu_model, dsv41_gpu_options>(
           s, files.make("release", "native", "v41"), v.slots, v.prompt, v.cold, v.overlap, v.transfer, v.small,
-          v.prefetch, v.d2d_transfer, v.cached_stream, seed, info);
+          v.prefetch, v.d2d_transfer, v.cached_stream, v.prefetch_off, seed, info);
     });
   }
 }

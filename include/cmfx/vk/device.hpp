@@ -67,7 +67,8 @@ struct device_options {
   /// true: recordings from device::begin_transfer() go to a queue of a transfer-only family (the copy engines of
   /// a discrete GPU, which a compute queue's copies do not reach) where the device has one and timeline
   /// semaphores; buffers are then shared by both families. false, or no such family: they go to the compute queue.
-  /// Either way they are ordered against other recordings by commands::after alone. Off by default until timed.
+  /// Either way they are ordered against other recordings by commands::after alone. Off by default (buffers are
+  /// shared by both families only then); the driver turns it on under --vram-budget for the expert cache's copies.
   bool transfer_queue = false;
   uint64_t max_binding_bytes = 0;     ///< cap on one storage-buffer binding (0: the device limit); tests only
   uint64_t block_bytes = 256ull << 20;  ///< arena block size (larger requests get a dedicated allocation)
@@ -118,6 +119,7 @@ struct device_info {
   uint32_t max_storage_buffers = 0;  ///< maxPerStageDescriptorStorageBuffers (≥ max_dispatch_bindings needed)
   uint64_t device_local_bytes = 0;  ///< size of the heap buffers are allocated from
   bool host_visible = false;        ///< that memory is mapped directly (unified memory, lavapipe)
+  bool host_cached = false;  ///< alloc_readback's memory is host-cached system memory (not the device's own)
   std::string describe() const;     ///< one line: name, kind, API, subgroup, memory
 };
 
