@@ -119,10 +119,10 @@ uint64_t place_experts(Impl& m, bool chunks_can_run, bool passes_possible, gpu_e
                         std::to_string(with) + " bytes (with the chunks' scratch)");
     }
   }
-  const uint64_t took = m.experts->place(m.weight_bytes + m.state_bytes, o);
+  uint64_t took = m.experts->place(m.weight_bytes + m.state_bytes, o);
   if (m.ch && m.experts->active() && !chunk_passes_apply(m)) {
     drop();
-    m.experts->drop_prefetch();
+    took -= m.experts->drop_prefetch();
   }
   return took;
 }

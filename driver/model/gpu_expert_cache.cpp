@@ -244,6 +244,7 @@ uint64_t gpu_expert_cache::place(uint64_t used, const gpu_expert_cache_options& 
       }
   }
   ring_ = alloc_staging(uint64_t(K) * stats_.slot_bytes);
+  stats_.prefetch_images = pf_cap_;
   if (pf_cap_) {  // buffers of ≤ 1 GiB (and ≥ one image)
     pf_per_buf_ = uint32_t(std::max<uint64_t>(1, (uint64_t(1) << 30) / stats_.slot_bytes));
     for (uint32_t i = 0; i < pf_cap_; i += pf_per_buf_) {
@@ -336,9 +337,13 @@ gpu::buffer gpu_expert_cache::alloc_staging(uint64_t bytes) {
   return opt_.cached_staging && dev_.info().host_cached ? dev_.alloc_readback(bytes) : dev_.alloc_upload(bytes);
 }
 
-void gpu_expert_cache::drop_prefetch() {
+uint64_t gpu_expert_cache::drop_prefetch() {
+  uint64_t bytes = 0;
+  for (const gpu::buffer& b : pf_dev_) bytes += b.size();
   pf_dev_.clear(), pf_host_.clear(), pf_experts_.clear(), pf_copies_.clear();
   pf_cap_ = 0, pf_layer_ = -1;
+  stats_.prefetch_images = 0;
+  return bytes;
 }
 
 void gpu_expert_cache::invalidate() {

@@ -165,6 +165,7 @@ struct gpu_expert_cache_stats {
   double chunk_pass_device_seconds = 0;  ///< device time of the passes' MoE recordings (timestamps)
   double chunk_cut_seconds = 0;    ///< host time waiting for the parts up to each layer's routing (wait_cut)
   double chunk_pass_host_seconds = 0;  ///< host time in run_passes (packing, ring waits, recording, submitting)
+  uint32_t prefetch_images = 0;        ///< device images for prefetch() (0: none; place, drop_prefetch)
   uint64_t chunk_prefetched = 0;       ///< experts prefetch() copied in (counted in chunk_bytes_moved)
   uint64_t chunk_prefetch_used = 0;    ///< of those, selected by their layer's chunk (the rest wasted)
   double chunk_d2d_device_seconds = 0;  ///< device time of the prefetched experts' copies into slots (timestamps)
@@ -253,8 +254,8 @@ class gpu_expert_cache {
   /// prefetch_min_uses, or every expert is resident. run_passes(l) uses them; any other run_passes drops them.
   void prefetch(uint32_t l, uint64_t pairs);
   /// Frees the prefetch images and their staging (place_experts, where prompts will not run in passes after all;
-  /// their bytes stay unused, as the chunk scratch's). Before any prefetch().
-  void drop_prefetch();
+  /// their bytes stay unused, as the chunk scratch's). Before any prefetch(). Returns the device bytes freed.
+  uint64_t drop_prefetch();
   /// Waits for a chunk's part up to a layer's routing (record_chunk_experts' cut), counting the time.
   void wait_cut(gpu::commands& c);
   /// Waits for the parts and copies of run_passes (the chunk's end, or the next layer's cut).

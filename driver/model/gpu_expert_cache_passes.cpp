@@ -236,9 +236,10 @@ void gpu_expert_cache::prefetch(uint32_t l, uint64_t pairs) {
     for (uint32_t e = 0; e < experts_ && pf_experts_.size() < pf_cap_; ++e)
       if (C.slot_of[e] == absent) pf_experts_.push_back(e);
     if (pf_experts_.empty()) return;
-    // groups of ⌈pass_group_bytes⌉ images, each submitted once packed: the copy engine starts on the first while
-    // the host packs the next
-    const uint64_t per = std::max<uint64_t>(1, (opt_.pass_group_bytes + stats_.slot_bytes - 1) / stats_.slot_bytes);
+    // groups of ⌈pass_group_bytes / slot_bytes⌉ images (≤ the images), each submitted once packed: the copy engine
+    // starts on the first while the host packs the next
+    const uint64_t per = std::clamp<uint64_t>((opt_.pass_group_bytes + stats_.slot_bytes - 1) / stats_.slot_bytes, 1,
+                                              pf_cap_);
     pf_group_ = uint32_t(per);
     const bool stamps = copy_stamps();
     for (size_t i = 0; i < pf_experts_.size(); i += per) {

@@ -56,7 +56,8 @@ void device_impl::choose_memory_types() {
   if (!info.host_visible && staging_type == ~0u) throw gpu_error("no host-visible memory type for staging copies");
   if (staging_type != ~0u) {
     const vk::MemoryPropertyFlags fl = mp.memoryTypes[staging_type].propertyFlags;
-    info.host_cached = (fl & F::eHostCached) && !(fl & F::eDeviceLocal);
+    // alloc_readback takes the device's own memory where every buffer is host-visible
+    info.host_cached = !info.host_visible && (fl & F::eHostCached) && !(fl & F::eDeviceLocal);
   }
   // Streamed uploads (alloc_upload): host-visible system memory the host only writes — write-combined (not
   // host-cached) where there is such a type, so that the copy engine's reads need no snooping.

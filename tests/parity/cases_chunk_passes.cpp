@@ -73,8 +73,9 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
     go.cache_prefetch_min_uses = 0;
     go.cache_prefetch_d2d_compute = !d2d_transfer;
   } else if (prefetch_off == 1) {  // one image, not in the budget: it would leave slots - 1 < top_k = slots (2)
-    if (slots != cf.top_k) return "the refusal case needs slots = top_k";
+    if (slots != cf.top_k) return "the refusal case needs slots = top_k";  // (cpu + overlap: < 2, the pass minimum)
     go.cache_prefetch_bytes = one;
+    go.cache_prefetch_min_uses = 0;
   } else if (prefetch_off == 2) {  // images beside the slots, but the chunks' uses per expert below the gate
     go.vram_budget += 3 * one;
     go.cache_prefetch_bytes = 3 * one;
@@ -151,6 +152,9 @@ std::string passes_case(suite& s, const std::string& path, uint32_t slots, uint6
     return "statistics: chunk bytes moved != (copied experts - prefetched ones used + prefetched) x slot bytes";
   if (prefetch && (cs.chunk_prefetched == 0 || cs.chunk_prefetch_used == 0))
     return "statistics: no expert prefetched, or none of them used";
+  const uint32_t images = prefetch ? prefetch : prefetch_off == 2 ? 3 : 0;
+  if (cs.prefetch_images != images)
+    return "statistics: " + std::to_string(cs.prefetch_images) + " prefetch images, not " + std::to_string(images);
   if (prefetch_off && cs.chunk_prefetched != 0)
     return std::string("statistics: experts prefetched although ") +
            (prefetch_off == 1 ? "the budget had no room for the images" : "the chunks were below prefetch_min_uses");
@@ -205,6 +209,7 @@ void chunk_passes_cases(suite& s) {
                           variant{40, 2, C::copy, false, true, false, 3, false, true},
                           variant{43, 4, C::copy, true, true, true, 5, true},
                           variant{40, 2, C::copy, false, true, false, 0, false, false, 1},
+                          variant{40, 2, C::cpu, true, true, false, 0, false, false, 1},
                           variant{40, 3, C::copy, true, true, false, 0, false, false, 2}}) {
     const std::string what = "prefill chunks of 7 in expert passes, " + std::to_string(v.slots) + " slots" +
                              (v.cold == cold_experts::cpu ? " (cold experts on the CPU)" : "") +
