@@ -196,11 +196,17 @@ layout(std430, binding = 9) writeonly buffer HQW { uint hqw[]; };
 layout(std430, binding = 9) writeonly buffer HQF { float hqf[]; };
 layout(std430, binding = 9) writeonly buffer HQI { int hqi[]; };
 layout(std430, binding = 10) readonly buffer Wr { float wr[]; };
+// h's blocks quantised by the first 32 invocations, one value each (common/act_q8_wide.glsl: its butterflies through
+// subgroup shuffles where the host defines ACT_WIDE_SG, else through shared memory with barriers) — the bits of
+// act_q8_block, without one invocation's 32 roundings in a row at the end of the dispatch
+#define qw hqw
+#define qf hqf
+#define qi hqi
+#include "common/act_q8_wide.glsl"
 // h blocks of 32 a workgroup's rows feed (its rows lie in one half, gate or up, of one slot's 2I rows), and the
 // workgroups that feed one block: its gate rows and its up rows
 #define TAIL_NB (ROWS_PER_WG >= 32 ? ROWS_PER_WG / 32 : 1)
 #define TAIL_ARRIVALS (ROWS_PER_WG >= 32 ? 2u : 2u * (32u / ROWS_PER_WG))
-shared float tail_h[32];
 #else
 #include "common/moe_sum.glsl"
 layout(std430, binding = 9) writeonly buffer TO { float touts[]; };
@@ -233,21 +239,12 @@ void moe_tail(uint mslot, uint mblk) {
     if (!tail_last[j]) continue;  // uniform (shared)
     memoryBarrierBuffer();
     const uint hb = hb0 + j;
+    float v = 0.0;
     if (lid < 32u) {
       const uint g = pc.yoff + mslot * MOE_RPE + hb * 32u + lid;
-      tail_h[lid] = swiglu_clamped(ys[g], ys[g + I], MOE_LIMIT, mslot < MOE_TOPK ? wr[pc.woff + mslot] : 1.0);
+      v = swiglu_clamped(ys[g], ys[g + I], MOE_LIMIT, mslot < MOE_TOPK ? wr[pc.woff + mslot] : 1.0);
     }
-    barrier();
-    if (lid == 0u) {
-      float v[32];
-      [[unroll]] for (uint i = 0u; i < 32u; ++i) v[i] = tail_h[i];
-      const act_block q = act_q8_block(v);
-      const uint base = pc.toff + mslot * ACT_VEC_WORDS(blocks);
-      [[unroll]] for (uint s = 0u; s < 8u; ++s) hqw[base + 8u * hb + s] = q.w[s];
-      hqf[base + ACT_SCALE_WORD(blocks) + hb] = q.half_sx;
-      hqi[base + ACT_BSUM_WORD(blocks) + hb] = q.bsum2;
-    }
-    barrier();
+    act_q8_wide(v, lid < 32u, pc.toff + mslot * ACT_VEC_WORDS(blocks), hb, blocks);  // every invocation calls it
   }
 }
 #else

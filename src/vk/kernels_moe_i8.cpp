@@ -112,7 +112,7 @@ bool moe_rows_i8(kernels& k, kernels::impl& p, const detail::op_env& e, commands
   };
   auto tail_defs = [&](int mode) {
     if (mode != 1) return "#define MOE_TAIL " + std::to_string(mode) + "\n";
-    return "#define MOE_TAIL 1\n" + detail::def_f("MOE_LIMIT", limit) +
+    return "#define MOE_TAIL 1\n" + detail::def_f("MOE_LIMIT", limit) + e.act_wide_defines() +
            (m.down.w.fmt != m.gate_up.w.fmt ? act_target_defines(m.down.w.fmt) : std::string());
   };
   uint32_t gx, gy, s_next = 0;
