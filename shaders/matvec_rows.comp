@@ -29,9 +29,9 @@
 // inputs, so that it costs no dependent dispatch of its own. Each workgroup makes its rows visible and counts its
 // arrival (device-scope arrival counters, binding 8 from word pc.cntoff, 0 between uses); the last to arrive does:
 //   MOE_TAIL 1 (gate/up rows): per block of 32 h values of a slot (its 32 gate and 32 up rows): h = SwiGLU · routing
-//     weight (common/swiglu.glsl; weights at binding 10, pc.woff) quantised for the down rows (common/act_q8.glsl;
-//     the ACT_T_* defines where the down matrix has another format) into binding 9 at pc.toff —
-//     quantize_act.comp's ACT_SWIGLU values;
+//     weight (common/swiglu.glsl; weights at binding 10, pc.woff) quantised for the down rows by the block's 32
+//     invocations (common/act_q8_wide.glsl; the ACT_T_* defines where the down matrix has another format) into
+//     binding 9 at pc.toff — quantize_act.comp's ACT_SWIGLU values;
 //   MOE_TAIL 2 (down rows): per row block, the slots' rows summed as moe_sum.comp does (common/moe_sum.glsl; a bad
 //     routed id makes the row NaN) into binding 9 at pc.toff.
 // PAIR = 1 (q2tp with ACT_I8, an even number of chunks per row): a lane's unit is two consecutive chunks — their
@@ -192,16 +192,14 @@ layout(std430, binding = 3) readonly buffer XQI2 { ivec2 xqi2[]; };
 layout(std430, binding = 8) coherent buffer Cnt { uint cnt[]; };
 #if MOE_TAIL == 1
 #include "common/swiglu.glsl"
-layout(std430, binding = 9) writeonly buffer HQW { uint hqw[]; };
-layout(std430, binding = 9) writeonly buffer HQF { float hqf[]; };
-layout(std430, binding = 9) writeonly buffer HQI { int hqi[]; };
+// h's quantised vectors, under the names common/act_q8_wide.glsl writes
+layout(std430, binding = 9) writeonly buffer HQW { uint qw[]; };
+layout(std430, binding = 9) writeonly buffer HQF { float qf[]; };
+layout(std430, binding = 9) writeonly buffer HQI { int qi[]; };
 layout(std430, binding = 10) readonly buffer Wr { float wr[]; };
 // h's blocks quantised by the first 32 invocations, one value each (common/act_q8_wide.glsl: its butterflies through
 // subgroup shuffles where the host defines ACT_WIDE_SG, else through shared memory with barriers) — the bits of
 // act_q8_block, without one invocation's 32 roundings in a row at the end of the dispatch
-#define qw hqw
-#define qf hqf
-#define qi hqi
 #include "common/act_q8_wide.glsl"
 // h blocks of 32 a workgroup's rows feed (its rows lie in one half, gate or up, of one slot's 2I rows), and the
 // workgroups that feed one block: its gate rows and its up rows
