@@ -311,7 +311,10 @@ void bm_index_score(benchmark::State& st, uint32_t n) {
 /// the decode graph records (hc_post_finish: the finish in the last workgroup; the Sinkhorn C apart, as there).
 /// after_mv (with cold and fused): instead of the streaming read, the FP8 4096 × 8192 product that precedes the
 /// boundary in the decode (wo_b; a rotating copy, its output the boundary's o), as in the model's chain.
-void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = false, bool after_mv = false) {
+/// q8 (with fused): the finish also writes u's int8 copy for q4tp (hc_finish_args::y_q8), as the decode's boundary
+/// before an attention site does.
+void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = false, bool after_mv = false,
+            bool q8 = false) {
   constexpr uint32_t n = 64, hc = 4, d = 4096, rows = (2 + hc) * hc;
   gpu::kernels::hc_shape sh;
   sh.hc = hc, sh.d = d;
@@ -338,6 +341,7 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = f
     norm.push_back(up(rnd(d, 0.1f, 1.0f)));
   }
   gpu::buffer big = thrash && !after_mv ? g_dev->alloc(256ull << 20) : gpu::buffer{}, sink = g_dev->alloc(256);
+  gpu::buffer uq = q8 ? g_dev->alloc(gpu::kernels::act_q8_bytes(d, 1)) : gpu::buffer{};
   weights* mv = after_mv ? &get_weights<fmt_fp8_b128>(d, 2 * d) : nullptr;
   gpu::commands c = g_dev->begin();
   g_kern->hc_mix(c, sh, X, fn[0], rows, 1, part);
@@ -351,6 +355,7 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = f
     if (fused) {
       gpu::kernels::hc_finish_args f;
       f.base = base[jn], f.scale = scale, f.sinkhorn = false, f.y = u, f.norm = norm[jn];
+      if (q8) f.y_q8 = uq, f.y_q8_fmt = format::q4tp;
       g_kern->hc_post_finish(c, sh, o, X, coeff, 1, Xn, fn[jn], rows, part, f);
     } else {
       g_kern->hc_post(c, sh, o, X, coeff, 1, Xn, fn[jn], rows, part);
@@ -647,6 +652,8 @@ int main(int argc, char** argv) {
   add("vk_mhc/post_finish/4x4096", [](benchmark::State& st) { bm_mhc(st, false, false, true); });
   add("vk_mhc/post_finish_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true, false, true); });
   add("vk_mhc/post_finish_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true); });
+  add("vk_mhc/post_finish_q8/4x4096", [](benchmark::State& st) { bm_mhc(st, false, false, true, false, true); });
+  add("vk_mhc/post_finish_q8_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true, false, true); });
   add("vk_mhc/chunk/" + std::to_string(g_moe_tokens) + "x4x4096",
       [](benchmark::State& st) { bm_mhc_chunk(st, g_moe_tokens); });
   add("vk_mhc/post_finish_after_wo_b/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true, true); });
