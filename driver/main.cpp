@@ -169,8 +169,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"default", "none", "o", "u", "both"}))
       ->default_val(bench.fold_quant);
   cb->add_option("--fold-z", bench.fold_z,
-                 "--act i8: z's int8 copy for wo_b written by wo_a's row groups (the last workgroup of each block of 32 "
-                 "rows quantises it) instead of a quantisation step: default (off) | on | off")
+                 "--act i8: z's int8 copy for wo_b written by wo_a's row groups (each workgroup computes and quantises "
+                 "whole blocks of 32 rows) instead of a quantisation step: default (off) | on | off")
       ->check(CLI::IsMember({"default", "on", "off"}))
       ->default_val(bench.fold_z);
   cb->add_option("--prefill-shared", bench.prefill_shared,

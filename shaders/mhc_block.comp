@@ -66,7 +66,11 @@ layout(std430, binding = 3) coherent buffer Out { float outs[]; };
 layout(std430, binding = 5) coherent buffer P { ACC part[]; };
 layout(std430, binding = 6) readonly buffer Bs { float base[]; };
 layout(std430, binding = 7) readonly buffer Sc { float scale[]; };
+#if HC_Q8
+layout(std430, binding = 8) coherent buffer Y { float ys[]; };  // the finish reads its y back (HC_Q8)
+#else
 layout(std430, binding = 8) buffer Y { float ys[]; };
+#endif
 #if HC_NORM
 layout(std430, binding = 9) readonly buffer Nw { float nw[]; };
 #endif
@@ -103,13 +107,11 @@ layout(std430, binding = 13) readonly buffer Fd { float fold[]; };
 #if HC_COUT
 #error "HC_Q8 takes binding 12: not with HC_COUT"
 #endif
-// y's int8 copy (kernels::hc_finish_args::y_q8): the vectors of common/act_q8.glsl for the ACT_T_* format, under
-// the names common/act_q8_wide.glsl writes
-layout(std430, binding = 12) writeonly buffer HQW { uint qw[]; };
-layout(std430, binding = 12) writeonly buffer HQF { float qf[]; };
-layout(std430, binding = 12) writeonly buffer HQI { int qi[]; };
+// y's int8 copy (kernels::hc_finish_args::y_q8): the vectors of common/act_q8.glsl for the ACT_T_* format
+layout(std430, binding = 12) writeonly buffer HQW { uint hqw[]; };
+layout(std430, binding = 12) writeonly buffer HQF { float hqf[]; };
+layout(std430, binding = 12) writeonly buffer HQI { int hqi[]; };
 #include "common/act_q8.glsl"
-#include "common/act_q8_wide.glsl"
 #endif
 #include "common/mhc_finish.glsl"
 shared bool tail_last;

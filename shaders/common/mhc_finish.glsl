@@ -15,11 +15,10 @@
 // does not need is computed off the decode's critical path.
 // HC_NORM = 1: the RMSNorm that follows the collapse, in the same dispatch: the operations of rmsnorm.comp on the
 // stored y values in its order (strided partial sums, wg_sum, r = 1 / sqrt(mean + eps), y · r · weight), so
-// bit-identical. HC_Q8 = 1 (with HC_NORM; d % 32 == 0; WG_SIZE a multiple of 32): y also quantised to int8
-// (common/act_q8.glsl's vectors, qw / qf / qi from word a.qoff, one per token) from the normed values in registers,
-// each block by the 32 invocations that hold it (common/act_q8_wide.glsl; the includer includes it) — quantize_act.
-// comp's operations, so its bits — instead of a dependent quantisation step. (Until the fifty-seventh session the
-// values were read back from y and one invocation per block quantised 32 of them in a row.)
+// bit-identical. HC_Q8 = 1 (with HC_NORM; d % 32 == 0): y also quantised to int8 (common/act_q8.glsl's vectors,
+// hqw / hqf / hqi from word a.qoff, one per token): the normed values written to y are read back through its
+// coherent binding after a barrier, and one invocation per block runs act_q8_block — quantize_act.comp's operations,
+// so its bits — a few hundred instructions per invocation instead of a dependent quantisation step.
 // Defines: HC_MAX, HC_HEAD, HC_NORM, HC_FOLD, HC_SG, HC_PART, HC_N (= hc), HC_COLS (= ceil(d / WG_SIZE)),
 // HC_NBLK (= the mhc_block.comp column blocks of d: the partials per row).
 // The including shader declares the buffers part[] (ACC), base[], scale[], coeff[], ys[] (nw[] with HC_NORM,
@@ -233,22 +232,26 @@ void hc_finish(const hcf_args a) {
 #if HC_NORM
   ss = wg_sum(ss);
   const ACC r = ACC(1) / sqrt(ss / ACC(d) + ACC(a.rms_eps));
-#if HC_Q8
-  const uint qblocks = d / 32u, qbase = a.qoff + t * ACT_VEC_WORDS(qblocks);
-#endif
   [[unroll]] for (uint i = 0u; i < HC_COLS; ++i) {
     const uint c = lid + i * WG_SIZE;
-    float u = 0.0;
     if (c < d) {
-      u = float(ACC(yv[i]) * r * ACC(nwr[i]));
+      const float u = float(ACC(yv[i]) * r * ACC(nwr[i]));
       ys[a.yoff + t * d + c] = u;
     }
-#if HC_Q8
-    // column c is value c % 32 = lid % 32 of block c / 32 (WG_SIZE and d multiples of 32: a block's 32 invocations
-    // are all live or all not); every invocation calls it (its barriers where it has no subgroup shuffles)
-    act_q8_wide(u, c < d, qbase, c / 32u, qblocks);
-#endif
   }
+#if HC_Q8
+  memoryBarrierBuffer();  // the workgroup's y writes, read back below through the coherent binding
+  barrier();
+  const uint qblocks = d / 32u, qbase = a.qoff + t * ACT_VEC_WORDS(qblocks);
+  for (uint b = lid; b < qblocks; b += WG_SIZE) {
+    float v[32];
+    [[unroll]] for (uint i = 0u; i < 32u; ++i) v[i] = ys[a.yoff + t * d + b * 32u + i];
+    const act_block q = act_q8_block(v);
+    [[unroll]] for (uint s = 0u; s < 8u; ++s) hqw[qbase + 8u * b + s] = q.w[s];
+    hqf[qbase + ACT_SCALE_WORD(qblocks) + b] = q.half_sx;
+    hqi[qbase + ACT_BSUM_WORD(qblocks) + b] = q.bsum2;
+  }
+#endif
 #endif
 #endif  // HC_COLLAPSE
 }

@@ -250,15 +250,14 @@ bool kernels::matvec_q8_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint
   detail::need_view(out.q, act_q8_bytes(out.cols), "matvec_q8_rows", "out.q");
   const detail::op_env e = detail::op_env_of(*p_);
   const uint64_t n = r1 > r0 ? r1 - r0 : 0;
-  if (n == 0 || n % 32 || out.col0 % 32 || e.lanes * e.teams < 32 || n / 32 > detail::op_env::counter_slots / 4) {
+  if (n == 0 || n % 32 || out.col0 % 32 || e.lanes * e.teams < 32) {
     matvec_q8_rows(c, w, r0, r1, xq, y);
     return false;
   }
   impl::rows_tail t;
   const bound qb = bind_range(p_->info, out.q, 0, act_q8_bytes(out.cols));
-  t.counters = bind_range(p_->info, p_->counters, 0, detail::op_env::counter_slots * 4ull).b;
   t.out = qb.b;
-  t.cntoff = e.take_counters(uint32_t(n / 32)), t.toff = qb.residual / 4, t.woff = uint32_t(out.col0 / 32);
+  t.toff = qb.residual / 4, t.woff = uint32_t(out.col0 / 32);
   t.tpad = uint32_t(out.cols / 32);
   t.defs = "#define ROW_Q8 1\n" + e.act_wide_defines() + (out.f != w.fmt ? act_target_defines(out.f) : std::string());
   p_->check_matrix(w, "matvec_q8_rows");

@@ -332,11 +332,10 @@ struct kernels::impl {
   }
 
   /// The int8 copy of a row product's output in its own workgroups (kernels::matvec_q8_rows with rows_q8_out:
-  /// matvec_rows.comp ROW_Q8): bindings 8 (the arrival counters) and 9 (the vector), the push constants after
-  /// mat_pc, the defines.
+  /// matvec_rows.comp ROW_Q8): binding 9 (the vector), the push constants after mat_pc, the defines.
   struct rows_tail {
-    binding counters, out;
-    uint32_t cntoff = 0, toff = 0, woff = 0, tpad = 0;
+    binding out;
+    uint32_t toff = 0, woff = 0, tpad = 0;
     std::string defs;
   };
 
@@ -385,11 +384,11 @@ struct kernels::impl {
     visit_format(w.fmt, [&]<class F>() { block_rows = F::block_rows; });
     // (one slice: its first row is R0, a multiple of block_rows and so of the rows per subgroup)
     const bool tile_safe = block_rows == 1 || step % 4 == 0 || step >= R - R0;
-    // the tail: the row kernel on int8 activations, one slice, workgroups that cover whole blocks of 32 rows or an
-    // equal part of one (their counts meet at 32 / rows per workgroup)
+    // the tail: the row kernel on int8 activations, one slice, workgroups of whole blocks of 32 rows (batches of
+    // rows walked in turn where one batch is less: RBATCH up to 8)
     const uint32_t rpw = rt.split ? teams / rt.split * rt.rows_per_team : 0;
-    const bool with_tail = tail && i8 && rp && !xr.ksplit && step >= R - R0 && rpw &&
-                           (rpw >= 32 ? rpw % 32 == 0 : 32 % rpw == 0);
+    const uint32_t tail_batches = !rpw ? 0 : rpw % 32 == 0 ? 1 : 32 % rpw == 0 && 32 / rpw <= 8 ? 32 / rpw : 0;
+    const bool with_tail = tail && i8 && rp && !xr.ksplit && step >= R - R0 && tail_batches;
     for (uint64_t r0 = R0; r0 < R; r0 += step) {
       const uint64_t r1 = std::min(R, r0 + step);
       const detail::slice sl = detail::slice_of(w, r0, r1);
@@ -449,10 +448,12 @@ struct kernels::impl {
         struct {
           mat_pc m;
           uint32_t cntoff, toff, woff, tpad;
-        } tp{pc, tail->cntoff, tail->toff, tail->woff, tail->tpad};
-        const binding tb[10] = {b[0], b[1], b[2], b[3], b[4], b[5], dummy(), dummy(), tail->counters, tail->out};
-        detail::dispatch(c.impl(), pipe("matvec_rows.comp", rows_defs(w.fmt, w.scale_enc, used, true) + tail->defs,
-                                        lanes * teams, 10, sizeof tp),
+        } tp{pc, 0, tail->toff, tail->woff, tail->tpad};
+        const binding tb[10] = {b[0], b[1], b[2], b[3], b[4], b[5], dummy(), dummy(), dummy(), tail->out};
+        grid(ceil_div(r1 - r0, uint64_t(rpw) * tail_batches), gx, gy);
+        detail::dispatch(c.impl(),
+                         pipe("matvec_rows.comp", rows_defs(w.fmt, w.scale_enc, used, true, tail_batches) + tail->defs,
+                              lanes * teams, 10, sizeof tp),
                          tb, &tp, sizeof tp, gx, gy);
         continue;
       }

@@ -12,7 +12,6 @@ namespace {
 constexpr uint32_t block = 256;
 // mhc_block.comp's tail runs common/mhc_finish.glsl with HC_COLS and the wg_sum split of mhc_finish.comp's workgroup
 static_assert(block == detail::op_env::wg, "the fused finish must see mhc_finish.comp's workgroup shape");
-static_assert(block % 32 == 0, "HC_Q8: a block of 32 columns is 32 invocations of one workgroup (act_q8_wide)");
 
 uint32_t nblk(const kernels::hc_shape& sh) { return (sh.d + block - 1) / block; }
 uint32_t acc_bytes(const detail::op_env& e) { return e.info.float64 ? 8 : 4; }
@@ -149,7 +148,7 @@ void run_block(detail::op_env e, commands& c, const kernels::hc_shape& sh, bool 
     b[12] = qb.b;
     nbind = 13;
     pc.qoff = qb.residual / 4;
-    defs += "#define HC_Q8 1\n" + act_target_defines(fin->y_q8_fmt) + e.act_wide_defines();
+    defs += "#define HC_Q8 1\n" + act_target_defines(fin->y_q8_fmt);
   }
   if (fin && (fin->fold || fin->coeff_out)) {  // bindings 12 and 13 (11: o_add or unused)
     const uint64_t fbytes = fold_bytes(sh, tokens, fin->fold_stride);

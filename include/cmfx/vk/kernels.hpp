@@ -292,8 +292,8 @@ class kernels {
     uint64_t cols = 0, col0 = 0;
   };
   /// matvec_q8_rows that also writes its rows' blocks of out->q — the bits quantize_act(c, out->f, ·, 1, out->cols,
-  /// out->q) writes for them — in its own workgroups (shaders/matvec_rows.comp ROW_Q8: the last workgroup to finish
-  /// a block of 32 rows quantises it), so the consumer's quantisation step goes away; e.g. z by wo_a group for wo_b.
+  /// out->q) writes for them — in its own workgroups (shaders/matvec_rows.comp ROW_Q8: a workgroup computes whole
+  /// blocks of 32 rows and quantises them), so the consumer's quantisation step goes away; e.g. z by wo_a group.
   /// Returns whether it did: where the rows do not split into whole blocks (col0 and r1 − r0 multiples of 32) or
   /// the device's workgroups are narrower than 32, it computes y alone and the caller quantises.
   bool matvec_q8_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view xq, view y,
