@@ -94,8 +94,6 @@ bool bench_synth_options(const bench_args& a, dsv4_synth_options& so, dsv41_synt
 int run_bench(const bench_args& a) {
   // refused rather than ignored: the folds write int8 copies for the dense products' int8 inputs, on the device
   const bool fold_given = a.fold_quant != "default" && a.fold_quant != "none";
-  if (a.fold_z == "on" && (a.backend == "cpu" || (a.dense_act.empty() ? a.act : a.dense_act) != "i8"))
-    throw usage_error("bench: --fold-z on needs --backend vulkan and int8 dense products (--act i8, or --dense-act i8)");
   if (fold_given && (a.backend == "cpu" || (a.dense_act.empty() ? a.act : a.dense_act) != "i8"))
     throw usage_error("bench: --fold-quant " + a.fold_quant + " needs --backend vulkan and int8 dense products (--act i8, "
                       "or --dense-act i8)");
@@ -174,7 +172,6 @@ int run_bench(const bench_args& a) {
     go.dense_act = dact;
     go.prefill_chunk = a.prefill_chunk, go.gemm = a.gemm, go.prefill_experts = a.prefill_experts;
     if (a.fold_quant != "default") go.fold_o_q8 = a.fold_quant == "o";
-    if (a.fold_z != "default") go.fold_z_q8 = a.fold_z == "on";
     if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
     if (a.prefill_shared != "default") go.prefill_shared_apart = a.prefill_shared == "apart";
     go.pipeline = !a.no_pipeline;
@@ -192,7 +189,6 @@ int run_bench(const bench_args& a) {
       go.fold_o_q8 = a.fold_quant == "o" || a.fold_quant == "both";
       go.fold_u_q8 = a.fold_quant == "u" || a.fold_quant == "both";
     }
-    if (a.fold_z != "default") go.fold_z_q8 = a.fold_z == "on";
     if (a.fuse_route != "default") go.fuse_route = a.fuse_route == "on";
     if (a.prefill_shared != "default") go.prefill_shared_apart = a.prefill_shared == "apart";
     go.pipeline = !a.no_pipeline;

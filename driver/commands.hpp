@@ -48,7 +48,6 @@ struct bench_args {
   std::string expert_down;        // routed experts' w2 format (empty: --weights)
   // --fold-quant: default (the graph's: o) | none | o | u | both (dsv4_gpu_options::fold_o_q8 / fold_u_q8)
   std::string fold_quant = "default";
-  std::string fold_z = "default";  // --fold-z: default (off) | on | off (dsv4_gpu_options::fold_z_q8, V4.1's too)
   std::string prefill_shared = "default";  // --prefill-shared: default | apart | stacked (dsv4_gpu_options::prefill_shared_apart)
   bool no_pipeline = false;  // --no-pipeline: nothing recorded ahead (dsv4/dsv41_gpu_options::pipeline = false)
   std::string fuse_route = "default";  // --fuse-route: default (on) | on | off (dsv4/dsv41_gpu_options)

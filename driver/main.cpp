@@ -168,11 +168,6 @@ int main(int argc, char** argv) {
                  "where the dense products take int8) | none | o | u | both")
       ->check(CLI::IsMember({"default", "none", "o", "u", "both"}))
       ->default_val(bench.fold_quant);
-  cb->add_option("--fold-z", bench.fold_z,
-                 "--act i8: z's int8 copy for wo_b written by wo_a's row groups (each workgroup computes and quantises "
-                 "whole blocks of 32 rows) instead of a quantisation step: default (off) | on | off")
-      ->check(CLI::IsMember({"default", "on", "off"}))
-      ->default_val(bench.fold_z);
   cb->add_option("--prefill-shared", bench.prefill_shared,
                  "Prefill chunks (V4, V4.1) with the shared expert stacked (--shared-expert routed): default | apart "
                  "(three "

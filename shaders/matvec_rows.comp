@@ -34,13 +34,6 @@
 //     binding 9 at pc.toff — quantize_act.comp's ACT_SWIGLU values;
 //   MOE_TAIL 2 (down rows): per row block, the slots' rows summed as moe_sum.comp does (common/moe_sum.glsl; a bad
 //     routed id makes the row NaN) into binding 9 at pc.toff.
-// ROW_Q8 = 1 (ACT_I8, not MOE_ROWS; kernels::matvec_q8_rows with rows_q8_out): the rows' int8 copy for the next
-// product, by the workgroup that computes them: its ROWS_PER_WG rows (a multiple of 32: the host takes RBATCH
-// batches) are whole blocks, kept in shared memory as they are written, then quantised by 32 invocations per block
-// (common/act_q8_wide.glsl; the ACT_T_* defines of the consumer's format) into binding 9: block pc.woff + b of the
-// vector at word pc.toff with pc.tpad blocks — quantize_act.comp's bits, without a dependent step of its own and
-// without arrival counters (e.g. z's copy for wo_b from wo_a's row groups). The host keeps a dispatch's rows a
-// multiple of 32.
 // PAIR = 1 (q2tp with ACT_I8, an even number of chunks per row): a lane's unit is two consecutive chunks — their
 // 16 value bytes in one load, both ladder codes from one 32-bit window (formats.glsl fetch2), their activations in 4
 // + 1 + 1 loads — instead of one 8-byte chunk with its own code and activation loads. Lane l takes units l,
@@ -62,10 +55,7 @@
 #ifndef MOE_TAIL
 #define MOE_TAIL 0
 #endif
-#ifndef ROW_Q8
-#define ROW_Q8 0
-#endif
-#if MOE_TAIL || ROW_Q8
+#if MOE_TAIL
 #define MAT_PC_TAIL
 #endif
 #include "common/base.glsl"
@@ -194,32 +184,13 @@ layout(std430, binding = 3) readonly buffer XQI2 { ivec2 xqi2[]; };
 #endif
 
 // ------------------------------------------------------------------------------------------ MoE tails
-#if MOE_TAIL && (!MOE_ROWS || !ACT_I8)
+#if MOE_TAIL
+#if !MOE_ROWS || !ACT_I8
 #error "MOE_TAIL needs MOE_ROWS and ACT_I8 (and workgroups of at least 32 invocations: the host checks WG_SIZE)"
 #endif
-#if ROW_Q8 && (MOE_ROWS || !ACT_I8 || ROWS_PER_WG % 32 != 0)
-#error "ROW_Q8: a plain product on int8 activations, whole blocks of rows per workgroup (the host checks WG_SIZE >= 32)"
-#endif
-#if ROW_Q8
-// the quantised vector, under the names common/act_q8_wide.glsl writes
-layout(std430, binding = 9) writeonly buffer HQW { uint qw[]; };
-layout(std430, binding = 9) writeonly buffer HQF { float qf[]; };
-layout(std430, binding = 9) writeonly buffer HQI { int qi[]; };
-#include "common/act_q8_wide.glsl"
-shared float q8rows[ROWS_PER_WG];  // the workgroup's row sums, as written to y
-// its blocks quantised once all its rows are in (every invocation calls it: act_q8_wide's barriers)
-void row_q8_tail(uint wg) {
-  barrier();
-  const uint lid = gl_LocalInvocationID.x;
-  [[unroll]] for (uint j = 0u; j < ROWS_PER_WG / 32u; ++j)
-    act_q8_wide(lid < 32u ? q8rows[j * 32u + lid] : 0.0, lid < 32u, pc.toff, pc.woff + wg * (ROWS_PER_WG / 32u) + j,
-                pc.tpad);
-}
-#endif
-#if MOE_TAIL
+#define KS (MOE_TOPK + MOE_SHARED)
 layout(std430, binding = 8) coherent buffer Cnt { uint cnt[]; };
 #if MOE_TAIL == 1
-#define KS (MOE_TOPK + MOE_SHARED)
 #include "common/swiglu.glsl"
 // h's quantised vectors, under the names common/act_q8_wide.glsl writes
 layout(std430, binding = 9) writeonly buffer HQW { uint qw[]; };
@@ -235,7 +206,6 @@ layout(std430, binding = 10) readonly buffer Wr { float wr[]; };
 #define TAIL_NB (ROWS_PER_WG >= 32 ? ROWS_PER_WG / 32 : 1)
 #define TAIL_ARRIVALS (ROWS_PER_WG >= 32 ? 2u : 2u * (32u / ROWS_PER_WG))
 #else
-#define KS (MOE_TOPK + MOE_SHARED)
 #include "common/moe_sum.glsl"
 layout(std430, binding = 9) writeonly buffer TO { float touts[]; };
 #define TAIL_NB 1
@@ -378,11 +348,7 @@ void moe_tail(uint mslot, uint mblk) {
   const row_t R##i = row_begin(row##i, slot0 + i);                  \
   float acc##i = 0.0;
 #define REDUCE(i) acc##i = subgroupAdd(acc##i);
-#if ROW_Q8
-#define WRITE(i) if (rbase + i < pc.rows) { ys[pc.yoff + ob + i] = acc##i; q8rows[slot0 + i] = acc##i; }
-#else
 #define WRITE(i) if (rbase + i < pc.rows) ys[pc.yoff + ob + i] = acc##i;
-#endif
 #if KSPLIT > 1
 shared float ksum[TEAMS * RPT];  // [subgroup][row of its team]
 #define KPUT(i) ksum[team * RPT + i] = acc##i;
@@ -500,8 +466,5 @@ void main() {
 #endif
 #if MOE_TAIL
   moe_tail(mslot, mblk);
-#endif
-#if ROW_Q8
-  row_q8_tail(wg);
 #endif
 }

@@ -47,8 +47,6 @@ struct dsv41_gpu_options {
   /// as dsv4_gpu_options::fold_o_q8 (o's int8 copy by the attention's combine): on as for V4 since the forty-seventh
   /// session (+1.3 % decode on an H100, docs/PERF.md)
   bool fold_o_q8 = true;
-  /// as dsv4_gpu_options::fold_z_q8 (z's int8 copy by wo_a's row groups).
-  bool fold_z_q8 = false;
   /// as dsv4_gpu_options::fuse_route (the router's logits and the routing in one dispatch): on as for V4 since the
   /// forty-seventh session (+1.4 % decode on an H100, docs/PERF.md)
   bool fuse_route = true;

@@ -272,15 +272,13 @@ record_task dsv4_gpu_model::impl::record_steps(uint64_t t, int logits_mode, bool
     // Grouped output projection: z_g = wo_a[g] · o_g, then wo_b · z.
     const uint64_t Gs = cf.o_groups, ol = cf.o_lora, gcols = uint64_t(H) * hd / Gs;
     if (!o_q8_done && da.quantize(*cur, {&G.wo_a}, o, q_o)) ts.op("o int8 by group");  // one dispatch: a vector per group
-    bool z_q8 = false;  // z's int8 copy written by wo_a's groups (fold_z_q8; every group or none)
     cur->begin_concurrent();
     for (uint64_t g = 0; g < Gs; ++g)
-      z_q8 = da.matvec_rows_q8(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), q_o,
-                               view(z, g * ol * 4, ol * 4), uint32_t(g), opt.fold_z_q8 ? &G.wo_b : nullptr, q_z,
-                               g * ol) && (g == 0 || z_q8);
+      da.matvec_rows(*cur, G.wo_a, g * ol, (g + 1) * ol, view(o, g * gcols * 4, gcols * 4), q_o,
+                     view(z, g * ol * 4, ol * 4), uint32_t(g));
     cur->end_concurrent();
     ts.op("wo_a groups (concurrent)");
-    if (!z_q8 && da.quantize(*cur, {&G.wo_b}, z, q_z)) ts.op("z int8");  // (else wo_a's groups wrote it)
+    if (da.quantize(*cur, {&G.wo_b}, z, q_z)) ts.op("z int8");
     da.matvec(*cur, G.wo_b, z, q_z, attn_out);
     ts.op("wo_b");
     k.hc_post_finish(*cur, sh, attn_out, X, c_att, 1, Xn, G.hc_ffn_fn, mix_rows, partials,

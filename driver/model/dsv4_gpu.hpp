@@ -43,9 +43,6 @@ struct dsv4_gpu_options {
   /// +0.8 % decode on the H200, alternated twice (docs/PERF.md "Forty-second session"); u off: with o it measured
   /// 1 % slower (u then staged in shared memory; "Fortieth session"), alone 4 % slower in one run.
   bool fold_o_q8 = true, fold_u_q8 = false;
-  /// z's int8 copy for wo_b by wo_a's row groups (kernels::matvec_q8_rows with rows_q8_out: each workgroup computes
-  /// and quantises whole blocks of 32 rows) instead of a step between them. The same bits. Off until timed.
-  bool fold_z_q8 = false;
   /// The router's logits and the routing in one dispatch (kernels::router_route: the last of the router's
   /// workgroups routes; where the router is f32 or bf16). On by default: +1.6–1.9 % decode on the H200, alternated
   /// twice (docs/PERF.md "Forty-second session"). The logits' sums run in another order than the router's matvec,

@@ -106,19 +106,6 @@ struct gpu_dense_act {
     else
       k.matmul_rows(c, w, r0, r1, x, y);
   }
-  /// matvec_rows whose rows are values [col0, col0 + r1 − r0) of the input of `next` (may be null): where both
-  /// read int8 activations, the product also writes those values' blocks of next's copy in qn
-  /// (kernels::matvec_q8_rows with rows_q8_out). Returns whether it did; the caller quantises what is left.
-  bool matvec_rows_q8(gpu::commands& c, const gpu::gpu_matrix& w, uint64_t r0, uint64_t r1, gpu::view x,
-                      const gpu_act_q8_slots& q, gpu::view y, uint32_t v, const gpu::gpu_matrix* next,
-                      const gpu_act_q8_slots& qn, uint64_t col0) const {
-    if (!i8(w) || !next || !i8(*next) || qn.vectors != 1) {
-      matvec_rows(c, w, r0, r1, x, q, y, v);
-      return false;
-    }
-    const gpu::kernels::rows_q8_out out{qn.all(next->fmt), next->fmt, qn.cols, col0};
-    return k.matvec_q8_rows(c, w, r0, r1, q.at(w.fmt, v), y, out);
-  }
 };
 
 }  // namespace cmfx::driver

@@ -242,31 +242,6 @@ void kernels::matvec_q8_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint
   p_->run_matrix(c, w, xq, 0, 1, 1, y, false, false, true, r0, r1);
 }
 
-bool kernels::matvec_q8_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view xq, view y,
-                             const rows_q8_out& out) {
-  if (!p_->i8_kernel(out.f)) throw usage_error("matvec_q8_rows: no int8-activation kernel for the output's format");
-  if (out.cols == 0 || out.cols % 32 || out.col0 + (r1 - r0) > out.cols)
-    throw usage_error("matvec_q8_rows: the rows must lie inside the output vector (cols a multiple of 32)");
-  detail::need_view(out.q, act_q8_bytes(out.cols), "matvec_q8_rows", "out.q");
-  const detail::op_env e = detail::op_env_of(*p_);
-  const uint64_t n = r1 > r0 ? r1 - r0 : 0;
-  if (n == 0 || n % 32 || out.col0 % 32 || e.lanes * e.teams < 32) {
-    matvec_q8_rows(c, w, r0, r1, xq, y);
-    return false;
-  }
-  impl::rows_tail t;
-  const bound qb = bind_range(p_->info, out.q, 0, act_q8_bytes(out.cols));
-  t.out = qb.b;
-  t.toff = qb.residual / 4, t.woff = uint32_t(out.col0 / 32);
-  t.tpad = uint32_t(out.cols / 32);
-  t.defs = "#define ROW_Q8 1\n" + e.act_wide_defines() + (out.f != w.fmt ? act_target_defines(out.f) : std::string());
-  p_->check_matrix(w, "matvec_q8_rows");
-  check_row_range(w, r0, r1);
-  detail::need_view(xq, act_q8_bytes(w.cols), "matvec_q8_rows", "xq");
-  detail::need_view(y, n * 4, "matvec_q8_rows", "y");
-  return p_->run_matrix(c, w, xq, 0, 1, 1, y, false, false, true, r0, r1, 0, 0, 0, &t);
-}
-
 bool kernels::has_i8(format f) const { return p_->i8_kernel(f); }
 
 void kernels::matmul_generic(commands& c, const gpu_matrix& w, view x, uint32_t n, view y) {

@@ -331,20 +331,11 @@ struct kernels::impl {
     gy = u32(ceil_div(std::max<uint64_t>(groups, 1), gx), "workgroup count");
   }
 
-  /// The int8 copy of a row product's output in its own workgroups (kernels::matvec_q8_rows with rows_q8_out:
-  /// matvec_rows.comp ROW_Q8): binding 9 (the vector), the push constants after mat_pc, the defines.
-  struct rows_tail {
-    binding out;
-    uint32_t toff = 0, woff = 0, tpad = 0;
-    std::string defs;
-  };
-
   /// matvec / GEMM (nb accumulators, nt <= nb batch rows starting at t0) or dequant, sliced by rows so that
-  /// every binding stays within maxStorageBufferRange (P14). tail (int8 activations, the row kernel, rows [R0, R1)
-  /// in one slice): the rows' int8 copy too; returns whether it was written (false: the rows took another path).
-  bool run_matrix(commands& c, const gpu_matrix& w, view x, uint32_t t0, uint32_t nt, uint32_t nb, view y,
+  /// every binding stays within maxStorageBufferRange (P14).
+  void run_matrix(commands& c, const gpu_matrix& w, view x, uint32_t t0, uint32_t nt, uint32_t nb, view y,
                   bool dequant, bool generic, bool i8 = false, uint64_t R0 = 0, uint64_t R1 = ~uint64_t(0),
-                  uint64_t xs = 0, uint64_t ys = 0, uint32_t min_groups = 0, const rows_tail* tail = nullptr) {
+                  uint64_t xs = 0, uint64_t ys = 0, uint32_t min_groups = 0) {
     const detail::format_gpu g = detail::gpu_traits(w.fmt);
     // nb == 0: the tiled GEMM for all nt batch rows at once (callers check gemm_ok first)
     const bool tiled = nb == 0;
@@ -384,11 +375,6 @@ struct kernels::impl {
     visit_format(w.fmt, [&]<class F>() { block_rows = F::block_rows; });
     // (one slice: its first row is R0, a multiple of block_rows and so of the rows per subgroup)
     const bool tile_safe = block_rows == 1 || step % 4 == 0 || step >= R - R0;
-    // the tail: the row kernel on int8 activations, one slice, workgroups of whole blocks of 32 rows (batches of
-    // rows walked in turn where one batch is less: RBATCH up to 8)
-    const uint32_t rpw = rt.split ? teams / rt.split * rt.rows_per_team : 0;
-    const uint32_t tail_batches = !rpw ? 0 : rpw % 32 == 0 ? 1 : 32 % rpw == 0 && 32 / rpw <= 8 ? 32 / rpw : 0;
-    const bool with_tail = tail && i8 && rp && !xr.ksplit && step >= R - R0 && tail_batches;
     for (uint64_t r0 = R0; r0 < R; r0 += step) {
       const uint64_t r1 = std::min(R, r0 + step);
       const detail::slice sl = detail::slice_of(w, r0, r1);
@@ -431,10 +417,10 @@ struct kernels::impl {
       pc.fast = !generic && C % g.chunk == 0 && res[0] % g.main_align == 0 && sl.e_off == 0 && aligned_io;
       const bool rows = rp && pc.fast && tile_safe;
       const detail::pipeline* rpp = rp;
-      matvec_tuning used = rt;
       if (rows && rt.pairs == 2 && res[0] % 16) {  // chunk pairs read 16-byte value loads: a slice whose plane 0
-        used.pairs = 1;                            // starts off 16 bytes takes one chunk per unit (same split, same
-        rpp = rows_pipe(w.fmt, w.scale_enc, used, use_i8);  // rows per workgroup)
+        matvec_tuning one = rt;                    // starts off 16 bytes takes one chunk per unit (same split, same
+        one.pairs = 1;                             // rows per workgroup)
+        rpp = rows_pipe(w.fmt, w.scale_enc, one, use_i8);
       }
       if (i8 && !rows) throw gpu_error("matvec_q8: this matrix slice cannot take the row kernel");
       if (tiled && !pc.fast) throw std::logic_error("run_matrix: the tiled GEMM needs the fast layout");
@@ -444,22 +430,8 @@ struct kernels::impl {
       else
         grid(ceil_div(r1 - r0, !rows ? rows_per_wg : xr.ksplit ? xr.rows_per_wg() : teams / rt.split * rt.rows_per_team),
              gx, gy);
-      if (with_tail && rows) {
-        struct {
-          mat_pc m;
-          uint32_t cntoff, toff, woff, tpad;
-        } tp{pc, 0, tail->toff, tail->woff, tail->tpad};
-        const binding tb[10] = {b[0], b[1], b[2], b[3], b[4], b[5], dummy(), dummy(), dummy(), tail->out};
-        grid(ceil_div(r1 - r0, uint64_t(rpw) * tail_batches), gx, gy);
-        detail::dispatch(c.impl(),
-                         pipe("matvec_rows.comp", rows_defs(w.fmt, w.scale_enc, used, true, tail_batches) + tail->defs,
-                              lanes * teams, 10, sizeof tp),
-                         tb, &tp, sizeof tp, gx, gy);
-        continue;
-      }
       detail::dispatch(c.impl(), rows ? rpp : p, b, &pc, sizeof pc, gx, gy);
     }
-    return with_tail;
   }
 
   /// Whether the tiled GEMM takes an n-row product of w (x rows of x_stride floats at x's offset): n above one

@@ -437,8 +437,8 @@ std::string i8_chunk_case(suite& s, const std::string& path, uint32_t chunk, uin
 /// (kI8Nmse, as i8_chunk_run's kSameNmse). Beside it the same GPU graph with int8 experts only (dense f32): the dense
 /// int8 path must change the logits (NMSE above kRanNmse at some row) and bring them closer to the CPU's int8 ones
 /// at most rows. Selections identical to the CPU's; a near-tie flip (CPU margin below kTie) ends the comparison.
-/// And the graph with o's, u's and z's int8 copies written by their producers (fold_o_q8, fold_u_q8, fold_z_q8) must
-/// give the dense int8 graph's logits bit for bit (the same int8 inputs, one step fewer each).
+/// And the graph with o's and u's int8 copies written by their producers (fold_o_q8, fold_u_q8) must give the
+/// dense int8 graph's logits bit for bit (the same int8 inputs, one step fewer each).
 std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, uint64_t& rows,
                          std::string& info) {
   dsv4_options co;
@@ -451,9 +451,9 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   go.expert_act = act_precision::i8;
   go.dense_act = act_precision::i8;
   dsv4_gpu_model dense(cpu->weights(), s.dev, s.kern, go);
-  go.fold_o_q8 = go.fold_u_q8 = go.fold_z_q8 = true;
+  go.fold_o_q8 = go.fold_u_q8 = true;
   dsv4_gpu_model folded(cpu->weights(), s.dev, s.kern, go);
-  go.fold_o_q8 = go.fold_u_q8 = go.fold_z_q8 = false;
+  go.fold_o_q8 = go.fold_u_q8 = false;
   go.dense_act = act_precision::f32;
   dsv4_gpu_model experts_only(cpu->weights(), s.dev, s.kern, go);
   const dsv4_config& cf = cpu->config();

@@ -533,7 +533,7 @@ std::string chained_case(suite& s, const std::string& path, uint64_t seed, std::
 /// the tie margin is the V4 int8 case's), every call's logits near the CPU's (dense_i8_tally); and the dense
 /// products' int8 inputs must show — the GPU graph with f32 dense inputs (experts int8) gives different logits,
 /// further from the CPU's int8 ones at most calls. With o's int8 copy written by the attention's combine
-/// (fold_o_q8) and z's by wo_a's groups (fold_z_q8) the logits must be the dense int8 graph's bit for bit.
+/// (fold_o_q8) the logits must be the dense int8 graph's bit for bit.
 std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uint64_t seed, uint64_t& rows,
                          std::string& info) {
   dsv41_options co;
@@ -550,9 +550,9 @@ std::string dense_i8_run(suite& s, const std::string& path, uint64_t tokens, uin
   go.dense_act = act_precision::i8;
   go.fold_o_q8 = false;
   dsv41_gpu_model dense(cpu->weights(), s.dev, s.kern, go);
-  go.fold_o_q8 = go.fold_z_q8 = true;
+  go.fold_o_q8 = true;
   dsv41_gpu_model folded(cpu->weights(), s.dev, s.kern, go);
-  go.fold_o_q8 = go.fold_z_q8 = false;
+  go.fold_o_q8 = false;
   go.dense_act = act_precision::f32;
   dsv41_gpu_model experts_only(cpu->weights(), s.dev, s.kern, go);
   const std::vector<uint32_t> ids = random_ids(seed, cf.vocab, tokens);

@@ -4,12 +4,9 @@
 // Walsh–Hadamard transform bit-exact against ops/hadamard.hpp (same butterflies in the same order) and within
 // kNmse of the float64 matrix product ref::hadamard. Inputs: per-block magnitudes spread over 1e-6 … 1e4, a block
 // below the amax floor, amax exactly fmax·scale (448·2^k, 6·2^k, 6·an E4M3 value) with exact midpoints of the
-// value grid times the scale (ties to even), ragged last blocks. rmsnorm_q8 and matvec_q8_rows with rows_q8_out
-// (int8 copies written by their producers) byte-identical to the producer followed by quantize_act.
+// value grid times the scale (ties to even), ragged last blocks.
 #include <bit>
 
-#include "cmfx/core/error.hpp"
-#include "cmfx/formats/format_list.hpp"
 #include "cmfx/ops/fake_quant.hpp"
 #include "cmfx/ops/hadamard.hpp"
 #include "cmfx/ref/ops_ref.hpp"
@@ -150,100 +147,6 @@ std::string rmsnorm_q8_case(suite& s, uint64_t seed, format f, uint32_t rows, ui
   return {};
 }
 
-/// kernels::matvec_q8_rows with rows_q8_out, as wo_a's groups record it (one concurrent group, group g's rows on
-/// its own int8 vector, its outputs values [g·grows, (g+1)·grows) of the next product's input, packed for format
-/// tf), against the same products without the copy followed by quantize_act(tf) on their output: the rows bit for
-/// bit, and — where it reports the copy written — the int8 vector's words byte for byte. ragged (grows not a
-/// multiple of 32): it must report false and leave the vector alone. Every output poisoned and guarded.
-gpu::view sub(const gpu::view& v, uint64_t off, uint64_t n) { return gpu::view(*v.buf, v.offset + off, n); }
-
-template <class F>
-std::string rows_q8_case(suite& s, uint64_t seed, format tf, uint64_t groups, uint64_t grows, uint64_t cols,
-                         std::string& info) {
-  rng r(seed);
-  const uint64_t R = groups * grows;
-  const std::vector<float> w = r.normal(R * cols, 0.05f);
-  const encoded_matrix e = F::encode(w.data(), R, cols);
-  const matrix_view v{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
-                      e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, R, cols};
-  std::vector<float> x = r.normal(groups * cols);
-  for (uint64_t i = 0; i < x.size(); i += 97) x[i] *= 8.0f;  // blocks of different scales
-  const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, v);
-  const gpu::buffer xb = upload(s.dev, x), xq = s.dev.alloc(gpu::kernels::act_q8_bytes(cols, uint32_t(groups)));
-  const uint64_t qbytes = gpu::kernels::act_q8_bytes(R), xvb = gpu::kernels::act_q8_bytes(cols);
-  guarded ya(s.dev, R * 4), yb(s.dev, R * 4), qa(s.dev, qbytes), qb(s.dev, qbytes);
-  gpu::commands c = s.dev.begin();
-  s.kern.quantize_act(c, F::id, xb, uint32_t(groups), cols, xq);
-  bool all = true, any = false;
-  c.begin_concurrent();
-  for (uint64_t g = 0; g < groups; ++g) {
-    const gpu::kernels::rows_q8_out out{qa.payload(), tf, R, g * grows};
-    const bool done = s.kern.matvec_q8_rows(c, gm, g * grows, (g + 1) * grows, gpu::view(xq, g * xvb, xvb),
-                                            sub(ya.payload(), g * grows * 4, grows * 4), out);
-    all = all && done, any = any || done;
-  }
-  c.end_concurrent();
-  c.begin_concurrent();
-  for (uint64_t g = 0; g < groups; ++g)
-    s.kern.matvec_q8_rows(c, gm, g * grows, (g + 1) * grows, gpu::view(xq, g * xvb, xvb),
-                          sub(yb.payload(), g * grows * 4, grows * 4));
-  c.end_concurrent();
-  s.kern.quantize_act(c, tf, yb.payload(), 1, R, qb.payload());
-  s.submit(c);
-  std::vector<float> a(R), b(R);
-  std::vector<uint32_t> wa(qbytes / 4), wb(qbytes / 4);
-  std::string why;
-  if (!ya.read(a.data(), why) || !yb.read(b.data(), why) || !qa.read(wa.data(), why) || !qb.read(wb.data(), why))
-    return why;
-  if (auto d = exact(a.data(), b.data(), R, "row"); !d.empty()) return d;
-  if (all != any) return "the groups disagree on whether they wrote the copy";
-  const bool whole = grows % 32 == 0;
-  if (!whole) {
-    if (any) return "reported the copy written for groups of " + std::to_string(grows) + " rows (not whole blocks)";
-    for (uint32_t word : wa)
-      if (word != guarded::nan_word) return "the copy was written although not reported";
-    info = "rows bit-identical; groups of " + std::to_string(grows) + " rows: no copy (the caller quantises)";
-    return {};
-  }
-  if (!all) {  // devices with workgroups narrower than 32 or another row split: the caller quantises
-    info = "rows bit-identical; the copy not taken on this device (the caller quantises)";
-    return {};
-  }
-  const uint64_t used = 10 * (R / 32);  // words, scales, sums; not the padding after the vector
-  for (uint64_t i = 0; i < used; ++i)
-    if (wa[i] != wb[i]) return "int8 vector word " + std::to_string(i) + " differs from quantize_act's";
-  info = std::to_string(groups) + " groups: rows and " + std::to_string(R / 32) + " int8 blocks bit-identical";
-  return {};
-}
-
-/// matvec_q8_rows with rows_q8_out: the rows outside the output vector, or a vector of a length not a multiple of
-/// 32, are usage errors.
-template <class F>
-std::string rows_q8_errors(suite& s, uint64_t seed, std::string& info) {
-  rng r(seed);
-  const std::vector<float> w = r.normal(64 * 64, 0.05f);
-  const encoded_matrix e = F::encode(w.data(), 64, 64);
-  const matrix_view v{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
-                      e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, 64, 64};
-  const gpu::gpu_matrix gm = gpu::upload_matrix(s.dev, F::id, v);
-  const gpu::buffer xq = s.dev.alloc(gpu::kernels::act_q8_bytes(64)), y = s.dev.alloc(64 * 4),
-                    q = s.dev.alloc(gpu::kernels::act_q8_bytes(128));
-  gpu::commands c = s.dev.begin();
-  auto call = [&](uint64_t cols, uint64_t col0) {
-    return [&, cols, col0] { s.kern.matvec_q8_rows(c, gm, 0, 64, xq, y, {q, F::id, cols, col0}); };
-  };
-  for (auto [what, cols, col0] : {std::tuple{"rows past the vector", 128ull, 96ull},
-                                  std::tuple{"vector of 100 values", 100ull, 0ull},
-                                  std::tuple{"vector longer than its buffer", 256ull, 0ull}})
-    try {
-      call(cols, col0)();
-      return std::string(what) + ": no usage_error";
-    } catch (const usage_error&) {
-    }
-  info = "3 bad calls refused";
-  return {};
-}
-
 }  // namespace
 
 void quant_cases(suite& s) {
@@ -278,31 +181,11 @@ void quant_cases(suite& s) {
     const std::string fn(F::name);
     if (!s.kern.has_i8(f)) {
       s.unsupported("rmsnorm_q8", fn);
-      s.unsupported("rows_q8", fn);
       return;
     }
     for (const auto& [rows, dim] : {std::pair{1u, 1024u}, std::pair{3u, 4128u}, std::pair{2u, 96u}})
       s.run("rmsnorm_q8", fn, std::to_string(rows) + "x" + std::to_string(dim),
             [=, &s](uint64_t seed, R& info) { return rmsnorm_q8_case(s, seed, f, rows, dim, info); });
-    // wo_a's groups writing z's copy for wo_b: the same format, another one, the model's shape, ragged groups
-    const format other = f == format::q4tp ? format::q2tp : format::q4tp;
-    struct rq {
-      format tf;
-      uint64_t groups, grows, cols;
-      const char* note;
-    };
-    const rq cases[] = {{f, 8, 128, 512, ""}, {other, 3, 96, 256, ", packed for another format"},
-                        {f, 2, 48, 256, " (ragged: not whole blocks)"}, {f, 1, 64, 4096, ""}};
-    for (const rq& k : cases)
-      s.run("rows_q8", fn,
-            std::to_string(k.groups) + "x" + std::to_string(k.grows) + "x" + std::to_string(k.cols) + " -> " +
-                std::string(format_name(k.tf)) + k.note,
-            [=, &s](uint64_t seed, R& info) { return rows_q8_case<F>(s, seed, k.tf, k.groups, k.grows, k.cols, info); });
-    if (f == format::q4tp)
-      s.run("rows_q8", fn, "8x1024x4096 -> q4tp (V4's wo_a into wo_b)", [=, &s](uint64_t seed, R& info) {
-        return rows_q8_case<F>(s, seed, format::q4tp, 8, 1024, 4096, info);
-      });
-    s.run("rows_q8", fn, "bad calls", [=, &s](uint64_t seed, R& info) { return rows_q8_errors<F>(s, seed, info); });
   });
 }
 

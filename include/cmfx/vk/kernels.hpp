@@ -284,20 +284,6 @@ class kernels {
   /// y[r − r0] = Σ_c W[r, c] · x̃[c] for rows r in [r0, r1) of w: matvec_q8 over one row block (as matmul_rows; r0 a
   /// multiple of the format's block_rows), e.g. one group of wo_a with its group's quantised columns.
   void matvec_q8_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view xq, view y);
-  /// Where the rows feed another int8-activation product: its quantised vector q of `cols` values (format f's
-  /// packing, act_q8_bytes(cols) bytes), of which these rows are values [col0, col0 + r1 − r0).
-  struct rows_q8_out {
-    view q;
-    format f = format::q4tp;
-    uint64_t cols = 0, col0 = 0;
-  };
-  /// matvec_q8_rows that also writes its rows' blocks of out->q — the bits quantize_act(c, out->f, ·, 1, out->cols,
-  /// out->q) writes for them — in its own workgroups (shaders/matvec_rows.comp ROW_Q8: a workgroup computes whole
-  /// blocks of 32 rows and quantises them), so the consumer's quantisation step goes away; e.g. z by wo_a group.
-  /// Returns whether it did: where the rows do not split into whole blocks (col0 and r1 − r0 multiples of 32) or
-  /// the device's workgroups are narrower than 32, it computes y alone and the caller quantises.
-  bool matvec_q8_rows(commands& c, const gpu_matrix& w, uint64_t r0, uint64_t r1, view xq, view y,
-                      const rows_q8_out& out);
   /// out[r*cols + c] = W[r, c] bit-exactly as F::decode_row. generic = true forces the element-wise path.
   void dequant(commands& c, const gpu_matrix& w, view out, bool generic = false);
   /// Embedding lookup on the device: out row i·copies + j (j < copies) = row ids[i] of w decoded to f32 (bit for
