@@ -313,8 +313,37 @@ void bm_index_score(benchmark::State& st, uint32_t n) {
 /// boundary in the decode (wo_b; a rotating copy, its output the boundary's o), as in the model's chain.
 /// q8 (with fused): the finish also writes u's int8 copy for q4tp (hc_finish_args::y_q8), as the decode's boundary
 /// before an attention site does.
+/// pipes (with cold and fused, instead of the streaming read): before every boundary, small kernels of `pipes`
+/// distinct pipelines — 1: one RMSNorm of 4096 values; 8: that, quantize_act and a 64 × 4096 int8 product for q4tp,
+/// q2tp and MXFP4, and a 64 × 4096 FP8 product — the boundary timed alone: whether a boundary after a layer's
+/// worth of other kernels (the decode's) pays for their code and state rather than for data in the L2.
+struct mhc_pipes {
+  std::vector<gpu::gpu_matrix> mats;  // q4tp, q2tp, MXFP4 (int8 activations), FP8
+  gpu::buffer x, w, y, q, out;
+};
+template <class F>
+gpu::gpu_matrix small_matrix(uint64_t rows, uint64_t cols) {
+  std::vector<float> v(rows * cols);
+  std::mt19937_64 g(rows + cols);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  for (auto& f : v) f = nd(g);
+  const encoded_matrix e = F::encode(v.data(), rows, cols);
+  const matrix_view mv{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                       e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  return gpu::upload_matrix(*g_dev, F::id, mv);
+}
+void record_pipes(gpu::commands& c, mhc_pipes& p, uint32_t pipes, uint32_t d) {
+  g_kern->rmsnorm(c, p.x, p.w, p.y, 1, d, 1e-6f);
+  if (pipes < 8) return;
+  const format fs[3] = {format::q4tp, format::q2tp, format::mxfp4};
+  for (int i = 0; i < 3; ++i) {
+    g_kern->quantize_act(c, fs[i], p.y, 1, d, p.q);
+    g_kern->matvec_q8(c, p.mats[size_t(i)], p.q, p.out);
+  }
+  g_kern->matmul(c, p.mats[3], p.y, 1, p.out);
+}
 void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = false, bool after_mv = false,
-            bool q8 = false) {
+            bool q8 = false, uint32_t pipes = 0) {
   constexpr uint32_t n = 64, hc = 4, d = 4096, rows = (2 + hc) * hc;
   gpu::kernels::hc_shape sh;
   sh.hc = hc, sh.d = d;
@@ -340,8 +369,22 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = f
     base.push_back(up(rnd(rows, 0.1f, 0.0f)));
     norm.push_back(up(rnd(d, 0.1f, 1.0f)));
   }
-  gpu::buffer big = thrash && !after_mv ? g_dev->alloc(256ull << 20) : gpu::buffer{}, sink = g_dev->alloc(256);
+  gpu::buffer big = thrash && !after_mv && !pipes ? g_dev->alloc(256ull << 20) : gpu::buffer{}, sink = g_dev->alloc(256);
   gpu::buffer uq = q8 ? g_dev->alloc(gpu::kernels::act_q8_bytes(d, 1)) : gpu::buffer{};
+  mhc_pipes pp;
+  if (pipes) {
+    if (!g_kern->has_i8(format::q4tp)) {
+      st.SkipWithError("no int8-activation products on this device");
+      return;
+    }
+    pp.mats.push_back(small_matrix<fmt_q4tp>(64, d));
+    pp.mats.push_back(small_matrix<fmt_q2tp>(64, d));
+    pp.mats.push_back(small_matrix<fmt_mxfp4>(64, d));
+    pp.mats.push_back(small_matrix<fmt_fp8_b128>(64, d));
+    pp.x = up(rnd(d, 1.0f, 0.0f)), pp.w = up(rnd(d, 0.1f, 1.0f)), pp.y = g_dev->alloc(uint64_t(d) * 4);
+    pp.q = g_dev->alloc(gpu::kernels::act_q8_bytes(d)), pp.out = g_dev->alloc(64 * 4);
+    thrash = true;  // the boundaries timed alone
+  }
   weights* mv = after_mv ? &get_weights<fmt_fp8_b128>(d, 2 * d) : nullptr;
   gpu::commands c = g_dev->begin();
   g_kern->hc_mix(c, sh, X, fn[0], rows, 1, part);
@@ -350,6 +393,7 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = f
   for (uint32_t i = 0; i < n; ++i) {
     const size_t j = cold ? i : 0, jn = cold ? (i + 1) % n : 0;
     if (mv) g_kern->matmul(c, mv->copies[i % mv->copies.size()], mv->x, 1, o);
+    else if (pipes) record_pipes(c, pp, pipes, d);
     else if (thrash) g_kern->stream_read(c, big, sink);
     const uint32_t ta = thrash ? c.timestamp() : 0;
     if (fused) {
@@ -654,6 +698,9 @@ int main(int argc, char** argv) {
   add("vk_mhc/post_finish_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true); });
   add("vk_mhc/post_finish_q8/4x4096", [](benchmark::State& st) { bm_mhc(st, false, false, true, false, true); });
   add("vk_mhc/post_finish_q8_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true, false, true); });
+  add("vk_mhc/post_finish_after_1_pipe/4x4096", [](benchmark::State& st) { bm_mhc(st, true, false, true, false, false, 1); });
+  add("vk_mhc/post_finish_after_8_pipes/4x4096",
+      [](benchmark::State& st) { bm_mhc(st, true, false, true, false, false, 8); });
   add("vk_mhc/chunk/" + std::to_string(g_moe_tokens) + "x4x4096",
       [](benchmark::State& st) { bm_mhc_chunk(st, g_moe_tokens); });
   add("vk_mhc/post_finish_after_wo_b/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true, true); });
