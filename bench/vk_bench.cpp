@@ -75,17 +75,27 @@ struct weights {
 };
 weights g_w;
 
+/// rows × cols weights drawn from N(0, 0.02²) by g, encoded in format F.
+template <class F>
+encoded_matrix random_encoded(uint64_t rows, uint64_t cols, std::mt19937_64& g) {
+  std::vector<float> v(rows * cols);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  for (auto& f : v) f = nd(g);
+  return F::encode(v.data(), rows, cols);
+}
+matrix_view view_of(const encoded_matrix& e, uint64_t rows, uint64_t cols) {
+  return matrix_view{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
+                     e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+}
+
 template <class F>
 weights& get_weights(uint64_t rows, uint64_t cols) {
   if (g_w.fmt == F::id && g_w.rows == rows && g_w.cols == cols && !g_w.copies.empty()) return g_w;
   g_w = weights{};
-  std::vector<float> v(rows * cols);
   std::mt19937_64 g(rows * 131 + cols);
   std::normal_distribution<float> nd(0.0f, 0.02f);
-  for (auto& f : v) f = nd(g);
-  const encoded_matrix e = F::encode(v.data(), rows, cols);
-  const matrix_view mv{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
-                       e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
+  const encoded_matrix e = random_encoded<F>(rows, cols, g);
+  const matrix_view mv = view_of(e, rows, cols);
   g_w.fmt = F::id, g_w.rows = rows, g_w.cols = cols;
   g_w.bytes = e.data.size() + e.scale.size();
   const uint64_t n = std::max<uint64_t>(2, (g_working_set + g_w.bytes - 1) / g_w.bytes);
@@ -301,6 +311,12 @@ void bm_index_score(benchmark::State& st, uint32_t n) {
   st.counters["us_per_score"] = time_recording(st, c, t0, t1) / reps * 1e6;
 }
 
+/// One variant of bm_mhc (each field as described there).
+struct mhc_case {
+  bool cold = false, thrash = false, fused = false, after_mv = false, q8 = false;
+  uint32_t pipes = 0;
+};
+
 /// One mHC sublayer boundary of a decode step at V4-Flash's shape (hc 4, d 4096, 24 mix rows): hc_post (+ the next
 /// mix's partials) then hc_pre_finish (+ its RMSNorm), 64 boundaries in a dependent chain (as in a decode step).
 /// cold: every boundary its own mixing matrix, norm and base (96 MB in all, beyond the L2, as in the model, where
@@ -323,14 +339,9 @@ struct mhc_pipes {
 };
 template <class F>
 gpu::gpu_matrix small_matrix(uint64_t rows, uint64_t cols) {
-  std::vector<float> v(rows * cols);
   std::mt19937_64 g(rows + cols);
-  std::normal_distribution<float> nd(0.0f, 0.02f);
-  for (auto& f : v) f = nd(g);
-  const encoded_matrix e = F::encode(v.data(), rows, cols);
-  const matrix_view mv{e.data.data(), e.data.size(), e.scale.empty() ? nullptr : e.scale.data(), e.scale.size(),
-                       e.scale.empty() ? scale_encoding::none : scale_encoding::e8m0, rows, cols};
-  return gpu::upload_matrix(*g_dev, F::id, mv);
+  const encoded_matrix e = random_encoded<F>(rows, cols, g);
+  return gpu::upload_matrix(*g_dev, F::id, view_of(e, rows, cols));
 }
 void record_pipes(gpu::commands& c, mhc_pipes& p, uint32_t pipes, uint32_t d) {
   g_kern->rmsnorm(c, p.x, p.w, p.y, 1, d, 1e-6f);
@@ -342,8 +353,10 @@ void record_pipes(gpu::commands& c, mhc_pipes& p, uint32_t pipes, uint32_t d) {
   }
   g_kern->matmul(c, p.mats[3], p.y, 1, p.out);
 }
-void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = false, bool after_mv = false,
-            bool q8 = false, uint32_t pipes = 0) {
+void bm_mhc(benchmark::State& st, const mhc_case& k) {
+  const bool cold = k.cold, fused = k.fused, after_mv = k.after_mv, q8 = k.q8;
+  const uint32_t pipes = k.pipes;
+  bool thrash = k.thrash;
   constexpr uint32_t n = 64, hc = 4, d = 4096, rows = (2 + hc) * hc;
   gpu::kernels::hc_shape sh;
   sh.hc = hc, sh.d = d;
@@ -369,7 +382,8 @@ void bm_mhc(benchmark::State& st, bool cold, bool thrash = false, bool fused = f
     base.push_back(up(rnd(rows, 0.1f, 0.0f)));
     norm.push_back(up(rnd(d, 0.1f, 1.0f)));
   }
-  gpu::buffer big = thrash && !after_mv && !pipes ? g_dev->alloc(256ull << 20) : gpu::buffer{}, sink = g_dev->alloc(256);
+  gpu::buffer big = thrash && !after_mv && !pipes ? g_dev->alloc(256ull << 20) : gpu::buffer{};
+  gpu::buffer sink = g_dev->alloc(256);
   gpu::buffer uq = q8 ? g_dev->alloc(gpu::kernels::act_q8_bytes(d, 1)) : gpu::buffer{};
   mhc_pipes pp;
   if (pipes) {
@@ -690,20 +704,25 @@ int main(int argc, char** argv) {
   add("vk_topk/4096/k512_thrash", [](benchmark::State& st) { bm_topk(st, 4096, 512, true); });
   add("vk_index_score/4096", [](benchmark::State& st) { bm_index_score(st, 4096); });
   add("vk_index_score/2048", [](benchmark::State& st) { bm_index_score(st, 2048); });
-  add("vk_mhc/post_pre/4x4096", [](benchmark::State& st) { bm_mhc(st, false); });
-  add("vk_mhc/post_pre_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true); });
-  add("vk_mhc/post_pre_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true); });
-  add("vk_mhc/post_finish/4x4096", [](benchmark::State& st) { bm_mhc(st, false, false, true); });
-  add("vk_mhc/post_finish_cold/4x4096", [](benchmark::State& st) { bm_mhc(st, true, false, true); });
-  add("vk_mhc/post_finish_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true); });
-  add("vk_mhc/post_finish_q8/4x4096", [](benchmark::State& st) { bm_mhc(st, false, false, true, false, true); });
-  add("vk_mhc/post_finish_q8_thrash/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true, false, true); });
-  add("vk_mhc/post_finish_after_1_pipe/4x4096", [](benchmark::State& st) { bm_mhc(st, true, false, true, false, false, 1); });
-  add("vk_mhc/post_finish_after_8_pipes/4x4096",
-      [](benchmark::State& st) { bm_mhc(st, true, false, true, false, false, 8); });
+  const std::pair<const char*, mhc_case> mhc_cases[] = {
+      {"post_pre", {}},
+      {"post_pre_cold", {.cold = true}},
+      {"post_pre_thrash", {.cold = true, .thrash = true}},
+      {"post_finish", {.fused = true}},
+      {"post_finish_cold", {.cold = true, .fused = true}},
+      {"post_finish_thrash", {.cold = true, .thrash = true, .fused = true}},
+      {"post_finish_q8", {.fused = true, .q8 = true}},
+      {"post_finish_q8_thrash", {.cold = true, .thrash = true, .fused = true, .q8 = true}},
+      {"post_finish_after_1_pipe", {.cold = true, .fused = true, .pipes = 1}},
+      {"post_finish_after_8_pipes", {.cold = true, .fused = true, .pipes = 8}},
+  };
+  for (const auto& [name, k] : mhc_cases)
+    add(std::string("vk_mhc/") + name + "/4x4096", [k](benchmark::State& st) { bm_mhc(st, k); });
   add("vk_mhc/chunk/" + std::to_string(g_moe_tokens) + "x4x4096",
       [](benchmark::State& st) { bm_mhc_chunk(st, g_moe_tokens); });
-  add("vk_mhc/post_finish_after_wo_b/4x4096", [](benchmark::State& st) { bm_mhc(st, true, true, true, true); });
+  add("vk_mhc/post_finish_after_wo_b/4x4096", [](benchmark::State& st) {
+    bm_mhc(st, {.cold = true, .thrash = true, .fused = true, .after_mv = true});
+  });
   for_each_type(all_formats{}, [&]<class F>() {
     for (const auto& [r, c] : shapes) {
       if (!F::shape_ok(r, c)) continue;
