@@ -19,6 +19,9 @@
 // tiles (tensor cores where the device has them), chained (bm_gemm; counters ms, TFLOPS).
 // vk_mhc/post_pre[_cold|_thrash]/4x4096 — one mHC sublayer boundary of a decode step (hc_post + hc_pre_finish), 64
 // in a chain (cold: each its own weights, read from DRAM; thrash: + a 256 MiB read between boundaries, not timed).
+// vk_mhc/post_finish[_cold|_thrash|_q8|_q8_thrash|_after_1_pipe|_after_8_pipes|_after_wo_b]/4x4096 — the same as the
+// decode records it (hc_post_finish, one dispatch; q8: + u's int8 copy; after_N_pipe(s): after small kernels of N
+// distinct pipelines, the boundary timed alone; after_wo_b: after the FP8 product that precedes it).
 // vk_mhc/chunk/<n>x4x4096 — one mHC boundary of a prefill chunk of --moe-tokens tokens (hc_post + hc_pre_finish).
 // usage: cmfx-bench-vk [--device N] [--cache-dir D] [--working-set MiB] [--submit-ms 5] [--warmup-ms 1000]
 //                      [--split S] [--unroll U] [--rows-per-team R] [--x-source 1|2|3] [--xreg-batches N] [--legacy] [--no-spirv-opt]
@@ -330,9 +333,12 @@ struct mhc_case {
 /// q8 (with fused): the finish also writes u's int8 copy for q4tp (hc_finish_args::y_q8), as the decode's boundary
 /// before an attention site does.
 /// pipes (with cold and fused, instead of the streaming read): before every boundary, small kernels of `pipes`
-/// distinct pipelines — 1: one RMSNorm of 4096 values; 8: that, quantize_act and a 64 × 4096 int8 product for q4tp,
-/// q2tp and MXFP4, and a 64 × 4096 FP8 product — the boundary timed alone: whether a boundary after a layer's
-/// worth of other kernels (the decode's) pays for their code and state rather than for data in the L2.
+/// distinct pipelines (record_pipes), and the boundaries timed alone: whether a boundary after a layer's worth of
+/// other kernels (the decode's) pays for their code and state rather than for data in the L2.
+void bm_mhc(benchmark::State& st, const mhc_case& k);
+
+/// The small kernels of bm_mhc's `pipes`: 1: one RMSNorm of 4096 values; 8: that, quantize_act and a 64 × 4096 int8
+/// product for q4tp, q2tp and MXFP4, and a 64 × 4096 FP8 product.
 struct mhc_pipes {
   std::vector<gpu::gpu_matrix> mats;  // q4tp, q2tp, MXFP4 (int8 activations), FP8
   gpu::buffer x, w, y, q, out;
@@ -354,9 +360,9 @@ void record_pipes(gpu::commands& c, mhc_pipes& p, uint32_t pipes, uint32_t d) {
   g_kern->matmul(c, p.mats[3], p.y, 1, p.out);
 }
 void bm_mhc(benchmark::State& st, const mhc_case& k) {
-  const bool cold = k.cold, fused = k.fused, after_mv = k.after_mv, q8 = k.q8;
+  const bool cold = k.cold, thrash = k.thrash, fused = k.fused, after_mv = k.after_mv, q8 = k.q8;
   const uint32_t pipes = k.pipes;
-  bool thrash = k.thrash;
+  const bool alone = thrash || pipes;  // timestamps around each boundary
   constexpr uint32_t n = 64, hc = 4, d = 4096, rows = (2 + hc) * hc;
   gpu::kernels::hc_shape sh;
   sh.hc = hc, sh.d = d;
@@ -382,7 +388,7 @@ void bm_mhc(benchmark::State& st, const mhc_case& k) {
     base.push_back(up(rnd(rows, 0.1f, 0.0f)));
     norm.push_back(up(rnd(d, 0.1f, 1.0f)));
   }
-  gpu::buffer big = thrash && !after_mv && !pipes ? g_dev->alloc(256ull << 20) : gpu::buffer{};
+  gpu::buffer big = thrash && !after_mv ? g_dev->alloc(256ull << 20) : gpu::buffer{};
   gpu::buffer sink = g_dev->alloc(256);
   gpu::buffer uq = q8 ? g_dev->alloc(gpu::kernels::act_q8_bytes(d, 1)) : gpu::buffer{};
   mhc_pipes pp;
@@ -397,7 +403,6 @@ void bm_mhc(benchmark::State& st, const mhc_case& k) {
     pp.mats.push_back(small_matrix<fmt_fp8_b128>(64, d));
     pp.x = up(rnd(d, 1.0f, 0.0f)), pp.w = up(rnd(d, 0.1f, 1.0f)), pp.y = g_dev->alloc(uint64_t(d) * 4);
     pp.q = g_dev->alloc(gpu::kernels::act_q8_bytes(d)), pp.out = g_dev->alloc(64 * 4);
-    thrash = true;  // the boundaries timed alone
   }
   weights* mv = after_mv ? &get_weights<fmt_fp8_b128>(d, 2 * d) : nullptr;
   gpu::commands c = g_dev->begin();
@@ -409,7 +414,7 @@ void bm_mhc(benchmark::State& st, const mhc_case& k) {
     if (mv) g_kern->matmul(c, mv->copies[i % mv->copies.size()], mv->x, 1, o);
     else if (pipes) record_pipes(c, pp, pipes, d);
     else if (thrash) g_kern->stream_read(c, big, sink);
-    const uint32_t ta = thrash ? c.timestamp() : 0;
+    const uint32_t ta = alone ? c.timestamp() : 0;
     if (fused) {
       gpu::kernels::hc_finish_args f;
       f.base = base[jn], f.scale = scale, f.sinkhorn = false, f.y = u, f.norm = norm[jn];
@@ -419,11 +424,11 @@ void bm_mhc(benchmark::State& st, const mhc_case& k) {
       g_kern->hc_post(c, sh, o, X, coeff, 1, Xn, fn[jn], rows, part);
       g_kern->hc_pre_finish(c, sh, part, Xn, base[j], scale, 1, coeff, u, norm[j]);
     }
-    if (thrash) spans.push_back({ta, c.timestamp()});
+    if (alone) spans.push_back({ta, c.timestamp()});
     std::swap(X, Xn);
   }
   const uint32_t t1 = c.timestamp();
-  if (!thrash) {
+  if (!alone) {
     st.counters["us_per_boundary"] = time_recording(st, c, t0, t1) / n * 1e6;
     return;
   }
