@@ -19,6 +19,21 @@
 
 namespace cmfx::driver {
 
+gpu_run_options gpu_run_options_of(const model_run_options& m, uint64_t ctx) {
+  gpu_run_options o;  // (its chunk_streaming stays the default)
+  o.device = m.device;
+  o.max_ctx = ctx;
+  o.expert_act = m.matmul_act;
+  o.vram_budget = m.vram_budget;
+  o.prefill_chunk = m.prefill_chunk;
+  o.gemm = m.gemm;
+  o.prefill_experts = m.prefill_experts;
+  o.cold = m.cold;
+  o.copy_threads = m.copy_threads;
+  o.budget_keeps_chunks = m.budget_keeps_chunks;
+  return o;
+}
+
 namespace {
 
 /// Token ids separated by white space or commas ("0 5 9", "0,5,9", a JSON-like "[0, 5, 9]" without its brackets).
@@ -110,9 +125,7 @@ struct gpu_graph_of_file {
   static std::unique_ptr<model> open(const std::string& p, const model_run_options& m, bool qat) {
     if (qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
     auto g = std::make_unique<gpu_adapter>();
-    g->r = gpu_runner::open(p, gpu_run_options{m.device, m.max_ctx, m.matmul_act, m.vram_budget, m.prefill_chunk, m.gemm,
-                                                  m.prefill_experts, m.cold, m.copy_threads,
-                                                  m.budget_keeps_chunks});
+    g->r = gpu_runner::open(p, gpu_run_options_of(m, m.max_ctx));
     g->info.source = g->r->source();
     return g;
   }

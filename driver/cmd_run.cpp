@@ -168,10 +168,7 @@ int run_run(const run_args& a) {
   std::string source;
   if (a.backend == "vulkan") {
     if (a.qat) throw usage_error("--backend vulkan: the QAT fake-quant steps run on the CPU graph only (drop --qat)");
-    s.gpu = gpu_runner::open(
-        a.model, gpu_run_options{a.model_opts.device, a.ctx, a.model_opts.matmul_act, a.model_opts.vram_budget,
-                        a.model_opts.prefill_chunk, a.model_opts.gemm, a.model_opts.prefill_experts,
-                        a.model_opts.cold, a.model_opts.copy_threads, a.model_opts.budget_keeps_chunks});
+    s.gpu = gpu_runner::open(a.model, gpu_run_options_of(a.model_opts, a.ctx));
     cfg = s.gpu->config();
     source = s.gpu->source() + ", on " + s.gpu->device_name();
   } else if (dsv41_is_model(a.model)) {

@@ -134,6 +134,11 @@ struct model_run_options {
   prefill_expert_mode prefill_experts = prefill_expert_mode::fastest;  // --prefill-experts: the prefill chunks' experts
 };
 
+struct gpu_run_options;
+/// The Vulkan runner's options (model/gpu_runner.hpp) from a command's model options; ctx = positions the device
+/// state holds (the command's --ctx).
+gpu_run_options gpu_run_options_of(const model_run_options& m, uint64_t ctx);
+
 struct ppl_args {
   std::string model;      // CMF file or release-layout directory
   std::string ids_file;   // token ids, whitespace separated

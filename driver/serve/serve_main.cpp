@@ -78,10 +78,18 @@ int run_serve(const serve_args& a) {
     if (a.parallel != 1)
       throw usage_error("--backend vulkan holds one sequence on the device: --parallel must be 1 (requests queue)");
     if (a.prefill_chunk > 4096) throw usage_error("--backend vulkan: --prefill-chunk must be at most 4096");
-    gpu_model = gpu_runner::open(a.model, gpu_run_options{a.device, a.ctx, a.matmul_act, a.vram_budget,
-                                                          uint32_t(a.prefill_chunk), a.gemm,
-                                                          prefill_expert_mode::fastest, a.cold, a.copy_threads,
-                                                          a.budget_keeps_chunks});
+    gpu_run_options o;
+    o.device = a.device;
+    o.max_ctx = a.ctx;
+    o.expert_act = a.matmul_act;
+    o.vram_budget = a.vram_budget;
+    o.prefill_chunk = uint32_t(a.prefill_chunk);
+    o.gemm = a.gemm;
+    o.prefill_experts = prefill_expert_mode::fastest;
+    o.cold = a.cold;
+    o.copy_threads = a.copy_threads;
+    o.budget_keeps_chunks = a.budget_keeps_chunks;
+    gpu_model = gpu_runner::open(a.model, o);
     cfg = gpu_model->config();
     source = gpu_model->source();
     eng = serve::make_gpu_engine(*gpu_model);
