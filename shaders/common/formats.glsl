@@ -292,8 +292,12 @@ void tables_init(uint wg) {
     const uint p = pc.res1 + LADDER_PARAM_BYTES * r;
     const float ratio = tabf[TAB_EXP2 + ld16_w1(p + 2u)];
     precise float t = tabf[TAB_EXP2 + ld16_w1(p)];
-    ladder[j * LADDER_RUNGS] = t;
-    for (uint c = 1u; c < LADDER_RUNGS; ++c) {
+    // Entry c of the row's table is code c's scale: with LADDER_CODE0_ZERO, entry 0 holds the zero and code c ≥ 1
+    // rung c − 1 (the last rung is no code's), so code_scale is one shared load with no compare and select.
+    const uint c0 = LADDER_CODE0_ZERO != 0 ? 1u : 0u;
+    if (c0 != 0u) ladder[j * LADDER_RUNGS] = 0.0;
+    ladder[j * LADDER_RUNGS + c0] = t;
+    for (uint c = c0 + 1u; c < LADDER_RUNGS; ++c) {
       t = t * ratio;
       ladder[j * LADDER_RUNGS + c] = t;
     }
@@ -305,13 +309,7 @@ uint group_code(uint r, uint g) {
   const uint bit = LADDER_CODE_BITS * g;
   return (ld16_w2(pc.res2 + r * pc.aux1 + (bit >> 3)) >> (bit & 7u)) & (LADDER_RUNGS - 1u);
 }
-float code_scale(row_t R, uint code) {
-#if LADDER_CODE0_ZERO
-  return code == 0u ? 0.0 : ladder[R.slot * LADDER_RUNGS + code - 1u];
-#else
-  return ladder[R.slot * LADDER_RUNGS + code];
-#endif
-}
+float code_scale(row_t R, uint code) { return ladder[R.slot * LADDER_RUNGS + code]; }
 #define ELEMS_PER_BYTE (8u / LADDER_ELEM_BITS)
 #define ELEM_MASK ((1u << LADDER_ELEM_BITS) - 1u)
 // element i of a group from its byte (LSB first when LADDER_LOW_FIRST)
