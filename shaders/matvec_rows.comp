@@ -320,9 +320,9 @@ void moe_tail(uint mslot, uint mblk) {
   {                                                                                                                \
     const raw2_t Q = q##u##_##i;                                                                                   \
     acc##i += code_scale(R##i, Q.c & CODE_MASK) *                                                                  \
-              (XS.x * float(chunk_idot(raw_t(uvec4(Q.q.xy, 0u, 0u), 0u), XA, XB) - XB2.x));                        \
+              (XS.x * idot_float(chunk_idot(raw_t(uvec4(Q.q.xy, 0u, 0u), 0u), XA, XB) - XB2.x));                   \
     acc##i += code_scale(R##i, (Q.c >> LADDER_CODE_BITS) & CODE_MASK) *                                            \
-              (XS.y * float(chunk_idot(raw_t(uvec4(Q.q.zw, 0u, 0u), 0u), XC, XD) - XB2.y));                        \
+              (XS.y * idot_float(chunk_idot(raw_t(uvec4(Q.q.zw, 0u, 0u), 0u), XC, XD) - XB2.y));                   \
   }
 #define CONSUME(u)                                                                             \
   if (k + u * KSTRIDE < nu) {                                                                  \
@@ -333,7 +333,7 @@ void moe_tail(uint mslot, uint mblk) {
     ROWS(RI, u)                                                                                \
   }
 #else
-#define RI(u, i) acc##i += chunk_scale(R##i, q##u##_##i) * (XS * float(chunk_idot(q##u##_##i, XA, XB) - XB2));
+#define RI(u, i) acc##i += chunk_scale(R##i, q##u##_##i) * (XS * idot_float(chunk_idot(q##u##_##i, XA, XB) - XB2));
 #define CONSUME(u)                                                          \
   if (k + u * KSTRIDE < nu) {                                               \
     const uint K = k + u * KSTRIDE;                                         \

@@ -73,3 +73,9 @@ int chunk_idot_ops(raw_t q, uvec4 xa, uvec4 xb) {
 }
 #endif
 int chunk_idot(raw_t q, uvec4 xa, uvec4 xb) { return chunk_idot_ops(chunk_operands(q), xa, xb); }
+// An integer |v| < 2^22 (every chunk sum above: at most 32 · 2 · 15 · 127 in magnitude, less its block's offset
+// term) as a float by moving bits, as common/formats.glsl's field_minus does for unsigned fields: 1.5 · 2^23 + v
+// lies in [2^23, 2^24), where the float ulp is 1, so its bits minus that float are v exactly — float(v) without the
+// integer → float conversion, which NVIDIA GPUs issue at a quarter of the integer instruction rate.
+#define IDOT_MAGIC 0x4B400000  // the bits of 1.5 · 2^23
+float idot_float(int v) { return intBitsToFloat(v + IDOT_MAGIC) - 12582912.0; }
