@@ -12,7 +12,9 @@ set -eu
 B=${1:-build}
 cd "$(dirname "$0")/.."
 for b in "$B/cmfx" "$B/tests/cmfx-parity" "$B/bench/cmfx-bench-vk" "$B/bench/cmfx-bench-cpu"; do
-  [ -x "$b" ] || { echo "device_bundle: $b is not built (ninja -C $B cmfx tests/cmfx-parity bench/cmfx-bench-vk bench/cmfx-bench-cpu)" >&2; exit 1; }
+  [ -x "$b" ] && continue
+  echo "device_bundle: $b is not built (ninja -C $B cmfx tests/cmfx-parity bench/cmfx-bench-vk bench/cmfx-bench-cpu)" >&2
+  exit 1
 done
 
 mkdir -p .gl /tmp/cmfx-amd64/partial

@@ -97,7 +97,8 @@ layout(std430, binding = 7) readonly buffer SlotMap { uint slot_map[]; };
   const int xo##u##_##t = xqi[xb##t + ACT_BSUM_WORD(nct) + k##u];
 // matvec_rows.comp's RI: the chunk's scale · (sx / 2) · (integer dot − 2·off · Σ xq)
 #define RI_(u, t, i) \
-  acc##i##_##t += s##u##_##i * (xs##u##_##t * idot_float(chunk_idot_ops(o##u##_##i, xa##u##_##t, xc##u##_##t) - xo##u##_##t));
+  acc##i##_##t +=    \
+      s##u##_##i * (xs##u##_##t * idot_float(chunk_idot_ops(o##u##_##i, xa##u##_##t, xc##u##_##t) - xo##u##_##t));
 #define FETCH0(i) FETCH_(0, i)
 #define FETCH1(i) FETCH_(1, i)
 #define XLD0(t) XLD_(0, t)
