@@ -215,8 +215,10 @@ int main(int argc, char** argv) {
   int rc = int(rest.size());
   g_pool = std::make_unique<thread_pool>(g_threads, /*pin=*/true);
   g_roofline = measure_read_bandwidth(*g_pool, std::max<uint64_t>(1ull << 30, 8 * llc_bytes()));
-  std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB)\n", g_roofline / 1e9,
-              g_pool->size(), (unsigned long long)(std::max<uint64_t>(1ull << 30, 8 * llc_bytes()) >> 20));
+  std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB, best of plain and 1-8 KiB "
+              "prefetched)\n",
+              g_roofline / 1e9, g_pool->size(),
+              (unsigned long long)(std::max<uint64_t>(1ull << 30, 8 * llc_bytes()) >> 20));
   if (g_row_tail >= 0) g_pool->set_row_tail(g_row_tail);  // the roofline above is a plain static run either way
   std::printf("row tail: %.2f of the rows taken dynamically\n", g_pool->row_tail());
   for_each_type(all_formats{}, [&]<class F>() {

@@ -162,8 +162,9 @@ int run_bench_cpu(const bench_args& a) {
     roof = measure_read_bandwidth(pool, rbytes);
     threads = pool.size();
   }
-  std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB, best of 5)\n", roof / 1e9,
-              threads, (unsigned long long)(rbytes >> 20));
+  std::printf("read roofline: %.2f GB/s with %u threads (streaming sum over %llu MiB, best of plain and 1-8 KiB "
+              "prefetched)\n",
+              roof / 1e9, threads, (unsigned long long)(rbytes >> 20));
 
   auto t = clk::now();
   cpu_figures f;

@@ -339,7 +339,9 @@ TEST(Dsv41Model, MarkedPrefillInPiecesIsOnePrefill) {
   const uint64_t V = m->config().vocab, D = 6, N = kTokens - D;  // N prompt tokens, then D decode steps
   const auto ids = token_ids(kTokens, V);
   auto run = [&](bool mark, dsv41_trace& tr, dsv41_state& st) {
-    if (mark) EXPECT_TRUE(st.mark_prefill(N));
+    if (mark) {
+      EXPECT_TRUE(st.mark_prefill(N));
+    }
     std::vector<float> got;
     const uint64_t sizes[] = {5, 3, 20, 1, 2, 100, 13, 16};
     for (uint64_t b = 0, i = 0; b < N; ++i) {

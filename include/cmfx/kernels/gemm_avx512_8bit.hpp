@@ -9,9 +9,10 @@
 ///        gemm_avx2.hpp's dec_fp8, which gets them by in-lane unpacks. The NaN codes (0x7F, 0xFF) become ±480, as
 ///        in dec_fp8; checkpoints hold no NaN weights.
 ///        q8_row: int8 sign-extended and converted, the row's f16 scale applied to the row's sum (as dec_dense).
-///        Per 32-element group the products are summed in f32 over 16 lanes and then scaled once (acc += s_g ·
-///        Σ v·x, the order of the exact path; the lane split differs from the AVX2 kernel's 8 lanes, so the two
-///        round differently within the f32 bounds of tests/kernels/gemm_test.cpp).
+///        Per FP8 tile (the 4 groups of a 128-column tile, 1 of a 32-column one) the products are summed in f32
+///        over 16 lanes and then scaled once (acc += s · Σ v·x); q8_row sums the whole row. The exact path scales
+///        per 32-element group and the AVX2 kernel sums over 8 lanes, so the three round differently within the
+///        f32 bounds of tests/kernels/gemm_test.cpp.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -55,8 +56,11 @@ CMFX_AVX512BW_TARGET inline void decode32(const uint8_t* q, __m512& lo, __m512& 
 
 /// NR consecutive rows (q: the first, rows `cols` bytes apart; their groups share the scales s[g]: FP8's tile scale
 /// × 2^8 — the rows lie in one tile row — or 1 for q8_row) × NT tokens over `groups` 32-element groups: every
-/// activation load serves NR rows. out[i · NT + t].
-template <bool Fp8, int NT, int NR>
+/// activation load serves NR rows. out[i · NT + t]. GS groups share one scale (FP8 block 128: 4, block 32: 1;
+/// q8_row: 0, every group, so no scale is applied here): their products are summed in f32 over 16 lanes and then
+/// scaled once, acc += s · Σ v·x — one multiplication per GS groups instead of per group (fifty-ninth session:
+/// the kernel was compute-bound on the Intel dev host, 13.7 GB/s from cache against a 15.7 GB/s read).
+template <bool Fp8, int NT, int NR, uint64_t GS>
 CMFX_AVX512BW_TARGET void rows_tile_8bit(const uint8_t* q, uint64_t cols, const float* s, uint64_t groups,
                                         const float* X, uint64_t ldx, float* out) noexcept {
   // every loop over i and t fully unrolled, so that the arrays live in registers
@@ -65,22 +69,34 @@ CMFX_AVX512BW_TARGET void rows_tile_8bit(const uint8_t* q, uint64_t cols, const 
   for (int i = 0; i < NR; ++i)
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
-  for (uint64_t g = 0; g < groups; ++g) {
-    __m512 lo[NR], hi[NR];
+  const uint64_t span = GS == 0 ? groups : GS;
+  for (uint64_t g0 = 0; g0 < groups; g0 += span) {
+    const uint64_t g1 = std::min(groups, g0 + span);
+    __m512 part[NR][NT];
 #pragma GCC unroll 4
-    for (int i = 0; i < NR; ++i) decode32<Fp8>(q + uint64_t(i) * cols + avx2::kgroup * g, lo[i], hi[i]);
-    if ((g & 1) == 0)  // one line per row every other group, 1 KiB ahead (prefetch.hpp)
+    for (int i = 0; i < NR; ++i)
 #pragma GCC unroll 4
-      for (int i = 0; i < NR; ++i) prefetch_ahead(q + uint64_t(i) * cols + avx2::kgroup * g);
-    const __m512 sg = _mm512_set1_ps(s[g]);
+      for (int t = 0; t < NT; ++t) part[i][t] = GS == 0 ? acc[i][t] : _mm512_setzero_ps();
+    for (uint64_t g = g0; g < g1; ++g) {
+      __m512 lo[NR], hi[NR];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-      const float* x = X + uint64_t(t) * ldx + g * avx2::kgroup;
-      const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+      for (int i = 0; i < NR; ++i) decode32<Fp8>(q + uint64_t(i) * cols + avx2::kgroup * g, lo[i], hi[i]);
+      if ((g & 1) == 0)  // one line per row every other group, 1 KiB ahead (prefetch.hpp)
 #pragma GCC unroll 4
-      for (int i = 0; i < NR; ++i)
-        acc[i][t] = _mm512_fmadd_ps(_mm512_fmadd_ps(hi[i], x1, _mm512_mul_ps(lo[i], x0)), sg, acc[i][t]);
+        for (int i = 0; i < NR; ++i) prefetch_ahead(q + uint64_t(i) * cols + avx2::kgroup * g);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const float* x = X + uint64_t(t) * ldx + g * avx2::kgroup;
+        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+#pragma GCC unroll 4
+        for (int i = 0; i < NR; ++i) part[i][t] = _mm512_fmadd_ps(hi[i], x1, _mm512_fmadd_ps(lo[i], x0, part[i][t]));
+      }
     }
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t)
+        acc[i][t] = GS == 0 ? part[i][t] : _mm512_fmadd_ps(part[i][t], _mm512_set1_ps(s[g0]), acc[i][t]);
   }
 #pragma GCC unroll 4
   for (int i = 0; i < NR; ++i)
@@ -122,6 +138,8 @@ CMFX_AVX512BW_TARGET void gemm_rows_8bit(const matrix_view& w, const float* X, u
   if constexpr (!fp8)
     if (w.cols <= 4096) return avx2::gemm_rows<F>(w, X, n, ldx, Y, ldy, r0, r1);
   constexpr uint64_t T = F::block_rows, kg = avx2::kgroup;  // q8_row: block_rows 1 (no tile), see row_end
+  constexpr uint64_t gs = fp8 ? T / kg : 0;  // groups per scale (q8_row: its row scale comes last, row_end_8bit)
+  static_assert(!fp8 || (T % kg == 0 && gs >= 1), "an FP8 tile holds whole groups");
   const uint64_t groups = w.cols / kg, tail0 = groups * kg, tpr = (w.cols + T - 1) / T;
   // the group scales (q8_row: every one 1, the row scale comes last), in a per-thread buffer that only grows (no
   // allocation per call)
@@ -146,11 +164,11 @@ CMFX_AVX512BW_TARGET void gemm_rows_8bit(const matrix_view& w, const float* X, u
       avx2::with_tile(nt, [&](auto NT) {
         const float* Xt = X + t0 * ldx;
         if (nr == 4) {  // only where every tile has ≤ 2 tokens (rows_per_pass_8bit)
-          if constexpr (NT() <= 2) rows_tile_8bit<fp8, NT(), 4>(q, w.cols, s.data(), groups, Xt, ldx, y);
+          if constexpr (NT() <= 2) rows_tile_8bit<fp8, NT(), 4, gs>(q, w.cols, s.data(), groups, Xt, ldx, y);
         } else if (nr == 2) {
-          rows_tile_8bit<fp8, NT(), 2>(q, w.cols, s.data(), groups, Xt, ldx, y);
+          rows_tile_8bit<fp8, NT(), 2, gs>(q, w.cols, s.data(), groups, Xt, ldx, y);
         } else {
-          rows_tile_8bit<fp8, NT(), 1>(q, w.cols, s.data(), groups, Xt, ldx, y);
+          rows_tile_8bit<fp8, NT(), 1, gs>(q, w.cols, s.data(), groups, Xt, ldx, y);
         }
       });
       for (uint64_t i = 0; i < nr; ++i)

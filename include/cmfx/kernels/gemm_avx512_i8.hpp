@@ -184,7 +184,7 @@ CMFX_AVX512_TARGET inline void row_tile_crumbs_q2tp(const avx2::i8_row<fmt_q2tp>
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   uint64_t g = 0;
   for (; g + 16 <= groups; g += 16) {
-    prefetch_ahead<avx512_q2tp_prefetch_distance>(d.values + 8 * g, 2);  // the block's 128 value bytes (prefetch.hpp)
+    prefetch_ahead<avx512_i8_prefetch_distance>(d.values + 8 * g, 2);  // the block's 128 value bytes (prefetch.hpp)
     __m512i c[2][4];
     q2tp_planes(d.values + 8 * g, c[0]);
     q2tp_planes(d.values + 8 * (g + 8), c[1]);
@@ -263,7 +263,7 @@ CMFX_AVX512_TARGET inline void row_tile_nibbles(const avx2::i8_row<F>& d, uint64
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   uint64_t g = 0;
   for (; g + 16 <= groups; g += 16) {
-    prefetch_ahead(d.values + 16 * g, 4);  // the block's 256 value bytes, 1 KiB ahead (prefetch.hpp)
+    prefetch_ahead<avx512_i8_prefetch_distance>(d.values + 16 * g, 4);  // the block's 256 value bytes (prefetch.hpp)
     __m512i lo[4], hi[4];
     for (int c = 0; c < 4; ++c) nibble_planes<F>(d.values + 16 * (g + 4 * uint64_t(c)), lo[c], hi[c]);
     const __m512 s = scales16(d, tlo, thi, g, g + 32 <= groups, false);
@@ -312,7 +312,7 @@ CMFX_AVX512_TARGET inline __m512i q8_dots(const __m512i* u, const int8_t* x, boo
 template <int NT>
 CMFX_AVX512_TARGET inline void q8_block(const uint8_t* wb, uint64_t g, bool half, const act_q8& a, const i8_token_side& ts,
                                         uint64_t t0, __m512 acc[NT]) noexcept {
-  prefetch_ahead(wb + 32 * g, half ? 4 : 8);  // the block's value bytes, 1 KiB ahead (prefetch.hpp)
+  prefetch_ahead<avx512_i8_prefetch_distance>(wb + 32 * g, half ? 4 : 8);  // the block's value bytes (prefetch.hpp)
   const __m512i flip = _mm512_set1_epi8(char(0x80));
   __m512i u[8];
   for (int j = 0; j < (half ? 4 : 8); ++j) u[j] = _mm512_xor_si512(_mm512_loadu_si512(wb + 32 * g + 64 * j), flip);

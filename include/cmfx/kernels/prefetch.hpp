@@ -21,11 +21,15 @@ namespace cmfx::kernels {
 
 inline constexpr uint64_t prefetch_distance = 1024;
 inline constexpr uint64_t avx2_prefetch_distance = 2048;
-/// The AVX-512 q2tp kernel's: its 16 groups take 128 value bytes (q4tp's 256), so 1 KiB ahead was half the time
-/// ahead. On the Zen 5 dev, 2 threads streaming 16384 × 8192 from DRAM, in one process against the 1 KiB build:
-/// 2 KiB 0.85–0.88 of its time, 3 KiB 0.82–0.88, 4 KiB 0.82–0.84, 6 KiB 0.83–0.91, 8 KiB 0.89–0.91 (docs/PERF.md
-/// "Forty-second session").
-inline constexpr uint64_t avx512_q2tp_prefetch_distance = 4096;
+/// The AVX-512 int8 kernels' (q2tp, q4tp, MXFP4, q8_row; one stream per row pass). q2tp first: its 16 groups take
+/// 128 value bytes (q4tp's 256), so 1 KiB ahead was half the time ahead. On the Zen 5 dev, 2 threads streaming
+/// 16384 × 8192 from DRAM, in one process against the 1 KiB build: 2 KiB 0.85–0.88 of its time, 3 KiB 0.82–0.88,
+/// 4 KiB 0.82–0.84, 6 KiB 0.83–0.91, 8 KiB 0.89–0.91 (docs/PERF.md "Forty-second session"). Then the others, on
+/// the Intel Xeon dev guest, 2 threads, 4096 × 8192, four alternated rounds against 1 KiB: q4tp 708–795 µs
+/// against 790–876, MXFP4 664–681 against 754–771, q8_row 1104–1223 against 1242–1325 ("Fifty-ninth session").
+/// The FP8 kernels keep prefetch_distance: they stream four rows at once, 1 KiB ahead in each (4 KiB measured no
+/// better).
+inline constexpr uint64_t avx512_i8_prefetch_distance = 4096;
 
 /// `lines` consecutive cache lines from p + Distance into L1.
 template <uint64_t Distance = prefetch_distance>
