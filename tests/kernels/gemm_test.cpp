@@ -186,6 +186,47 @@ TEST(GemmScales, OneHotTokensGiveDecodedWeightsExactly) {
   check_one_hot_exact<fmt_fp8_b32>();
 }
 
+// Every E4M3 code through every arch's strict f32 kernel: row r holds code r (the NaN codes 0x7F / 0xFF, which the
+// kernels read as ±480, replaced by 0) at three columns — early, mid-row, in the last group — among random codes,
+// and token t's only non-zero activation is 1 at the t-th of them, so y[t, r] is the decoded weight exactly (one
+// product; the tile scales are powers of two). 96 columns run one row per pass, 4160 four rows per pass (the
+// AVX-512 kernel) across two FP8 tile columns.
+template <class F>
+void check_fp8_every_code() {
+  thread_pool pool(2);
+  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512, cpu_arch::avx512_gfni}) {
+    if (!cpu_supports(arch)) continue;
+    const cpu_kernel_table& k = cpu_kernels_for(arch);
+    for (const uint64_t cols : {96ull, 4160ull}) {
+      const uint64_t rows = 256, n = 3, hot[3] = {5, cols / 2 + 7, cols - 3}, seed = test::fresh_seed();
+      const auto wf = test::random_weights(rows * cols, seed);
+      encoded_matrix e = F::encode(wf.data(), rows, cols);
+      for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t h : hot) e.data[r * cols + h] = uint8_t((r & 0x7F) == 0x7F ? 0 : r);
+      const matrix_view v{e.data.data(), e.data.size(), e.scale.data(), e.scale.size(), scale_encoding::e8m0, rows,
+                          cols};
+      std::vector<float> X(n * cols, 0.0f), Y(n * rows, NAN), row(cols);
+      for (uint64_t t = 0; t < n; ++t) X[t * cols + hot[t]] = 1.0f;
+      gemm(pool, k, F::id, v, X.data(), n, Y.data());
+      for (uint64_t r = 0; r < rows; ++r) {
+        F::decode_row(v, r, row.data());
+        for (uint64_t t = 0; t < n; ++t) {
+          const float want = row[hot[t]], y = Y[t * rows + r];
+          ASSERT_EQ(want == 0.0f && y == 0.0f ? 0u : std::bit_cast<uint32_t>(y),
+                    want == 0.0f ? 0u : std::bit_cast<uint32_t>(want))
+              << F::name << " " << cpu_arch_name(arch) << " " << cols << " columns, code 0x" << std::hex
+              << unsigned(e.data[r * cols + hot[t]]) << std::dec << " token " << t << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmScales, Fp8EveryCodeExact) {
+  check_fp8_every_code<fmt_fp8_b128>();
+  check_fp8_every_code<fmt_fp8_b32>();
+}
+
 TEST(ThreadPool, StaticPartitionCoversEveryItemOnce) {
   for (unsigned threads : {1u, 2u, 3u, 7u}) {
     thread_pool pool(threads);

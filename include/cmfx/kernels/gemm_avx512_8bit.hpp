@@ -4,8 +4,8 @@
 ///        (every activation load serves four rows: one row per pass left a row of 8192 columns, whose 32 KiB of x
 ///        did not stay in L1, at the AVX2 kernel's speed).
 ///        FP8 E4M3 with tile scales (fp8_b128, fp8_b32): E4M3 → f16 bits, whose value is the E4M3 value times 2^-8
-///        for every code, subnormals included (2^8 folded into the scale), by one zero extension to 16-bit lanes,
-///        a shift and an add that moves the sign from bit 14 to bit 15, and two vcvtph2ps — the same bits as
+///        for every code, subnormals included (2^8 folded into the scale), by one sign extension to 16-bit lanes,
+///        a shift and an and that clears bit 14 (the sign's copy), and two vcvtph2ps — the same bits as
 ///        gemm_avx2.hpp's dec_fp8, which gets them by in-lane unpacks. The NaN codes (0x7F, 0xFF) become ±480, as
 ///        in dec_fp8; checkpoints hold no NaN weights.
 ///        q8_row: int8 sign-extended and converted, the row's f16 scale applied to the row's sum (as dec_dense).
@@ -33,9 +33,10 @@ inline constexpr bool is_8bit_rows = is_fp8_block<F> || F::id == format::q8_row;
 
 /// 32 E4M3 bytes → elements 0..15 in lo, 16..31 in hi, each times 2^-8.
 CMFX_AVX512BW_TARGET inline void fp8_decode32(const uint8_t* q, __m512& lo, __m512& hi) noexcept {
-  const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-  const __m512i t = _mm512_slli_epi16(w, 7);  // exponent|mantissa in bits 7..13, the sign in bit 14
-  const __m512i h = _mm512_add_epi16(t, _mm512_and_si512(t, _mm512_set1_epi16(0x4000)));  // sign → bit 15
+  // sign-extended, the sign fills bits 7..15; shifted left by 7: exponent|mantissa in bits 7..13, the sign in bits
+  // 14 and 15; bit 14 cleared (one op fewer than zero-extending and moving the sign by an add)
+  const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+  const __m512i h = _mm512_and_si512(_mm512_slli_epi16(w, 7), _mm512_set1_epi16(short(0xBFFF)));
   lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
   hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
