@@ -333,7 +333,8 @@ std::string run_toy(suite& s, const std::string& path, const toy_run& r, uint64_
           ? "prompt in " + std::to_string(gpu_chunks) + " chunks of <= " + std::to_string(r.prefill_chunk) + ", "
           : "";
   if (!r.pieces.empty()) {
-    if (gpu->mark_prefill(prompt + decode)) return "mark_prefill took effect after decode steps";
+    // only where decode steps ran: a comparison stopped at a near-tie inside the prompt ends before them
+    if (ran > prompt && gpu->mark_prefill(prompt + decode)) return "mark_prefill took effect after decode steps";
     chunk_note += std::to_string(r.pieces.size()) + " calls marked as one prefill, ";
   }
   const gpu_expert_cache_stats& cs = gpu->cache_stats();
