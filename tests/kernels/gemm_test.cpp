@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "cmfx/kernels/cpu_kernels.hpp"
 #include "cmfx/ref/gemm_ref.hpp"
@@ -28,6 +29,17 @@ constexpr uint32_t kSentinel = 0x7FC0DEADu;  // a NaN bit pattern no kernel prod
 struct shape {
   uint64_t rows, cols, n;
 };
+
+/// The instruction-set levels of the kernel tables that this CPU runs.
+std::vector<cpu_arch> runnable_archs() {
+  std::vector<cpu_arch> out;
+  for (cpu_arch a : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512, cpu_arch::avx512_gfni})
+    if (cpu_supports(a)) out.push_back(a);
+  return out;
+}
+
+/// A float's bits, both zeros as 0 (sums of signed zeros are +0, so a zero weight may come out as either).
+uint32_t bits_zero_blind(float v) { return v == 0.0f ? 0u : std::bit_cast<uint32_t>(v); }
 
 template <class F>
 class Gemm : public ::testing::Test {};
@@ -105,8 +117,7 @@ TYPED_TEST(Gemm, MatchesFloat64Reference) {
 template <class F>
 void check_one_hot_exact() {
   thread_pool pool(2);
-  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512, cpu_arch::avx512_gfni}) {
-    if (!cpu_supports(arch)) continue;
+  for (cpu_arch arch : runnable_archs()) {
     const cpu_kernel_table& k = cpu_kernels_for(arch);
     for (const shape& s : {shape{8, 96, 0}, shape{3, 544, 0}, shape{19, 800, 0}}) {
       const uint64_t seed = test::fresh_seed();
@@ -124,9 +135,7 @@ void check_one_hot_exact() {
         for (uint64_t c = 0; c < s.cols; ++c) {
           nonzero += row[c] != 0.0f;
           const float y = Y[c * s.rows + r];
-          // a zero weight (e2m1 has -0) may come out as +0: sums of signed zeros are +0
-          ASSERT_EQ(row[c] == 0.0f && y == 0.0f ? 0u : std::bit_cast<uint32_t>(y),
-                    row[c] == 0.0f ? 0u : std::bit_cast<uint32_t>(row[c]))
+          ASSERT_EQ(bits_zero_blind(y), bits_zero_blind(row[c]))  // e2m1 has -0
               << F::name << " " << cpu_arch_name(arch) << " " << s.rows << "x" << s.cols << " r=" << r << " c=" << c
               << " seed " << seed;
         }
@@ -142,8 +151,7 @@ void check_one_hot_exact() {
 template <class F>
 void check_f32_scales() {
   thread_pool pool(2);
-  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512, cpu_arch::avx512_gfni}) {
-    if (!cpu_supports(arch)) continue;
+  for (cpu_arch arch : runnable_archs()) {
     const cpu_kernel_table& k = cpu_kernels_for(arch);
     for (const shape& s : {shape{130, 200, 3}, shape{257, 1024, 1}, shape{5, 33, 2}, shape{64, 4096, 5}, shape{130, 4200, 1}}) {
       const uint64_t seed = test::fresh_seed();
@@ -194,8 +202,7 @@ TEST(GemmScales, OneHotTokensGiveDecodedWeightsExactly) {
 template <class F>
 void check_fp8_every_code() {
   thread_pool pool(2);
-  for (cpu_arch arch : {cpu_arch::generic, cpu_arch::avx2, cpu_arch::avx512, cpu_arch::avx512_gfni}) {
-    if (!cpu_supports(arch)) continue;
+  for (cpu_arch arch : runnable_archs()) {
     const cpu_kernel_table& k = cpu_kernels_for(arch);
     for (const uint64_t cols : {96ull, 4160ull}) {
       const uint64_t rows = 256, n = 3, hot[3] = {5, cols / 2 + 7, cols - 3}, seed = test::fresh_seed();
@@ -212,8 +219,7 @@ void check_fp8_every_code() {
         F::decode_row(v, r, row.data());
         for (uint64_t t = 0; t < n; ++t) {
           const float want = row[hot[t]], y = Y[t * rows + r];
-          ASSERT_EQ(want == 0.0f && y == 0.0f ? 0u : std::bit_cast<uint32_t>(y),
-                    want == 0.0f ? 0u : std::bit_cast<uint32_t>(want))
+          ASSERT_EQ(bits_zero_blind(y), bits_zero_blind(want))
               << F::name << " " << cpu_arch_name(arch) << " " << cols << " columns, code 0x" << std::hex
               << unsigned(e.data[r * cols + hot[t]]) << std::dec << " token " << t << " seed " << seed;
         }
