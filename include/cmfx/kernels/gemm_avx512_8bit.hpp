@@ -142,11 +142,10 @@ CMFX_AVX512BW_TARGET void gemm_rows_8bit(const matrix_view& w, const float* X, u
   constexpr uint64_t gs = fp8 ? T / kg : 0;  // groups per scale (q8_row: its row scale comes last, row_end_8bit)
   static_assert(!fp8 || (T % kg == 0 && gs >= 1), "an FP8 tile holds whole groups");
   const uint64_t groups = w.cols / kg, tail0 = groups * kg, tpr = (w.cols + T - 1) / T;
-  // the group scales (q8_row: every one 1, the row scale comes last), in a per-thread buffer that only grows (no
-  // allocation per call)
+  // FP8's group scales of the current tile row, in a per-thread buffer that only grows (no allocation per call);
+  // q8_row reads none (gs = 0: its row scale comes last)
   thread_local std::vector<float> s;
   if (s.size() < groups + 1) s.resize(groups + 1);
-  std::fill(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(groups + 1), 1.0f);
   uint64_t s_tile_row = ~0ull;
   float y[4 * avx2::token_tile];
   for (uint64_t r = r0; r < r1;) {
